@@ -1,0 +1,37 @@
+# Two commands do all set-up: `make demo` and `make test`. Both create or reuse .venv.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench venv sshd clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[train,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/cockpit demo
+
+# sshd is needed by the end-to-end tests; install it when missing (CI runs as root).
+sshd:
+	@command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd || { \
+	  echo "installing openssh-server for the SSH tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client) >/dev/null; }
+
+test: $(STAMP) sshd
+	$(BIN)/ruff check cockpit agent tests bench examples
+	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+lint: $(STAMP)
+	$(BIN)/ruff check cockpit agent tests bench examples
+
+bench: $(STAMP) sshd
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist runs .pytest_cache

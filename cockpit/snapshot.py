@@ -1,0 +1,174 @@
+"""Frozen view of a job at one instant: the single thing the UI renders.
+
+Live sessions and replays both produce `Snapshot`s (built by
+`cockpit.source.build_snapshot` from the store and the analysis functions), so the UI
+has exactly one render path and cannot tell live from replay except by `source_label`.
+Everything here is plain data: no DuckDB handles, no Textual types, cheap to pass
+through a message queue. Series are already downsampled in SQL to a bounded number of
+points, so their size does not grow with run length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NA = None  # a field the source cannot give; widgets show "n/a"
+
+
+@dataclass(frozen=True)
+class Series:
+    """A downsampled series: one point per bucket, x ascending."""
+
+    x: tuple[float, ...] = ()
+    last: tuple[float | None, ...] = ()  # value of the last sample in the bucket
+    lo: tuple[float | None, ...] = ()  # bucket minimum
+    hi: tuple[float | None, ...] = ()  # bucket maximum
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+@dataclass(frozen=True)
+class Progress:
+    stage: str | None = None
+    epoch: float | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    percent: float | None = None  # 0..100
+    eta_seconds: float | None = None  # central estimate
+    eta_low: float | None = None  # band from recent speed spread
+    eta_high: float | None = None
+    steps_per_second: float | None = None
+    since_last_step: float | None = None  # seconds, relative to snapshot time
+    stalled: bool = False
+    stall_cause: str | None = None  # "data starved", "resource contention", "straggler sync"...
+    stall_detail: str | None = None
+    state: str = "unknown"  # running, paused, stalled, exited, recovering, unknown
+
+
+@dataclass(frozen=True)
+class Effect:
+    train_loss: Series = field(default_factory=Series)  # raw (bucketed)
+    train_loss_ema: Series = field(default_factory=Series)  # smoothed
+    val_loss: Series = field(default_factory=Series)
+    loss_scale: Series = field(default_factory=Series)
+    lr: Series = field(default_factory=Series)
+    last_loss: float | None = None
+    last_val_loss: float | None = None
+    best_val_step: int | None = None
+    best_val_loss: float | None = None
+    divergence_step: int | None = None  # val stopped improving while train kept improving
+    spike_steps: tuple[int, ...] = ()
+    nonfinite_steps: tuple[int, ...] = ()
+    last_loss_scale: float | None = None
+
+
+@dataclass(frozen=True)
+class RankTime:
+    rank: int
+    host: str
+    step_time: float  # median of recent steps, seconds
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    gpu_busy: float | None = None  # mean SM util % over the job's GPUs
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    data_wait_pct: float | None = None
+    comm_pct: float | None = None
+    mfu: float | None = None  # 0..1, None when FLOPs/step unknown
+    step_time_median: float | None = None
+    step_time_spread: float | None = None  # (slowest - fastest) / median
+    slowest_ranks: tuple[RankTime, ...] = ()
+    throughput_history: Series = field(default_factory=Series)
+    gpu_busy_history: Series = field(default_factory=Series)
+
+
+@dataclass(frozen=True)
+class GpuCell:
+    index: int
+    online: bool
+    simulated: bool
+    util: float | None = None
+    temp: float | None = None
+    power: float | None = None
+    power_limit: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    ecc_unc: int | None = None
+    xid: int | None = None  # most recent XID, if any
+    throttle: int | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class HostHealth:
+    host: str
+    state: str  # transport state: connecting, streaming, stale, unreachable, ...
+    gpu_state: str  # "ok", "no NVIDIA driver", "simulated", ...
+    gpus: tuple[GpuCell, ...] = ()
+    cpu: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    disk_used: int | None = None
+    disk_total: int | None = None
+    net_rx: float | None = None
+    net_tx: float | None = None
+    last_seen: float | None = None  # ts of the newest record
+
+
+@dataclass(frozen=True)
+class Interruption:
+    cause: str
+    detected_at: float
+    recovered_in: float | None  # seconds, None while not recovered
+    steps_lost: int | None
+    restart_count: int | None = None
+    evidence: str | None = None
+
+
+@dataclass(frozen=True)
+class Health:
+    hosts: tuple[HostHealth, ...] = ()
+    interruptions: tuple[Interruption, ...] = ()
+    simulated: bool = False  # any GPU in the view is simulated: show SIM
+
+
+@dataclass(frozen=True)
+class Alert:
+    ts: float
+    kind: str  # resource, data, parameter
+    severity: str  # info, warning, critical
+    code: str
+    where: str  # "host a / gpu 3 / rank 5 / step 1200"
+    what: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class EventRow:
+    ts: float
+    host: str
+    kind: str
+    msg: str
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the main screen shows, at `ts` (the newest record's time, or the
+    replay cursor)."""
+
+    ts: float
+    source_label: str  # "LIVE", "REPLAY 10x", ...
+    job: str | None
+    progress: Progress = field(default_factory=Progress)
+    effect: Effect = field(default_factory=Effect)
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    health: Health = field(default_factory=Health)
+    alerts: tuple[Alert, ...] = ()
+    events: tuple[EventRow, ...] = ()
+    controllable: bool = False  # a control channel to the job is attached

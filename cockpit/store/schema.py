@@ -1,0 +1,109 @@
+"""DuckDB schema of a recording, version by version.
+
+One wide typed table per wire record type (see docs/protocol.md); every table starts
+with (host, seq, ts) and (host, seq) is unique across *all* record tables of a store, so
+a resent range is stored once. Nested objects are kept as JSON text. Records of unknown
+types, and unknown fields of known types, go to `other` as raw JSON, never dropped.
+Migrations are append-only: `MIGRATIONS[n]` takes a store from version n to n+1.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+_KEY = "host VARCHAR NOT NULL, seq BIGINT NOT NULL, ts DOUBLE NOT NULL"
+
+# Column lists per record table, in wire field order. Types are DuckDB types.
+RECORD_COLUMNS: dict[str, dict[str, str]] = {
+    "hello": {
+        "agent_version": "VARCHAR", "protocol": "INTEGER", "hostname": "VARCHAR",
+        "boot_id": "VARCHAR", "pid": "BIGINT", "python": "VARCHAR", "platform": "VARCHAR",
+        "cpu_count": "INTEGER", "mem_total": "BIGINT", "gpu_source": "VARCHAR",
+        "gpu_state": "VARCHAR", "driver": "VARCHAR", "gpus": "JSON", "env": "JSON",
+        "psutil": "BOOLEAN",
+    },
+    "gpu": {
+        "gpu": "INTEGER", "uuid": "VARCHAR", "sim": "BOOLEAN", "util": "DOUBLE",
+        "mem_util": "DOUBLE", "mem_used": "BIGINT", "mem_total": "BIGINT", "temp": "DOUBLE",
+        "power": "DOUBLE", "power_limit": "DOUBLE", "sm_clock": "INTEGER",
+        "mem_clock": "INTEGER", "fan": "DOUBLE", "throttle": "BIGINT",
+        "ecc_vol_corr": "BIGINT", "ecc_vol_unc": "BIGINT", "ecc_agg_corr": "BIGINT",
+        "ecc_agg_unc": "BIGINT", "retired_pages": "BIGINT", "remap_pending": "BOOLEAN",
+        "pcie_tx": "DOUBLE", "pcie_rx": "DOUBLE", "pcie_replay": "BIGINT",
+        "nvlink_err": "BIGINT", "procs": "JSON",
+    },
+    "host_sample": {
+        "cpu": "DOUBLE", "load1": "DOUBLE", "load5": "DOUBLE", "load15": "DOUBLE",
+        "mem_used": "BIGINT", "mem_total": "BIGINT", "swap_used": "BIGINT",
+        "swap_total": "BIGINT", "disk_path": "VARCHAR", "disk_used": "BIGINT",
+        "disk_total": "BIGINT", "disk_read": "DOUBLE", "disk_write": "DOUBLE",
+        "net_rx": "DOUBLE", "net_tx": "DOUBLE", "procs": "JSON",
+    },
+    "run": {
+        "job": "VARCHAR", "rank": "INTEGER", "total_steps": "BIGINT",
+        "total_epochs": "BIGINT", "total_samples": "BIGINT", "total_tokens": "BIGINT",
+        "stages": "JSON", "config": "JSON", "seed": "BIGINT", "data_version": "VARCHAR",
+        "git_commit": "VARCHAR", "flops_per_step": "DOUBLE", "peak_flops": "DOUBLE",
+        "world_size": "INTEGER", "tags": "JSON",
+    },
+    "train": {
+        "job": "VARCHAR", "rank": "INTEGER", "step": "BIGINT", "epoch": "DOUBLE",
+        "stage": "VARCHAR", "loss": "DOUBLE", "nonfinite": "VARCHAR", "lr": "DOUBLE",
+        "samples": "BIGINT", "tokens": "BIGINT", "step_time": "DOUBLE",
+        "data_time": "DOUBLE", "compute_time": "DOUBLE", "comm_time": "DOUBLE",
+        "ckpt_time": "DOUBLE", "loss_scale": "DOUBLE", "grad_norm": "DOUBLE",
+        "extra": "JSON",
+    },
+    "eval": {
+        "job": "VARCHAR", "rank": "INTEGER", "step": "BIGINT", "loss": "DOUBLE",
+        "metrics": "JSON",
+    },
+    "event": {
+        "kind": "VARCHAR", "job": "VARCHAR", "rank": "INTEGER", "step": "BIGINT",
+        "msg": "VARCHAR", "data": "JSON",
+    },
+    "log": {"job": "VARCHAR", "rank": "INTEGER", "stream": "VARCHAR", "line": "VARCHAR"},
+    "alert": {
+        "kind": "VARCHAR", "severity": "VARCHAR", "code": "VARCHAR", "where": "JSON",
+        "what": "VARCHAR", "hint": "VARCHAR",
+    },
+}
+
+# Wire type -> table name (the wire type `host` would clash with the key column).
+TABLE_FOR_TYPE: dict[str, str] = {t: t for t in RECORD_COLUMNS if t != "host_sample"}
+TABLE_FOR_TYPE["host"] = "host_sample"
+
+
+def record_table_ddl(table: str) -> str:
+    cols = ", ".join(f'"{name}" {typ}' for name, typ in RECORD_COLUMNS[table].items())
+    return f'CREATE TABLE IF NOT EXISTS "{table}" ({_KEY}, {cols})'
+
+
+DDL_V1: list[str] = [
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+    *(record_table_ddl(t) for t in RECORD_COLUMNS),
+    # Records of unknown types, and the unknown fields of known ones (raw = whole line).
+    f"CREATE TABLE IF NOT EXISTS other ({_KEY}, t VARCHAR, raw JSON)",
+    # One row per host ever seen: transport state and the stream bookkeeping.
+    """CREATE TABLE IF NOT EXISTS hosts (
+        host VARCHAR PRIMARY KEY, address VARCHAR, state VARCHAR, detail VARCHAR,
+        state_ts DOUBLE, journal_id VARCHAR, high_water BIGINT DEFAULT 0,
+        malformed BIGINT DEFAULT 0, lost BIGINT DEFAULT 0, last_error VARCHAR)""",
+    # Malformed wire lines: counted per host, a bounded sample of them kept for the user.
+    """CREATE TABLE IF NOT EXISTS wire_errors (
+        host VARCHAR, ts DOUBLE, error VARCHAR, sample VARCHAR)""",
+    # 1-minute roll-ups of samples older than the raw retention window.
+    """CREATE TABLE IF NOT EXISTS gpu_rollup (
+        host VARCHAR, gpu INTEGER, minute DOUBLE, n BIGINT,
+        util_min DOUBLE, util_mean DOUBLE, util_max DOUBLE,
+        temp_min DOUBLE, temp_mean DOUBLE, temp_max DOUBLE,
+        power_min DOUBLE, power_mean DOUBLE, power_max DOUBLE,
+        mem_used_max BIGINT, ecc_agg_unc_max BIGINT, throttle_or BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS host_sample_rollup (
+        host VARCHAR, minute DOUBLE, n BIGINT,
+        cpu_min DOUBLE, cpu_mean DOUBLE, cpu_max DOUBLE, mem_used_max BIGINT,
+        disk_used_max BIGINT, net_rx_mean DOUBLE, net_tx_mean DOUBLE)""",
+]
+
+# MIGRATIONS[n] upgrades a store at version n to n + 1. Version 0 = empty file.
+MIGRATIONS: dict[int, list[str]] = {0: DDL_V1}
