@@ -5,6 +5,13 @@ with (host, seq, ts) and (host, seq) is unique across *all* record tables of a s
 a resent range is stored once. Nested objects are kept as JSON text. Records of unknown
 types, and unknown fields of known types, go to `other` as raw JSON, never dropped.
 Migrations are append-only: `MIGRATIONS[n]` takes a store from version n to n+1.
+
+Level tables (`<table>_levels`, see `LEVEL_SERIES`) hold min/max/last per power-of-four
+bucket of x for the series the UI plots, kept up to date at insert time, so that a
+downsampled chart reads a bounded number of rows however long the run is
+(`cockpit.store.downsample`). A journal reset on a host shifts the seqs stored for its new
+journal by `hosts.seq_offset`, which keeps (host, seq) unique; `hosts.high_water` stays in
+the agent's own seq space, the value a reconnect passes to `--from`.
 """
 
 from __future__ import annotations
@@ -88,7 +95,8 @@ DDL_V1: list[str] = [
     """CREATE TABLE IF NOT EXISTS hosts (
         host VARCHAR PRIMARY KEY, address VARCHAR, state VARCHAR, detail VARCHAR,
         state_ts DOUBLE, journal_id VARCHAR, high_water BIGINT DEFAULT 0,
-        malformed BIGINT DEFAULT 0, lost BIGINT DEFAULT 0, last_error VARCHAR)""",
+        malformed BIGINT DEFAULT 0, lost BIGINT DEFAULT 0, last_error VARCHAR,
+        seq_offset BIGINT DEFAULT 0)""",
     # Malformed wire lines: counted per host, a bounded sample of them kept for the user.
     """CREATE TABLE IF NOT EXISTS wire_errors (
         host VARCHAR, ts DOUBLE, error VARCHAR, sample VARCHAR)""",
@@ -104,6 +112,52 @@ DDL_V1: list[str] = [
         cpu_min DOUBLE, cpu_mean DOUBLE, cpu_max DOUBLE, mem_used_max BIGINT,
         disk_used_max BIGINT, net_rx_mean DOUBLE, net_tx_mean DOUBLE)""",
 ]
+
+
+# Series kept in level tables: x axis, key columns (NULL keys stored as '' / -1) and the
+# value columns. Level L has buckets of width 2 ** (LEVEL_BASE_BITS + LEVEL_BITS * L).
+LEVEL_SERIES: dict[str, dict[str, object]] = {
+    "train": {
+        "x": "step",
+        "keys": {"job": "VARCHAR", "rank": "INTEGER"},
+        "columns": ("loss", "lr", "loss_scale", "grad_norm", "step_time", "data_time",
+                    "compute_time", "comm_time", "samples", "tokens", "epoch"),
+    },
+    "gpu": {
+        "x": "ts",
+        "keys": {"host": "VARCHAR", "gpu": "INTEGER"},
+        "columns": ("util", "mem_util", "mem_used", "temp", "power", "sm_clock",
+                    "pcie_tx", "pcie_rx"),
+    },
+    "host_sample": {
+        "x": "ts",
+        "keys": {"host": "VARCHAR"},
+        "columns": ("cpu", "load1", "mem_used", "disk_used", "net_rx", "net_tx"),
+    },
+}
+LEVEL_BASE_BITS = 6  # finest level: buckets of 64 steps / 64 seconds
+LEVEL_BITS = 2  # each level is 4x coarser than the one below
+LEVEL_COUNT = 14  # coarsest: 2 ** 32 steps / seconds (136 years)
+
+
+def levels_table(table: str) -> str:
+    return f"{table}_levels"
+
+
+def levels_ddl(table: str) -> str:
+    spec = LEVEL_SERIES[table]
+    keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
+    cols = [f'"{k}" {t} NOT NULL' for k, t in keys.items()]
+    cols += ["level INTEGER NOT NULL", "bucket BIGINT NOT NULL", "n BIGINT",
+             "x_lo DOUBLE", "x_hi DOUBLE", "ts_hi DOUBLE"]
+    for c in spec["columns"]:  # type: ignore[attr-defined]
+        cols += [f'"{c}_lo" DOUBLE', f'"{c}_hi" DOUBLE', f'"{c}_last" DOUBLE', f'"{c}_lx" DOUBLE']
+    pk = ", ".join([*(f'"{k}"' for k in keys), "level", "bucket"])
+    return (f'CREATE TABLE IF NOT EXISTS "{levels_table(table)}" '
+            f"({', '.join(cols)}, PRIMARY KEY ({pk}))")
+
+
+DDL_V1 += [levels_ddl(t) for t in LEVEL_SERIES]
 
 # MIGRATIONS[n] upgrades a store at version n to n + 1. Version 0 = empty file.
 MIGRATIONS: dict[int, list[str]] = {0: DDL_V1}

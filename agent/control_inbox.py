@@ -1,0 +1,157 @@
+"""Control ops handed from `stream` processes to the daemon, answered exactly once.
+
+A `stream` process (one per cockpit connection) appends each op it reads on stdin to
+`STATE_DIR/control/inbox.ndjson`; the daemon, the journal's only writer, tails that file,
+runs the op and journals its `control_ack`. The read position is checkpointed with the
+journal seq it is valid at; after a crash the acks journaled since then are found in the
+journal, so an op whose ack was written is not run a second time.
+
+Entries the stream could not parse are written as `{"_malformed": ERROR, "_raw": TEXT}`
+so the refusal is journaled like any other ack; `_rx` is when the stream received the op,
+so ops that waited for a daemon too long are refused instead of run late.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional, Set, Tuple
+
+from agent.journal import Journal, JournalReader
+
+INBOX_MAX_AGE = 120.0
+
+
+class OpError(Exception):
+    """An op that cannot be carried out; the message becomes the ack's `error`."""
+
+
+Handler = Callable[[dict], Optional[dict]]
+
+
+def inbox_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "control" / "inbox.ndjson"
+
+
+def append_op(state_dir: Path, entry: dict) -> None:
+    """Append one entry with a single O_APPEND write, so concurrent writers never mix."""
+    path = inbox_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+    fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
+               job: object = None, extra: Optional[dict] = None) -> Tuple[str, dict]:
+    data = {"id": op_id, "op": op, "ok": ok, "error": error}
+    if extra:
+        data.update(extra)
+    name = op if isinstance(op, str) else "?"
+    msg = "control op %s %s" % (name, "done" if ok else "refused: %s" % error)
+    return ("event", {"kind": "control_ack", "job": job if isinstance(job, str) else None,
+                      "rank": None, "step": None, "msg": msg, "data": data})
+
+
+class ControlInbox:
+    """Runs inbox ops through `handlers` (op name -> handler) and journals the acks."""
+
+    def __init__(self, journal: Journal, handlers: Dict[str, Handler],
+                 max_age: float = INBOX_MAX_AGE, clock: Callable[[], float] = time.time
+                 ) -> None:
+        self.journal = journal
+        self.handlers = handlers
+        self.max_age = max_age
+        self._clock = clock
+        self.path = inbox_path(journal.state_dir)
+        self.state_path = self.path.with_name("inbox.state.json")
+        self.offset = 0
+        self._acked: Set[str] = set()
+        self.recover()
+
+    def recover(self) -> None:
+        after = 0
+        try:
+            saved = json.loads(self.state_path.read_text(encoding="utf-8"))
+            self.offset, after = int(saved["offset"]), int(saved["seq"])
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError, TypeError):
+            self.offset, after = 0, 0
+        if after > self.journal.head:
+            self.offset, after = 0, 0
+        for chunk in JournalReader(self.journal.state_dir).chunks(after):
+            if b'"control_ack"' not in chunk:
+                continue
+            for line in chunk.splitlines():
+                if b'"kind":"control_ack"' in line:
+                    data = json.loads(line).get("data") or {}
+                    if isinstance(data.get("id"), str):
+                        self._acked.add(data["id"])
+
+    def _save(self) -> None:
+        tmp = self.state_path.with_name(".inbox.state.%d.tmp" % os.getpid())
+        tmp.write_text(json.dumps({"offset": self.offset, "seq": self.journal.head}))
+        os.replace(str(tmp), str(self.state_path))
+
+    def poll(self) -> int:
+        """Handle every complete new inbox line; returns how many ops were answered."""
+        try:
+            with open(str(self.path), "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return 0
+        end = data.rfind(b"\n")
+        if end < 0:
+            return 0
+        answered = 0
+        for raw in data[: end + 1].splitlines():
+            record = self._handle(raw)
+            if record is not None:
+                self.journal.append(*record)
+                answered += 1
+        self.offset += end + 1
+        self._save()
+        self._acked.clear()  # only ops from before the checkpoint can be repeats
+        return answered
+
+    def _handle(self, raw: bytes) -> Optional[Tuple[str, dict]]:
+        if not raw.strip():
+            return None
+        try:
+            entry = json.loads(raw)
+        except ValueError as exc:
+            return ack_record(None, None, False, "inbox line is not JSON: %s" % exc)
+        if not isinstance(entry, dict):
+            return ack_record(None, None, False, "control op is not a JSON object")
+        op_id, op = entry.get("id"), entry.get("op")
+        if isinstance(op_id, str) and op_id in self._acked:
+            return None
+        if "_malformed" in entry:
+            return ack_record(op_id, op, False, str(entry["_malformed"]))
+        if not isinstance(op, str) or not op:
+            return ack_record(op_id, op, False, "control op has no 'op' name")
+        received = entry.get("_rx")
+        if isinstance(received, (int, float)) and self._clock() - received > self.max_age:
+            return ack_record(op_id, op, False, "op %r expired: received %.0f s ago while no "
+                              "agent daemon was running" % (op, self._clock() - received),
+                              entry.get("job"))
+        handler = self.handlers.get(op)
+        if handler is None:
+            return ack_record(op_id, op, False, "op %r is not supported by this agent" % op,
+                              entry.get("job"))
+        args = {k: v for k, v in entry.items() if not k.startswith("_")}
+        try:
+            extra = handler(args)
+        except OpError as exc:
+            return ack_record(op_id, op, False, str(exc), entry.get("job"))
+        except Exception as exc:  # a failing handler must still be answered
+            return ack_record(op_id, op, False, "op %r failed: %s: %s"
+                              % (op, type(exc).__name__, exc), entry.get("job"))
+        return ack_record(op_id, op, True, None, entry.get("job"), extra)

@@ -1,0 +1,289 @@
+"""`cockpit-agent run`: the long-lived agent on a GPU host.
+
+It samples the GPUs and the host, tails the trainer spools, runs control ops, and
+(optionally) supervises the job, writing everything to the journal whether or not a
+cockpit is connected. Two threads do the work: the sampler thread, whose NVML and psutil
+calls may be slow, and the main loop (spools, control inbox, checkpoints), so a slow GPU
+query never delays trainer records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from agent import __version__
+from agent.control_inbox import ControlInbox, OpError
+from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
+from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal
+from agent.lockfile import StateLock
+from agent.protocol import PROTOCOL_VERSION
+from agent.samplers.host import HostSampler
+from agent.samplers.nvml import Nvml, XidWatcher, xid_records
+from agent.samplers.sim import SimGpus
+from agent.spool import SpoolTailer
+from agent.supervisor import Supervisor
+
+MIN_INTERVAL = 0.25
+POLL = 0.05
+
+
+class DaemonConfig:
+    def __init__(self, state_dir: Path, run_dirs: Sequence[Path] = (), interval: float = 1.0,
+                 simulate_gpus: int = 0, job: Optional[str] = None,
+                 cmd: Sequence[str] = (), max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_age: float = DEFAULT_MAX_AGE, stop_grace: float = 10.0,
+                 spool_settle: float = 5.0) -> None:
+        if interval < MIN_INTERVAL:
+            raise ValueError("--interval must be at least %.2f s (got %g)"
+                             % (MIN_INTERVAL, interval))
+        self.state_dir = Path(state_dir).resolve()
+        self.run_dirs = [Path(p).resolve() for p in run_dirs]
+        if cmd and not self.run_dirs:
+            self.run_dirs = [self.state_dir / "run"]
+        self.interval = interval
+        self.simulate_gpus = simulate_gpus
+        self.job = job or ("job-%s" % time.strftime("%Y%m%d-%H%M%S") if cmd else None)
+        self.cmd = list(cmd)
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self.stop_grace = stop_grace
+        self.spool_settle = spool_settle
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, gpus: Any = None, host: Any = None,
+                 log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr)) -> None:
+        self.config = config
+        self.log = log
+        self._stop = threading.Event()
+        self._lock = StateLock(config.state_dir)
+        self._lock.acquire()
+        try:
+            for run_dir in config.run_dirs:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            self.journal = Journal(config.state_dir, max_bytes=config.max_bytes,
+                                   max_age=config.max_age)
+        except BaseException:
+            self._lock.release()
+            raise
+        if self.journal.truncated_bytes:
+            self.log("journal: cut a torn last write of %d bytes (previous run was killed)"
+                     % self.journal.truncated_bytes)
+        if gpus is None:
+            follow = bool(config.cmd or config.run_dirs)
+            gpus = (SimGpus(config.simulate_gpus, follow_job=follow) if config.simulate_gpus
+                    else Nvml())
+        self.gpus = gpus
+        disk = config.run_dirs[0] if config.run_dirs else config.state_dir
+        self.host = host if host is not None else HostSampler(disk)
+        self.spools = SpoolTailer(self.journal, config.run_dirs, settle=config.spool_settle)
+        for note in self.spools.notes:
+            self.log("spool: %s" % note)
+        self.inbox = ControlInbox(self.journal, {
+            "ping": self._op_ping, "adjust": self._op_adjust, "stop": self._op_stop})
+        self.supervisor: Optional[Supervisor] = None
+        self.xid: Optional[XidWatcher] = None
+        self._sampler_errors: Dict[str, float] = {}
+        self._sampler: Optional[threading.Thread] = None
+
+    # -- control ops -----------------------------------------------------------------
+    def _op_ping(self, op: dict) -> dict:
+        return {"agent_version": __version__, "head": self.journal.head}
+
+    def _job_run_dir(self, job: str) -> Path:
+        sup = self.supervisor
+        if sup is not None and sup.job == job:
+            return sup.run_dir
+        for run_dir in self.config.run_dirs:
+            if (run_dir / "spool" / job).is_dir() or (run_dir / "control" / (
+                    "%s.ndjson" % job)).exists():
+                return run_dir
+        raise OpError("no job %r under this agent's run dirs (%s)" % (
+            job, ", ".join(str(p) for p in self.config.run_dirs) or "none given"))
+
+    def _op_adjust(self, op: dict) -> dict:
+        job, knobs = op.get("job"), op.get("knobs")
+        if not isinstance(job, str) or not job:
+            raise OpError("adjust needs 'job' (the job id)")
+        if not isinstance(knobs, dict) or not knobs:
+            raise OpError("adjust needs 'knobs', a non-empty object of knob: value")
+        path = self._job_run_dir(job) / "control" / ("%s.ndjson" % job)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"id": op.get("id"), "ts": time.time(), "knobs": knobs},
+                          separators=(",", ":"), ensure_ascii=False, default=str)
+        with open(str(path), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return {"file": str(path)}
+
+    def _op_stop(self, op: dict) -> dict:
+        sup = self.supervisor
+        if sup is None or not sup.running:
+            raise OpError("no job is running under this agent")
+        job = op.get("job")
+        if job is not None and job != sup.job:
+            raise OpError("job %r is not the one this agent runs (%r)" % (job, sup.job))
+        grace = op.get("grace", self.config.stop_grace)
+        if not isinstance(grace, (int, float)) or grace < 0:
+            raise OpError("'grace' must be a number of seconds >= 0")
+        threading.Thread(target=sup.stop, args=(float(grace),), name="job-stop",
+                         daemon=True).start()
+        return {"pid": sup.pid, "grace": grace}
+
+    # -- records ---------------------------------------------------------------------
+    def hello(self) -> dict:
+        gpus = self.gpus
+        ok = gpus.init()
+        source = "sim" if isinstance(gpus, SimGpus) else ("nvml" if ok else "none")
+        psutil_module = self.host.psutil if self.host.available else None
+        return {
+            "agent_version": __version__, "protocol": PROTOCOL_VERSION,
+            "hostname": hostname(), "boot_id": boot_id(), "pid": os.getpid(),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "mem_total": mem_total(psutil_module),
+            "gpu_source": source, "gpu_state": gpus.state, "driver": gpus.driver,
+            "gpus": gpus.inventory(), "env": env_fingerprint(),
+            "psutil": bool(self.host.available),
+            "state_dir": str(self.config.state_dir),
+            "run_dirs": [str(p) for p in self.config.run_dirs],
+            "interval": self.config.interval,
+        }
+
+    def pid_ranks(self) -> Dict[int, Optional[int]]:
+        ranks: Dict[int, Optional[int]] = {}
+        for pid, (_job, rank) in self.spools.pid_ranks().items():
+            ranks[pid] = rank
+        if self.supervisor is not None:
+            for pid, rank in self.supervisor.pid_ranks().items():
+                if rank is not None or pid not in ranks:
+                    ranks[pid] = rank
+        return ranks
+
+    def sample_once(self) -> None:
+        ranks = self.pid_ranks()
+        records: List[tuple] = []
+        host = self._guard("host", lambda: self.host.sample(ranks))
+        if host is not None:
+            records.append(("host", host))
+        activity = {p["pid"]: p.get("cpu") for p in (host or {}).get("procs", [])}
+        if isinstance(self.gpus, SimGpus):
+            gpus = self._guard("gpu", lambda: self.gpus.sample(ranks, activity))
+        else:
+            gpus = self._guard("gpu", lambda: self.gpus.sample(ranks))
+        for record in gpus or ():
+            records.append(("gpu", record))
+        if records:
+            self.journal.append_many(records)
+
+    def _guard(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run a sampler; a failure is journaled (at most once a minute per message)."""
+        try:
+            return fn()
+        except Exception as exc:
+            text = "%s sampler failed: %s: %s" % (name, type(exc).__name__, exc)
+            now = time.monotonic()
+            if now - self._sampler_errors.get(text, -1e9) >= 60.0:
+                self._sampler_errors[text] = now
+                self.journal.append("event", {"kind": "sampler_error", "job": None,
+                                              "rank": None, "step": None, "msg": text,
+                                              "data": {"sampler": name}})
+            return None
+
+    def _on_xid(self, gpu: int, xid: int, ts: float) -> None:
+        uuid = None
+        for item in self.gpus.inventory():
+            if item["index"] == gpu:
+                uuid = item["uuid"]
+        self.journal.append_many(xid_records(gpu, xid, uuid, ts))
+
+    # -- life ------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _sampler_loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            next_at += self.config.interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (slow NVML): skip, never burst to catch up
+                next_at = time.monotonic()
+                delay = 0.0
+            self._stop.wait(delay)
+
+    def run(self) -> int:
+        cfg = self.config
+        try:
+            self.journal.append("hello", self.hello())
+            if isinstance(self.gpus, Nvml):
+                self.xid = XidWatcher(self.gpus, self._on_xid)
+                self.xid.start()
+            if cfg.cmd and not self._stop.is_set():
+                assert cfg.job is not None
+                self.supervisor = Supervisor(cfg.cmd, cfg.job, cfg.run_dirs[0], self.journal)
+                self.supervisor.start()
+            self._sampler = threading.Thread(target=self._sampler_loop, name="sampler",
+                                             daemon=True)
+            self._sampler.start()
+            last_checkpoint = last_retention = time.monotonic()
+            while not self._stop.is_set():
+                self.spools.poll()
+                self.inbox.poll()
+                now = time.monotonic()
+                if now - last_checkpoint >= 1.0:
+                    self.spools.checkpoint()
+                    last_checkpoint = now
+                if now - last_retention >= 60.0:
+                    self.journal.enforce_retention()
+                    last_retention = now
+                self._stop.wait(POLL)
+            return 0
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        if self.supervisor is not None and self.supervisor.running:
+            self.log("stopping job %s (SIGTERM, then SIGKILL after %g s)"
+                     % (self.supervisor.job, self.config.stop_grace))
+            self.supervisor.stop(self.config.stop_grace)
+        if self._sampler is not None:
+            self._sampler.join(timeout=max(5.0, 2 * self.config.interval))
+        if self.xid is not None:
+            self.xid.stop()
+        try:
+            self.spools.poll()
+            self.inbox.poll()
+            self.spools.checkpoint()
+        finally:
+            self.gpus.shutdown()
+            self.journal.close()
+            self._lock.release()
+
+
+def run_daemon(config: DaemonConfig) -> int:
+    """Run until SIGTERM / SIGINT; the job this daemon started is stopped with it."""
+    stopping = threading.Event()
+    holder: List[Daemon] = []
+
+    def _term(signum: int, frame: Any) -> None:
+        stopping.set()
+        for daemon in holder:
+            daemon.stop()
+
+    # Installed before the (possibly slow) start so an early SIGTERM is a clean stop too.
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    daemon = Daemon(config)
+    holder.append(daemon)
+    if stopping.is_set():
+        daemon.stop()
+    return daemon.run()

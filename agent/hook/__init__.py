@@ -1,0 +1,10 @@
+"""Trainer-side hook: `Reporter` writes a rank's metrics and events to the run's spool.
+
+Importable without the agent daemon running and without torch; adapters for Lightning
+(`agent.hook.lightning`) and Hugging Face Transformers (`agent.hook.hf`) import their
+framework only when used.
+"""
+
+from agent.hook.reporter import PHASES, Reporter
+
+__all__ = ["PHASES", "Reporter"]

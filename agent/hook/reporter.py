@@ -1,0 +1,615 @@
+"""The trainer-side reporting API: what a training loop calls to be seen by the cockpit.
+
+Design constraint: `step()` runs in the hot loop of a GPU job, so it must never call
+`.item()`, never force a device synchronisation and cost about as much as a list append.
+It therefore stores the raw arguments (tensors included) in a deque; a flusher thread
+resolves them to numbers later, encodes JSON and appends whole lines to the rank's spool
+file in batches. The agent daemon tails the spool (see `spool_writer`).
+
+The module is standard library only and imports torch nowhere: tensors are handled by
+duck typing (`lazy_values`), so the hook works the same for any array library.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from agent.hook.control import (
+    ControlError,
+    ControlFile,
+    ControlState,
+    control_path,
+    parse_line,
+)
+from agent.hook.lazy_values import NotAScalar, as_int, finite_or_none, split_nonfinite, to_number
+from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
+
+PHASES = ("data", "compute", "comm", "checkpoint")
+_PHASE_FIELDS = ("data_time", "compute_time", "comm_time", "ckpt_time")
+_PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+
+ALERT_KINDS = ("resource", "data", "parameter")
+SEVERITIES = ("info", "warning", "critical")
+MAX_LOG_LINE = 4096
+MAX_LINE_BYTES = 1 << 20
+
+# Buffer entry kinds (first tuple element).
+_TRAIN = 0
+_EVAL = 1
+_READY = 2  # a record dict that needs no resolution
+
+# The newest this-many train records stay buffered for one more flush, so a value that
+# is still being computed on a device is read only once a later step has been issued.
+_HOLDBACK_STEPS = 2
+
+_perf = time.perf_counter
+_wall = time.time
+
+
+class _ClosedQueue:
+    """Stands in for the buffer after close(): reporting then fails loudly, at no cost before."""
+
+    def append(self, _item: Any) -> None:
+        raise RuntimeError("this Reporter is closed; create a new one to keep reporting")
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _Phase:
+    __slots__ = ("_index", "_reporter", "_start")
+
+    def __init__(self, reporter: Reporter, index: int) -> None:
+        self._reporter = reporter
+        self._index = index
+        self._start = 0.0
+
+    def __enter__(self) -> _Phase:
+        self._start = _perf()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self._reporter._add_phase(self._index, _perf() - self._start)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError("environment variable %s=%r is not an integer" % (name, raw)) from None
+
+
+def _check_job(job: str) -> str:
+    if not job or job in (".", "..") or "/" in job or "\\" in job or "\0" in job:
+        raise ValueError(
+            "job id %r cannot name a spool folder: use letters, digits, '-', '_' or '.'" % job
+        )
+    return job
+
+
+def _default_job() -> Tuple[str, bool]:
+    """(job id, generated?): COCKPIT_JOB, else torchrun's run id (shared by all ranks)."""
+    job = os.environ.get("COCKPIT_JOB")
+    if job:
+        return job, False
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return "torchrun-" + run_id, True
+    return time.strftime("job-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6], True
+
+
+class Reporter:
+    """One trainer rank's connection to the cockpit: metrics, events and operator controls.
+
+    Where it writes: `run_dir` (or env `COCKPIT_RUN_DIR`, else `./runs/JOB`), job `job`
+    (or env `COCKPIT_JOB`, else torchrun's run id, else a generated id recorded in a `run`
+    record), rank `rank` (or env `RANK`, else 0). Safe to create before or without the
+    agent daemon: the spool simply waits on disk.
+    """
+
+    def __init__(
+        self,
+        run_dir: Optional[str] = None,
+        job: Optional[str] = None,
+        rank: Optional[int] = None,
+        *,
+        world_size: Optional[int] = None,
+        control: bool = True,
+        flush_interval: float = 0.5,
+        flush_records: int = 512,
+        control_interval: float = 0.5,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        register_atexit: bool = True,
+    ) -> None:
+        generated = False
+        if job is None:
+            job, generated = _default_job()
+        self.job = _check_job(str(job))
+        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
+        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        if run_dir is None:
+            run_dir = os.environ.get("COCKPIT_RUN_DIR") or os.path.join("runs", self.job)
+        self.run_dir = os.path.abspath(run_dir)
+        if flush_interval <= 0 or control_interval <= 0:
+            raise ValueError("flush_interval and control_interval must be positive")
+
+        self._flush_interval = float(flush_interval)
+        self._flush_records = max(1, int(flush_records))
+        self._control_interval = float(control_interval)
+        self._holdback_age = 2.0 * self._flush_interval
+        self._q = deque()  # type: Deque[tuple]
+        self._phases = None  # type: Optional[List[Optional[float]]]
+        self._stage = None  # type: Optional[str]
+        self._last_step = None  # type: Any
+        self._prev_perf = _perf()
+        self._declared = {}  # type: Dict[str, Any]
+        self._warned = set()  # type: set
+        self._dropped = 0
+        self._drop_reason = ""
+        self._write_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
+
+        self._control_state = ControlState()
+        self._control_file = None  # type: Optional[ControlFile]
+        self._control_lock = threading.Lock()
+        self._incoming = deque()  # type: Deque[Tuple[Optional[str], Any, str]]
+        self._pending = False
+        if control:
+            self._control_file = ControlFile(control_path(self.run_dir, self.job))
+            self._restore_controls()
+
+        self._writer = SpoolWriter(self.run_dir, self.job, self.rank, max_file_bytes)
+        if generated:
+            self._q.append((_READY, self._base("run", world_size=self.world_size)))
+
+        self._stop = False
+        self._wake = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="cockpit-reporter-%d" % self.rank, daemon=True
+        )
+        self._thread.start()
+        if register_atexit:
+            atexit.register(self.close)
+
+    # ------------------------------------------------------------------ hot path
+
+    def step(
+        self,
+        step: Any,
+        loss: Any = None,
+        lr: Any = None,
+        samples: Any = None,
+        tokens: Any = None,
+        loss_scale: Any = None,
+        grad_norm: Any = None,
+        epoch: Any = None,
+        **extra: Any,
+    ) -> None:
+        """Record one optimizer step. Values may be tensors: they are read later, off-thread.
+
+        A tensor passed here must not be modified in place afterwards (pass a fresh loss,
+        not a running accumulator). `step_time` is the wall time since the previous call
+        (since the Reporter was created, for the first one).
+        """
+        phases = self._phases
+        if phases is not None:
+            self._phases = None
+        self._q.append(
+            (_TRAIN, _perf(), _wall(), step, loss, lr, samples, tokens, loss_scale, grad_norm,
+             epoch, self._stage, phases, extra)
+        )  # fmt: skip
+        self._last_step = step
+        if self._pending:
+            self._apply_pending(step)
+        if len(self._q) >= self._flush_records:
+            self._wake.set()
+
+    def phase(self, name: str) -> _Phase:
+        """`with rep.phase("data"):` adds the block's wall time to this step's `data_time`.
+
+        Phases: data, compute, comm, checkpoint. Time spent in a phase between two
+        `step()` calls is attributed to the later step. Do not nest phases.
+        """
+        index = _PHASE_INDEX.get(name)
+        if index is None:
+            raise ValueError("unknown phase %r: use one of %s" % (name, ", ".join(PHASES)))
+        return _Phase(self, index)
+
+    def phase_time(self, name: str, seconds: float) -> None:
+        """Attribute an externally measured duration to a phase of the current step."""
+        index = _PHASE_INDEX.get(name)
+        if index is None:
+            raise ValueError("unknown phase %r: use one of %s" % (name, ", ".join(PHASES)))
+        self._add_phase(index, float(seconds))
+
+    def _add_phase(self, index: int, seconds: float) -> None:
+        acc = self._phases
+        if acc is None:
+            acc = self._phases = [None, None, None, None]
+        previous = acc[index]
+        acc[index] = seconds if previous is None else previous + seconds
+
+    # ------------------------------------------------------------------ other records
+
+    def eval(self, step: Any, loss: Any = None, **metrics: Any) -> None:
+        """Record an evaluation: `loss` is the validation loss, the rest go to `metrics`."""
+        self._q.append((_EVAL, _wall(), step, loss, metrics))
+        self._wake.set()
+
+    def declare(
+        self,
+        total_steps: Optional[int] = None,
+        total_epochs: Optional[int] = None,
+        total_samples: Optional[int] = None,
+        total_tokens: Optional[int] = None,
+        stages: Optional[Iterable[str]] = None,
+        config: Optional[Dict[str, Any]] = None,
+        seed: Optional[int] = None,
+        data_version: Optional[str] = None,
+        git_commit: Optional[str] = None,
+        flops_per_step: Optional[float] = None,
+        peak_flops: Optional[float] = None,
+        world_size: Optional[int] = None,
+        tags: Optional[Iterable[str]] = None,
+    ) -> None:
+        """Describe the run (totals for progress/ETA, config, seed...). Call on rank 0.
+
+        Repeated calls accumulate: each `run` record carries everything declared so far.
+        """
+        given = {
+            "total_steps": total_steps,
+            "total_epochs": total_epochs,
+            "total_samples": total_samples,
+            "total_tokens": total_tokens,
+            "stages": None if stages is None else [str(s) for s in stages],
+            "config": None if config is None else dict(config),
+            "seed": seed,
+            "data_version": data_version,
+            "git_commit": git_commit,
+            "flops_per_step": flops_per_step,
+            "peak_flops": peak_flops,
+            "world_size": world_size,
+            "tags": None if tags is None else [str(s) for s in tags],
+        }
+        for name in ("total_steps", "total_epochs", "total_samples", "total_tokens", "seed",
+                     "world_size"):  # fmt: skip
+            value = given[name]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError("declare(%s=...) must be an int, got %r" % (name, value))
+        for name, value in given.items():
+            if value is not None:
+                self._declared[name] = value
+        fields = {"world_size": self.world_size}
+        fields.update(self._declared)
+        self._q.append((_READY, self._base("run", **fields)))
+        self._wake.set()
+
+    def stage(self, name: str) -> None:
+        """Enter a named stage (pretrain, finetune...): later train records carry it."""
+        self._stage = str(name)
+        self.event("stage", "stage %s started" % name, stage=self._stage)
+
+    def event(self, kind: str, msg: str = "", *, step: Any = None, **data: Any) -> None:
+        """Record that something happened; `data` holds kind-specific details."""
+        self._q.append(
+            (_READY, self._base("event", kind=str(kind), step=self._step_value(step),
+                                msg=str(msg), data=data))
+        )  # fmt: skip
+        self._wake.set()
+
+    def checkpoint_saved(
+        self, path: str, step: Any, seconds: Optional[float], bytes: Optional[int] = None
+    ) -> None:
+        """A checkpoint is complete on disk (call after the rename, not before)."""
+        if bytes is None:
+            try:
+                bytes = os.path.getsize(path)
+            except OSError:
+                bytes = None
+        size = "" if bytes is None else ", %.1f MB" % (bytes / 1e6)
+        took = "" if seconds is None else " in %.2f s" % seconds
+        self.event(
+            "checkpoint_saved",
+            "checkpoint at step %s saved%s%s" % (step, took, size),
+            step=step,
+            path=str(path),
+            seconds=seconds,
+            bytes=bytes,
+        )
+
+    def alert(
+        self,
+        kind: str,
+        code: str,
+        what: str,
+        hint: str,
+        severity: str = "warning",
+        **where: Any,
+    ) -> None:
+        """Raise an alert from inside the trainer (kind: resource, data or parameter)."""
+        if kind not in ALERT_KINDS:
+            raise ValueError("alert kind %r: use one of %s" % (kind, ", ".join(ALERT_KINDS)))
+        if severity not in SEVERITIES:
+            raise ValueError("alert severity %r: use one of %s" % (severity, ", ".join(SEVERITIES)))
+        where.setdefault("rank", self.rank)
+        if self._last_step is not None:
+            where.setdefault("step", self._step_value(None))
+        record = {"t": "alert", "ts": _wall(), "job": self.job, "kind": kind,
+                  "severity": severity, "code": str(code), "where": where, "what": str(what),
+                  "hint": str(hint)}  # fmt: skip
+        self._q.append((_READY, record))
+        self._wake.set()
+
+    def log(self, line: str, stream: str = "stdout") -> None:
+        """Forward one line of trainer output (at most 4 KiB are kept)."""
+        self._q.append((_READY, self._base("log", stream=stream, line=str(line)[:MAX_LOG_LINE])))
+
+    # ------------------------------------------------------------------ control
+
+    @property
+    def lr_scale(self) -> float:
+        """Multiplier the operator set on the learning rate (1.0 until adjusted)."""
+        return self._control_state.lr_scale
+
+    @property
+    def knobs(self) -> Dict[str, Any]:
+        """Every lasting knob applied so far (`lr_scale` and user knobs)."""
+        return dict(self._control_state.knobs)
+
+    def take_request(self, name: str) -> bool:
+        """True once per pending one-shot request (`checkpoint_now`, `eval_now`)."""
+        requests = self._control_state.requests
+        if name in requests:
+            requests.discard(name)
+            return True
+        return False
+
+    def poll_control(self) -> List[Dict[str, Any]]:
+        """Read the control file now and apply what is new; returns the applied controls.
+
+        `step()` does this by itself (the file is checked every `control_interval`), so
+        calling it is only needed where a loop wants a control applied at a precise point.
+        """
+        self._read_control_file()
+        return self._apply_pending(self._last_step)
+
+    def _restore_controls(self) -> None:
+        assert self._control_file is not None
+        for lineno, raw in self._control_file.read_new():
+            try:
+                _ident, knobs = parse_line(raw, "line %d" % lineno)
+                self._control_state.apply(knobs, one_shots=False)
+            except ControlError:
+                # Refused by the process that first read it, which sent the refusal.
+                continue
+
+    def _read_control_file(self) -> None:
+        control_file = self._control_file
+        if control_file is None:
+            return
+        with self._control_lock:
+            lines = control_file.read_new()
+        for lineno, raw in lines:
+            where = "%s line %d" % (control_file.path, lineno)
+            try:
+                ident, knobs = parse_line(raw, where)
+            except ControlError as exc:
+                self._incoming.append((exc.ident, exc, where))
+            else:
+                self._incoming.append((ident, knobs, where))
+        if lines:
+            self._pending = True
+
+    def _apply_pending(self, step: Any) -> List[Dict[str, Any]]:
+        self._pending = False
+        applied = []
+        incoming = self._incoming
+        while incoming:
+            ident, knobs, where = incoming.popleft()
+            error = None
+            if isinstance(knobs, ControlError):
+                error = str(knobs)
+                knobs = {}
+            else:
+                try:
+                    self._control_state.apply(knobs)
+                except ControlError as exc:
+                    error = "%s: %s" % (where, exc)
+            data = {"id": ident, "op": "adjust", "ok": error is None, "applied_step": None}
+            if error is None:
+                data["applied_step"] = self._step_value(step)
+                msg = "applied %s" % ", ".join("%s=%s" % kv for kv in sorted(knobs.items()))
+            else:
+                data["error"] = error
+                msg = "refused control: %s" % error
+            self.event("control_ack", msg, step=step, **data)
+            applied.append({"id": ident, "knobs": knobs, "ok": error is None, "error": error})
+        return applied
+
+    # ------------------------------------------------------------------ flushing
+
+    def flush(self) -> None:
+        """Resolve and write everything buffered now (this may wait for device values)."""
+        self._drain(holdback=False)
+
+    def close(self) -> None:
+        """Flush and close the spool file; also run at interpreter exit."""
+        if self._closed or os.getpid() != self._pid:
+            return  # a forked child (e.g. a DataLoader worker) does not own the spool
+        self._closed = True
+        self._stop = True
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10.0)
+        try:
+            self._drain(holdback=False)
+            self._drain(holdback=False)  # whatever the last drain itself had to report
+        finally:
+            self._q = _ClosedQueue()  # type: ignore[assignment]
+            self._writer.close()
+            try:
+                atexit.unregister(self.close)
+            except Exception:
+                pass
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.close()
+
+    @property
+    def spool_path(self) -> str:
+        """The spool file being written now."""
+        return self._writer.path
+
+    def _run(self) -> None:
+        next_poll = 0.0
+        while not self._stop:
+            self._wake.wait(self._flush_interval)
+            self._wake.clear()
+            if self._stop:
+                break
+            try:
+                now = _perf()
+                if self._control_file is not None and now >= next_poll:
+                    next_poll = now + self._control_interval
+                    self._read_control_file()
+                self._drain(holdback=True)
+            except Exception as exc:  # the flusher must outlive any single bad record
+                self._warn("flusher:%s" % type(exc).__name__, "reporter flusher: %r" % exc)
+
+    def _drain(self, holdback: bool) -> None:
+        with self._write_lock:
+            q = self._q
+            items = [q.popleft() for _ in range(len(q))]
+            if not items:
+                return
+            if holdback:
+                cut = len(items)
+                recent = _perf() - self._holdback_age
+                seen = 0
+                for i in range(len(items) - 1, -1, -1):
+                    item = items[i]
+                    if item[0] == _TRAIN:
+                        if item[1] < recent:
+                            break
+                        cut = i
+                        seen += 1
+                        if seen == _HOLDBACK_STEPS:
+                            break
+                for item in reversed(items[cut:]):
+                    q.appendleft(item)
+                del items[cut:]
+            lines = []  # type: List[bytes]
+            if self._dropped:
+                lines.append(encode_line(self._base(
+                    "event", kind="dropped", step=None,
+                    msg="%d spool records lost: %s" % (self._dropped, self._drop_reason),
+                    data={"count": self._dropped, "reason": self._drop_reason})))  # fmt: skip
+            for item in items:
+                line = self._encode(item)
+                if line is not None:
+                    lines.append(line)
+            try:
+                self._writer.write_lines(lines)
+            except OSError as exc:
+                self._dropped += len(lines)
+                self._drop_reason = "cannot write %s: %s" % (self._writer.path, exc)
+                self._warn("write:%s" % exc.errno, self._drop_reason)
+            else:
+                self._dropped = 0
+
+    def _encode(self, item: tuple) -> Optional[bytes]:
+        try:
+            if item[0] == _TRAIN:
+                record = self._train_record(item)
+            elif item[0] == _EVAL:
+                record = self._eval_record(item)
+            else:
+                record = item[1]
+            line = encode_line(record)
+        except Exception as exc:
+            self._warn("encode:%s" % type(exc).__name__, "a record could not be encoded: %r" % exc)
+            return None
+        if len(line) > MAX_LINE_BYTES:
+            self._warn(
+                "toolong:%s" % record.get("t"),
+                "a %s record of %d bytes exceeds the %d-byte line limit and was not written"
+                % (record.get("t"), len(line), MAX_LINE_BYTES),
+            )
+            return None
+        return line
+
+    def _train_record(self, item: tuple) -> Dict[str, Any]:
+        (_k, perf, wall, step, loss, lr, samples, tokens, loss_scale, grad_norm, epoch, stage,
+         phases, extra) = item  # fmt: skip
+        step_time = perf - self._prev_perf
+        self._prev_perf = perf
+        num = self._number
+        loss_value, nonfinite = split_nonfinite(num("loss", loss))
+        record = {
+            "t": "train", "ts": wall, "job": self.job, "rank": self.rank,
+            "step": as_int(num("step", step)), "epoch": finite_or_none(num("epoch", epoch)),
+            "stage": stage, "loss": loss_value, "nonfinite": nonfinite,
+            "lr": finite_or_none(num("lr", lr)),
+            "samples": as_int(num("samples", samples)), "tokens": as_int(num("tokens", tokens)),
+            "step_time": step_time,
+        }  # fmt: skip
+        for i, name in enumerate(_PHASE_FIELDS):
+            record[name] = None if phases is None else phases[i]
+        record["loss_scale"] = finite_or_none(num("loss_scale", loss_scale))
+        record["grad_norm"] = finite_or_none(num("grad_norm", grad_norm))
+        record["extra"] = {k: finite_or_none(num(k, v)) for k, v in extra.items()}
+        return record
+
+    def _eval_record(self, item: tuple) -> Dict[str, Any]:
+        _k, wall, step, loss, metrics = item
+        num = self._number
+        return {
+            "t": "eval", "ts": wall, "job": self.job, "rank": self.rank,
+            "step": as_int(num("step", step)), "loss": finite_or_none(num("loss", loss)),
+            "metrics": {k: finite_or_none(num(k, v)) for k, v in metrics.items()},
+        }  # fmt: skip
+
+    def _number(self, field: str, value: Any) -> Optional[float]:
+        try:
+            return to_number(value)
+        except NotAScalar as exc:
+            self._warn("field:%s" % field, "reported value %r %s; recorded as null" % (field, exc))
+            return None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _base(self, t: str, **fields: Any) -> Dict[str, Any]:
+        record = {"t": t, "ts": _wall(), "job": self.job, "rank": self.rank}
+        record.update(fields)
+        return record
+
+    def _step_value(self, step: Any) -> Optional[int]:
+        if step is None:
+            step = self._last_step
+        try:
+            return as_int(to_number(step))
+        except NotAScalar:
+            return None
+
+    def _warn(self, key: str, message: str) -> None:
+        """Tell the user once per kind of problem, on stderr and in the spool."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        text = "agent.hook (job %s, rank %d): %s" % (self.job, self.rank, message)
+        print(text, file=sys.stderr, flush=True)
+        self._q.append((_READY, self._base("log", stream="stderr", line=text[:MAX_LOG_LINE])))

@@ -1,0 +1,469 @@
+"""Host-local, seq-numbered, append-only journal of wire records.
+
+The journal is what makes "nothing lost, nothing twice" possible: every record the agent
+produces is written here once, with the next `seq`, before any cockpit sees it, and a
+cockpit that reconnects is served from here by seq. It lives in `STATE_DIR/journal/` as
+segment files named after the first seq they hold (`00000000000000000001.ndjson`), each
+line a finished wire line (`agent.protocol.encode`), so a stream can copy segment bytes
+to its stdout without re-encoding them.
+
+Only one process writes (the daemon, guarded by its lock file); any number of
+`stream` processes read concurrently. Readers only ever consume whole lines, so a batch
+half-written by a daemon that was killed is never sent: on the next open the writer
+cuts such a torn tail off and continues from the last whole record.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Tuple
+
+from agent.protocol import encode
+
+SEGMENT_SUFFIX = ".ndjson"
+DEFAULT_MAX_BYTES = 2 << 30
+DEFAULT_MAX_AGE = 14 * 86400.0
+DEFAULT_SEGMENT_BYTES = 64 << 20
+_READ_BLOCK = 4 << 20
+
+# Every journaled line starts with `{"t":"TYPE","seq":N` (protocol: t first, seq second).
+_SEQ_PREFIX = re.compile(rb'\{"t":"[^"\\]*","seq":(\d+)[,}]')
+
+
+class JournalError(Exception):
+    """The journal directory cannot be used (unreadable, foreign files, bad id)."""
+
+
+def journal_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / "journal"
+
+
+def segment_name(first_seq: int) -> str:
+    return "%020d%s" % (first_seq, SEGMENT_SUFFIX)
+
+
+def list_segments(directory: Path) -> List[Tuple[int, Path]]:
+    """(first seq, path) of every segment, oldest first."""
+    found = []
+    try:
+        entries = list(os.scandir(str(directory)))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        name = entry.name
+        if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit():
+            found.append((int(name[: -len(SEGMENT_SUFFIX)]), Path(entry.path)))
+    found.sort()
+    return found
+
+
+def line_seq(line: bytes) -> Optional[int]:
+    """The seq of one journaled line, read from its fixed prefix without parsing it."""
+    match = _SEQ_PREFIX.match(line)
+    return int(match.group(1)) if match else None
+
+
+def ensure_journal_id(state_dir: Path) -> str:
+    """The journal's random id, created once; racing creators agree on one value."""
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "journal_id"
+    for _ in range(3):
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            text = ""
+        if text:
+            if not re.fullmatch(r"[0-9a-f]{8,64}", text):
+                raise JournalError("%s does not hold a journal id (found %r)" % (path, text[:40]))
+            return text
+        tmp = state_dir / (".journal_id.%d.tmp" % os.getpid())
+        tmp.write_text(secrets.token_hex(8) + "\n", encoding="ascii")
+        try:
+            os.link(str(tmp), str(path))  # atomic create-if-absent
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    raise JournalError("could not create %s" % path)
+
+
+def _last_valid_line_end(path: Path, size: int) -> Tuple[int, Optional[int]]:
+    """(byte length to keep, seq of the last kept line) for a segment that may be torn.
+
+    A line counts as whole when it ends in a newline and parses as a record with an
+    integer seq; anything after the last whole line is a torn write.
+    """
+    with open(str(path), "rb") as f:
+        end = size
+        block = 1 << 16
+        while end > 0:
+            start = max(0, end - block)
+            f.seek(start)
+            data = f.read(end - start)
+            nl = data.rfind(b"\n")
+            if nl < 0 and start > 0:
+                block *= 2
+                continue
+            if nl < 0:
+                return 0, None
+            # data[:nl] ends with the candidate line; find where it begins.
+            prev = data.rfind(b"\n", 0, nl)
+            if prev < 0 and start > 0:
+                block *= 2
+                continue
+            line = data[prev + 1 : nl]
+            seq = line_seq(line)
+            if seq is not None:
+                try:
+                    ok = isinstance(json.loads(line), dict)
+                except ValueError:
+                    ok = False
+                if ok:
+                    return start + nl + 1, seq
+            end = start + prev + 1
+        return 0, None
+
+
+class Journal:
+    """The single writer. Thread-safe: samplers, spool tailer and output readers share it.
+
+    `max_bytes` and `max_age` (seconds) cap the whole journal; whole segments are
+    dropped oldest first and the loss is journaled as an `event` of kind `dropped`.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_age: float = DEFAULT_MAX_AGE,
+        segment_bytes: Optional[int] = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.dir = journal_dir(self.state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.journal_id = ensure_journal_id(self.state_dir)
+        self.max_bytes = int(max_bytes)
+        self.max_age = float(max_age)
+        if segment_bytes is None:
+            segment_bytes = min(DEFAULT_SEGMENT_BYTES, max(64 << 10, self.max_bytes // 8))
+        self.segment_bytes = int(segment_bytes)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._segments = list_segments(self.dir)
+        self._fd: Optional[int] = None
+        self._size = 0
+        self.truncated_bytes = 0
+        self._head = 0
+        self._recover()
+
+    # -- state -----------------------------------------------------------------------
+    @property
+    def head(self) -> int:
+        """The newest seq written (0 for an empty journal)."""
+        return self._head
+
+    @property
+    def first(self) -> int:
+        """The oldest seq still held (head + 1 when nothing is held)."""
+        with self._lock:
+            return self._segments[0][0] if self._segments else self._head + 1
+
+    def _recover(self) -> None:
+        if not self._segments:
+            return
+        first, path = self._segments[-1]
+        size = path.stat().st_size
+        keep, seq = _last_valid_line_end(path, size)
+        if keep < size:
+            self.truncated_bytes = size - keep
+            with open(str(path), "r+b") as f:
+                f.truncate(keep)
+        self._head = seq if seq is not None else first - 1
+        self._open(path)
+
+    def _open(self, path: Path) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    # -- writing ---------------------------------------------------------------------
+    def append(self, t: str, fields: Mapping, ts: Optional[float] = None) -> int:
+        """Journal one record; returns its seq."""
+        return self.append_many([(t, fields)], ts=ts)[-1]
+
+    def append_many(
+        self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None
+    ) -> List[int]:
+        """Journal records in order with one write; returns their seqs."""
+        with self._lock:
+            return self._append_locked(records, ts)
+
+    def _append_locked(
+        self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float]
+    ) -> List[int]:
+        now = self._clock() if ts is None else ts
+        seq = self._head
+        lines = []
+        seqs = []
+        for t, fields in records:
+            seq += 1
+            lines.append(encode(t, seq, fields, ts=now))
+            seqs.append(seq)
+        if not lines:
+            return seqs
+        data = b"".join(lines)
+        rotated = False
+        if self._fd is None or (self._size > 0 and self._size + len(data) > self.segment_bytes):
+            rotated = self._rotate(self._head + 1)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)  # type: ignore[arg-type]
+            view = view[written:]
+        self._size += len(data)
+        self._head = seq
+        if rotated:
+            self._enforce_locked()
+        return seqs
+
+    def _rotate(self, first_seq: int) -> bool:
+        path = self.dir / segment_name(first_seq)
+        if self._segments and self._segments[-1][0] == first_seq:
+            self._open(path)  # the current segment is still empty: keep using it
+            return False
+        self._segments.append((first_seq, path))
+        self._open(path)
+        return True
+
+    def enforce_retention(self) -> int:
+        """Drop segments beyond the size/age caps; returns how many records were dropped."""
+        with self._lock:
+            return self._enforce_locked()
+
+    def _enforce_locked(self) -> int:
+        now = self._clock()
+        sizes = []
+        for _, path in self._segments:
+            try:
+                st = path.stat()
+                sizes.append((st.st_size, st.st_mtime))
+            except FileNotFoundError:
+                sizes.append((0, now))
+        total = sum(s for s, _ in sizes)
+        dropped = {"size cap": [0, None, None], "age cap": [0, None, None]}
+        # Never drop the segment being written to.
+        while len(self._segments) > 1:
+            size, mtime = sizes[0]
+            if total > self.max_bytes:
+                reason = "size cap"
+            elif now - mtime > self.max_age:
+                reason = "age cap"
+            else:
+                break
+            first, path = self._segments.pop(0)
+            sizes.pop(0)
+            count = self._segments[0][0] - first
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            total -= size
+            entry = dropped[reason]
+            entry[0] += count
+            entry[1] = first if entry[1] is None else entry[1]
+            entry[2] = first + count - 1
+        total_dropped = 0
+        for reason, (count, lo, hi) in dropped.items():
+            if count:
+                total_dropped += count
+                self._append_locked(
+                    [
+                        (
+                            "event",
+                            {
+                                "kind": "dropped",
+                                "job": None,
+                                "rank": None,
+                                "step": None,
+                                "msg": "journal %s: dropped %d records (seq %d..%d)"
+                                % (reason, count, lo, hi),
+                                "data": {"count": count, "reason": reason, "first": lo,
+                                         "last": hi},
+                            },
+                        )
+                    ],
+                    None,
+                )
+        return total_dropped
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _offset_after(path: Path, after: int) -> int:
+    """Byte offset of the first whole line in a segment whose seq is > `after`.
+
+    Lines are seq-ordered, so this is a binary search over byte positions; a torn or
+    unreadable line counts as "not yet there".
+    """
+    with open(str(path), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return 0
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            lo, hi = 0, size
+            while lo < hi:
+                mid = (lo + hi) // 2
+                start = lo
+                if mid > lo:
+                    nl = mm.find(b"\n", mid - 1, hi)
+                    if nl >= 0 and nl + 1 < hi:
+                        start = nl + 1
+                end = mm.find(b"\n", start, hi)
+                if end < 0:
+                    hi = start
+                    continue
+                seq = line_seq(mm[start : min(end + 1, start + 96)])
+                if seq is None or seq > after:
+                    hi = start
+                else:
+                    lo = end + 1
+            return lo
+
+
+def _head_of(path: Path, first: int) -> int:
+    size = path.stat().st_size
+    with open(str(path), "rb") as f:
+        pos = size
+        tail = b""
+        while pos > 0:
+            step = min(pos, 1 << 16)
+            pos -= step
+            f.seek(pos)
+            tail = f.read(step) + tail
+            end = tail.rfind(b"\n")
+            if end < 0:
+                continue
+            begin = tail.rfind(b"\n", 0, end)
+            if begin < 0 and pos > 0:
+                continue
+            seq = line_seq(tail[begin + 1 : end + 1])
+            return seq if seq is not None else first - 1
+    return first - 1
+
+
+class JournalReader:
+    """Read-only access to a journal written by another process."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.dir = journal_dir(self.state_dir)
+        self.journal_id = ensure_journal_id(self.state_dir)
+
+    def bounds(self) -> Tuple[int, int]:
+        """(first seq held, newest seq) right now; (1, 0) for an empty journal."""
+        segments = list_segments(self.dir)
+        if not segments:
+            return 1, 0
+        head = _head_of(segments[-1][1], segments[-1][0])
+        return segments[0][0], head
+
+    def chunks(
+        self,
+        after: int,
+        follow: bool = False,
+        poll: float = 0.05,
+        stop: Optional[Callable[[], bool]] = None,
+        block: int = _READ_BLOCK,
+    ) -> Iterator[bytes]:
+        """Raw journal bytes, whole lines only, for every record with seq > `after`.
+
+        With `follow`, keeps waiting for new records (polling every `poll` s) until
+        `stop()` returns true.
+        """
+        current: Optional[Tuple[int, Path]] = None
+        offset = 0
+        while True:
+            if current is None:
+                segments = list_segments(self.dir)
+                candidates = [s for s in segments if s[0] <= after + 1]
+                if candidates:
+                    current = candidates[-1]
+                elif segments:
+                    current = segments[0]
+                if current is None:
+                    if not follow or (stop is not None and stop()):
+                        return
+                    time.sleep(poll)
+                    continue
+                try:
+                    offset = _offset_after(current[1], after) if current[0] <= after else 0
+                except FileNotFoundError:
+                    current = None
+                    continue
+            try:
+                for chunk, end in _read_lines(current[1], offset, block):
+                    offset = end
+                    yield chunk
+            except FileNotFoundError:
+                pass  # dropped by retention while we were behind: move on
+            newer = [s for s in list_segments(self.dir) if s[0] > current[0]]
+            if newer:
+                # The writer moves to a new segment only after its last write to this
+                # one, so one more pass here sees everything this segment will hold.
+                try:
+                    for chunk, end in _read_lines(current[1], offset, block):
+                        offset = end
+                        yield chunk
+                except FileNotFoundError:
+                    pass
+                current = newer[0]
+                after = max(after, current[0] - 1)  # all before it was sent (or dropped)
+                try:
+                    offset = _offset_after(current[1], after) if current[0] <= after else 0
+                except FileNotFoundError:
+                    current = None  # dropped meanwhile: start over from what is left
+                continue
+            if not follow or (stop is not None and stop()):
+                return
+            time.sleep(poll)
+
+    def records(self, after: int = 0) -> Iterator[dict]:
+        """Decoded records with seq > `after` (for tools and tests, not the hot path)."""
+        for chunk in self.chunks(after):
+            for line in chunk.splitlines():
+                yield json.loads(line)
+
+
+def _read_lines(path: Path, offset: int, block: int) -> Iterator[Tuple[bytes, int]]:
+    """(chunk of whole lines, offset after it) from `offset` to the last newline."""
+    with open(str(path), "rb") as f:
+        f.seek(offset)
+        carry = b""
+        while True:
+            data = f.read(block)
+            if not data:
+                return
+            data = carry + data if carry else data
+            nl = data.rfind(b"\n")
+            if nl < 0:
+                carry = data
+                continue
+            offset += nl + 1
+            carry = data[nl + 1 :]
+            yield (data if not carry else data[: nl + 1]), offset

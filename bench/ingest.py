@@ -1,0 +1,148 @@
+"""Ingest throughput: wire records over a real SSH channel into a DuckDB recording.
+
+Generates >= 500 k realistic records (gpu / train / host, as the agent writes them),
+starts a real OpenSSH sshd on loopback and, over one paramiko exec channel running
+`cat FILE`:
+
+  (a) baseline: reads the channel and discards the bytes (the transport's ceiling);
+  (b) feeds the same channel through the real ingest path (line-boundary chunks →
+      StoreWriter → Store.ingest_many → DuckDB file in a temp dir), timed until the
+      last commit.
+
+Metric points = numeric (int/float, non-null, non-bool) top-level fields per record.
+Goals: (b) >= 1,000,000 points/s and >= 0.5 of (a). The last line printed is JSON.
+
+    .venv/bin/python bench/ingest.py [--records 500000] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+import paramiko
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cockpit.ingest.synthetic import synthetic_lines  # noqa: E402
+from cockpit.ingest.writer import StoreWriter  # noqa: E402
+from cockpit.store import Store  # noqa: E402
+from tests.harness.sshd import sshd_hosts  # noqa: E402
+
+RECV = 4 << 20
+
+
+def count_points(data: bytes) -> tuple[int, int]:
+    """(records, metric points) of the data lines (the stream header excluded)."""
+    records = points = 0
+    for line in data.splitlines():
+        record = orjson.loads(line)
+        if record.get("t") == "stream":
+            continue
+        records += 1
+        points += sum(
+            1 for k, v in record.items()
+            if k not in ("seq", "ts") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        )
+    return records, points
+
+
+def connect(host) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    key = paramiko.Ed25519Key.from_private_key_file(str(host.server.host_key_path))
+    client.get_host_keys().add(f"[{host.address}]:{host.port}", key.get_name(), key)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(host.address, port=host.port, username=host.user,
+                   key_filename=str(host.key_path), look_for_keys=False, allow_agent=False)
+    return client
+
+
+def run_raw(client: paramiko.SSHClient, path: Path) -> tuple[float, int]:
+    channel = client.get_transport().open_session()  # type: ignore[union-attr]
+    channel.exec_command(f"cat {path}")
+    start = time.perf_counter()
+    size = 0
+    while True:
+        data = channel.recv(RECV)
+        if not data:
+            break
+        size += len(data)
+    elapsed = time.perf_counter() - start
+    channel.close()
+    return elapsed, size
+
+
+def run_ingest(client: paramiko.SSHClient, path: Path, db: Path) -> tuple[float, int]:
+    store = Store(db)
+    writer = StoreWriter(store).start()
+    channel = client.get_transport().open_session()  # type: ignore[union-attr]
+    channel.exec_command(f"cat {path}")
+    start = time.perf_counter()
+    tail = b""
+    while True:
+        data = channel.recv(RECV)
+        if not data:
+            break
+        data = tail + data
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        if cut:
+            writer.put("bench-host", data[:cut])
+    if tail:
+        writer.put("bench-host", tail + b"\n")
+    writer.stop(timeout=600)
+    elapsed = time.perf_counter() - start
+    channel.close()
+    stored = store.high_water("bench-host")
+    store.close()
+    return elapsed, stored
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--repeat", type=int, default=2, help="best of N for each side")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cockpit-bench-") as tmp:
+        tmpdir = Path(tmp)
+        data = synthetic_lines(args.records, ranks=8)
+        wire = tmpdir / "wire.ndjson"
+        wire.write_bytes(data)
+        records, points = count_points(data)
+        print(f"{records} records, {points} metric points, {len(data) / 1e6:.1f} MB")
+        with sshd_hosts(1, tmpdir / "sshd") as hosts:
+            client = connect(hosts[0])
+            raw_best = ingest_best = float("inf")
+            for i in range(args.repeat):
+                elapsed, size = run_raw(client, wire)
+                assert size == len(data), f"channel delivered {size} of {len(data)} bytes"
+                raw_best = min(raw_best, elapsed)
+                elapsed, high = run_ingest(client, wire, tmpdir / f"ingest-{i}.duckdb")
+                assert high == records, f"stored up to seq {high}, expected {records}"
+                ingest_best = min(ingest_best, elapsed)
+            client.close()
+    raw_pps = points / raw_best
+    ingest_pps = points / ingest_best
+    ratio = ingest_pps / raw_pps
+    print(f"(a) raw channel: {raw_pps / 1e6:.2f} M points/s ({records / raw_best / 1e3:.0f} k "
+          f"records/s, {len(data) / raw_best / 1e6:.0f} MB/s)")
+    print(f"(b) ingest:      {ingest_pps / 1e6:.2f} M points/s ({records / ingest_best / 1e3:.0f} "
+          f"k records/s)")
+    print(f"ratio (b)/(a):   {ratio:.2f}")
+    passed = ingest_pps >= 1_000_000 and ratio >= 0.5
+    print(json.dumps({
+        "bench": "ingest", "metric": "points_per_s", "value": round(ingest_pps),
+        "baseline": round(raw_pps), "ratio": round(ratio, 3),
+        "goal": ">= 1000000 points/s and ratio >= 0.5", "pass": passed,
+        "records": records, "points": points, "bytes": len(data),
+        "raw_s": round(raw_best, 3), "ingest_s": round(ingest_best, 3),
+    }))
+
+
+if __name__ == "__main__":
+    main()

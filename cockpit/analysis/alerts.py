@@ -1,0 +1,316 @@
+"""Alerts raised from telemetry: resource, data and parameter, each with where and a hint.
+
+Every rule takes plain rows (dicts shaped like the store's tables) and returns
+`cockpit.snapshot.Alert`s; `merge` folds them with the agent's own alerts, keeps one per
+(code, where), and orders them worst first. The hint is what an operator should try
+next, not a restatement of the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cockpit.analysis.divergence import Divergence
+from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
+from cockpit.analysis.text import duration, where_text
+from cockpit.snapshot import Alert
+
+Row = Mapping[str, Any]
+
+RESOURCE, DATA, PARAMETER = "resource", "data", "parameter"
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+SEVERITY_RANK = {CRITICAL: 0, WARNING: 1, INFO: 2}
+
+# NVML clocks-event-reason bits (nvmlClocksEventReason*).
+THROTTLE_SW_THERMAL = 0x20
+THROTTLE_HW_THERMAL = 0x40
+THROTTLE_HW_SLOWDOWN = 0x08
+THROTTLE_HW_POWER_BRAKE = 0x80
+
+DISK_WARN, DISK_CRIT = 0.90, 0.97
+MEM_WARN = 0.95
+STALE_AFTER_S = 30.0
+DATA_WAIT_WARN_PCT = 30.0
+BAD_LINK_STATES = {
+    "unreachable": CRITICAL,
+    "auth-failed": CRITICAL,
+    "hostkey-unknown": CRITICAL,
+    "hostkey-changed": CRITICAL,
+    "agent-missing": WARNING,
+    "stale": WARNING,
+}
+
+# What an XID usually means, and what to do about it (NVIDIA XID catalogue).
+XID_HINTS: dict[int, tuple[str, str]] = {
+    13: (WARNING, "graphics engine exception: usually the application (bad kernel or "
+                  "out-of-bounds access); rerun with CUDA_LAUNCH_BLOCKING=1 to locate it"),
+    31: (WARNING, "GPU memory page fault: usually an application bug; check the job log"),
+    43: (WARNING, "GPU stopped processing: the job was killed or hung; check the job log"),
+    45: (INFO, "preemptive cleanup after a killed job: follows another fault"),
+    48: (CRITICAL, "double-bit ECC error: drain this GPU, reset it, replace it if it recurs"),
+    63: (WARNING, "ECC page retirement / row remap recorded: reset the GPU when convenient"),
+    64: (CRITICAL, "ECC page retirement / row remap failed: drain and replace this GPU"),
+    74: (CRITICAL, "NVLink error: check the NVLink bridge/fabric; drain the GPU pair"),
+    79: (CRITICAL, "GPU fell off the bus: drain the host; check power, PCIe seating, firmware"),
+    92: (WARNING, "high single-bit ECC rate: schedule a GPU reset and watch for XID 48"),
+    94: (WARNING, "contained ECC error: restart the affected job; the GPU can stay"),
+    95: (CRITICAL, "uncontained ECC error: reset the GPU before reuse"),
+}
+
+
+def _alert(ts: float, kind: str, severity: str, code: str, where: dict[str, object],
+           what: str, hint: str) -> Alert:
+    return Alert(ts=float(ts), kind=kind, severity=severity, code=code,
+                 where=where_text(where), what=what, hint=hint)
+
+
+def _frac(used: Any, total: Any) -> float | None:
+    return used / total if used is not None and total else None
+
+
+def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
+    """From the latest sample of each GPU."""
+    out = []
+    for g in gpus:
+        where = {"host": g.get("host"), "gpu": g.get("gpu")}
+        ts = g.get("ts") or 0.0
+        throttle = g.get("throttle") or 0
+        if throttle & (THROTTLE_HW_THERMAL | THROTTLE_SW_THERMAL):
+            out.append(_alert(
+                ts, RESOURCE, WARNING, "thermal_throttle", where,
+                f"GPU clocks throttled for temperature ({_num(g.get('temp'), '°C')})",
+                "check cooling, airflow and fan speed; one throttled GPU slows every rank "
+                "of a synchronous job",
+            ))
+        if throttle & (THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN):
+            out.append(_alert(
+                ts, RESOURCE, WARNING, "power_throttle", where,
+                f"GPU clocks cut by a hardware power brake/slowdown "
+                f"({_num(g.get('power'), 'W')} of {_num(g.get('power_limit'), 'W')})",
+                "check the PSU and rack power budget; the host's BMC log names the trigger",
+            ))
+        if (g.get("ecc_vol_unc") or 0) > 0:
+            out.append(_alert(
+                ts, RESOURCE, CRITICAL, "ecc_uncorrected", where,
+                f"{g.get('ecc_vol_unc')} uncorrectable ECC errors since the last reset",
+                "results on this GPU may be corrupt: relaunch from the last checkpoint without "
+                "it, then reset it; replace it if errors recur",
+            ))
+        if g.get("remap_pending"):
+            out.append(_alert(
+                ts, RESOURCE, WARNING, "remap_pending", where,
+                "a memory row remap is pending a GPU reset",
+                "reset the GPU at the next checkpoint boundary",
+            ))
+    return out
+
+
+def xid_alerts(events: Iterable[Row]) -> list[Alert]:
+    out = []
+    for e in events:
+        if e.get("kind") != "xid":
+            continue
+        data = e.get("data") or {}
+        xid = data.get("xid")
+        severity, hint = XID_HINTS.get(
+            xid if isinstance(xid, int) else -1,
+            (WARNING, "look the code up in NVIDIA's XID catalogue; check dmesg on the host"),
+        )
+        out.append(_alert(
+            e.get("ts") or 0.0, RESOURCE, severity, "gpu_xid",
+            {"host": e.get("host"), "gpu": data.get("gpu"), "step": e.get("step")},
+            e.get("msg") or f"XID {xid}", hint,
+        ))
+    return out
+
+
+def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> list[Alert]:
+    """`hosts`: host rows with `state` and `last_seen`; `samples`: latest host samples."""
+    out = []
+    for h in hosts:
+        name = h.get("host")
+        state = h.get("state")
+        last = h.get("last_seen")
+        if state in BAD_LINK_STATES:
+            detail = h.get("detail") or h.get("last_error")
+            out.append(_alert(
+                now, RESOURCE, BAD_LINK_STATES[state], "host_" + state.replace("-", "_"),
+                {"host": name},
+                f"link to host is {state}" + (f": {detail}" if detail else ""),
+                _link_hint(state),
+            ))
+        elif last is not None and now - last > STALE_AFTER_S:
+            out.append(_alert(
+                now, RESOURCE, WARNING, "host_stale", {"host": name},
+                f"no record from this host for {duration(now - last)}",
+                "check the host is up and the agent running (`cockpit-agent run`); "
+                "records are kept on the host and resent on reconnect",
+            ))
+    for s in samples:
+        where = {"host": s.get("host")}
+        disk = _frac(s.get("disk_used"), s.get("disk_total"))
+        if disk is not None and disk >= DISK_WARN:
+            out.append(_alert(
+                s.get("ts") or now, RESOURCE, CRITICAL if disk >= DISK_CRIT else WARNING,
+                "disk_nearly_full", where,
+                f"disk {s.get('disk_path') or ''} {100 * disk:.0f}% full".replace("  ", " "),
+                "free space or move old checkpoints off this filesystem: a checkpoint that "
+                "fails to write loses all work since the previous one",
+            ))
+        mem = _frac(s.get("mem_used"), s.get("mem_total"))
+        if mem is not None and mem >= MEM_WARN:
+            out.append(_alert(
+                s.get("ts") or now, RESOURCE, WARNING, "memory_pressure", where,
+                f"host memory {100 * mem:.0f}% used",
+                "reduce DataLoader workers or prefetch depth, or look for a leak in the "
+                "job processes' RSS; the OOM killer is next",
+            ))
+    return out
+
+
+def _link_hint(state: str) -> str:
+    if state.startswith("hostkey"):
+        return "verify the host key out of band, then update known_hosts"
+    if state == "auth-failed":
+        return "check the SSH user, key and ssh-agent for this host"
+    if state == "agent-missing":
+        return "deploy the agent (the cockpit can push its zipapp over SFTP)"
+    return "check the host is up and reachable over SSH; the agent keeps recording meanwhile"
+
+
+def data_alerts(
+    *, data_wait_pct: float | None, worst: tuple[int, str, float] | None,
+    events: Iterable[Row], now: float,
+) -> list[Alert]:
+    """`worst`: (rank, host, data share 0..1) of the most data-starved rank."""
+    out = []
+    if data_wait_pct is not None and data_wait_pct >= DATA_WAIT_WARN_PCT:
+        where: dict[str, object] = {}
+        if worst is not None:
+            where = {"host": worst[1], "rank": worst[0]}
+        out.append(_alert(
+            now, DATA, WARNING, "data_starved", where,
+            f"the input pipeline takes {data_wait_pct:.0f}% of step time",
+            "add DataLoader workers, enable pin_memory and prefetching, or stage the data "
+            "on local disk",
+        ))
+    spool: dict[tuple[Any, Any], list[Row]] = {}
+    for e in events:
+        if e.get("kind") == "spool_error":
+            file = (e.get("data") or {}).get("file")
+            spool.setdefault((e.get("host"), file), []).append(e)
+        elif e.get("kind") == "dropped":
+            count = (e.get("data") or {}).get("count")
+            out.append(_alert(
+                e.get("ts") or now, DATA, WARNING, "records_dropped", {"host": e.get("host")},
+                f"the host journal dropped {count if count is not None else 'some'} records "
+                f"({(e.get('data') or {}).get('reason') or 'retention'})",
+                "connect the cockpit more often or raise the agent's journal cap",
+            ))
+    for (host, file), rows in spool.items():
+        lines = sorted(
+            x for x in ((r.get("data") or {}).get("line") for r in rows) if isinstance(x, int)
+        )
+        line_range = f"{lines[0]}-{lines[-1]}" if lines else None
+        out.append(_alert(
+            max(r.get("ts") or 0.0 for r in rows), DATA, WARNING, "spool_error",
+            {"host": host, "file": file, "range": line_range},
+            f"{len(rows)} malformed trainer report lines skipped",
+            "look for a second writer on the same spool file or a full disk; the lines "
+            "are named in the event log",
+        ))
+    return out
+
+
+def parameter_alerts(
+    *, nonfinite_steps: Sequence[int], spike_steps: Sequence[float],
+    divergence: Divergence | None, lr_reason: str | None, now: float,
+) -> list[Alert]:
+    out = []
+    if nonfinite_steps:
+        first = min(nonfinite_steps)
+        out.append(_alert(
+            now, PARAMETER, CRITICAL, "nonfinite_loss", {"step": first},
+            f"loss was NaN/Inf at {len(nonfinite_steps)} steps, first at step {first}",
+            "roll back to the checkpoint before that step; lower the LR or enable gradient "
+            "clipping; with AMP check the loss scale; inspect the batch at that step",
+        ))
+    if spike_steps:
+        steps = ", ".join(f"{s:.0f}" for s in spike_steps[-5:])
+        out.append(_alert(
+            now, PARAMETER, WARNING, "loss_spike", {"step": f"{spike_steps[-1]:.0f}"},
+            f"{len(spike_steps)} loss spikes (latest near steps {steps})",
+            "inspect the batches at those steps for bad samples; clip gradients or lower "
+            "the LR if spikes recur",
+        ))
+    if divergence is not None and divergence.step is not None:
+        out.append(_alert(
+            now, PARAMETER, WARNING, "divergence", {"step": divergence.step},
+            f"validation loss has not improved for {divergence.evals_since_best} evaluations "
+            f"since step {divergence.best_step} while train loss fell "
+            f"{100 * (divergence.train_drop or 0):.0f}%",
+            f"the best model is near step {divergence.best_step}: stop or roll back to that "
+            "checkpoint; add regularisation, augmentation or data",
+        ))
+    if lr_reason:
+        out.append(_alert(
+            now, PARAMETER, WARNING, "lr_too_high", {},
+            f"learning rate looks too high: {lr_reason}",
+            "lower the peak LR (e.g. halve it) or lengthen the warm-up; enable gradient "
+            "clipping",
+        ))
+    return out
+
+
+STALL_HINTS = {
+    DATA_STARVED: "add DataLoader workers or prefetching; check the data source's throughput",
+    CONTENTION: "find what else runs on that host (CPU, memory, disk) and move it away",
+    STRAGGLER: "check that rank's GPU (throttling, errors) and its host; exclude the host "
+               "and relaunch if it stays slow",
+    None: "read the job log and the host's processes (state D = blocked on I/O)",
+}
+
+
+def stall_alerts(verdict: StallVerdict, *, now: float) -> list[Alert]:
+    if not verdict.stalled:
+        return []
+    kind = DATA if verdict.cause == DATA_STARVED else RESOURCE
+    severity = CRITICAL if verdict.kind == "no progress" else WARNING
+    code = "stall" if verdict.kind == "no progress" else "slowdown"
+    return [_alert(now, kind, severity, code, dict(verdict.where),
+                   verdict.detail or "the job stopped progressing",
+                   STALL_HINTS.get(verdict.cause, STALL_HINTS[None]))]
+
+
+def stored_alerts(rows: Iterable[Row]) -> list[Alert]:
+    """Alerts the agents raised themselves (the `alert` table)."""
+    out = []
+    for r in rows:
+        where = r.get("where")
+        out.append(Alert(
+            ts=float(r.get("ts") or 0.0),
+            kind=r.get("kind") or RESOURCE,
+            severity=r.get("severity") or WARNING,
+            code=r.get("code") or "agent_alert",
+            where=where_text({"host": r.get("host"), **where})
+            if isinstance(where, dict) else where_text({"host": r.get("host")}),
+            what=r.get("what") or "",
+            hint=r.get("hint") or "",
+        ))
+    return out
+
+
+def merge(*groups: Iterable[Alert]) -> tuple[Alert, ...]:
+    """One alert per (code, where), the newest; worst severity first, then newest first."""
+    keep: dict[tuple[str, str], Alert] = {}
+    for group in groups:
+        for a in group:
+            key = (a.code, a.where)
+            if key not in keep or a.ts >= keep[key].ts:
+                keep[key] = a
+    return tuple(sorted(keep.values(), key=lambda a: (SEVERITY_RANK.get(a.severity, 3), -a.ts)))
+
+
+def _num(value: Any, unit: str) -> str:
+    return "n/a" if value is None else f"{value:.0f} {unit}"

@@ -1,0 +1,94 @@
+"""Is the compute used: throughput, where the step time goes, stragglers, MFU.
+
+Throughput is summed per rank (each rank's samples over its own step time) so a window
+that cuts a step in half on some ranks does not bias it. MFU follows the usual
+definition, achieved FLOP/s over the peak of all devices:
+``flops_per_step * steps_per_second / (peak_flops * n_gpus)``, with `flops_per_step`
+the FLOPs of one global optimizer step and `peak_flops` per device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cockpit.analysis.ranks import RankSummary, StepSample, summarize_ranks
+from cockpit.analysis.stats import finite, median
+
+TOP_SLOWEST = 3
+
+
+@dataclass(frozen=True)
+class EfficiencyFigures:
+    gpu_busy: float | None = None  # mean SM util %, over the given GPUs
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    steps_per_s: float | None = None
+    data_wait_pct: float | None = None
+    comm_pct: float | None = None
+    mfu: float | None = None
+    step_time_median: float | None = None
+    step_time_spread: float | None = None  # (slowest - fastest own time) / median own time
+    slowest: tuple[RankSummary, ...] = ()
+    ranks: tuple[RankSummary, ...] = ()
+
+
+def _rate(rows: Sequence[StepSample], attr: str) -> float | None:
+    """Sum over ranks of (units processed / time taken) for one unit attribute."""
+    by_rank: dict[int, tuple[float, float]] = {}
+    for s in rows:
+        units = getattr(s, attr)
+        if units is None or s.step_time is None or s.step_time <= 0:
+            continue
+        done, spent = by_rank.get(s.rank, (0.0, 0.0))
+        by_rank[s.rank] = (done + units, spent + s.step_time)
+    rates = [done / spent for done, spent in by_rank.values() if spent > 0]
+    return sum(rates) if rates else None
+
+
+def _pct(rows: Sequence[StepSample], attr: str) -> float | None:
+    pairs = [
+        (getattr(s, attr), s.step_time)
+        for s in rows
+        if getattr(s, attr) is not None and s.step_time is not None and s.step_time > 0
+    ]
+    total = sum(w for _, w in pairs)
+    return 100.0 * sum(p for p, _ in pairs) / total if pairs and total > 0 else None
+
+
+def compute_efficiency(
+    steps: Sequence[StepSample],
+    gpu_utils: Sequence[float | None] = (),
+    *,
+    flops_per_step: float | None = None,
+    peak_flops: float | None = None,
+    n_gpus: int | None = None,
+    top: int = TOP_SLOWEST,
+) -> EfficiencyFigures:
+    utils = finite(gpu_utils)
+    busy = sum(utils) / len(utils) if utils else None
+    ranks = summarize_ranks(steps)
+    if not ranks:
+        return EfficiencyFigures(gpu_busy=busy)
+    wall = median([r.step_time for r in ranks])
+    speed = 1.0 / wall if wall > 0 else None
+    own = [r.own_time for r in ranks]
+    own_mid = median(own)
+    spread = (max(own) - min(own)) / own_mid if len(ranks) > 1 and own_mid > 0 else None
+    slowest = tuple(sorted(ranks, key=lambda r: (-r.own_time, r.rank))[:top])
+    mfu = None
+    if flops_per_step and peak_flops and n_gpus and speed is not None:
+        mfu = flops_per_step * speed / (peak_flops * n_gpus)
+    return EfficiencyFigures(
+        gpu_busy=busy,
+        samples_per_s=_rate(steps, "samples"),
+        tokens_per_s=_rate(steps, "tokens"),
+        steps_per_s=speed,
+        data_wait_pct=_pct(steps, "data_time"),
+        comm_pct=_pct(steps, "comm_time"),
+        mfu=mfu,
+        step_time_median=wall,
+        step_time_spread=spread,
+        slowest=slowest,
+        ranks=tuple(ranks),
+    )

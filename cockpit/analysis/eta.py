@@ -1,0 +1,68 @@
+"""How far along the job is and when it will end, from its recent speed.
+
+The ETA is an *estimate*: it assumes the next steps take as long as the recent ones.
+Rather than pretend to precision, it comes with a band taken from the spread of recent
+step times (10th..90th percentile), so a jittery job shows a wide band and a steady one
+a narrow band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cockpit.analysis.stats import finite, median, quantile
+
+BAND = (0.1, 0.9)
+MIN_SAMPLES_FOR_BAND = 3
+
+
+@dataclass(frozen=True)
+class Eta:
+    seconds: float | None  # central estimate, None when the total is unknown
+    low: float | None
+    high: float | None
+    steps_per_second: float | None
+
+
+def progress_fraction(
+    *,
+    step: int | None,
+    total_steps: int | None,
+    samples: int | None = None,
+    total_samples: int | None = None,
+    tokens: int | None = None,
+    total_tokens: int | None = None,
+    epoch: float | None = None,
+    total_epochs: int | None = None,
+) -> float | None:
+    """Fraction done in [0, 1], by the first total the run declared (steps first)."""
+    for done, total in (
+        (step, total_steps),
+        (samples, total_samples),
+        (tokens, total_tokens),
+        (epoch, total_epochs),
+    ):
+        if done is not None and total:
+            return min(max(done / total, 0.0), 1.0)
+    return None
+
+
+def estimate_eta(
+    *, step: int | None, total_steps: int | None, recent_step_times: Sequence[float | None]
+) -> Eta:
+    """`recent_step_times` holds one wall time per recent step (seconds)."""
+    times = [t for t in finite(recent_step_times) if t > 0]
+    if not times:
+        return Eta(None, None, None, None)
+    typical = median(times)
+    speed = 1.0 / typical
+    if step is None or not total_steps:
+        return Eta(None, None, None, speed)
+    remaining = max(total_steps - step, 0)
+    central = remaining * typical
+    if len(times) < MIN_SAMPLES_FOR_BAND:
+        return Eta(central, central, central, speed)
+    low = remaining * quantile(times, BAND[0])
+    high = remaining * quantile(times, BAND[1])
+    return Eta(central, min(low, central), max(high, central), speed)

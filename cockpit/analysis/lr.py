@@ -1,0 +1,62 @@
+"""Why the learning rate looks too high: loss trending up, or repeatedly unstable.
+
+Both symptoms have other causes (bad data, a bug), so the alert says "looks" and names
+the evidence. A loss that rises while the LR has been cut is not blamed on the LR.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MIN_POINTS = 10
+MIN_POINTS_AFTER_MIN = 3
+RISE_OF_RANGE = 0.2  # rise since the minimum, as a share of the drop before it
+MIN_RELATIVE_RISE = 0.02
+LR_KEPT = 0.9  # LR now is at least this share of the LR at the loss minimum
+UNSTABLE_EVENTS = 3
+
+
+def _clean(points: Sequence[tuple[float, float | None]]) -> list[tuple[float, float]]:
+    return sorted((x, y) for x, y in points if y is not None and math.isfinite(y))
+
+
+def _value_at(points: list[tuple[float, float]], x: float) -> float | None:
+    before = [y for px, y in points if px <= x]
+    return before[-1] if before else (points[0][1] if points else None)
+
+
+def lr_looks_too_high(
+    loss_smoothed: Sequence[tuple[float, float | None]],
+    lr: Sequence[tuple[float, float | None]],
+    *,
+    spike_steps: Sequence[float] = (),
+    nonfinite_steps: Sequence[float] = (),
+) -> str | None:
+    """The evidence as one sentence, or None."""
+    unstable = len(spike_steps) + len(nonfinite_steps)
+    if unstable >= UNSTABLE_EVENTS:
+        return (
+            f"{len(spike_steps)} loss spikes and {len(nonfinite_steps)} non-finite losses "
+            "so far"
+        )
+    loss = _clean(loss_smoothed)
+    rates = _clean(lr)
+    if len(loss) < MIN_POINTS or not rates:
+        return None
+    low_i = min(range(len(loss)), key=lambda i: loss[i][1])
+    if len(loss) - 1 - low_i < MIN_POINTS_AFTER_MIN:
+        return None
+    first, (low_x, low), (last_x, last) = loss[0][1], loss[low_i], loss[-1]
+    drop = first - low
+    rise = last - low
+    if rise <= 0 or rise < RISE_OF_RANGE * drop or rise < MIN_RELATIVE_RISE * abs(low):
+        return None
+    lr_then = _value_at(rates, low_x)
+    lr_now = _value_at(rates, last_x)
+    if lr_then is None or lr_now is None or lr_now <= 0 or lr_now < LR_KEPT * lr_then:
+        return None
+    return (
+        f"smoothed train loss rose from {low:.4g} at step {low_x:.0f} to {last:.4g} at step "
+        f"{last_x:.0f} while the LR stayed at {lr_now:.3g}"
+    )

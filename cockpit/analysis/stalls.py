@@ -1,0 +1,167 @@
+"""Stall detection and its likely cause.
+
+A job is *stalled* when no step has completed for much longer than its usual step time
+(no progress), or when its last few steps are several times slower than the recent
+norm (slowdown). The cause is the first that the telemetry supports, checked in this
+order because each later one can be a symptom of an earlier one:
+
+- straggler sync: one rank stopped at an older step, or one rank's own work is much
+  longer than the others' while they wait in communication;
+- resource contention: a host is short of CPU, memory, swap or disk while its GPUs idle;
+- data starved: the input pipeline takes a large share of each step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cockpit.analysis.ranks import RankSummary
+from cockpit.analysis.stats import finite, median
+from cockpit.analysis.text import duration
+
+STALL_FACTOR = 10.0  # no step for this many usual step times...
+MIN_STALL_SECONDS = 60.0  # ...and for at least this long
+SLOWDOWN_FACTOR = 2.5  # last steps this many times slower than the window's median
+RECENT_STEPS = 5
+DATA_STARVED_SHARE = 0.3
+STRAGGLER_RATIO = 1.5
+STRAGGLER_COMM_SHARE = 0.2
+GPU_IDLE_UTIL = 50.0
+CPU_BUSY_PCT = 90.0
+LOAD_PER_CPU = 1.5
+MEM_FULL = 0.95
+SWAP_USED = 0.10
+DISK_FULL = 0.97
+
+DATA_STARVED = "data starved"
+CONTENTION = "resource contention"
+STRAGGLER = "straggler sync"
+
+
+@dataclass(frozen=True)
+class HostPressure:
+    host: str
+    cpu: float | None = None  # % of all cores
+    load_per_cpu: float | None = None
+    mem_frac: float | None = None
+    swap_frac: float | None = None
+    disk_frac: float | None = None
+    gpu_util: float | None = None  # mean SM util % of its GPUs
+
+
+@dataclass(frozen=True)
+class StallVerdict:
+    stalled: bool
+    kind: str | None = None  # "no progress" or "slowdown"
+    cause: str | None = None
+    detail: str | None = None
+    where: dict[str, object] = field(default_factory=dict)
+
+
+def _pressures(h: HostPressure) -> list[str]:
+    found = []
+    if h.cpu is not None and h.cpu >= CPU_BUSY_PCT:
+        found.append(f"CPU {h.cpu:.0f}%")
+    if h.load_per_cpu is not None and h.load_per_cpu >= LOAD_PER_CPU:
+        found.append(f"load {h.load_per_cpu:.1f}/CPU")
+    if h.mem_frac is not None and h.mem_frac >= MEM_FULL:
+        found.append(f"memory {100 * h.mem_frac:.0f}%")
+    if h.swap_frac is not None and h.swap_frac >= SWAP_USED:
+        found.append(f"swap {100 * h.swap_frac:.0f}%")
+    if h.disk_frac is not None and h.disk_frac >= DISK_FULL:
+        found.append(f"disk {100 * h.disk_frac:.0f}%")
+    return found
+
+
+def likely_cause(
+    ranks: Sequence[RankSummary], hosts: Sequence[HostPressure], *, no_progress: bool
+) -> tuple[str | None, str | None, dict[str, object]]:
+    """(cause, detail, where) — cause None when the telemetry explains nothing."""
+    if no_progress and len(ranks) > 1:
+        front = max(r.last_step for r in ranks)
+        behind = [r for r in ranks if r.last_step < front]
+        if behind and len(behind) < len(ranks):
+            r = min(behind, key=lambda r: r.last_step)
+            return (
+                STRAGGLER,
+                f"rank {r.rank} on {r.host} stopped at step {r.last_step} while others "
+                f"reached {front} and wait for it in a collective",
+                {"host": r.host, "rank": r.rank, "step": r.last_step},
+            )
+    for h in hosts:
+        pressure = _pressures(h)
+        if pressure and (h.gpu_util is None or h.gpu_util < GPU_IDLE_UTIL):
+            gpus = "n/a" if h.gpu_util is None else f"{h.gpu_util:.0f}%"
+            return (
+                CONTENTION,
+                f"host {h.host}: {', '.join(pressure)}; its GPUs busy {gpus}",
+                {"host": h.host},
+            )
+    shares = [r for r in ranks if r.data_share is not None]
+    if shares:
+        mean_share = sum(r.data_share or 0.0 for r in shares) / len(shares)
+        worst = max(shares, key=lambda r: r.data_share or 0.0)
+        if mean_share >= DATA_STARVED_SHARE or (worst.data_share or 0.0) >= 2 * DATA_STARVED_SHARE:
+            return (
+                DATA_STARVED,
+                f"data loading takes {100 * mean_share:.0f}% of step time "
+                f"(worst: rank {worst.rank} on {worst.host}, {100 * (worst.data_share or 0):.0f}%)",
+                {"host": worst.host, "rank": worst.rank},
+            )
+    if len(ranks) > 1:
+        slow = max(ranks, key=lambda r: r.own_time)
+        others = [r for r in ranks if r is not slow]
+        own_mid = median([r.own_time for r in others])
+        waits = finite(r.comm_share for r in others)
+        if (
+            own_mid > 0
+            and slow.own_time >= STRAGGLER_RATIO * own_mid
+            and waits
+            and median(waits) >= STRAGGLER_COMM_SHARE
+        ):
+            return (
+                STRAGGLER,
+                f"rank {slow.rank} on {slow.host} works {slow.own_time / own_mid:.1f}x longer "
+                f"than the others, which spend {100 * median(waits):.0f}% of each step waiting "
+                "in communication",
+                {"host": slow.host, "rank": slow.rank},
+            )
+    return None, None, {}
+
+
+def detect_stall(
+    *,
+    since_last_step: float | None,
+    recent_wall_times: Sequence[float],
+    ranks: Sequence[RankSummary],
+    hosts: Sequence[HostPressure] = (),
+    active: bool = True,
+) -> StallVerdict:
+    """`recent_wall_times`: one wall time per recent step, oldest first.
+
+    `active` is False for a job that is paused or has exited: those are not stalls.
+    """
+    times = [t for t in finite(recent_wall_times) if t > 0]
+    if not active or not times:
+        return StallVerdict(False)
+    usual = median(times)
+    if since_last_step is not None and since_last_step > max(
+        STALL_FACTOR * usual, MIN_STALL_SECONDS
+    ):
+        cause, detail, where = likely_cause(ranks, hosts, no_progress=True)
+        lead = f"no step for {duration(since_last_step)} (usual step {usual:.3g}s)"
+        return StallVerdict(
+            True, "no progress", cause, f"{lead}: {detail}" if detail else
+            f"{lead}; nothing in the telemetry explains it: read the job log", where,
+        )
+    if len(times) >= 2 * RECENT_STEPS:
+        before = median(times[:-RECENT_STEPS])
+        now = median(times[-RECENT_STEPS:])
+        if before > 0 and now >= SLOWDOWN_FACTOR * before:
+            cause, detail, where = likely_cause(ranks, hosts, no_progress=False)
+            lead = f"steps {now / before:.1f}x slower than usual ({now:.3g}s vs {before:.3g}s)"
+            return StallVerdict(
+                True, "slowdown", cause, f"{lead}: {detail}" if detail else lead, where
+            )
+    return StallVerdict(False)

@@ -1,0 +1,27 @@
+"""Human wording for figures that appear inside analysis messages."""
+
+from __future__ import annotations
+
+import math
+
+
+def duration(seconds: float | None) -> str:
+    """`42s`, `5m 03s`, `2h 10m`, `3d 4h`: coarse enough to read at a glance."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    s = max(round(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def where_text(where: dict[str, object]) -> str:
+    """`host a / gpu 3 / rank 5 / step 1200`, in that fixed order, skipping absent parts."""
+    order = ("host", "gpu", "rank", "file", "range", "step")
+    parts = [f"{k} {where[k]}" for k in order if where.get(k) is not None]
+    parts += [f"{k} {v}" for k, v in where.items() if k not in order and v is not None]
+    return " / ".join(parts) if parts else "job"

@@ -1,0 +1,168 @@
+"""`cockpit` command line.
+
+Heavy parts (Textual, DuckDB, paramiko) are imported inside the command that needs them,
+so `cockpit --help` and `cockpit report` stay fast and the UI is never loaded headless.
+Every user-facing failure ends as one clear line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cockpit import __version__
+from cockpit.errors import CockpitError
+
+
+def _add_theme(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--theme", default="dark", help="dark (default), light or high-contrast"
+    )
+    p.add_argument("--keymap", type=Path, default=None, help="TOML file remapping keys")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cockpit",
+        description="A terminal cockpit for long-running distributed PyTorch training.",
+    )
+    parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo", help="train the example model here under torchrun and watch it live"
+    )
+    demo.add_argument("--dir", type=Path, default=None, help="where to keep the demo run")
+    demo.add_argument("--steps", type=int, default=3000, help="training steps (default 3000)")
+    demo.add_argument("--nproc", type=int, default=2, help="ranks (default 2)")
+    demo.add_argument(
+        "--simulate-gpus", type=int, default=None,
+        help="simulated GPUs (labelled SIM); default: 2 when no NVIDIA driver is found",
+    )
+    demo.add_argument("--headless", type=float, default=None, metavar="SECONDS",
+                      help="no UI: record for SECONDS, then print the report")
+    _add_theme(demo)
+
+    watch = sub.add_parser("watch", help="stream agents on hosts over SSH and show the job")
+    watch.add_argument("targets", nargs="+", help="an inventory TOML file, or user@host[:port] …")
+    watch.add_argument("--store", type=Path, default=None, help="DuckDB recording to write")
+    watch.add_argument("--known-hosts", type=Path, default=None)
+    watch.add_argument("--accept-new-host-keys", action="store_true",
+                       help="trust unknown host keys and remember them (changed keys are "
+                            "still refused)")
+    watch.add_argument("--headless", type=float, default=None, metavar="SECONDS",
+                       help="no UI: record for SECONDS, then print the report")
+    _add_theme(watch)
+
+    replay = sub.add_parser("replay", help="play a recording in the cockpit")
+    replay.add_argument("file", type=Path)
+    replay.add_argument("--speed", type=float, default=10.0, help="playback speed (default 10x)")
+    _add_theme(replay)
+
+    report = sub.add_parser("report", help="print the four instruments of a recording")
+    report.add_argument("file", type=Path)
+    report.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+
+    return parser
+
+
+def _run_app(source: object, args: argparse.Namespace) -> None:
+    from cockpit.ui.app import make_app
+
+    app = make_app(source, theme=args.theme, keymap_path=args.keymap)
+    app.run()
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from cockpit.demo import DemoRun
+
+    with DemoRun(
+        run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus
+    ) as demo:
+        print(f"demo run in {demo.run_root}", file=sys.stderr)
+        if args.headless is not None:
+            demo.record_for(args.headless)
+        else:
+            _run_app(demo.source, args)
+    _print_recording_hint(demo.store_path)
+    if args.headless is not None:
+        from cockpit.report import render_report
+
+        print(render_report(demo.store_path, fmt="text"))
+    return 0
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from cockpit.live import open_watch
+
+    with open_watch(
+        args.targets,
+        store_path=args.store,
+        known_hosts=args.known_hosts,
+        accept_new_host_keys=args.accept_new_host_keys,
+    ) as live:
+        if args.headless is not None:
+            live.record_for(args.headless)
+        else:
+            _run_app(live.source, args)
+    _print_recording_hint(live.store_path)
+    if args.headless is not None:
+        from cockpit.report import render_report
+
+        print(render_report(live.store_path, fmt="text"))
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from cockpit.replay import ReplaySource
+
+    _require_file(args.file)
+    source = ReplaySource(args.file, speed=args.speed)
+    _run_app(source, args)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from cockpit.report import render_report
+
+    _require_file(args.file)
+    print(render_report(args.file, fmt=args.format))
+    return 0
+
+
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise CockpitError(f"{path}: no such recording (expected a DuckDB file)")
+
+
+def _print_recording_hint(path: Path) -> None:
+    print(f"recording: {path}\n  replay: cockpit replay {path}\n  report: cockpit report {path}",
+          file=sys.stderr)
+
+
+COMMANDS = {
+    "demo": _cmd_demo,
+    "watch": _cmd_watch,
+    "replay": _cmd_replay,
+    "report": _cmd_report,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        return COMMANDS[args.command](args)
+    except CockpitError as exc:
+        print(f"cockpit: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Wire chunks from the transport to the store: routing by type, batching, one writer."""

@@ -1,0 +1,147 @@
+"""Split a chunk of wire lines by record type without parsing the JSON.
+
+The agent writes every record with `t` first and `seq` second (docs/protocol.md), so a
+line starting `{"t":"gpu","seq":123,` can be routed and deduplicated from its prefix
+alone; only lines that do not follow that layout are parsed with orjson. Parsing the rest
+of each line is left to DuckDB's bulk JSON reader, which is many times faster than any
+per-line Python work.
+
+Deduplication here relies on the stream delivering each host's seqs in increasing order
+(the agent's `stream --from SEQ` guarantees it): a line whose seq is not above the highest
+seq seen so far is a duplicate. That makes a resent range, and a chunk that straddles the
+committed high-water mark, cost one integer comparison per line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+STREAM_TYPE = "stream"
+_PREFIX = b'{"t":"'
+_SEQ_KEY = b'","seq":'
+_TYPE_NAMES: dict[bytes, str] = {}  # decoded type names seen, to decode each only once
+
+
+@dataclass
+class Malformed:
+    """A line that cannot be stored, with the reason a user will read."""
+
+    error: str
+    line: bytes
+
+
+@dataclass
+class Segment:
+    """Lines that follow one stream header (or the start of the chunk).
+
+    `groups` maps a wire type to its lines (each without the newline); `seqs` holds the
+    seq of each line in the same order, as the agent numbered it.
+    """
+
+    header: dict[str, object] | None = None
+    groups: dict[str, list[bytes]] = field(default_factory=dict)
+    seqs: dict[str, list[int]] = field(default_factory=dict)
+    malformed: list[Malformed] = field(default_factory=list)
+    duplicates: int = 0
+    start_mark: int = 0  # the mark after the header (the journal's seq space)
+    end_mark: int | None = None  # the seq of the last accepted line, if any
+
+
+def _slow_route(line: bytes) -> tuple[str, int] | Malformed:
+    """Type and seq of a line that does not have the canonical prefix."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return Malformed(f"not JSON: {exc}", line)
+    if not isinstance(record, dict):
+        return Malformed(f"not a JSON object but {type(record).__name__}", line)
+    t = record.get("t")
+    if not isinstance(t, str) or not t:
+        return Malformed("no record type: field `t` missing or not a string", line)
+    seq = record.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return Malformed(f"record of type {t!r} has no integer `seq` (got {seq!r})", line)
+    return t, seq
+
+
+def _fast_route(line: bytes) -> tuple[str, int] | None:
+    """Type and seq from the canonical prefix, or None when the line has another layout."""
+    if not line.startswith(_PREFIX):
+        return None
+    end = line.find(b'"', 6)
+    if end < 0 or line[end : end + 8] != _SEQ_KEY:
+        return None
+    start = end + 8
+    stop = line.find(b",", start)
+    if stop < 0:
+        stop = line.find(b"}", start)
+    digits = line[start:stop]
+    if stop < 0 or not digits.isdigit():
+        return None
+    t = _TYPE_NAMES.get(line[6:end])
+    if t is None:
+        try:
+            t = line[6:end].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if "\\" in t:
+            return None
+        if len(_TYPE_NAMES) < 256:
+            _TYPE_NAMES[line[6:end]] = t
+    return t, int(digits)
+
+
+def route_chunk(
+    chunk: bytes, high_water: int, on_header: Callable[[dict[str, object], int], int]
+) -> list[Segment]:
+    """Group a chunk's lines by type, dropping seqs at or below the running mark.
+
+    The mark starts at `high_water` and rises with every accepted line. A stream header
+    starts a new segment (its journal may differ from the previous one's) and
+    `on_header(header, mark)` returns the mark to continue with: the same journal keeps
+    the mark, a new journal starts again from the header's `from`.
+    """
+    segments = [Segment()]
+    current = segments[0]
+    running = high_water
+    groups = current.groups
+    seqs = current.seqs
+    for line in chunk.split(b"\n"):
+        if not line or line.isspace():
+            continue
+        routed = _fast_route(line)
+        if routed is None:
+            routed = _slow_route(line)
+            if isinstance(routed, Malformed):
+                current.malformed.append(routed)
+                continue
+        t, seq = routed
+        if t == STREAM_TYPE:
+            try:
+                header = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                current.malformed.append(Malformed(f"stream header is not JSON: {exc}", line))
+                continue
+            current = Segment(header=header)
+            segments.append(current)
+            groups = current.groups
+            seqs = current.seqs
+            running = on_header(header, running)
+            current.start_mark = running
+            continue
+        if seq <= running:
+            current.duplicates += 1
+            continue
+        running = seq
+        group = groups.get(t)
+        if group is None:
+            groups[t] = group = []
+            seqs[t] = []
+        group.append(line)
+        seqs[t].append(seq)
+        current.end_mark = running
+    return [s for s in segments if s.header is not None or s.groups or s.malformed
+            or s.duplicates]

@@ -1,0 +1,357 @@
+"""The four instruments of a recording, headless: text, Markdown or JSON.
+
+For SSH-only sessions and CI: `cockpit report FILE` prints what the cockpit's main
+screen shows (progress, effect, efficiency, health), then alerts, interruptions and
+checkpoint-interval advice, all at the end of the recording or at `until_ts`.
+
+JSON form (stable; `report_version` changes when a key is removed or changes meaning,
+keys may be added):
+
+    report_version  int (1)
+    recording       str — the file
+    at, first_ts, last_ts   float — epoch seconds (report instant, recording span)
+    job             str | null
+    run             {total_steps, total_epochs, total_samples, total_tokens, world_size,
+                     seed, data_version, git_commit, flops_per_step, peak_flops, stages,
+                     tags, config, started}
+    progress        {state, stage, epoch, step, total_steps, percent, samples, tokens,
+                     steps_per_second, eta_seconds, eta_low, eta_high, since_last_step,
+                     stalled, stall_cause, stall_detail}
+    effect          {last_loss, last_val_loss, best_val_step, best_val_loss,
+                     divergence_step, spike_steps, nonfinite_steps, last_loss_scale,
+                     train_loss: {step, loss, ema}, val_loss: {step, loss}}
+    efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
+                     step_time_median, step_time_spread,
+                     slowest_ranks: [{rank, host, step_time}]}
+    health          {simulated, hosts: [{host, state, gpu_state, gpus_online, gpus_total,
+                     cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
+                     last_seen, gpus: [{index, name, online, simulated, util, temp, power,
+                     power_limit, mem_used, mem_total, ecc_unc, xid, throttle}]}]}
+    interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence}]
+    alerts          [{ts, kind, severity, code, where, what, hint}]
+    checkpoint      {interval_s, cost_s, mtbf_s, current_interval_s, mtbf_is_lower_bound,
+                     advice}
+
+Percentages are 0..100 except `mfu` (0..1); times in seconds; sizes in bytes; null = n/a.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
+from cockpit.analysis.text import duration
+from cockpit.errors import CockpitError
+from cockpit.snapshot import Snapshot
+from cockpit.source import build_snapshot
+from cockpit.store.database import Store, StoreError
+from cockpit.store.queries import StoreReader
+
+REPORT_VERSION = 1
+FORMATS = ("text", "markdown", "json")
+BUCKETS = 60
+SPARK = "▁▂▃▄▅▆▇█"
+NA = "n/a"
+ALERT_HEADER = ("severity", "kind", "code", "where", "what", "try")
+
+
+def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = None) -> str:
+    if fmt not in FORMATS:
+        raise CockpitError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    try:
+        store = Store(path, read_only=True)
+    except StoreError as exc:
+        raise CockpitError(str(exc)) from None
+    try:
+        data = collect(StoreReader(store), str(path), until_ts)
+    finally:
+        store.close()
+    if fmt == "json":
+        return json.dumps(_json_safe(data), indent=2, ensure_ascii=False) + "\n"
+    return _render(_sections(data), markdown=fmt == "markdown", title=_title(data))
+
+
+def collect(reader: StoreReader, recording: str, until_ts: float | None) -> dict[str, Any]:
+    """The report's data: the JSON form, from which text and Markdown are drawn too."""
+    span = reader.time_range()
+    snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=BUCKETS)
+    run = reader.run_info(snap.job, until_ts=until_ts) if snap.job else {}
+    first = span[0] if span else None
+    checkpoints = reader.checkpoint_costs(snap.job, until_ts=until_ts) if snap.job else []
+    advice = advise(
+        checkpoint_seconds=[c["seconds"] for c in checkpoints],
+        checkpoint_ts=[c["ts"] for c in checkpoints],
+        interruptions=len(snap.health.interruptions),
+        observed_seconds=(snap.ts - (run.get("started") or first or snap.ts)),
+    )
+    return {
+        "report_version": REPORT_VERSION,
+        "recording": recording,
+        "at": snap.ts,
+        "first_ts": first,
+        "last_ts": span[1] if span else None,
+        "job": snap.job,
+        "run": {k: run.get(k) for k in (
+            "total_steps", "total_epochs", "total_samples", "total_tokens", "world_size",
+            "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
+            "tags", "config", "started")},
+        "progress": asdict(snap.progress),
+        "effect": _effect(snap),
+        "efficiency": _efficiency(snap),
+        "health": _health(snap),
+        "interruptions": [asdict(i) for i in snap.health.interruptions],
+        "alerts": [asdict(a) for a in snap.alerts],
+        "checkpoint": _checkpoint(advice),
+    }
+
+
+def _effect(snap: Snapshot) -> dict[str, Any]:
+    e = snap.effect
+    return {
+        "last_loss": e.last_loss, "last_val_loss": e.last_val_loss,
+        "best_val_step": e.best_val_step, "best_val_loss": e.best_val_loss,
+        "divergence_step": e.divergence_step, "spike_steps": list(e.spike_steps),
+        "nonfinite_steps": list(e.nonfinite_steps), "last_loss_scale": e.last_loss_scale,
+        "train_loss": {"step": list(e.train_loss.x), "loss": list(e.train_loss.last),
+                       "ema": list(e.train_loss_ema.last)},
+        "val_loss": {"step": list(e.val_loss.x), "loss": list(e.val_loss.last)},
+    }
+
+
+def _efficiency(snap: Snapshot) -> dict[str, Any]:
+    f = snap.efficiency
+    return {
+        "gpu_busy": f.gpu_busy, "samples_per_s": f.samples_per_s,
+        "tokens_per_s": f.tokens_per_s, "data_wait_pct": f.data_wait_pct,
+        "comm_pct": f.comm_pct, "mfu": f.mfu, "step_time_median": f.step_time_median,
+        "step_time_spread": f.step_time_spread,
+        "slowest_ranks": [asdict(r) for r in f.slowest_ranks],
+    }
+
+
+def _health(snap: Snapshot) -> dict[str, Any]:
+    hosts = []
+    for h in snap.health.hosts:
+        row = asdict(h)
+        row["gpus"] = [asdict(g) for g in h.gpus]
+        row["gpus_online"] = sum(1 for g in h.gpus if g.online)
+        row["gpus_total"] = len(h.gpus)
+        hosts.append(row)
+    return {"simulated": snap.health.simulated, "hosts": hosts}
+
+
+def _checkpoint(a: CheckpointAdvice) -> dict[str, Any]:
+    return {"interval_s": a.interval_s, "cost_s": a.cost_s, "mtbf_s": a.mtbf_s,
+            "current_interval_s": a.current_interval_s,
+            "mtbf_is_lower_bound": a.mtbf_is_lower_bound, "advice": a.text}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+# --- text and Markdown ---------------------------------------------------------------
+
+Rows = list[tuple[str, str]]
+Table = tuple[tuple[str, ...], list[tuple[str, ...]]]
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return NA
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _num(value: float | int | None, spec: str = ",.0f", unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return NA
+    return f"{value:{spec}}{unit}"
+
+
+def _size(value: float | int | None) -> str:
+    if value is None:
+        return NA
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{size:.0f} B"
+        size /= 1024
+    return NA
+
+
+def sparkline(values: Sequence[float | None]) -> str:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    scale = (len(SPARK) - 1) / (hi - lo) if hi > lo else 0.0
+    return "".join(SPARK[round((v - lo) * scale)] for v in vals)
+
+
+def _title(d: dict[str, Any]) -> str:
+    return f"Training report: {d['job'] or 'no job'} ({Path(d['recording']).name})"
+
+
+def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
+    p, e, f, h = d["progress"], d["effect"], d["efficiency"], d["health"]
+    span = NA
+    if d["first_ts"] is not None and d["last_ts"] is not None:
+        span = (f"{_when(d['first_ts'])} to {_when(d['last_ts'])} "
+                f"({duration(d['last_ts'] - d['first_ts'])})")
+    overview: Rows = [("report at", _when(d["at"])), ("recording", span)]
+    run = d["run"]
+    for key in ("world_size", "seed", "data_version", "git_commit"):
+        if run.get(key) is not None:
+            overview.append((key.replace("_", " "), str(run[key])))
+    if run.get("tags"):
+        overview.append(("tags", ", ".join(map(str, run["tags"]))))
+
+    step = _num(p["step"]) + (f" / {_num(p['total_steps'])}" if p["total_steps"] else "")
+    if p["percent"] is not None:
+        step += f" ({p['percent']:.1f}%)"
+    eta = NA
+    if p["eta_seconds"] is not None:
+        eta = (f"{duration(p['eta_seconds'])} (estimate; {duration(p['eta_low'])} to "
+               f"{duration(p['eta_high'])})")
+    stall = "no"
+    if p["stalled"]:
+        stall = f"YES: {p['stall_cause'] or 'cause unknown'}: {p['stall_detail'] or ''}".strip()
+    progress: Rows = [
+        ("state", p["state"]), ("stage", p["stage"] or NA), ("epoch", _num(p["epoch"], ".2f")),
+        ("step", step), ("samples seen", _num(p["samples"])),
+        ("tokens seen", _num(p["tokens"])),
+        ("speed", _num(p["steps_per_second"], ".3g", " steps/s")), ("ETA", eta),
+        ("last step", duration(p["since_last_step"]) + " ago"
+         if p["since_last_step"] is not None else NA),
+        ("stalled", stall),
+    ]
+    ema = [v for v in e["train_loss"]["ema"] if v is not None]
+    effect: Rows = [
+        ("train loss", _num(e["last_loss"], ".4g") + (f" (smoothed {ema[-1]:.4g})" if ema else "")),
+        ("train trend", sparkline(e["train_loss"]["ema"]) or NA),
+        ("val loss", _num(e["last_val_loss"], ".4g")),
+        ("best val", f"{_num(e['best_val_loss'], '.4g')} at step {_num(e['best_val_step'])}"
+         if e["best_val_step"] is not None else NA),
+        ("val trend", sparkline(e["val_loss"]["loss"]) or NA),
+        ("divergence", f"from step {e['divergence_step']:,} (val stopped improving while "
+         "train kept improving)" if e["divergence_step"] is not None else "none"),
+        ("loss spikes", ", ".join(f"{s:,}" for s in e["spike_steps"]) or "none"),
+        ("NaN/Inf steps", ", ".join(f"{s:,}" for s in e["nonfinite_steps"][:20]) or "none"),
+        ("loss scale", _num(e["last_loss_scale"], ".6g")),
+    ]
+    slow = ", ".join(f"rank {r['rank']} ({r['host']}) {r['step_time']:.3g}s"
+                     for r in f["slowest_ranks"]) or NA
+    efficiency: Rows = [
+        ("GPU busy", _num(f["gpu_busy"], ".0f", "%")),
+        ("samples/s", _num(f["samples_per_s"], ",.1f")),
+        ("tokens/s", _num(f["tokens_per_s"], ",.0f")),
+        ("data wait", _num(f["data_wait_pct"], ".1f", "%")),
+        ("communication", _num(f["comm_pct"], ".1f", "%")),
+        ("MFU", _num(None if f["mfu"] is None else 100 * f["mfu"], ".1f", "%")),
+        ("step time", _num(f["step_time_median"], ".3g", " s (median)")),
+        ("rank spread", _num(None if f["step_time_spread"] is None
+                             else 100 * f["step_time_spread"], ".0f", "%")),
+        ("slowest ranks", slow),
+    ]
+    host_table: Table = (
+        ("host", "link", "GPUs", "GPU state", "CPU", "memory", "disk", "last seen"),
+        [(x["host"], x["state"], f"{x['gpus_online']}/{x['gpus_total']}", x["gpu_state"],
+          _num(x["cpu"], ".0f", "%"), f"{_size(x['mem_used'])} / {_size(x['mem_total'])}",
+          f"{_size(x['disk_used'])} / {_size(x['disk_total'])}", _when(x["last_seen"]))
+         for x in h["hosts"]],
+    )
+    gpu_table: Table = (
+        ("host", "gpu", "util", "temp", "power", "memory", "ECC unc", "XID", "throttle"),
+        [(x["host"], str(g["index"]) + (" SIM" if g["simulated"] else "")
+          + ("" if g["online"] else " offline"),
+          _num(g["util"], ".0f", "%"), _num(g["temp"], ".0f", "°C"),
+          f"{_num(g['power'], '.0f')} / {_num(g['power_limit'], '.0f', ' W')}",
+          f"{_size(g['mem_used'])} / {_size(g['mem_total'])}", _num(g["ecc_unc"]),
+          _num(g["xid"], "d"), _num(g["throttle"], "#x"))
+         for x in h["hosts"] for g in x["gpus"]],
+    )
+    health_rows: Rows = [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")]
+    interruptions: Table = (
+        ("detected", "cause", "recovered in", "steps lost", "restarts"),
+        [(_when(i["detected_at"]), i["cause"],
+          duration(i["recovered_in"]) if i["recovered_in"] is not None else "not yet",
+          _num(i["steps_lost"]), _num(i["restart_count"]))
+         for i in d["interruptions"]],
+    )
+    alerts: Table = (
+        ALERT_HEADER,
+        [(a["severity"], a["kind"], a["code"], a["where"], a["what"], a["hint"])
+         for a in d["alerts"]],
+    )
+    return [
+        ("Overview", overview, []),
+        ("Progress", progress, []),
+        ("Effect", effect, []),
+        ("Efficiency", efficiency, []),
+        ("Health", health_rows, [host_table, gpu_table]),
+        ("Interruptions", [] if d["interruptions"] else [("interruptions", "none")],
+         [interruptions] if d["interruptions"] else []),
+        ("Alerts", [] if d["alerts"] else [("alerts", "none")],
+         [alerts] if d["alerts"] else []),
+        ("Checkpoints", [("advice", d["checkpoint"]["advice"])], []),
+    ]
+
+
+def _render(sections: list[tuple[str, Rows, list[Table]]], *, markdown: bool,
+            title: str) -> str:
+    out = [f"# {title}" if markdown else title, ""]
+    if not markdown:
+        out[0:1] = [title, "=" * len(title)]
+    for name, rows, tables in sections:
+        out.append(f"## {name}" if markdown else name.upper())
+        if markdown:
+            if rows:
+                out += ["", "| | |", "|---|---|"]
+                out += [f"| {_md(k)} | {_md(v)} |" for k, v in rows]
+            for header, body in tables:
+                out += ["", "| " + " | ".join(header) + " |",
+                        "|" + "---|" * len(header)]
+                out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in body]
+        else:
+            width = max((len(k) for k, _ in rows), default=0)
+            out += [f"  {k:<{width}}  {v}" for k, v in rows]
+            for header, body in tables:
+                out += _alert_blocks(body) if header == ALERT_HEADER else _text_table(header, body)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _alert_blocks(body: list[tuple[str, ...]]) -> list[str]:
+    """Alerts are too wide for a table in a terminal: one short block each."""
+    lines = []
+    for severity, kind, code, where, what, hint in body:
+        lines += [f"  {severity.upper()} {kind} {code} @ {where}", f"    {what}",
+                  f"    try: {hint}"]
+    return lines
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _text_table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
+    lines = ["  " + "  ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True))]
+    lines += ["  " + "  ".join(f"{c!s:<{w}}" for c, w in zip(row, widths, strict=True))
+              for row in body]
+    return [line.rstrip() for line in lines]
+
+
+__all__ = ["FORMATS", "REPORT_VERSION", "collect", "render_report", "sparkline"]

@@ -1,0 +1,522 @@
+"""Where snapshots come from: the `Source` interface and `build_snapshot`.
+
+Live and replay are both `Source`s over the same store; `build_snapshot` turns the
+store (read through `StoreReader`, at a cursor) and the analysis rules into one frozen
+`Snapshot`, so the UI has a single render path and the report prints the same figures.
+The cost of a snapshot does not grow with the run: latest values are read from recent
+windows, step statistics from a bounded step range, and every series is downsampled
+in SQL to `buckets` points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cockpit.analysis import alerts as rules
+from cockpit.analysis.divergence import Divergence, find_divergence
+from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
+from cockpit.analysis.eta import estimate_eta, progress_fraction
+from cockpit.analysis.lr import lr_looks_too_high
+from cockpit.analysis.ranks import StepSample, step_wall_times
+from cockpit.analysis.smoothing import ema
+from cockpit.analysis.spikes import find_spikes
+from cockpit.analysis.stalls import HostPressure, StallVerdict, detect_stall
+from cockpit.details import (
+    DETAIL_KINDS,
+    EventsTimeline,
+    HostDetail,
+    LogTail,
+    RunInfo,
+    event_row,
+    events_timeline,
+    host_detail,
+    log_tail,
+    run_info,
+)
+from cockpit.snapshot import (
+    Effect,
+    Efficiency,
+    GpuCell,
+    Health,
+    HostHealth,
+    Interruption,
+    Progress,
+    RankTime,
+    Series,
+    Snapshot,
+)
+from cockpit.store.queries import StoreReader
+
+__all__ = [
+    "DETAIL_KINDS",
+    "Source",
+    "build_snapshot",
+    "details",
+]
+
+RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
+MIN_RECENT_STEPS = 10
+MAX_RECENT_STEPS = 200
+EVENTS_SHOWN = 50
+MAX_PINNED_SPIKES = 20
+ACTIVE_STATES = ("running",)
+DATA_EVENT_KINDS = ("spool_error", "dropped")
+DATA_EVENTS_READ = 500
+
+
+class Controller(Protocol):
+    """Job operations (defined by cockpit.control); only the presence matters here."""
+
+
+class Source(Protocol):
+    label: str  # "LIVE" or "REPLAY 10x"
+    controller: Controller | None  # None: "no controllable job attached"
+
+    def start(self, on_data: Callable[[], None]) -> None: ...
+
+    def snapshot(self, buckets: int = 120) -> Snapshot: ...  # blocking: off the UI thread
+
+    def stop(self) -> None: ...
+
+    def details(self, what: str, **kw: Any) -> object: ...
+
+
+def details(
+    reader: StoreReader, what: str, *, until_ts: float | None = None, **kw: Any
+) -> HostDetail | EventsTimeline | RunInfo | LogTail:
+    """Drill-down data for `Source.details`: "host" (host=NAME), "events" (kinds, text,
+    limit), "run", "log" (n, text)."""
+    if what == "host":
+        host = kw.get("host")
+        if not isinstance(host, str) or not host:
+            raise ValueError('details("host") needs host=NAME')
+        return host_detail(reader, host, until_ts=until_ts, buckets=int(kw.get("buckets", 120)))
+    if what == "events":
+        return events_timeline(reader, until_ts=until_ts, kinds=kw.get("kinds"),
+                               text=kw.get("text"), limit=int(kw.get("limit", 500)))
+    if what == "run":
+        return run_info(reader, until_ts=until_ts, job=kw.get("job"))
+    if what == "log":
+        return log_tail(reader, until_ts=until_ts, n=int(kw.get("n", 500)),
+                        text=kw.get("text"), job=kw.get("job"))
+    raise ValueError(f"unknown details kind {what!r}; expected one of {', '.join(DETAIL_KINDS)}")
+
+
+@dataclass(frozen=True)
+class _Train:
+    """What the step records say, gathered once and shared by the panes."""
+
+    latest: list[dict[str, Any]]
+    samples: list[StepSample]
+    walls: list[float]
+    ref_rank: int | None  # the rank whose loss/LR series are drawn
+    newest: dict[str, Any] | None
+    global_samples: int | None  # samples per optimizer step, all ranks
+    global_tokens: int | None
+
+
+def _read_train(reader: StoreReader, job: str | None, until_ts: float | None,
+                world: int | None) -> _Train:
+    if job is None:
+        return _Train([], [], [], None, None, None, None)
+    latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world)
+    if not latest:
+        return _Train([], [], [], None, None, None, None)
+    newest = max(latest, key=lambda r: (r["ts"], r["seq"]))
+    n = max(MIN_RECENT_STEPS, min(MAX_RECENT_STEPS, RECENT_STEP_ROWS // len(latest)))
+    rows = reader.recent_steps(job, n, until_ts=until_ts, last_step=int(newest["step"]))
+    samples = [
+        StepSample(
+            rank=int(r["rank"]) if r["rank"] is not None else -1, host=r["host"],
+            step=int(r["step"]), step_time=r["step_time"], data_time=r["data_time"],
+            compute_time=r["compute_time"], comm_time=r["comm_time"], samples=r["samples"],
+            tokens=r["tokens"], ts=r["ts"],
+        )
+        for r in rows if r["step"] is not None
+    ]
+    at_newest = [r for r in latest if r["step"] == newest["step"]]
+    ranks = [r["rank"] for r in latest if r["rank"] is not None]
+    return _Train(
+        latest=latest,
+        samples=samples,
+        walls=step_wall_times(samples),
+        ref_rank=min(ranks) if ranks else None,
+        newest=newest,
+        global_samples=_total(r["samples"] for r in at_newest),
+        global_tokens=_total(r["tokens"] for r in at_newest),
+    )
+
+
+def _total(values: Any) -> int | None:
+    known = [v for v in values if v is not None]
+    return int(sum(known)) if known else None
+
+
+def _state(reader: StoreReader, job: str | None, until_ts: float | None,
+           has_steps: bool) -> str:
+    if job is None:
+        return "unknown"
+    last = reader.lifecycle(job, until_ts=until_ts)
+    kind = last["kind"] if last else None
+    if kind == "job_exited":
+        return "exited"
+    if kind == "pause":
+        return "paused"
+    if kind == "interruption":
+        return "recovering"
+    if has_steps or kind in ("job_started", "resume", "recovery", "relaunch"):
+        return "running"
+    return "unknown"
+
+
+def _pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
+              gpus: Sequence[Mapping[str, Any]]) -> list[HostPressure]:
+    cpus = {h["host"]: h.get("cpu_count") for h in hosts}
+    out = []
+    for s in samples:
+        name = s["host"]
+        utils = [g["util"] for g in gpus if g["host"] == name and g.get("util") is not None]
+        cpu_count = cpus.get(name)
+        out.append(HostPressure(
+            host=name,
+            cpu=s.get("cpu"),
+            load_per_cpu=s["load1"] / cpu_count if s.get("load1") is not None and cpu_count
+            else None,
+            mem_frac=_frac(s.get("mem_used"), s.get("mem_total")),
+            swap_frac=_frac(s.get("swap_used"), s.get("swap_total")),
+            disk_frac=_frac(s.get("disk_used"), s.get("disk_total")),
+            gpu_util=sum(utils) / len(utils) if utils else None,
+        ))
+    return out
+
+
+def _frac(used: Any, total: Any) -> float | None:
+    return used / total if used is not None and total else None
+
+
+def _progress(run: Mapping[str, Any], train: _Train, now: float, state: str,
+              stall: StallVerdict) -> Progress:
+    newest = train.newest
+    if newest is None:
+        return Progress(state=state, total_steps=run.get("total_steps"))
+    step = int(newest["step"])
+    total_steps = run.get("total_steps")
+    # Seen so far, assuming the global batch of the newest step held throughout.
+    samples = step * train.global_samples if train.global_samples is not None else None
+    tokens = step * train.global_tokens if train.global_tokens is not None else None
+    percent = progress_fraction(
+        step=step, total_steps=total_steps, samples=samples,
+        total_samples=run.get("total_samples"), tokens=tokens,
+        total_tokens=run.get("total_tokens"), epoch=newest.get("epoch"),
+        total_epochs=run.get("total_epochs"),
+    )
+    steps_goal = total_steps
+    if steps_goal is None and run.get("total_samples") and train.global_samples:
+        steps_goal = math.ceil(run["total_samples"] / train.global_samples)
+    if steps_goal is None and run.get("total_tokens") and train.global_tokens:
+        steps_goal = math.ceil(run["total_tokens"] / train.global_tokens)
+    eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=train.walls)
+    shown_state = "stalled" if stall.stalled and state == "running" else state
+    return Progress(
+        stage=newest.get("stage"),
+        epoch=newest.get("epoch"),
+        step=step,
+        total_steps=total_steps,
+        samples=samples,
+        tokens=tokens,
+        percent=None if percent is None else 100.0 * percent,
+        eta_seconds=eta.seconds,
+        eta_low=eta.low,
+        eta_high=eta.high,
+        steps_per_second=eta.steps_per_second,
+        since_last_step=max(now - float(newest["ts"]), 0.0),
+        stalled=stall.stalled,
+        stall_cause=stall.cause,
+        stall_detail=stall.detail,
+        state=shown_state,
+    )
+
+
+@dataclass(frozen=True)
+class _EffectFindings:
+    effect: Effect
+    divergence: Divergence | None
+    lr_reason: str | None
+
+
+def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float | None,
+            buckets: int) -> _EffectFindings:
+    if job is None:
+        return _EffectFindings(Effect(), None, None)
+    where: dict[str, Any] = {"job": job}
+    if train.ref_rank is not None:
+        where["rank"] = train.ref_rank
+
+    def series(column: str) -> Series:
+        return reader.series("train", column, where=where, x="step", buckets=buckets,
+                             until_ts=until_ts)
+
+    loss = series("loss") if train.newest is not None else Series()
+    lr = series("lr") if train.newest is not None else Series()
+    scale = series("loss_scale") if train.newest is not None else Series()
+    smoothed = Series(loss.x, tuple(ema(loss.last)), loss.lo, loss.hi)
+    evals = reader.eval_points(job, until_ts=until_ts)
+    val_pts = [(int(e["step"]), e["loss"]) for e in evals if e["step"] is not None]
+    val = _thin([(float(s), v) for s, v in val_pts], buckets)
+    nonfinite = tuple(reader.nonfinite_steps(job, until_ts=until_ts))
+    spikes = _pin_spikes(reader, job, train.ref_rank, loss,
+                         find_spikes(loss.x, loss.last, loss.hi), until_ts)
+    divergence = find_divergence(val_pts, list(zip(smoothed.x, smoothed.last, strict=True)))
+    lr_reason = lr_looks_too_high(
+        list(zip(smoothed.x, smoothed.last, strict=True)), list(zip(lr.x, lr.last, strict=True)),
+        spike_steps=spikes, nonfinite_steps=nonfinite,
+    )
+    finite_val = [(s, v) for s, v in val_pts if v is not None and math.isfinite(v)]
+    newest = train.newest or {}
+    effect = Effect(
+        train_loss=loss,
+        train_loss_ema=smoothed,
+        val_loss=val,
+        loss_scale=scale,
+        lr=lr,
+        last_loss=newest.get("loss"),
+        last_val_loss=finite_val[-1][1] if finite_val else None,
+        best_val_step=divergence.best_step,
+        best_val_loss=divergence.best_loss,
+        divergence_step=divergence.step,
+        spike_steps=spikes,
+        nonfinite_steps=nonfinite,
+        last_loss_scale=newest.get("loss_scale"),
+    )
+    return _EffectFindings(effect, divergence, lr_reason)
+
+
+def _pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,
+                spike_xs: Sequence[float], until_ts: float | None) -> tuple[int, ...]:
+    """A bucket's x is its last step; the spike is wherever in the bucket loss peaked."""
+    out = []
+    for x in spike_xs[-MAX_PINNED_SPIKES:]:
+        i = loss.x.index(x)
+        first = loss.x[i - 1] + 1 if i > 0 else x
+        exact = reader.peak_step(job, rank, "loss", first, x, until_ts=until_ts)
+        out.append(exact if exact is not None else int(x))
+    return tuple(out)
+
+
+def _thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
+    """Evaluations are few; keep them all unless there are more than `buckets`."""
+    if len(points) > buckets > 0:
+        stride = math.ceil(len(points) / buckets)
+        points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+    return Series(tuple(p[0] for p in points), tuple(p[1] for p in points),
+                  tuple(p[1] for p in points), tuple(p[1] for p in points))
+
+
+def _figures(run: Mapping[str, Any], train: _Train,
+             gpus: Sequence[Mapping[str, Any]]) -> EfficiencyFigures:
+    job_hosts = {r["host"] for r in train.latest}
+    utils = [g.get("util") for g in gpus if not job_hosts or g["host"] in job_hosts]
+    n_gpus = run.get("world_size") or (len(train.latest) or None)
+    return compute_efficiency(
+        train.samples, utils, flops_per_step=run.get("flops_per_step"),
+        peak_flops=run.get("peak_flops"), n_gpus=n_gpus,
+    )
+
+
+def _efficiency(reader: StoreReader, job: str | None, train: _Train,
+                figures: EfficiencyFigures, until_ts: float | None, buckets: int) -> Efficiency:
+    throughput = Series()
+    if job is not None and train.ref_rank is not None:
+        # Against step, not time: the per-step series is kept pre-aggregated (levels).
+        times = reader.series("train", "step_time", where={"job": job, "rank": train.ref_rank},
+                              x="step", buckets=buckets, until_ts=until_ts)
+        per_step = train.global_samples or 1  # steps/s when samples are not reported
+        throughput = Series(
+            times.x,
+            tuple(_per(per_step, t) for t in times.last),
+            tuple(_per(per_step, t) for t in times.hi),
+            tuple(_per(per_step, t) for t in times.lo),
+        )
+    busy = reader.series("gpu", "util", where={}, x="ts", buckets=buckets, until_ts=until_ts)
+    return Efficiency(
+        gpu_busy=figures.gpu_busy,
+        samples_per_s=figures.samples_per_s,
+        tokens_per_s=figures.tokens_per_s,
+        data_wait_pct=figures.data_wait_pct,
+        comm_pct=figures.comm_pct,
+        mfu=figures.mfu,
+        step_time_median=figures.step_time_median,
+        step_time_spread=figures.step_time_spread,
+        slowest_ranks=tuple(RankTime(r.rank, r.host, r.own_time) for r in figures.slowest),
+        throughput_history=throughput,
+        gpu_busy_history=busy,
+    )
+
+
+def _per(units: float, seconds: float | None) -> float | None:
+    return units / seconds if seconds else None
+
+
+def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
+            samples: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
+            interruptions: Sequence[Mapping[str, Any]], host_states: Mapping[str, str] | None,
+            now: float, replaying: bool) -> Health:
+    by_gpu = {(g["host"], g["gpu"]): g for g in gpus}
+    by_host = {s["host"]: s for s in samples}
+    newest_xid: dict[tuple[str, Any], int] = {}
+    for e in sorted(xids, key=lambda e: e["ts"]):
+        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        if isinstance(data.get("xid"), int):
+            newest_xid[(e["host"], data.get("gpu"))] = data["xid"]
+    out = []
+    simulated = False
+    for h in hosts:
+        name = h["host"]
+        inventory = {g.get("index"): g for g in h.get("gpus") or [] if isinstance(g, dict)}
+        indexes = sorted(set(inventory) | {i for (hn, i) in by_gpu if hn == name},
+                         key=lambda i: (i is None, i))
+        cells = []
+        for index in indexes:
+            inv = inventory.get(index, {})
+            g = by_gpu.get((name, index), {})
+            sim = bool(g.get("sim") or inv.get("simulated") or h.get("gpu_source") == "sim")
+            simulated = simulated or sim
+            cells.append(GpuCell(
+                index=int(index) if index is not None else -1,
+                online=bool(g),
+                simulated=sim,
+                util=g.get("util"),
+                temp=g.get("temp"),
+                power=g.get("power"),
+                power_limit=g.get("power_limit"),
+                mem_used=g.get("mem_used"),
+                mem_total=g.get("mem_total") or inv.get("mem_total"),
+                ecc_unc=g.get("ecc_vol_unc"),
+                xid=newest_xid.get((name, index)),
+                throttle=g.get("throttle"),
+                name=inv.get("name"),
+            ))
+        s = by_host.get(name, {})
+        out.append(HostHealth(
+            host=name,
+            state=_link_state(h, host_states, now, replaying),
+            gpu_state=h.get("gpu_state") or "unknown",
+            gpus=tuple(cells),
+            cpu=s.get("cpu"),
+            mem_used=s.get("mem_used"),
+            mem_total=s.get("mem_total") or h.get("mem_total"),
+            disk_used=s.get("disk_used"),
+            disk_total=s.get("disk_total"),
+            net_rx=s.get("net_rx"),
+            net_tx=s.get("net_tx"),
+            last_seen=h.get("last_seen"),
+        ))
+    return Health(
+        hosts=tuple(out),
+        interruptions=tuple(
+            Interruption(
+                cause=str(i.get("cause") or "unknown"),
+                detected_at=float(i["detected_at"]),
+                recovered_in=i.get("recovered_in"),
+                steps_lost=i.get("steps_lost"),
+                restart_count=i.get("restart_count"),
+                evidence=i.get("evidence"),
+            )
+            for i in interruptions if i.get("detected_at") is not None
+        ),
+        simulated=simulated,
+    )
+
+
+def _link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, now: float,
+                replaying: bool) -> str:
+    """The live transport's word when there is one; in a replay, what the records say."""
+    if host_states and host["host"] in host_states:
+        return host_states[host["host"]]
+    if not replaying and host.get("state"):
+        return str(host["state"])
+    last = host.get("last_seen")
+    if last is None:
+        return "unknown"
+    return "stale" if now - last > rules.STALE_AFTER_S else "streaming"
+
+
+def build_snapshot(
+    reader: StoreReader,
+    *,
+    until_ts: float | None,
+    label: str,
+    buckets: int = 120,
+    host_states: Mapping[str, str] | None = None,
+    controllable: bool = False,
+    now: float | None = None,
+) -> Snapshot:
+    """The whole main screen at `until_ts` (None: everything recorded).
+
+    `now` is the instant ages are measured from (time since the last step, stale hosts):
+    by default the cursor, else the newest record; a live source may pass the wall clock.
+    """
+    frontier = reader.frontier(until_ts=until_ts)
+    if frontier is None:
+        return Snapshot(ts=until_ts or 0.0, source_label=label, job=None,
+                        controllable=controllable)
+    at = now if now is not None else (until_ts if until_ts is not None else frontier)
+    job = reader.current_job(until_ts=until_ts)
+    run = reader.run_info(job, until_ts=until_ts) if job else {}
+    train = _read_train(reader, job, until_ts, run.get("world_size"))
+    hosts = reader.hosts(until_ts=until_ts)
+    gpus = reader.latest_gpus(until_ts=until_ts)
+    host_samples = reader.latest_host_samples(until_ts=until_ts)
+    state = _state(reader, job, until_ts, bool(train.latest))
+    figures = _figures(run, train, gpus)
+    stall = detect_stall(
+        since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
+        recent_wall_times=train.walls,
+        ranks=figures.ranks,
+        hosts=_pressure(hosts, host_samples, gpus),
+        active=state in ACTIVE_STATES,
+    )
+    progress = _progress(run, train, at, state, stall)
+    found = _effect(reader, job, train, until_ts, buckets)
+    efficiency = _efficiency(reader, job, train, figures, until_ts, buckets)
+    xids = reader.gpu_events(until_ts=until_ts)
+    interruptions = reader.interruptions(job, until_ts=until_ts) if job else []
+    health = _health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
+                     replaying=until_ts is not None)
+    events = reader.events(until_ts=until_ts, limit=EVENTS_SHOWN)
+    worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
+    link_rows = [{**h, "state": s.state} for h, s in zip(hosts, health.hosts, strict=True)]
+    alerts = rules.merge(
+        rules.stored_alerts(reader.alerts(until_ts=until_ts)),
+        rules.gpu_alerts(gpus),
+        rules.xid_alerts(xids),
+        rules.host_alerts(link_rows, host_samples, now=at),
+        rules.data_alerts(
+            data_wait_pct=figures.data_wait_pct,
+            worst=(worst.rank, worst.host, worst.data_share or 0.0) if worst else None,
+            events=reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
+                                 limit=DATA_EVENTS_READ),
+            now=at,
+        ),
+        rules.parameter_alerts(
+            nonfinite_steps=found.effect.nonfinite_steps,
+            spike_steps=found.effect.spike_steps,
+            divergence=found.divergence, lr_reason=found.lr_reason, now=at,
+        ),
+        rules.stall_alerts(stall, now=at),
+    )
+    return Snapshot(
+        ts=at,
+        source_label=label,
+        job=job,
+        progress=progress,
+        effect=found.effect,
+        efficiency=efficiency,
+        health=health,
+        alerts=alerts,
+        events=tuple(event_row(e) for e in events),  # oldest first
+        controllable=controllable,
+    )

@@ -1,0 +1,466 @@
+"""The recording: one DuckDB file, its migrations, and every write to it.
+
+One `Store` holds one DuckDB connection; each operation takes a fresh `cursor()` (its
+own DuckDB connection to the same database), which is how DuckDB is used safely from
+several threads. Writes are serialised by a lock: one process, one writer thread in it
+(`cockpit.ingest.writer.StoreWriter`), while readers work concurrently on cursors.
+
+Ingest keeps, per host, the highest committed seq (`high_water`) in memory and in
+`hosts.high_water`; a line is stored only if its seq is above it. This relies on the
+agent streaming each host's seqs in increasing order (docs/protocol.md), which makes a
+resent range, or a chunk that straddles the mark, cheap to drop. The in-memory marks
+change only after the transaction that stored the lines commits, so `high_water()` is
+always what a reconnect may safely ask `--from`.
+
+A stream header with a different `journal_id` than the stored one means the host's
+journal was reset (its state dir wiped): its seqs start again from 1. The store then
+shifts the seqs it stores for the new journal by `hosts.seq_offset` (the highest seq
+stored so far), so (host, seq) stays unique, resets `high_water` to 0, records the
+reset in `wire_errors` and `hosts.last_error`, and reports the host in
+`IngestResult.journal_resets`: the stream must be restarted from 0 to get the new
+journal's records.
+
+Unknown fields can only come from an agent newer than this code (the protocol defines
+every field of a version), so the check for them, which costs as much as the insert,
+runs for hosts whose stream header announced a newer protocol or that sent no header;
+`check_fields="always"` runs it for every line. A line with unknown fields is stored
+typed as usual and also copied whole into `other` with `t` = "<type>+extra".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import duckdb
+
+from agent.protocol import PROTOCOL_VERSION
+from cockpit.ingest.route import Malformed, Segment, route_chunk
+from cockpit.store import schema
+from cockpit.store.levels import update_levels
+from cockpit.store.loader import GroupResult, Scratch, load_group
+
+WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
+_SAMPLE_BYTES = 1000
+
+
+class StoreError(Exception):
+    """A recording cannot be opened or written; the message says what to do."""
+
+
+class StoreVersionError(StoreError):
+    pass
+
+
+class StoreLockedError(StoreError):
+    pass
+
+
+class StoreReadOnlyError(StoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one ingest (or one writer flush) did."""
+
+    stored: int = 0
+    duplicates: int = 0
+    malformed: int = 0
+    max_seq: int = 0  # highest committed seq of the (last) host, in the agent's numbering
+    by_type: dict[str, int] = field(default_factory=dict)
+    by_host: dict[str, int] = field(default_factory=dict)  # lines stored per host
+    journal_resets: tuple[str, ...] = ()  # hosts whose stream must restart from 0
+
+
+@dataclass(frozen=True)
+class HostRow:
+    host: str
+    address: str | None
+    state: str | None
+    detail: str | None
+    state_ts: float | None
+    journal_id: str | None
+    high_water: int
+    malformed: int
+    lost: int
+    last_error: str | None
+    seq_offset: int
+
+
+@dataclass
+class _HostMark:
+    """Per-host ingest bookkeeping, as committed (copied and changed during a flush)."""
+
+    high_water: int = 0
+    journal_id: str | None = None
+    seq_offset: int = 0
+    protocol: int | None = None  # from the latest stream header this session
+    samples: int = 0  # wire_errors rows kept
+    malformed: int = 0  # added in the current flush
+    lost: int = 0  # added in the current flush
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (error, sample)
+    segment_offsets: list[int] = field(default_factory=list)
+    reset: bool = False
+    touched: bool = False
+
+
+_HOST_COLUMNS = (
+    "host, address, state, detail, state_ts, journal_id, high_water, malformed, lost, "
+    "last_error, seq_offset"
+)
+
+
+class Store:
+    """A DuckDB recording. `read_only=True` for replay and reports (refuses writes)."""
+
+    def __init__(self, path: str | Path, read_only: bool = False, check_fields: str = "auto"):
+        if check_fields not in ("auto", "always"):
+            raise ValueError(f"check_fields must be 'auto' or 'always', not {check_fields!r}")
+        self.path = Path(path)
+        self.read_only = read_only
+        self.check_fields = check_fields
+        self._lock = threading.Lock()
+        self._scratch: Scratch | None = None
+        if read_only and not self.path.exists():
+            raise StoreError(f"no recording at {self.path}: the file does not exist")
+        self._con = self._connect()
+        try:
+            self._migrate()
+            self._marks = self._load_marks()
+        except BaseException:
+            self._con.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        try:
+            return duckdb.connect(str(self.path), read_only=self.read_only)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if "lock" in text.lower():
+                holder = text.split("Conflicting lock is held in", 1)[-1].strip()
+                raise StoreLockedError(
+                    f"{self.path} is open for writing by another process ({holder}). "
+                    "DuckDB lets no other process read a file while one writes it: close "
+                    "that cockpit first, or copy the file and open the copy."
+                ) from None
+            raise StoreError(f"cannot open the recording {self.path}: {text}") from None
+        except duckdb.Error as exc:
+            raise StoreError(f"{self.path} is not a readable DuckDB recording: {exc}") from None
+
+    def _version(self) -> int:
+        with self.cursor() as cur:
+            found = cur.execute(
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_name = 'schema_version'"
+            ).fetchall()
+            if not found[0][0]:
+                return 0
+            row = cur.execute("SELECT max(version) FROM schema_version").fetchall()
+        return int(row[0][0]) if row[0][0] is not None else 0
+
+    def _migrate(self) -> None:
+        version = self._version()
+        if version > schema.SCHEMA_VERSION:
+            raise StoreVersionError(
+                f"{self.path} was written by a newer cockpit (schema version {version}; this "
+                f"one knows up to {schema.SCHEMA_VERSION}): upgrade the cockpit to open it"
+            )
+        if version == schema.SCHEMA_VERSION:
+            return
+        if self.read_only:
+            raise StoreVersionError(
+                f"{self.path} has schema version {version}, older than this cockpit's "
+                f"{schema.SCHEMA_VERSION}: open it once without read-only to upgrade it"
+            )
+        cur = self._con.cursor()
+        try:
+            cur.execute("BEGIN")
+            for step in range(version, schema.SCHEMA_VERSION):
+                for ddl in schema.MIGRATIONS[step]:
+                    cur.execute(ddl)
+            cur.execute("DELETE FROM schema_version")
+            cur.execute("INSERT INTO schema_version VALUES ($v)", {"v": schema.SCHEMA_VERSION})
+            cur.execute("COMMIT")
+        except duckdb.Error as exc:
+            cur.execute("ROLLBACK")
+            raise StoreError(f"upgrading {self.path} to schema {schema.SCHEMA_VERSION} failed: "
+                             f"{exc}") from None
+        finally:
+            cur.close()
+
+    def _load_marks(self) -> dict[str, _HostMark]:
+        marks: dict[str, _HostMark] = {}
+        with self.cursor() as cur:
+            rows = cur.execute(
+                "SELECT h.host, h.high_water, h.journal_id, h.seq_offset, "
+                "(SELECT count(*) FROM wire_errors w WHERE w.host = h.host) FROM hosts h"
+            ).fetchall()
+        for host, hw, journal, offset, samples in rows:
+            marks[host] = _HostMark(int(hw or 0), journal, int(offset or 0), samples=int(samples))
+        return marks
+
+    # -- reading -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A fresh DuckDB cursor for one operation, closed afterwards (any thread)."""
+        cur = self._con.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+    def high_water(self, host: str) -> int:
+        """Highest committed seq from `host` in its agent's numbering: pass it to --from."""
+        mark = self._marks.get(host)
+        return mark.high_water if mark else 0
+
+    def hosts(self) -> list[HostRow]:
+        with self.cursor() as cur:
+            rows = cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host").fetchall()
+        return [
+            HostRow(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6] or 0), int(r[7] or 0),
+                    int(r[8] or 0), r[9], int(r[10] or 0))
+            for r in rows
+        ]
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreReadOnlyError(f"{self.path} is open read-only: it cannot be written")
+
+    @contextlib.contextmanager
+    def write_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor inside one write transaction, serialised with ingest (maintenance)."""
+        self._writable()
+        with self._lock, self.cursor() as cur:
+            cur.execute("BEGIN")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """Write everything to the main file (DuckDB otherwise does it on its own schedule)."""
+        self._writable()
+        with self._lock, self.cursor() as cur:
+            cur.execute("CHECKPOINT")
+
+    def set_host_state(
+        self, host: str, state: str, detail: str, address: str | None = None
+    ) -> None:
+        """Record the transport's view of a host (connecting, streaming, stale, ...)."""
+        self._writable()
+        with self._lock, self.cursor() as cur:
+            cur.execute(
+                "INSERT INTO hosts (host, address, state, detail, state_ts) "
+                "VALUES ($host, $address, $state, $detail, $ts) ON CONFLICT (host) DO UPDATE "
+                "SET state = excluded.state, detail = excluded.detail, "
+                "state_ts = excluded.state_ts, address = coalesce(excluded.address, hosts.address)",
+                {"host": host, "address": address, "state": state, "detail": detail,
+                 "ts": time.time()},
+            )
+
+    def ingest(self, host: str, chunk: bytes) -> IngestResult:
+        """Store complete NDJSON lines from one host (header lines included)."""
+        return self.ingest_many([(host, chunk)])
+
+    def ingest_many(self, chunks: Iterable[tuple[str, bytes]]) -> IngestResult:
+        """Store several hosts' chunks in one transaction (what the writer does per flush)."""
+        self._writable()
+        per_host: dict[str, list[bytes]] = {}
+        for host, chunk in chunks:
+            per_host.setdefault(host, []).append(chunk)
+        # One group per host and type per flush, however many chunks the transport sent.
+        items = [(host, b"".join(parts)) for host, parts in per_host.items()]
+        with self._lock:
+            if self._scratch is None:
+                self._scratch = Scratch()
+            try:
+                result, marks = self._write(items, careful=False)
+            except duckdb.Error:
+                result, marks = self._write(items, careful=True)
+            for host, mark in marks.items():
+                mark.malformed = mark.lost = 0
+                mark.notes = []
+                mark.segment_offsets = []
+                mark.reset = mark.touched = False
+                self._marks[host] = mark
+        return result
+
+    def _write(
+        self, items: list[tuple[str, bytes]], careful: bool
+    ) -> tuple[IngestResult, dict[str, _HostMark]]:
+        assert self._scratch is not None
+        marks: dict[str, _HostMark] = {}
+        cur = self._con.cursor()
+        checker = self._con.cursor() if careful else None
+        stored = duplicates = 0
+        by_type: Counter[str] = Counter()
+        by_host: Counter[str] = Counter()
+        first_new: dict[str, dict[str, int]] = {}
+        try:
+            cur.execute("BEGIN")
+            for host, chunk in items:
+                if host not in marks:
+                    marks[host] = replace(self._marks.get(host) or _HostMark(), notes=[],
+                                          segment_offsets=[])
+                mark = marks[host]
+                mark.touched = True
+                initial_offset = mark.seq_offset
+                seen_headers = len(mark.segment_offsets)
+                segments = route_chunk(chunk, mark.high_water,
+                                       lambda header, m, mk=mark: self._on_header(mk, header, m))
+                header_offsets = iter(mark.segment_offsets[seen_headers:])
+                for segment in segments:
+                    offset = initial_offset
+                    if segment.header is not None:
+                        offset = next(header_offsets)
+                        mark.high_water = segment.start_mark
+                    duplicates += segment.duplicates
+                    n = self._load_segment(cur, checker, host, mark, segment, offset,
+                                           by_type, first_new)
+                    stored += n
+                    by_host[host] += n
+                    if segment.end_mark is not None:
+                        mark.high_water = segment.end_mark
+            for table, los in first_new.items():
+                update_levels(cur, table, los)
+            self._write_hosts(cur, marks)
+            cur.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+            if checker is not None:
+                checker.close()
+        last = items[-1][0] if items else None
+        result = IngestResult(
+            stored=stored,
+            duplicates=duplicates,
+            malformed=sum(m.malformed for m in marks.values()),
+            max_seq=marks[last].high_water if last is not None else 0,
+            by_type=dict(by_type),
+            by_host=dict(by_host),
+            journal_resets=tuple(h for h, m in marks.items() if m.reset),
+        )
+        return result, marks
+
+    def _on_header(self, mark: _HostMark, header: dict[str, object], running: int) -> int:
+        journal = header.get("journal_id")
+        journal = journal if isinstance(journal, str) else None
+        protocol = header.get("protocol")
+        mark.protocol = protocol if isinstance(protocol, int) else None
+        start = _int(header.get("from"))
+        first = _int(header.get("first"))
+        if journal is not None and mark.journal_id is not None and journal != mark.journal_id:
+            new_offset = mark.seq_offset + max(mark.high_water, running)
+            mark.notes.append((
+                f"journal reset: journal_id {mark.journal_id} became {journal}; its seqs "
+                f"restart, stored from seq {new_offset + 1} on",
+                "",
+            ))
+            mark.journal_id = journal
+            mark.seq_offset = new_offset
+            mark.reset = True
+            mark.segment_offsets.append(new_offset)
+            return 0
+        if journal is not None:
+            mark.journal_id = journal
+        mark.segment_offsets.append(mark.seq_offset)
+        effective = max(running, start)
+        if first > effective + 1:
+            mark.lost += first - effective - 1
+        return effective
+
+    def _load_segment(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        checker: duckdb.DuckDBPyConnection | None,
+        host: str,
+        mark: _HostMark,
+        segment: Segment,
+        offset: int,
+        by_type: Counter[str],
+        first_new: dict[str, dict[str, int]],
+    ) -> int:
+        assert self._scratch is not None
+        self._note_malformed(mark, segment.malformed)
+        check = self.check_fields == "always" or mark.protocol is None or (
+            mark.protocol > PROTOCOL_VERSION
+        )
+        stored = 0
+        for wire_type, lines in segment.groups.items():
+            seqs = segment.seqs[wire_type]
+            res: GroupResult = load_group(cur, checker, self._scratch, host, wire_type, lines,
+                                          seqs, offset, check)
+            self._note_malformed(mark, res.malformed)
+            if res.stored:
+                stored += res.stored
+                by_type[wire_type] += res.stored
+                table = schema.TABLE_FOR_TYPE.get(wire_type)
+                if table in schema.LEVEL_SERIES:
+                    los = first_new.setdefault(table, {})
+                    los.setdefault(host, offset + seqs[0])
+        return stored
+
+    def _note_malformed(self, mark: _HostMark, bad: list[Malformed]) -> None:
+        mark.malformed += len(bad)
+        for item in bad:
+            mark.notes.append((item.error, item.line[:_SAMPLE_BYTES].decode("utf-8", "replace")))
+
+    def _write_hosts(self, cur: duckdb.DuckDBPyConnection, marks: dict[str, _HostMark]) -> None:
+        now = time.time()
+        for host, mark in marks.items():
+            last_error = mark.notes[-1][0] if mark.notes else None
+            cur.execute(
+                "INSERT INTO hosts (host, journal_id, high_water, malformed, lost, last_error, "
+                "seq_offset) VALUES ($host, $journal, $hw, $bad, $lost, $err, $offset) "
+                "ON CONFLICT (host) DO UPDATE SET journal_id = excluded.journal_id, "
+                "high_water = excluded.high_water, "
+                "malformed = hosts.malformed + excluded.malformed, "
+                "lost = hosts.lost + excluded.lost, "
+                "last_error = coalesce(excluded.last_error, hosts.last_error), "
+                "seq_offset = excluded.seq_offset",
+                {"host": host, "journal": mark.journal_id, "hw": mark.high_water,
+                 "bad": mark.malformed, "lost": mark.lost, "err": last_error,
+                 "offset": mark.seq_offset},
+            )
+            room = WIRE_ERROR_SAMPLES_PER_HOST - mark.samples
+            kept = mark.notes[: max(room, 0)]
+            if kept:
+                cur.executemany(
+                    "INSERT INTO wire_errors VALUES ($host, $ts, $error, $sample)",
+                    [{"host": host, "ts": now, "error": e, "sample": s} for e, s in kept],
+                )
+                mark.samples += len(kept)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._scratch is not None:
+                self._scratch.close()
+                self._scratch = None
+            self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,258 @@
+"""Downsample one stored series to at most `buckets` points: x, last, min, max per bucket.
+
+This is the query behind every chart, run on each screen refresh, so its cost must not
+grow with the length of the run. For the series listed in `schema.LEVEL_SERIES` it reads
+the level table (maintained at insert time, `cockpit.store.levels`) whose bucket width
+is the largest power of four not wider than the bucket the chart needs: about
+`buckets` rows per series key, merged exactly into the chart's buckets, because the
+chart's bucket width is chosen as a multiple of that level's width. Raw rows are read
+only where the level rows cannot answer exactly, and always through simple range
+predicates on x (and ts) that DuckDB's zone maps prune:
+
+- the partial level buckets at the edges of an explicit `x_range`;
+- with `until_ts` (a replay cursor), the level buckets that also hold later samples;
+- a range narrower than `buckets` finest-level buckets (then the raw rows are few).
+
+Other series, or filters on columns that are not level keys, fall back to one GROUP BY
+over the raw table.
+
+Bucket `k` covers x in [k*w, (k+1)*w); the point's x is the largest x in the bucket,
+`last` is the last non-null value (by x), `lo`/`hi` the minimum and maximum. Buckets
+without samples are absent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import duckdb
+
+from cockpit.store.schema import (
+    LEVEL_BASE_BITS,
+    LEVEL_BITS,
+    LEVEL_COUNT,
+    LEVEL_SERIES,
+    RECORD_COLUMNS,
+    levels_table,
+)
+
+Result = tuple[list[float], list[float | None], list[float | None], list[float | None]]
+_KEY_COLUMNS = ("host", "seq", "ts")
+
+
+def _level_width(level: int) -> int:
+    return 1 << (LEVEL_BASE_BITS + LEVEL_BITS * level)
+
+
+def _check_name(table: str, name: str, what: str) -> None:
+    if name not in RECORD_COLUMNS[table] and name not in _KEY_COLUMNS:
+        raise ValueError(f"{what} {name!r} is not a column of table {table!r}")
+
+
+def _where_sql(where: Mapping[str, Any], params: dict[str, Any]) -> str:
+    parts = []
+    for i, (name, value) in enumerate(where.items()):
+        if value is None:
+            parts.append(f'"{name}" IS NULL')
+        else:
+            params[f"w{i}"] = value
+            parts.append(f'"{name}" = $w{i}')
+    return " AND ".join(parts) if parts else "TRUE"
+
+
+def downsample(
+    cursor: duckdb.DuckDBPyConnection,
+    table: str,
+    column: str,
+    *,
+    x: str = "step",
+    buckets: int = 120,
+    where: Mapping[str, Any] | None = None,
+    until_ts: float | None = None,
+    x_range: tuple[float, float] | None = None,
+) -> Result:
+    """`(xs, last, lo, hi)` of `table.column` against `x`, at most `buckets` points.
+
+    `where` filters by equality (e.g. `{"job": "j1", "rank": 0}`); `until_ts` keeps only
+    samples with ts <= until_ts (replay); `x_range` (inclusive) restricts x.
+    """
+    if table not in RECORD_COLUMNS:
+        raise ValueError(f"no record table {table!r}")
+    _check_name(table, column, "column")
+    _check_name(table, x, "x")
+    where = dict(where or {})
+    for name in where:
+        _check_name(table, name, "filter")
+    buckets = max(1, int(buckets))
+    spec = LEVEL_SERIES.get(table)
+    use_levels = (
+        spec is not None
+        and spec["x"] == x
+        and column in spec["columns"]  # type: ignore[operator]
+        and all(k in spec["keys"] and v is not None for k, v in where.items())  # type: ignore[operator]
+    )
+    integer_x = RECORD_COLUMNS[table].get(x, "DOUBLE") in ("BIGINT", "INTEGER")
+    if use_levels:
+        extent = _level_extent(cursor, table, x, where, until_ts) if x_range is None else x_range
+    else:
+        extent = _raw_extent(cursor, table, x, where, until_ts) if x_range is None else x_range
+    if extent is None or extent[0] is None or extent[1] is None:
+        return [], [], [], []
+    x0, x1 = float(extent[0]), float(extent[1])
+    if until_ts is not None and x == "ts":
+        x1 = min(x1, until_ts)
+    if x1 < x0:
+        return [], [], [], []
+    level, width = plan(x1 - x0, buckets, integer_x=integer_x, levels=use_levels)
+    if level is None:
+        return _raw_query(cursor, table, column, x, where, until_ts, x0, x1, width)
+    return _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level,
+                        clip=x_range is not None, integer_x=integer_x)
+
+
+def plan(span: float, buckets: int, *, integer_x: bool, levels: bool) -> tuple[int | None, float]:
+    """(level or None for raw rows, bucket width) for an x span shown in `buckets` points.
+
+    The width is at least span / (buckets - 1), so buckets aligned to multiples of it
+    number at most `buckets`; with a level it is a multiple of that level's width.
+    """
+    raw_width = span / max(buckets - 1, 1)
+    if integer_x:
+        raw_width = max(1.0, raw_width)
+    best = None
+    if levels:
+        for level in range(LEVEL_COUNT):
+            if _level_width(level) <= raw_width:
+                best = level
+    if best is None:
+        return None, (math.ceil(raw_width) if integer_x else (raw_width or 1.0))
+    lw = _level_width(best)
+    return best, float(lw * max(1, math.ceil(raw_width / lw)))
+
+
+def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """Execute with the parameters `sql` names (DuckDB refuses unused named ones)."""
+    used = set(re.findall(r"\$(\w+)", sql))
+    return cursor.execute(sql, {k: v for k, v in params.items() if k in used}).fetchall()
+
+
+def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Result:
+    rows = _run(cursor, sql, params)
+    xs = [float(r[1]) for r in rows]
+    last = [None if r[2] is None else float(r[2]) for r in rows]
+    lo = [None if r[3] is None else float(r[3]) for r in rows]
+    hi = [None if r[4] is None else float(r[4]) for r in rows]
+    return xs, last, lo, hi
+
+
+def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
+    params: dict[str, Any] = {}
+    cond = _where_sql(where, params)
+    if until_ts is not None:
+        params["until"] = until_ts
+        cond += " AND ts <= $until"
+    (row,) = _run(cursor, f'SELECT min("{x}"), max("{x}") FROM "{table}" WHERE {cond}', params)
+    return (row[0], row[1]) if row else None
+
+
+def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
+    params: dict[str, Any] = {"top": LEVEL_COUNT - 1}
+    cond = _where_sql(where, params)
+    lv = levels_table(table)
+    (row,) = _run(
+        cursor, f'SELECT min(x_lo), max(x_hi) FROM "{lv}" WHERE level = $top AND {cond}', params
+    )
+    if not row or row[0] is None or until_ts is None or x == "ts":
+        return (row[0], row[1]) if row else None
+    # Replay: the newest x at or before the cursor. Complete finest buckets give a lower
+    # bound; raw rows beyond it, found through x and ts ranges, give the rest.
+    params.update(until=until_ts)
+    (done,) = _run(
+        cursor, f'SELECT max(x_hi) FROM "{lv}" WHERE level = 0 AND ts_hi <= $until AND {cond}',
+        params,
+    )
+    bound = done[0] if done and done[0] is not None else row[0] - 1
+    raw_params: dict[str, Any] = {"until": until_ts, "bound": bound}
+    raw_cond = _where_sql(where, raw_params)
+    (beyond,) = _run(
+        cursor,
+        f'SELECT max("{x}") FROM "{table}" WHERE "{x}" > $bound AND ts <= $until AND {raw_cond}',
+        raw_params,
+    )
+    last = max(v for v in (bound, beyond[0] if beyond else None) if v is not None)
+    return (row[0], last) if last >= row[0] else None
+
+
+def _raw_query(cursor, table, column, x, where, until_ts, x0, x1, width) -> Result:
+    params: dict[str, Any] = {"x0": x0, "x1": x1, "w": width}
+    cond = _where_sql(where, params)
+    if until_ts is not None:
+        params["until"] = until_ts
+        cond += " AND ts <= $until"
+    sql = (
+        f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), arg_max("{column}", "{x}"), '
+        f'min("{column}"), max("{column}") FROM "{table}" '
+        f'WHERE "{x}" >= $x0 AND "{x}" <= $x1 AND {cond} GROUP BY tb ORDER BY tb'
+    )
+    return _fetch(cursor, sql, params)
+
+
+def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level, *,
+                 clip: bool, integer_x: bool) -> Result:
+    lw = _level_width(level)
+    mult = round(width / lw)
+    lv = levels_table(table)
+    params: dict[str, Any] = {"level": level, "m": mult, "w": width, "x0": x0, "x1": x1}
+    cond = _where_sql(where, params)
+    # Level buckets wholly inside [x0, x1]; with an explicit range the partial edge
+    # buckets are read raw.
+    b_lo = math.floor(x0 / lw)
+    b_hi = math.floor(x1 / lw)
+    raw_ranges: list[tuple[float, float]] = []  # half-open [a, b) of x, read raw
+    if clip:
+        if x0 > b_lo * lw:
+            raw_ranges.append((x0, (b_lo + 1) * lw))
+            b_lo += 1
+        top = x1 + 1 if integer_x else x1
+        if top < (b_hi + 1) * lw:
+            raw_ranges.append((b_hi * lw, top if integer_x else math.nextafter(x1, math.inf)))
+            b_hi -= 1
+    params.update(b_lo=b_lo, b_hi=b_hi)
+    frontier = ""
+    if until_ts is not None and b_lo <= b_hi:
+        params["until"] = until_ts
+        (row,) = _run(
+            cursor,
+            f'SELECT min(bucket), max(bucket) FROM "{lv}" WHERE level = $level AND {cond} '
+            "AND bucket BETWEEN $b_lo AND $b_hi AND ts_hi > $until",
+            params,
+        )
+        if row and row[0] is not None:
+            params.update(f_lo=row[0], f_hi=row[1])
+            frontier = " AND NOT (bucket BETWEEN $f_lo AND $f_hi)"
+            raw_ranges.append((row[0] * lw, (row[1] + 1) * lw))
+    parts = [
+        f'SELECT bucket // $m AS tb, x_hi AS xh, "{column}_last" AS last, "{column}_lx" AS lx, '
+        f'"{column}_lo" AS lo, "{column}_hi" AS hi FROM "{lv}" '
+        f"WHERE level = $level AND {cond} AND bucket BETWEEN $b_lo AND $b_hi{frontier}"
+    ]
+    raw_cond = cond + (" AND ts <= $until" if until_ts is not None else "")
+    if until_ts is not None:
+        params["until"] = until_ts
+    for i, (a, b) in enumerate(raw_ranges):
+        params[f"ra{i}"], params[f"rb{i}"] = a, b
+        parts.append(
+            f'SELECT floor("{x}" / $w)::BIGINT, "{x}", "{column}", '
+            f'CASE WHEN "{column}" IS NOT NULL THEN "{x}" END, "{column}", "{column}" '
+            f'FROM "{table}" WHERE "{x}" >= $ra{i} AND "{x}" < $rb{i} '
+            f'AND "{x}" >= $x0 AND "{x}" <= $x1 AND {raw_cond}'
+        )
+    union = " UNION ALL ".join(parts)
+    sql = (
+        "SELECT tb, max(xh), arg_max(last, lx), min(lo), max(hi) "
+        f"FROM ({union}) GROUP BY tb ORDER BY tb"
+    )
+    return _fetch(cursor, sql, params)

@@ -1,0 +1,163 @@
+"""Shared machinery of the read API: cursors, row decoding and bounded "recent" probes.
+
+Every read takes `until_ts` (the replay cursor; None = everything), so a replay can
+never see past its cursor. Latest-value reads must stay cheap on tables of tens of
+millions of rows: DuckDB keeps min/max statistics per row group, and records arrive in
+roughly time order, so a predicate `ts > T` skips almost every row group when T is
+recent. `_recent` therefore asks for a narrow window before the table's newest record
+and widens it geometrically only when the window holds too little; the unbounded query
+is the last resort for data that is genuinely old.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
+
+import orjson
+
+from cockpit.store.schema import RECORD_COLUMNS
+
+# Seconds before the newest record that a probe looks at, widening in turn (None: all).
+WINDOWS: tuple[float | None, ...] = (120.0, 1800.0, 6 * 3600.0, None)
+JSON_COLUMNS = frozenset(
+    name for cols in RECORD_COLUMNS.values() for name, typ in cols.items() if typ == "JSON"
+) | {"raw"}
+RECORD_TABLES: tuple[str, ...] = tuple(RECORD_COLUMNS)
+
+Row = dict[str, Any]
+
+
+class StoreLike(Protocol):
+    def cursor(self) -> AbstractContextManager[Any]: ...
+
+
+def _decode(name: str, value: Any) -> Any:
+    if name in JSON_COLUMNS and isinstance(value, str | bytes):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
+
+
+def until_clause(until_ts: float | None, column: str = "ts") -> tuple[str, list[Any]]:
+    return ("", []) if until_ts is None else (f" AND {column} <= ?", [until_ts])
+
+
+class ReaderBase:
+    """Holds the store; each public read opens one cursor (safe from worker threads)."""
+
+    def __init__(self, store: StoreLike) -> None:
+        self._store = store
+        self._memo_lock = threading.Lock()
+        # host -> (until the value was computed for, last ts seen): see `_old_last_seen`.
+        self._last_seen_memo: dict[str, tuple[float, float]] = {}
+
+    @contextmanager
+    def _cur(self) -> Iterator[Any]:
+        with self._store.cursor() as cur:
+            yield cur
+
+    @staticmethod
+    def fetch(cur: Any, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cur.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return [
+            {n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()
+        ]
+
+    @staticmethod
+    def scalar(cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = cur.execute(sql, list(params)).fetchone()
+        return row[0] if row else None
+
+    def table_frontier(
+        self, cur: Any, table: str, until_ts: float | None, where: str = "",
+        params: Sequence[Any] = (),
+    ) -> float | None:
+        """Newest ts in `table` (at or before `until_ts`) matching `where`.
+
+        Without a filter DuckDB answers max(ts) from row-group statistics; with one it
+        must scan, so the filtered form is probed in widening windows.
+        """
+        if until_ts is None and not where:
+            return self.scalar(cur, f'SELECT max(ts) FROM "{table}"')
+        end = until_ts
+        if end is None:
+            end = self.scalar(cur, f'SELECT max(ts) FROM "{table}"')
+            if end is None:
+                return None
+        for window in WINDOWS:
+            sql = f'SELECT max(ts) FROM "{table}" WHERE ts <= ?' + where
+            args: list[Any] = [end, *params]
+            if window is not None:
+                sql = f'SELECT max(ts) FROM "{table}" WHERE ts <= ? AND ts > ?' + where
+                args = [end, end - window, *params]
+            found = self.scalar(cur, sql, args)
+            if found is not None:
+                return float(found)
+        return None
+
+    def recent(
+        self,
+        cur: Any,
+        table: str,
+        *,
+        until_ts: float | None,
+        where: str = "",
+        params: Sequence[Any] = (),
+        columns: str = "*",
+        order: str = "ts DESC, seq DESC",
+        limit: int | None = None,
+        qualify: str = "",
+        enough: Callable[[list[Row]], bool] | None = None,
+        windows: Sequence[float | None] = WINDOWS,
+    ) -> list[Row]:
+        """Rows near the table's newest record, widening the window until `enough`
+        (default: `limit` rows, or any row when there is no limit)."""
+        end = self.table_frontier(cur, table, until_ts)
+        if end is None:
+            return []
+        satisfied = enough or (
+            (lambda rows: len(rows) >= limit) if limit is not None else (lambda rows: bool(rows))
+        )
+        tail = (f" QUALIFY {qualify}" if qualify else "") + f" ORDER BY {order}"
+        tail += f" LIMIT {int(limit)}" if limit is not None else ""
+        rows: list[Row] = []
+        for i, window in enumerate(windows):
+            sql = f'SELECT {columns} FROM "{table}" WHERE ts <= ?'
+            args: list[Any] = [end]
+            if window is not None:
+                sql += " AND ts > ?"
+                args.append(end - window)
+            rows = self.fetch(cur, sql + where + tail, [*args, *params])
+            if window is None or satisfied(rows) or i == len(windows) - 1:
+                return rows
+        return rows
+
+    def old_last_seen(self, cur: Any, host: str, end: float) -> float | None:
+        """Newest record of a host that sent nothing within the widest bounded window.
+
+        That needs an unbounded scan, so the answer is memoised: a value computed for
+        cursor U0 still holds at cursor U when U0 <= U and U0 >= U - widest window,
+        because the probe at U found nothing for this host after U - widest window.
+        """
+        widest = max(w for w in WINDOWS if w is not None)
+        with self._memo_lock:
+            memo = self._last_seen_memo.get(host)
+        if memo is not None and end - widest <= memo[0] <= end:
+            return memo[1]
+        best: float | None = None
+        for table in ("host_sample", "gpu", "hello", "train", "event"):
+            found = self.scalar(
+                cur, f'SELECT max(ts) FROM "{table}" WHERE host = ? AND ts <= ?', [host, end]
+            )
+            if found is not None and (best is None or found > best):
+                best = float(found)
+        if best is not None:
+            with self._memo_lock:
+                self._last_seen_memo[host] = (end, best)
+        return best

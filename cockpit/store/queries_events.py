@@ -1,0 +1,158 @@
+"""Reads about what happened: events, agent alerts, job output, interruptions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cockpit.store.queries_base import ReaderBase, Row, until_clause
+
+LIFECYCLE_KINDS = (
+    "job_started", "job_exited", "pause", "resume", "interruption", "recovery", "relaunch",
+)
+
+
+def _text_filter(column: str, text: str | None) -> tuple[str, list[Any]]:
+    if not text:
+        return "", []
+    return f" AND {column} ILIKE ?", [f"%{text}%"]
+
+
+def _kinds_filter(kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
+    if not kinds:
+        return "", []
+    return f" AND kind IN ({', '.join('?' for _ in kinds)})", list(kinds)
+
+
+class EventQueries(ReaderBase):
+    def events(
+        self,
+        *,
+        until_ts: float | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int = 100,
+        job: str | None = None,
+        text: str | None = None,
+    ) -> list[Row]:
+        """The newest `limit` events (optionally of some kinds, one job, containing a
+        text), oldest first."""
+        kind_sql, kind_args = _kinds_filter(kinds)
+        text_sql, text_args = _text_filter("msg", text)
+        job_sql, job_args = (" AND job = ?", [job]) if job else ("", [])
+        with self._cur() as cur:
+            rows = self.recent(
+                cur, "event", until_ts=until_ts, where=kind_sql + text_sql + job_sql,
+                params=[*kind_args, *text_args, *job_args], limit=limit,
+            )
+        return rows[::-1]
+
+    def alerts(self, *, until_ts: float | None = None, limit: int = 100) -> list[Row]:
+        """The agents' own alerts, newest `limit`, oldest first."""
+        with self._cur() as cur:
+            rows = self.recent(cur, "alert", until_ts=until_ts, limit=limit)
+        return rows[::-1]
+
+    def logs(
+        self,
+        job: str | None = None,
+        *,
+        until_ts: float | None = None,
+        limit: int = 200,
+        text: str | None = None,
+    ) -> list[Row]:
+        """The last `limit` lines of job output (optionally containing a text), oldest
+        first."""
+        text_sql, text_args = _text_filter("line", text)
+        job_sql, job_args = (" AND job = ?", [job]) if job else ("", [])
+        with self._cur() as cur:
+            rows = self.recent(
+                cur, "log", until_ts=until_ts, where=job_sql + text_sql,
+                params=[*job_args, *text_args], limit=limit,
+                columns="host, seq, ts, job, rank, stream, line",
+            )
+        return rows[::-1]
+
+    def lifecycle(self, job: str, *, until_ts: float | None = None) -> Row | None:
+        """The job's newest lifecycle event (started, exited, paused, interrupted…)."""
+        kind_sql, kind_args = _kinds_filter(LIFECYCLE_KINDS)
+        with self._cur() as cur:
+            rows = self.recent(
+                cur, "event", until_ts=until_ts, where=" AND job = ?" + kind_sql,
+                params=[job, *kind_args], limit=1,
+            )
+        return rows[0] if rows else None
+
+    def _all_events(self, kinds: Sequence[str], job: str | None,
+                    until_ts: float | None) -> list[Row]:
+        """All events of a few rare kinds (interruptions, checkpoints: tens, not millions)."""
+        kind_sql, kind_args = _kinds_filter(kinds)
+        cond, args = until_clause(until_ts)
+        job_sql, job_args = (" AND (job = ? OR job IS NULL)", [job]) if job else ("", [])
+        with self._cur() as cur:
+            return self.fetch(
+                cur,
+                f"SELECT * FROM event WHERE true{kind_sql}{job_sql}{cond} ORDER BY ts, seq",
+                [*kind_args, *job_args, *args],
+            )
+
+    def interruptions(self, job: str | None = None, *,
+                      until_ts: float | None = None) -> list[Row]:
+        """Each interruption paired with the recovery that followed it (if any yet)."""
+        out: list[Row] = []
+        open_by_host: dict[str, Row] = {}
+        for e in self._all_events(("interruption", "recovery"), job, until_ts):
+            data = e["data"] if isinstance(e["data"], dict) else {}
+            if e["kind"] == "interruption":
+                item = {
+                    "host": e["host"], "job": e["job"], "step": e["step"],
+                    "cause": data.get("cause") or e["msg"] or "unknown",
+                    "evidence": _text(data.get("evidence")),
+                    "detected_at": data.get("detected_at") or e["ts"],
+                    "detection_latency": data.get("detection_latency"),
+                    "recovered_in": None, "steps_lost": None, "restart_count": None,
+                    "checkpoint": None, "recovered_at": None,
+                }
+                out.append(item)
+                open_by_host[e["host"]] = item
+                continue
+            item = open_by_host.pop(e["host"], None)
+            if item is None:
+                # A recovery whose interruption was never seen (e.g. retained away).
+                item = {
+                    "host": e["host"], "job": e["job"], "step": e["step"],
+                    "cause": data.get("cause") or "unknown", "evidence": None,
+                    "detected_at": e["ts"] - (data.get("recovery_seconds") or 0.0),
+                    "detection_latency": None,
+                }
+                out.append(item)
+            item.update(
+                recovered_in=data.get("recovery_seconds"), steps_lost=data.get("steps_lost"),
+                restart_count=data.get("restart_count"), checkpoint=data.get("checkpoint"),
+                recovered_at=e["ts"],
+            )
+            if not item.get("cause") or item["cause"] == "unknown":
+                item["cause"] = data.get("cause") or "unknown"
+        return out
+
+    def checkpoint_costs(self, job: str | None = None, *,
+                         until_ts: float | None = None) -> list[Row]:
+        """Every saved checkpoint: when, at which step, how long it took, how big."""
+        out = []
+        for e in self._all_events(("checkpoint_saved",), job, until_ts):
+            data = e["data"] if isinstance(e["data"], dict) else {}
+            out.append({
+                "ts": e["ts"], "host": e["host"], "step": e["step"],
+                "seconds": _number(data.get("seconds")), "bytes": data.get("bytes"),
+                "path": data.get("path"),
+            })
+        return out
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)

@@ -1,0 +1,123 @@
+"""Reads about the machines: hosts, their agents' facts, latest GPU and host samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
+
+# Latest samples are looked for this far back at most: a GPU or host silent for longer
+# is shown offline (its last values would mislead more than they help).
+SAMPLE_WINDOWS: tuple[float | None, ...] = (120.0, 1800.0)
+HEARTBEAT_TABLES = ("host_sample", "gpu", "train", "hello", "event")
+
+
+class HealthQueries(ReaderBase):
+    def hosts(self, *, until_ts: float | None = None) -> list[Row]:
+        """One row per host known at `until_ts`: transport bookkeeping (live state,
+        counters), the facts of its newest `hello`, and `last_seen`."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            hellos = {
+                r["host"]: r
+                for r in self.fetch(
+                    cur,
+                    f"SELECT * FROM hello WHERE true{cond} QUALIFY row_number() OVER "
+                    "(PARTITION BY host ORDER BY ts DESC, seq DESC) = 1",
+                    args,
+                )
+            }
+            links = {r["host"]: r for r in self.fetch(cur, "SELECT * FROM hosts")}
+            names = set(hellos)
+            if until_ts is None:
+                names |= set(links)
+            seen = self._last_seen(cur, sorted(names), until_ts)
+        out = []
+        for name in sorted(names):
+            hello = hellos.get(name, {})
+            link = links.get(name, {})
+            gpus = hello.get("gpus")
+            out.append({
+                "host": name,
+                "address": link.get("address"),
+                "state": link.get("state"),
+                "detail": link.get("detail"),
+                "state_ts": link.get("state_ts"),
+                "high_water": link.get("high_water"),
+                "malformed": link.get("malformed"),
+                "lost": link.get("lost"),
+                "last_error": link.get("last_error"),
+                "hostname": hello.get("hostname"),
+                "agent_version": hello.get("agent_version"),
+                "boot_id": hello.get("boot_id"),
+                "cpu_count": hello.get("cpu_count"),
+                "mem_total": hello.get("mem_total"),
+                "gpu_source": hello.get("gpu_source"),
+                "gpu_state": hello.get("gpu_state"),
+                "driver": hello.get("driver"),
+                "gpus": gpus if isinstance(gpus, list) else [],
+                "env": hello.get("env") if isinstance(hello.get("env"), dict) else {},
+                "psutil": hello.get("psutil"),
+                "hello_ts": hello.get("ts"),
+                "last_seen": seen.get(name),
+            })
+        return out
+
+    def _last_seen(self, cur: Any, hosts: list[str], until_ts: float | None) -> dict[str, float]:
+        """Newest record per host across the busy tables, probed in recent windows."""
+        if not hosts:
+            return {}
+        end = until_ts
+        if end is None:
+            ends = [self.table_frontier(cur, t, None) for t in HEARTBEAT_TABLES]
+            known = [e for e in ends if e is not None]
+            if not known:
+                return {}
+            end = max(known)
+        seen: dict[str, float] = {}
+        for window in WINDOWS:
+            if window is None:
+                break
+            for table in HEARTBEAT_TABLES:
+                for r in self.fetch(
+                    cur,
+                    f'SELECT host, max(ts) AS ts FROM "{table}" WHERE ts <= ? AND ts > ? '
+                    "GROUP BY host",
+                    [end, end - window],
+                ):
+                    if r["ts"] is not None and r["ts"] > seen.get(r["host"], float("-inf")):
+                        seen[r["host"]] = float(r["ts"])
+            if all(h in seen for h in hosts):
+                return seen
+        for host in hosts:
+            if host not in seen:
+                found = self.old_last_seen(cur, host, end)
+                if found is not None:
+                    seen[host] = found
+        return seen
+
+    def latest_gpus(self, *, until_ts: float | None = None) -> list[Row]:
+        """Newest sample of every GPU sampled recently, by (host, gpu)."""
+        with self._cur() as cur:
+            return self.recent(
+                cur, "gpu", until_ts=until_ts, order="host, gpu", windows=SAMPLE_WINDOWS,
+                qualify="row_number() OVER (PARTITION BY host, gpu ORDER BY ts DESC, seq DESC)"
+                " = 1",
+            )
+
+    def latest_host_samples(self, *, until_ts: float | None = None) -> list[Row]:
+        """Newest host sample of every host sampled recently."""
+        with self._cur() as cur:
+            return self.recent(
+                cur, "host_sample", until_ts=until_ts, order="host", windows=SAMPLE_WINDOWS,
+                qualify="row_number() OVER (PARTITION BY host ORDER BY ts DESC, seq DESC) = 1",
+            )
+
+    def gpu_events(self, *, until_ts: float | None = None, limit: int = 200) -> list[Row]:
+        """Recent XID events (for the newest XID shown per GPU)."""
+        with self._cur() as cur:
+            return self.recent(
+                cur, "event", until_ts=until_ts, where=" AND kind = 'xid'",
+                columns="host, seq, ts, kind, step, msg, data", limit=limit,
+                enough=lambda rows: bool(rows),
+            )

@@ -1,0 +1,205 @@
+"""Reads about the training itself: jobs, run metadata, steps, evals, series."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cockpit.snapshot import Series
+from cockpit.store.downsample import downsample
+from cockpit.store.queries_base import ReaderBase, Row, until_clause
+
+RUN_FIELDS = (
+    "total_steps", "total_epochs", "total_samples", "total_tokens", "stages", "config",
+    "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "world_size",
+    "tags",
+)
+STEP_COLUMNS = (
+    "host, seq, ts, rank, step, epoch, stage, loss, nonfinite, lr, samples, tokens, "
+    "step_time, data_time, compute_time, comm_time, ckpt_time, loss_scale, grad_norm"
+)
+NONFINITE_LIMIT = 1000
+
+
+class TrainQueries(ReaderBase):
+    def jobs(self, *, until_ts: float | None = None) -> list[str]:
+        """Every job the recording knows of, in order of first appearance.
+
+        Jobs are declared by `run` records and lifecycle events (small tables); the
+        newest training record's job is added in case a trainer never declared itself.
+        """
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            rows = self.fetch(
+                cur,
+                "SELECT job, min(ts) AS first FROM ("
+                f" SELECT job, ts FROM run WHERE job IS NOT NULL{cond}"
+                f" UNION ALL SELECT job, ts FROM event WHERE job IS NOT NULL{cond}"
+                f" UNION ALL SELECT job, ts FROM eval WHERE job IS NOT NULL{cond}"
+                ") GROUP BY job ORDER BY first, job",
+                [*args, *args, *args],
+            )
+            names = [r["job"] for r in rows]
+            newest = self._newest_train_job(cur, until_ts)
+        if newest is not None and newest not in names:
+            names.append(newest)
+        return names
+
+    def _newest_train_job(self, cur: Any, until_ts: float | None) -> str | None:
+        rows = self.recent(cur, "train", until_ts=until_ts, columns="job", limit=1)
+        return rows[0]["job"] if rows else None
+
+    def current_job(self, *, until_ts: float | None = None) -> str | None:
+        """The job that trained most recently, else the most recently declared one."""
+        with self._cur() as cur:
+            newest = self._newest_train_job(cur, until_ts)
+            if newest is not None:
+                return newest
+            cond, args = until_clause(until_ts)
+            return self.scalar(
+                cur,
+                "SELECT job FROM (SELECT job, ts, seq FROM run WHERE job IS NOT NULL"
+                f"{cond} UNION ALL SELECT job, ts, seq FROM event WHERE job IS NOT NULL"
+                f"{cond}) ORDER BY ts DESC, seq DESC LIMIT 1",
+                [*args, *args],
+            )
+
+    def run_info(self, job: str, *, until_ts: float | None = None) -> dict[str, Any]:
+        """The job's `run` records merged in order (a later non-null field wins), plus
+        when it started and the environment fingerprint of every host."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            runs = self.fetch(
+                cur, f"SELECT * FROM run WHERE job = ?{cond} ORDER BY ts, seq", [job, *args]
+            )
+            started = self.scalar(
+                cur,
+                "SELECT min(ts) FROM (SELECT ts FROM run WHERE job = ?"
+                f"{cond} UNION ALL SELECT ts FROM event WHERE job = ? AND kind = "
+                f"'job_started'{cond})",
+                [job, *args, job, *args],
+            )
+            hellos = self.fetch(
+                cur,
+                f"SELECT host, env, python, driver, agent_version FROM hello WHERE true{cond}"
+                " QUALIFY row_number() OVER (PARTITION BY host ORDER BY ts DESC, seq DESC) = 1"
+                " ORDER BY host",
+                args,
+            )
+        info: dict[str, Any] = {"job": job, **{name: None for name in RUN_FIELDS}}
+        for record in runs:
+            for name in RUN_FIELDS:
+                if record.get(name) is not None:
+                    info[name] = record[name]
+        info["started"] = started
+        info["declared"] = bool(runs)
+        info["env"] = {
+            h["host"]: {
+                "python": h["python"], "driver": h["driver"], "agent": h["agent_version"],
+                **(h["env"] if isinstance(h["env"], dict) else {}),
+            }
+            for h in hellos
+        }
+        return info
+
+    def latest_train(
+        self, job: str, *, until_ts: float | None = None, expected_ranks: int | None = None
+    ) -> list[Row]:
+        """Per rank, its newest step record (newest by time, so a rollback shows)."""
+        want = expected_ranks or 1
+        with self._cur() as cur:
+            return self.recent(
+                cur, "train", until_ts=until_ts, where=" AND job = ?", params=[job],
+                columns=STEP_COLUMNS, order="rank",
+                qualify="row_number() OVER (PARTITION BY rank ORDER BY ts DESC, seq DESC) = 1",
+                enough=lambda rows: len(rows) >= want,
+            )
+
+    def recent_steps(
+        self, job: str, n: int = 50, *, until_ts: float | None = None,
+        last_step: int | None = None,
+    ) -> list[Row]:
+        """Per rank, the last `n` steps up to the newest, oldest first.
+
+        Bounded by a step range (zone maps prune the rest); a step run twice because of
+        a rollback is taken from its newest run.
+        """
+        if last_step is None:
+            latest = self.latest_train(job, until_ts=until_ts)
+            if not latest:
+                return []
+            newest = max(latest, key=lambda r: (r["ts"], r["seq"]))
+            last_step = int(newest["step"])
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            return self.fetch(
+                cur,
+                f"SELECT {STEP_COLUMNS} FROM train WHERE job = ? AND step > ? AND step <= ?"
+                f"{cond} QUALIFY row_number() OVER (PARTITION BY rank, step "
+                "ORDER BY ts DESC, seq DESC) = 1 ORDER BY step, rank",
+                [job, last_step - n, last_step, *args],
+            )
+
+    def series(
+        self,
+        table: str,
+        column: str,
+        *,
+        where: dict[str, Any],
+        x: str = "step",
+        buckets: int = 120,
+        until_ts: float | None = None,
+        x_range: tuple[float, float] | None = None,
+    ) -> Series:
+        """A downsampled series (one point per bucket), computed in SQL."""
+        with self._cur() as cur:
+            xs, last, lo, hi = downsample(
+                cur, table, column, x=x, buckets=buckets, where=where, until_ts=until_ts,
+                x_range=x_range,
+            )
+        return Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
+
+    def eval_points(self, job: str, *, until_ts: float | None = None) -> list[Row]:
+        """Every evaluation (they are few), one per step: the newest if a step repeats."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            return self.fetch(
+                cur,
+                f"SELECT host, ts, rank, step, loss, metrics FROM eval WHERE job = ?{cond}"
+                " QUALIFY row_number() OVER (PARTITION BY step ORDER BY ts DESC, seq DESC) = 1"
+                " ORDER BY step",
+                [job, *args],
+            )
+
+    def nonfinite_steps(
+        self, job: str, *, until_ts: float | None = None, limit: int = NONFINITE_LIMIT
+    ) -> list[int]:
+        """Steps whose loss was NaN/Inf on any rank (the column is almost always null,
+        so row groups without a value are skipped from their statistics)."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            rows = self.fetch(
+                cur,
+                "SELECT DISTINCT step FROM train WHERE job = ? AND nonfinite IS NOT NULL"
+                f"{cond} ORDER BY step LIMIT {int(limit)}",
+                [job, *args],
+            )
+        return [int(r["step"]) for r in rows if r["step"] is not None]
+
+    def peak_step(
+        self, job: str, rank: int | None, column: str, first: float, last: float, *,
+        until_ts: float | None = None,
+    ) -> int | None:
+        """The step in [first, last] where `column` peaked: pins a spike found on a
+        downsampled series to its exact step (a step-range read, zone-map bounded)."""
+        if column not in ("loss", "grad_norm", "step_time"):
+            raise ValueError(f"peak_step reads loss, grad_norm or step_time, not {column!r}")
+        cond, args = until_clause(until_ts)
+        rank_sql, rank_args = (" AND rank = ?", [rank]) if rank is not None else ("", [])
+        with self._cur() as cur:
+            found = self.scalar(
+                cur,
+                f"SELECT step FROM train WHERE job = ? AND step >= ? AND step <= ?{rank_sql}"
+                f"{cond} AND {column} IS NOT NULL ORDER BY {column} DESC, step LIMIT 1",
+                [job, first, last, *rank_args, *args],
+            )
+        return int(found) if found is not None else None

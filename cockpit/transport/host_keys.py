@@ -1,0 +1,167 @@
+"""Host key trust: known_hosts files, refusal of unknown and changed keys.
+
+The cockpit sends control ops that relaunch jobs, so a host must prove it is the machine
+the operator trusted before. A key nobody has recorded is refused with the key type, its
+SHA256 fingerprint and the exact ways to trust it; a key that differs from the recorded
+one is refused loudly as a possible man-in-the-middle. Accepting new keys is an explicit
+opt-in that records them in the cockpit's own known_hosts file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+import platformdirs
+
+SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
+USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+
+
+def cockpit_known_hosts() -> Path:
+    """The file that `--accept-new-host-keys` appends to (kept apart from ~/.ssh)."""
+    return Path(platformdirs.user_data_dir("training-cockpit")) / "known_hosts"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's `SHA256:…` fingerprint (what `ssh-keygen -lf` prints)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class HostKeyError(Exception):
+    """A host key the cockpit will not trust; `state` is the link state to report."""
+
+    state = "hostkey-unknown"
+
+
+class HostKeyUnknown(HostKeyError):
+    state = "hostkey-unknown"
+
+
+class HostKeyChanged(HostKeyError):
+    state = "hostkey-changed"
+
+
+@dataclass
+class KnownHosts:
+    """The known_hosts files consulted, in order, plus where new keys are recorded.
+
+    Tests and sandboxed setups turn off the system and user files so that nothing
+    outside the given files decides trust.
+    """
+
+    extra_files: Sequence[Path] = ()
+    use_system: bool = True
+    use_user: bool = True
+    accept_new: bool = False
+    record_file: Path = field(default_factory=cockpit_known_hosts)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def files(self) -> list[Path]:
+        paths: list[Path] = []
+        if self.use_system:
+            paths.append(SYSTEM_KNOWN_HOSTS)
+        if self.use_user:
+            paths.append(USER_KNOWN_HOSTS.expanduser())
+        paths.extend(Path(p).expanduser() for p in self.extra_files)
+        paths.append(Path(self.record_file).expanduser())
+        unique: list[Path] = []
+        for path in paths:
+            if path not in unique:
+                unique.append(path)
+        return unique
+
+    def load_into(self, client: paramiko.SSHClient) -> None:
+        """Load every readable file into the client's key set (later files add entries)."""
+        for path in self.files():
+            if path.is_file():
+                try:
+                    client.load_system_host_keys(str(path))
+                except (OSError, paramiko.SSHException) as exc:
+                    raise HostKeyError(f"cannot read known_hosts file {path}: {exc}") from exc
+
+    def record(self, name: str, key: paramiko.PKey) -> Path:
+        """Append `name keytype base64` to the cockpit's own known_hosts file."""
+        path = Path(self.record_file).expanduser()
+        with self._lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            line = f"{name} {key.get_name()} {key.get_base64()}\n"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as handle:
+                handle.write(line)
+        return path
+
+    def policy(self, host_label: str) -> paramiko.MissingHostKeyPolicy:
+        return _Policy(self, host_label)
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    """Called by paramiko only when no key at all is recorded for the host name."""
+
+    def __init__(self, known: KnownHosts, host_label: str) -> None:
+        self.known = known
+        self.host_label = host_label
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+        if self.known.accept_new:
+            self.known.record(hostname, key)
+            return
+        raise HostKeyUnknown(unknown_key_message(self.host_label, hostname, key))
+
+
+def _split_name(name: str) -> tuple[str, int]:
+    if name.startswith("[") and "]:" in name:
+        host, port = name[1:].split("]:", 1)
+        return host, int(port)
+    return name, 22
+
+
+def unknown_key_message(host_label: str, name: str, key: paramiko.PKey) -> str:
+    address, port = _split_name(name)
+    keyscan = f"ssh-keyscan -p {port} {address} >> ~/.ssh/known_hosts"
+    return (
+        f"host {host_label} ({name}) presented an unknown {key.get_name()} host key "
+        f"{fingerprint(key)}; refused. Check this fingerprint with the host's administrator "
+        f"(on the host: ssh-keygen -lf /etc/ssh/ssh_host_{_short_type(key)}_key.pub), then "
+        f"trust it with `{keyscan}` or start the cockpit with --accept-new-host-keys "
+        f"(records it in {cockpit_known_hosts()})"
+    )
+
+
+def changed_key_message(
+    host_label: str,
+    name: str,
+    presented: paramiko.PKey,
+    expected: paramiko.PKey,
+    files: Sequence[Path],
+) -> str:
+    where = ", ".join(str(p) for p in files if p.is_file()) or "known_hosts"
+    return (
+        f"HOST KEY CHANGED for {host_label} ({name}): it presented {presented.get_name()} "
+        f"{fingerprint(presented)} but {expected.get_name()} {fingerprint(expected)} is recorded "
+        f"in {where}. Someone may be intercepting the connection (man-in-the-middle), or "
+        f"the host was reinstalled. Refused. If the change is expected, remove the old entry "
+        f"with `ssh-keygen -R '{name}'` (and from {cockpit_known_hosts()}) and trust the new key."
+    )
+
+
+def _short_type(key: paramiko.PKey) -> str:
+    name = key.get_name()
+    if "ed25519" in name:
+        return "ed25519"
+    if "ecdsa" in name:
+        return "ecdsa"
+    if "rsa" in name:
+        return "rsa"
+    return name

@@ -1,0 +1,224 @@
+"""What every link does regardless of how it reaches the agent.
+
+A link owns one thread that connects, streams, and reconnects after any failure, asking
+the consumer's high-water mark at each (re)connect so that a consumer deduplicating on
+(host, seq) receives every record exactly once. Subclasses only say how one attempt
+reaches the agent (`_attempt`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+
+from cockpit.transport.host_keys import KnownHosts
+from cockpit.transport.inventory import HostSpec
+from cockpit.transport.pump import PumpResult, StderrTail
+from cockpit.transport.ssh_config import SshConfig
+from cockpit.transport.states import (
+    AGENT_FAILED,
+    CONNECTING,
+    STALE,
+    STOPPED,
+    STREAMING,
+    UNREACHABLE,
+    Backoff,
+    ChunkCallback,
+    HighWater,
+    StateCallback,
+)
+
+
+class LinkNotStreaming(RuntimeError):
+    """A control op was sent to a host whose stream is not up."""
+
+
+class ConsumerError(RuntimeError):
+    """The chunk consumer raised; the link reconnects from the high-water mark."""
+
+
+@dataclass
+class LinkOptions:
+    """Tuning and trust settings shared by the links of one cockpit."""
+
+    known_hosts: KnownHosts = field(default_factory=KnownHosts)
+    ssh_config: SshConfig | None = None
+    connect_timeout: float = 10.0
+    keepalive: float = 15.0
+    # Agents sample at 1 Hz: this many seconds without a record means the stream is dead
+    # even if TCP has not noticed yet.
+    stale_after: float = 20.0
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+
+    def config(self) -> SshConfig:
+        if self.ssh_config is None:
+            self.ssh_config = SshConfig()
+        return self.ssh_config
+
+
+class BaseLink:
+    """Thread, states, control writes and the reconnect loop of one host's link."""
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        high_water: HighWater,
+        on_chunk: ChunkCallback,
+        on_state: StateCallback,
+        options: LinkOptions | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.options = options or LinkOptions()
+        self._high_water = high_water
+        self._on_chunk = on_chunk
+        self._on_state = on_state
+        self._state = STOPPED
+        self._detail = ""
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._send_lock = threading.Lock()
+        self._writer = None
+        self.stderr = StderrTail()
+        self.bytes_received = 0
+        self.connections = 0
+        self.last_from_seq: int | None = None
+
+    # -- public ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def detail(self) -> str:
+        return self._detail
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name=f"link-{self.name}", daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Ask the thread to end without waiting (lets a fleet stop links in parallel)."""
+        self._stopping.set()
+        self._interrupt()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.request_stop()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def send_control(self, op: dict) -> None:
+        """Write one control op as a JSON line to the agent's stdin."""
+        if not isinstance(op, dict) or "op" not in op:
+            raise ValueError(f"a control op is a dict with an 'op' key, got {op!r}")
+        line = (json.dumps(op, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        with self._send_lock:
+            writer = self._writer
+            if writer is None or self._state != STREAMING:
+                raise LinkNotStreaming(
+                    f"host {self.name} is {self._state}"
+                    + (f" ({self._detail})" if self._detail else "")
+                    + f": control op {op.get('op')!r} not sent"
+                )
+            try:
+                writer(line)
+            except OSError as exc:
+                raise LinkNotStreaming(
+                    f"host {self.name}: control op {op.get('op')!r} not sent: {exc}"
+                ) from exc
+
+    # -- for subclasses -------------------------------------------------------------
+
+    def _attempt(self, backoff: Backoff) -> float:
+        """Connect and stream once; return how long to wait before the next attempt."""
+        raise NotImplementedError
+
+    def _interrupt(self) -> None:
+        """Unblock the thread's current wait (close the connection or process)."""
+
+    def _set_state(self, state: str, detail: str = "") -> None:
+        self._state, self._detail = state, detail
+        try:
+            self._on_state(self.name, state, detail)
+        except Exception:  # a broken state listener must not take the link down
+            pass
+
+    def _set_writer(self, writer) -> None:
+        with self._send_lock:
+            self._writer = writer
+
+    def _deliver(self, chunk: bytes) -> None:
+        self.bytes_received += len(chunk)
+        try:
+            self._on_chunk(self.name, chunk)
+        except Exception as exc:
+            raise ConsumerError(f"consumer failed on a chunk from {self.name}: {exc!r}") from exc
+
+    def _from_seq(self) -> int:
+        seq = int(self._high_water())
+        self.last_from_seq = seq
+        return seq
+
+    def _stopping_now(self) -> bool:
+        return self._stopping.is_set()
+
+    def _after_stream(self, result: PumpResult, backoff: Backoff, from_seq: int) -> float:
+        """State and retry delay once a stream has ended for any reason but a missing agent."""
+        if result.got_data:
+            backoff.reset()
+        note = (
+            f"; dropped a partial line of {result.dropped_partial} bytes"
+            if result.dropped_partial
+            else ""
+        )
+        if result.reason == "stopped":
+            return 0.0
+        if result.reason == "stale":
+            self._set_state(
+                STALE,
+                f"no records for {self.options.stale_after:g} s after seq {from_seq}; "
+                f"reconnecting{note}",
+            )
+            return backoff.next_delay()
+        status = result.exit_status
+        if status is None or status < 0:
+            self._set_state(UNREACHABLE, f"connection lost{note}")
+        elif status == 0:
+            self._set_state(CONNECTING, f"agent stream ended{note}")
+        else:
+            tail = self.stderr.summary()
+            self._set_state(
+                AGENT_FAILED,
+                f"agent stream exited with status {status}" + (f": {tail}" if tail else "") + note,
+            )
+        return backoff.next_delay()
+
+    # -- thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = Backoff(self.options.backoff_base, self.options.backoff_cap)
+        while not self._stopping.is_set():
+            try:
+                delay = self._attempt(backoff)
+            except ConsumerError as exc:
+                self._set_state(CONNECTING, f"{exc}; reconnecting from the high-water mark")
+                delay = backoff.next_delay()
+            except Exception as exc:  # keep the link alive: report, back off, retry
+                self._set_state(UNREACHABLE, f"unexpected error: {exc!r}")
+                delay = backoff.next_delay()
+            finally:
+                self._set_writer(None)
+            if self._stopping.wait(delay):
+                break
+        self._set_state(STOPPED, "")

@@ -1,0 +1,328 @@
+"""`HostLink`: one long-lived SSH connection per host carrying the agent's stream.
+
+One exec channel runs `agent stream --from SEQ`; records come back on stdout, control
+ops go out on stdin. Everything that can go wrong on the way (network, host keys,
+authentication, a missing agent) becomes a link state with a message that says what
+happened and what to do, and the link keeps retrying with capped, jittered backoff.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass, field
+
+import paramiko
+
+from cockpit.transport import commands
+from cockpit.transport.deploy import DeployedAgent, DeployError, ZipappBuilder, push_agent
+from cockpit.transport.host_keys import HostKeyError, changed_key_message, known_hosts_name
+from cockpit.transport.inventory import AUTO_AGENT, HostSpec
+from cockpit.transport.link import BaseLink, LinkOptions
+from cockpit.transport.pump import READ_SIZE, pump
+from cockpit.transport.ssh_config import Endpoint, SshConfigError
+from cockpit.transport.states import (
+    AGENT_MISSING,
+    AUTH_FAILED,
+    CONNECTING,
+    DEPLOYING,
+    HOSTKEY_CHANGED,
+    STREAMING,
+    UNREACHABLE,
+    Backoff,
+    ChunkCallback,
+    HighWater,
+    StateCallback,
+)
+
+# paramiko's default 2 MiB window stalls a fast stream on long round trips.
+WINDOW_SIZE = 8 << 20
+
+
+class ChannelSource:
+    """A paramiko exec channel seen as a `StreamSource`."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self.channel = channel
+        self._fd = channel.fileno()
+
+    def filenos(self) -> list[int]:
+        return [self._fd]
+
+    def read_out(self) -> bytes | None:
+        if self.channel.recv_ready():
+            return self.channel.recv(READ_SIZE) or None
+        return None
+
+    def read_err(self) -> bytes | None:
+        if self.channel.recv_stderr_ready():
+            return self.channel.recv_stderr(READ_SIZE) or None
+        return None
+
+    def finished(self) -> bool:
+        chan = self.channel
+        if chan.recv_ready() or chan.recv_stderr_ready():
+            return False
+        return chan.closed or chan.eof_received
+
+    def exit_status(self) -> int | None:
+        if self.channel.status_event.wait(5.0):
+            return self.channel.exit_status
+        return None
+
+    def write(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+
+@dataclass
+class Connection:
+    """The target's SSH client, plus the jump hosts' clients it tunnels through."""
+
+    client: paramiko.SSHClient
+    jumps: list[paramiko.SSHClient] = field(default_factory=list)
+
+    def close(self) -> None:
+        for client in [self.client, *reversed(self.jumps)]:
+            try:
+                client.close()
+            except Exception:
+                pass
+
+
+class _ConnectFailed(Exception):
+    def __init__(self, state: str, detail: str, slow: bool) -> None:
+        super().__init__(detail)
+        self.state, self.detail, self.slow = state, detail, slow
+
+
+def connect(spec: HostSpec, options: LinkOptions) -> Connection:
+    """Open an authenticated SSH connection to the host (through its ProxyJump chain).
+
+    Raises `_ConnectFailed` carrying the link state to report; `slow` marks failures that
+    need the operator (keys, trust) and are retried at the slowest pace.
+    """
+    try:
+        endpoint = options.config().resolve(spec)
+    except SshConfigError as exc:
+        raise _ConnectFailed(UNREACHABLE, str(exc), slow=True) from exc
+    hops = [*endpoint.proxy_jump, endpoint]
+    jumps: list[paramiko.SSHClient] = []
+    sock: socket.socket | paramiko.Channel | None = None
+    for number, hop in enumerate(hops):
+        is_target = number == len(hops) - 1
+        label = spec.name if is_target else f"{spec.name} via jump host {hop.hostname}"
+        timeout = hop.connect_timeout or options.connect_timeout
+        if sock is None:
+            try:
+                sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
+            except OSError as exc:
+                _close_all(jumps)
+                raise _ConnectFailed(
+                    UNREACHABLE, f"{hop.label()}: cannot connect: {exc}", slow=False
+                ) from exc
+        try:
+            client = _handshake(hop, sock, label, options, timeout)
+        except BaseException:
+            _close_all(jumps)
+            raise
+        if is_target:
+            return Connection(client, jumps)
+        jumps.append(client)
+        nxt = hops[number + 1]
+        try:
+            transport = client.get_transport()
+            if transport is None:
+                raise paramiko.SSHException("connection closed")
+            sock = transport.open_channel(
+                "direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except (paramiko.SSHException, OSError) as exc:
+            _close_all(jumps)
+            raise _ConnectFailed(
+                UNREACHABLE,
+                f"jump host {hop.label()} cannot reach {nxt.hostname}:{nxt.port}: {exc}",
+                slow=False,
+            ) from exc
+    raise AssertionError("unreachable: the hop list always ends with the target")
+
+
+def _close_all(clients: list[paramiko.SSHClient]) -> None:
+    for client in clients:
+        client.close()
+
+
+def _handshake(
+    hop: Endpoint,
+    sock: socket.socket | paramiko.Channel,
+    label: str,
+    options: LinkOptions,
+    timeout: float,
+) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    known = options.known_hosts
+    try:
+        known.load_into(client)
+        client.set_missing_host_key_policy(known.policy(label))
+        client.connect(
+            hop.key_name_host,
+            port=hop.port,
+            username=hop.user,
+            key_filename=list(hop.identity_files) or None,
+            sock=sock,  # type: ignore[arg-type]
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            allow_agent=True,
+            look_for_keys=True,
+        )
+    except HostKeyError as exc:
+        client.close()
+        raise _ConnectFailed(exc.state, str(exc), slow=True) from exc
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        name = known_hosts_name(hop.key_name_host, hop.port)
+        message = changed_key_message(label, name, exc.key, exc.expected_key, known.files())
+        raise _ConnectFailed(HOSTKEY_CHANGED, message, slow=True) from exc
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        keys = ", ".join(hop.identity_files) or "the default keys in ~/.ssh"
+        raise _ConnectFailed(
+            AUTH_FAILED,
+            f"{hop.label()}: authentication failed ({exc}); tried ssh-agent and {keys}. "
+            "Check `user` / `identity_file` in the inventory or User / IdentityFile in "
+            "~/.ssh/config",
+            slow=True,
+        ) from exc
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        client.close()
+        raise _ConnectFailed(
+            UNREACHABLE, f"{hop.label()}: {exc or type(exc).__name__}", slow=False
+        ) from exc
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(int(max(1, options.keepalive)))
+    return client
+
+
+class HostLink(BaseLink):
+    """The SSH link to one host. Thread-safe: start(), stop(), send_control()."""
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        high_water: HighWater,
+        on_chunk: ChunkCallback,
+        on_state: StateCallback,
+        options: LinkOptions | None = None,
+        builder: ZipappBuilder | None = None,
+    ) -> None:
+        super().__init__(spec, high_water, on_chunk, on_state, options)
+        self._builder = builder
+        self._deployed: DeployedAgent | None = None
+        self._connection: Connection | None = None
+        self._conn_lock = threading.Lock()
+
+    def _interrupt(self) -> None:
+        with self._conn_lock:
+            connection = self._connection
+        if connection is not None:
+            connection.close()
+
+    def _argv(self) -> list[str]:
+        if self._deployed is not None:
+            return self._deployed.argv()
+        return commands.agent_argv(self.spec.agent)
+
+    def _attempt(self, backoff: Backoff) -> float:
+        self._set_state(CONNECTING, self.spec.address)
+        try:
+            connection = connect(self.spec, self.options)
+        except _ConnectFailed as failure:
+            self._set_state(failure.state, failure.detail)
+            return backoff.slowest() if failure.slow else backoff.next_delay()
+        with self._conn_lock:
+            self._connection = connection
+        if self._stopping_now():
+            connection.close()
+            return 0.0
+        self.connections += 1
+        try:
+            return self._stream(connection, backoff)
+        finally:
+            with self._conn_lock:
+                self._connection = None
+            connection.close()
+
+    def _stream(self, connection: Connection, backoff: Backoff) -> float:
+        deployed_now = False
+        while True:
+            from_seq = self._from_seq()
+            command = commands.stream(self._argv(), self.spec.state_dir, from_seq)
+            try:
+                transport = connection.client.get_transport()
+                if transport is None or not transport.is_active():
+                    raise paramiko.SSHException("connection closed")
+                channel = transport.open_session(window_size=WINDOW_SIZE)
+                channel.exec_command(command)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self._set_state(UNREACHABLE, f"cannot start the agent stream: {exc}")
+                return backoff.next_delay()
+            source = ChannelSource(channel)
+            self._set_writer(source.write)
+            try:
+                result = pump(
+                    source,
+                    self._deliver,
+                    self.stderr,
+                    self.options.stale_after,
+                    self._stopping_now,
+                    lambda seq=from_seq: self._set_state(STREAMING, f"from seq {seq}"),
+                )
+            finally:
+                self._set_writer(None)
+                channel.close()
+            missing = (
+                result.reason == "eof"
+                and not result.got_data
+                and result.exit_status in commands.MISSING_STATUSES
+            )
+            if not missing:
+                return self._after_stream(result, backoff, from_seq)
+            if deployed_now or not self._may_deploy():
+                self._set_state(AGENT_MISSING, self._missing_message(result.exit_status))
+                return backoff.slowest()
+            self._set_state(
+                AGENT_MISSING,
+                f"`{commands.agent_argv(self.spec.agent)[0]}` not found on {self.name}: "
+                "pushing the agent",
+            )
+            self._set_state(DEPLOYING, f"copying the agent to {self.spec.deploy_dir}")
+            try:
+                self._deployed = push_agent(connection.client, self.spec, self._builder_())
+            except DeployError as exc:
+                self._set_state(AGENT_MISSING, str(exc))
+                return backoff.slowest()
+            deployed_now = True
+
+    def _may_deploy(self) -> bool:
+        return self.spec.agent == AUTO_AGENT and self._deployed is None
+
+    def _builder_(self) -> ZipappBuilder:
+        if self._builder is None:
+            self._builder = ZipappBuilder()
+        return self._builder
+
+    def _missing_message(self, status: int | None) -> str:
+        tail = self.stderr.summary(1)
+        argv = self._argv()
+        if self._deployed is not None:
+            return (
+                f"the pushed agent did not start on {self.name} (status {status}): is "
+                f"{self.spec.python!r} the host's Python (>= 3.8)? Set `python` in the "
+                f"inventory. {tail}"
+            ).strip()
+        return (
+            f"agent command `{' '.join(argv)}` not found on {self.name} (status {status}): "
+            'install it, fix `agent` in the inventory, or set agent = "auto" to push it. '
+            f"{tail}"
+        ).strip()

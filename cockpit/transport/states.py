@@ -1,0 +1,76 @@
+"""Link states a transport reports through `on_state(host, state, detail)`.
+
+They are plain strings so that the store and the UI can record and show them without
+importing the transport.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+CONNECTING = "connecting"
+STREAMING = "streaming"
+STALE = "stale"
+UNREACHABLE = "unreachable"
+AUTH_FAILED = "auth-failed"
+HOSTKEY_UNKNOWN = "hostkey-unknown"
+HOSTKEY_CHANGED = "hostkey-changed"
+AGENT_MISSING = "agent-missing"
+# The agent ran but its stream exited with an error (bad arguments, broken install…).
+AGENT_FAILED = "agent-failed"
+DEPLOYING = "deploying"
+STOPPED = "stopped"
+
+ALL_STATES = (
+    CONNECTING,
+    STREAMING,
+    STALE,
+    UNREACHABLE,
+    AUTH_FAILED,
+    HOSTKEY_UNKNOWN,
+    HOSTKEY_CHANGED,
+    AGENT_MISSING,
+    AGENT_FAILED,
+    DEPLOYING,
+    STOPPED,
+)
+# States that will not fix themselves: retried only at the slowest pace.
+NEEDS_OPERATOR = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, AGENT_MISSING})
+
+ChunkCallback = Callable[[str, bytes], None]
+StateCallback = Callable[[str, str, str], None]
+HighWater = Callable[[], int]
+
+
+class Backoff:
+    """Capped exponential backoff with jitter.
+
+    Jitter spreads the reconnects of hundreds of hosts that dropped together (a switch
+    reboot) so that they do not hit the network and the store in one burst.
+    """
+
+    def __init__(
+        self,
+        base: float = 0.5,
+        cap: float = 30.0,
+        factor: float = 2.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.base = base
+        self.cap = cap
+        self.factor = factor
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.base * self.factor**self.attempt)
+        self.attempt += 1
+        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    def slowest(self) -> float:
+        self.attempt += 1
+        return self.cap / 2 + self._rng.uniform(0, self.cap / 2)
+
+    def reset(self) -> None:
+        self.attempt = 0

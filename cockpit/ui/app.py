@@ -1,0 +1,178 @@
+"""The Textual app: wiring between a `Source` and the screens, nothing more.
+
+Data flow: the source calls `on_data` from any thread → `DataArrived` (merged when
+they flood) → a refresh worker builds a snapshot, gated to one in flight and at most
+four per second → `SnapshotReady` → the app sets `snapshot` on the screens, which set
+it on their panes. Job-control and replay keys live in their own mixins.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual import on, work
+from textual.app import App
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from cockpit.snapshot import Snapshot
+from cockpit.ui import keymap as keys
+from cockpit.ui import refresh_gate
+from cockpit.ui.commands import CockpitCommands
+from cockpit.ui.control_actions import ControlActions
+from cockpit.ui.messages import DataArrived, DetailsReady, DetailsRequested, SnapshotReady
+from cockpit.ui.replay_actions import REPLAY_ACTIONS, ReplayActions, is_replayable
+from cockpit.ui.screens.alerts import AlertsScreen
+from cockpit.ui.screens.drill_down import DrillDownScreen
+from cockpit.ui.screens.help import HelpScreen
+from cockpit.ui.screens.host_detail import HostDetailScreen
+from cockpit.ui.screens.log_tail import LogTailScreen
+from cockpit.ui.screens.main import MainScreen
+from cockpit.ui.screens.run_info import RunInfoScreen
+from cockpit.ui.themes import ThemeSet
+
+SNAPSHOT_BUCKETS = 120
+
+
+class CockpitApp(ControlActions, ReplayActions, App):
+    TITLE = "cockpit"
+    BINDINGS = keys.bindings("app") + keys.bindings("replay")
+    COMMANDS = App.COMMANDS | {CockpitCommands}
+
+    def __init__(self, source: object, theme_set: ThemeSet, theme: str,
+                 keymap: dict[str, str] | None = None) -> None:
+        super().__init__(css_path=list(theme_set.css_paths))
+        self.source = source
+        self.keymap = keymap or {}
+        self.theme_names = theme_set.names()
+        for definition in theme_set.themes:
+            self.register_theme(definition)
+        self.theme = theme
+        self.set_keymap(self.keymap)
+        self.snapshot: Snapshot | None = None
+        self.gate = refresh_gate.RefreshGate()
+        self.main_screen = MainScreen()
+
+    def get_default_screen(self) -> Screen:
+        return self.main_screen
+
+    def on_mount(self) -> None:
+        self.refresh_label()
+        self.source.start(self._on_data)  # type: ignore[attr-defined]
+        self._request_refresh()
+
+    def on_unmount(self) -> None:
+        self.source.stop()  # type: ignore[attr-defined]
+
+    def _on_data(self) -> None:
+        """Called by the source from any thread."""
+        self.post_message(DataArrived())
+
+    def on_data_arrived(self, _message: DataArrived) -> None:
+        self._request_refresh()
+
+    def _request_refresh(self) -> None:
+        self._act(*self.gate.request(time.monotonic()))
+
+    def _timer_fired(self) -> None:
+        self._act(*self.gate.timer_fired(time.monotonic()))
+
+    def _act(self, decision: str, wait: float) -> None:
+        if decision == refresh_gate.BUILD_NOW:
+            self._build_snapshot()
+        elif decision == refresh_gate.WAIT:
+            self.set_timer(wait, self._timer_fired)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
+    def _build_snapshot(self) -> None:
+        snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)  # type: ignore[attr-defined]
+        self.post_message(SnapshotReady(snapshot))
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.snapshot = message.snapshot
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen | DrillDownScreen):
+                screen.snapshot = message.snapshot
+
+    @on(Worker.StateChanged)
+    def _worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place worker outcomes are handled: failures become notifications."""
+        worker = event.worker
+        if event.state == WorkerState.ERROR:
+            error = worker.error
+            what = worker.group if worker.group != "default" else worker.name
+            self.notify(f"{type(error).__name__}: {error}", title=f"{what} failed",
+                        severity="error", timeout=8)
+        if worker.group == "snapshot" and event.state in (
+            WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
+        ):
+            self._act(*self.gate.finished(time.monotonic()))
+
+    def on_details_requested(self, message: DetailsRequested) -> None:
+        self._load_details(message.what, message.params)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="details")
+    def _load_details(self, what: str, params: dict[str, object]) -> None:
+        details = self.source.details(what, **params)  # type: ignore[attr-defined]
+        self.post_message(DetailsReady(what, params, details))
+
+    def on_details_ready(self, message: DetailsReady) -> None:
+        screen = self.screen
+        if isinstance(screen, DrillDownScreen) and screen.accepts(message.what, message.params):
+            screen.details = message.details
+
+    def refresh_label(self) -> None:
+        label = str(getattr(self.source, "label", "") or "")
+        self.main_screen.label = label
+        self.main_screen.paused = self.replay_paused
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in REPLAY_ACTIONS:
+            return is_replayable(self.source)
+        return True
+
+    def _open(self, screen: Screen) -> None:
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        self.push_screen(screen)
+
+    def action_open_host_detail(self) -> None:
+        self._open(HostDetailScreen(self.snapshot))
+
+    def action_open_alerts(self) -> None:
+        self._open(AlertsScreen(self.snapshot))
+
+    def action_open_run_info(self) -> None:
+        self._open(RunInfoScreen(self.snapshot))
+
+    def action_open_log(self) -> None:
+        self._open(LogTailScreen(self.snapshot))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.keymap))
+
+    async def run_keyed_action(self, spec_id: str) -> None:
+        """Run an action chosen in the command palette on the screen it belongs to."""
+        spec = keys.SPECS[spec_id]
+        if spec.scope == "main":
+            while len(self.screen_stack) > 1:
+                self.pop_screen()
+            await self.run_action(spec.action, self.main_screen)
+        elif spec.scope in ("host", "filter"):
+            wanted = HostDetailScreen if spec.scope == "host" else (AlertsScreen, LogTailScreen)
+            if not isinstance(self.screen, wanted):
+                where = "host detail" if spec.scope == "host" else "alerts or log"
+                self.notify(f"{spec.description}: only on the {where} screen", timeout=3)
+                return
+            await self.run_action(spec.action, self.screen)
+        elif spec.scope == "replay" and not is_replayable(self.source):
+            self.notify(f"{spec.description}: only when replaying a recording", timeout=3)
+        else:
+            await self.run_action(spec.action)
+
+
+def make_app(source: object, **kwargs: object) -> CockpitApp:
+    """Shortcut to `cockpit.ui.app_factory.make_app` (validated themes and keymap)."""
+    from cockpit.ui.app_factory import make_app as factory
+
+    return factory(source, **kwargs)  # type: ignore[arg-type]

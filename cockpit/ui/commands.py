@@ -1,0 +1,37 @@
+"""Command palette entries: every keyed action and every theme, searchable by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.keys import format_key
+
+from cockpit.ui.keymap import KEYS, effective_keys
+
+
+class CockpitCommands(Provider):
+    def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
+        app = self.app
+        keys = effective_keys(getattr(app, "keymap", {}))
+        commands = [
+            (spec.description, f"{spec.id} · key {format_key(keys[spec.id].split(',')[0])}",
+             partial(app.run_keyed_action, spec.id))  # type: ignore[attr-defined]
+            for spec in KEYS
+        ]
+        for name in getattr(app, "theme_names", []):
+            commands.append((f"Theme: {name}", "switch the colour theme",
+                             partial(setattr, app, "theme", name)))
+        return commands
+
+    async def discover(self) -> Hits:
+        for title, help_text, callback in self._commands():
+            yield DiscoveryHit(title, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, callback in self._commands():
+            score = max(matcher.match(title), matcher.match(help_text))
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), callback, help=help_text)

@@ -1,0 +1,102 @@
+"""The app's job-control keys: p, r, R, f, c, e, l.
+
+Each goes through `source.controller`, in a worker (controllers talk to hosts). With no
+controller the operator is told so plainly; nothing pretends to have happened.
+"""
+
+from __future__ import annotations
+
+from textual import work
+
+from cockpit.ui import job_control as jc
+from cockpit.ui.messages import ControlDone, ControlPlanned
+from cockpit.ui.screens.confirm import ConfirmScreen
+from cockpit.ui.screens.prompt import PromptScreen
+from cockpit.ui.widgets.gpu_grid import host_problem
+
+
+class ControlActions:
+    """Mixed into the App; expects `source`, `snapshot`, `notify`, `push_screen`."""
+
+    def _controller(self) -> object | None:
+        controller = getattr(self.source, "controller", None)  # type: ignore[attr-defined]
+        if controller is None:
+            self.notify(jc.NO_CONTROLLER, title="Read-only", severity="warning")  # type: ignore[attr-defined]
+        return controller
+
+    def request_operation(self, name: str, kwargs: dict[str, object] | None = None) -> None:
+        if self._controller() is None:
+            return
+        op = jc.OPERATIONS[name]
+        if op.destructive:
+            self._plan_operation(name, kwargs or {})
+        else:
+            self._run_operation(name, kwargs or {})
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="control")
+    def _plan_operation(self, name: str, kwargs: dict[str, object]) -> None:
+        op = jc.OPERATIONS[name]
+        text = jc.plan_text(self.source.controller, op, kwargs)  # type: ignore[attr-defined]
+        self.post_message(ControlPlanned(name, kwargs, text))  # type: ignore[attr-defined]
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="control")
+    def _run_operation(self, name: str, kwargs: dict[str, object]) -> None:
+        op = jc.OPERATIONS[name]
+        result = op.call(self.source.controller, kwargs)  # type: ignore[attr-defined]
+        self.post_message(ControlDone(name, result))  # type: ignore[attr-defined]
+
+    def on_control_planned(self, message: ControlPlanned) -> None:
+        op = jc.OPERATIONS[message.action]
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._run_operation(message.action, message.kwargs)
+            else:
+                self.notify(f"{op.title}: cancelled", timeout=3)  # type: ignore[attr-defined]
+
+        self.push_screen(ConfirmScreen(op.title + "?", message.description), answered)  # type: ignore[attr-defined]
+
+    def on_control_done(self, message: ControlDone) -> None:
+        op = jc.OPERATIONS[message.action]
+        self.notify(jc.result_text(op, message.result), title="Job control")  # type: ignore[attr-defined]
+
+    def _prompt(self, title: str, help_text: str, parse, then, value: str = "") -> None:
+        if self._controller() is None:
+            return
+
+        def done(result: object) -> None:
+            if result is not None:
+                then(result)
+
+        self.push_screen(PromptScreen(title, help_text, parse, value), done)  # type: ignore[attr-defined]
+
+    def action_pause_job(self) -> None:
+        self.request_operation("pause")
+
+    def action_resume_job(self) -> None:
+        self.request_operation("resume")
+
+    def action_checkpoint_now(self) -> None:
+        self.request_operation("checkpoint")
+
+    def action_eval_now(self) -> None:
+        self.request_operation("eval")
+
+    def action_adjust_lr(self) -> None:
+        self._prompt("Change LR scale", "Multiply the learning rate by (1 = unchanged):",
+                     jc.parse_lr_scale,
+                     lambda scale: self.request_operation("adjust", {"lr_scale": scale}))
+
+    def action_fork_job(self) -> None:
+        self._prompt("Fork the job", "Config overrides for the fork, key=value, comma "
+                     "separated (empty: same config):", jc.parse_overrides,
+                     lambda o: self.request_operation("fork", {"overrides": o}))
+
+    def action_relaunch_job(self) -> None:
+        snapshot = self.snapshot  # type: ignore[attr-defined]
+        hosts = [h for h in snapshot.health.hosts] if snapshot else []
+        failing = " ".join(h.host for h in hosts if host_problem(h) == "error")
+        self._prompt("Relaunch the job", "Hosts to exclude (space separated; prefilled "
+                     "with failing hosts, empty: none):",
+                     lambda text: jc.parse_hosts(text, [h.host for h in hosts]),
+                     lambda ex: self.request_operation("relaunch", {"exclude": ex}), failing)

@@ -1,0 +1,98 @@
+"""What the job-control keys do with `source.controller`, without any widget code.
+
+The controller is whatever the source attaches (None for a replay or a read-only view).
+Destructive operations are described by the controller first, so the confirmation names
+exactly what will happen on which hosts. Operator input (LR scale, fork overrides,
+hosts to exclude) is parsed here, each parser raising `ValueError` with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import tomllib
+
+NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str  # what `controller.describe` is asked about
+    title: str
+    destructive: bool
+    call: Callable[[object, dict[str, object]], object]
+
+
+OPERATIONS = {
+    op.name: op
+    for op in (
+        Operation("pause", "Pause the job", True, lambda c, kw: c.pause()),  # type: ignore[attr-defined]
+        Operation("resume", "Resume the job", False, lambda c, kw: c.resume()),  # type: ignore[attr-defined]
+        Operation("relaunch", "Relaunch the job", True,
+                  lambda c, kw: c.relaunch(exclude=kw.get("exclude", ()))),  # type: ignore[attr-defined]
+        Operation("fork", "Fork the job", True,
+                  lambda c, kw: c.fork(kw.get("overrides", {}))),  # type: ignore[attr-defined]
+        Operation("adjust", "Adjust the learning rate", False,
+                  lambda c, kw: c.adjust(**kw)),  # type: ignore[attr-defined]
+        Operation("checkpoint", "Checkpoint now", False,
+                  lambda c, kw: c.checkpoint_now()),  # type: ignore[attr-defined]
+        Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),  # type: ignore[attr-defined]
+    )
+}
+
+
+def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> str:
+    """The controller's own account of the operation, plus the operator's parameters."""
+    text = str(controller.describe(op.name))  # type: ignore[attr-defined]
+    if kwargs.get("exclude"):
+        text += "\nExcluded hosts: " + ", ".join(map(str, kwargs["exclude"]))  # type: ignore[call-overload]
+    if kwargs.get("overrides"):
+        pairs = kwargs["overrides"].items()  # type: ignore[union-attr]
+        text += "\nOverrides: " + ", ".join(f"{k}={v!r}" for k, v in pairs)
+    return text
+
+
+def result_text(op: Operation, result: object) -> str:
+    return f"{op.title}: {result}" if result not in (None, "", True) else f"{op.title}: done"
+
+
+def parse_lr_scale(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text.strip()!r} is not a number; enter a factor such as 0.5") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("the LR scale must be a positive, finite factor (1 = unchanged)")
+    return value
+
+
+def parse_overrides(text: str) -> dict[str, object]:
+    """`key=value` pairs separated by commas or newlines; values read as TOML literals
+    (numbers, booleans, quoted strings), bare words as strings."""
+    overrides: dict[str, object] = {}
+    for part in text.replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key or not raw:
+            raise ValueError(f"{part!r}: write overrides as key=value")
+        try:
+            overrides[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[key] = raw
+    return overrides
+
+
+def parse_hosts(text: str, known: Iterable[str]) -> tuple[str, ...]:
+    names = tuple(n for n in text.replace(",", " ").split() if n)
+    known_set = set(known)
+    unknown = [n for n in names if n not in known_set]
+    if unknown:
+        raise ValueError(f"unknown host(s): {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known_set)) or 'none'}")
+    return names

@@ -1,0 +1,185 @@
+"""Every key the cockpit answers to, and user remapping from a TOML file.
+
+The table below is the single source of the bindings: the app and the screens build
+their `BINDINGS` from it, the help screen lists it, and a user keymap is validated
+against it. A keymap file maps action ids to keys (`pause_job = "P"`); any mistake is
+reported with the file, the line and the offending entry, because a typo in a keymap
+must not silently leave a destructive action on an unexpected key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+from textual.binding import Binding
+from textual.keys import KEY_TO_UNICODE_NAME, Keys, _character_to_key, format_key
+
+MODIFIERS = frozenset({"ctrl", "alt", "shift", "meta", "super", "hyper"})
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One bindable action: its id (what keymap files name), default key and where it applies."""
+
+    id: str
+    key: str
+    action: str
+    description: str
+    scope: str  # "app", "main", "host", "filter" (alerts / log), "replay"
+    show: bool = True
+
+
+KEYS: tuple[KeySpec, ...] = (
+    KeySpec("focus_progress", "1", "focus_pane('progress')", "Progress", "main"),
+    KeySpec("focus_effect", "2", "focus_pane('effect')", "Effect", "main"),
+    KeySpec("focus_efficiency", "3", "focus_pane('efficiency')", "Efficiency", "main"),
+    KeySpec("focus_health", "4", "focus_pane('health')", "Health", "main"),
+    KeySpec("maximise", "m", "toggle_maximise", "Max/restore", "main"),
+    KeySpec("toggle_log_y", "g", "toggle_log_y", "Log-y", "main"),
+    KeySpec("host_detail", "h", "open_host_detail", "Host", "app"),
+    KeySpec("alerts", "a", "open_alerts", "Alerts", "app"),
+    KeySpec("run_info", "i", "open_run_info", "Run info", "app"),
+    KeySpec("log", "L", "open_log", "Log", "app"),
+    KeySpec("pause_job", "p", "pause_job", "Pause job", "app"),
+    KeySpec("resume_job", "r", "resume_job", "Resume job", "app"),
+    KeySpec("relaunch_job", "R", "relaunch_job", "Relaunch", "app", show=False),
+    KeySpec("fork_job", "f", "fork_job", "Fork", "app", show=False),
+    KeySpec("checkpoint_now", "c", "checkpoint_now", "Checkpoint", "app", show=False),
+    KeySpec("eval_now", "e", "eval_now", "Eval", "app", show=False),
+    KeySpec("adjust_lr", "l", "adjust_lr", "LR scale", "app", show=False),
+    KeySpec("help", "question_mark", "help", "Help", "app"),
+    KeySpec("quit", "q", "quit", "Quit", "app"),
+    KeySpec("replay_toggle", "space", "replay_toggle", "Play/pause", "replay"),
+    KeySpec("replay_slower", "less_than_sign", "replay_speed(-1)", "Slower", "replay"),
+    KeySpec("replay_faster", "greater_than_sign", "replay_speed(1)", "Faster", "replay"),
+    KeySpec("seek_back", "left", "replay_seek(-1)", "Seek back", "replay", show=False),
+    KeySpec("seek_forward", "right", "replay_seek(1)", "Seek fwd", "replay", show=False),
+    KeySpec("prev_host", "left_square_bracket", "cycle_host(-1)", "Prev host", "host"),
+    KeySpec("next_host", "right_square_bracket", "cycle_host(1)", "Next host", "host"),
+    KeySpec("filter", "slash", "filter", "Filter", "filter"),
+)
+
+SPECS = {spec.id: spec for spec in KEYS}
+
+# Scopes that are active together: a key must be unique within each group.
+_ACTIVE_TOGETHER = (
+    {"app", "main", "replay"},
+    {"app", "host", "replay"},
+    {"app", "filter", "replay"},
+)
+
+
+class KeymapError(ValueError):
+    """A keymap file that cannot be applied; the message names file, line and entry."""
+
+
+def bindings(scope: str) -> list[Binding]:
+    """Textual bindings for one scope, each carrying its id so keymaps can rebind it."""
+    return [
+        Binding(spec.key, spec.action, spec.description, show=spec.show, id=spec.id)
+        for spec in KEYS
+        if spec.scope == scope
+    ]
+
+
+def _valid_base_keys() -> frozenset[str]:
+    names = {key.value.rsplit("+", 1)[-1] for key in Keys}
+    names.update(KEY_TO_UNICODE_NAME)
+    names.update(_character_to_key(chr(code)) for code in range(33, 127))
+    names.update({"space", "enter", "tab", "escape", "backspace", "delete"})
+    return frozenset(names)
+
+
+_BASE_KEYS = _valid_base_keys()
+
+
+def check_key(key: str) -> str | None:
+    """Why `key` is not a key Textual can bind, or None when it is."""
+    if not key or key != key.strip():
+        return "a key must be a non-empty string without surrounding spaces"
+    for alternative in key.split(","):
+        *mods, base = alternative.split("+")
+        bad = [mod for mod in mods if mod not in MODIFIERS]
+        if bad:
+            return f"unknown modifier {bad[0]!r} in {alternative!r}"
+        if not (len(base) == 1 and base.isprintable()) and base not in _BASE_KEYS:
+            return f"unknown key {base!r} in {alternative!r}"
+    return None
+
+
+def _line_of(text: str, name: str) -> int:
+    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(name)}[\"']?[ \t]*=", re.MULTILINE)
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
+def _canonical(key: str) -> str:
+    """Compare keys by what the user presses: "?" and "question_mark" are one key."""
+    parts = []
+    for alternative in key.split(","):
+        *mods, base = alternative.split("+")
+        if len(base) == 1 and base in _CHAR_TO_NAME:
+            base = _CHAR_TO_NAME[base]
+        parts.append("+".join([*sorted(mods), base]))
+    return ",".join(parts)
+
+
+_CHAR_TO_NAME = {chr(code): _character_to_key(chr(code)) for code in range(33, 127)}
+for _name in KEY_TO_UNICODE_NAME:
+    _char = format_key(_name)
+    if len(_char) == 1:
+        _CHAR_TO_NAME.setdefault(_char, _name)
+
+
+def load_keymap(path: str | Path) -> dict[str, str]:
+    """Read and validate a keymap file; return {binding id: key} for `App.set_keymap`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KeymapError(f"{path}: cannot read keymap: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise KeymapError(f"{path}: not valid TOML: {exc}") from exc
+    keymap: dict[str, str] = {}
+    for name, key in data.items():
+        where = f"{path}:{_line_of(text, name)}: {name!r}"
+        if name not in SPECS:
+            known = ", ".join(sorted(SPECS))
+            raise KeymapError(f"{where} is not an action; known actions: {known}")
+        if not isinstance(key, str):
+            raise KeymapError(f"{where} must map to a key string, got {type(key).__name__}")
+        problem = check_key(key)
+        if problem:
+            raise KeymapError(f"{where}: {problem}")
+        keymap[name] = key
+    _check_clashes(path, text, keymap)
+    return keymap
+
+
+def effective_keys(keymap: dict[str, str] | None = None) -> dict[str, str]:
+    """Key of every action once `keymap` is applied over the defaults."""
+    return {spec.id: (keymap or {}).get(spec.id, spec.key) for spec in KEYS}
+
+
+def _check_clashes(path: Path, text: str, keymap: dict[str, str]) -> None:
+    keys = effective_keys(keymap)
+    for group in _ACTIVE_TOGETHER:
+        seen: dict[str, str] = {}
+        for spec in KEYS:
+            if spec.scope not in group:
+                continue
+            for alternative in _canonical(keys[spec.id]).split(","):
+                other = seen.get(alternative)
+                if other is not None:
+                    culprit = spec.id if spec.id in keymap else other
+                    line = _line_of(text, culprit)
+                    raise KeymapError(
+                        f"{path}:{line}: {culprit!r}: key {keys[culprit]!r} is already "
+                        f"bound to {(other if culprit == spec.id else spec.id)!r}"
+                    )
+                seen[alternative] = spec.id

@@ -1,0 +1,72 @@
+"""Messages that travel up to the app: data notices from sources and worker results.
+
+Workers never touch widgets; they end by posting one of these, and the app sets
+attributes on the panes in response (attributes down, messages up).
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from cockpit.snapshot import Snapshot
+
+
+class DataArrived(Message):
+    """The source has new data. Posted from any thread; a flood merges into one."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, DataArrived)
+
+
+class SnapshotReady(Message):
+    """A refresh worker built a snapshot for the main screen."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+
+class DetailsReady(Message):
+    """A drill-down query (`source.details(what, **params)`) finished."""
+
+    def __init__(self, what: str, params: dict[str, object], details: object) -> None:
+        super().__init__()
+        self.what = what
+        self.params = params
+        self.details = details
+
+
+class ControlPlanned(Message):
+    """The controller described a destructive action; the user must now confirm it."""
+
+    def __init__(self, action: str, kwargs: dict[str, object], description: str) -> None:
+        super().__init__()
+        self.action = action
+        self.kwargs = kwargs
+        self.description = description
+
+
+class ControlDone(Message):
+    """A job-control action returned; `result` is what the controller answered."""
+
+    def __init__(self, action: str, result: object) -> None:
+        super().__init__()
+        self.action = action
+        self.result = result
+
+
+class PaneFocused(Message):
+    """A pane took focus, so the narrow layout knows which one to expand."""
+
+    def __init__(self, pane_id: str) -> None:
+        super().__init__()
+        self.pane_id = pane_id
+
+
+class DetailsRequested(Message):
+    """A drill-down screen wants `source.details(what, **params)`; the app fetches it."""
+
+    def __init__(self, what: str, params: dict[str, object]) -> None:
+        super().__init__()
+        self.what = what
+        self.params = params

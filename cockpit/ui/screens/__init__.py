@@ -1,0 +1,1 @@
+"""Screens of the cockpit: the main instruments and the drill-downs."""

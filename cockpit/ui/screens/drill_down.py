@@ -1,0 +1,61 @@
+"""Common ground of the drill-down screens: a title, a Back key, and details that are
+re-fetched as new snapshots arrive (at most every few seconds: drill-down queries can
+be heavier than a snapshot)."""
+
+from __future__ import annotations
+
+import time
+
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from cockpit.snapshot import Snapshot
+from cockpit.ui.messages import DetailsRequested
+
+DETAILS_REFRESH_S = 2.0
+
+
+class DrillDownScreen(Screen):
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="back")]
+    WHAT = ""  # the `source.details` kind this screen shows; "" for none
+
+    snapshot: reactive[Snapshot | None] = reactive(None)
+    details: reactive[object] = reactive(None, always_update=True)
+
+    def __init__(self, snapshot: Snapshot | None = None) -> None:
+        super().__init__()
+        self.set_reactive(DrillDownScreen.snapshot, snapshot)
+        self._last_request: float | None = None
+        self._ready = False  # composed and mounted: safe to query
+
+    def details_params(self) -> dict[str, object]:
+        return {}
+
+    def request_details(self) -> None:
+        if not self.WHAT:
+            return
+        self._last_request = time.monotonic()
+        self.post_message(DetailsRequested(self.WHAT, self.details_params()))
+
+    def on_mount(self) -> None:
+        self._ready = True
+        if self.snapshot is not None:
+            self.show_snapshot(self.snapshot)
+        self.request_details()
+
+    def watch_snapshot(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None or not self._ready:
+            return
+        self.show_snapshot(snapshot)
+        due = self._last_request is None or (
+            time.monotonic() - self._last_request >= DETAILS_REFRESH_S)
+        if due:
+            self.request_details()
+
+    def accepts(self, what: str, params: dict[str, object]) -> bool:
+        """Whether a details result is the one this screen currently wants."""
+        return what == self.WHAT and params == self.details_params()
+
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        """Update what this screen shows straight from the snapshot."""

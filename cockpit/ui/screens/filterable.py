@@ -1,0 +1,41 @@
+"""A drill-down with a `/` filter: the operator types, the list narrows as they type."""
+
+from __future__ import annotations
+
+from textual.widgets import Input
+
+from cockpit.ui import keymap
+from cockpit.ui.screens.drill_down import DrillDownScreen
+
+
+def matches(text: str, query: str) -> bool:
+    """Every whitespace-separated word of the query appears in the text (any case)."""
+    lowered = text.lower()
+    return all(word in lowered for word in query.lower().split())
+
+
+class FilterableScreen(DrillDownScreen):
+    BINDINGS = [*DrillDownScreen.BINDINGS, *keymap.bindings("filter")]
+
+    @property
+    def query_text(self) -> str:
+        return self.query_one("#filter", Input).value
+
+    def filter_input(self) -> Input:
+        return Input(placeholder="filter: words that must all appear (esc: back)", id="filter")
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.apply_filter()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self.focus_next()
+
+    def apply_filter(self) -> None:
+        """Redraw the list with the current filter."""

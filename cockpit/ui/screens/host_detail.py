@@ -1,0 +1,113 @@
+"""One host in depth: per-GPU table from the snapshot, history and processes from
+`source.details("host", host=NAME)`; `[` / `]` or the tab bar switch hosts."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Footer, Static, Tab, Tabs
+
+from cockpit.snapshot import HostHealth, Snapshot
+from cockpit.ui import format as fmt
+from cockpit.ui import keymap
+from cockpit.ui.screens.drill_down import DrillDownScreen
+from cockpit.ui.widgets.detail_view import DetailView
+from cockpit.ui.widgets.gpu_grid import gpu_problem
+
+GPU_COLUMNS = ("gpu", "name", "state", "util", "temp", "power", "memory", "ECC unc",
+               "XID", "throttle")
+
+
+def gpu_rows(host: HostHealth) -> list[tuple[str, ...]]:
+    rows = []
+    for c in host.gpus:
+        problem = gpu_problem(c)
+        state = "offline" if not c.online else (problem or "ok")
+        if c.simulated:
+            state += " (SIM)"
+        power = fmt.na(c.power, "{:.0f}") + " / " + fmt.na(c.power_limit, "{:.0f} W")
+        memory = f"{fmt.size(c.mem_used)} / {fmt.size(c.mem_total)}"
+        rows.append((str(c.index), c.name or fmt.NA_TEXT, state, fmt.percent(c.util),
+                     fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc),
+                     fmt.na(c.xid), fmt.na(c.throttle, "{:#x}")))
+    return rows
+
+
+def host_summary(host: HostHealth) -> str:
+    return (f"link {host.state} · GPUs {host.gpu_state} · CPU {fmt.percent(host.cpu)} · "
+            f"RAM {fmt.size(host.mem_used)} / {fmt.size(host.mem_total)} · "
+            f"disk {fmt.size(host.disk_used)} / {fmt.size(host.disk_total)} · "
+            f"net ↓{fmt.si(host.net_rx, 'B/s')} ↑{fmt.si(host.net_tx, 'B/s')} · "
+            f"last seen {fmt.clock(host.last_seen)}")
+
+
+class HostDetailScreen(DrillDownScreen):
+    BINDINGS = [*DrillDownScreen.BINDINGS, *keymap.bindings("host")]
+    WHAT = "host"
+
+    def __init__(self, snapshot: Snapshot | None = None, host: str | None = None) -> None:
+        super().__init__(snapshot)
+        names = self.host_names()
+        self.host = host if host in names else (names[0] if names else None)
+
+    def host_names(self) -> list[str]:
+        return [h.host for h in self.snapshot.health.hosts] if self.snapshot else []
+
+    def details_params(self) -> dict[str, object]:
+        return {"host": self.host}
+
+    def compose(self) -> ComposeResult:
+        yield Static("[b]Host detail[/b]", id="screen-title")
+        yield Tabs(*(Tab(name, id=f"host-{i}") for i, name in enumerate(self.host_names())))
+        yield Static(id="host-summary")
+        yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
+        yield DetailView(id="host-details")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gpu-table", DataTable).add_columns(*GPU_COLUMNS)
+        names = self.host_names()
+        if self.host in names:
+            self.query_one(Tabs).active = f"host-{names.index(self.host)}"
+        super().on_mount()
+
+    def current(self) -> HostHealth | None:
+        if self.snapshot is None:
+            return None
+        return next((h for h in self.snapshot.health.hosts if h.host == self.host), None)
+
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        host = self.current()
+        title = f"[b]Host detail: {self.host or 'no hosts'}[/b]"
+        self.query_one("#screen-title", Static).update(title)
+        summary = host_summary(host) if host else "this host is not in the latest snapshot"
+        self.query_one("#host-summary", Static).update(summary)
+        table = self.query_one("#gpu-table", DataTable)
+        table.clear()
+        for row in gpu_rows(host) if host else []:
+            table.add_row(*row)
+
+    def watch_details(self, details: object) -> None:
+        if self._ready:
+            self.query_one(DetailView).data = details
+
+    def select(self, name: str) -> None:
+        if name == self.host:
+            return
+        self.host = name
+        self.query_one(DetailView).data = None
+        if self.snapshot is not None:
+            self.show_snapshot(self.snapshot)
+        self.request_details()
+
+    def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        if event.tab is not None:
+            self.select(str(event.tab.label.plain))
+
+    def action_cycle_host(self, step: int) -> None:
+        names = self.host_names()
+        if not names:
+            self.notify("No hosts in this snapshot", severity="warning")
+            return
+        index = names.index(self.host) if self.host in names else 0
+        target = (index + step) % len(names)
+        self.query_one(Tabs).active = f"host-{target}"

@@ -1,0 +1,58 @@
+"""The tail of the job's output, from every host, filterable with `/`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.app import ComposeResult
+from textual.widgets import Footer, Log, Static
+
+from cockpit.ui import format as fmt
+from cockpit.ui.screens.filterable import FilterableScreen, matches
+
+
+def log_lines(details: object) -> list[str]:
+    """Text lines from whatever the source returns: a string, lines, or log records
+    with a host/rank/stream prefix and a `line` (or `text`, `msg`) field."""
+    if details is None:
+        return []
+    if isinstance(details, str):
+        return details.splitlines()
+    rows = getattr(details, "lines", details)
+    if isinstance(rows, str):
+        return rows.splitlines()
+    if not isinstance(rows, Iterable):
+        return [str(rows)]
+    out = []
+    for row in rows:
+        if isinstance(row, str):
+            out.append(row)
+            continue
+        text = next((getattr(row, k) for k in ("line", "text", "msg") if hasattr(row, k)), row)
+        prefix = [fmt.clock(row.ts)] if getattr(row, "ts", None) is not None else []
+        prefix += [str(getattr(row, k)) for k in ("host", "rank", "stream")
+                   if getattr(row, k, None) is not None]
+        out.append(" ".join([*prefix, str(text)]))
+    return out
+
+
+class LogTailScreen(FilterableScreen):
+    WHAT = "log"
+    AUTO_FOCUS = "#log-view"
+
+    def compose(self) -> ComposeResult:
+        yield Static("[b]Job log (tail)[/b]", id="screen-title")
+        yield self.filter_input()
+        yield Log(id="log-view", auto_scroll=True)
+        yield Footer()
+
+    def watch_details(self, details: object) -> None:
+        if self._ready:
+            self.apply_filter()
+
+    def apply_filter(self) -> None:
+        query = self.query_text
+        lines = [line for line in log_lines(self.details) if matches(line, query)]
+        view = self.query_one(Log)
+        view.clear()
+        view.write_lines(lines or ["(no log lines" + (" match the filter)" if query else ")")])

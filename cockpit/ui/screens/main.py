@@ -1,0 +1,95 @@
+"""The main screen: the four instruments, numbered 1-4.
+
+Wide terminals get a 2 × 2 grid. Narrow ones (under 100 columns) stack the panes and
+show each as a one-line summary except the focused one, which takes the remaining
+height: every instrument stays readable at 80 × 24.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Grid
+from textual.events import DescendantFocus
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from cockpit.snapshot import Snapshot
+from cockpit.ui import keymap
+from cockpit.ui.widgets.effect_pane import EffectPane
+from cockpit.ui.widgets.efficiency_pane import EfficiencyPane
+from cockpit.ui.widgets.health_pane import HealthPane
+from cockpit.ui.widgets.pane import Pane
+from cockpit.ui.widgets.progress_pane import ProgressPane
+from cockpit.ui.widgets.status_bar import StatusBar
+
+PANE_IDS = ("progress", "effect", "efficiency", "health")
+
+
+class MainScreen(Screen):
+    BINDINGS = keymap.bindings("main")
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+
+    snapshot: reactive[Snapshot | None] = reactive(None)
+    label: reactive[str] = reactive("")
+    paused: reactive[bool] = reactive(False)
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status-bar")
+        with Grid(id="panes"):
+            yield ProgressPane(id="progress", classes="-expanded")
+            yield EffectPane(id="effect")
+            yield EfficiencyPane(id="efficiency")
+            yield HealthPane(id="health")
+        yield Footer()
+
+    def watch_snapshot(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None:
+            return
+        for bar in self.query(StatusBar):
+            bar.snapshot = snapshot
+        for pane in self.query(Pane):
+            pane.snapshot = snapshot
+
+    def on_mount(self) -> None:
+        self._update_status()
+        self.watch_snapshot(self.snapshot)
+
+    def watch_label(self) -> None:
+        self._update_status()
+
+    def watch_paused(self) -> None:
+        self._update_status()
+
+    def _update_status(self) -> None:
+        for bar in self.query(StatusBar):
+            bar.label = self.label
+            bar.paused = self.paused
+
+    def on_descendant_focus(self, event: DescendantFocus) -> None:
+        pane = next((n for n in event.widget.ancestors_with_self if isinstance(n, Pane)), None)
+        if pane is None:
+            return
+        for other in self.query(Pane):
+            other.set_class(other is pane, "-expanded")
+
+    def focused_pane(self) -> Pane | None:
+        node = self.focused
+        while node is not None and not isinstance(node, Pane):
+            node = node.parent  # type: ignore[assignment]
+        return node
+
+    def action_focus_pane(self, pane_id: str) -> None:
+        self.query_one(f"#{pane_id}", Pane).focus()
+
+    def action_toggle_maximise(self) -> None:
+        if self.maximized is not None:
+            self.minimize()
+            return
+        pane = self.focused_pane() or self.query_one("#progress", Pane)
+        self.maximize(pane, container=False)
+
+    def action_toggle_log_y(self) -> None:
+        effect = self.query_one(EffectPane)
+        effect.log_y = not effect.log_y
+        self.notify(f"loss axis: {'logarithmic' if effect.log_y else 'linear'}", timeout=2)

@@ -1,0 +1,1 @@
+"""Widgets of the cockpit: one per module, each fed by attributes set from above."""

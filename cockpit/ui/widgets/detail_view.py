@@ -1,0 +1,138 @@
+"""Render any drill-down result (a dataclass, a mapping, rows) as tables and charts.
+
+Drill-down data (`source.details(...)`) is plain data, so one renderer serves every
+screen: scalar fields become a key/value table, nested mappings become dotted keys,
+sequences of records become a table with one column per field, and `Series` become
+sparklines. A new field in the data shows up on screen without UI changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import DataTable, Static
+
+from cockpit.snapshot import Series
+from cockpit.ui import format as fmt
+from cockpit.ui.widgets.sparkline_chart import SparklineChart
+
+SCALARS = (str, int, float, bool, type(None))
+
+
+def cell(value: object) -> str:
+    if value is None:
+        return fmt.NA_TEXT
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return ", ".join(cell(v) for v in value)
+    return str(value)
+
+
+def as_mapping(value: object) -> Mapping[str, object] | None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    return None
+
+
+def flatten(mapping: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
+    """Scalar leaves of nested mappings as (dotted.key, value), for config-like data."""
+    rows: list[tuple[str, object]] = []
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        nested = value if isinstance(value, Mapping) else None
+        if nested:
+            rows.extend(flatten(nested, f"{name}."))
+        else:
+            rows.append((name, value))
+    return rows
+
+
+def is_record_list(value: object) -> bool:
+    return (isinstance(value, Sequence) and not isinstance(value, str) and bool(value)
+            and all(as_mapping(item) is not None for item in value))
+
+
+def title(name: str) -> str:
+    return name.replace("_", " ")
+
+
+class DetailView(VerticalScroll):
+    """Shows `data`; rebuilt whenever a new result is assigned."""
+
+    data: reactive[object] = reactive(None, always_update=True, init=False)
+
+    def compose(self) -> ComposeResult:
+        yield Static("[$text-muted]loading…[/]", classes="detail-empty")
+
+    async def watch_data(self, data: object) -> None:
+        await self.remove_children()
+        await self.mount_all(list(self.build(data)))
+
+    def build(self, data: object):
+        if data is None:
+            yield Static("[$text-muted]no details available[/]", classes="detail-empty")
+            return
+        mapping = as_mapping(data)
+        if mapping is None:
+            yield from self.section("", data)
+            return
+        scalars = [(k, v) for k, v in mapping.items() if isinstance(v, SCALARS)]
+        if scalars:
+            yield self.key_values(scalars)
+        for name, value in mapping.items():
+            if not isinstance(value, SCALARS):
+                yield from self.section(name, value)
+
+    def section(self, name: str, value: object):
+        if name:
+            yield Static(f"[b]{title(name)}[/b]", classes="detail-heading")
+        if isinstance(value, Series):
+            yield SparklineChart(title(name) or "series", value)
+            return
+        mapping = as_mapping(value)
+        if mapping is not None:
+            series = {k: v for k, v in mapping.items() if isinstance(v, Series)}
+            rest = {k: v for k, v in mapping.items() if not isinstance(v, Series)}
+            for key, item in series.items():
+                yield SparklineChart(title(key), item)
+            if rest:
+                yield self.key_values(flatten(rest))
+            return
+        if is_record_list(value):
+            yield self.records(value)  # type: ignore[arg-type]
+            return
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            text = "\n".join(cell(item) for item in value) or fmt.NA_TEXT
+            yield Static(text, markup=False)
+            return
+        yield Static(cell(value), markup=False)
+
+    @staticmethod
+    def key_values(rows: list[tuple[str, object]]) -> DataTable:
+        table = DataTable(show_header=False, cursor_type="row", classes="detail-kv")
+        table.add_columns("field", "value")
+        for key, value in rows:
+            table.add_row(title(key), cell(value))
+        return table
+
+    @staticmethod
+    def records(items: Sequence[object]) -> DataTable:
+        rows = [as_mapping(item) or {} for item in items]
+        columns: list[str] = []
+        for row in rows:
+            columns.extend(k for k in row if k not in columns)
+        table = DataTable(cursor_type="row", zebra_stripes=True, classes="detail-records")
+        table.add_columns(*(title(c) for c in columns))
+        for row in rows:
+            table.add_row(*(cell(row.get(c)) for c in columns))
+        return table

@@ -1,0 +1,70 @@
+"""Effect: is it learning? Latest losses, best validation, divergence and the chart."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from cockpit.snapshot import Effect, Snapshot
+from cockpit.ui import format as fmt
+from cockpit.ui.widgets.loss_chart import LossChart
+from cockpit.ui.widgets.pane import Pane
+
+
+def effect_line(e: Effect, log_y: bool) -> str:
+    parts = [
+        f"loss {fmt.loss(e.last_loss)}",
+        f"val {fmt.loss(e.last_val_loss)}",
+        f"best val {fmt.loss(e.best_val_loss)} @ {fmt.na(e.best_val_step, '{:,}')}",
+    ]
+    if e.last_loss_scale is not None:
+        parts.append(f"AMP scale {e.last_loss_scale:g}")
+    parts.append("log-y" if log_y else "linear-y")
+    return " · ".join(parts)
+
+
+def warnings_line(e: Effect) -> str:
+    notes = []
+    if e.divergence_step is not None:
+        notes.append(f"[$warning]diverging since step {e.divergence_step:,}[/]")
+    if e.nonfinite_steps:
+        notes.append(f"[$error]NaN/Inf at {len(e.nonfinite_steps)} step(s), "
+                     f"last {e.nonfinite_steps[-1]:,}[/]")
+    if e.spike_steps:
+        notes.append(f"[$warning]{len(e.spike_steps)} spike(s), last {e.spike_steps[-1]:,}[/]")
+    return " · ".join(notes) or "[$success]no divergence, spikes or NaN/Inf[/]"
+
+
+class EffectPane(Pane):
+    TITLE = "Effect"
+    NUMBER = 2
+
+    log_y: reactive[bool] = reactive(False)
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="effect-line")
+        yield Static(id="effect-warnings")
+        yield LossChart(id="loss-chart")
+
+    def show(self, snapshot: Snapshot) -> None:
+        self._update_lines(snapshot.effect)
+        self.query_one(LossChart).effect = snapshot.effect
+
+    def _update_lines(self, effect: Effect) -> None:
+        self.query_one("#effect-line", Static).update(effect_line(effect, self.log_y))
+        self.query_one("#effect-warnings", Static).update(warnings_line(effect))
+
+    def watch_log_y(self, log_y: bool) -> None:
+        self.query_one(LossChart).log_y = log_y
+        if self.snapshot is not None:
+            self._update_lines(self.snapshot.effect)
+
+    def summary(self, snapshot: Snapshot) -> str:
+        e = snapshot.effect
+        line = f"loss {fmt.loss(e.last_loss)} · val {fmt.loss(e.last_val_loss)}"
+        if e.nonfinite_steps:
+            return f"{line} · [$error]NaN/Inf[/]"
+        if e.divergence_step is not None:
+            return f"{line} · [$warning]diverging[/]"
+        return line

@@ -1,0 +1,66 @@
+"""Efficiency: is the compute used? Busy, throughput, waits, MFU and stragglers."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.markup import escape
+from textual.widgets import Static
+
+from cockpit.snapshot import Efficiency, Snapshot
+from cockpit.ui import format as fmt
+from cockpit.ui.widgets.gauge import Gauge
+from cockpit.ui.widgets.pane import Pane
+from cockpit.ui.widgets.sparkline_chart import SparklineChart
+
+SLOWEST_SHOWN = 3
+
+
+def throughput_line(e: Efficiency) -> str:
+    return f"throughput {fmt.si(e.samples_per_s)} samples/s · {fmt.si(e.tokens_per_s)} tokens/s"
+
+
+def stragglers_line(e: Efficiency) -> str:
+    """Step-time spread and who is slowest: the ranks everyone else waits for."""
+    median = fmt.na(e.step_time_median, "{:.3f}s")
+    spread = fmt.na(None if e.step_time_spread is None else e.step_time_spread * 100,
+                    "{:.0f}%")
+    line = f"step time {median} median · spread {spread}"
+    slowest = e.slowest_ranks[:SLOWEST_SHOWN]
+    if slowest:
+        names = ", ".join(f"r{r.rank}@{escape(r.host)} {r.step_time:.3f}s" for r in slowest)
+        style = "$warning" if (e.step_time_spread or 0) >= 0.2 else "$text-muted"
+        line += f"\n[{style}]slowest: {names}[/]"
+    return line
+
+
+class EfficiencyPane(Pane):
+    TITLE = "Efficiency"
+    NUMBER = 3
+
+    def compose_body(self) -> ComposeResult:
+        # Thresholds (good, bad) are common rules of thumb for large-model training.
+        yield Gauge("GPU busy", good=80, bad=50, id="gauge-busy")
+        yield Gauge("data wait", good=5, bad=30, id="gauge-data")
+        yield Gauge("comm", good=15, bad=40, id="gauge-comm")
+        yield Gauge("MFU", good=35, bad=15, id="gauge-mfu")
+        yield Static(id="throughput")
+        yield Static(id="stragglers")
+        yield SparklineChart("samples/s", id="spark-throughput")
+        yield SparklineChart("GPU busy", id="spark-busy")
+
+    def show(self, snapshot: Snapshot) -> None:
+        e = snapshot.efficiency
+        self.query_one("#gauge-busy", Gauge).value = e.gpu_busy
+        self.query_one("#gauge-data", Gauge).value = e.data_wait_pct
+        self.query_one("#gauge-comm", Gauge).value = e.comm_pct
+        self.query_one("#gauge-mfu", Gauge).value = None if e.mfu is None else e.mfu * 100
+        self.query_one("#throughput", Static).update(throughput_line(e))
+        self.query_one("#stragglers", Static).update(stragglers_line(e))
+        self.query_one("#spark-throughput", SparklineChart).series = e.throughput_history
+        self.query_one("#spark-busy", SparklineChart).series = e.gpu_busy_history
+
+    def summary(self, snapshot: Snapshot) -> str:
+        e = snapshot.efficiency
+        return (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s · "
+                f"data wait {fmt.percent(e.data_wait_pct)} · MFU "
+                f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")

@@ -1,0 +1,56 @@
+"""A one-line labelled gauge: label, bar, value. Colour says good or bad, and so does
+the bar's length, so the reading does not depend on telling colours apart."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from cockpit.ui import format as fmt
+
+LABEL_WIDTH = 10
+VALUE_WIDTH = 7
+
+
+def level_style(value: float, good: float, bad: float) -> str:
+    """Theme variable for a reading: `good` and `bad` are thresholds, and whichever is
+    larger says which direction is better (busy: high is good; data wait: low is)."""
+    if good >= bad:
+        if value >= good:
+            return "$success"
+        return "$error" if value <= bad else "$warning"
+    if value <= good:
+        return "$success"
+    return "$error" if value >= bad else "$warning"
+
+
+class Gauge(Widget):
+    DEFAULT_CSS = """
+    Gauge { height: 1; width: 1fr; }
+    """
+
+    value: reactive[float | None] = reactive(None)
+
+    def __init__(self, label: str, *, good: float, bad: float, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.label = label
+        self.good = good
+        self.bad = bad
+
+    def render(self) -> Content:
+        label = self.label[:LABEL_WIDTH].ljust(LABEL_WIDTH)
+        bar_width = max(0, self.size.width - LABEL_WIDTH - VALUE_WIDTH - 3)
+        if self.value is None:
+            empty = "░" * bar_width
+            return Content.from_markup(
+                f"{label} [$text-muted]▕{empty}▏ {fmt.NA_TEXT:>{VALUE_WIDTH - 1}}[/]"
+            )
+        value = min(100.0, max(0.0, self.value))
+        filled = round(bar_width * value / 100)
+        style = level_style(value, self.good, self.bad)
+        text = fmt.percent(self.value, 1)
+        return Content.from_markup(
+            f"{label} ▕[{style}]{'█' * filled}[/][$text-muted]{'░' * (bar_width - filled)}[/]▏"
+            f" [{style}]{text:>{VALUE_WIDTH - 1}}[/]"
+        )

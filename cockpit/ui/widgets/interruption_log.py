@@ -1,0 +1,39 @@
+"""Interruptions and recoveries: what stopped the job, when, and what it cost."""
+
+from __future__ import annotations
+
+from textual.markup import escape
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from cockpit.snapshot import Interruption
+from cockpit.ui import format as fmt
+
+SHOWN = 5
+
+
+def interruption_line(item: Interruption) -> str:
+    recovered = ("[$error]not recovered[/]" if item.recovered_in is None
+                 else f"recovered in {fmt.duration(item.recovered_in)}")
+    lost = fmt.na(item.steps_lost, "{:,}")
+    line = f"{fmt.clock(item.detected_at)} {escape(item.cause)} · {recovered} · {lost} steps lost"
+    if item.restart_count is not None:
+        line += f" · restart #{item.restart_count}"
+    return line
+
+
+def log_markup(items: tuple[Interruption, ...]) -> str:
+    if not items:
+        return "interruptions: [$success]none[/]"
+    newest = sorted(items, key=lambda i: i.detected_at, reverse=True)[:SHOWN]
+    more = len(items) - len(newest)
+    lines = [f"interruptions: {len(items)}" + (f" ({more} older not shown)" if more else "")]
+    lines += [interruption_line(i) for i in newest]
+    return "\n".join(lines)
+
+
+class InterruptionLog(Static):
+    interruptions: reactive[tuple[Interruption, ...]] = reactive(())
+
+    def watch_interruptions(self, items: tuple[Interruption, ...]) -> None:
+        self.update(log_markup(items))

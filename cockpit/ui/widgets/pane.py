@@ -1,0 +1,55 @@
+"""Base class of the four instruments on the main screen.
+
+A pane receives the whole `Snapshot` through its `snapshot` reactive and redraws its
+own children from it; it never looks at siblings or at the source. Each pane also
+answers a one-line summary, which is all that is shown of it on a narrow terminal.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from cockpit.snapshot import Snapshot
+
+
+class Pane(Vertical, can_focus=True):
+    """A focusable, maximisable instrument with a title, a body and a summary line."""
+
+    ALLOW_MAXIMIZE = True
+    TITLE = ""
+    NUMBER = 0
+
+    snapshot: reactive[Snapshot | None] = reactive(None)
+    _ready = False  # children composed and mounted: safe to query
+
+    def compose(self) -> ComposeResult:
+        yield Static("", classes="summary", markup=True)
+        with Vertical(classes="body"):
+            yield from self.compose_body()
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def on_mount(self) -> None:
+        self._ready = True
+        self.border_title = f"{self.NUMBER} {self.TITLE}"
+        self.query_one(".summary", Static).update(f"[b]{self.NUMBER} {self.TITLE}[/b]  n/a")
+        self.watch_snapshot(self.snapshot)
+
+    def watch_snapshot(self, snapshot: Snapshot | None) -> None:
+        if snapshot is None or not self._ready:
+            return
+        self.query_one(".summary", Static).update(
+            f"[b]{self.NUMBER} {self.TITLE}[/b]  {self.summary(snapshot)}"
+        )
+        self.show(snapshot)
+
+    def show(self, snapshot: Snapshot) -> None:
+        """Update the body from a new snapshot."""
+
+    def summary(self, snapshot: Snapshot) -> str:
+        """One line of Textual markup: the pane at a glance."""
+        return ""

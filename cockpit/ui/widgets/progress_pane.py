@@ -1,0 +1,82 @@
+"""Progress: where is the job? Stage, position, ETA as an estimate, and stalls."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.markup import escape
+from textual.widgets import ProgressBar, Static
+
+from cockpit.snapshot import Progress, Snapshot
+from cockpit.ui import format as fmt
+from cockpit.ui.widgets.pane import Pane
+
+_STATE_STYLE = {
+    "running": "$success",
+    "paused": "$warning",
+    "stalled": "$error",
+    "recovering": "$warning",
+    "exited": "$text-muted",
+}
+
+
+def _position(p: Progress) -> str:
+    step = fmt.na(p.step, "{:,}")
+    total = fmt.na(p.total_steps, "{:,}")
+    epoch = fmt.na(p.epoch, "{:.2f}")
+    return f"stage [b]{escape(p.stage or 'n/a')}[/b] · epoch {epoch} · step {step} / {total}"
+
+
+def eta_text(p: Progress) -> str:
+    """ETA with its band, always labelled an estimate: it extrapolates recent speed."""
+    if p.eta_seconds is None:
+        return "ETA n/a (estimate needs a few steps and a known total)"
+    band = ""
+    if p.eta_low is not None and p.eta_high is not None:
+        band = f" ({fmt.duration(p.eta_low)} – {fmt.duration(p.eta_high)})"
+    speed = fmt.na(p.steps_per_second, "{:.2f}")
+    return f"ETA ~{fmt.duration(p.eta_seconds)}{band} estimate, at {speed} steps/s"
+
+
+def stall_text(p: Progress) -> str:
+    cause = p.stall_cause or "cause unknown"
+    detail = f" — {p.stall_detail}" if p.stall_detail else ""
+    return f"⚠ STALLED: likely {escape(cause)}{escape(detail)}"
+
+
+class ProgressPane(Pane):
+    TITLE = "Progress"
+    NUMBER = 1
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="progress-position")
+        yield Static(id="progress-counts")
+        yield ProgressBar(total=100, show_eta=False, id="progress-bar")
+        yield Static(id="progress-eta")
+        yield Static(id="progress-last")
+        yield Static(id="stall-banner", classes="stall")
+
+    def show(self, snapshot: Snapshot) -> None:
+        p = snapshot.progress
+        self.query_one("#progress-position", Static).update(_position(p))
+        self.query_one("#progress-counts", Static).update(
+            f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"
+        )
+        bar = self.query_one("#progress-bar", ProgressBar)
+        bar.update(total=100 if p.percent is not None else None, progress=p.percent or 0)
+        self.query_one("#progress-eta", Static).update(eta_text(p))
+        style = _STATE_STYLE.get(p.state, "$text-muted")
+        self.query_one("#progress-last", Static).update(
+            f"last step {fmt.duration(p.since_last_step)} ago · state [{style}]{escape(p.state)}[/]"
+        )
+        banner = self.query_one("#stall-banner", Static)
+        banner.display = p.stalled
+        if p.stalled:
+            banner.update(stall_text(p))
+
+    def summary(self, snapshot: Snapshot) -> str:
+        p = snapshot.progress
+        head = f"step {fmt.na(p.step, '{:,}')} · {fmt.percent(p.percent, 1)}"
+        head += f" · ETA ~{fmt.duration(p.eta_seconds)}"
+        if p.stalled:
+            return f"{head} · [$error]STALLED ({escape(p.stall_cause or 'cause unknown')})[/]"
+        return f"{head} · {escape(p.state)}"

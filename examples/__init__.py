@@ -1,0 +1,1 @@
+"""Example trainers that report to the cockpit through `agent.hook`."""

@@ -1,0 +1,1 @@
+"""A small character-level language model trained with the cockpit hook."""

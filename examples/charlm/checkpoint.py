@@ -1,0 +1,182 @@
+"""Crash-safe checkpoints: a checkpoint either exists completely or is not used.
+
+A kill can land at any instant, so a checkpoint is written to a temporary file, fsynced
+and renamed into place; only then is a completion marker (`NAME.done`, JSON with the
+step, size and sha256) written the same way. Resuming takes the newest checkpoint whose
+marker exists and whose file still has that size and checksum; anything else (torn,
+truncated, bit-rotted, marker missing) is skipped with a log line saying why. Loading
+always uses `torch.load(..., weights_only=True)`: a checkpoint is data, never code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used for resuming; the message names it and why."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: Path
+    step: int
+    bytes: int
+    sha256: str
+    seconds: float
+
+
+class _HashingFile:
+    """A write-only file wrapper that hashes what goes through it (no second read pass)."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, writer: Callable[[Any], None]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            writer(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step:08d}.pt"
+
+
+def save(directory: Path, step: int, state: dict[str, Any], keep: int) -> Saved:
+    """Write `state` as the checkpoint of `step`, then prune to the newest `keep`."""
+    if keep < 1:
+        raise CheckpointError(f"checkpoint.keep must be at least 1, got {keep}")
+    started = time.perf_counter()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / checkpoint_name(step)
+    digest: dict[str, Any] = {}
+
+    def write_state(f: Any) -> None:
+        hashing = _HashingFile(f)
+        torch.save(state, hashing)
+        digest["sha256"] = hashing.sha.hexdigest()
+        digest["bytes"] = hashing.size
+
+    _write_atomic(path, write_state)
+    marker = {"step": step, "file": path.name, "bytes": digest["bytes"],
+              "sha256": digest["sha256"], "saved_at": time.time()}  # fmt: skip
+    _write_atomic(_marker(path), lambda f: f.write(json.dumps(marker).encode()))
+    _prune(directory, keep)
+    return Saved(path, step, digest["bytes"], digest["sha256"], time.perf_counter() - started)
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".done")
+
+
+def _candidates(directory: Path) -> list[tuple[int, Path]]:
+    if not directory.is_dir():
+        return []
+    found = []
+    for entry in directory.iterdir():
+        match = _NAME.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry))
+    return sorted(found, reverse=True)
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Keep the newest `keep` complete checkpoints; drop older ones and old debris.
+
+    Debris: files without a marker older than a complete checkpoint (torn by a crash,
+    never resumable) and temporary files left by a killed process.
+    """
+    complete = [(s, p) for s, p in _candidates(directory) if _marker(p).exists()]
+    for _step, path in complete[keep:]:
+        _marker(path).unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+    if complete:
+        newest = complete[0][0]
+        for step, path in _candidates(directory):
+            if step < newest and not _marker(path).exists():
+                path.unlink(missing_ok=True)
+    own = f".{os.getpid()}.tmp"
+    for entry in directory.glob(".ckpt-*.tmp"):
+        if not entry.name.endswith(own):
+            entry.unlink(missing_ok=True)
+
+
+def problem(path: Path) -> str | None:
+    """Why `path` is not a usable checkpoint, or None when it is complete and intact."""
+    marker_path = _marker(path)
+    if not path.exists():
+        return "file missing"
+    if not marker_path.exists():
+        return "no completion marker (the save did not finish)"
+    try:
+        marker = json.loads(marker_path.read_text())
+        expected_size, expected_sha = int(marker["bytes"]), str(marker["sha256"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"unreadable completion marker {marker_path.name}: {exc}"
+    size = path.stat().st_size
+    if size != expected_size:
+        return f"truncated or extended: {size} bytes on disk, {expected_size} recorded"
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    if sha.hexdigest() != expected_sha:
+        return "checksum mismatch (sha256 differs from the completion marker)"
+    return None
+
+
+def latest_valid(directory: Path, log: Callable[[str], None]) -> Path | None:
+    """The newest intact checkpoint in `directory`; each skipped one is logged with why."""
+    for _step, path in _candidates(directory):
+        why = problem(path)
+        if why is None:
+            return path
+        log(f"skipping checkpoint {path}: {why}")
+    return None
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Load a verified checkpoint as plain data (tensors, numbers, strings, containers)."""
+    why = problem(path)
+    if why is not None:
+        raise CheckpointError(f"checkpoint {path} is not usable: {why}")
+    return torch.load(path, map_location="cpu", weights_only=True)

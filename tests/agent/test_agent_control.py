@@ -1,0 +1,111 @@
+"""Control ops through a real `stream` process into a real daemon, acks on the stream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agent.control_inbox import ControlInbox, append_op
+from agent.journal import Journal, JournalReader
+
+from .conftest import wait_for
+
+
+def _acks(lines: list[dict]) -> dict[object, dict]:
+    return {r["data"]["id"]: r["data"] for r in lines
+            if r["t"] == "event" and r["kind"] == "control_ack"}
+
+
+def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, procs) -> None:
+    state, run = tmp_path / "state", tmp_path / "run"
+    (run / "spool" / "jobA").mkdir(parents=True)
+    daemon = procs("run", "--state-dir", str(state), "--run-dir", str(run),
+                   "--simulate-gpus", "1", "--job", "jobB", "--",
+                   sys.executable, "-c", "import time; time.sleep(60)")
+    stream = procs("stream", "--state-dir", str(state), "--from", "0",
+                   stdin=subprocess.PIPE).popen
+    ops = [
+        {"op": "ping", "id": "p1"},
+        {"op": "adjust", "id": "a1", "job": "jobA", "knobs": {"lr_scale": 0.5}},
+        {"op": "adjust", "id": "a2", "job": "nojob", "knobs": {"lr_scale": 0.5}},
+        {"op": "adjust", "id": "a3", "job": "jobA"},
+        {"op": "pause", "id": "u1", "job": "jobA"},
+        {"id": "m1"},
+        {"op": "stop", "id": "s1", "job": "jobB", "grace": 2},
+    ]
+    for op in ops:
+        stream.stdin.write(json.dumps(op).encode() + b"\n")
+    stream.stdin.write(b"this is not json\n")
+    stream.stdin.flush()
+    lines: list[dict] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        lines.append(json.loads(stream.stdout.readline()))
+        if len(_acks(lines)) == len(ops) + 1 and any(
+                r.get("kind") == "job_exited" for r in lines):
+            break
+    acks = _acks(lines)
+    assert acks["p1"]["ok"] is True and acks["p1"]["op"] == "ping"
+    assert acks["a1"]["ok"] is True
+    control = run / "control" / "jobA.ndjson"
+    written = json.loads(control.read_text())
+    assert written["id"] == "a1" and written["knobs"] == {"lr_scale": 0.5}
+    assert isinstance(written["ts"], float)
+    assert acks["a2"]["ok"] is False and "no job 'nojob'" in acks["a2"]["error"]
+    assert acks["a3"]["ok"] is False and "knobs" in acks["a3"]["error"]
+    assert acks["u1"] == {"id": "u1", "op": "pause", "ok": False,
+                          "error": "op 'pause' is not supported by this agent"}
+    assert acks["m1"]["ok"] is False and "no 'op'" in acks["m1"]["error"]
+    assert acks["s1"]["ok"] is True
+    malformed = acks[None]
+    assert malformed["ok"] is False and "not JSON" in malformed["error"]
+    exited = next(r for r in lines if r.get("kind") == "job_exited")
+    assert exited["job"] == "jobB" and exited["data"]["returncode"] == -15
+    stream.stdin.close()
+    assert stream.wait(10) == 0
+    assert b"control line 8 is not JSON" in stream.stderr.read()
+    assert daemon.terminate() == 0
+
+
+def test_acked_op_is_not_run_twice_after_a_crash(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    runs: list[str] = []
+    handlers = {"ping": lambda op: runs.append(op["id"]) or {}}
+    append_op(tmp_path, {"op": "ping", "id": "once", "_rx": time.time()})
+    inbox = ControlInbox(journal, handlers)
+    assert inbox.poll() == 1
+    # the daemon dies after journaling the ack, before saving its inbox position
+    inbox.state_path.unlink()
+    append_op(tmp_path, {"op": "ping", "id": "twice", "_rx": time.time()})
+    again = ControlInbox(journal, handlers)
+    assert again.poll() == 1
+    journal.close()
+    assert runs == ["once", "twice"]
+    acks = [r["data"]["id"] for r in JournalReader(tmp_path).records()]
+    assert acks == ["once", "twice"]
+
+
+def test_op_that_waited_too_long_is_refused(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    append_op(tmp_path, {"op": "ping", "id": "old", "_rx": time.time() - 3600})
+    ControlInbox(journal, {"ping": lambda op: {}}).poll()
+    journal.close()
+    ack = next(JournalReader(tmp_path).records())["data"]
+    assert ack["ok"] is False and "expired" in ack["error"]
+
+
+def test_stream_exits_when_stdout_closes(tmp_path: Path, procs) -> None:
+    state = tmp_path / "state"
+    journal = Journal(state)
+    journal.append_many([("event", {"kind": "x", "n": i}) for i in range(50_000)])
+    journal.close()
+    stream = procs("stream", "--state-dir", str(state), "--from", "0",
+                   stdin=subprocess.PIPE).popen
+    stream.stdout.readline()
+    stream.stdout.close()  # the reader went away mid-backlog
+    wait_for(lambda: stream.poll() is not None, timeout=20, what="stream exit")
+    assert stream.returncode == 0
+    assert b"Traceback" not in stream.stderr.read()

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from cockpit.analysis import alerts as A
+from cockpit.analysis.divergence import Divergence
+from cockpit.analysis.stalls import DATA_STARVED, StallVerdict
+from cockpit.snapshot import Alert
+
+
+def _codes(alerts: list[Alert]) -> set[str]:
+    return {a.code for a in alerts}
+
+
+def test_gpu_rules_throttle_ecc_and_remap() -> None:
+    gpus = [
+        {"host": "a", "gpu": 0, "ts": 5.0, "throttle": 0x40, "temp": 91.0, "ecc_vol_unc": 0},
+        {"host": "a", "gpu": 1, "ts": 5.0, "throttle": 0x80, "power": 700.0,
+         "power_limit": 700.0, "ecc_vol_unc": 2, "remap_pending": True},
+        {"host": "b", "gpu": 0, "ts": 5.0, "throttle": 0x04, "ecc_vol_unc": None},
+    ]
+    out = A.gpu_alerts(gpus)
+    by_code = {a.code: a for a in out}
+    assert _codes(out) == {"thermal_throttle", "power_throttle", "ecc_uncorrected",
+                           "remap_pending"}
+    assert by_code["thermal_throttle"].where == "host a / gpu 0"
+    assert "91" in by_code["thermal_throttle"].what
+    assert by_code["ecc_uncorrected"].severity == "critical"
+    assert all(a.kind == "resource" and a.hint for a in out)
+
+
+def test_xid_severity_and_hint_from_catalogue() -> None:
+    events = [{"kind": "xid", "host": "a", "ts": 3.0, "msg": "XID 79 on GPU 2",
+               "data": {"gpu": 2, "xid": 79}},
+              {"kind": "xid", "host": "a", "ts": 4.0, "msg": "", "data": {"gpu": 1, "xid": 999}},
+              {"kind": "checkpoint_saved", "host": "a", "ts": 4.0}]
+    out = A.xid_alerts(events)
+    assert len(out) == 2
+    assert out[0].severity == "critical" and "bus" in out[0].hint
+    assert out[0].where == "host a / gpu 2"
+    assert out[1].what == "XID 999" and "catalogue" in out[1].hint
+
+
+def test_host_link_staleness_disk_and_memory() -> None:
+    hosts = [{"host": "a", "state": "streaming", "last_seen": 100.0},
+             {"host": "b", "state": "unreachable", "detail": "timed out", "last_seen": 10.0},
+             {"host": "c", "state": None, "last_seen": 20.0}]
+    samples = [{"host": "a", "ts": 100.0, "disk_path": "/data", "disk_used": 98,
+                "disk_total": 100, "mem_used": 96, "mem_total": 100},
+               {"host": "c", "ts": 20.0, "disk_used": 10, "disk_total": 100}]
+    out = A.host_alerts(hosts, samples, now=100.0)
+    by = {(a.code, a.where): a for a in out}
+    assert by[("host_unreachable", "host b")].severity == "critical"
+    assert "timed out" in by[("host_unreachable", "host b")].what
+    assert "1m 20s" in by[("host_stale", "host c")].what
+    assert by[("disk_nearly_full", "host a")].severity == "critical"
+    assert "/data" in by[("disk_nearly_full", "host a")].what
+    assert ("memory_pressure", "host a") in by
+    assert not any(a.where == "host a" and a.code.startswith("host_") for a in out)
+
+
+def test_data_rules_starvation_spool_errors_and_drops() -> None:
+    events = [
+        {"kind": "spool_error", "host": "a", "ts": 1.0,
+         "data": {"file": "spool/j/rank-1.ndjson", "line": 40, "error": "bad json"}},
+        {"kind": "spool_error", "host": "a", "ts": 2.0,
+         "data": {"file": "spool/j/rank-1.ndjson", "line": 12, "error": "bad json"}},
+        {"kind": "dropped", "host": "b", "ts": 3.0, "data": {"count": 7, "reason": "cap"}},
+    ]
+    out = A.data_alerts(data_wait_pct=45.0, worst=(3, "b", 0.6), events=events, now=9.0)
+    by = {a.code: a for a in out}
+    assert by["data_starved"].where == "host b / rank 3" and "45%" in by["data_starved"].what
+    assert by["spool_error"].where == "host a / file spool/j/rank-1.ndjson / range 12-40"
+    assert "2 malformed" in by["spool_error"].what
+    assert "7 records" in by["records_dropped"].what
+    assert all(a.kind == "data" for a in out)
+    assert A.data_alerts(data_wait_pct=5.0, worst=None, events=[], now=0.0) == []
+
+
+def test_parameter_rules() -> None:
+    div = Divergence(step=400, best_step=300, best_loss=0.7, evals_since_best=3, train_drop=0.3)
+    out = A.parameter_alerts(nonfinite_steps=[120, 130], spike_steps=[50.0],
+                             divergence=div, lr_reason="loss rose", now=1.0)
+    by = {a.code: a for a in out}
+    assert by["nonfinite_loss"].severity == "critical" and by["nonfinite_loss"].where == "step 120"
+    assert "step 300" in by["divergence"].hint
+    assert by["loss_spike"].where == "step 50"
+    assert "loss rose" in by["lr_too_high"].what
+    assert A.parameter_alerts(nonfinite_steps=[], spike_steps=[], divergence=None,
+                              lr_reason=None, now=1.0) == []
+
+
+def test_stall_alert_kind_follows_cause() -> None:
+    v = StallVerdict(True, "no progress", DATA_STARVED, "no step for 5m", {"rank": 1})
+    (a,) = A.stall_alerts(v, now=10.0)
+    assert (a.kind, a.severity, a.code, a.where) == ("data", "critical", "stall", "rank 1")
+    assert A.stall_alerts(StallVerdict(False), now=1.0) == []
+
+
+def test_merge_dedupes_and_orders_worst_first() -> None:
+    stored = A.stored_alerts([
+        {"ts": 1.0, "host": "a", "kind": "resource", "severity": "warning",
+         "code": "thermal_throttle", "where": {"gpu": 0}, "what": "old", "hint": "h"},
+        {"ts": 2.0, "host": "b", "kind": "resource", "severity": "info",
+         "code": "note", "where": None, "what": "x", "hint": "y"},
+    ])
+    fresh = A.gpu_alerts([{"host": "a", "gpu": 0, "ts": 5.0, "throttle": 0x20},
+                          {"host": "a", "gpu": 3, "ts": 4.0, "ecc_vol_unc": 1}])
+    merged = A.merge(stored, fresh)
+    assert [a.code for a in merged] == ["ecc_uncorrected", "thermal_throttle", "note"]
+    assert merged[1].ts == 5.0 and merged[2].where == "host b"

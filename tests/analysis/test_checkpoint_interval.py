@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cockpit.analysis.checkpoint_interval import advise, daly_interval, young_interval
+
+MIN, HOUR = 60.0, 3600.0
+
+
+def test_daly_reproduces_the_reference_figures() -> None:
+    assert daly_interval(5 * MIN, 24 * HOUR) / MIN == pytest.approx(117, abs=0.5)
+    assert daly_interval(5 * MIN, 6 * HOUR) / MIN == pytest.approx(57, abs=0.5)
+
+
+def test_young_first_order_differs_from_the_reference_figures() -> None:
+    young = young_interval(5 * MIN, 24 * HOUR)
+    assert young == pytest.approx(math.sqrt(2 * 300 * 86400))
+    assert young / MIN == pytest.approx(120)
+    assert (young - 5 * MIN) / MIN == pytest.approx(115)
+
+
+def test_daly_caps_at_mtbf_when_checkpoints_are_too_expensive() -> None:
+    assert daly_interval(3 * HOUR, HOUR) == HOUR
+
+
+def test_bad_inputs_are_refused_with_a_message() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        daly_interval(0.0, HOUR)
+
+
+def test_advice_from_observed_interruptions_and_checkpoints() -> None:
+    advice = advise(
+        checkpoint_seconds=[290.0, 300.0, 310.0],
+        checkpoint_ts=[0.0, 1800.0, 3600.0],
+        interruptions=4,
+        observed_seconds=24 * HOUR,
+    )
+    assert advice.cost_s == pytest.approx(300.0)
+    assert advice.mtbf_s == pytest.approx(6 * HOUR)
+    assert advice.interval_s == pytest.approx(daly_interval(300.0, 6 * HOUR))
+    assert advice.current_interval_s == pytest.approx(1800.0)
+    assert not advice.mtbf_is_lower_bound
+    assert "57 min" in advice.text and "now every 30 min" in advice.text
+
+
+def test_advice_without_interruptions_is_a_lower_bound() -> None:
+    advice = advise(
+        checkpoint_seconds=[300.0], checkpoint_ts=[10.0], interruptions=0,
+        observed_seconds=24 * HOUR,
+    )
+    assert advice.mtbf_is_lower_bound
+    assert advice.text.startswith("checkpoint no more often than every 117 min")
+
+
+def test_advice_without_checkpoint_cost_says_why() -> None:
+    advice = advise(checkpoint_seconds=[None], checkpoint_ts=[], interruptions=1,
+                    observed_seconds=HOUR)
+    assert advice.interval_s is None
+    assert "no checkpoint" in advice.text

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import pytest
+
+from cockpit.analysis.efficiency import compute_efficiency
+from cockpit.analysis.ranks import StepSample, step_wall_times, summarize_ranks
+from cockpit.analysis.stalls import (
+    CONTENTION,
+    DATA_STARVED,
+    STRAGGLER,
+    HostPressure,
+    detect_stall,
+)
+
+
+def _steps(n: int = 10, *, slow_rank: int | None = None, data: float = 0.05) -> list[StepSample]:
+    """4 ranks on 2 hosts, 1 s steps; a slow rank works 0.8 s while others wait 0.6 s."""
+    rows = []
+    for step in range(n):
+        for rank in range(4):
+            comm = 0.1
+            if slow_rank is not None:
+                comm = 0.05 if rank == slow_rank else 0.6
+            rows.append(StepSample(
+                rank=rank, host="a" if rank < 2 else "b", step=step, step_time=1.0,
+                data_time=data, compute_time=1.0 - comm - data, comm_time=comm,
+                samples=32, tokens=32 * 512, ts=float(step),
+            ))
+    return rows
+
+
+def test_throughput_shares_and_mfu() -> None:
+    eff = compute_efficiency(
+        _steps(), [90.0, 80.0, None], flops_per_step=4e14, peak_flops=1e15, n_gpus=4
+    )
+    assert eff.gpu_busy == pytest.approx(85.0)
+    assert eff.samples_per_s == pytest.approx(4 * 32)
+    assert eff.tokens_per_s == pytest.approx(4 * 32 * 512)
+    assert eff.steps_per_s == pytest.approx(1.0)
+    assert eff.data_wait_pct == pytest.approx(5.0)
+    assert eff.comm_pct == pytest.approx(10.0)
+    assert eff.mfu == pytest.approx(0.1)
+    assert eff.step_time_spread == pytest.approx(0.0)
+
+
+def test_mfu_unknown_without_flops_and_nothing_without_steps() -> None:
+    assert compute_efficiency(_steps()).mfu is None
+    empty = compute_efficiency([], [50.0])
+    assert empty.gpu_busy == 50.0 and empty.samples_per_s is None
+
+
+def test_straggler_named_by_own_work_not_wall_time() -> None:
+    eff = compute_efficiency(_steps(slow_rank=3))
+    assert eff.slowest[0].rank == 3 and eff.slowest[0].host == "b"
+    assert eff.step_time_spread == pytest.approx((0.95 - 0.4) / 0.4)
+
+
+def test_summaries_and_wall_times() -> None:
+    ranks = summarize_ranks(_steps(n=3))
+    assert [r.rank for r in ranks] == [0, 1, 2, 3]
+    assert ranks[0].last_step == 2 and ranks[0].data_share == pytest.approx(0.05)
+    assert step_wall_times(_steps(n=3)) == [1.0, 1.0, 1.0]
+
+
+def test_no_stall_when_steps_are_regular_or_job_paused() -> None:
+    ranks = summarize_ranks(_steps())
+    assert not detect_stall(since_last_step=2.0, recent_wall_times=[1.0] * 10,
+                            ranks=ranks).stalled
+    assert not detect_stall(since_last_step=900.0, recent_wall_times=[1.0] * 10,
+                            ranks=ranks, active=False).stalled
+
+
+def test_no_progress_stall_blames_the_rank_that_fell_behind() -> None:
+    rows = [r for r in _steps() if not (r.rank == 2 and r.step == 9)]
+    v = detect_stall(since_last_step=600.0, recent_wall_times=[1.0] * 10,
+                     ranks=summarize_ranks(rows))
+    assert v.stalled and v.kind == "no progress"
+    assert v.cause == STRAGGLER and v.where["rank"] == 2
+    assert "step 8" in (v.detail or "")
+
+
+def test_stall_blames_contention_on_a_pressured_host_with_idle_gpus() -> None:
+    hosts = [HostPressure("a", cpu=40.0, gpu_util=95.0),
+             HostPressure("b", cpu=99.0, mem_frac=0.97, gpu_util=10.0)]
+    v = detect_stall(since_last_step=600.0, recent_wall_times=[1.0] * 10,
+                     ranks=summarize_ranks(_steps()), hosts=hosts)
+    assert v.cause == CONTENTION and v.where == {"host": "b"}
+    assert "CPU 99%" in (v.detail or "") and "memory 97%" in (v.detail or "")
+
+
+def test_slowdown_blames_data_when_loading_dominates() -> None:
+    v = detect_stall(since_last_step=3.0, recent_wall_times=[1.0] * 10 + [3.0] * 5,
+                     ranks=summarize_ranks(_steps(data=0.5)))
+    assert v.stalled and v.kind == "slowdown" and v.cause == DATA_STARVED
+
+
+def test_slowdown_blames_straggler_sync() -> None:
+    v = detect_stall(since_last_step=3.0, recent_wall_times=[1.0] * 10 + [3.0] * 5,
+                     ranks=summarize_ranks(_steps(slow_rank=1)))
+    assert v.cause == STRAGGLER and v.where["rank"] == 1
+
+
+def test_unexplained_stall_says_so() -> None:
+    v = detect_stall(since_last_step=600.0, recent_wall_times=[1.0] * 10,
+                     ranks=summarize_ranks(_steps()))
+    assert v.stalled and v.cause is None and "job log" in (v.detail or "")

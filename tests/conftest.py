@@ -1,0 +1,55 @@
+"""Fixtures shared by every test package: real sshd hosts and a temporary store path.
+
+Subpackages add their own fixtures in their own conftest files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.sshd import SshdHost, require_sshd_or_explain
+from tests.harness.sshd import sshd_hosts as _sshd_hosts
+
+
+def _need_sshd() -> None:
+    reason = require_sshd_or_explain()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"the SSH tests need a real sshd and CI must run them: {reason}")
+    pytest.skip(f"no real sshd here: {reason}")
+
+
+@pytest.fixture
+def sshd_hosts(tmp_path: Path) -> Iterator[Callable[..., list[SshdHost]]]:
+    """Factory: `sshd_hosts(2)` starts two pretend hosts (127.0.0.2, .3), torn down after."""
+    _need_sshd()
+    with contextlib.ExitStack() as stack:
+        count = 0
+
+        def start(n: int, hosts_per_process: int = 1) -> list[SshdHost]:
+            nonlocal count
+            base = tmp_path / f"sshd-{count}"
+            hosts = stack.enter_context(
+                _sshd_hosts(n, base, hosts_per_process, first_address=2 + count)
+            )
+            count += n
+            return hosts
+
+        yield start
+
+
+@pytest.fixture
+def two_hosts(sshd_hosts: Callable[..., list[SshdHost]]) -> list[SshdHost]:
+    return sshd_hosts(2)
+
+
+@pytest.fixture
+def tmp_store_path(tmp_path: Path) -> Path:
+    """A path for a fresh DuckDB file (not created yet)."""
+    return tmp_path / "cockpit.duckdb"

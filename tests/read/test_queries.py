@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.protocol import encode
+from cockpit.store.database import Store
+from cockpit.store.queries import StoreReader
+from tests.read import synthetic as syn
+
+
+def test_time_range_frontier_and_jobs(reader: StoreReader) -> None:
+    first, last = reader.time_range() or (0.0, 0.0)
+    assert first == syn.T0
+    assert last >= syn.step_ts(syn.STEPS - 1)
+    assert reader.frontier() == last
+    assert reader.frontier(until_ts=syn.T0 + 100) <= syn.T0 + 100
+    assert reader.jobs() == ["job-1"]
+    assert reader.current_job() == "job-1"
+    assert reader.current_job(until_ts=syn.T0 + 0.5) is None
+
+
+def test_run_info_merges_run_records_and_host_environments(reader: StoreReader) -> None:
+    info = reader.run_info("job-1")
+    assert info["total_steps"] == syn.TOTAL_STEPS and info["world_size"] == 4
+    assert info["config"] == {"lr": 3e-4, "batch": 128}
+    assert info["git_commit"] == "abc123" and info["declared"]
+    assert info["env"]["node-b"]["torch"] == "2.13.0"
+    assert info["env"]["node-a"]["driver"] == "550.54"
+    assert reader.run_info("job-1", until_ts=syn.T0 + 0.5)["declared"] is False
+
+
+def test_hosts_carry_hello_facts_and_last_seen(reader: StoreReader) -> None:
+    hosts = {h["host"]: h for h in reader.hosts()}
+    assert set(hosts) == set(syn.HOSTS)
+    a = hosts["node-a"]
+    assert a["gpu_state"] == "ok" and a["gpu_source"] == "nvml" and len(a["gpus"]) == 2
+    assert a["high_water"] > 0 and a["last_seen"] >= syn.step_ts(syn.STEPS - 1)
+    early = {h["host"]: h for h in reader.hosts(until_ts=syn.T0 + 50)}
+    assert early["node-b"]["last_seen"] <= syn.T0 + 50
+
+
+def test_latest_train_is_per_rank_and_respects_the_cursor(reader: StoreReader) -> None:
+    latest = reader.latest_train("job-1")
+    assert [r["rank"] for r in latest] == [0, 1, 2, 3]
+    assert {r["step"] for r in latest} == {syn.STEPS - 1}
+    cursor = syn.step_ts(100) + 0.5
+    assert {r["step"] for r in reader.latest_train("job-1", until_ts=cursor)} == {100}
+
+
+def test_recent_steps_is_a_bounded_step_range(reader: StoreReader) -> None:
+    rows = reader.recent_steps("job-1", 5)
+    assert sorted({r["step"] for r in rows}) == list(range(syn.STEPS - 5, syn.STEPS))
+    assert len(rows) == 5 * 4
+    early = reader.recent_steps("job-1", 3, until_ts=syn.step_ts(50) + 0.5)
+    assert sorted({r["step"] for r in early}) == [48, 49, 50]
+
+
+def test_recent_steps_takes_the_newest_run_of_a_repeated_step(tmp_path: Path) -> None:
+    """After a rollback the same steps run again: the rerun wins, nothing twice."""
+    lines = [encode("train", i + 1, {"job": "j", "rank": 0, "step": step, "step_time": t,
+                                       "loss": 1.0}, ts=100.0 + i)
+             for i, (step, t) in enumerate([(1, 1.0), (2, 1.0), (3, 1.0), (2, 5.0), (3, 5.0)])]
+    with Store(tmp_path / "r.duckdb") as store:
+        store.ingest("h", b"".join(lines))
+        rows = StoreReader(store).recent_steps("j", 5)
+    assert [(r["step"], r["step_time"]) for r in rows] == [(1, 1.0), (2, 5.0), (3, 5.0)]
+
+
+def test_latest_samples_only_see_the_past(reader: StoreReader) -> None:
+    gpus = reader.latest_gpus()
+    assert {(g["host"], g["gpu"]) for g in gpus} == {(h, i) for h in syn.HOSTS for i in (0, 1)}
+    hot = next(g for g in gpus if g["host"] == "node-b" and g["gpu"] == 1)
+    assert hot["throttle"] == 0x40 and hot["procs"][0]["rank"] == 3
+    early = reader.latest_gpus(until_ts=syn.T0 + 100)
+    assert all(g["ts"] <= syn.T0 + 100 and g["throttle"] == 0 for g in early)
+    samples = reader.latest_host_samples(until_ts=syn.T0 + 100)
+    assert {s["host"] for s in samples} == set(syn.HOSTS)
+    assert all(syn.T0 + 90 < s["ts"] <= syn.T0 + 100 for s in samples)
+
+
+def test_events_filters_and_order(reader: StoreReader) -> None:
+    events = reader.events()
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    ckpt = reader.events(kinds=["checkpoint_saved"])
+    assert [e["step"] for e in ckpt] == [200, 400]
+    assert [e["kind"] for e in reader.events(text="XID")] == ["xid"]
+    assert len(reader.events(limit=2)) == 2
+    assert all(e["ts"] <= syn.T0 + 150 for e in reader.events(until_ts=syn.T0 + 150))
+
+
+def test_logs_alerts_evals_nonfinite_and_checkpoints(reader: StoreReader) -> None:
+    logs = reader.logs("job-1", limit=3)
+    assert [r["line"].split()[1] for r in logs] == ["450", "500", "550"]
+    assert [r["line"] for r in reader.logs(text="step 550")] == [
+        f"step 550 loss {syn.train_loss(550):.4f}"
+    ]
+    assert all(r["ts"] <= syn.T0 + 100 for r in reader.logs(until_ts=syn.T0 + 100))
+    (alert,) = reader.alerts()
+    assert alert["code"] == "thermal_throttle" and alert["where"] == {"gpu": 1}
+    assert reader.alerts(until_ts=syn.THROTTLE_FROM_TS - 1) == []
+    evals = reader.eval_points("job-1")
+    assert [e["step"] for e in evals] == list(range(50, syn.STEPS, 50))
+    assert evals[0]["metrics"]["acc"] == pytest.approx(0.525)
+    assert reader.nonfinite_steps("job-1") == [syn.NAN_STEP]
+    assert reader.nonfinite_steps("job-1", until_ts=syn.step_ts(syn.NAN_STEP) - 1) == []
+    costs = reader.checkpoint_costs("job-1")
+    assert [(c["step"], c["seconds"]) for c in costs] == [(200, 30.0), (400, 30.0)]
+
+
+def test_interruption_paired_with_its_recovery(reader: StoreReader) -> None:
+    (item,) = reader.interruptions("job-1")
+    assert item["cause"] == "rank 2 killed (SIGKILL)" and item["evidence"] == "exit code -9"
+    assert item["recovered_in"] == pytest.approx(syn.OUTAGE_S - 5)
+    assert item["steps_lost"] == 10 and item["restart_count"] == 1
+    during = reader.interruptions("job-1", until_ts=syn.step_ts(syn.INTERRUPT_AFTER_STEP) + 10)
+    assert len(during) == 1 and during[0]["recovered_in"] is None

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from cockpit.errors import CockpitError
+from cockpit.replay import ReplaySource
+from cockpit.store.database import Store
+from tests.read import synthetic as syn
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def replay(recording: Path, clock: FakeClock):
+    source = ReplaySource(recording, speed=10.0, clock=clock)
+    yield source
+    source.stop()
+
+
+def test_clock_starts_at_the_first_record_and_runs_at_speed(replay: ReplaySource,
+                                                            clock: FakeClock) -> None:
+    assert replay.position == syn.T0 and replay.label == "REPLAY 10x"
+    assert replay.controller is None
+    clock.now += 3.0
+    assert replay.position == pytest.approx(syn.T0 + 30.0)
+
+
+def test_pause_freezes_resume_continues(replay: ReplaySource, clock: FakeClock) -> None:
+    clock.now += 1.0
+    replay.pause()
+    assert replay.label == "REPLAY 10x PAUSED" and not replay.playing
+    clock.now += 100.0
+    assert replay.position == pytest.approx(syn.T0 + 10.0)
+    replay.resume()
+    clock.now += 1.0
+    assert replay.position == pytest.approx(syn.T0 + 20.0)
+
+
+def test_speed_change_keeps_the_position(replay: ReplaySource, clock: FakeClock) -> None:
+    clock.now += 1.0
+    replay.set_speed(100.0)
+    assert replay.position == pytest.approx(syn.T0 + 10.0)
+    clock.now += 1.0
+    assert replay.position == pytest.approx(syn.T0 + 110.0)
+    assert replay.label == "REPLAY 100x"
+    with pytest.raises(ValueError, match="positive"):
+        replay.set_speed(0)
+
+
+def test_seek_is_relative_and_clamped(replay: ReplaySource) -> None:
+    replay.pause()
+    replay.seek(60.0)
+    assert replay.position == pytest.approx(syn.T0 + 60.0)
+    replay.seek(-1e6)
+    assert replay.position == syn.T0
+    replay.seek_to(0.5)
+    assert replay.fraction == pytest.approx(0.5)
+    replay.seek_to(7.0)
+    assert replay.position == replay.end_ts
+
+
+def test_reaching_the_end_pauses_and_resume_restarts(replay: ReplaySource,
+                                                     clock: FakeClock) -> None:
+    clock.now += 1e6
+    assert replay.position == replay.end_ts and not replay.playing
+    replay.resume()
+    assert replay.position == syn.T0 and replay.playing
+
+
+def test_snapshot_and_details_see_only_up_to_the_cursor(replay: ReplaySource) -> None:
+    replay.pause()
+    replay.seek_to(0.0)
+    replay.seek(syn.step_ts(100) - syn.T0 + 0.5)
+    snap = replay.snapshot(buckets=30)
+    assert snap.progress.step == 100 and snap.source_label == "REPLAY 10x PAUSED"
+    assert snap.ts == replay.position and not snap.controllable
+    log = replay.details("log")
+    assert all(line.ts <= replay.position for line in log.lines)
+
+
+def test_timer_thread_calls_on_data(replay: ReplaySource) -> None:
+    called = threading.Event()
+    replay.start(called.set)
+    assert called.wait(timeout=10)
+
+
+def test_empty_or_missing_recordings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(CockpitError, match="does not exist"):
+        ReplaySource(tmp_path / "nope.duckdb")
+    Store(tmp_path / "empty.duckdb").close()
+    with pytest.raises(CockpitError, match="no records to replay"):
+        ReplaySource(tmp_path / "empty.duckdb")

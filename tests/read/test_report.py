@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cockpit.errors import CockpitError
+from cockpit.report import REPORT_VERSION, render_report, sparkline
+from tests.read import synthetic as syn
+
+TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "run",
+            "progress", "effect", "efficiency", "health", "interruptions", "alerts",
+            "checkpoint"}
+
+
+def test_json_report_has_the_documented_keys(recording: Path) -> None:
+    data = json.loads(render_report(recording, fmt="json"))
+    assert set(data) == TOP_KEYS and data["report_version"] == REPORT_VERSION
+    assert data["job"] == "job-1" and data["run"]["world_size"] == 4
+    assert data["progress"]["step"] == 599 and data["progress"]["state"] == "running"
+    assert data["effect"]["nonfinite_steps"] == [syn.NAN_STEP]
+    assert data["effect"]["divergence_step"] == syn.BEST_VAL_STEP + syn.EVAL_EVERY
+    assert len(data["effect"]["train_loss"]["step"]) == len(data["effect"]["train_loss"]["ema"])
+    assert data["efficiency"]["slowest_ranks"][0]["rank"] == syn.STRAGGLER_RANK
+    assert {h["host"] for h in data["health"]["hosts"]} == set(syn.HOSTS)
+    assert data["health"]["hosts"][0]["gpus_online"] == 2
+    assert data["interruptions"][0]["steps_lost"] == 10
+    assert {"kind", "severity", "code", "where", "what", "hint"} <= set(data["alerts"][0])
+    ckpt = data["checkpoint"]
+    assert ckpt["cost_s"] == syn.CHECKPOINT_SECONDS and ckpt["interval_s"] > 0
+    assert not ckpt["mtbf_is_lower_bound"] and "Daly" in ckpt["advice"]
+
+
+def test_json_report_at_a_cursor(recording: Path) -> None:
+    data = json.loads(render_report(recording, fmt="json", until_ts=syn.step_ts(100) + 0.5))
+    assert data["progress"]["step"] == 100 and data["interruptions"] == []
+    assert data["effect"]["nonfinite_steps"] == []
+
+
+def test_text_report_shows_the_four_instruments(recording: Path) -> None:
+    text = render_report(recording)
+    for heading in ("PROGRESS", "EFFECT", "EFFICIENCY", "HEALTH", "INTERRUPTIONS", "ALERTS",
+                    "CHECKPOINTS"):
+        assert f"\n{heading}\n" in text
+    assert "599 / 1,000 (59.9%)" in text
+    assert "(estimate;" in text
+    assert "CRITICAL parameter nonfinite_loss @ step 450" in text
+    assert "try: " in text and "rank 2 killed (SIGKILL)" in text
+    assert max(len(line) for line in text.splitlines()) < 200
+
+
+def test_markdown_report_uses_headings_and_tables(recording: Path) -> None:
+    md = render_report(recording, fmt="markdown")
+    assert md.startswith("# Training report: job-1")
+    for heading in ("## Progress", "## Effect", "## Efficiency", "## Health", "## Alerts"):
+        assert heading in md
+    assert "| host | link | GPUs |" in md
+    assert "| critical | parameter | nonfinite_loss | step 450 |" in md
+
+
+def test_bad_format_and_missing_file_are_clear_errors(recording: Path, tmp_path: Path) -> None:
+    with pytest.raises(CockpitError, match="unknown report format 'html'"):
+        render_report(recording, fmt="html")
+    with pytest.raises(CockpitError, match="does not exist"):
+        render_report(tmp_path / "missing.duckdb")
+
+
+def test_sparkline_scales_to_the_range() -> None:
+    assert sparkline([1.0, None, 2.0, 3.0]) == "▁▅█"
+    assert sparkline([2.0, 2.0]) == "▁▁"
+    assert sparkline([]) == ""

@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cockpit.details import EventsTimeline, HostDetail, LogTail, RunInfo
+from cockpit.snapshot import Snapshot
+from cockpit.source import build_snapshot, details
+from cockpit.store.database import Store
+from cockpit.store.queries import StoreReader
+from tests.read import synthetic as syn
+
+
+@pytest.fixture
+def final(reader: StoreReader) -> Snapshot:
+    return build_snapshot(reader, until_ts=None, label="LIVE", buckets=60)
+
+
+def test_progress_at_the_end(final: Snapshot) -> None:
+    p = final.progress
+    assert final.job == "job-1" and final.source_label == "LIVE"
+    assert (p.step, p.total_steps, p.stage, p.state) == (599, 1000, "pretrain", "running")
+    assert p.percent == pytest.approx(59.9)
+    assert p.samples == 599 * 4 * syn.SAMPLES_PER_RANK
+    assert p.tokens == p.samples * syn.TOKENS_PER_SAMPLE
+    assert p.steps_per_second == pytest.approx(1.0)
+    assert p.eta_seconds == pytest.approx(401.0)
+    assert p.eta_low is not None and p.eta_high is not None
+    assert p.eta_low <= p.eta_seconds <= p.eta_high
+    assert not p.stalled and p.since_last_step is not None and p.since_last_step < 5
+
+
+def test_effect_finds_the_planted_problems(final: Snapshot) -> None:
+    e = final.effect
+    assert 0 < len(e.train_loss) <= 60 and len(e.train_loss_ema) == len(e.train_loss)
+    assert e.train_loss.x == tuple(sorted(e.train_loss.x))
+    assert e.spike_steps == (syn.SPIKE_STEP,)
+    assert e.nonfinite_steps == (syn.NAN_STEP,)
+    assert e.best_val_step == syn.BEST_VAL_STEP
+    assert e.divergence_step == syn.BEST_VAL_STEP + syn.EVAL_EVERY
+    assert e.val_loss.x == tuple(float(s) for s in range(50, syn.STEPS, 50))
+    assert e.last_loss_scale == 65536.0
+    assert len(e.lr) > 0 and len(e.loss_scale) > 0
+
+
+def test_efficiency_figures(final: Snapshot) -> None:
+    f = final.efficiency
+    assert f.samples_per_s == pytest.approx(4 * syn.SAMPLES_PER_RANK)
+    assert f.tokens_per_s == pytest.approx(4 * syn.SAMPLES_PER_RANK * syn.TOKENS_PER_SAMPLE)
+    assert f.data_wait_pct == pytest.approx(10.0)
+    assert f.mfu == pytest.approx(syn.FLOPS_PER_STEP / (syn.PEAK_FLOPS * 4))
+    assert f.gpu_busy == pytest.approx(87.0)
+    assert f.slowest_ranks[0].rank == syn.STRAGGLER_RANK
+    assert f.slowest_ranks[0].host == "node-b"
+    assert f.step_time_spread is not None and f.step_time_spread > 0
+    assert len(f.throughput_history) > 0 and len(f.gpu_busy_history) > 0
+    assert max(v for v in f.throughput_history.last if v is not None) == pytest.approx(128.0)
+
+
+def test_health_and_interruptions(final: Snapshot) -> None:
+    h = final.health
+    assert [x.host for x in h.hosts] == list(syn.HOSTS) and not h.simulated
+    b = h.hosts[1]
+    assert b.state == "streaming" and b.gpu_state == "ok"
+    assert [(g.index, g.online, g.name) for g in b.gpus] == [(0, True, "H100"), (1, True, "H100")]
+    assert b.gpus[1].throttle == 0x40 and b.gpus[1].xid == 13 and b.gpus[0].xid is None
+    assert h.hosts[0].disk_used == 95 << 30
+    (i,) = h.interruptions
+    assert i.cause == "rank 2 killed (SIGKILL)" and i.recovered_in == pytest.approx(35.0)
+    assert i.steps_lost == 10
+
+
+def test_alerts_each_kind_with_where_and_hint(final: Snapshot) -> None:
+    by = {a.code: a for a in final.alerts}
+    assert by["thermal_throttle"].where == "host node-b / gpu 1"
+    assert by["gpu_xid"].where == "host node-b / gpu 1"
+    assert by["disk_nearly_full"].where == "host node-a"
+    assert by["spool_error"].kind == "data"
+    assert "range 17-17" in by["spool_error"].where
+    assert by["nonfinite_loss"].where == f"step {syn.NAN_STEP}"
+    assert by["loss_spike"].kind == "parameter" and by["divergence"].kind == "parameter"
+    assert all(a.hint for a in final.alerts)
+    assert final.alerts[0].severity == "critical"
+    assert sum(1 for a in final.alerts if a.code == "thermal_throttle") == 1
+
+
+def test_a_cursor_hides_the_future(reader: StoreReader) -> None:
+    cursor = syn.step_ts(200) + 0.5
+    snap = build_snapshot(reader, until_ts=cursor, label="REPLAY 10x")
+    assert snap.ts == cursor and snap.progress.step == 200
+    assert max(snap.effect.train_loss.x) <= 200
+    assert max(snap.effect.val_loss.x) <= 200
+    assert snap.effect.spike_steps == () and snap.effect.nonfinite_steps == ()
+    assert snap.effect.divergence_step is None
+    assert snap.health.interruptions == ()
+    assert all(e.ts <= cursor for e in snap.events)
+    assert all(a.ts <= cursor for a in snap.alerts)
+    codes = {a.code for a in snap.alerts}
+    assert "thermal_throttle" not in codes and "gpu_xid" not in codes
+    assert all(g.throttle == 0 for h in snap.health.hosts for g in h.gpus)
+
+
+def test_during_an_outage_the_job_is_recovering(reader: StoreReader) -> None:
+    snap = build_snapshot(reader, until_ts=syn.step_ts(syn.INTERRUPT_AFTER_STEP) + 20,
+                          label="REPLAY")
+    assert snap.progress.state == "recovering" and not snap.progress.stalled
+    assert snap.health.interruptions[0].recovered_in is None
+
+
+def test_a_silent_job_is_stalled_and_hosts_go_stale(reader: StoreReader) -> None:
+    later = syn.step_ts(syn.STEPS - 1) + 900
+    snap = build_snapshot(reader, until_ts=None, label="LIVE", now=later)
+    assert snap.progress.stalled and snap.progress.state == "stalled"
+    assert "no step for 15m" in (snap.progress.stall_detail or "")
+    assert {h.state for h in snap.health.hosts} == {"stale"}
+    assert {"stall", "host_stale"} <= {a.code for a in snap.alerts}
+
+
+def test_live_host_states_win(reader: StoreReader) -> None:
+    snap = build_snapshot(reader, until_ts=None, label="LIVE",
+                          host_states={"node-a": "unreachable"}, controllable=True)
+    assert snap.controllable
+    assert [h.state for h in snap.health.hosts] == ["unreachable", "streaming"]
+    assert any(a.code == "host_unreachable" and a.where == "host node-a" for a in snap.alerts)
+
+
+def test_an_empty_recording_gives_an_empty_snapshot(tmp_path: Path) -> None:
+    with Store(tmp_path / "empty.duckdb") as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="LIVE")
+    assert snap.job is None and snap.progress.state == "unknown" and snap.alerts == ()
+
+
+def test_details_host(reader: StoreReader) -> None:
+    d = details(reader, "host", host="node-b", buckets=30)
+    assert isinstance(d, HostDetail) and d.hostname == "node-b" and d.cpu_count == 16
+    assert [g.gpu for g in d.gpus] == [0, 1] and d.gpus[1].xid == 13
+    assert [(p.rank, p.gpu) for p in d.processes] == [(2, 0), (3, 1)]
+    assert 0 < len(d.gpu_temp) <= 30 and max(v for v in d.gpu_temp.hi if v) == 91.0
+    assert set(d.util_per_gpu) == {"gpu 0", "gpu 1"} and len(d.cpu) > 0
+    with pytest.raises(ValueError, match="no host named 'nope'"):
+        details(reader, "host", host="nope")
+
+
+def test_details_events_run_log(reader: StoreReader) -> None:
+    ev = details(reader, "events", kinds=["checkpoint_saved"])
+    assert isinstance(ev, EventsTimeline) and [e.step for e in ev.events] == [200, 400]
+    run = details(reader, "run")
+    assert isinstance(run, RunInfo) and run.job == "job-1" and run.tags == ("synthetic",)
+    assert run.env["node-a"]["cuda"] == "12.4" and run.jobs == ("job-1",)
+    log = details(reader, "log", n=2, text="loss")
+    assert isinstance(log, LogTail) and len(log.lines) == 2
+    assert log.lines[-1].line.startswith("step 550") and log.lines[-1].rank == 0
+    early = details(reader, "log", until_ts=syn.T0 + 100)
+    assert all(line.ts <= syn.T0 + 100 for line in early.lines)
+    with pytest.raises(ValueError, match="unknown details kind 'gpu'"):
+        details(reader, "gpu")

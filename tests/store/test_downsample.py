@@ -1,0 +1,138 @@
+"""downsample(): exact against a Python reference, bounded in points, level and raw paths."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from agent.protocol import encode
+from cockpit.store import Store
+from cockpit.store.downsample import downsample, plan
+from tests.store.wire import TS0
+
+STEPS = 4000
+
+
+def _reference(rows, x0, x1, width, until_ts=None):
+    """rows: (x, value, ts). Bucket k = floor(x / width) over x0 <= x <= x1."""
+    buckets: dict[int, list[tuple[float, float | None]]] = {}
+    for x, value, ts in rows:
+        if x0 <= x <= x1 and (until_ts is None or ts <= until_ts):
+            buckets.setdefault(math.floor(x / width), []).append((x, value))
+    xs, last, lo, hi = [], [], [], []
+    for k in sorted(buckets):
+        points = buckets[k]
+        values = [(x, v) for x, v in points if v is not None]
+        xs.append(float(max(x for x, _ in points)))
+        last.append(max(values)[1] if values else None)
+        lo.append(min(v for _, v in values) if values else None)
+        hi.append(max(v for _, v in values) if values else None)
+    return xs, last, lo, hi
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    """Two ranks interleaved (rank 0 on even steps, rank 1 on odd), some null losses."""
+    rnd = random.Random(3)
+    rows = {0: [], 1: []}
+    lines = []
+    for seq, step in enumerate(range(STEPS), start=1):
+        rank = step % 2
+        loss = None if rnd.random() < 0.05 else rnd.uniform(0, 10)
+        ts = TS0 + step * 0.5
+        rows[rank].append((step, loss, ts))
+        lines.append(encode("train", seq, {"job": "j1", "rank": rank, "step": step,
+                                           "loss": loss, "stage": "s"}, ts=ts))
+    path = tmp_path_factory.mktemp("ds") / "series.duckdb"
+    store = Store(path)
+    for i in range(0, len(lines), 700):  # several flushes: partial buckets get merged
+        store.ingest("h1", b"".join(lines[i:i + 700]))
+    yield store, rows
+    store.close()
+
+
+def _check(store, rows, buckets, levels=True, **kw):
+    where = kw.pop("where", {"job": "j1"})
+    with store.cursor() as cur:
+        got = downsample(cur, "train", "loss", x="step", buckets=buckets, where=where, **kw)
+    until = kw.get("until_ts")
+    visible = [r for r in rows if until is None or r[2] <= until]
+    x0, x1 = kw.get("x_range") or (min(r[0] for r in visible), max(r[0] for r in visible))
+    level, width = plan(x1 - x0, buckets, integer_x=True, levels=levels)
+    assert len(got[0]) <= buckets
+    assert got == _reference(rows, x0, x1, width, until), (level, width)
+    return level
+
+
+def test_full_range_from_the_levels_matches_the_reference(series) -> None:
+    store, rows = series
+    both = sorted(rows[0] + rows[1])
+    assert _check(store, both, 20) is not None  # answered from a level table
+    assert _check(store, both, 7) is not None
+
+
+def test_one_rank(series) -> None:
+    store, rows = series
+    assert _check(store, rows[1], 12, where={"job": "j1", "rank": 1}) is not None
+
+
+def test_an_explicit_range_reads_its_partial_edges_raw(series) -> None:
+    store, rows = series
+    both = sorted(rows[0] + rows[1])
+    assert _check(store, both, 10, x_range=(333, 3111)) is not None
+
+
+def test_a_replay_cursor_hides_later_samples(series) -> None:
+    store, rows = series
+    both = sorted(rows[0] + rows[1])
+    until = TS0 + 2345 * 0.5
+    assert _check(store, both, 15, until_ts=until) is not None
+    assert _check(store, both, 10, until_ts=until, x_range=(100, 3900)) is not None
+
+
+def test_narrow_ranges_and_non_key_filters_use_raw_rows(series) -> None:
+    store, rows = series
+    both = sorted(rows[0] + rows[1])
+    assert _check(store, both, 120, x_range=(1000, 1500)) is None
+    assert _check(store, both, 20, levels=False, where={"job": "j1", "stage": "s"}) is None
+
+
+def test_never_more_points_than_buckets(series) -> None:
+    store, _ = series
+    with store.cursor() as cur:
+        for buckets in (1, 2, 3, 50, 120, 200, 5000):
+            xs, last, lo, hi = downsample(cur, "train", "loss", buckets=buckets,
+                                          where={"job": "j1"})
+            assert 0 < len(xs) <= buckets
+            assert len(xs) == len(last) == len(lo) == len(hi)
+            assert xs == sorted(xs)
+
+
+def test_gpu_series_by_time(tmp_store_path) -> None:
+    rnd = random.Random(5)
+    rows = []
+    lines = []
+    for seq in range(1, 3001):
+        ts = TS0 + seq * 1.0
+        util = rnd.uniform(0, 100)
+        rows.append((ts, util, ts))
+        lines.append(encode("gpu", seq, {"gpu": 0, "util": util}, ts=ts))
+    with Store(tmp_store_path) as store:
+        store.ingest("h1", b"".join(lines))
+        with store.cursor() as cur:
+            got = downsample(cur, "gpu", "util", x="ts", buckets=16,
+                             where={"host": "h1", "gpu": 0})
+    level, width = plan(rows[-1][0] - rows[0][0], 16, integer_x=False, levels=True)
+    assert level is not None
+    assert got == _reference(rows, rows[0][0], rows[-1][0], width)
+
+
+def test_empty_and_bad_names(store) -> None:
+    with store.cursor() as cur:
+        assert downsample(cur, "train", "loss", where={"job": "none"}) == ([], [], [], [])
+        with pytest.raises(ValueError, match="not a column"):
+            downsample(cur, "train", "loss; DROP TABLE train")
+        with pytest.raises(ValueError, match="not a column"):
+            downsample(cur, "train", "loss", where={"nope": 1})

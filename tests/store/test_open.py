@@ -1,0 +1,96 @@
+"""Opening recordings: migrations, version checks, read-only behaviour, file locks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cockpit.store import (
+    Store,
+    StoreError,
+    StoreLockedError,
+    StoreReadOnlyError,
+    StoreVersionError,
+    schema,
+)
+from tests.store.wire import count, header, trains
+
+
+def test_new_file_gets_every_table_and_the_schema_version(tmp_store_path: Path) -> None:
+    with Store(tmp_store_path) as store, store.cursor() as cur:
+        tables = {r[0] for r in cur.execute("SHOW TABLES").fetchall()}
+        versions = cur.execute("SELECT version FROM schema_version").fetchall()
+    expected = {*schema.RECORD_COLUMNS, "other", "hosts", "wire_errors", "gpu_rollup",
+                "host_sample_rollup", *(schema.levels_table(t) for t in schema.LEVEL_SERIES)}
+    assert expected <= tables
+    assert versions == [(schema.SCHEMA_VERSION,)]
+
+
+def test_reopening_keeps_data_and_high_water(tmp_store_path: Path) -> None:
+    with Store(tmp_store_path) as store:
+        store.ingest("a", header() + trains(1, 5))
+    with Store(tmp_store_path) as store:
+        assert store.high_water("a") == 5
+        assert count(store, "train") == 5
+        assert count(store, "schema_version") == 1
+
+
+def test_a_newer_schema_is_refused_with_a_clear_message(tmp_store_path: Path) -> None:
+    Store(tmp_store_path).close()
+    con = duckdb.connect(str(tmp_store_path))
+    con.execute("UPDATE schema_version SET version = $v", {"v": schema.SCHEMA_VERSION + 1})
+    con.close()
+    with pytest.raises(StoreVersionError, match="newer cockpit"):
+        Store(tmp_store_path)
+
+
+def test_read_only_refuses_writes(tmp_store_path: Path) -> None:
+    with Store(tmp_store_path) as store:
+        store.ingest("a", trains(1, 3))
+    with Store(tmp_store_path, read_only=True) as store:
+        assert store.high_water("a") == 3
+        with pytest.raises(StoreReadOnlyError):
+            store.ingest("a", trains(4, 5))
+        with pytest.raises(StoreReadOnlyError):
+            store.set_host_state("a", "streaming", "ok")
+
+
+def test_read_only_of_a_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        Store(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_read_only_while_another_process_writes_names_the_file(tmp_store_path: Path) -> None:
+    Store(tmp_store_path).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, duckdb
+            con = duckdb.connect({str(tmp_store_path)!r})
+            print("ready", flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError) as err:
+            Store(tmp_store_path, read_only=True)
+        assert str(tmp_store_path) in str(err.value)
+        assert "another process" in str(err.value)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=10)
+
+
+def test_host_state_is_recorded(store: Store) -> None:
+    store.set_host_state("a", "connecting", "dialing", address="10.0.0.1")
+    store.set_host_state("a", "streaming", "ok")
+    (row,) = store.hosts()
+    assert (row.host, row.address, row.state, row.detail) == ("a", "10.0.0.1", "streaming", "ok")
+    assert row.state_ts is not None

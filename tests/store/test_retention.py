@@ -1,0 +1,100 @@
+"""Retention: old raw samples become 1-minute roll-ups; other records stay; logs capped."""
+
+from __future__ import annotations
+
+import statistics
+
+from agent.protocol import encode
+from cockpit.store import Store
+from cockpit.store.retention import RetentionPolicy, apply_retention
+from tests.store.wire import count
+
+DAY = 86400.0
+T0 = 1_700_000_040.0  # a minute boundary
+
+
+def _gpu(seq: int, ts: float, util: float, temp: float, throttle: int) -> bytes:
+    return encode("gpu", seq, {"gpu": 1, "util": util, "temp": temp, "power": 100.0 + seq,
+                               "mem_used": seq, "throttle": throttle, "ecc_agg_unc": 0}, ts=ts)
+
+
+def test_old_samples_are_rolled_up_and_deleted(store: Store) -> None:
+    lines = []
+    expected: dict[float, list[tuple[float, float, int]]] = {}
+    seq = 0
+    for minute in range(3):
+        for second in range(0, 60, 10):
+            seq += 1
+            ts = T0 + minute * 60 + second
+            util, temp, throttle = float(seq * 3 % 17), 30.0 + seq, 1 << (seq % 3)
+            expected.setdefault(T0 + minute * 60, []).append((util, temp, throttle))
+            lines.append(_gpu(seq, ts, util, temp, throttle))
+    recent = T0 + 10 * DAY
+    lines.append(_gpu(seq + 1, recent, 50.0, 40.0, 0))
+    lines.append(encode("host", seq + 2, {"cpu": 10.0, "mem_used": 5}, ts=T0 + 5))
+    lines.append(encode("host", seq + 3, {"cpu": 30.0, "mem_used": 7}, ts=T0 + 6))
+    lines.append(encode("train", seq + 4, {"job": "j", "rank": 0, "step": 1, "loss": 1.0},
+                        ts=T0))
+    lines.append(encode("event", seq + 5, {"kind": "pause", "msg": "paused"}, ts=T0))
+    store.ingest("h1", b"".join(lines))
+
+    result = apply_retention(store, RetentionPolicy(raw_window=7 * DAY), now=recent)
+    assert (result.gpu_rolled, result.host_rolled) == (18, 2)
+    assert count(store, "gpu") == 1  # only the recent sample stays raw
+    assert count(store, "host_sample") == 0
+    assert count(store, "train") == 1 and count(store, "event") == 1
+    with store.cursor() as cur:
+        rows = cur.execute(
+            "SELECT minute, n, util_min, util_mean, util_max, temp_min, temp_max, throttle_or "
+            "FROM gpu_rollup WHERE host = 'h1' AND gpu = 1 ORDER BY minute").fetchall()
+        host = cur.execute("SELECT n, cpu_min, cpu_mean, cpu_max, mem_used_max "
+                           "FROM host_sample_rollup").fetchall()
+    assert [r[0] for r in rows] == sorted(expected)
+    for (minute, n, umin, umean, umax, tmin, tmax, thr) in rows:
+        values = expected[minute]
+        utils = [u for u, _, _ in values]
+        assert n == len(values)
+        assert (umin, umax) == (min(utils), max(utils))
+        assert abs(umean - statistics.mean(utils)) < 1e-9
+        assert (tmin, tmax) == (min(t for _, t, _ in values), max(t for _, t, _ in values))
+        thr_or = 0
+        for _, _, bits in values:
+            thr_or |= bits
+        assert thr == thr_or
+    assert host == [(2, 10.0, 20.0, 30.0, 7)]
+
+
+def test_a_late_row_for_a_folded_minute_is_merged(store: Store) -> None:
+    store.ingest("h1", _gpu(1, T0 + 1, 10.0, 30.0, 0) + _gpu(2, T0 + 2, 20.0, 30.0, 0))
+    apply_retention(store, now=T0 + 8 * DAY)
+    store.ingest("h1", _gpu(3, T0 + 3, 60.0, 30.0, 0))
+    apply_retention(store, now=T0 + 8 * DAY)
+    with store.cursor() as cur:
+        rows = cur.execute("SELECT n, util_min, util_mean, util_max FROM gpu_rollup").fetchall()
+    assert rows == [(3, 10.0, 30.0, 60.0)]
+    assert count(store, "gpu") == 0
+
+
+def test_logs_are_capped_newest_kept(store: Store) -> None:
+    lines = b"".join(encode("log", i, {"job": "j", "rank": 0, "stream": "stdout",
+                                       "line": f"line {i}"}, ts=T0 + i) for i in range(1, 11))
+    store.ingest("h1", lines)
+    result = apply_retention(store, RetentionPolicy(log_max_rows=4), now=T0)
+    assert result.logs_deleted == 6
+    with store.cursor() as cur:
+        kept = [r[0] for r in cur.execute("SELECT seq FROM log ORDER BY seq").fetchall()]
+    assert kept == [7, 8, 9, 10]
+
+
+def test_levels_keep_old_charts_after_raw_rows_go(store: Store) -> None:
+    from cockpit.store.downsample import downsample
+
+    lines = b"".join(_gpu(i, T0 + i * 10, float(i), 30.0, 0) for i in range(1, 2001))
+    store.ingest("h1", lines)
+    with store.cursor() as cur:
+        before = downsample(cur, "gpu", "util", x="ts", buckets=10, where={"host": "h1", "gpu": 1})
+    apply_retention(store, now=T0 + 2000 * 10 + 7 * DAY + 120)
+    assert count(store, "gpu") == 0
+    with store.cursor() as cur:
+        after = downsample(cur, "gpu", "util", x="ts", buckets=10, where={"host": "h1", "gpu": 1})
+    assert after == before and len(after[0]) > 1

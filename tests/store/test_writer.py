@@ -1,0 +1,101 @@
+"""StoreWriter: batching from many threads, commit cadence, committed-only high water."""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+
+from cockpit.ingest.writer import StoreWriter, WriterBacklogError
+from cockpit.store import IngestResult, Store
+from tests.store.wire import count, trains
+
+
+def test_high_water_moves_only_after_the_commit(store: Store) -> None:
+    writer = StoreWriter(store, interval=60.0)
+    writer.put("h1", trains(1, 10))
+    assert writer.high_water("h1") == 0
+    assert count(store, "train") == 0
+    result = writer.flush()
+    assert result is not None and result.stored == 10
+    assert writer.high_water("h1") == 10
+
+
+def test_a_failing_commit_leaves_the_mark_and_keeps_the_batch(store: Store) -> None:
+    errors: list[Exception] = []
+    writer = StoreWriter(store, interval=60.0, on_error=errors.append)
+    real = store.ingest_many
+    calls = {"n": 0}
+
+    def failing(items):  # the first commit fails as a full disk would
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise duckdb.IOException("No space left on device")
+        return real(items)
+
+    store.ingest_many = failing  # type: ignore[method-assign]
+    writer.put("h1", trains(1, 5))
+    assert writer.flush() is None
+    assert store.high_water("h1") == 0 and len(errors) == 1
+    writer.put("h1", trains(6, 8))
+    result = writer.flush()
+    assert result is not None and result.stored == 8
+    assert store.high_water("h1") == 8
+
+
+def test_the_backlog_is_bounded_and_dropping_is_reported(store: Store) -> None:
+    errors: list[Exception] = []
+    writer = StoreWriter(store, interval=60.0, on_error=errors.append, max_backlog_lines=5)
+
+    def failing(items):
+        raise duckdb.IOException("No space left on device")
+
+    store.ingest_many = failing  # type: ignore[method-assign]
+    writer.put("h1", trains(1, 10))
+    writer.flush()
+    assert any(isinstance(e, WriterBacklogError) and "h1" in str(e) for e in errors)
+    assert writer.flush() is None  # nothing was kept
+
+
+def test_the_writer_thread_flushes_on_its_interval_and_reports(store: Store) -> None:
+    flushed: list[IngestResult] = []
+    arrived = threading.Event()
+
+    def on_flush(result: IngestResult) -> None:
+        flushed.append(result)
+        arrived.set()
+
+    writer = StoreWriter(store, on_flush=on_flush, interval=0.05).start()
+    try:
+        threads = [
+            threading.Thread(target=writer.put, args=(f"h{i}", trains(1, 20))) for i in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert arrived.wait(10), "no flush reported"
+    finally:
+        writer.stop()
+    assert sum(r.stored for r in flushed) == 80
+    assert {h for r in flushed for h in r.by_host} == {"h0", "h1", "h2", "h3"}
+    assert all(store.high_water(f"h{i}") == 20 for i in range(4))
+
+
+def test_a_full_buffer_is_flushed_before_the_interval(store: Store) -> None:
+    arrived = threading.Event()
+    writer = StoreWriter(store, on_flush=lambda r: arrived.set(), interval=3600.0,
+                         max_lines=50).start()
+    try:
+        writer.put("h1", trains(1, 60))
+        assert arrived.wait(10), "a full buffer did not trigger a flush"
+    finally:
+        writer.stop()
+    assert store.high_water("h1") == 60
+
+
+def test_stop_flushes_what_is_queued(store: Store) -> None:
+    writer = StoreWriter(store, interval=3600.0).start()
+    writer.put("h1", trains(1, 3))
+    writer.stop()
+    assert store.high_water("h1") == 3

@@ -1,0 +1,151 @@
+"""Operator controls reaching the trainer through the job's control file."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _control_file(tmp_path: Path, job: str = "job-a") -> Path:
+    path = tmp_path / "run" / "control" / f"{job}.ndjson"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _append(path: Path, *lines: dict | str) -> None:
+    with open(path, "a") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+
+
+def _acks(spool) -> list[dict]:
+    return [e for e in spool("event") if e["kind"] == "control_ack"]
+
+
+def test_lr_scale_is_applied_and_acknowledged(make_reporter, spool, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter()
+    rep.step(10, loss=1.0)
+    assert rep.lr_scale == 1.0
+    _append(path, {"id": "c1", "ts": time.time(), "knobs": {"lr_scale": 0.5}})
+    applied = rep.poll_control()
+    assert applied == [{"id": "c1", "knobs": {"lr_scale": 0.5}, "ok": True, "error": None}]
+    assert rep.lr_scale == 0.5 and rep.knobs == {"lr_scale": 0.5}
+    assert rep.poll_control() == []  # each line once
+    rep.flush()
+    (ack,) = _acks(spool)
+    assert ack["step"] == 10
+    assert ack["data"] == {"id": "c1", "op": "adjust", "ok": True, "applied_step": 10}
+
+
+def test_controls_apply_at_a_step_boundary_without_polling(make_reporter, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter(flush_interval=0.02, control_interval=0.02)
+    _append(path, {"id": "c1", "ts": time.time(), "knobs": {"lr_scale": 2.0}})
+    step, deadline = 0, time.monotonic() + 30
+    while rep.lr_scale == 1.0 and time.monotonic() < deadline:
+        step += 1
+        rep.step(step, loss=1.0)
+        time.sleep(0.01)
+    assert rep.lr_scale == 2.0
+
+
+def test_one_shot_requests_are_taken_once(make_reporter, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter()
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"checkpoint_now": True, "eval_now": True}})
+    rep.poll_control()
+    assert rep.take_request("checkpoint_now") is True
+    assert rep.take_request("checkpoint_now") is False
+    assert rep.take_request("eval_now") is True
+    assert rep.take_request("eval_now") is False
+    assert "checkpoint_now" not in rep.knobs
+
+
+def test_user_knobs_are_kept(make_reporter, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter()
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"dropout": 0.2}})
+    _append(path, {"id": "c2", "ts": 2.0, "knobs": {"dropout": 0.1, "mix": "b"}})
+    rep.poll_control()
+    assert rep.knobs == {"lr_scale": 1.0, "dropout": 0.1, "mix": "b"}
+
+
+@pytest.mark.parametrize(
+    ("line", "ident", "error"),
+    [
+        ({"id": "c1", "ts": 1.0, "knobs": {"lr_scale": -1}}, "c1", "lr_scale must be a positive"),
+        ({"id": "c2", "ts": 1.0, "knobs": {"lr_scale": "half"}}, "c2", "lr_scale must be"),
+        ({"id": "c3", "ts": 1.0, "knobs": {"eval_now": "yes"}}, "c3", "eval_now must be true"),
+        ({"id": "c4", "ts": 1.0, "knobs": [1]}, "c4", "'knobs' must be an object"),
+        ("{not json", None, "not a JSON line"),
+    ],
+)
+def test_bad_controls_are_refused_with_a_reason(
+    make_reporter, spool, tmp_path, line, ident, error
+) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter()
+    _append(path, line, {"id": "ok", "ts": 2.0, "knobs": {"lr_scale": 0.25}})
+    applied = rep.poll_control()
+    assert [a["ok"] for a in applied] == [False, True]
+    assert rep.lr_scale == 0.25
+    rep.flush()
+    refused, accepted = _acks(spool)
+    assert refused["data"]["id"] == ident and refused["data"]["ok"] is False
+    assert error in refused["data"]["error"]
+    assert "job-a.ndjson line 1" in refused["data"]["error"]
+    assert accepted["data"]["ok"] is True
+
+
+def test_a_line_without_its_newline_waits(make_reporter, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter()
+    text = json.dumps({"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.5}})
+    with open(path, "a") as f:
+        f.write(text[:20])
+    assert rep.poll_control() == []
+    with open(path, "a") as f:
+        f.write(text[20:] + "\n")
+    assert [a["id"] for a in rep.poll_control()] == ["c1"]
+    assert rep.lr_scale == 0.5
+
+
+def test_restart_restores_lasting_knobs_and_drops_stale_requests(
+    make_reporter, spool, tmp_path
+) -> None:
+    path = _control_file(tmp_path)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.5, "checkpoint_now": True}})
+    _append(path, {"id": "c2", "ts": 2.0, "knobs": {"tau": 3}})
+    rep = make_reporter()
+    assert rep.lr_scale == 0.5 and rep.knobs["tau"] == 3
+    assert rep.take_request("checkpoint_now") is False
+    assert rep.poll_control() == []
+    rep.flush()
+    assert _acks(spool) == []  # acknowledged by the process that applied them first
+    _append(path, {"id": "c3", "ts": 3.0, "knobs": {"lr_scale": 1.0}})
+    assert [a["id"] for a in rep.poll_control()] == ["c3"]
+
+
+def test_replaced_control_file_is_read_from_the_top(make_reporter, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    rep = make_reporter()
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.5}})
+    rep.poll_control()
+    replacement = path.with_suffix(".new")
+    _append(replacement, {"id": "c9", "ts": 2.0, "knobs": {"lr_scale": 0.125}})
+    replacement.replace(path)
+    assert [a["id"] for a in rep.poll_control()] == ["c9"]
+    assert rep.lr_scale == 0.125
+
+
+def test_control_disabled_reads_nothing(make_reporter, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.5}})
+    rep = make_reporter(control=False)
+    assert rep.lr_scale == 1.0
+    assert rep.poll_control() == []
+    assert rep.lr_scale == 1.0

@@ -1,0 +1,107 @@
+"""Host key trust against a real sshd: unknown and changed keys are refused, loudly."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from cockpit.transport.ssh_link import HostLink
+from tests.transport.support import Collector, options_for, spec_for
+
+
+def fingerprint_of(pub_key: str, tmp_path: Path) -> str:
+    """What `ssh-keygen -lf` prints for the host key: the reference fingerprint."""
+    path = tmp_path / "hostkey.pub"
+    path.write_text(pub_key + "\n")
+    out = subprocess.run(
+        ["ssh-keygen", "-lf", str(path)], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()[1]
+
+
+def start(link: HostLink, links: list) -> HostLink:
+    links.append(link)
+    link.start()
+    return link
+
+
+def test_unknown_host_key_is_refused_with_fingerprint_and_remedy(
+    two_hosts, tmp_path: Path, collector: Collector, links: list
+) -> None:
+    host = two_hosts[0]
+    options = options_for([], tmp_path)  # no known_hosts at all
+    link = start(
+        HostLink(spec_for(host), lambda: 0, collector.on_chunk, collector.on_state, options), links
+    )
+    assert collector.wait_for(lambda: collector.saw_state(host.name, "hostkey-unknown"))
+    detail = collector.detail_of(host.name, "hostkey-unknown")
+    assert fingerprint_of(host.host_key_pub, tmp_path) in detail
+    assert "ssh-ed25519" in detail
+    assert f"ssh-keyscan -p {host.port} {host.address}" in detail
+    assert "--accept-new-host-keys" in detail
+    assert not collector.saw_state(host.name, "streaming")
+    assert not (tmp_path / "cockpit_known_hosts").exists()
+    assert link.connections == 0
+
+
+def test_changed_host_key_is_refused_as_possible_mitm(
+    two_hosts, tmp_path: Path, collector: Collector, links: list
+) -> None:
+    first, second = two_hosts
+    # Record host 2's key under host 1's name: host 1 now presents an unexpected key.
+    lying = tmp_path / "known_hosts"
+    key_type, key_b64 = second.host_key_pub.split()[:2]
+    lying.write_text(f"[{first.address}]:{first.port} {key_type} {key_b64}\n")
+    options = options_for([], tmp_path)
+    options.known_hosts.extra_files = [lying]
+    start(
+        HostLink(spec_for(first), lambda: 0, collector.on_chunk, collector.on_state, options), links
+    )
+    assert collector.wait_for(lambda: collector.saw_state(first.name, "hostkey-changed"))
+    detail = collector.detail_of(first.name, "hostkey-changed")
+    assert "HOST KEY CHANGED" in detail
+    assert "man-in-the-middle" in detail
+    assert fingerprint_of(first.host_key_pub, tmp_path) in detail
+    assert fingerprint_of(second.host_key_pub, tmp_path) in detail
+    assert not collector.saw_state(first.name, "streaming")
+
+
+def test_new_host_key_accepted_only_with_opt_in_and_recorded(
+    two_hosts, tmp_path: Path, collector: Collector, links: list
+) -> None:
+    host = two_hosts[0]
+    options = options_for([], tmp_path, accept_new=True)
+    start(
+        HostLink(spec_for(host), lambda: 0, collector.on_chunk, collector.on_state, options), links
+    )
+    assert collector.wait_for(lambda: collector.saw_state(host.name, "streaming"))
+    recorded = (tmp_path / "cockpit_known_hosts").read_text()
+    assert recorded.strip() == host.known_hosts_line()
+
+
+def test_wrong_user_key_reports_auth_failed(
+    two_hosts, tmp_path: Path, collector: Collector, links: list
+) -> None:
+    host = two_hosts[0]
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    options = options_for(two_hosts, tmp_path)
+    spec = spec_for(host, identity_file=str(stranger))
+    start(HostLink(spec, lambda: 0, collector.on_chunk, collector.on_state, options), links)
+    assert collector.wait_for(lambda: collector.saw_state(host.name, "auth-failed"))
+    detail = collector.detail_of(host.name, "auth-failed")
+    assert str(stranger) in detail and "authentication failed" in detail
+
+
+def test_closed_port_reports_unreachable(
+    tmp_path: Path, collector: Collector, links: list, two_hosts
+) -> None:
+    host = two_hosts[1]
+    host.stop()
+    options = options_for(two_hosts, tmp_path)
+    start(
+        HostLink(spec_for(host), lambda: 0, collector.on_chunk, collector.on_state, options), links
+    )
+    assert collector.wait_for(lambda: collector.state_names(host.name).count("unreachable") >= 2)
+    detail = collector.detail_of(host.name, "unreachable")
+    assert "refused" in detail.lower()

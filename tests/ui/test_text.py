@@ -1,0 +1,68 @@
+"""Formatting and operator-input parsing: n/a for missing data, clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit.snapshot import Progress
+from cockpit.ui import format as fmt
+from cockpit.ui import job_control as jc
+from cockpit.ui.replay_actions import SPEEDS, next_speed
+from cockpit.ui.widgets.gauge import level_style
+from cockpit.ui.widgets.progress_pane import eta_text
+
+
+def test_missing_values_render_as_na() -> None:
+    assert {fmt.na(None), fmt.duration(None), fmt.si(None), fmt.size(None),
+            fmt.percent(None), fmt.clock(None), fmt.loss(None)} == {"n/a"}
+    assert fmt.ratio(5, 0) is None and fmt.ratio(None, 10) is None
+
+
+def test_durations_and_scales() -> None:
+    assert fmt.duration(3 * 86400 + 4 * 3600 + 5) == "3d 4h"
+    assert fmt.duration(7260) == "2h 01m"
+    assert fmt.duration(45.4) == "45s"
+    assert fmt.si(1_660_000, "B") == "1.66MB"
+    assert fmt.size(3 * 2**30) == "3.0GiB"
+    assert fmt.loss(float("nan")) == "nan"
+
+
+def test_eta_is_always_called_an_estimate() -> None:
+    assert "estimate" in eta_text(Progress(eta_seconds=100, eta_low=80, eta_high=130,
+                                           steps_per_second=2))
+    assert "estimate" in eta_text(Progress())
+
+
+def test_gauge_thresholds_work_both_ways() -> None:
+    assert level_style(90, good=80, bad=50) == "$success"
+    assert level_style(40, good=80, bad=50) == "$error"
+    assert level_style(3, good=5, bad=30) == "$success"
+    assert level_style(45, good=5, bad=30) == "$error"
+    assert level_style(15, good=5, bad=30) == "$warning"
+
+
+def test_lr_scale_parsing() -> None:
+    assert jc.parse_lr_scale(" 0.5 ") == 0.5
+    for bad in ("abc", "0", "-1", "inf"):
+        with pytest.raises(ValueError):
+            jc.parse_lr_scale(bad)
+
+
+def test_override_parsing_reads_toml_values() -> None:
+    assert jc.parse_overrides("lr=0.001, name=run-b,\nwarmup = 100, amp=true") == {
+        "lr": 0.001, "name": "run-b", "warmup": 100, "amp": True}
+    assert jc.parse_overrides("  ") == {}
+    with pytest.raises(ValueError, match="key=value"):
+        jc.parse_overrides("lr")
+
+
+def test_host_parsing_refuses_unknown_hosts() -> None:
+    assert jc.parse_hosts("a, b", ["a", "b", "c"]) == ("a", "b")
+    with pytest.raises(ValueError, match=r"unknown host.*zz"):
+        jc.parse_hosts("a zz", ["a"])
+
+
+def test_speed_ladder_clamps() -> None:
+    assert next_speed(10, 1) == 20 and next_speed(10, -1) == 5
+    assert next_speed(SPEEDS[-1], 1) == SPEEDS[-1] and next_speed(SPEEDS[0], -1) == SPEEDS[0]
+    assert next_speed(3, 1) == 5  # off-ladder speeds snap to the next rung
