@@ -14,7 +14,7 @@ committed high-water mark, cost one integer comparison per line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -43,7 +43,7 @@ class Segment:
 
     header: dict[str, object] | None = None
     groups: dict[str, list[bytes]] = field(default_factory=dict)
-    seqs: dict[str, list[int]] = field(default_factory=dict)
+    seqs: dict[str, Sequence[int]] = field(default_factory=dict)
     malformed: list[Malformed] = field(default_factory=list)
     duplicates: int = 0
     start_mark: int = 0  # the mark after the header (the journal's seq space)
@@ -145,3 +145,63 @@ def route_chunk(
         current.end_mark = running
     return [s for s in segments if s.header is not None or s.groups or s.malformed
             or s.duplicates]
+
+
+class LineSeqs(Sequence[int]):
+    """The seqs of canonical lines, parsed only when asked for (rarely: error paths)."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._lines)))]
+        routed = _fast_route(self._lines[index])
+        if routed is None:
+            raise ValueError(f"line {index} lost its canonical prefix")
+        return routed[1]
+
+
+def fast_split(chunk: bytes, high_water: int) -> Segment | None:
+    """Group a chunk by type reading only each line's type, or None to use `route_chunk`.
+
+    The common chunk (canonical lines, no stream header, wholly above the mark) needs no
+    per-line seq parsing: seqs arrive in order, so the first and last lines decide
+    whether anything is a duplicate. Any other chunk returns None. Lines whose prefix
+    looks canonical but whose JSON is broken are left for the strict bulk reader, whose
+    failure sends the chunk through `route_chunk` and the careful load path.
+    """
+    groups: dict[bytes, list[bytes]] = {}
+    first = last = b""
+    for line in chunk.split(b"\n"):
+        if not line:
+            continue
+        if not line.startswith(_PREFIX):
+            return None
+        key = line[6 : line.find(b'"', 6)]
+        group = groups.get(key)
+        if group is None:
+            groups[key] = group = []
+        group.append(line)
+        if not first:
+            first = line
+        last = line
+    if not groups or b"stream" in groups:
+        return None
+    head, tail = _fast_route(first), _fast_route(last)
+    if head is None or tail is None or head[1] <= high_water or tail[1] < head[1]:
+        return None
+    segment = Segment(end_mark=tail[1])
+    for key, lines in groups.items():
+        name = _TYPE_NAMES.get(key)
+        if name is None:
+            routed = _fast_route(lines[0])
+            if routed is None:
+                return None
+            name = routed[0]
+        segment.groups[name] = lines
+        segment.seqs[name] = LineSeqs(lines)
+    return segment

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def load_group(
     host: str,
     wire_type: str,
     lines: list[bytes],
-    seqs: list[int],
+    seqs: Sequence[int],
     offset: int,
     check_fields: bool,
 ) -> GroupResult:
@@ -162,7 +163,7 @@ def _missing_ts(
     cur: duckdb.DuckDBPyConnection,
     table: str | None,
     path: str,
-    seqs: list[int],
+    seqs: Sequence[int],
     lines: list[bytes],
     wire_type: str,
 ) -> list[Malformed]:
@@ -181,8 +182,8 @@ def _drop_bad_lines(
     scratch: Scratch,
     table: str | None,
     lines: list[bytes],
-    seqs: list[int],
-) -> tuple[list[bytes], list[int], list[Malformed]]:
+    seqs: Sequence[int],
+) -> tuple[list[bytes], Sequence[int], list[Malformed]]:
     bad: list[Malformed] = []
     keep: list[int] = []
     for i, line in enumerate(lines):

@@ -63,7 +63,7 @@ def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run
 def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
     tmp_path, charlm_data, run_charlm
 ) -> None:
-    settings = ["--set", "checkpoint.every=20", "--set", "eval.at_start=false",
+    settings = ["--set", "checkpoint.every=10", "--set", "eval.at_start=false",
                 "--set", "eval.every=100000"]  # fmt: skip
     run = run_charlm(tmp_path, nproc=2, steps=5000, data_dir=charlm_data, extra_args=settings)
     run.wait_for(lambda r: len(_checkpoint_events(r)) >= 2, timeout=90)
@@ -73,9 +73,9 @@ def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
     newest = checkpoint.latest_valid(run.checkpoint_dir, lambda _m: None)
     assert newest is not None
     resumed_step = int(newest.name[len("ckpt-") : -len(".pt")])
-    assert resumed_step >= 40
+    assert resumed_step >= 20
 
-    again = run_charlm(tmp_path, nproc=2, steps=resumed_step + 10, data_dir=charlm_data,
+    again = run_charlm(tmp_path, nproc=2, steps=resumed_step + 5, data_dir=charlm_data,
                         extra_args=[*settings, "--resume", "auto"],
                         log_name="restart.log")  # fmt: skip
     assert again.wait(timeout=90) == 0, again.output()
@@ -85,7 +85,7 @@ def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
     assert sorted(h["rank"] for h, _ in new_files) == [0, 1]
     for _header, records in new_files:
         steps = [r["step"] for r in records if r["t"] == "train"]
-        assert steps == list(range(resumed_step + 1, resumed_step + 11))
+        assert steps == list(range(resumed_step + 1, resumed_step + 6))
     resumed = [e for _h, recs in new_files for e in recs if e.get("kind") == "resumed"]
     assert [e["step"] for e in resumed] == [resumed_step]
 

@@ -1,0 +1,150 @@
+"""`cockpit demo`: a real job on this machine, watched through the real pipeline.
+
+It starts the host agent as a daemon that supervises the example trainer under
+`torchrun` (gloo, CPU), then streams the agent's journal through the local transport
+into a DuckDB recording, exactly like a remote host would over SSH. With no NVIDIA
+driver the agent simulates GPUs, and every screen labels them SIM. Leaving the demo
+stops everything it started (the agent stops the job it supervises).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cockpit.errors import CockpitError
+from cockpit.live import LiveSession
+from cockpit.transport.inventory import LOCAL_ADDRESS, HostSpec
+
+DEMO_JOB = "demo"
+STOP_GRACE_S = 20.0
+
+
+def example_trainer() -> Path:
+    """The example trainer: next to the package in a checkout, inside it when installed."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "examples" / "charlm", here / "_examples" / "charlm"):
+        if (candidate / "train.py").is_file():
+            return candidate
+    raise CockpitError("the example trainer (examples/charlm) is missing from this install")
+
+
+def nvml_available() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return count > 0
+    except Exception:
+        return False
+
+
+class DemoRun:
+    """Everything the demo starts, as one context manager."""
+
+    def __init__(self, run_root: Path | None = None, steps: int = 3000, nproc: int = 2,
+                 simulate_gpus: int | None = None) -> None:
+        if importlib.util.find_spec("torch") is None:
+            raise CockpitError(
+                "the demo trains a real model and needs torch on this machine: "
+                "pip install 'training-cockpit[train]' (or run `make demo`)"
+            )
+        if steps < 1 or nproc < 1:
+            raise CockpitError("--steps and --nproc must be at least 1")
+        if run_root is None:
+            from platformdirs import user_data_path
+
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            run_root = user_data_path("training-cockpit") / "demo" / stamp
+        self.run_root = Path(run_root).resolve()
+        self.state_dir = self.run_root / "agent"
+        self.run_dir = self.run_root / "run"
+        self.store_path = self.run_root / "recording.duckdb"
+        self.steps = steps
+        self.nproc = nproc
+        self.simulate_gpus = (0 if nvml_available() else 2) if simulate_gpus is None \
+            else simulate_gpus
+        self._daemon: subprocess.Popen[bytes] | None = None
+        self.session: LiveSession | None = None
+
+    def _data_dir(self) -> Path:
+        from platformdirs import user_cache_path
+
+        return user_cache_path("training-cockpit") / "charlm-data"
+
+    def daemon_argv(self) -> list[str]:
+        trainer = example_trainer()
+        job = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(self.nproc),
+            str(trainer / "train.py"), "--config", str(trainer / "config.toml"),
+            "--max-steps", str(self.steps), "--resume", "auto",
+            "--set", f"data.dir={self._data_dir()}",
+        ]
+        return [
+            sys.executable, "-m", "agent", "run",
+            "--state-dir", str(self.state_dir), "--run-dir", str(self.run_dir),
+            "--simulate-gpus", str(self.simulate_gpus), "--job", DEMO_JOB, "--", *job,
+        ]
+
+    def __enter__(self) -> DemoRun:
+        for path in (self.state_dir, self.run_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        log = open(self.run_root / "agent.log", "ab")  # noqa: SIM115 - owned by the child
+        try:
+            self._daemon = subprocess.Popen(
+                self.daemon_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, cwd=self.run_root,
+            )
+        finally:
+            log.close()
+        host = HostSpec(
+            name=socket.gethostname() or "local", address=LOCAL_ADDRESS,
+            state_dir=str(self.state_dir), run_dirs=(str(self.run_dir),),
+        )
+        try:
+            self.session = LiveSession([host], self.store_path).start()
+        except BaseException:
+            self._stop_daemon()
+            raise
+        return self
+
+    @property
+    def source(self):  # noqa: ANN201 - LiveSource; typed loosely to keep imports light
+        assert self.session is not None
+        return self.session.source
+
+    def record_for(self, seconds: float) -> None:
+        assert self.session is not None
+        self.session.record_for(seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.session is not None:
+                self.session.stop()
+        finally:
+            self._stop_daemon()
+
+    def _stop_daemon(self) -> None:
+        proc = self._daemon
+        if proc is None or proc.poll() is not None:
+            return
+        # The daemon stops the job it supervises on SIGTERM; SIGKILL the group as a last
+        # resort so the demo never leaves training processes behind.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()

@@ -1,0 +1,179 @@
+"""A live session: hosts' agents → transport → store writer → DuckDB → `LiveSource`.
+
+`LiveSession` owns every moving part of a live view and tears them down in the right
+order (links first, so nothing arrives after the last flush; then the writer, which
+commits what is pending; then the store). `LiveSource` is the UI's side of it and
+satisfies the same `Source` protocol as the replay, so the UI has one render path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cockpit.errors import CockpitError
+from cockpit.ingest.writer import StoreWriter
+from cockpit.snapshot import Snapshot
+from cockpit.source import build_snapshot, details
+from cockpit.store.database import IngestResult, Store, StoreError
+from cockpit.store.queries import StoreReader
+from cockpit.transport.fleet import Fleet
+from cockpit.transport.host_keys import KnownHosts
+from cockpit.transport.inventory import (
+    HostSpec,
+    Inventory,
+    InventoryError,
+    load_inventory,
+    parse_targets,
+)
+from cockpit.transport.link import LinkOptions
+
+
+class LiveSource:
+    """The UI's view of a live session: snapshots built from the store being written."""
+
+    label = "LIVE"
+
+    def __init__(self, session: LiveSession) -> None:
+        self._session = session
+        self._reader = StoreReader(session.store)
+        self.controller: Any = None  # set when a controllable job is attached
+
+    def start(self, on_data: Callable[[], None]) -> None:
+        self._session.add_listener(on_data)
+
+    def snapshot(self, buckets: int = 120) -> Snapshot:
+        states = {name: st.state for name, st in self._session.fleet.status().items()}
+        return build_snapshot(
+            self._reader,
+            until_ts=None,
+            label=self.label,
+            buckets=buckets,
+            host_states=states,
+            controllable=self.controller is not None,
+            now=time.time(),
+        )
+
+    def details(self, what: str, **kw: Any) -> object:
+        return details(self._reader, what, **kw)
+
+    def stop(self) -> None:
+        self._session.remove_listeners()
+
+
+class LiveSession:
+    """Streams every host of an inventory into one recording."""
+
+    def __init__(self, hosts: Inventory | Sequence[HostSpec], store_path: Path,
+                 options: LinkOptions | None = None) -> None:
+        self.store_path = Path(store_path)
+        self.store_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.store = Store(self.store_path)
+        except StoreError as exc:
+            raise CockpitError(str(exc)) from None
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self.writer = StoreWriter(self.store, on_flush=self._on_flush)
+        self.fleet = Fleet(
+            hosts,
+            high_water=self.writer.high_water,
+            on_chunk=self.writer.put,
+            on_state=self._on_state,
+            options=options,
+        )
+        self.source = LiveSource(self)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> LiveSession:
+        self.writer.start()
+        self.fleet.start()
+        return self
+
+    def stop(self) -> None:
+        self.fleet.stop()
+        self.writer.stop()
+        self.store.close()
+
+    def __enter__(self) -> LiveSession:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def record_for(self, seconds: float) -> None:
+        """Headless recording (no UI) for `seconds`, then a final flush."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        self.writer.flush()
+
+    # -- listeners ------------------------------------------------------------------
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(fn)
+
+    def remove_listeners(self) -> None:
+        with self._lock:
+            self._listeners.clear()
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for fn in listeners:
+            fn()
+
+    def _on_flush(self, result: IngestResult) -> None:
+        self._notify()
+
+    def _on_state(self, host: str, state: str, detail: str) -> None:
+        try:
+            self.store.set_host_state(host, state, detail)
+        except StoreError:
+            pass  # the store is closing; the state is only advisory
+        self._notify()
+
+
+def _inventory_from(targets: Sequence[str]) -> Inventory:
+    if len(targets) == 1 and targets[0].endswith(".toml"):
+        path = Path(targets[0])
+        if not path.is_file():
+            raise CockpitError(f"{path}: no such inventory file")
+        return load_inventory(path)
+    return parse_targets(targets)
+
+
+@contextmanager
+def open_watch(
+    targets: Sequence[str],
+    *,
+    store_path: Path | None,
+    known_hosts: Path | None,
+    accept_new_host_keys: bool,
+) -> Iterator[LiveSession]:
+    """A started live session over SSH for `cockpit watch`."""
+    try:
+        inventory = _inventory_from(targets)
+    except InventoryError as exc:
+        raise CockpitError(str(exc)) from None
+    if store_path is None:
+        store_path = default_recording_path("watch")
+    extra = [known_hosts] if known_hosts else []
+    options = LinkOptions(known_hosts=KnownHosts(extra_files=extra,
+                                                 accept_new=accept_new_host_keys))
+    session = LiveSession(inventory, store_path, options)
+    with session:
+        yield session
+
+
+def default_recording_path(kind: str) -> Path:
+    from platformdirs import user_data_path
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return user_data_path("training-cockpit") / "recordings" / f"{kind}-{stamp}.duckdb"
