@@ -1,10 +1,15 @@
 """The job on this host: one child command (typically torchrun) in its own process group.
 
-A process group of its own means one signal reaches torchrun and every rank it forked,
-and nothing of the daemon. The job's output goes, whole, to `RUN_DIR/logs/JOB.out` /
-`.err` and, rate-limited and cut to 4 KiB a line, into the journal as `log` records so
-the cockpit can show the tail. torchrun is asked to prefix its ranks' teed lines with
-`[rankN]:` (unless the user chose another template) so each line can name its rank.
+A process group of its own keeps the daemon out of every signal meant for the job. torchrun
+starts each rank in a session of its own, though, so signals go to the whole process
+tree (torchrun, its ranks and whatever they forked), collected before the first signal so
+that ranks orphaned by a dying torchrun are not missed.
+
+The job's output goes, whole, to `RUN_DIR/logs/JOB.out` / `.err` and, rate-limited and
+cut to 4 KiB a line, into the journal as `log` records so the cockpit can show the tail
+(the last lines are also kept in memory, unthrottled, to classify a failure).
+torchrun is asked to prefix its ranks' teed lines with `[rankN]:` (unless the user
+chose another template) so each line can name its rank.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from pathlib import Path
-from typing import IO, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import IO, Callable, Deque, Dict, List, Mapping, Optional, Sequence
 
 from agent.journal import Journal
 from agent.samplers.procinfo import RankResolver
 
 MAX_LOG_LINE = 4096
+TAIL_LINES = 400
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)?(\d+)\]:")
 
 
@@ -92,6 +99,52 @@ def group_pids(pgid: int) -> List[int]:
     return sorted(pids)
 
 
+def _parents() -> Dict[int, List[int]]:
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def descendants(pid: int) -> List[int]:
+    """Every live descendant of `pid` (Linux /proc), children before grandchildren."""
+    children = _parents()
+    found: List[int] = []
+    queue = [pid]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def children_of(pid: int) -> List[int]:
+    return sorted(_parents().get(pid, []))
+
+
+def alive(pid: int) -> bool:
+    """Running or stopped, not a zombie (a zombie is dead, only not yet reaped)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
 def _pgid(pid: int) -> Optional[int]:
     try:
         return os.getpgid(pid)
@@ -105,7 +158,8 @@ class Supervisor:
     def __init__(self, cmd: Sequence[str], job: str, run_dir: Path, journal: Journal,
                  env: Optional[Mapping[str, str]] = None, log_rate: float = 200.0,
                  log_burst: float = 2000.0,
-                 on_exit: Optional[Callable[[int], None]] = None) -> None:
+                 on_exit: Optional[Callable[[int], None]] = None,
+                 cwd: Optional[Path] = None, started_data: Optional[dict] = None) -> None:
         if not cmd:
             raise ValueError("no job command given")
         self.cmd = list(cmd)
@@ -114,6 +168,9 @@ class Supervisor:
         self.journal = journal
         self.extra_env = dict(env or {})
         self.on_exit = on_exit
+        self.cwd = cwd
+        self.started_data = dict(started_data or {})
+        self.tail: Deque[str] = deque(maxlen=TAIL_LINES)  # for classifying a failure
         self.logs_dir = self.run_dir / "logs"
         self._bucket = TokenBucket(log_rate, log_burst)
         self._suppressed = 0
@@ -148,7 +205,8 @@ class Supervisor:
         try:
             self._proc = subprocess.Popen(
                 self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=self.environment(), cwd=os.getcwd(),
+                stderr=subprocess.PIPE, env=self.environment(),
+                cwd=str(self.cwd) if self.cwd is not None else os.getcwd(),
                 start_new_session=True)
         except OSError as exc:
             out.close()
@@ -160,7 +218,8 @@ class Supervisor:
             "kind": "job_started", "job": self.job, "rank": None, "step": None,
             "msg": "job %s started (pid %d): %s" % (self.job, self._proc.pid,
                                                      " ".join(self.cmd)),
-            "data": {"pid": self._proc.pid, "cmd": self.cmd, "run_dir": str(self.run_dir)},
+            "data": dict(self.started_data, pid=self._proc.pid, cmd=self.cmd,
+                         run_dir=str(self.run_dir)),
         })
         for pipe, sink, name in ((self._proc.stdout, out, "stdout"),
                                  (self._proc.stderr, err, "stderr")):
@@ -186,22 +245,45 @@ class Supervisor:
         return self.returncode
 
     def stop(self, grace: float = 10.0) -> Optional[int]:
-        """SIGTERM to the whole group, SIGKILL after `grace` seconds; returns the code."""
+        """SIGTERM to the whole tree, SIGKILL after `grace` seconds; returns the code."""
         if self._proc is None:
             return None
-        pgid = self._proc.pid
+        tree = self.tree_pids()
         if not self._exited.is_set():
-            self._signal(pgid, signal.SIGTERM)
+            self.signal_tree(signal.SIGCONT, tree)  # a frozen job cannot act on SIGTERM
+            self.signal_tree(signal.SIGTERM, tree)
             if not self._exited.wait(grace):
-                self._signal(pgid, signal.SIGKILL)
+                self.signal_tree(signal.SIGKILL, tree + self.tree_pids())
                 self._exited.wait(grace + 5.0)
-        self._signal(pgid, signal.SIGKILL)  # stragglers that outlived the leader
+        # Stragglers that outlived the leader (ranks live in sessions of their own).
+        self.signal_tree(signal.SIGKILL, [p for p in tree if alive(p)])
         return self.returncode
 
+    def tree_pids(self) -> List[int]:
+        """torchrun and every live process below it, plus the rest of its group."""
+        if self._proc is None:
+            return []
+        pids = [self._proc.pid, *descendants(self._proc.pid)]
+        for pid in group_pids(self._proc.pid):
+            if pid not in pids:
+                pids.append(pid)
+        return pids
+
+    def rank_pids(self) -> Dict[int, Optional[int]]:
+        """The worker processes torchrun started (its children) -> their global rank."""
+        if self._proc is None or self._exited.is_set():
+            return {}
+        return {pid: self._ranks(pid) for pid in children_of(self._proc.pid)}
+
+    def signal_tree(self, sig: int, pids: Optional[List[int]] = None) -> None:
+        """`sig` to every process of the job (the tree as it is now, unless given)."""
+        for pid in self.tree_pids() if pids is None else pids:
+            self._kill(pid, sig)
+
     @staticmethod
-    def _signal(pgid: int, sig: int) -> None:
+    def _kill(pid: int, sig: int) -> None:
         try:
-            os.killpg(pgid, sig)
+            os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -219,6 +301,7 @@ class Supervisor:
                 sink.write(raw)
                 if raw.endswith(b"\n"):
                     sink.flush()
+                self.tail.append(clip_line(raw))
                 self._log(raw, stream)
             sink.flush()
 

@@ -29,10 +29,10 @@ import paramiko
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cockpit.ingest.synthetic import synthetic_lines  # noqa: E402
-from cockpit.ingest.writer import StoreWriter  # noqa: E402
-from cockpit.store import Store  # noqa: E402
-from tests.harness.sshd import sshd_hosts  # noqa: E402
+from cockpit.ingest.synthetic import synthetic_lines
+from cockpit.ingest.writer import StoreWriter
+from cockpit.store import Store
+from tests.harness.sshd import sshd_hosts
 
 RECV = 4 << 20
 

@@ -67,11 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_app(source: object, args: argparse.Namespace) -> None:
-    from cockpit.ui.app import make_app
+def _build_app(source: object, args: argparse.Namespace):  # noqa: ANN202 - CockpitApp
+    from cockpit.ui.app_factory import make_app
+    from cockpit.ui.keymap import KeymapError
+    from cockpit.ui.themes import ThemeError
 
-    app = make_app(source, theme=args.theme, keymap_path=args.keymap)
-    app.run()
+    try:
+        return make_app(source, theme=args.theme, keymap_path=args.keymap)
+    except (KeymapError, ThemeError) as exc:
+        raise CockpitError(str(exc)) from None
+
+
+def _run_app(source: object, args: argparse.Namespace) -> None:
+    _build_app(source, args).run()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -119,7 +127,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     _require_file(args.file)
     source = ReplaySource(args.file, speed=args.speed)
-    _run_app(source, args)
+    try:
+        app = _build_app(source, args)
+    except CockpitError:
+        source.stop()
+        raise
+    app.run()
     return 0
 
 
@@ -162,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the like: not an error worth a traceback.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

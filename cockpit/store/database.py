@@ -322,7 +322,8 @@ class Store:
                 seen_headers = len(mark.segment_offsets)
                 fast = None if careful else fast_split(chunk, mark.high_water)
                 segments = [fast] if fast is not None else route_chunk(
-                    chunk, mark.high_water, lambda header, m, mk=mark: self._on_header(mk, header, m)
+                    chunk, mark.high_water,
+                    lambda header, m, mk=mark: self._on_header(mk, header, m),
                 )
                 header_offsets = iter(mark.segment_offsets[seen_headers:])
                 for segment in segments:

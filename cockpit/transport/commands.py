@@ -70,11 +70,12 @@ def start_daemon(
     for run_dir in run_dirs:
         words += ["--run-dir", remote_path(run_dir)]
     daemon = _join(words)
+    # The braces keep `&` on the daemon alone: backgrounding the whole `&&` list would
+    # leave a subshell holding the channel's stdout, and the exec would never finish.
     return (
         f"mkdir -p {remote_path(state_dir)} && "
-        f"nohup {daemon} >>{remote_path(log_path)} 2>&1 </dev/null & echo started"
+        f"{{ nohup {daemon} >>{remote_path(log_path)} 2>&1 </dev/null & }} && echo started"
     )
-
 
 def deployed_argv(python: str, zipapp: str) -> list[str]:
     """argv that runs a pushed zipapp agent (used in place of `cockpit-agent`)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cockpit.snapshot import (
     Alert,
@@ -25,6 +27,9 @@ from cockpit.snapshot import (
     Snapshot,
 )
 from cockpit.ui.static_source import StaticSource
+
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
 
 T0 = 1_700_000_000.0
 STEPS = 12_000
@@ -162,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--theme", default="dark")
     parser.add_argument("--keymap", default=None)
     parser.add_argument("--stalled", action="store_true")
+    parser.add_argument("--screenshot", metavar="SVG", default=None,
+                        help="render headless at --size, save an SVG screenshot and exit")
+    parser.add_argument("--size", default="160x48", help="terminal size for --screenshot")
     args = parser.parse_args(argv)
     try:
         app = make_app(demo_source(stalled=args.stalled), theme=args.theme,
@@ -169,7 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     except (ThemeError, KeymapError) as exc:
         print(f"cockpit: {exc}", file=sys.stderr)
         return 2
-    app.run()
+    if args.screenshot is None:
+        app.run()
+        return 0
+    width, _, height = args.size.partition("x")
+
+    async def shoot(pilot: Pilot) -> None:
+        for _ in range(3):
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        path = Path(args.screenshot)
+        pilot.app.save_screenshot(path.name, path=str(path.parent or "."))
+        pilot.app.exit()
+
+    app.run(headless=True, size=(int(width), int(height)), auto_pilot=shoot)
     return 0
 
 

@@ -95,6 +95,23 @@ def known_hosts_entry(address: str, port: int, host_key_pub: str) -> str:
     return f"{name} {key_type} {key_b64}"
 
 
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float = 10.0) -> None:
+    """Wait for killed non-children to vanish (psutil.wait_procs polls too lazily)."""
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.005)
+
+
 @dataclass
 class SshdProcess:
     """One sshd listening on one or more loopback addresses with one host key.
@@ -192,7 +209,7 @@ class SshdProcess:
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
         proc.wait(timeout=10)
-        psutil.wait_procs(tree, timeout=10)
+        _wait_gone(tree)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -24,6 +24,7 @@ TRAIN_SCRIPT = ROOT / "examples" / "charlm" / "train.py"
 
 # Small and fast enough for tests on two shared cores, still the real model and loop.
 FAST_SETTINGS = (
+    "train.batch_size=8",
     "train.log_every=10",
     "eval.windows=32",
     "data.max_bytes=1500000",

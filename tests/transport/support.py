@@ -60,7 +60,7 @@ class Collector:
     """A consumer that behaves like the store: dedupes on seq, serves the high-water mark."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.chunks: dict[str, list[bytes]] = {}
         self.seqs: dict[str, list[int]] = {}
         self.headers: dict[str, list[dict]] = {}

@@ -116,7 +116,7 @@ async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
 
 async def test_number_keys_focus_and_m_maximises(demo_source: StaticSource) -> None:
     app = make_app(demo_source)
-    async with app.run_test(size=(160, 48)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         await settle(pilot)
         for key, pane in zip("4321", ("health", "efficiency", "effect", "progress"), strict=True):
             await pilot.press(key)

@@ -1,0 +1,180 @@
+"""A job spec as the agent receives it (JSON in a `launch` op) and the torchrun argv it
+becomes on this host.
+
+The cockpit parses and checks the operator's TOML (`cockpit.control.jobspec`); the agent
+checks the JSON again because it arrives over a channel and a wrong type here would
+otherwise surface as a crash deep in a restart. Every command is an argv list handed to
+`subprocess` without a shell, so names, paths and arguments are data, never syntax: a
+`;` or `$(...)` in them reaches the trainer verbatim.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from agent.control_inbox import OpError
+
+CHECKPOINT_FIELD = "{checkpoint}"
+
+# A watchdog-friendly environment: NCCL errors abort the collective instead of hanging
+# it, and the process-group timeout is explicit (and longer than the agent's hang check).
+WATCHDOG_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+}
+
+
+def check_job_name(name: Any, field: str = "name") -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise OpError("%s must be a non-empty string" % field)
+    if name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith("-"):
+        raise OpError("%s %r cannot name a folder: no '/', '\\', NUL or leading '-'"
+                      % (field, name))
+    if len(name) > 128:
+        raise OpError("%s is longer than 128 characters" % field)
+    return name
+
+
+def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = None
+              ) -> List[str]:
+    value = spec.get(key, default if default is not None else [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise OpError("spec field %r must be a list of strings" % key)
+    return list(value)
+
+
+def _int(spec: Mapping[str, Any], key: str, default: int, minimum: int = 0) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OpError("spec field %r must be an integer >= %d" % (key, minimum))
+    return value
+
+
+def _number(spec: Mapping[str, Any], key: str, default: float, minimum: float = 0.0) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise OpError("spec field %r must be a number >= %g" % (key, minimum))
+    return float(value)
+
+
+def _table(spec: Mapping[str, Any], key: str) -> Dict[str, Any]:
+    value = spec.get(key, {})
+    if not isinstance(value, dict):
+        raise OpError("spec field %r must be an object" % key)
+    return value
+
+
+class LaunchSpec:
+    """The validated spec of one job on this host."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        if not isinstance(spec, dict):
+            raise OpError("'spec' must be an object")
+        self.raw = dict(spec)
+        self.name = check_job_name(spec.get("name"))
+        self.python = spec.get("python", "python3")
+        if not isinstance(self.python, str) or not self.python:
+            raise OpError("spec field 'python' must be a non-empty string")
+        self.script = spec.get("script")
+        if not isinstance(self.script, str) or not self.script:
+            raise OpError("spec field 'script' must name the training script or module")
+        self.module = bool(spec.get("module", False))
+        self.args = _str_list(spec, "args")
+        self.nproc_per_node = _int(spec, "nproc_per_node", 1, 1)
+        self.nnodes = _int(spec, "nnodes", 1, 1)
+        self.node_rank = _int(spec, "node_rank", 0, 0)
+        if self.node_rank >= self.nnodes:
+            raise OpError("node_rank %d is not below nnodes %d" % (self.node_rank, self.nnodes))
+        run_dir = spec.get("run_dir")
+        if not isinstance(run_dir, str) or not run_dir:
+            raise OpError("spec field 'run_dir' must be a path")
+        self.run_dir = Path(os.path.expanduser(run_dir)).resolve()
+        ckpt = spec.get("checkpoint_dir", "checkpoints")
+        if not isinstance(ckpt, str) or not ckpt:
+            raise OpError("spec field 'checkpoint_dir' must be a path")
+        self.checkpoint_dir = self.run_dir / os.path.expanduser(ckpt)
+        workdir = spec.get("workdir")
+        if workdir is not None and not isinstance(workdir, str):
+            raise OpError("spec field 'workdir' must be a path")
+        self.workdir = Path(os.path.expanduser(workdir)) if workdir else None
+        env = _table(spec, "env")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise OpError("spec field 'env' must map names to strings")
+        self.env = env
+        resume = _table(spec, "resume")
+        self.resume_args = _str_list(resume, "args")
+        self.resume_env = resume.get("env")
+        if self.resume_env is not None and not isinstance(self.resume_env, str):
+            raise OpError("spec field 'resume.env' must be an environment variable name")
+        self.override_args = _str_list(spec, "override_args", ["--set", "{key}={value}"])
+        rdzv = _table(spec, "rendezvous")
+        self.rdzv_backend = rdzv.get("backend", "c10d")
+        self.rdzv_endpoint = rdzv.get("endpoint")
+        self.rdzv_id = rdzv.get("id", self.name)
+        for key, value in (("backend", self.rdzv_backend), ("id", self.rdzv_id)):
+            if not isinstance(value, str) or not value:
+                raise OpError("spec field 'rendezvous.%s' must be a string" % key)
+        if self.rdzv_endpoint is not None and not isinstance(self.rdzv_endpoint, str):
+            raise OpError("spec field 'rendezvous.endpoint' must be HOST:PORT")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise OpError("a job on %d hosts needs 'rendezvous.endpoint'" % self.nnodes)
+        self.max_restarts = _int(spec, "max_restarts", 0)
+        recovery = _table(spec, "recovery")
+        self.restart_budget = _int(recovery, "restart_budget", 10)
+        self.backoff = _number(recovery, "backoff", 1.0)
+        self.backoff_max = _number(recovery, "backoff_max", 60.0)
+        if self.backoff_max < self.backoff:
+            raise OpError("recovery.backoff_max must be >= recovery.backoff")
+        hang = _table(spec, "hang")
+        self.hang_k = _number(hang, "k", 3.0, 0.001)
+        self.hang_floor = _number(hang, "floor", 10.0, 0.001)
+        self.hang_startup = _number(hang, "startup", 600.0, 0.001)
+        self.pg_timeout = _number(spec, "pg_timeout", 1800.0, 1.0)
+        self.pause_timeout = _number(spec, "pause_timeout", 300.0, 0.1)
+        self.stop_grace = _number(spec, "stop_grace", 10.0)
+        parent = spec.get("parent")
+        self.parent = parent if isinstance(parent, dict) else None
+
+    def argv(self, checkpoint: Optional[str] = None,
+             overrides: Optional[Mapping[str, Any]] = None) -> List[str]:
+        """torchrun's argv for one attempt: resuming from `checkpoint` when given."""
+        argv = [self.python, "-m", "torch.distributed.run",
+                "--nnodes", str(self.nnodes), "--nproc-per-node", str(self.nproc_per_node),
+                "--max-restarts", str(self.max_restarts)]
+        if self.nnodes == 1 and not self.rdzv_endpoint:
+            argv.append("--standalone")
+        else:
+            argv += ["--node-rank", str(self.node_rank), "--rdzv-backend", self.rdzv_backend,
+                     "--rdzv-endpoint", str(self.rdzv_endpoint), "--rdzv-id", self.rdzv_id]
+        if self.module:
+            argv.append("--module")
+        argv.append(self.script)
+        argv += self.args
+        for key, value in sorted((overrides or {}).items()):
+            argv += [a.replace("{key}", str(key)).replace("{value}", format_value(value))
+                     for a in self.override_args]
+        if checkpoint is not None and self.resume_args:
+            argv += [a.replace(CHECKPOINT_FIELD, checkpoint) for a in self.resume_args]
+        return argv
+
+    def environment(self, checkpoint: Optional[str] = None) -> Dict[str, str]:
+        env = dict(WATCHDOG_ENV)
+        env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] = "%d" % self.pg_timeout
+        env["COCKPIT_PG_TIMEOUT"] = "%g" % self.pg_timeout
+        env["COCKPIT_CHECKPOINT_DIR"] = str(self.checkpoint_dir)
+        env.update(self.env)
+        if self.resume_env:
+            if checkpoint is not None:
+                env[self.resume_env] = checkpoint
+            else:
+                env.pop(self.resume_env, None)
+        return env
+
+
+def format_value(value: Any) -> str:
+    """An override value as the trainer's command line expects it (TOML-like literals)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

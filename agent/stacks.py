@@ -1,0 +1,116 @@
+"""Python stacks of hung ranks, taken before they are killed.
+
+A hang is only fixable if one knows where the ranks waited, and that knowledge dies with
+the processes. Two ways, best first:
+
+- `py-spy dump` when it is installed: reads a process's stacks from outside, works on a
+  process that is stopped or stuck in C code, needs nothing from the trainer.
+- `faulthandler`, when (and only when) the rank registered it for SIGUSR1
+  (`faulthandler.register(signal.SIGUSR1)`): its C-level handler writes every thread's
+  stack to the rank's stderr, which the agent captures. The registration is read from
+  `/proc/PID/status` (SigCgt): sending SIGUSR1 to a process that did not register a
+  handler would kill it, so it is never sent blindly.
+
+When neither applies, the reason is recorded: "stacks unavailable" is evidence too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+PY_SPY_TIMEOUT = 15.0
+
+
+def catches_signal(pid: int, sig: int) -> bool:
+    """Whether `pid` installed a handler for `sig` (Linux /proc; False when unknown)."""
+    try:
+        with open("/proc/%d/status" % pid, "r") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"T", b"t")
+
+
+def dump_stacks(ranks: Dict[int, Optional[int]], out_path: Path,
+                read_new_output: Callable[[], str], settle: float = 1.0) -> dict:
+    """Dump the stacks of `ranks` (pid -> rank) into `out_path`.
+
+    `read_new_output` returns the job's output written since the previous call; it is
+    called once before signalling and once after, to cut out what faulthandler wrote.
+    Returns {"method", "file", "ranks": [...], "unavailable": {rank: why}}.
+    """
+    py_spy = shutil.which("py-spy")
+    sections: List[str] = []
+    dumped: List[Optional[int]] = []
+    unavailable: Dict[str, str] = {}
+    method = None
+    if py_spy:
+        method = "py-spy"
+        for pid, rank in sorted(ranks.items()):
+            try:
+                result = subprocess.run([py_spy, "dump", "--pid", str(pid), "--nonblocking"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        timeout=PY_SPY_TIMEOUT, check=False)
+                text = result.stdout.decode("utf-8", "replace")
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                unavailable[str(rank)] = "py-spy failed: %s" % exc
+                continue
+            if result.returncode != 0:
+                unavailable[str(rank)] = "py-spy exited %d: %s" % (
+                    result.returncode, text.strip()[-300:])
+                continue
+            sections.append("=== rank %s (pid %d), py-spy ===\n%s" % (rank, pid, text))
+            dumped.append(rank)
+    else:
+        read_new_output()
+        signalled = []
+        for pid, rank in sorted(ranks.items()):
+            if not catches_signal(pid, signal.SIGUSR1):
+                unavailable[str(rank)] = ("py-spy is not installed and the rank did not "
+                                          "register faulthandler for SIGUSR1")
+                continue
+            stopped = is_stopped(pid)
+            try:
+                os.kill(pid, signal.SIGUSR1)
+                if stopped:  # a stopped process runs its handler only once continued
+                    os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                unavailable[str(rank)] = "process gone"
+                continue
+            signalled.append((pid, rank, stopped))
+        if signalled:
+            method = "faulthandler"
+            time.sleep(settle)
+            for pid, _rank, stopped in signalled:
+                if stopped:
+                    try:
+                        os.kill(pid, signal.SIGSTOP)  # keep the evidence as it was
+                    except ProcessLookupError:
+                        pass
+            text = read_new_output()
+            sections.append("=== ranks %s, faulthandler (SIGUSR1) ===\n%s" % (
+                ", ".join(str(r) for _p, r, _s in signalled), text))
+            dumped.extend(r for _p, r, _s in signalled)
+    result = {"method": method, "file": None, "ranks": dumped, "unavailable": unavailable}
+    if sections:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text("\n".join(sections), encoding="utf-8")
+        result["file"] = str(out_path)
+    return result
