@@ -85,7 +85,7 @@ def advise(
     # With M only bounded below, the optimum interval is bounded below too (τ grows with M).
     lead = "checkpoint no more often than every" if lower_bound else "checkpoint every"
     text = (
-        f"{lead} {_minutes(interval)} (Daly; checkpoint cost {cost:.0f} s, MTBF "
+        f"{lead} {_minutes(interval)} (Daly; checkpoint cost {_duration(cost)}, MTBF "
         f"{'≥ ' if lower_bound else ''}{_hours(mtbf)}"
         + (", no interruption seen yet" if lower_bound else f", {interruptions} interruptions")
         + ")"
@@ -95,9 +95,14 @@ def advise(
     return CheckpointAdvice(interval, cost, mtbf, current, lower_bound, text)
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60.0:.0f} min"
-
-
-def _hours(seconds: float) -> str:
+def _duration(seconds: float) -> str:
+    """Short runs give second-scale intervals: never round them down to "0 min"."""
+    if seconds < 90:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3 * 3600:
+        return f"{seconds / 60.0:.0f} min"
     return f"{seconds / 3600.0:.1f} h"
+
+
+_minutes = _duration
+_hours = _duration

@@ -27,7 +27,8 @@ RECORD_COLUMNS: dict[str, dict[str, str]] = {
         "boot_id": "VARCHAR", "pid": "BIGINT", "python": "VARCHAR", "platform": "VARCHAR",
         "cpu_count": "INTEGER", "mem_total": "BIGINT", "gpu_source": "VARCHAR",
         "gpu_state": "VARCHAR", "driver": "VARCHAR", "gpus": "JSON", "env": "JSON",
-        "psutil": "BOOLEAN",
+        "psutil": "BOOLEAN", "state_dir": "VARCHAR", "run_dirs": "JSON",
+        "interval": "DOUBLE",
     },
     "gpu": {
         "gpu": "INTEGER", "uuid": "VARCHAR", "sim": "BOOLEAN", "util": "DOUBLE",
@@ -51,7 +52,7 @@ RECORD_COLUMNS: dict[str, dict[str, str]] = {
         "total_epochs": "BIGINT", "total_samples": "BIGINT", "total_tokens": "BIGINT",
         "stages": "JSON", "config": "JSON", "seed": "BIGINT", "data_version": "VARCHAR",
         "git_commit": "VARCHAR", "flops_per_step": "DOUBLE", "peak_flops": "DOUBLE",
-        "world_size": "INTEGER", "tags": "JSON",
+        "world_size": "INTEGER", "tags": "JSON", "src": "VARCHAR",
     },
     "train": {
         "job": "VARCHAR", "rank": "INTEGER", "step": "BIGINT", "epoch": "DOUBLE",
@@ -59,20 +60,23 @@ RECORD_COLUMNS: dict[str, dict[str, str]] = {
         "samples": "BIGINT", "tokens": "BIGINT", "step_time": "DOUBLE",
         "data_time": "DOUBLE", "compute_time": "DOUBLE", "comm_time": "DOUBLE",
         "ckpt_time": "DOUBLE", "loss_scale": "DOUBLE", "grad_norm": "DOUBLE",
-        "extra": "JSON",
+        "extra": "JSON", "src": "VARCHAR",
     },
     "eval": {
         "job": "VARCHAR", "rank": "INTEGER", "step": "BIGINT", "loss": "DOUBLE",
-        "metrics": "JSON",
+        "metrics": "JSON", "src": "VARCHAR",
     },
     "event": {
         "kind": "VARCHAR", "job": "VARCHAR", "rank": "INTEGER", "step": "BIGINT",
-        "msg": "VARCHAR", "data": "JSON",
+        "msg": "VARCHAR", "data": "JSON", "src": "VARCHAR",
     },
-    "log": {"job": "VARCHAR", "rank": "INTEGER", "stream": "VARCHAR", "line": "VARCHAR"},
+    "log": {
+        "job": "VARCHAR", "rank": "INTEGER", "stream": "VARCHAR", "line": "VARCHAR",
+        "src": "VARCHAR",
+    },
     "alert": {
         "kind": "VARCHAR", "severity": "VARCHAR", "code": "VARCHAR", "where": "JSON",
-        "what": "VARCHAR", "hint": "VARCHAR",
+        "what": "VARCHAR", "hint": "VARCHAR", "src": "VARCHAR",
     },
 }
 

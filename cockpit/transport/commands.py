@@ -77,6 +77,7 @@ def start_daemon(
         f"{{ nohup {daemon} >>{remote_path(log_path)} 2>&1 </dev/null & }} && echo started"
     )
 
+
 def deployed_argv(python: str, zipapp: str) -> list[str]:
     """argv that runs a pushed zipapp agent (used in place of `cockpit-agent`)."""
     return [python, zipapp]

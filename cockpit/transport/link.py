@@ -182,7 +182,7 @@ class BaseLink:
             if result.dropped_partial
             else ""
         )
-        if result.reason == "stopped":
+        if result.reason == "stopped" or self._stopping_now():
             return 0.0
         if result.reason == "stale":
             self._set_state(
@@ -192,15 +192,15 @@ class BaseLink:
             )
             return backoff.next_delay()
         status = result.exit_status
-        if status is None or status < 0:
+        if status is None:
             self._set_state(UNREACHABLE, f"connection lost{note}")
         elif status == 0:
             self._set_state(CONNECTING, f"agent stream ended{note}")
         else:
             tail = self.stderr.summary()
+            how = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
             self._set_state(
-                AGENT_FAILED,
-                f"agent stream exited with status {status}" + (f": {tail}" if tail else "") + note,
+                AGENT_FAILED, f"agent stream {how}" + (f": {tail}" if tail else "") + note
             )
         return backoff.next_delay()
 

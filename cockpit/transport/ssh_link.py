@@ -66,7 +66,8 @@ class ChannelSource:
         return chan.closed or chan.eof_received
 
     def exit_status(self) -> int | None:
-        if self.channel.status_event.wait(5.0):
+        # paramiko leaves -1 when the connection died before an exit status arrived.
+        if self.channel.status_event.wait(5.0) and self.channel.exit_status >= 0:
             return self.channel.exit_status
         return None
 

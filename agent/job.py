@@ -1,0 +1,523 @@
+"""One managed job on this host: torchrun attempts, operator operations, and recovery.
+
+The agent, not the cockpit, owns recovery: a crash at 3 a.m. must be handled whether or
+not anyone has the cockpit open. Each attempt is one `Supervisor` (torchrun child). A
+thread per job watches the attempt and carries out operations, so the daemon's main loop
+(spool tailing, control inbox) never waits on a kill, a backoff or a checksum:
+
+- crash: a worker process vanishing (checked every `WATCH` s) or torchrun exiting non-zero;
+- hang: no new step for max(floor, k × median step time), from the trainer's own train
+  records as the daemon journals them; stacks are dumped before the kill;
+- then: classify (`agent.recovery.classify`), decide (`RecoveryPolicy`), and restart from
+  the newest valid checkpoint (`agent.checkpoints`) after the backoff, or stop and say
+  why with an alert.
+
+Every interruption is journaled as an `event` `interruption` (cause, evidence,
+detected_at, detection_latency), and every recovery as `recovery` (recovery_seconds from
+the failure to the first new step, steps_lost, restart_count, checkpoint), as
+docs/protocol.md lays down. Operations (pause, freeze, thaw, resume, relaunch, stop) are
+queued to the job's thread and acknowledged by `event`s when they have happened.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from agent import checkpoints
+from agent.control_inbox import OpError
+from agent.journal import Journal
+from agent.launch import LaunchSpec
+from agent.recovery import HANG, Diagnosis, HangDetector, RecoveryPolicy, classify, read_error_file
+from agent.stacks import dump_stacks
+from agent.supervisor import Supervisor, alive
+
+WATCH = 0.1  # s between checks of the attempt (worker liveness, hang, operations)
+RANKS_REFRESH = 1.0  # s between re-reading which processes are torchrun's workers
+CRASH_EXIT_WAIT = 5.0  # s torchrun gets to exit by itself after a worker died
+
+STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
+PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
+IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
+
+
+class ManagedJob:
+    """A job's life on this host; every public method is safe to call from any thread."""
+
+    def __init__(self, spec: LaunchSpec, journal: Journal,
+                 overrides: Optional[Dict[str, Any]] = None,
+                 log: Callable[[str], None] = lambda msg: None) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.journal = journal
+        self.overrides = dict(overrides or {})
+        self.log = log
+        self.policy = RecoveryPolicy(spec.restart_budget, spec.backoff, spec.backoff_max)
+        self.detector = HangDetector(spec.hang_k, spec.hang_floor, spec.hang_startup)
+        self.state = STARTING
+        self.attempt = 0
+        self.supervisor: Optional[Supervisor] = None
+        self._lock = threading.Lock()
+        self._commands: "queue.Queue[Tuple[str, dict]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._closing = threading.Event()
+        self._attempt_started = 0.0
+        self._attempt_checkpoint: Optional[checkpoints.Checkpoint] = None
+        self._cur_max: Optional[int] = None  # newest step of this attempt
+        self._prev_max: Optional[int] = None  # newest step of the attempt before
+        self._last_alive: Dict[int, float] = {}
+        self._ranks: Dict[int, Optional[int]] = {}
+        self._ranks_at = 0.0
+        self._checkpoints: List[Tuple[float, int, str]] = []  # (ts, step, path) saved
+        self._pending_recovery: Optional[dict] = None
+        self._xids: List[int] = []
+        self._err_offset = 0
+        self._expected_exit = False
+        self._freeze_until: Optional[float] = None
+
+    # -- inputs from the daemon -------------------------------------------------------
+    def on_train(self, record: dict) -> None:
+        step, ts = record.get("step"), record.get("ts")
+        if not isinstance(step, int) or not isinstance(ts, (int, float)):
+            return
+        with self._lock:
+            if ts < self._attempt_started:
+                self._prev_max = step if self._prev_max is None else max(self._prev_max, step)
+                return
+            self._cur_max = step if self._cur_max is None else max(self._cur_max, step)
+            self.detector.observe(step, record.get("step_time"), ts)
+            pending = self._pending_recovery
+            if pending is not None:
+                self._pending_recovery = None
+        if pending is not None:
+            self._journal_recovery(pending, step, ts)
+
+    def on_event(self, record: dict) -> None:
+        if record.get("kind") == "checkpoint_saved":
+            data = record.get("data") or {}
+            step = record.get("step", data.get("step"))
+            with self._lock:
+                self._checkpoints.append((float(record.get("ts") or time.time()),
+                                          step if isinstance(step, int) else -1,
+                                          str(data.get("path"))))
+
+    def note_xid(self, gpu: int, xid: int) -> None:
+        with self._lock:
+            self._xids.append(xid)
+
+    def request(self, action: str, args: Optional[dict] = None) -> dict:
+        """Queue an operation after checking it makes sense in the current state."""
+        state = self.state
+        if action == "pause" and state not in (RUNNING, BACKOFF, STARTING):
+            raise OpError("job %r is %s: only a running job can be paused" % (self.name, state))
+        if action == "thaw" and state != FROZEN:
+            raise OpError("job %r is %s, not frozen" % (self.name, state))
+        if action == "resume" and state not in IDLE_STATES + (FROZEN,):
+            raise OpError("job %r is %s: nothing to resume" % (self.name, state))
+        if action == "stop" and state in (STOPPED, FINISHED):
+            raise OpError("job %r is already %s" % (self.name, state))
+        self._commands.put((action, dict(args or {})))
+        return {"job": self.name, "state": state}
+
+    # -- life ------------------------------------------------------------------------
+    def start(self, checkpoint: Optional[checkpoints.Checkpoint] = None,
+              use_newest: bool = False) -> None:
+        """Start the first attempt (from `checkpoint`, or the newest valid one when asked)."""
+        self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, args=(checkpoint, use_newest),
+                                        name="job-%s" % self.name, daemon=True)
+        self._thread.start()
+
+    def close(self, grace: float) -> None:
+        """Stop the job for good (the daemon is exiting): no recovery, no restart."""
+        self._closing.set()
+        self._commands.put(("close", {"grace": grace}))
+        if self._thread is not None:
+            self._thread.join(grace + 15.0)
+        sup = self.supervisor
+        if sup is not None and sup.running:
+            sup.stop(grace)
+
+    def pid_ranks(self) -> Dict[int, Optional[int]]:
+        sup = self.supervisor
+        return sup.pid_ranks() if sup is not None else {}
+
+    @property
+    def running(self) -> bool:
+        sup = self.supervisor
+        return sup is not None and sup.running
+
+    def describe(self) -> dict:
+        return {"job": self.name, "state": self.state, "attempt": self.attempt,
+                "restarts": self.policy.restarts, "run_dir": str(self.spec.run_dir),
+                "pid": self.supervisor.pid if self.supervisor is not None else None}
+
+    # -- the job's thread -------------------------------------------------------------
+    def _run(self, checkpoint: Optional[checkpoints.Checkpoint], use_newest: bool) -> None:
+        try:
+            if use_newest:
+                checkpoint, _skipped = self._newest_checkpoint()
+            self._launch(checkpoint)
+            retry_at: Optional[float] = None
+            while not self._closing.is_set():
+                try:
+                    action, args = self._commands.get(timeout=WATCH)
+                except queue.Empty:
+                    action, args = "", {}
+                if action:
+                    if action == "close":
+                        break
+                    retry_at = self._operate(action, args, retry_at)
+                    continue
+                if self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
+                    retry_at = None
+                    self._restart_after_failure()
+                elif self.state == FROZEN and self._freeze_until is not None and (
+                        time.time() >= self._freeze_until):
+                    self._thaw("hold of the freeze ran out")
+                elif self.state == RUNNING:
+                    retry_at = self._watch()
+        except Exception as exc:  # the agent must outlive a bug in one job's handling
+            self.state = FAILED
+            self._event("sampler_error", "job %s: recovery loop failed: %s: %s"
+                        % (self.name, type(exc).__name__, exc), {"job_state": self.state})
+        finally:
+            sup = self.supervisor
+            if sup is not None and sup.running:
+                sup.stop(self.spec.stop_grace)
+
+    def _launch(self, checkpoint: Optional[checkpoints.Checkpoint], reason: str = "launch"
+                ) -> None:
+        self.attempt += 1
+        path = str(checkpoint.path) if checkpoint is not None else None
+        argv = self.spec.argv(path, self.overrides)
+        error_file = self.spec.run_dir / "logs" / ("%s.error.json" % self.name)
+        try:
+            error_file.unlink()
+        except FileNotFoundError:
+            pass
+        sup = Supervisor(argv, self.name, self.spec.run_dir, self.journal,
+                         env=self.spec.environment(path), cwd=self.spec.workdir,
+                         started_data={"attempt": self.attempt, "reason": reason,
+                                       "checkpoint": path, "spec": self.spec.raw,
+                                       "overrides": self.overrides})
+        with self._lock:
+            self._attempt_started = time.time()
+            self._prev_max = self._cur_max if self._cur_max is not None else self._prev_max
+            self._cur_max = None
+            self._attempt_checkpoint = checkpoint
+            self.detector.reset(self._attempt_started)
+            self._xids = []
+        self._ranks, self._ranks_at, self._last_alive = {}, 0.0, {}
+        self._expected_exit = False
+        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        self._err_offset = err.stat().st_size if err.exists() else 0
+        self.supervisor = sup
+        try:
+            sup.start()
+        except RuntimeError as exc:
+            self.state = FAILED
+            self._alert("critical", "launch_failed", str(exc), "check the spec's python, "
+                        "script and workdir on this host")
+            return
+        self.state = RUNNING
+
+    def _watch(self) -> Optional[float]:
+        """One look at the running attempt; returns when to retry if it just failed."""
+        sup = self.supervisor
+        assert sup is not None
+        now = time.time()
+        if not sup.running:
+            code = sup.returncode
+            if code == 0:
+                self.state = FINISHED
+                return None
+            return self._failed(now, self._last_seen_alive(now), None)
+        if now - self._ranks_at >= RANKS_REFRESH:
+            self._ranks = sup.rank_pids()
+            self._ranks_at = now
+        for pid in list(self._ranks):
+            if alive(pid):
+                self._last_alive[pid] = now
+            else:
+                # A worker died: torchrun will notice and tear down, but waiting for it
+                # costs its monitor interval plus teardown; the failure is known now.
+                failure_at = self._last_alive.get(pid, now)
+                note = "rank %s (pid %d) exited" % (self._ranks[pid], pid)
+                sup.wait(CRASH_EXIT_WAIT)
+                if sup.running:
+                    sup.stop(self.spec.stop_grace)
+                return self._failed(now, failure_at, note)
+        with self._lock:
+            hung = self.detector.hung(now)
+            silent, threshold = self.detector.silent_for(now), self.detector.threshold()
+            median, last_step = self.detector.median_step_time(), self.detector.last_step
+        if hung:
+            return self._hang(now, silent, threshold, median, last_step)
+        return None
+
+    def _last_seen_alive(self, now: float) -> float:
+        return max(self._last_alive.values()) if self._last_alive else now
+
+    def _hang(self, now: float, silent: float, threshold: float, median: Optional[float],
+              last_step: Optional[int]) -> Optional[float]:
+        sup = self.supervisor
+        assert sup is not None
+        if last_step is None:
+            what = "no first step within %.1f s of the start (hang.startup)" % silent
+        else:
+            what = ("no step after step %d for %.1f s (limit %.1f s = max(floor %g s, %g × "
+                    "median step time %s))" % (last_step, silent, threshold,
+                                               self.detector.floor, self.detector.k,
+                                               "%.3f s" % median if median else "n/a"))
+        ranks = {pid: rank for pid, rank in sup.rank_pids().items() if alive(pid)}
+        stacks_path = self.spec.run_dir / "logs" / ("%s.stacks.%d.txt" % (self.name,
+                                                                           self.attempt))
+        stacks = dump_stacks(ranks, stacks_path, self._new_err_output)
+        evidence = [what]
+        if stacks["file"]:
+            evidence.append("stacks of ranks %s (%s) in %s" % (
+                ", ".join(str(r) for r in stacks["ranks"]), stacks["method"], stacks["file"]))
+        for rank, why in sorted(stacks["unavailable"].items()):
+            evidence.append("stacks of rank %s unavailable: %s" % (rank, why))
+        failure_at = now - silent + threshold  # when the silence became a hang
+        self._expected_exit = True
+        sup.stop(min(self.spec.stop_grace, 2.0))
+        diagnosis = Diagnosis(HANG, evidence, {"step": last_step})
+        return self._failed(now, failure_at, None, diagnosis, extra={"stacks": stacks,
+                                                                      "silent_for": silent,
+                                                                      "threshold": threshold})
+
+    def _new_err_output(self) -> str:
+        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        deadline = time.time() + 0.5  # the pump threads copy output as it comes
+        text = b""
+        while True:
+            try:
+                with open(str(err), "rb") as f:
+                    f.seek(self._err_offset)
+                    chunk = f.read()
+            except FileNotFoundError:
+                chunk = b""
+            self._err_offset += len(chunk)
+            text += chunk
+            if chunk or time.time() >= deadline:
+                break
+            time.sleep(0.05)
+        return text.decode("utf-8", "replace")
+
+    def _failed(self, detected_at: float, failure_at: float, note: Optional[str],
+                diagnosis: Optional[Diagnosis] = None, extra: Optional[dict] = None
+                ) -> Optional[float]:
+        sup = self.supervisor
+        assert sup is not None
+        if sup.running:
+            sup.wait(CRASH_EXIT_WAIT)
+        if diagnosis is None:
+            error = read_error_file(self.spec.run_dir / "logs" / ("%s.error.json" % self.name))
+            with self._lock:
+                telemetry = {"xid": list(self._xids)}
+            diagnosis = classify(sup.returncode, list(sup.tail), error, telemetry)
+            if note:
+                diagnosis.evidence.insert(0, note)
+            if error is not None and error.get("timestamp"):
+                failure_at = min(failure_at, float(error["timestamp"]))
+        decision = self.policy.decide(diagnosis)
+        with self._lock:
+            last_step = self._cur_max
+        data = dict(diagnosis.as_dict())
+        data.update({
+            "detected_at": detected_at, "detection_latency": round(max(
+                0.0, detected_at - failure_at), 3),
+            "failure_at": failure_at, "attempt": self.attempt, "returncode": sup.returncode,
+            "last_step": last_step, "decision": decision.as_dict(),
+        })
+        data.update(extra or {})
+        self._event("interruption", "job %s interrupted (%s): %s; %s" % (
+            self.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence else "",
+            "restarting in %.1f s" % decision.delay if decision.retry
+            else "not restarting: %s" % decision.reason), data, step=last_step)
+        if not decision.retry:
+            self.state = FAILED
+            self._alert("critical", "recovery_stopped", "job %s stopped after %s: %s" % (
+                self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
+                {"step": last_step, **{k: v for k, v in diagnosis.where.items()
+                                       if v is not None}})
+            return None
+        self._failure = {"failure_at": failure_at, "cause": diagnosis.cause,
+                         "last_step": last_step}
+        self.state = BACKOFF
+        return time.time() + decision.delay
+
+    def _restart_after_failure(self) -> None:
+        checkpoint, skipped = self._newest_checkpoint()
+        failure = self._failure
+        last = failure["last_step"]
+        with self._lock:
+            self._pending_recovery = {
+                "failure_at": failure["failure_at"], "cause": failure["cause"],
+                "checkpoint": str(checkpoint.path) if checkpoint is not None else None,
+                "checkpoint_step": checkpoint.step if checkpoint is not None else 0,
+                "restart_count": self.policy.restarts, "skipped": skipped,
+                "last_step": last,
+            }
+        self._launch(checkpoint, reason="recovery")
+
+    def _journal_recovery(self, pending: dict, step: int, ts: float) -> None:
+        with self._lock:
+            last = max(x for x in (pending["last_step"], self._prev_max, 0) if x is not None)
+        self.policy.progressed()
+        lost = max(0, last - pending["checkpoint_step"])
+        seconds = round(ts - pending["failure_at"], 3)
+        self._event("recovery", "job %s recovered from %s in %.1f s at step %d (%d step(s) "
+                    "lost, restart %d)" % (self.name, pending["cause"], seconds, step, lost,
+                                           pending["restart_count"]), {
+            "cause": pending["cause"], "recovery_seconds": seconds, "steps_lost": lost,
+            "restart_count": pending["restart_count"], "checkpoint": pending["checkpoint"],
+            "checkpoint_step": pending["checkpoint_step"], "first_step": step,
+            "skipped": pending["skipped"]}, step=step)
+
+    def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
+        found, skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+        for path, why in skipped:
+            self._event("checkpoint_skipped", "checkpoint %s skipped: %s" % (path, why),
+                        {"path": path, "error": why})
+        return found, [{"path": p, "error": w} for p, w in skipped]
+
+    # -- operations ------------------------------------------------------------------
+    def _operate(self, action: str, args: dict, retry_at: Optional[float]) -> Optional[float]:
+        if action == "pause":
+            if args.get("freeze"):
+                self._freeze(args)
+                return retry_at
+            return self._pause(args, retry_at)
+        if action == "thaw":
+            self._thaw("operator")
+            return retry_at
+        if action == "resume":
+            if self.state == FROZEN:
+                self._thaw("operator")
+                return retry_at
+            checkpoint, skipped = self._newest_checkpoint()
+            self.policy.progressed()
+            self._event("resume", "job %s resumed from %s" % (
+                self.name, checkpoint.path if checkpoint else "the start (no valid "
+                "checkpoint)"), {"checkpoint": str(checkpoint.path) if checkpoint else None,
+                                 "step": checkpoint.step if checkpoint else 0,
+                                 "skipped": skipped},
+                step=checkpoint.step if checkpoint else 0)
+            self._launch(checkpoint, reason="resume")
+            return None
+        if action == "relaunch":
+            self._stop_attempt()
+            if args.get("exclude_self"):
+                self.state = STOPPED
+                self._event("relaunch", "job %s: this host is excluded; its part stopped"
+                            % self.name, {"excluded": True})
+                return None
+            if isinstance(args.get("spec"), LaunchSpec):
+                self.spec = args["spec"]
+            checkpoint, skipped = self._newest_checkpoint()
+            self.policy.progressed()
+            self._event("relaunch", "job %s relaunched from %s" % (
+                self.name, checkpoint.path if checkpoint else "the start"), {
+                "checkpoint": str(checkpoint.path) if checkpoint else None,
+                "step": checkpoint.step if checkpoint else 0, "skipped": skipped,
+                "nnodes": self.spec.nnodes})
+            self._launch(checkpoint, reason="relaunch")
+            return None
+        if action == "stop":
+            self._stop_attempt(float(args.get("grace", self.spec.stop_grace)))
+            self.state = STOPPED
+            return None
+        return retry_at
+
+    def _stop_attempt(self, grace: Optional[float] = None) -> None:
+        sup = self.supervisor
+        self._expected_exit = True
+        if sup is not None and sup.running:
+            sup.stop(self.spec.stop_grace if grace is None else grace)
+
+    def _pause(self, args: dict, retry_at: Optional[float]) -> Optional[float]:
+        if self.state == BACKOFF:
+            self.state = PAUSED
+            self._event("pause", "job %s paused while waiting to restart" % self.name,
+                        {"mode": "checkpoint", "ok": True, "checkpoint": None})
+            return None
+        timeout = float(args.get("timeout", self.spec.pause_timeout))
+        requested = time.time()
+        control = self.spec.run_dir / "control" / ("%s.ndjson" % self.name)
+        control.parent.mkdir(parents=True, exist_ok=True)
+        with open(str(control), "a", encoding="utf-8") as f:
+            f.write(json.dumps({"id": args.get("id"), "ts": requested,
+                                "knobs": {"checkpoint_now": True}}) + "\n")
+        self.state = PAUSING
+        deadline = requested + timeout
+        saved = None
+        while time.time() < deadline and saved is None:
+            sup = self.supervisor
+            if sup is None or not sup.running:
+                break
+            with self._lock:
+                fresh = [c for c in self._checkpoints if c[0] >= requested]
+            if fresh:
+                saved = fresh[0]
+                break
+            time.sleep(0.02)
+        if saved is None:
+            self.state = RUNNING if self.running else FAILED
+            self._event("pause", "job %s: pause failed: no checkpoint within %.0f s; the job "
+                        "keeps running" % (self.name, timeout),
+                        {"mode": "checkpoint", "ok": False,
+                         "error": "no checkpoint_saved within %g s" % timeout})
+            return retry_at
+        self._stop_attempt()
+        with self._lock:
+            last = self._cur_max
+        _ts, step, path = saved
+        self.state = PAUSED
+        self._event("pause", "job %s paused at step %d (checkpoint %s); its processes have "
+                    "exited" % (self.name, step, path), {
+                        "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
+                        "steps_discarded": max(0, (last or step) - step)}, step=step)
+        return None
+
+    def _freeze(self, args: dict) -> None:
+        sup = self.supervisor
+        if sup is None or not sup.running:
+            raise OpError("no running attempt to freeze")
+        hold = float(args.get("hold", 60.0))
+        sup.signal_tree(signal.SIGSTOP)
+        self.state = FROZEN
+        self._freeze_until = time.time() + hold
+        self._event("pause", "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
+                    {"mode": "freeze", "ok": True, "hold": hold,
+                     "pids": sup.tree_pids()})
+
+    def _thaw(self, why: str) -> None:
+        sup = self.supervisor
+        if sup is not None:
+            sup.signal_tree(signal.SIGCONT)
+        self._freeze_until = None
+        with self._lock:
+            self.detector.reset(time.time(), new_attempt=False)
+        self.state = RUNNING if self.running else FAILED
+        self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
+                    {"mode": "thaw", "reason": why})
+
+    # -- records ---------------------------------------------------------------------
+    def _event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:
+        self.journal.append("event", {"kind": kind, "job": self.name, "rank": None,
+                                      "step": step, "msg": msg, "data": data})
+        self.log(msg)
+
+    def _alert(self, severity: str, code: str, what: str, hint: str,
+               where: Optional[dict] = None) -> None:
+        self.journal.append("alert", {"kind": "resource", "severity": severity, "code": code,
+                                      "job": self.name, "where": dict(where or {}),
+                                      "what": what, "hint": hint})

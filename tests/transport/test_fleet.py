@@ -1,0 +1,78 @@
+"""The fleet over several hosts, and the local link that needs no SSH."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from cockpit.transport.fleet import Fleet, UnknownHost
+from cockpit.transport.inventory import HostSpec
+from cockpit.transport.link import LinkNotStreaming
+from cockpit.transport.local_link import LocalLink
+from tests.harness.sshd import REPO_ROOT
+from tests.transport.support import Collector, JournalFeeder, options_for, spec_for
+
+
+def test_fleet_streams_every_host_and_routes_control(
+    two_hosts, tmp_path: Path, collector: Collector
+) -> None:
+    feeders = [JournalFeeder(h.state_dir, interval=0.01).start() for h in two_hosts]
+    down = spec_for(two_hosts[1], name="down", port=1, address="127.0.0.1")
+    specs = [spec_for(h) for h in two_hosts] + [down]
+    fleet = Fleet(
+        specs,
+        collector.high_water,
+        collector.on_chunk,
+        collector.on_state,
+        options_for(two_hosts, tmp_path),
+    )
+    try:
+        with fleet:
+            assert collector.wait_for(lambda: set(fleet.streaming()) == {"host1", "host2"})
+            assert collector.wait_for(lambda: fleet.status()["down"].state == "unreachable")
+            results = fleet.broadcast({"op": "ping", "id": "b1"})
+            assert results["host1"] is None and results["host2"] is None
+            assert "down is unreachable" in results["down"]
+            with pytest.raises(LinkNotStreaming):
+                fleet.send("down", {"op": "ping", "id": "b2"})
+            with pytest.raises(UnknownHost, match="no host named 'nope'"):
+                fleet.send("nope", {"op": "ping"})
+            for host in two_hosts:
+                assert collector.wait_for(lambda h=host: len(collector.seqs.get(h.name, [])) >= 10)
+    finally:
+        for feeder in feeders:
+            feeder.close()
+    assert {s.state for s in fleet.status().values()} == {"stopped"}
+    with pytest.raises(ValueError, match="unique"):
+        Fleet(specs + specs[:1], collector.high_water, collector.on_chunk)
+
+
+def test_local_link_streams_and_restarts_a_dead_agent(
+    tmp_path: Path, collector: Collector, links: list
+) -> None:
+    state = tmp_path / "state"
+    feeder = JournalFeeder(state, interval=0.005).start()
+    agent = shlex.join(["env", f"PYTHONPATH={REPO_ROOT}", sys.executable, "-m", "agent"])
+    spec = HostSpec(name="here", address="local", state_dir=str(state), agent=agent)
+    options = options_for([], tmp_path)
+    link = LocalLink(
+        spec, lambda: collector.high_water("here"), collector.on_chunk, collector.on_state, options
+    )
+    links.append(link)
+    try:
+        link.start()
+        assert collector.wait_for(lambda: len(collector.seqs.get("here", [])) >= 50)
+        proc = link._proc
+        assert proc is not None
+        os.kill(proc.pid, 9)
+        assert collector.wait_for(lambda: collector.state_names("here").count("streaming") >= 2)
+        head = feeder.stop()
+        assert collector.wait_for(lambda: collector.high_water("here") == head)
+    finally:
+        feeder.close()
+    assert collector.seqs["here"] == list(range(1, head + 1))
+    assert "agent stream killed by signal 9" in collector.detail_of("here", "agent-failed")
