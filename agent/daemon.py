@@ -17,12 +17,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from agent import __version__
+from agent import __version__, checkpoints
 from agent.control_inbox import ControlInbox, OpError
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
+from agent.job import ManagedJob
 from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal
+from agent.launch import LaunchSpec, check_job_name
 from agent.lockfile import StateLock
 from agent.protocol import PROTOCOL_VERSION
 from agent.samplers.host import HostSampler
@@ -33,6 +35,31 @@ from agent.supervisor import Supervisor
 
 MIN_INTERVAL = 0.25
 POLL = 0.05
+
+
+class ObservedJournal:
+    """The journal as the spool tailer sees it: every trainer record it journals is also
+    shown to the managed job it belongs to, already parsed, so hang detection and recovery
+    bookkeeping cost no second read of the journal."""
+
+    def __init__(self, journal: Journal, observe: Callable[[str, Mapping], None]) -> None:
+        self._journal = journal
+        self._observe = observe
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+    def append_many(self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None
+                    ) -> List[int]:
+        records = list(records)
+        seqs = self._journal.append_many(records, ts=ts)
+        for t, fields in records:
+            if t == "train" or t == "event":
+                self._observe(t, fields)
+        return seqs
+
+    def append(self, t: str, fields: Mapping, ts: Optional[float] = None) -> int:
+        return self.append_many([(t, fields)], ts=ts)[-1]
 
 
 class DaemonConfig:
@@ -84,11 +111,16 @@ class Daemon:
         self.gpus = gpus
         disk = config.run_dirs[0] if config.run_dirs else config.state_dir
         self.host = host if host is not None else HostSampler(disk)
-        self.spools = SpoolTailer(self.journal, config.run_dirs, settle=config.spool_settle)
+        self.jobs: Dict[str, ManagedJob] = {}
+        self.spools = SpoolTailer(ObservedJournal(self.journal, self._observe), config.run_dirs,
+                                  settle=config.spool_settle)
         for note in self.spools.notes:
             self.log("spool: %s" % note)
         self.inbox = ControlInbox(self.journal, {
-            "ping": self._op_ping, "adjust": self._op_adjust, "stop": self._op_stop})
+            "ping": self._op_ping, "adjust": self._op_adjust, "stop": self._op_stop,
+            "launch": self._op_launch, "pause": self._op_pause, "resume": self._op_resume,
+            "thaw": self._op_thaw, "relaunch": self._op_relaunch, "fork": self._op_fork,
+            "jobs": self._op_jobs})
         self.supervisor: Optional[Supervisor] = None
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
@@ -99,6 +131,8 @@ class Daemon:
         return {"agent_version": __version__, "head": self.journal.head}
 
     def _job_run_dir(self, job: str) -> Path:
+        if job in self.jobs:
+            return self.jobs[job].spec.run_dir
         sup = self.supervisor
         if sup is not None and sup.job == job:
             return sup.run_dir
@@ -124,6 +158,11 @@ class Daemon:
         return {"file": str(path)}
 
     def _op_stop(self, op: dict) -> dict:
+        if op.get("job") in self.jobs:
+            grace = op.get("grace", self.config.stop_grace)
+            if not isinstance(grace, (int, float)) or grace < 0:
+                raise OpError("'grace' must be a number of seconds >= 0")
+            return self.jobs[op["job"]].request("stop", {"grace": float(grace)})
         sup = self.supervisor
         if sup is None or not sup.running:
             raise OpError("no job is running under this agent")
@@ -136,6 +175,122 @@ class Daemon:
         threading.Thread(target=sup.stop, args=(float(grace),), name="job-stop",
                          daemon=True).start()
         return {"pid": sup.pid, "grace": grace}
+
+    # -- managed jobs ----------------------------------------------------------------
+    def _observe(self, t: str, fields: Mapping) -> None:
+        job = self.jobs.get(fields.get("job"))  # type: ignore[arg-type]
+        if job is None:
+            return
+        if t == "train":
+            job.on_train(dict(fields))
+        else:
+            job.on_event(dict(fields))
+
+    def _managed(self, op: dict) -> ManagedJob:
+        name = op.get("job")
+        if not isinstance(name, str) or not name:
+            raise OpError("op %r needs 'job' (the job id)" % op.get("op"))
+        job = self.jobs.get(name)
+        if job is None:
+            raise OpError("no job %r was launched by this agent (jobs: %s)" % (
+                name, ", ".join(sorted(self.jobs)) or "none"))
+        return job
+
+    def _start_job(self, spec: LaunchSpec, overrides: Optional[dict] = None,
+                   checkpoint: Optional[checkpoints.Checkpoint] = None,
+                   use_newest: bool = False) -> ManagedJob:
+        current = self.jobs.get(spec.name)
+        if current is not None and current.state not in ("finished", "failed", "stopped"):
+            raise OpError("job %r is already %s on this host" % (spec.name, current.state))
+        job = ManagedJob(spec, self.journal, overrides, log=self.log)
+        self.jobs[spec.name] = job
+        self.spools.add_run_dir(spec.run_dir)
+        job.start(checkpoint, use_newest)
+        return job
+
+    def _op_launch(self, op: dict) -> dict:
+        spec = LaunchSpec(op.get("spec"))  # type: ignore[arg-type]
+        overrides = op.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise OpError("'overrides' must be an object of key: value")
+        job = self._start_job(spec, overrides, use_newest=bool(op.get("resume", False)))
+        return {"job": job.name, "run_dir": str(spec.run_dir)}
+
+    def _op_pause(self, op: dict) -> dict:
+        args = {"id": op.get("id"), "freeze": bool(op.get("freeze", False)),
+                "follow": bool(op.get("follow", False))}
+        for key in ("hold", "timeout"):
+            if key in op:
+                value = op[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                    raise OpError("'%s' must be a positive number of seconds" % key)
+                args[key] = float(value)
+        return self._managed(op).request("pause", args)
+
+    def _op_resume(self, op: dict) -> dict:
+        return self._managed(op).request("resume")
+
+    def _op_thaw(self, op: dict) -> dict:
+        return self._managed(op).request("thaw")
+
+    def _op_relaunch(self, op: dict) -> dict:
+        job = self._managed(op)
+        args: Dict[str, Any] = {"exclude_self": bool(op.get("exclude_self", False))}
+        if op.get("spec") is not None:
+            spec = LaunchSpec(op["spec"])
+            if spec.name != job.name:
+                raise OpError("relaunch spec names job %r, not %r" % (spec.name, job.name))
+            args["spec"] = spec
+        return job.request("relaunch", args)
+
+    def _op_fork(self, op: dict) -> dict:
+        parent = self._managed(op)
+        name = check_job_name(op.get("name"), "fork 'name'")
+        overrides = op.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise OpError("'overrides' must be an object of key: value")
+        if op.get("spec") is not None:
+            raw = dict(op["spec"])
+        else:
+            raw = dict(parent.spec.raw)
+            run_dir = op.get("run_dir")
+            if not isinstance(run_dir, str) or not run_dir:
+                run_dir = str(parent.spec.run_dir.parent / name)
+            raw.update({"name": name, "run_dir": run_dir})
+            rdzv = dict(raw.get("rendezvous") or {})
+            rdzv["id"] = name
+            raw["rendezvous"] = rdzv
+        raw["name"] = name
+        step = op.get("step")
+        if step is None:
+            source, _skipped = checkpoints.newest_valid(parent.spec.checkpoint_dir)
+            why = "no valid checkpoint in %s" % parent.spec.checkpoint_dir
+        elif isinstance(step, int) and not isinstance(step, bool):
+            source, why = checkpoints.at_step(parent.spec.checkpoint_dir, step)
+        else:
+            raise OpError("'step' must be a checkpoint's step number")
+        if source is None:
+            raise OpError("cannot fork %r: %s" % (parent.name, why))
+        raw["parent"] = {"job": parent.name, "step": source.step,
+                         "checkpoint": str(source.path)}
+        spec = LaunchSpec(raw)
+        if spec.run_dir == parent.spec.run_dir:
+            raise OpError("a fork needs its own run dir (%s is the parent's)" % spec.run_dir)
+        copied = checkpoints.copy_to(source, spec.checkpoint_dir)
+        self.journal.append("event", {
+            "kind": "fork", "job": name, "rank": None, "step": source.step,
+            "msg": "job %s forked from %s at step %d%s" % (
+                name, parent.name, source.step, " with %s" % ", ".join(
+                    "%s=%s" % kv for kv in sorted(overrides.items())) if overrides else ""),
+            "data": {"parent": parent.name, "parent_step": source.step,
+                     "checkpoint": str(copied.path), "source": str(source.path),
+                     "run_dir": str(spec.run_dir), "overrides": overrides}})
+        job = self._start_job(spec, overrides, checkpoint=copied)
+        return {"job": job.name, "parent": parent.name, "parent_step": source.step,
+                "run_dir": str(spec.run_dir)}
+
+    def _op_jobs(self, op: dict) -> dict:
+        return {"jobs": [job.describe() for job in self.jobs.values()]}
 
     # -- records ---------------------------------------------------------------------
     def hello(self) -> dict:
@@ -160,8 +315,10 @@ class Daemon:
         ranks: Dict[int, Optional[int]] = {}
         for pid, (_job, rank) in self.spools.pid_ranks().items():
             ranks[pid] = rank
-        if self.supervisor is not None:
-            for pid, rank in self.supervisor.pid_ranks().items():
+        sources = [self.supervisor] if self.supervisor is not None else []
+        sources.extend(self.jobs.values())
+        for source in sources:
+            for pid, rank in source.pid_ranks().items():
                 if rank is not None or pid not in ranks:
                     ranks[pid] = rank
         return ranks
@@ -202,6 +359,8 @@ class Daemon:
             if item["index"] == gpu:
                 uuid = item["uuid"]
         self.journal.append_many(xid_records(gpu, xid, uuid, ts))
+        for job in list(self.jobs.values()):
+            job.note_xid(gpu, xid)
 
     # -- life ------------------------------------------------------------------------
     def stop(self) -> None:
@@ -254,6 +413,10 @@ class Daemon:
             self.log("stopping job %s (SIGTERM, then SIGKILL after %g s)"
                      % (self.supervisor.job, self.config.stop_grace))
             self.supervisor.stop(self.config.stop_grace)
+        for job in list(self.jobs.values()):
+            if job.running:
+                self.log("stopping job %s" % job.name)
+            job.close(self.config.stop_grace)
         if self._sampler is not None:
             self._sampler.join(timeout=max(5.0, 2 * self.config.interval))
         if self.xid is not None:

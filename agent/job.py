@@ -26,7 +26,6 @@ import queue
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent import checkpoints
@@ -44,6 +43,45 @@ CRASH_EXIT_WAIT = 5.0  # s torchrun gets to exit by itself after a worker died
 STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
 PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
 IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
+ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
+
+
+def exit_status(pid: int) -> Optional[int]:
+    """None while `pid` runs (or is stopped); once it ended: its exit code (negative: the
+    signal that killed it) while it is an unreaped zombie, -1 once it is gone entirely."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if not fields or fields[0] not in (b"Z", b"X"):
+        return None
+    try:
+        raw = int(fields[49])  # exit_code: the wait(2) status (Linux >= 3.5)
+    except (IndexError, ValueError):
+        return -1
+    if raw & 0x7F:
+        return -(raw & 0x7F)
+    code = (raw >> 8) & 0xFF
+    return code if code else 0
+
+
+def _blame_order(status: int) -> int:
+    if status == -signal.SIGTERM:
+        return 2
+    return 0 if status != 0 else 1
+
+
+def describe_status(status: int) -> str:
+    if status == -1:
+        return "exited"
+    if status < 0:
+        try:
+            return "was killed by %s" % signal.Signals(-status).name
+        except ValueError:
+            return "was killed by signal %d" % -status
+    return "exited with code %d" % status
 
 
 class ManagedJob:
@@ -77,7 +115,8 @@ class ManagedJob:
         self._pending_recovery: Optional[dict] = None
         self._xids: List[int] = []
         self._err_offset = 0
-        self._expected_exit = False
+        self._failure: dict = {}
+        self._vanished_at: Optional[Tuple[float, float, str]] = None
         self._freeze_until: Optional[float] = None
 
     # -- inputs from the daemon -------------------------------------------------------
@@ -117,7 +156,7 @@ class ManagedJob:
             raise OpError("job %r is %s: only a running job can be paused" % (self.name, state))
         if action == "thaw" and state != FROZEN:
             raise OpError("job %r is %s, not frozen" % (self.name, state))
-        if action == "resume" and state not in IDLE_STATES + (FROZEN,):
+        if action == "resume" and state not in (*IDLE_STATES, FROZEN):
             raise OpError("job %r is %s: nothing to resume" % (self.name, state))
         if action == "stop" and state in (STOPPED, FINISHED):
             raise OpError("job %r is already %s" % (self.name, state))
@@ -214,7 +253,7 @@ class ManagedJob:
             self.detector.reset(self._attempt_started)
             self._xids = []
         self._ranks, self._ranks_at, self._last_alive = {}, 0.0, {}
-        self._expected_exit = False
+        self._vanished_at = None
         err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
         self._err_offset = err.stat().st_size if err.exists() else 0
         self.supervisor = sup
@@ -222,8 +261,8 @@ class ManagedJob:
             sup.start()
         except RuntimeError as exc:
             self.state = FAILED
-            self._alert("critical", "launch_failed", str(exc), "check the spec's python, "
-                        "script and workdir on this host")
+            self._alert("resource", "critical", "launch_failed", str(exc),
+                        "check the spec's python, script and workdir on this host")
             return
         self.state = RUNNING
 
@@ -237,22 +276,38 @@ class ManagedJob:
             if code == 0:
                 self.state = FINISHED
                 return None
+            if self._vanished_at is not None:
+                detected, failure_at, note = self._vanished_at
+                return self._failed(detected, failure_at, note)
             return self._failed(now, self._last_seen_alive(now), None)
         if now - self._ranks_at >= RANKS_REFRESH:
             self._ranks = sup.rank_pids()
             self._ranks_at = now
-        for pid in list(self._ranks):
-            if alive(pid):
+        ended = []
+        for pid, rank in list(self._ranks.items()):
+            status = exit_status(pid)
+            if status is None:
                 self._last_alive[pid] = now
             else:
-                # A worker died: torchrun will notice and tear down, but waiting for it
-                # costs its monitor interval plus teardown; the failure is known now.
-                failure_at = self._last_alive.get(pid, now)
-                note = "rank %s (pid %d) exited" % (self._ranks[pid], pid)
-                sup.wait(CRASH_EXIT_WAIT)
-                if sup.running:
-                    sup.stop(self.spec.stop_grace)
-                return self._failed(now, failure_at, note)
+                del self._ranks[pid]
+                ended.append((_blame_order(status), pid, rank, status))
+        # Seen in one look, a rank killed by torchrun's teardown (SIGTERM) is a
+        # consequence; one already reaped, or failed on its own, went first.
+        for _order, pid, rank, status in sorted(ended):
+            if self._vanished_at is None:
+                self._vanished_at = (now, self._last_alive.get(pid, now),
+                                     "rank %s (pid %d) %s" % (rank, pid, describe_status(
+                                         status)))
+            if status in (0, -1):
+                # Ended cleanly, or reaped before its status could be read: torchrun's
+                # own exit code (normally within its monitor interval) tells which.
+                continue
+            # A worker failed: the failure is known now, not after torchrun's teardown.
+            detected, failure_at, note = self._vanished_at
+            sup.wait(CRASH_EXIT_WAIT)
+            if sup.running:
+                sup.stop(self.spec.stop_grace)
+            return self._failed(detected, failure_at, note)
         with self._lock:
             hung = self.detector.hung(now)
             silent, threshold = self.detector.silent_for(now), self.detector.threshold()
@@ -285,8 +340,7 @@ class ManagedJob:
                 ", ".join(str(r) for r in stacks["ranks"]), stacks["method"], stacks["file"]))
         for rank, why in sorted(stacks["unavailable"].items()):
             evidence.append("stacks of rank %s unavailable: %s" % (rank, why))
-        failure_at = now - silent + threshold  # when the silence became a hang
-        self._expected_exit = True
+        failure_at = now - silent  # the last step: the hang began right after it
         sup.stop(min(self.spec.stop_grace, 2.0))
         diagnosis = Diagnosis(HANG, evidence, {"step": last_step})
         return self._failed(now, failure_at, None, diagnosis, extra={"stacks": stacks,
@@ -295,21 +349,14 @@ class ManagedJob:
 
     def _new_err_output(self) -> str:
         err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
-        deadline = time.time() + 0.5  # the pump threads copy output as it comes
-        text = b""
-        while True:
-            try:
-                with open(str(err), "rb") as f:
-                    f.seek(self._err_offset)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            self._err_offset += len(chunk)
-            text += chunk
-            if chunk or time.time() >= deadline:
-                break
-            time.sleep(0.05)
-        return text.decode("utf-8", "replace")
+        try:
+            with open(str(err), "rb") as f:
+                f.seek(self._err_offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return ""
+        self._err_offset += len(chunk)
+        return chunk.decode("utf-8", "replace")
 
     def _failed(self, detected_at: float, failure_at: float, note: Optional[str],
                 diagnosis: Optional[Diagnosis] = None, extra: Optional[dict] = None
@@ -344,7 +391,8 @@ class ManagedJob:
             else "not restarting: %s" % decision.reason), data, step=last_step)
         if not decision.retry:
             self.state = FAILED
-            self._alert("critical", "recovery_stopped", "job %s stopped after %s: %s" % (
+            self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
+                        "recovery_stopped", "job %s stopped after %s: %s" % (
                 self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
                 {"step": last_step, **{k: v for k, v in diagnosis.where.items()
                                        if v is not None}})
@@ -439,7 +487,6 @@ class ManagedJob:
 
     def _stop_attempt(self, grace: Optional[float] = None) -> None:
         sup = self.supervisor
-        self._expected_exit = True
         if sup is not None and sup.running:
             sup.stop(self.spec.stop_grace if grace is None else grace)
 
@@ -450,6 +497,8 @@ class ManagedJob:
                         {"mode": "checkpoint", "ok": True, "checkpoint": None})
             return None
         timeout = float(args.get("timeout", self.spec.pause_timeout))
+        if args.get("follow"):
+            return self._pause_following(timeout, retry_at)
         requested = time.time()
         control = self.spec.run_dir / "control" / ("%s.ndjson" % self.name)
         control.parent.mkdir(parents=True, exist_ok=True)
@@ -479,7 +528,12 @@ class ManagedJob:
         self._stop_attempt()
         with self._lock:
             last = self._cur_max
+        # The ranks kept training until they were stopped and may have saved again (the
+        # requested checkpoint after a periodic one): a resume starts from the newest.
+        newest, _skipped = self._newest_checkpoint()
         _ts, step, path = saved
+        if newest is not None and newest.step >= step:
+            step, path = newest.step, str(newest.path)
         self.state = PAUSED
         self._event("pause", "job %s paused at step %d (checkpoint %s); its processes have "
                     "exited" % (self.name, step, path), {
@@ -487,10 +541,32 @@ class ManagedJob:
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
         return None
 
+    def _pause_following(self, timeout: float, retry_at: Optional[float]) -> Optional[float]:
+        """On a host without rank 0: rank 0's host checkpoints and stops its part, the
+        rendezvous then ends this part too, and that exit is a pause, not a failure."""
+        self.state = PAUSING
+        sup = self.supervisor
+        if sup is not None and sup.running and sup.wait(timeout) is None:
+            self.state = RUNNING
+            self._event("pause", "job %s: pause failed: this host's part did not end within "
+                        "%.0f s of the pause; it keeps running" % (self.name, timeout),
+                        {"mode": "follow", "ok": False,
+                         "error": "still running after %g s" % timeout})
+            return retry_at
+        checkpoint, _skipped = self._newest_checkpoint()
+        self.state = PAUSED
+        self._event("pause", "job %s paused; this host's processes have exited" % self.name,
+                    {"mode": "follow", "ok": True,
+                     "checkpoint": str(checkpoint.path) if checkpoint else None,
+                     "step": checkpoint.step if checkpoint else None})
+        return None
+
     def _freeze(self, args: dict) -> None:
         sup = self.supervisor
-        if sup is None or not sup.running:
-            raise OpError("no running attempt to freeze")
+        if self.state != RUNNING or sup is None or not sup.running:
+            self._event("pause", "job %s: freeze refused: it is %s" % (self.name, self.state),
+                        {"mode": "freeze", "ok": False, "error": "job is %s" % self.state})
+            return
         hold = float(args.get("hold", 60.0))
         sup.signal_tree(signal.SIGSTOP)
         self.state = FROZEN
@@ -516,8 +592,8 @@ class ManagedJob:
                                       "step": step, "msg": msg, "data": data})
         self.log(msg)
 
-    def _alert(self, severity: str, code: str, what: str, hint: str,
+    def _alert(self, kind: str, severity: str, code: str, what: str, hint: str,
                where: Optional[dict] = None) -> None:
-        self.journal.append("alert", {"kind": "resource", "severity": severity, "code": code,
+        self.journal.append("alert", {"kind": kind, "severity": severity, "code": code,
                                       "job": self.name, "where": dict(where or {}),
                                       "what": what, "hint": hint})

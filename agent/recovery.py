@@ -54,10 +54,13 @@ _TRACEBACK = re.compile(r"^(?:\[\w*\d+\]:)?\s*Traceback \(most recent call last\
 _EXCEPTION_LINE = re.compile(
     r"^(?:\[\w*\d+\]:)?\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|"
     r"Failure))(?::\s*(.*))?$")
-_FILE = re.compile(r"(?:file|shard|path)[ =:]+['\"]?(/?[\w./-]*\w)['\"]?", re.I)
+_FILE = re.compile(r"(?:^|[\s'\"(=:,])(/[\w.\-]+(?:/[\w.\-]+)*|[\w.\-]+/[\w.\-/]*\w|"
+                   r"[\w\-]+\.(?:bin|npy|npz|pt|arrow|parquet|jsonl?|tar|idx|txt|csv|"
+                   r"tfrecord|mds|shard|py))(?=$|[\s'\"),:;])")
 _RANGE = re.compile(r"(?:samples?|records?|lines?|windows?|rows?|index(?:es)?|offsets?)"
                     r"[ =:]+(\d+)\s*(?:-|\.\.|to|:)\s*(\d+)", re.I)
 _INDEX = re.compile(r"(?:sample|record|index|offset|line|row)[ =:#]+(\d+)", re.I)
+_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
 _SIGNAL_EXIT = re.compile(r"exitcode\s*:\s*(-\d+)|Signal (\d+) \(SIG\w+\) received", re.I)
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)", re.I)
 
@@ -131,6 +134,40 @@ def read_error_file(path: Path) -> Optional[dict]:
     return out
 
 
+def root_cause(lines: Sequence[str]) -> Optional[Dict[str, Any]]:
+    """torchrun's "Root Cause (first observed failure)" block: rank, exitcode, pid,
+    error_file and traceback of the rank that failed first; None when absent."""
+    start = None
+    for index, line in enumerate(lines):
+        if "Root Cause (first observed failure)" in line:
+            start = index
+    if start is None:
+        return None
+    found: Dict[str, Any] = {}
+    for line in lines[start + 1 :]:
+        if line.startswith("=====") or line.startswith("-----"):
+            break
+        match = _ROOT_FIELD.match(line)
+        if not match:
+            if "traceback" in found and line.strip():
+                found["traceback"] += "\n" + line.strip()
+            continue
+        key, value = match.group(1), match.group(2).strip()
+        if key == "rank":
+            number = re.match(r"(\d+)", value)
+            found["rank"] = int(number.group(1)) if number else None
+        elif key == "exitcode":
+            code = re.match(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?", value)
+            if code:
+                found["exitcode"] = int(code.group(1))
+                found["pid"] = int(code.group(2)) if code.group(2) else None
+        elif key == "error_file":
+            found["error_file"] = None if value.startswith("<") else value
+        else:
+            found["traceback"] = value
+    return found if "rank" in found else None
+
+
 def _data_where(lines: Iterable[str]) -> Dict[str, Any]:
     where: Dict[str, Any] = {}
     for line in lines:
@@ -189,16 +226,33 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
         if telemetry.get("ecc_unc"):
             evidence.append("uncorrectable ECC errors rose by %d" % telemetry["ecc_unc"])
         return Diagnosis(GPU_FAULT, evidence, {"gpu": telemetry.get("gpu")})
-    for cause, pattern in _PATTERNS:
-        hits = [line for line in texts if pattern.search(line)]
-        if not hits:
-            continue
-        evidence = _dedupe(hits)[-5:]
-        where = _data_where(hits) if cause == DATA else {}
-        signature = cause
-        if cause == DATA and where:
-            signature = "%s:%s:%s" % (cause, where.get("file"), where.get("range"))
-        return Diagnosis(cause, evidence, where, signature)
+    root = root_cause(tail)
+    if root is not None:
+        # The rank that failed first is the cause; its peers' errors (connection reset,
+        # SIGTERM from the teardown) are consequences and must not win the vote.
+        rank = root["rank"]
+        where_rank = {"rank": rank}
+        own = [line for line in tail if line.startswith("[rank%d]:" % rank)]
+        root_error = read_error_file(Path(root["error_file"])) if root.get(
+            "error_file") else None
+        if root_error is not None:
+            own = [root_error["message"], *(root_error.get("traceback") or "").splitlines(),
+                   *own]
+        found = _by_pattern(own)
+        if found is not None:
+            found.where.setdefault("rank", rank)
+            return found
+        code = root.get("exitcode")
+        if isinstance(code, int) and code < 0:
+            return Diagnosis(KILLED, ["rank %d (pid %s) killed by %s" % (
+                rank, root.get("pid"), _signal_name(-code))], where_rank)
+        exceptions = [e for e in _exception_lines(own) if not _is_consequence(e)]
+        if exceptions:
+            return Diagnosis(USER_CODE, _dedupe(exceptions)[:3], where_rank,
+                             "%s:%s" % (USER_CODE, _strip_rank(exceptions[0])))
+    found = _by_pattern(texts)
+    if found is not None:
+        return found
     exceptions = _exception_lines(texts)
     real = [e for e in exceptions if not _is_consequence(e)]
     if real:
@@ -210,6 +264,20 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
         return Diagnosis(KILLED, [killed], {})
     evidence = ["torchrun exited with code %s" % returncode, *tail[-3:]]
     return Diagnosis(UNKNOWN, evidence, {})
+
+
+def _by_pattern(texts: Sequence[str]) -> Optional[Diagnosis]:
+    for cause, pattern in _PATTERNS:
+        hits = [line for line in texts if pattern.search(line)]
+        if not hits:
+            continue
+        evidence = _dedupe(hits)[-5:]
+        where = _data_where(hits) if cause == DATA else {}
+        signature = cause
+        if cause == DATA and where:
+            signature = "%s:%s:%s" % (cause, where.get("file"), where.get("range"))
+        return Diagnosis(cause, evidence, where, signature)
+    return None
 
 
 def _strip_rank(line: str) -> str:

@@ -48,12 +48,31 @@ def is_stopped(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"T", b"t")
 
 
+def _collect(read_new_output: Callable[[], str], limit: float, quiet: float = 0.3) -> str:
+    """Output written by the signalled ranks: until it has been quiet for `quiet` seconds
+    after the first bytes, or `limit` seconds passed."""
+    deadline = time.monotonic() + limit
+    text = ""
+    last_growth = None
+    while time.monotonic() < deadline:
+        chunk = read_new_output()
+        now = time.monotonic()
+        if chunk:
+            text += chunk
+            last_growth = now
+        elif last_growth is not None and now - last_growth >= quiet:
+            break
+        time.sleep(0.05)
+    return text
+
+
 def dump_stacks(ranks: Dict[int, Optional[int]], out_path: Path,
-                read_new_output: Callable[[], str], settle: float = 1.0) -> dict:
+                read_new_output: Callable[[], str], settle: float = 5.0) -> dict:
     """Dump the stacks of `ranks` (pid -> rank) into `out_path`.
 
-    `read_new_output` returns the job's output written since the previous call; it is
-    called once before signalling and once after, to cut out what faulthandler wrote.
+    `read_new_output` returns the job's output written since the previous call (without
+    waiting); it is called before signalling and then until the dumps stop coming (at most
+    `settle` seconds), to cut out what faulthandler wrote.
     Returns {"method", "file", "ranks": [...], "unavailable": {rank: why}}.
     """
     py_spy = shutil.which("py-spy")
@@ -89,22 +108,22 @@ def dump_stacks(ranks: Dict[int, Optional[int]], out_path: Path,
             stopped = is_stopped(pid)
             try:
                 os.kill(pid, signal.SIGUSR1)
-                if stopped:  # a stopped process runs its handler only once continued
-                    os.kill(pid, signal.SIGCONT)
+                # A stopped process runs its handler only once continued (and SIGCONT
+                # does nothing to one that runs, so a stop in flight cannot defeat this).
+                os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 unavailable[str(rank)] = "process gone"
                 continue
             signalled.append((pid, rank, stopped))
         if signalled:
             method = "faulthandler"
-            time.sleep(settle)
+            text = _collect(read_new_output, settle)
             for pid, _rank, stopped in signalled:
                 if stopped:
                     try:
                         os.kill(pid, signal.SIGSTOP)  # keep the evidence as it was
                     except ProcessLookupError:
                         pass
-            text = read_new_output()
             sections.append("=== ranks %s, faulthandler (SIGUSR1) ===\n%s" % (
                 ", ".join(str(r) for _p, r, _s in signalled), text))
             dumped.extend(r for _p, r, _s in signalled)

@@ -10,16 +10,33 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cockpit import __version__
 from cockpit.errors import CockpitError
 
+if TYPE_CHECKING:
+    from cockpit.ui.app import CockpitApp
 
-def _add_theme(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--theme", default="dark", help="dark (default), light or high-contrast"
-    )
-    p.add_argument("--keymap", type=Path, default=None, help="TOML file remapping keys")
+
+def _add_theme(p: argparse.ArgumentParser, top_level: bool = False) -> None:
+    """--theme and --keymap, accepted before the command (`cockpit --keymap K replay F`)
+    and after it. Only the top level has defaults: a command's own copies are SUPPRESSed
+    when absent, so they never overwrite what was given before the command."""
+    p.add_argument("--theme", default="dark" if top_level else argparse.SUPPRESS,
+                   help="dark (default), light or high-contrast")
+    p.add_argument("--keymap", type=Path, default=None if top_level else argparse.SUPPRESS,
+                   help="TOML file remapping keys")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A terminal cockpit for long-running distributed PyTorch training.",
     )
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
+    _add_theme(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser(
@@ -57,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="play a recording in the cockpit")
     replay.add_argument("file", type=Path)
-    replay.add_argument("--speed", type=float, default=10.0, help="playback speed (default 10x)")
+    replay.add_argument("--speed", type=_positive_float, default=10.0,
+                        help="playback speed (default 10x)")
     _add_theme(replay)
 
     report = sub.add_parser("report", help="print the four instruments of a recording")
@@ -67,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _build_app(source: object, args: argparse.Namespace):  # noqa: ANN202 - CockpitApp
+def _build_app(source: object, args: argparse.Namespace) -> CockpitApp:
     from cockpit.ui.app_factory import make_app
     from cockpit.ui.keymap import KeymapError
     from cockpit.ui.themes import ThemeError

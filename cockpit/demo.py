@@ -98,7 +98,7 @@ class DemoRun:
     def __enter__(self) -> DemoRun:
         for path in (self.state_dir, self.run_dir):
             path.mkdir(parents=True, exist_ok=True)
-        log = open(self.run_root / "agent.log", "ab")  # noqa: SIM115 - owned by the child
+        log = open(self.run_root / "agent.log", "ab")
         try:
             self._daemon = subprocess.Popen(
                 self.daemon_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -118,7 +118,7 @@ class DemoRun:
         return self
 
     @property
-    def source(self):  # noqa: ANN201 - LiveSource; typed loosely to keep imports light
+    def source(self):
         assert self.session is not None
         return self.session.source
 

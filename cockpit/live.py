@@ -130,6 +130,11 @@ class LiveSession:
             fn()
 
     def _on_flush(self, result: IngestResult) -> None:
+        # A host whose agent journal was reset (its state dir wiped, say) is re-keyed by
+        # the store; its stream must restart from seq 0 to fetch the new journal whole.
+        for host in result.journal_resets:
+            if host in self.fleet.links:
+                self.fleet.links[host].reconnect()
         self._notify()
 
     def _on_state(self, host: str, state: str, detail: str) -> None:

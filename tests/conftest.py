@@ -1,4 +1,5 @@
-"""Fixtures shared by every test package: real sshd hosts and a temporary store path.
+"""Fixtures shared by every test package: real sshd hosts, a temporary store path and
+the recorded real run loaded into a store.
 
 Subpackages add their own fixtures in their own conftest files.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.recording import load_recording
 from tests.harness.sshd import SshdHost, require_sshd_or_explain
 from tests.harness.sshd import sshd_hosts as _sshd_hosts
 
@@ -53,3 +55,14 @@ def two_hosts(sshd_hosts: Callable[..., list[SshdHost]]) -> list[SshdHost]:
 def tmp_store_path(tmp_path: Path) -> Path:
     """A path for a fresh DuckDB file (not created yet)."""
     return tmp_path / "cockpit.duckdb"
+
+
+@pytest.fixture(scope="session")
+def recorded_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recording of a real run (tests/data/charlm-run.ndjson.gz) ingested once per
+    session, because ingesting it per test would dominate the UI tests' runtime.
+
+    Shared by every test that asks for it: open it read-only (`ReplaySource`, `cockpit
+    report`), or copy the file first when a test writes to it.
+    """
+    return load_recording(tmp_path_factory.mktemp("recording") / "charlm-run.duckdb")

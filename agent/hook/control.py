@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 ONE_SHOT_KNOBS = ("checkpoint_now", "eval_now")
 
@@ -34,7 +34,7 @@ class ControlFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self._offset = 0
-        self._identity = None  # type: Optional[Tuple[int, int]]
+        self._identity: Optional[Tuple[int, int]] = None
         self._partial = b""
         self._lineno = 0
 
@@ -97,8 +97,8 @@ class ControlState:
 
     def __init__(self) -> None:
         self.lr_scale = 1.0
-        self.knobs = {}  # type: Dict[str, Any]
-        self.requests = set()  # type: Set[str]
+        self.knobs: Dict[str, Any] = {}
+        self.requests: Set[str] = set()
 
     def apply(self, knobs: Dict[str, Any], *, one_shots: bool = True) -> None:
         """Validate all knobs first, then apply them all: a bad line changes nothing."""

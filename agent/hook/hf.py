@@ -58,8 +58,8 @@ class CockpitHFHooks:
         self._owns_reporter = reporter is None
         self._reporter_kwargs = reporter_kwargs
         self._declare = declare
-        self._step_begin = None  # type: Optional[float]
-        self._last_end = None  # type: Optional[float]
+        self._step_begin: Optional[float] = None
+        self._last_end: Optional[float] = None
         self._steps_since_report = 0
 
     @property

@@ -63,9 +63,9 @@ class CockpitLightningHooks:
         self._reporter_kwargs = reporter_kwargs
         self.val_loss_key = val_loss_key
         self._declare = declare
-        self._batch_start = None  # type: Optional[float]
-        self._last_end = None  # type: Optional[float]
-        self._pending_ckpt = None  # type: Optional[int]
+        self._batch_start: Optional[float] = None
+        self._last_end: Optional[float] = None
+        self._pending_ckpt: Optional[int] = None
 
     @property
     def reporter(self) -> Reporter:

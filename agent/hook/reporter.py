@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from agent.hook.control import (
     ControlError,
@@ -147,13 +147,13 @@ class Reporter:
         self._flush_records = max(1, int(flush_records))
         self._control_interval = float(control_interval)
         self._holdback_age = 2.0 * self._flush_interval
-        self._q = deque()  # type: Deque[tuple]
-        self._phases = None  # type: Optional[List[Optional[float]]]
-        self._stage = None  # type: Optional[str]
-        self._last_step = None  # type: Any
+        self._q: Deque[tuple] = deque()
+        self._phases: Optional[List[Optional[float]]] = None
+        self._stage: Optional[str] = None
+        self._last_step: Any = None
         self._prev_perf = _perf()
-        self._declared = {}  # type: Dict[str, Any]
-        self._warned = set()  # type: set
+        self._declared: Dict[str, Any] = {}
+        self._warned: Set[str] = set()
         self._dropped = 0
         self._drop_reason = ""
         self._write_lock = threading.Lock()
@@ -161,9 +161,9 @@ class Reporter:
         self._closed = False
 
         self._control_state = ControlState()
-        self._control_file = None  # type: Optional[ControlFile]
+        self._control_file: Optional[ControlFile] = None
         self._control_lock = threading.Lock()
-        self._incoming = deque()  # type: Deque[Tuple[Optional[str], Any, str]]
+        self._incoming: Deque[Tuple[Optional[str], Any, str]] = deque()
         self._pending = False
         if control:
             self._control_file = ControlFile(control_path(self.run_dir, self.job))
@@ -512,7 +512,7 @@ class Reporter:
                 for item in reversed(items[cut:]):
                     q.appendleft(item)
                 del items[cut:]
-            lines = []  # type: List[bytes]
+            lines: List[bytes] = []
             if self._dropped:
                 lines.append(encode_line(self._base(
                     "event", kind="dropped", step=None,

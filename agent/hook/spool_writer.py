@@ -16,7 +16,7 @@ import math
 import os
 import time
 import uuid
-from typing import Any, List
+from typing import Any, List, Optional
 
 SPOOL_VERSION = 1
 DEFAULT_MAX_FILE_BYTES = 64 << 20
@@ -43,9 +43,9 @@ class SpoolWriter:
         self.rank = rank
         self.max_file_bytes = max_file_bytes
         self.part = -1
-        self.path = ""  # type: str
-        self.file_id = ""  # type: str
-        self._fd = None  # type: Optional[int]
+        self.path: str = ""
+        self.file_id: str = ""
+        self._fd: Optional[int] = None
         self._size = 0
         self._torn = False
         os.makedirs(self.directory, exist_ok=True)

@@ -10,6 +10,11 @@ level, derives every coarser level from that, and upserts.
 The cost per flush is proportional to the rows it adds, not to the table size: new rows
 are found by their (host, seq) range, which the zone maps of the insertion-ordered `seq`
 column prune.
+
+Upserts leave a level table in arrival order, so `level = L` would scan every row group.
+`cluster_levels` (run with retention, hourly) rewrites each level table ordered by
+(level, keys, bucket); the zone maps then confine a chart query to its level's row
+groups, plus the unclustered rows added since.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from cockpit.store.schema import (
     LEVEL_BITS,
     LEVEL_COUNT,
     LEVEL_SERIES,
+    levels_ddl,
     levels_table,
 )
 
@@ -94,3 +100,15 @@ def update_levels(
     hosts = list(first_new_seq)
     los = [first_new_seq[h] for h in hosts]
     cur.execute(_UPDATES[table], {"hosts": hosts, "los": los, "min_lo": min(los)})
+
+
+def cluster_levels(cur: duckdb.DuckDBPyConnection) -> None:
+    """Rewrite every level table ordered by (level, keys, bucket), inside `cur`'s transaction."""
+    for table, spec in LEVEL_SERIES.items():
+        name = levels_table(table)
+        order = ", ".join(["level", *(f'"{k}"' for k in spec["keys"]), "bucket"])  # type: ignore[union-attr]
+        cur.execute(f'DROP TABLE IF EXISTS "{name}__clustered"')
+        cur.execute(levels_ddl(table, f"{name}__clustered"))
+        cur.execute(f'INSERT INTO "{name}__clustered" SELECT * FROM "{name}" ORDER BY {order}')
+        cur.execute(f'DROP TABLE "{name}"')
+        cur.execute(f'ALTER TABLE "{name}__clustered" RENAME TO "{name}"')

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,8 @@ class Scratch:
         base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         self.dir = Path(tempfile.mkdtemp(prefix="cockpit-ingest-", dir=base))
         self._names = itertools.count()
+        # Removed even when the Store is never closed (/dev/shm is memory).
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
 
     def write(self, lines: list[bytes]) -> str:
         path = self.dir / f"{next(self._names)}.ndjson"
@@ -105,7 +108,7 @@ class Scratch:
         return str(path)
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._finalizer()
 
 
 def _params(query: str, **values: object) -> dict[str, object]:

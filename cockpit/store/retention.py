@@ -5,17 +5,20 @@ Rows older than the raw window (7 days by default) are folded into 1-minute
 min/mean/max rows (`gpu_rollup`, `host_sample_rollup`) and deleted; charts of old
 periods keep working from the level tables, which are aggregates already. `train`,
 `eval`, `event`, `alert`, `run` and `hello` are kept whole; `log` is capped by row count,
-oldest first. The cut-off is aligned to a minute so that a minute is folded once; a
-late row for an already folded minute is merged into its row (means weighted by count).
+oldest first. The same pass re-clusters the level tables (`levels.cluster_levels`).
+The cut-off is aligned to a minute so that a minute is folded once; a late row for an
+already folded minute is merged into its row (means weighted by count).
 
 Estimating storage for a job (method, run `python -m cockpit.store.retention`):
-`measure_bytes_per_row()` fills a scratch store with realistic synthetic rows of each
-sampled table (as the ingest path writes them, level tables included), checkpoints it
-and divides the file growth by the row count. A month on 128 GPUs (16 hosts of 8) at
-1 Hz with this policy then holds 7 days of raw gpu rows (128 * 86400 * 7) and host rows
-(16 * 86400 * 7), 30 days of 1-minute roll-ups (128 * 1440 * 30 + 16 * 1440 * 30), plus
-the train rows (ranks * steps) at their measured size; `estimate_month()` multiplies
-those counts by the measured bytes per row.
+`measure_bytes_per_row()` ingests realistic synthetic lines of one type at a time into
+a scratch store (level tables included), checkpoints it and divides the file growth by
+the row count; the 1-minute roll-up row is measured the same way. A month on 128 GPUs
+(16 hosts of 8) at 1 Hz under this policy holds 7 days of raw gpu rows (128 * 86400 * 7)
+and host rows (16 * 86400 * 7), 23 days of 1-minute roll-ups ((128 + 16) * 1440 * 23)
+and the train rows (ranks * steps per second * 30 days); `estimate_month()` multiplies
+those counts by the measured bytes per row. (Measured here: about 78 B per gpu row,
+36 B per train row and 18-19 GiB for 128 GPUs with 128 ranks at 1 step/s; rerun it,
+the figures depend on the data's compressibility.)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 from cockpit.ingest.synthetic import synthetic_lines
 from cockpit.store.database import Store
+from cockpit.store.levels import cluster_levels
 
 DAY = 86400.0
 
@@ -108,6 +112,7 @@ def apply_retention(
             "ORDER BY ts DESC, seq DESC OFFSET $cap)",
             {"cap": policy.log_max_rows},
         ).fetchone()
+        cluster_levels(cur)
     return RetentionResult(gpu, host, int(logs[0]) if logs else 0)
 
 

@@ -148,7 +148,7 @@ def levels_table(table: str) -> str:
     return f"{table}_levels"
 
 
-def levels_ddl(table: str) -> str:
+def levels_ddl(table: str, name: str | None = None) -> str:
     spec = LEVEL_SERIES[table]
     keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
     cols = [f'"{k}" {t} NOT NULL' for k, t in keys.items()]
@@ -157,7 +157,7 @@ def levels_ddl(table: str) -> str:
     for c in spec["columns"]:  # type: ignore[attr-defined]
         cols += [f'"{c}_lo" DOUBLE', f'"{c}_hi" DOUBLE', f'"{c}_last" DOUBLE', f'"{c}_lx" DOUBLE']
     pk = ", ".join([*(f'"{k}"' for k in keys), "level", "bucket"])
-    return (f'CREATE TABLE IF NOT EXISTS "{levels_table(table)}" '
+    return (f'CREATE TABLE IF NOT EXISTS "{name or levels_table(table)}" '
             f"({', '.join(cols)}, PRIMARY KEY ({pk}))")
 
 

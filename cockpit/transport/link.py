@@ -51,6 +51,14 @@ class LinkOptions:
     stale_after: float = 20.0
     backoff_base: float = 0.5
     backoff_cap: float = 30.0
+    # Handshakes in flight at once across the fleet: a cockpit that opens 256 links at
+    # start (or after a network blip) would otherwise do 256 key exchanges in one burst,
+    # time itself out on a busy box and retry them all again.
+    max_concurrent_connects: int = 16
+    connect_slots: threading.BoundedSemaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.connect_slots = threading.BoundedSemaphore(max(1, self.max_concurrent_connects))
 
     def config(self) -> SshConfig:
         if self.ssh_config is None:
@@ -113,6 +121,12 @@ class BaseLink:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+
+    def reconnect(self) -> None:
+        """End the current stream so the link reconnects from the consumer's high-water
+        mark (used when the consumer saw the host's journal reset and re-keyed it)."""
+        if not self._stopping.is_set():
+            self._interrupt()
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:

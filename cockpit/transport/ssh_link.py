@@ -37,6 +37,10 @@ from cockpit.transport.states import (
 
 # paramiko's default 2 MiB window stalls a fast stream on long round trips.
 WINDOW_SIZE = 8 << 20
+# paramiko's transport thread wakes every 0.1 s to look for a close request; with
+# hundreds of idle-most-of-the-time links that polling is most of the cockpit's CPU.
+# Closing shuts the socket down, which wakes the thread at once, so a slow poll is free.
+TRANSPORT_POLL = 1.0
 
 
 class ChannelSource:
@@ -84,6 +88,12 @@ class Connection:
 
     def close(self) -> None:
         for client in [self.client, *reversed(self.jumps)]:
+            transport = client.get_transport()
+            if transport is not None and isinstance(transport.sock, socket.socket):
+                try:  # wakes the transport thread's recv() now, not at its next poll
+                    transport.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             try:
                 client.close()
             except Exception:
@@ -202,6 +212,7 @@ def _handshake(
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(int(max(1, options.keepalive)))
+        transport.sock.settimeout(TRANSPORT_POLL)
     return client
 
 
@@ -236,11 +247,17 @@ class HostLink(BaseLink):
 
     def _attempt(self, backoff: Backoff) -> float:
         self._set_state(CONNECTING, self.spec.address)
+        slots = self.options.connect_slots
+        while not slots.acquire(timeout=0.5):
+            if self._stopping_now():
+                return 0.0
         try:
             connection = connect(self.spec, self.options)
         except _ConnectFailed as failure:
             self._set_state(failure.state, failure.detail)
             return backoff.slowest() if failure.slow else backoff.next_delay()
+        finally:
+            slots.release()
         with self._conn_lock:
             self._connection = connection
         if self._stopping_now():

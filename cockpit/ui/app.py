@@ -90,6 +90,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.snapshot = message.snapshot
+        self.refresh_label()  # a replay pauses itself at the end: the header must say so
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen | DrillDownScreen):
                 screen.snapshot = message.snapshot

@@ -82,6 +82,14 @@ def clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
+def timestamp(ts: float | None) -> str:
+    """Date and time of a timestamp in the operator's local zone, for run-level times
+    (a run started yesterday must not read as a time of today)."""
+    if ts is None:
+        return NA_TEXT
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
 def loss(value: float | None) -> str:
     if value is None:
         return NA_TEXT

@@ -32,7 +32,8 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
         {"op": "adjust", "id": "a1", "job": "jobA", "knobs": {"lr_scale": 0.5}},
         {"op": "adjust", "id": "a2", "job": "nojob", "knobs": {"lr_scale": 0.5}},
         {"op": "adjust", "id": "a3", "job": "jobA"},
-        {"op": "pause", "id": "u1", "job": "jobA"},
+        {"op": "defragment", "id": "u1", "job": "jobA"},
+        {"op": "pause", "id": "u2", "job": "jobA"},
         {"id": "m1"},
         {"op": "stop", "id": "s1", "job": "jobB", "grace": 2},
     ]
@@ -56,8 +57,10 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
     assert isinstance(written["ts"], float)
     assert acks["a2"]["ok"] is False and "no job 'nojob'" in acks["a2"]["error"]
     assert acks["a3"]["ok"] is False and "knobs" in acks["a3"]["error"]
-    assert acks["u1"] == {"id": "u1", "op": "pause", "ok": False,
-                          "error": "op 'pause' is not supported by this agent"}
+    assert acks["u1"] == {"id": "u1", "op": "defragment", "ok": False,
+                          "error": "op 'defragment' is not supported by this agent"}
+    assert acks["u2"]["ok"] is False
+    assert acks["u2"]["error"] == "no job 'jobA' was launched by this agent (jobs: none)"
     assert acks["m1"]["ok"] is False and "no 'op'" in acks["m1"]["error"]
     assert acks["s1"]["ok"] is True
     malformed = acks[None]
@@ -66,7 +69,7 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
     assert exited["job"] == "jobB" and exited["data"]["returncode"] == -15
     stream.stdin.close()
     assert stream.wait(10) == 0
-    assert b"control line 8 is not JSON" in stream.stderr.read()
+    assert b"control line 9 is not JSON" in stream.stderr.read()
     assert daemon.terminate() == 0
 
 

@@ -17,7 +17,8 @@ RECORDED_HOST = "gpu-host-1"
 
 def load_recording(dest: Path, host: str = RECORDED_HOST, chunk_lines: int = 500) -> Path:
     """Write the recording into a new store at `dest` and return its path."""
-    lines = gzip.open(RECORDING, "rb").read().splitlines(keepends=True)
+    with gzip.open(RECORDING, "rb") as fh:
+        lines = fh.read().splitlines(keepends=True)
     with Store(dest) as store:
         for start in range(0, len(lines), chunk_lines):
             store.ingest(host, b"".join(lines[start : start + chunk_lines]))

@@ -31,6 +31,8 @@ import psutil
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 10.0
+# OpenSSH's MAX_LISTEN_SOCKS: more ListenAddress lines make sshd refuse to start.
+MAX_LISTEN_ADDRESSES = 16
 
 
 class SshdUnavailable(RuntimeError):
@@ -86,6 +88,16 @@ def _port_open(address: str, port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def loopback_address(index: int) -> str:
+    """The index-th usable loopback address: 127.0.0.2 is index 2, then 127.0.1.1 …
+
+    Linux answers on all of 127/8, so hundreds of pretend hosts need no setup; the
+    .0 and .255 host parts are skipped.
+    """
+    third, fourth = divmod(index - 1, 254)
+    return f"127.0.{third}.{fourth + 1}"
 
 
 def known_hosts_entry(address: str, port: int, host_key_pub: str) -> str:
@@ -155,6 +167,10 @@ class SshdProcess:
             "MaxSessions 16",
             "ClientAliveInterval 0",
             "UseDNS no",
+            # bash sources ~/.bashrc for ssh commands unless it thinks it is nested
+            # (SHLVL >= 1); a login user's heavy shell setup (pyenv, conda) would
+            # otherwise run for every session and dominate the tests' and bench's cost.
+            "SetEnv SHLVL=1",
             "LogLevel ERROR",
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
@@ -268,8 +284,13 @@ def sshd_hosts(
     when simulating hundreds of hosts); those hosts then stop and start together.
     """
     find_sshd()
-    if n + first_address > 255:
-        raise ValueError(f"at most {255 - first_address} loopback hosts, asked for {n}")
+    if not 1 <= hosts_per_process <= MAX_LISTEN_ADDRESSES:
+        raise ValueError(
+            f"one sshd listens on at most {MAX_LISTEN_ADDRESSES} addresses, "
+            f"asked for {hosts_per_process}"
+        )
+    if n < 1 or n > 4000:
+        raise ValueError(f"between 1 and 4000 loopback hosts, asked for {n}")
     owned = base_dir is None
     root = Path(tempfile.mkdtemp(prefix="cockpit-sshd-")) if base_dir is None else base_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -282,7 +303,7 @@ def sshd_hosts(
     servers: list[SshdProcess] = []
     hosts: list[SshdHost] = []
     try:
-        addresses = [f"127.0.0.{first_address + i}" for i in range(n)]
+        addresses = [loopback_address(first_address + i) for i in range(n)]
         for start in range(0, n, hosts_per_process):
             group = addresses[start : start + hosts_per_process]
             workdir = root / f"sshd-{group[0]}"

@@ -136,3 +136,24 @@ def test_empty_and_bad_names(store) -> None:
             downsample(cur, "train", "loss; DROP TABLE train")
         with pytest.raises(ValueError, match="not a column"):
             downsample(cur, "train", "loss", where={"nope": 1})
+
+
+def test_clustering_the_levels_changes_no_answer_and_ingest_goes_on(tmp_store_path) -> None:
+    from cockpit.store.levels import cluster_levels
+
+    lines = [encode("train", s, {"job": "j1", "rank": 0, "step": s, "loss": float(s % 97)},
+                    ts=TS0 + s) for s in range(1, 3001)]
+    with Store(tmp_store_path) as store:
+        store.ingest("h1", b"".join(lines[:2000]))
+        with store.cursor() as cur:
+            before = downsample(cur, "train", "loss", buckets=10, where={"job": "j1"})
+        with store.write_cursor() as cur:
+            cluster_levels(cur)
+        with store.cursor() as cur:
+            assert downsample(cur, "train", "loss", buckets=10, where={"job": "j1"}) == before
+        store.ingest("h1", b"".join(lines[2000:]))
+        rows = [(s, float(s % 97), TS0 + s) for s in range(1, 3001)]
+        with store.cursor() as cur:
+            got = downsample(cur, "train", "loss", buckets=10, where={"job": "j1"})
+    _, width = plan(2999, 10, integer_x=True, levels=True)
+    assert got == _reference(rows, 1, 3000, width)

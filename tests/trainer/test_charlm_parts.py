@@ -22,6 +22,7 @@ from examples.charlm.data import (
     prepare,
     validation_starts,
 )
+from examples.charlm.model import CharLM, ModelConfig
 from examples.charlm.train import lr_at
 
 # ---------------------------------------------------------------- config
@@ -75,6 +76,15 @@ def test_lr_warms_up_then_decays_to_min() -> None:
     assert lr_at(110, cfg) == pytest.approx(0.1)
     lrs = [lr_at(s, cfg) for s in range(10, 111)]
     assert all(a >= b for a, b in itertools.pairwise(lrs))
+
+
+def test_model_shape_is_checked_and_starts_near_uniform() -> None:
+    with pytest.raises(ValueError, match=r"d_model \(96\) must be divisible by model.n_head \(5\)"):
+        ModelConfig(128, 16, 1, 5, 96, 0.0)
+    torch.manual_seed(0)
+    model = CharLM(ModelConfig(128, 16, 1, 4, 32, 0.0))
+    x = torch.randint(0, 128, (4, 16))
+    assert model(x, x).item() == pytest.approx(math.log(128), abs=0.2)
 
 
 # ---------------------------------------------------------------- data

@@ -53,7 +53,9 @@ def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run
     applied = ack["data"]["applied_step"]
     cfg = load_config(None, [*FAST_SETTINGS, "train.max_steps=300"])
     every = cfg["control"]["every"]
-    agreed = (applied // every + 1) * every  # the next step where ranks agree on controls
+    # Rank 0 applied it in step(applied); ranks agree at the first multiple of `every`
+    # from there on (that same step included), and use it from the following step.
+    agreed = -(-applied // every) * every
     assert any(e["step"] == agreed for e in evals), "eval_now did not trigger an evaluation"
     for t in train:
         scale = 0.5 if t["step"] > agreed else 1.0
@@ -93,8 +95,9 @@ def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
 def test_truncated_newest_checkpoint_is_skipped_single_process(
     tmp_path, charlm_data, run_charlm
 ) -> None:
+    """Also covers the single-process path with bfloat16 autocast."""
     settings = ["--set", "checkpoint.every=10", "--set", "eval.at_start=false",
-                "--set", "eval.every=100000"]  # fmt: skip
+                "--set", "eval.every=100000", "--set", "amp.enabled=true"]  # fmt: skip
     run = run_charlm(tmp_path, nproc=1, steps=30, data_dir=charlm_data, extra_args=settings)
     assert run.wait(timeout=60) == 0, run.output()
     newest = run.checkpoint_dir / "ckpt-00000030.pt"
@@ -118,9 +121,9 @@ def test_truncated_newest_checkpoint_is_skipped_single_process(
 def test_bad_settings_fail_with_a_message_not_a_traceback(
     tmp_path, charlm_data, run_charlm
 ) -> None:
-    run = run_charlm(tmp_path, nproc=1, steps=5, data_dir=charlm_data,
-                      extra_args=["--set", "model.n_head=5"])  # fmt: skip
+    fp16 = ["--set", "amp.dtype=float16", "--set", "amp.enabled=true"]
+    run = run_charlm(tmp_path, nproc=1, steps=5, data_dir=charlm_data, extra_args=fp16)
     assert run.wait(timeout=60) == 2
     out = run.output()
-    assert "charlm: error: model.d_model (96) must be divisible by model.n_head (5)" in out
+    assert "charlm: error: amp.dtype float16 needs a CUDA device; use bfloat16 on CPU" in out
     assert "Traceback" not in out

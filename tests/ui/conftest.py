@@ -1,13 +1,16 @@
-"""Fixtures for the UI tests: a fixed clock and zone (stable screenshots), a demo
-source, and a controller double that records what the cockpit asked of it."""
+"""Fixtures for the UI tests: a fixed clock and zone (stable screenshots), the replay of
+a recorded real run on a clock the test moves, a demo source for edge cases, and a
+controller double that records what the cockpit asked of it."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from cockpit.replay import ReplaySource
 from cockpit.ui.demo_static import T0, demo_details, demo_snapshot
 from cockpit.ui.static_source import StaticSource
 
@@ -67,37 +70,44 @@ class RecordingController:
         return [name for name, _, _ in self.calls if name != "describe"]
 
 
-class RecordingReplaySource(StaticSource):
-    """A static source with the replay controls, recording how they were driven."""
+class ManualClock:
+    """The replay's clock, moved only by the test: what the screen shows then depends on
+    the recording and the keys pressed, never on how fast the machine is."""
 
     def __init__(self) -> None:
-        super().__init__(demo_snapshot(label="REPLAY 10x"), demo_details())
-        self.speed = 10.0
-        self.playing = True
-        self.replay_calls: list[tuple[str, tuple]] = []
+        self.now = 0.0
 
-    @property  # type: ignore[override]
-    def label(self) -> str:
-        return f"REPLAY {self.speed:g}x" + ("" if self.playing else " PAUSED")
+    def __call__(self) -> float:
+        return self.now
 
-    @label.setter
-    def label(self, value: str) -> None:
-        pass
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
-    def pause(self) -> None:
-        self.playing = False
-        self.replay_calls.append(("pause", ()))
 
-    def resume(self) -> None:
-        self.playing = True
-        self.replay_calls.append(("resume", ()))
+@pytest.fixture
+def replay_clock() -> ManualClock:
+    return ManualClock()
 
-    def set_speed(self, speed: float) -> None:
-        self.speed = speed
-        self.replay_calls.append(("set_speed", (speed,)))
 
-    def seek(self, seconds: float) -> None:
-        self.replay_calls.append(("seek", (seconds,)))
+OpenReplay = Callable[..., ReplaySource]
+
+
+@pytest.fixture
+def recorded_replay(recorded_store: Path, replay_clock: ManualClock) -> Iterator[OpenReplay]:
+    """Factory: `recorded_replay(at=1.0)` replays the recorded run from that point of it
+    (0.0 start, 1.0 end, which also pauses it; None stays at the start, playing)."""
+    sources: list[ReplaySource] = []
+
+    def open_replay(at: float | None = 1.0, speed: float = 10.0) -> ReplaySource:
+        source = ReplaySource(recorded_store, speed=speed, clock=replay_clock, tick=0.05)
+        sources.append(source)
+        if at is not None:
+            source.seek_to(at)
+        return source
+
+    yield open_replay
+    for source in sources:
+        source.stop()  # the app stops it on exit; this covers apps that never ran
 
 
 @pytest.fixture
@@ -113,8 +123,3 @@ def controller() -> RecordingController:
 @pytest.fixture
 def controlled_source(controller: RecordingController) -> StaticSource:
     return StaticSource(demo_snapshot(), demo_details(), controller=controller, label="LIVE")
-
-
-@pytest.fixture
-def replay_source() -> RecordingReplaySource:
-    return RecordingReplaySource()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from textual.app import App
 from textual.pilot import Pilot
 
@@ -20,3 +23,14 @@ def text(app: App, selector: str) -> str:
 
 def notifications(app: App) -> list[str]:
     return [n.message for n in app._notifications]
+
+
+async def wait_until(pilot: Pilot, condition: Callable[[], bool], what: str,
+                     limit_s: float = 10.0) -> None:
+    """Pump the app until `condition` holds: the replay clock thread and the refresh gate
+    deliver on their own schedule. `limit_s` only bounds a hang; it is not a threshold."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await pilot.pause(0.05)

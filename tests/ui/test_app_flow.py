@@ -1,4 +1,10 @@
-"""Data flow, panes and drill-down screens, driven through the keyboard with Pilot."""
+"""Data flow, panes and drill-down screens, driven through the keyboard with Pilot.
+
+Normal behaviour is tested on the replay of a recorded real run (`recorded_replay`,
+expected values from `tests.ui.recorded`); `StaticSource` serves only the edge cases a
+healthy single-host run never shows: missing fields, a stall, alerts with hints, and
+sources that fail.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,9 @@ import time
 from textual.widgets import DataTable, Log
 
 from cockpit.snapshot import Snapshot
+from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
-from cockpit.ui.demo_static import HOSTS, T0, demo_details, demo_snapshot
+from cockpit.ui.demo_static import T0, demo_snapshot
 from cockpit.ui.messages import DataArrived, DetailsReady, SnapshotReady
 from cockpit.ui.refresh_gate import RefreshGate
 from cockpit.ui.screens.alerts import AlertsScreen
@@ -20,33 +27,76 @@ from cockpit.ui.screens.run_info import RunInfoScreen
 from cockpit.ui.static_source import StaticSource
 from cockpit.ui.widgets.detail_view import DetailView
 from cockpit.ui.widgets.loss_chart import LossChart
-from tests.ui.helpers import notifications, settle, text
+from tests.ui.conftest import ManualClock, OpenReplay
+from tests.ui.helpers import notifications, settle, text, wait_until
+from tests.ui.recorded import recording_facts
+
+FACTS = recording_facts()
 
 
-async def test_snapshot_reaches_every_pane_and_the_header(demo_source: StaticSource) -> None:
+def step_line(step: int | None) -> str:
+    return f"step {fmt.na(step, '{:,}')} / {FACTS.total_steps:,}"
+
+
+async def test_recorded_run_reaches_every_pane_and_the_header(
+        recorded_replay: OpenReplay) -> None:
+    source = recorded_replay(at=1.0)
     messages: list = []
-    app = make_app(demo_source)
+    app = make_app(source)
     async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
         await settle(pilot)
-        assert demo_source.started.is_set()
-        assert any(isinstance(m, SnapshotReady) for m in messages)
-        assert "step 12,000 / 50,000" in text(app, "#progress-position")
+        ready = [m.snapshot for m in messages if isinstance(m, SnapshotReady)]
+        assert ready and any(isinstance(m, DataArrived) for m in messages)
+        assert step_line(FACTS.last_step) in text(app, "#progress-position")
         assert "estimate" in text(app, "#progress-eta")
-        assert "812 samples/s" in text(app, "#throughput")
-        assert "r13@gpu-node-b" in text(app, "#stragglers")
-        assert "diverging since step" in text(app, "#effect-warnings")
+        assert "state exited" in text(app, "#progress-last")
+        assert not app.screen.query_one("#stall-banner").display
+        effect = text(app, "#effect-line")
+        last_val = FACTS.eval_points[-1][1]
+        best_step, best_loss = FACTS.best_eval
+        assert any(f"loss {fmt.loss(loss)} ·" in effect for loss in FACTS.final_losses)
+        assert f"val {fmt.loss(last_val)}" in effect
+        assert f"best val {fmt.loss(best_loss)} @ {best_step:,}" in effect
+        assert "no divergence, spikes or NaN/Inf" in text(app, "#effect-warnings")
+        assert app.screen.query_one(LossChart).effect == ready[-1].effect
+        assert "n/a" not in text(app, "#throughput")
+        assert f"@{FACTS.host}" in text(app, "#stragglers")
         grid = text(app, "#gpu-grid")
-        assert all(host in grid for host in HOSTS)
-        assert grid.index("gpu-node-b") < grid.index("gpu-node-a")  # failing hosts first
-        assert "node failure" in text(app, "#interruptions")
+        assert f"{FACTS.host} streaming  {FACTS.gpu_count}/{FACTS.gpu_count}" in grid
+        assert "interruptions: none" in text(app, "#interruptions")
         header = text(app, "#status-bar")
-        assert "DEMO" in header and "demo-7b" in header and "1 critical" in header
-        assert app.screen.query_one("#sim-badge").display
-        assert app.screen.query_one(LossChart).effect == demo_source.snapshot().effect
-    assert demo_source.stopped.is_set()
+        assert "REPLAY 10x PAUSED" in header  # the end of a recording pauses it
+        assert FACTS.job in header and "0 alerts" in header and "read-only" in header
+        assert app.screen.query_one("#sim-badge").display == FACTS.simulated
+
+
+async def test_replay_shows_only_what_the_clock_has_reached(
+        recorded_replay: OpenReplay, replay_clock: ManualClock) -> None:
+    source = recorded_replay(at=None)  # the very start, playing
+    messages: list = []
+    app = make_app(source)
+    async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
+        await settle(pilot)
+        assert "step n/a / n/a" in text(app, "#progress-position")  # nothing trained yet
+        assert FACTS.host in text(app, "#gpu-grid")  # the agent's hello came first
+        middle = (FACTS.first_ts + FACTS.last_ts) / 2
+        replay_clock.advance((middle - FACTS.first_ts) / source.speed)
+        expected = step_line(FACTS.step_at(middle))
+        await wait_until(pilot, lambda: expected in text(app, "#progress-position"),
+                         f"the screen at the middle of the recording to show {expected!r}")
+        assert "REPLAY 10x" in text(app, "#status-bar")
+        assert "PAUSED" not in text(app, "#status-bar")
+        replay_clock.advance(FACTS.last_ts - FACTS.first_ts)  # far past the end
+        await wait_until(pilot, lambda: step_line(FACTS.last_step)
+                         in text(app, "#progress-position"), "the last step")
+        await wait_until(pilot, lambda: "PAUSED" in text(app, "#status-bar"),
+                         "the replay to pause at the end")
+        steps = [m.snapshot.progress.step for m in messages if isinstance(m, SnapshotReady)]
+        assert steps == sorted(steps, key=lambda s: -1 if s is None else s)  # never back
 
 
 async def test_missing_fields_show_na_and_no_sim_badge() -> None:
+    # Edge case no real run produces: a snapshot with every field unknown.
     source = StaticSource(Snapshot(ts=T0, source_label="LIVE", job=None))
     app = make_app(source)
     async with app.run_test(size=(160, 48)) as pilot:
@@ -63,6 +113,7 @@ async def test_missing_fields_show_na_and_no_sim_badge() -> None:
 
 
 async def test_stall_banner_names_the_likely_cause() -> None:
+    # Edge case: the recorded run never stalled.
     app = make_app(StaticSource(demo_snapshot(stalled=True)))
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
@@ -71,36 +122,39 @@ async def test_stall_banner_names_the_likely_cause() -> None:
         assert "STALLED: likely data starved" in text(app, "#stall-banner")
 
 
-async def test_data_floods_are_merged_and_rate_limited(demo_source: StaticSource) -> None:
+async def test_data_floods_are_merged_and_rate_limited(recorded_replay: OpenReplay) -> None:
     messages: list = []
-    app = make_app(demo_source)
+    app = make_app(recorded_replay(at=1.0))
     async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
         await settle(pilot)
-        before = demo_source.snapshot_calls
+        before = sum(isinstance(m, SnapshotReady) for m in messages)
         started = time.monotonic()
-        flood = threading.Thread(target=lambda: [demo_source.notify() for _ in range(200)])
+        flood = threading.Thread(target=lambda: [app._on_data() for _ in range(200)])
         flood.start()
         flood.join()
         spent = time.monotonic() - started
         await pilot.pause(RefreshGate.min_interval * 2)
         await settle(pilot)
-        builds = demo_source.snapshot_calls - before
+        builds = sum(isinstance(m, SnapshotReady) for m in messages) - before
         delivered = sum(isinstance(m, DataArrived) for m in messages)
         assert 1 <= builds <= 2 + spent / RefreshGate.min_interval
         assert delivered < 200  # queued notices replaced each other
 
 
-async def test_new_snapshot_replaces_the_old_one(demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_seeking_replaces_the_shown_snapshot(recorded_replay: OpenReplay) -> None:
+    source = recorded_replay(at=0.5)
+    app = make_app(source)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
-        demo_source.set_snapshot(demo_snapshot(stalled=True))
-        await pilot.pause(RefreshGate.min_interval * 2)
-        await settle(pilot)
-        assert app.screen.query_one("#stall-banner").display
+        middle = step_line(FACTS.step_at(source.position))
+        assert middle in text(app, "#progress-position")
+        source.seek_to(1.0)
+        await wait_until(pilot, lambda: step_line(FACTS.last_step)
+                         in text(app, "#progress-position"), "the snapshot at the end")
 
 
 async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
+    # Edge case: a source that fails on every snapshot.
     class Broken(StaticSource):
         def snapshot(self, buckets: int = 120) -> Snapshot:
             raise RuntimeError("recording is locked by another process")
@@ -114,8 +168,8 @@ async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
         assert app.screen.focused.id == "progress"
 
 
-async def test_number_keys_focus_and_m_maximises(demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_number_keys_focus_and_m_maximises(recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(pilot)
         for key, pane in zip("4321", ("health", "efficiency", "effect", "progress"), strict=True):
@@ -127,33 +181,51 @@ async def test_number_keys_focus_and_m_maximises(demo_source: StaticSource) -> N
         assert app.screen.maximized is None
 
 
-async def test_g_toggles_logarithmic_loss_axis(demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_g_toggles_logarithmic_loss_axis(recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         chart = app.screen.query_one(LossChart)
+        assert chart.effect is not None and chart.effect.train_loss.x  # a real curve
         await pilot.press("g")
         assert chart.log_y and "log-y" in text(app, "#effect-line")
         await pilot.press("g")
         assert not chart.log_y and "linear-y" in text(app, "#effect-line")
 
 
-async def test_host_detail_cycles_hosts_and_fetches_their_details(
-        demo_source: StaticSource) -> None:
+async def test_host_detail_fetches_the_recorded_hosts_details(
+        recorded_replay: OpenReplay) -> None:
     messages: list = []
-    app = make_app(demo_source)
+    app = make_app(recorded_replay())
     async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
         await settle(pilot)
         await pilot.press("h")
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, HostDetailScreen)
+        assert screen.host == FACTS.host and FACTS.host in text(app, "#screen-title")
+        asked = [m.params for m in messages if isinstance(m, DetailsReady) and m.what == "host"]
+        assert asked == [{"host": FACTS.host}]
+        assert screen.query_one("#gpu-table", DataTable).row_count == FACTS.gpu_count
+        tables = screen.query_one(DetailView).query(DataTable)
+        assert any(t.row_count == FACTS.world_size for t in tables)  # one process per rank
+        await pilot.press("right_square_bracket")  # one host only: cycling stays on it
+        await settle(pilot)
+        assert screen.host == FACTS.host
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_host_detail_cycles_among_several_hosts(demo_source: StaticSource) -> None:
+    # The recorded run had one host; cycling needs the demo's cluster.
+    app = make_app(demo_source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        screen = app.screen
         first = screen.host
         assert demo_source.details_calls[-1] == ("host", {"host": first})
-        assert any(isinstance(m, DetailsReady) and m.what == "host" for m in messages)
-        assert screen.query_one("#gpu-table", DataTable).row_count == 8
-        tables = screen.query_one(DetailView).query(DataTable)
-        assert any(t.row_count == 8 for t in tables)  # the processes table
         await pilot.press("right_square_bracket")
         await settle(pilot)
         assert screen.host != first
@@ -162,51 +234,71 @@ async def test_host_detail_cycles_hosts_and_fetches_their_details(
         await pilot.press("left_square_bracket")
         await settle(pilot)
         assert screen.host == first
-        await pilot.press("escape")
-        assert isinstance(app.screen, MainScreen)
 
 
-async def test_alerts_screen_shows_where_and_what_to_try_and_filters(
-        demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_alerts_screen_lists_the_recorded_events_and_filters(
+        recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         await pilot.press("a")
         await settle(pilot)
         assert isinstance(app.screen, AlertsScreen)
+        assert text(app, "#alerts-list") == "no alerts"
+        events = text(app, "#events-list")
+        for step in FACTS.checkpoint_steps:
+            assert f"checkpoint at step {step} saved" in events
+        assert f"exited with code {FACTS.exit_code}" in events
+        await pilot.press("slash", *"exited")
+        await pilot.pause()
+        assert text(app, "#events-list").splitlines() == [
+            line for line in events.splitlines() if "exited" in line]
+
+
+async def test_alerts_show_where_and_what_to_try(demo_source: StaticSource) -> None:
+    # Edge case: the recorded run raised no alerts; the demo has hints to show.
+    app = make_app(demo_source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
         shown = text(app, "#alerts-list")
         assert "where: host gpu-node-b / gpu 3 / rank 11" in shown
         assert "try:" in shown and "thermal" in shown.lower()
-        assert "checkpoint saved" in text(app, "#events-list")
-        await pilot.press("slash")
-        await pilot.press(*"xid")
+        await pilot.press("slash", *"xid")
         await pilot.pause()
         filtered = text(app, "#alerts-list")
         assert "gpu-xid" in filtered and "thermal" not in filtered.lower()
-        assert text(app, "#events-list") == "no events"
 
 
-async def test_run_info_and_log_tail(demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_run_info_and_log_tail_of_the_recorded_run(recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         await pilot.press("i")
         await settle(pilot)
         assert isinstance(app.screen, RunInfoScreen)
-        cells = [str(c) for t in app.screen.query(DataTable) for row in range(t.row_count)
-                 for c in t.get_row_at(row)]
-        assert "corpus-v3" in cells and "model.layers" in cells
+        rows = {str(t.get_row_at(r)[0]): str(t.get_row_at(r)[1])
+                for t in app.screen.query(DataTable) for r in range(t.row_count)
+                if len(t.get_row_at(r)) == 2}
+        assert rows["seed"] == str(FACTS.seed)
+        assert rows["total steps"] == str(FACTS.total_steps)
+        assert rows["world size"] == str(FACTS.world_size)
+        assert rows["started"] == fmt.timestamp(FACTS.job_started_ts)  # a date, not 1.8e+09
         await pilot.press("L")
         await settle(pilot)
         assert isinstance(app.screen, LogTailScreen)
         log = app.screen.query_one(Log)
-        assert log.line_count == len(demo_details()["log"])
-        await pilot.press("slash", *"WARNING")
+        assert log.line_count == len(FACTS.log_lines)
+        await pilot.press("slash", *"validation")
         await pilot.pause()
-        assert log.lines == ["[rank 3] WARNING: dataloader worker slow"]
+        expected = [line for line in FACTS.log_lines if "validation" in line]
+        assert len(log.lines) == len(expected)
+        assert all(shown.endswith(line) for shown, line in zip(log.lines, expected, strict=True))
 
 
 async def test_details_failure_is_reported_on_the_screen_that_asked() -> None:
+    # Edge case: a source whose drill-down queries fail.
     class NoDetails(StaticSource):
         def details(self, what: str, **kw: object) -> object:
             raise ValueError(f"no host named {kw.get('host')!r} in this recording")

@@ -1,38 +1,50 @@
-"""Job-control, replay, help, palette, theme and quit keys."""
+"""Job-control, replay, help, palette, theme and quit keys.
+
+Keys are pressed on the replay of a recorded real run (`recorded_replay`). A replay has
+no job to control, so the job-control dialogs run on `StaticSource` with a controller
+double that records the calls (`controlled_source`), and the one test about sources
+without replay controls uses the static demo source.
+"""
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
 
-import pytest
 from textual.widgets import DataTable, Input
 
+from cockpit.store.database import Store
 from cockpit.ui import job_control as jc
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.commands import CockpitCommands
 from cockpit.ui.keymap import KEYS
 from cockpit.ui.messages import ControlDone, ControlPlanned
-from cockpit.ui.replay_actions import SEEK_SECONDS
+from cockpit.ui.replay_actions import SEEK_SECONDS, SPEEDS
 from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.help import HelpScreen
 from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.prompt import PromptScreen
 from cockpit.ui.static_source import StaticSource
-from tests.ui.conftest import RecordingController, RecordingReplaySource
-from tests.ui.helpers import notifications, settle, text
+from tests.ui.conftest import OpenReplay, RecordingController
+from tests.ui.helpers import notifications, settle, text, wait_until
+from tests.ui.recorded import recording_facts
+
+FACTS = recording_facts()
 
 
-@pytest.mark.parametrize("key", ["p", "r", "R", "f", "c", "e", "l"])
-async def test_control_keys_without_a_controller_say_so(demo_source: StaticSource,
-                                                        key: str) -> None:
-    app = make_app(demo_source)
-    async with app.run_test(size=(120, 40)) as pilot:
+async def test_control_keys_on_a_recording_say_there_is_no_job_to_control(
+        recorded_replay: OpenReplay) -> None:
+    messages: list = []
+    app = make_app(recorded_replay())
+    async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
         await settle(pilot)
-        await pilot.press(key)
-        await settle(pilot)
-        assert jc.NO_CONTROLLER in notifications(app)
-        assert isinstance(app.screen, MainScreen)  # no dialog pretending to act
+        for key in ("p", "r", "R", "f", "c", "e", "l"):
+            app.clear_notifications()
+            await pilot.press(key)
+            await settle(pilot)
+            assert notifications(app) == [jc.NO_CONTROLLER], key
+            assert isinstance(app.screen, MainScreen), key  # no dialog pretending to act
+        assert not any(isinstance(m, ControlPlanned | ControlDone) for m in messages)
 
 
 async def test_pause_is_confirmed_with_the_controllers_description(
@@ -133,33 +145,49 @@ async def test_checkpoint_and_eval_run_at_once(controlled_source: StaticSource,
         assert controller.names() == ["checkpoint_now", "eval_now", "resume"]
 
 
-async def test_replay_keys_drive_the_replay(replay_source: RecordingReplaySource) -> None:
-    app = make_app(replay_source)
-    async with app.run_test(size=(120, 40)) as pilot:
+async def test_replay_keys_drive_the_recorded_replay(recorded_replay: OpenReplay) -> None:
+    source = recorded_replay(at=1.0)  # the end: paused
+    app = make_app(source)
+
+    async def press(key: str) -> None:
+        await pilot.press(key)
+        await settle(pilot)
+
+    def position_shown() -> str:
+        return text(app, "#progress-position")
+
+    async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot)
         assert app.check_action("replay_toggle", ())
-        await pilot.press("space")
-        await settle(pilot)
-        assert "PAUSED" in text(app, "#status-bar")
-        await pilot.press("space", "greater_than_sign")
-        await settle(pilot)
-        assert "REPLAY 20x" in text(app, "#status-bar")
-        await pilot.press("less_than_sign", "less_than_sign")
-        await settle(pilot)
-        await pilot.press("right")
-        await settle(pilot)
-        await pilot.press("left")
-        await settle(pilot)
-        assert replay_source.replay_calls == [
-            ("pause", ()), ("resume", ()), ("set_speed", (20.0,)), ("set_speed", (10.0,)),
-            ("set_speed", (5.0,)), ("seek", (SEEK_SECONDS * 5,)),
-            ("seek", (-SEEK_SECONDS * 5,)),
-        ]
+        assert "REPLAY 10x PAUSED" in text(app, "#status-bar")
+        await press("space")  # resuming at the end plays again from the start
+        assert source.playing and source.position == source.start_ts
+        assert "PAUSED" not in text(app, "#status-bar")
+        await wait_until(pilot, lambda: "step n/a" in position_shown(), "the start")
+        await press("greater_than_sign")
+        assert source.speed == SPEEDS[SPEEDS.index(10.0) + 1]
+        assert f"REPLAY {source.speed:g}x" in text(app, "#status-bar")
+        for _ in SPEEDS:  # down the ladder to 1x, one rung per press
+            if source.speed <= 1.0:
+                break
+            await press("less_than_sign")
+        assert source.speed == 1.0 and "REPLAY 1x" in text(app, "#status-bar")
+        await press("right")  # at 1x and below, a seek moves SEEK_SECONDS of recording
+        target = min(source.start_ts + SEEK_SECONDS, source.end_ts)
+        assert source.position == target
+        expected = f"step {FACTS.step_at(target):,} /"
+        await wait_until(pilot, lambda: expected in position_shown(), expected)
+        await press("left")
+        assert source.position == source.start_ts
+        await wait_until(pilot, lambda: "step n/a" in position_shown(), "the start again")
+        await press("space")
+        assert not source.playing and "PAUSED" in text(app, "#status-bar")
         await pilot.press("p")
         assert jc.NO_CONTROLLER in notifications(app)
 
 
 async def test_replay_keys_are_off_for_other_sources(demo_source: StaticSource) -> None:
+    # A source without pause/seek (live or demo): the demo's static source stands in.
     app = make_app(demo_source)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -170,10 +198,10 @@ async def test_replay_keys_are_off_for_other_sources(demo_source: StaticSource) 
 
 
 async def test_help_lists_every_key_with_the_users_keymap(tmp_path: Path,
-                                                          demo_source: StaticSource) -> None:
+                                                          recorded_replay: OpenReplay) -> None:
     keymap = tmp_path / "keys.toml"
     keymap.write_text('alerts = "ctrl+a"\n')
-    app = make_app(demo_source, keymap_path=keymap)
+    app = make_app(recorded_replay(), keymap_path=keymap)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("question_mark")
@@ -197,8 +225,8 @@ async def run_hit(hit: object) -> None:
 
 
 async def test_palette_lists_every_action_and_switches_themes(
-        demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+        recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         provider = CockpitCommands(app.screen)
@@ -214,10 +242,13 @@ async def test_palette_lists_every_action_and_switches_themes(
         assert app.main_screen.query_one("#effect").log_y
 
 
-async def test_q_quits(demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_q_quits_and_releases_the_recording(recorded_replay: OpenReplay,
+                                                  recorded_store: Path) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("q")
         await pilot.pause()
         assert app._exit
+    with Store(recorded_store) as store:  # writable again: the replay closed its handle
+        assert store.path == recorded_store

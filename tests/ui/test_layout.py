@@ -1,22 +1,32 @@
 """Sizes and themes: usable at 80 × 24 and 250 × 70, resizing never crashes, and every
-theme draws the same screen."""
+theme draws the same screen.
+
+Layout is checked on the replay of a recorded real run. The SVG snapshots draw the
+static demo source instead: their pixels must not depend on the replay clock, the
+store's bucketing or the date the run was recorded.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
-from cockpit.ui.static_source import StaticSource
 from cockpit.ui.widgets.pane import Pane
+from tests.ui.conftest import OpenReplay
 from tests.ui.helpers import settle
+from tests.ui.recorded import recording_facts
+
+FACTS = recording_facts()
 
 
 def shown(pane: Pane, part: str) -> bool:
     return pane.query_one(part).display and pane.display
 
 
-async def test_narrow_terminal_collapses_panes_to_summaries(demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+async def test_narrow_terminal_collapses_panes_to_summaries(
+        recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         screen = app.screen
@@ -28,13 +38,18 @@ async def test_narrow_terminal_collapses_panes_to_summaries(demo_source: StaticS
         for other in ("progress", "effect", "health"):
             assert not shown(panes[other], ".body") and shown(panes[other], ".summary")
             assert panes[other].region.height == 1
-        assert "2 host(s) failing" in str(panes["health"].query_one(".summary").render())
+        health = str(panes["health"].query_one(".summary").render())
+        assert f"GPUs {FACTS.gpu_count}/{FACTS.gpu_count} online · ok" in health
+        assert ("SIM" in health) == FACTS.simulated
+        done = fmt.percent(100 * FACTS.last_step / FACTS.total_steps, 1)
+        assert f"step {FACTS.last_step:,} · {done}" in str(
+            panes["progress"].query_one(".summary").render())
         assert all(p.region.bottom <= 23 for p in panes.values())  # all above the footer
 
 
 async def test_resizing_back_and_forth_keeps_the_screen_whole(
-        demo_source: StaticSource) -> None:
-    app = make_app(demo_source)
+        recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
     async with app.run_test(size=(250, 70)) as pilot:
         await settle(pilot)
         assert app.screen.has_class("-wide")
@@ -52,6 +67,7 @@ async def test_resizing_back_and_forth_keeps_the_screen_whole(
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert type(app.screen).__name__ == "HostDetailScreen"
+        assert app.screen.host == FACTS.host
 
 
 async def wait_ready(pilot) -> None:
@@ -61,6 +77,7 @@ async def wait_ready(pilot) -> None:
 @pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 def test_main_screen_snapshot(snap_compare, theme: str, size: tuple[int, int]) -> None:
+    # The static demo source on purpose: a screenshot must be the same on every run.
     from cockpit.ui.demo_static import demo_source
 
     app = make_app(demo_source(), theme=theme)

@@ -22,6 +22,8 @@ from cockpit.ui import format as fmt
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
 SCALARS = (str, int, float, bool, type(None))
+# Fields that hold epoch seconds: shown as a date and time, not as a 1.8e+09 number.
+TIME_FIELDS = frozenset({"ts", "started", "last_seen", "detected_at"})
 
 
 def cell(value: object) -> str:
@@ -34,6 +36,14 @@ def cell(value: object) -> str:
     if isinstance(value, Sequence) and not isinstance(value, str):
         return ", ".join(cell(v) for v in value)
     return str(value)
+
+
+def field_cell(key: str, value: object) -> str:
+    """`cell`, except that the epoch-second fields read as a date and time."""
+    if (key.rsplit(".", 1)[-1] in TIME_FIELDS and isinstance(value, int | float)
+            and not isinstance(value, bool)):
+        return fmt.timestamp(value)
+    return cell(value)
 
 
 def as_mapping(value: object) -> Mapping[str, object] | None:
@@ -122,7 +132,7 @@ class DetailView(VerticalScroll):
         table = DataTable(show_header=False, cursor_type="row", classes="detail-kv")
         table.add_columns("field", "value")
         for key, value in rows:
-            table.add_row(title(key), cell(value))
+            table.add_row(title(key), field_cell(key, value))
         return table
 
     @staticmethod
@@ -134,5 +144,5 @@ class DetailView(VerticalScroll):
         table = DataTable(cursor_type="row", zebra_stripes=True, classes="detail-records")
         table.add_columns(*(title(c) for c in columns))
         for row in rows:
-            table.add_row(*(cell(row.get(c)) for c in columns))
+            table.add_row(*(field_cell(c, row.get(c)) for c in columns))
         return table

@@ -1,0 +1,187 @@
+"""Job operations as the operator asks for them, turned into control ops per host.
+
+The agents do the work (and recover on their own); the controller decides which host
+gets which op, so a multi-host job is paused, relaunched or forked consistently:
+
+- rank 0 lives on the first host of the job; it is the rank that reads operator controls
+  (LR scale, checkpoint now, evaluate now) and writes the checkpoints, so adjustments and
+  the cooperative pause go there, and the other hosts are told to *follow* (their part
+  ends when rank 0's does, and that end is a pause, not a failure to recover from);
+- everything else goes to every host of the job, each with its own node rank.
+
+`describe(action)` says exactly that before a destructive operation is confirmed. Each
+method returns a one-line account of what was sent; hosts that could not be reached are
+named in a `ControlError` (the ops that did go out stay sent: the agents acknowledge each
+one with a `control_ack` event in the store).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from cockpit.control.jobspec import JobSpec
+
+Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
+
+
+class ControlError(RuntimeError):
+    """An operation that could not be sent (or only partly); the message says to whom."""
+
+
+class Controller:
+    """Operations on one job; `send` is e.g. `Fleet.send`."""
+
+    def __init__(self, spec: JobSpec, send: Send, new_id: Callable[[], str] | None = None
+                 ) -> None:  # fmt: skip
+        self.spec = spec
+        self.hosts: tuple[str, ...] = spec.hosts
+        self._send = send
+        self._new_id = new_id or (lambda: uuid.uuid4().hex[:12])
+
+    def __str__(self) -> str:
+        return f"job {self.job} on {', '.join(self.hosts)}"
+
+    @property
+    def job(self) -> str:
+        return self.spec.name
+
+    @property
+    def rank0_host(self) -> str:
+        return self.hosts[0]
+
+    # -- operations ------------------------------------------------------------------
+    def launch(self) -> str:
+        return self._each("launch", {h: {"spec": self.spec.for_host(h, self.hosts)}
+                                     for h in self.hosts})  # fmt: skip
+
+    def pause(self, freeze: bool = False, hold: float = 60.0) -> str:
+        if freeze:
+            return self._each("pause", {h: {"job": self.job, "freeze": True, "hold": hold}
+                                        for h in self.hosts})  # fmt: skip
+        ops = {h: {"job": self.job, "follow": h != self.rank0_host} for h in self.hosts}
+        return self._each("pause", ops)
+
+    def resume(self) -> str:
+        return self._each("resume", {h: {"job": self.job} for h in self.hosts})
+
+    def relaunch(self, exclude: Iterable[str] = ()) -> str:
+        excluded = tuple(dict.fromkeys(exclude))
+        unknown = [h for h in excluded if h not in self.hosts]
+        if unknown:
+            raise ControlError(f"cannot exclude {', '.join(unknown)}: not hosts of job "
+                               f"{self.job} ({', '.join(self.hosts)})")  # fmt: skip
+        remaining = tuple(h for h in self.hosts if h not in excluded)
+        if not remaining:
+            raise ControlError(f"excluding {', '.join(excluded)} leaves job {self.job} no host")
+        ops: dict[str, dict[str, Any]] = {h: {"job": self.job, "exclude_self": True}
+                                          for h in excluded}  # fmt: skip
+        for host in remaining:
+            spec = self.spec.for_host(host, remaining)
+            if host == remaining[0] and self.rank0_host in excluded and spec["rendezvous"][
+                    "endpoint"]:
+                spec["rendezvous"]["endpoint"] = _move_endpoint(spec["rendezvous"]["endpoint"],
+                                                                self.rank0_host, host)
+            ops[host] = {"job": self.job, "spec": spec}
+        result = self._each("relaunch", ops)
+        self.hosts = remaining
+        self.spec = dataclasses.replace(self.spec, hosts=remaining)
+        return result
+
+    def fork(self, overrides: dict[str, Any], name: str | None = None,
+             step: int | None = None) -> Controller:  # fmt: skip
+        """Start a copy of the job from a checkpoint with `overrides`; returns its controller."""
+        name = name or f"{self.job}-fork-{self._new_id()[:6]}"
+        run_dir = f"{self.spec.run_dir.rstrip('/').rpartition('/')[0] or '.'}/{name}"
+        endpoint = self.spec.rdzv_endpoint
+        if endpoint is not None:  # the parent still holds its port
+            host, _, port = endpoint.rpartition(":")
+            endpoint = f"{host}:{int(port) + 1}"
+        forked = dataclasses.replace(self.spec, name=name, run_dir=run_dir,
+                                     rdzv_endpoint=endpoint)  # fmt: skip
+        ops = {}
+        for host in self.hosts:
+            op: dict[str, Any] = {"job": self.job, "name": name, "overrides": dict(overrides),
+                                  "spec": forked.for_host(host, self.hosts)}  # fmt: skip
+            if step is not None:
+                op["step"] = step
+            ops[host] = op
+        self._each("fork", ops)
+        return Controller(forked, self._send, self._new_id)
+
+    def adjust(self, **knobs: Any) -> str:
+        if not knobs:
+            raise ControlError("adjust needs at least one knob, e.g. lr_scale=0.5")
+        return self._each("adjust", {self.rank0_host: {"job": self.job, "knobs": knobs}})
+
+    def checkpoint_now(self) -> str:
+        return self.adjust(checkpoint_now=True)
+
+    def eval_now(self) -> str:
+        return self.adjust(eval_now=True)
+
+    def stop(self, grace: float | None = None) -> str:
+        extra = {} if grace is None else {"grace": grace}
+        return self._each("stop", {h: {"job": self.job, **extra} for h in self.hosts})
+
+    # -- what will happen ------------------------------------------------------------
+    def describe(self, action: str) -> str:
+        job, hosts, first = self.job, ", ".join(self.hosts), self.rank0_host
+        others = [h for h in self.hosts if h != first]
+        texts = {
+            "launch": f"Start job {job} with torchrun on {hosts} ({len(self.hosts)} node(s) × "
+                      f"{self.spec.nproc_per_node} process(es)); output and checkpoints in "
+                      f"{self.spec.run_dir}.",
+            "pause": f"Ask rank 0 on {first} to write a checkpoint at the next step where "
+                     f"the ranks agree, then stop job {job} on {hosts}: no job process stays "
+                     f"on the GPUs. Steps after that checkpoint are discarded."
+                     + (f" {', '.join(others)} stop when rank 0's host does." if others
+                        else ""),
+            "freeze": f"Stop every process of job {job} on {hosts} with SIGSTOP (GPU memory "
+                      f"stays allocated) until resumed or the hold runs out.",
+            "resume": f"Start job {job} again on {hosts} from its newest valid checkpoint "
+                      f"(completion marker and checksum verified; a torn one is skipped).",
+            "relaunch": f"Stop job {job} now on {hosts} and start it again from its newest "
+                        f"valid checkpoint; steps since that checkpoint are lost.",
+            "fork": f"Copy job {job}'s newest valid checkpoint into a new run dir next to "
+                    f"{self.spec.run_dir} and start a new job from it on {hosts} beside "
+                    f"the running one.",
+            "adjust": f"Write the new setting to job {job}'s control file on {first}; rank 0 "
+                      f"applies it at the next step where the ranks agree, without a restart.",
+            "checkpoint": f"Ask rank 0 of job {job} on {first} to write a checkpoint at the "
+                          f"next step where the ranks agree.",
+            "eval": f"Ask job {job} on {first} to evaluate at the next step where the ranks "
+                    f"agree.",
+            "stop": f"Stop job {job} on {hosts}: SIGTERM, then SIGKILL after "
+                    f"{self.spec.stop_grace:g} s. No automatic restart.",
+        }  # fmt: skip
+        try:
+            return texts[action]
+        except KeyError:
+            raise ValueError(f"unknown job operation {action!r}; known: "
+                             f"{', '.join(sorted(texts))}") from None  # fmt: skip
+
+    # -- sending ---------------------------------------------------------------------
+    def _each(self, op: str, per_host: dict[str, dict[str, Any]]) -> str:
+        op_id = self._new_id()
+        failed: dict[str, str] = {}
+        for host, args in per_host.items():
+            try:
+                self._send(host, {"op": op, "id": f"{op_id}-{host}", **args})
+            except Exception as exc:  # a link that is down must not hide the others
+                failed[host] = str(exc) or type(exc).__name__
+        sent = [h for h in per_host if h not in failed]
+        if failed:
+            detail = "; ".join(f"{h}: {why}" for h, why in failed.items())
+            raise ControlError(f"{op} of job {self.job} not sent to {', '.join(failed)} "
+                               f"({detail})" + (f"; sent to {', '.join(sent)}" if sent
+                                                else ""))  # fmt: skip
+        return f"{op} sent to {', '.join(sent)} (op {op_id})"
+
+
+def _move_endpoint(endpoint: str, old_host: str, new_host: str) -> str:
+    """Rendezvous endpoint after its host was excluded: same port on the new first host."""
+    host, _, port = endpoint.rpartition(":")
+    return f"{new_host}:{port}" if host == old_host else endpoint

@@ -1,0 +1,145 @@
+"""The installed console scripts: help, `cockpit report` on the recorded run, and every
+bad input ending as one clear line and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli import build_parser as agent_parser
+from cockpit.cli import build_parser as cockpit_parser
+from tests.ui.recorded import recording_facts
+
+BIN = Path(sys.executable).parent
+USAGE_ERROR = 2
+INSTRUMENTS = ("progress", "effect", "efficiency", "health")
+
+
+def run(script: str, *args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    executable = BIN / script
+    if not executable.is_file():
+        pytest.fail(f"the {script!r} console script is not installed beside {sys.executable}")
+    return subprocess.run([str(executable), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=60, check=False)
+
+
+def commands_of(parser: argparse.ArgumentParser) -> list[str]:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def one_clear_error(result: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a refused command (exit 2, nothing on stdout)."""
+    assert result.returncode == USAGE_ERROR, result
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("script, parser", [
+    ("cockpit", cockpit_parser), ("cockpit-agent", agent_parser),
+])
+def test_help_lists_every_command(script: str, parser) -> None:
+    result = run(script, "--help")
+    assert result.returncode == 0, result.stderr
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("    ")}
+    commands = commands_of(parser())
+    assert commands and set(commands) <= listed
+
+
+def test_report_json_holds_the_four_instruments_of_the_recording(
+        recorded_store: Path) -> None:
+    facts = recording_facts()
+    result = run("cockpit", "report", recorded_store, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert all(isinstance(report[name], dict) for name in INSTRUMENTS)
+    assert report["job"] == facts.job
+    assert report["progress"]["step"] == facts.last_step
+    assert report["progress"]["total_steps"] == facts.total_steps
+    assert report["effect"]["last_val_loss"] == facts.eval_points[-1][1]
+    assert (report["effect"]["best_val_step"], report["effect"]["best_val_loss"]) == \
+        facts.best_eval
+    assert report["effect"]["val_loss"]["step"] == [s for s, _ in facts.eval_points]
+    assert report["health"]["simulated"] is facts.simulated
+    assert [h["host"] for h in report["health"]["hosts"]] == [facts.host]
+    assert report["health"]["hosts"][0]["gpus_total"] == facts.gpu_count
+    assert report["efficiency"]["samples_per_s"] > 0
+    assert (report["first_ts"], report["last_ts"]) == (facts.first_ts, facts.last_ts)
+
+
+@pytest.mark.parametrize("fmt, heading", [
+    ("text", str.upper), ("markdown", lambda name: f"## {name.capitalize()}"),
+])
+def test_report_text_and_markdown_have_the_four_sections(
+        recorded_store: Path, fmt: str, heading) -> None:
+    facts = recording_facts()
+    result = run("cockpit", "report", recorded_store, "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    positions = [lines.index(heading(name)) for name in INSTRUMENTS]
+    assert positions == sorted(positions)  # in the main screen's order
+    assert facts.job in lines[0] and recorded_store.name in lines[0]
+    assert f"{facts.last_step:,} / {facts.total_steps:,}" in result.stdout
+    assert facts.host in result.stdout
+
+
+def test_report_of_a_missing_file_is_one_clear_line(tmp_path: Path) -> None:
+    line = one_clear_error(run("cockpit", "report", "missing.duckdb", cwd=tmp_path))
+    assert line.startswith("cockpit: missing.duckdb:") and "no such recording" in line
+
+
+def test_report_of_a_file_that_is_not_a_recording(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.duckdb"
+    bogus.write_text("not a database\n")
+    line = one_clear_error(run("cockpit", "report", bogus))
+    assert str(bogus) in line and "DuckDB" in line
+
+
+def test_replay_with_an_unknown_theme_names_the_choices(recorded_store: Path) -> None:
+    line = one_clear_error(run("cockpit", "replay", recorded_store, "--theme", "neon"))
+    assert "unknown theme 'neon'" in line
+    assert all(name in line for name in ("dark", "light", "high-contrast"))
+
+
+@pytest.mark.parametrize("where", ["before the command", "after the command"])
+def test_bad_keymap_names_file_and_line(recorded_store: Path, tmp_path: Path,
+                                        where: str) -> None:
+    keymap = tmp_path / "keys.toml"
+    keymap.write_text('# my keys\nalerts = "A"\npuase_job = "x"\n', encoding="utf-8")
+    if where == "before the command":
+        args = ("--keymap", keymap, "replay", recorded_store)
+    else:
+        args = ("replay", recorded_store, "--keymap", keymap)
+    line = one_clear_error(run("cockpit", *args))
+    assert f"{keymap}:3:" in line and "'puase_job'" in line
+
+
+@pytest.mark.parametrize("speed", ["0", "-2", "fast"])
+def test_replay_refuses_a_bad_speed(recorded_store: Path, speed: str) -> None:
+    result = run("cockpit", "replay", recorded_store, "--speed", speed)
+    assert result.returncode == USAGE_ERROR
+    assert "Traceback" not in result.stderr
+    assert "--speed" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("text, line_no, what", [
+    ('[[hosts]]\naddress = "gpu-1"\nport = \n', 3, "invalid TOML"),
+    ('[[hosts]]\naddress = "gpu-1"\n\n[[hosts]]\naddres = "gpu-2"\n', 5, "'addres'"),
+])
+def test_watch_with_a_malformed_inventory_names_file_and_line(
+        tmp_path: Path, text: str, line_no: int, what: str) -> None:
+    inventory = tmp_path / "cluster.toml"
+    inventory.write_text(text, encoding="utf-8")
+    result = run("cockpit", "watch", inventory, "--store", tmp_path / "w.duckdb", cwd=tmp_path)
+    line = one_clear_error(result)
+    assert str(inventory) in line and what in line
+    assert f"line {line_no}" in line or f"{inventory}:{line_no}:" in line
+    assert not (tmp_path / "w.duckdb").exists()  # refused before anything was recorded

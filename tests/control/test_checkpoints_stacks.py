@@ -1,0 +1,117 @@
+"""Choosing the checkpoint to restart from, and dumping the stacks of a hung process."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from agent import checkpoints, stacks
+
+
+def _save(directory: Path, step: int, payload: bytes, marker: bool = True) -> Path:
+    """A checkpoint as examples/charlm/checkpoint.py writes it: file, then marker."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"ckpt-{step:08d}.pt"
+    path.write_bytes(payload)
+    if marker:
+        (directory / f"{path.name}.done").write_text(json.dumps({
+            "step": step, "file": path.name, "bytes": len(payload),
+            "sha256": hashlib.sha256(payload).hexdigest()}))  # fmt: skip
+    return path
+
+
+def test_newest_valid_skips_torn_corrupt_and_unmarked_checkpoints(tmp_path: Path) -> None:
+    d = tmp_path / "ck"
+    _save(d, 10, b"a" * 100)
+    good = _save(d, 20, b"b" * 100)
+    _save(d, 30, b"c" * 100).write_bytes(b"c" * 40)  # truncated after its marker
+    corrupt = _save(d, 40, b"d" * 100)
+    corrupt.write_bytes(b"e" * 100)  # same size, other bytes
+    _save(d, 50, b"f" * 100, marker=False)  # the save never finished
+    (d / ".ckpt-00000060.pt.123.tmp").write_bytes(b"partial")
+
+    found, skipped = checkpoints.newest_valid(d)
+    assert found is not None and found.path == good and found.step == 20
+    reasons = {Path(p).name: why for p, why in skipped}
+    assert list(reasons) == ["ckpt-00000050.pt", "ckpt-00000040.pt", "ckpt-00000030.pt"]
+    assert "no completion marker" in reasons["ckpt-00000050.pt"]
+    assert "checksum mismatch" in reasons["ckpt-00000040.pt"]
+    assert "truncated" in reasons["ckpt-00000030.pt"]
+    assert checkpoints.newest_valid(tmp_path / "absent") == (None, [])
+    assert checkpoints.at_step(d, 10)[0].step == 10
+    assert "checksum" in checkpoints.at_step(d, 40)[1]
+
+
+def test_copy_to_keeps_the_checkpoint_verifiable(tmp_path: Path) -> None:
+    source, _ = checkpoints.inspect(_save(tmp_path / "a", 7, os.urandom(5000)))
+    copied = checkpoints.copy_to(source, tmp_path / "fork" / "checkpoints")
+    assert copied.step == 7 and copied.sha256 == source.sha256
+    assert copied.path.parent == tmp_path / "fork" / "checkpoints"
+    assert checkpoints.newest_valid(copied.path.parent)[0].path == copied.path
+
+
+HANGING = textwrap.dedent("""
+    import faulthandler, signal, sys, time
+    if sys.argv[1] == "register":
+        faulthandler.register(signal.SIGUSR1)
+    def wait_here_forever():
+        while True:
+            time.sleep(0.05)
+    print("ready", flush=True)
+    wait_here_forever()
+""")
+
+
+def _wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def _start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
+    err = tmp_path / f"{mode}.err"
+    proc = subprocess.Popen([sys.executable, "-c", HANGING, mode], stdout=subprocess.PIPE,
+                            stderr=open(err, "wb"))  # noqa: SIM115 - closed with the process
+    assert proc.stdout.readline() == b"ready\n"
+    return proc, err
+
+
+def test_faulthandler_stacks_of_a_stopped_process_and_none_for_others(
+    tmp_path: Path, monkeypatch
+) -> None:
+    registered, err = _start(tmp_path, "register")
+    plain, _ = _start(tmp_path, "plain")
+    offset = [0]
+
+    def new_output() -> str:
+        data = err.read_bytes()
+        text, offset[0] = data[offset[0] :].decode(), len(data)
+        return text
+
+    try:
+        os.kill(registered.pid, signal.SIGSTOP)  # hung as a SIGSTOPped rank is
+        _wait_until(lambda: stacks.is_stopped(registered.pid))
+        assert stacks.catches_signal(registered.pid, signal.SIGUSR1)
+        assert not stacks.catches_signal(plain.pid, signal.SIGUSR1)
+        out = tmp_path / "stacks.txt"
+        monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy: the faulthandler way
+        result = stacks.dump_stacks({registered.pid: 0, plain.pid: 1}, out, new_output)
+        assert result["method"] == "faulthandler" and result["ranks"] == [0]
+        assert "did not register faulthandler" in result["unavailable"]["1"]
+        text = out.read_text()
+        assert "wait_here_forever" in text and result["file"] == str(out)
+        _wait_until(lambda: stacks.is_stopped(registered.pid))  # left as it was found
+        assert plain.poll() is None  # never sent a signal that would have killed it
+    finally:
+        for proc in (registered, plain):
+            proc.kill()
+            proc.wait(10)
+            proc.stdout.close()

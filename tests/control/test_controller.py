@@ -1,0 +1,120 @@
+"""The controller: which host gets which op for each operation, and what it says first."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from cockpit.control.controller import ControlError, Controller
+from cockpit.control.jobspec import parse_jobspec
+
+SPEC = parse_jobspec("""
+name = "big"
+hosts = ["gpu1", "gpu2", "gpu3"]
+nproc_per_node = 8
+script = "train.py"
+run_dir = "/runs/big"
+[rendezvous]
+endpoint = "gpu1:29400"
+""")
+
+
+class Links:
+    """Stands in for `Fleet.send`: records ops; hosts in `down` refuse like a dead link."""
+
+    def __init__(self, down: tuple[str, ...] = ()) -> None:
+        self.sent: list[tuple[str, dict]] = []
+        self.down = down
+
+    def __call__(self, host: str, op: dict) -> None:
+        if host in self.down:
+            raise ConnectionError(f"host {host} is unreachable")
+        self.sent.append((host, op))
+
+    def by_host(self) -> dict[str, dict]:
+        return dict(self.sent)
+
+
+def _controller(links: Links) -> Controller:
+    ids = (f"id{i}" for i in itertools.count())
+    return Controller(SPEC, links, new_id=lambda: next(ids))
+
+
+def test_launch_gives_each_host_its_node_rank() -> None:
+    links = Links()
+    result = _controller(links).launch()
+    assert result == "launch sent to gpu1, gpu2, gpu3 (op id0)"
+    ops = links.by_host()
+    assert [ops[h]["spec"]["node_rank"] for h in SPEC.hosts] == [0, 1, 2]
+    assert {ops[h]["id"] for h in SPEC.hosts} == {"id0-gpu1", "id0-gpu2", "id0-gpu3"}
+
+
+def test_pause_checkpoints_on_rank0s_host_and_the_others_follow() -> None:
+    links = Links()
+    _controller(links).pause()
+    ops = links.by_host()
+    assert ops["gpu1"] == {"op": "pause", "id": "id0-gpu1", "job": "big", "follow": False}
+    assert ops["gpu2"]["follow"] is True and ops["gpu3"]["follow"] is True
+    links = Links()
+    _controller(links).pause(freeze=True, hold=30)
+    assert all(op["freeze"] is True and op["hold"] == 30 for _h, op in links.sent)
+
+
+def test_adjust_goes_to_rank0_only() -> None:
+    links = Links()
+    c = _controller(links)
+    c.adjust(lr_scale=0.5)
+    c.checkpoint_now()
+    c.eval_now()
+    assert [(h, op["knobs"]) for h, op in links.sent] == [
+        ("gpu1", {"lr_scale": 0.5}), ("gpu1", {"checkpoint_now": True}),
+        ("gpu1", {"eval_now": True})]  # fmt: skip
+    with pytest.raises(ControlError, match="at least one knob"):
+        c.adjust()
+
+
+def test_relaunch_excluding_rank0s_host_moves_the_rendezvous() -> None:
+    links = Links()
+    c = _controller(links)
+    c.relaunch(exclude=["gpu1"])
+    ops = links.by_host()
+    assert ops["gpu1"] == {"op": "relaunch", "id": "id0-gpu1", "job": "big",
+                           "exclude_self": True}  # fmt: skip
+    assert (ops["gpu2"]["spec"]["nnodes"], ops["gpu2"]["spec"]["node_rank"]) == (2, 0)
+    assert ops["gpu3"]["spec"]["node_rank"] == 1
+    assert ops["gpu2"]["spec"]["rendezvous"]["endpoint"] == "gpu2:29400"
+    assert c.hosts == ("gpu2", "gpu3") and c.rank0_host == "gpu2"
+    with pytest.raises(ControlError, match="not hosts of job big"):
+        c.relaunch(exclude=["gpu9"])
+
+
+def test_fork_derives_name_run_dir_and_port_and_returns_its_controller() -> None:
+    links = Links()
+    child = _controller(links).fork({"optim.lr": 1e-4}, name="big-lr4", step=300)
+    ops = links.by_host()
+    assert ops["gpu2"]["name"] == "big-lr4" and ops["gpu2"]["step"] == 300
+    assert ops["gpu2"]["overrides"] == {"optim.lr": 1e-4}
+    spec = ops["gpu2"]["spec"]
+    assert spec["run_dir"] == "/runs/big-lr4" and spec["rendezvous"]["endpoint"] == "gpu1:29401"
+    assert child.job == "big-lr4" and str(child) == "job big-lr4 on gpu1, gpu2, gpu3"
+
+
+def test_unreachable_hosts_are_named_and_the_rest_still_get_the_op() -> None:
+    links = Links(down=("gpu2",))
+    with pytest.raises(ControlError, match=r"resume of job big not sent to gpu2 \(gpu2: host "
+                       r"gpu2 is unreachable\); sent to gpu1, gpu3"):  # fmt: skip
+        _controller(links).resume()
+    assert [h for h, _op in links.sent] == ["gpu1", "gpu3"]
+
+
+def test_describe_names_hosts_for_every_ui_operation() -> None:
+    from cockpit.ui.job_control import OPERATIONS
+
+    c = _controller(Links())
+    for name in OPERATIONS:
+        text = c.describe(name)
+        assert "big" in text and "gpu1" in text, (name, text)
+    assert "gpu2, gpu3 stop when rank 0's host does" in c.describe("pause")
+    with pytest.raises(ValueError, match="unknown job operation"):
+        c.describe("explode")

@@ -1,0 +1,99 @@
+"""Operator operations through the agent for real: adjust the LR, pause (no job process
+left), resume from the paused step -- under a job name full of shell metacharacters --,
+and fork with another LR beside the running job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from examples.charlm.config import load_config
+from examples.charlm.train import lr_at
+
+from .conftest import FAST, REPO, AgentDaemon, charlm_spec, children, process_alive
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(150)]
+
+NAME = "ops; touch PWNED $(touch PWNED)"
+
+
+def test_adjust_pause_resume_continues_from_the_paused_step(
+    tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path
+) -> None:
+    d = agent_daemon
+    spec = charlm_spec(tmp_path, charlm_shards, NAME)
+    cfg = load_config(None, [*FAST, "train.max_steps=2000"])
+    d.op("launch", spec=spec)
+    started = d.wait_for(lambda: d.event("job_started", lambda e: e["job"] == NAME), 30,
+                         "the start")  # fmt: skip
+    d.wait_for(lambda: any(t["step"] >= 8 for t in d.train(NAME)), 90, "step 8")
+
+    # Adjust: halve the LR without a restart; the trainer acknowledges it.
+    d.op("adjust", job=NAME, knobs={"lr_scale": 0.5})
+    applied = d.wait_for(lambda: d.event("control_ack", lambda e: e["job"] == NAME
+                                         and e["rank"] == 0), 30, "the trainer's ack")
+    agreed = (applied["data"]["applied_step"] // cfg["control"]["every"] + 1) * cfg[
+        "control"]["every"]  # fmt: skip
+
+    # Pause: checkpoint at an agreed step, then every job process exits.
+    ranks = children(started["data"]["pid"])
+    d.op("pause", job=NAME)
+    paused = d.wait_for(lambda: d.event("pause", lambda e: e["job"] == NAME), 60, "pause")
+    assert paused["data"]["ok"] is True and paused["data"]["mode"] == "checkpoint"
+    step = paused["data"]["step"]
+    assert step % cfg["control"]["every"] == 0 and step > agreed
+    assert Path(paused["data"]["checkpoint"]).name == f"ckpt-{step:08d}.pt"
+    for pid in [started["data"]["pid"], *ranks]:
+        d.wait_for(lambda pid=pid: not process_alive(pid), 10, f"pid {pid} to exit")
+    trained = max(t["step"] for t in d.train(NAME))
+    assert paused["data"]["steps_discarded"] == trained - step
+
+    # Resume: from the paused step's checkpoint, keeping the operator's LR scale.
+    d.op("resume", job=NAME)
+    resume = d.event("resume", lambda e: e["job"] == NAME)
+    assert resume["data"]["checkpoint"] == paused["data"]["checkpoint"]
+    d.wait_for(lambda: all(len([t for t in d.train(NAME) if t["ts"] > resume["ts"]
+                                and t["rank"] == rank]) >= 3 for rank in (0, 1)), 90,
+               "steps of both ranks after the resume")  # fmt: skip
+    after = [t for t in d.train(NAME) if t["ts"] > resume["ts"]]
+    for rank in (0, 1):
+        steps = [t["step"] for t in after if t["rank"] == rank]
+        assert steps[: 3] == [step + 1, step + 2, step + 3], steps
+    for t in d.train(NAME):
+        scale = 0.5 if t["step"] > agreed else 1.0
+        assert t["lr"] == pytest.approx(lr_at(t["step"], cfg) * scale), t
+
+    d.op("stop", job=NAME)
+    assert not (REPO / "PWNED").exists() and not (tmp_path / "PWNED").exists()
+
+
+def test_fork_starts_from_the_parents_checkpoint_with_overrides_beside_it(
+    tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path
+) -> None:
+    d, parent = agent_daemon, "parent"
+    d.op("launch", spec=charlm_spec(tmp_path, charlm_shards, parent))
+    d.wait_for(lambda: d.events("checkpoint_saved", parent), 90, "a checkpoint")
+    fork = "parent-fork"
+    data = d.op("fork", job=parent, name=fork,
+                overrides={"optim.lr": 0.001, "train.max_steps": 300})  # fmt: skip
+    forked = d.event("fork", lambda e: e["job"] == fork)
+    parent_step = forked["data"]["parent_step"]
+    assert data["parent"] == parent and forked["data"]["parent"] == parent
+    assert forked["data"]["overrides"] == {"optim.lr": 0.001, "train.max_steps": 300}
+    copied = Path(forked["data"]["checkpoint"])
+    assert copied.parent == Path(data["run_dir"]) / "checkpoints"
+    assert copied.read_bytes() == Path(forked["data"]["source"]).read_bytes()
+    started = d.wait_for(lambda: d.event("job_started", lambda e: e["job"] == fork), 30,
+                         "the fork's start")  # fmt: skip
+    assert started["data"]["checkpoint"] == str(copied)
+    d.wait_for(lambda: len([t for t in d.train(fork) if t["rank"] == 0]) >= 3, 120,
+               "the fork's steps")  # fmt: skip
+    fork_cfg = load_config(None, [*FAST, "train.max_steps=300", "optim.lr=0.001"])
+    fork_steps = sorted(t["step"] for t in d.train(fork) if t["rank"] == 0)
+    assert fork_steps[:3] == [parent_step + 1, parent_step + 2, parent_step + 3]
+    for t in d.train(fork):
+        assert t["lr"] == pytest.approx(lr_at(t["step"], fork_cfg)), t
+    assert any(t["ts"] > started["ts"] for t in d.train(parent)), "the parent kept training"
+    d.op("stop", job=fork)
+    d.op("stop", job=parent)
