@@ -31,6 +31,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples
 
 bench: $(STAMP) sshd
+	$(BIN)/python -m pip install -q -e '.[train,test,bench]'
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

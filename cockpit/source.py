@@ -275,7 +275,9 @@ def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float
         spike_steps=spikes, nonfinite_steps=nonfinite,
     )
     finite_val = [(s, v) for s, v in val_pts if v is not None and math.isfinite(v)]
-    newest = train.newest or {}
+    # The figure must match the curve drawn: both come from the reference rank.
+    newest = next((r for r in train.latest if r["rank"] == train.ref_rank), None) \
+        or train.newest or {}
     effect = Effect(
         train_loss=loss,
         train_loss_ema=smoothed,

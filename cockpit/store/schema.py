@@ -75,7 +75,8 @@ RECORD_COLUMNS: dict[str, dict[str, str]] = {
         "src": "VARCHAR",
     },
     "alert": {
-        "kind": "VARCHAR", "severity": "VARCHAR", "code": "VARCHAR", "where": "JSON",
+        "job": "VARCHAR", "rank": "INTEGER", "kind": "VARCHAR", "severity": "VARCHAR",
+        "code": "VARCHAR", "where": "JSON",
         "what": "VARCHAR", "hint": "VARCHAR", "src": "VARCHAR",
     },
 }
