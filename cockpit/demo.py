@@ -29,7 +29,7 @@ STOP_GRACE_S = 20.0
 def example_trainer() -> Path:
     """The example trainer: next to the package in a checkout, inside it when installed."""
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "examples" / "charlm", here / "_examples" / "charlm"):
+    for candidate in (here.parent / "examples" / "charlm", here / "_examples" / "examples" / "charlm"):
         if (candidate / "train.py").is_file():
             return candidate
     raise CockpitError("the example trainer (examples/charlm) is missing from this install")
