@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[train,test]'
+	$(BIN)/python -m pip install -q -e '.[train,test,adapters]'
 	touch $(STAMP)
 
 venv: $(STAMP)

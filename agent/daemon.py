@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from agent import __version__, checkpoints
+from agent import __version__
 from agent.control_inbox import ControlInbox, OpError
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
 from agent.job import ManagedJob
@@ -197,15 +197,15 @@ class Daemon:
         return job
 
     def _start_job(self, spec: LaunchSpec, overrides: Optional[dict] = None,
-                   checkpoint: Optional[checkpoints.Checkpoint] = None,
-                   use_newest: bool = False) -> ManagedJob:
+                   use_newest: bool = False,
+                   fork_from: Optional[Tuple[Path, Optional[int]]] = None) -> ManagedJob:
         current = self.jobs.get(spec.name)
         if current is not None and current.state not in ("finished", "failed", "stopped"):
             raise OpError("job %r is already %s on this host" % (spec.name, current.state))
         job = ManagedJob(spec, self.journal, overrides, log=self.log)
         self.jobs[spec.name] = job
         self.spools.add_run_dir(spec.run_dir)
-        job.start(checkpoint, use_newest)
+        job.start(use_newest, fork_from)
         return job
 
     def _op_launch(self, op: dict) -> dict:
@@ -262,32 +262,16 @@ class Daemon:
             raw["rendezvous"] = rdzv
         raw["name"] = name
         step = op.get("step")
-        if step is None:
-            source, _skipped = checkpoints.newest_valid(parent.spec.checkpoint_dir)
-            why = "no valid checkpoint in %s" % parent.spec.checkpoint_dir
-        elif isinstance(step, int) and not isinstance(step, bool):
-            source, why = checkpoints.at_step(parent.spec.checkpoint_dir, step)
-        else:
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
             raise OpError("'step' must be a checkpoint's step number")
-        if source is None:
-            raise OpError("cannot fork %r: %s" % (parent.name, why))
-        raw["parent"] = {"job": parent.name, "step": source.step,
-                         "checkpoint": str(source.path)}
+        raw["parent"] = {"job": parent.name, "step": step}
         spec = LaunchSpec(raw)
         if spec.run_dir == parent.spec.run_dir:
             raise OpError("a fork needs its own run dir (%s is the parent's)" % spec.run_dir)
-        copied = checkpoints.copy_to(source, spec.checkpoint_dir)
-        self.journal.append("event", {
-            "kind": "fork", "job": name, "rank": None, "step": source.step,
-            "msg": "job %s forked from %s at step %d%s" % (
-                name, parent.name, source.step, " with %s" % ", ".join(
-                    "%s=%s" % kv for kv in sorted(overrides.items())) if overrides else ""),
-            "data": {"parent": parent.name, "parent_step": source.step,
-                     "checkpoint": str(copied.path), "source": str(source.path),
-                     "run_dir": str(spec.run_dir), "overrides": overrides}})
-        job = self._start_job(spec, overrides, checkpoint=copied)
-        return {"job": job.name, "parent": parent.name, "parent_step": source.step,
-                "run_dir": str(spec.run_dir)}
+        # Finding, verifying and copying the checkpoint can take minutes for a big model:
+        # the fork's own thread does it, so spool tailing here never stalls.
+        job = self._start_job(spec, overrides, fork_from=(parent.spec.checkpoint_dir, step))
+        return {"job": job.name, "parent": parent.name, "run_dir": str(spec.run_dir)}
 
     def _op_jobs(self, op: dict) -> dict:
         return {"jobs": [job.describe() for job in self.jobs.values()]}

@@ -26,6 +26,7 @@ import queue
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent import checkpoints
@@ -164,11 +165,12 @@ class ManagedJob:
         return {"job": self.name, "state": state}
 
     # -- life ------------------------------------------------------------------------
-    def start(self, checkpoint: Optional[checkpoints.Checkpoint] = None,
-              use_newest: bool = False) -> None:
-        """Start the first attempt (from `checkpoint`, or the newest valid one when asked)."""
+    def start(self, use_newest: bool = False,
+              fork_from: Optional[Tuple[Path, Optional[int]]] = None) -> None:
+        """Start the first attempt: from scratch, from the newest valid checkpoint, or as
+        a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest)."""
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, args=(checkpoint, use_newest),
+        self._thread = threading.Thread(target=self._run, args=(use_newest, fork_from),
                                         name="job-%s" % self.name, daemon=True)
         self._thread.start()
 
@@ -197,9 +199,16 @@ class ManagedJob:
                 "pid": self.supervisor.pid if self.supervisor is not None else None}
 
     # -- the job's thread -------------------------------------------------------------
-    def _run(self, checkpoint: Optional[checkpoints.Checkpoint], use_newest: bool) -> None:
+    def _run(self, use_newest: bool, fork_from: Optional[Tuple[Path, Optional[int]]]
+             ) -> None:
         try:
-            if use_newest:
+            checkpoint = None
+            if fork_from is not None:
+                checkpoint = self._fork_checkpoint(*fork_from)
+                if checkpoint is None:
+                    self.state = FAILED
+                    return
+            elif use_newest:
                 checkpoint, _skipped = self._newest_checkpoint()
             self._launch(checkpoint)
             retry_at: Optional[float] = None
@@ -341,7 +350,7 @@ class ManagedJob:
         for rank, why in sorted(stacks["unavailable"].items()):
             evidence.append("stacks of rank %s unavailable: %s" % (rank, why))
         failure_at = now - silent  # the last step: the hang began right after it
-        sup.stop(min(self.spec.stop_grace, 2.0))
+        sup.stop(0.0)  # a hung rank cannot act on SIGTERM: no grace to wait out
         diagnosis = Diagnosis(HANG, evidence, {"step": last_step})
         return self._failed(now, failure_at, None, diagnosis, extra={"stacks": stacks,
                                                                       "silent_for": silent,
@@ -429,6 +438,37 @@ class ManagedJob:
             "restart_count": pending["restart_count"], "checkpoint": pending["checkpoint"],
             "checkpoint_step": pending["checkpoint_step"], "first_step": step,
             "skipped": pending["skipped"]}, step=step)
+
+    def _fork_checkpoint(self, parent_dir: Path, step: Optional[int]
+                         ) -> Optional[checkpoints.Checkpoint]:
+        """Copy the parent's chosen checkpoint into this job's checkpoint dir; journal the
+        fork (parent job and step), or why it could not be made."""
+        parent = (self.spec.parent or {}).get("job")
+        if step is None:
+            source, _skipped = checkpoints.newest_valid(parent_dir)
+            why = "no valid checkpoint in %s" % parent_dir
+        else:
+            source, why = checkpoints.at_step(parent_dir, step)
+        copied = None
+        if source is not None:
+            try:
+                copied = checkpoints.copy_to(source, self.spec.checkpoint_dir)
+            except OSError as exc:
+                why = "copying %s failed: %s" % (source.path, exc)
+        if copied is None or source is None:
+            self._event("fork", "fork %s of %s failed: %s" % (self.name, parent, why),
+                        {"ok": False, "parent": parent, "error": why})
+            return None
+        self.spec.raw["parent"] = {"job": parent, "step": source.step,
+                                   "checkpoint": str(source.path)}
+        self._event("fork", "job %s forked from %s at step %d%s" % (
+            self.name, parent, source.step, " with %s" % ", ".join(
+                "%s=%s" % kv for kv in sorted(self.overrides.items()))
+            if self.overrides else ""), {
+            "ok": True, "parent": parent, "parent_step": source.step,
+            "checkpoint": str(copied.path), "source": str(source.path),
+            "run_dir": str(self.spec.run_dir), "overrides": self.overrides}, step=source.step)
+        return copied
 
     def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
         found, skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)

@@ -28,8 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -46,14 +47,17 @@ HANG_FLOOR = 10.0
 HANG_K = 3.0
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             required: bool = True) -> Any:  # fmt: skip
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.05)
-    raise SystemExit(f"bench/recovery: timed out after {timeout:.0f} s waiting for {what}")
+    if required:
+        raise SystemExit(f"bench/recovery: timed out after {timeout:.0f} s waiting for {what}")
+    return None
 
 
 def trainer_args(data: Path) -> list[str]:
@@ -158,12 +162,14 @@ def _spool_train(spool: Path) -> list[tuple[int, float, int]]:
     return out
 
 
-def baseline(base: Path, data: Path, crashes: int, hang_wait: float) -> dict:
-    """Plain torchrun --max-restarts: crash recovery time; whether a hang is ever noticed."""
+def baseline(base: Path, data: Path, crashes: int, hang_wait: float,
+             recovery_wait: float = 120.0) -> dict:  # fmt: skip
+    """Plain torchrun --max-restarts: crash recovery time (None: it did not recover within
+    `recovery_wait`); whether a hang is ever noticed."""
     run_dir = base / "plain"
     spool = run_dir / "spool" / "plain"
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", "2", "--max-restarts", str(crashes), *trainer_args(data),
+            "--nproc-per-node", "2", "--max-restarts", str(crashes + 3), *trainer_args(data),
             "--run-dir", str(run_dir), "--job", "plain", "--resume", "auto"]
     env = dict(os.environ, **ENV)
     env.pop("COCKPIT_JOB", None)
@@ -172,32 +178,45 @@ def baseline(base: Path, data: Path, crashes: int, hang_wait: float) -> dict:
     with open(base / "plain.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    times = []
+    times: list[float | None] = []
+
+    def training_ranks() -> list[int] | None:
+        pids = children_of(proc.pid)
+        seen = {r[0] for r in _spool_train(spool)}
+        return pids if len(pids) == 2 and all(p in seen for p in pids) else None
+
+    def steps_of(ranks: list[int]) -> int:
+        return len([r for r in _spool_train(spool) if r[0] in ranks])
+
+    noticed = None
     try:
         for _ in range(crashes):
-            ranks = wait_for(lambda: children_of(proc.pid) if len(children_of(proc.pid)) == 2
-                             and all(p in {r[0] for r in _spool_train(spool)}
-                                     for p in children_of(proc.pid)) else None, 300, "ranks")
-            wait_for(lambda: len([r for r in _spool_train(spool) if r[0] in ranks]) >= 60,
-                     300, "steps")
+            ranks = wait_for(training_ranks, recovery_wait, "ranks", required=False)
+            if not ranks or not wait_for(lambda ranks=ranks: steps_of(ranks) >= 60,
+                                         recovery_wait, "steps", required=False):
+                times.append(None)  # the restarted job never trained again
+                break
             injected = time.time()
             os.kill(ranks[1], signal.SIGKILL)
-            first = wait_for(lambda: min((r[1] for r in _spool_train(spool)
-                                          if r[0] not in ranks and r[1] > injected),
-                                         default=None), 300, "the restarted ranks' step")
+            first = wait_for(lambda ranks=ranks, injected=injected: min(
+                (r[1] for r in _spool_train(spool) if r[0] not in ranks and r[1] > injected),
+                default=None) or proc.poll() is not None, recovery_wait,
+                "the restarted ranks' step", required=False)  # fmt: skip
+            if not isinstance(first, float):  # torchrun gave up, or never trained again
+                times.append(None)
+                break
             times.append(first - injected)
-        ranks = wait_for(lambda: children_of(proc.pid) if len(children_of(proc.pid)) == 2
-                         else None, 300, "ranks")
-        wait_for(lambda: len([r for r in _spool_train(spool) if r[0] in ranks]) >= 30, 300,
-                 "steps")
-        injected = time.time()
-        os.kill(ranks[0], signal.SIGSTOP)
-        deadline = injected + hang_wait
-        noticed = None
-        while time.time() < deadline and noticed is None:
-            if proc.poll() is not None or set(children_of(proc.pid)) != set(ranks):
-                noticed = time.time() - injected
-            time.sleep(0.2)
+            print(f"baseline crash: {times[-1]:.2f} s to the first new step", file=sys.stderr)
+        ranks = wait_for(training_ranks, recovery_wait, "ranks", required=False)
+        if ranks and wait_for(lambda: steps_of(ranks) >= 30, recovery_wait, "steps",
+                              required=False):  # fmt: skip
+            injected = time.time()
+            os.kill(ranks[0], signal.SIGSTOP)
+            deadline = injected + hang_wait
+            while time.time() < deadline and noticed is None:
+                if proc.poll() is not None or set(children_of(proc.pid)) != set(ranks):
+                    noticed = time.time() - injected
+                time.sleep(0.2)
     finally:
         tree = [proc.pid, *children_of(proc.pid)]
         for pid in tree:
@@ -240,7 +259,8 @@ def main() -> int:
                          hang_wait=3 * (hang_detection or hang_goal))
     crash_detection = statistics.median(c["detection"] for c in crashes)
     recovery = statistics.median(c["recovery"] for c in crashes + hangs)
-    base_recovery = statistics.median(plain["recovery"]) if plain["recovery"] else None
+    recovered = [t for t in plain["recovery"] if t is not None]
+    base_recovery = statistics.median(recovered) if recovered else None
     goals = {"crash_detection_s": 2.0, "hang_detection_s": hang_goal, "recovery_s": 30.0}
     passed = (crash_detection <= goals["crash_detection_s"]
               and (hang_detection is None or hang_detection <= hang_goal)
@@ -260,6 +280,7 @@ def main() -> int:
         "baseline_hang_watched_s": round(plain["hang_watched"], 1),
         "crashes": len(crashes), "hangs": len(hangs),
         "baseline_crashes": len(plain["recovery"]),
+        "baseline_recovered": len(recovered),
         "causes": sorted({c["cause"] for c in crashes + hangs}),
     }))
     return 0

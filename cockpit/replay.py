@@ -4,6 +4,13 @@ The clock starts at the recording's first record and advances at `speed` times r
 time; every snapshot is built with `until_ts` = the clock, so the UI sees exactly what
 a live cockpit would have seen at that instant and nothing after it. Pausing freezes
 the clock; seeking moves it (clamped to the recording); reaching the end pauses.
+
+A replay walks through the whole file, and DuckDB keeps every block it has read in its
+buffer pool until the pool reaches its limit (by default most of the machine's
+memory), so the cockpit's memory would grow with the part of the recording played so
+far. The pool is therefore capped (`MEMORY_LIMIT`): a snapshot reads a few recent row
+groups and the chart level rows, and blocks evicted from the pool are read back from
+the operating system's file cache.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
 TICK_S = 0.25  # on_data ~4x per second while playing
+MEMORY_LIMIT = "128MB"  # DuckDB buffer pool of a replay (see the module docstring)
 
 
 class ReplaySource:
@@ -33,6 +41,8 @@ class ReplaySource:
             self._store = Store(path, read_only=True)
         except StoreError as exc:
             raise CockpitError(str(exc)) from None
+        with self._store.cursor() as cur:
+            cur.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         self._reader = StoreReader(self._store)
         span = self._reader.time_range()
         if span is None:

@@ -5,7 +5,10 @@ store (read through `StoreReader`, at a cursor) and the analysis rules into one 
 `Snapshot`, so the UI has a single render path and the report prints the same figures.
 The cost of a snapshot does not grow with the run: latest values are read from recent
 windows, step statistics from a bounded step range, and every series is downsampled
-in SQL to `buckets` points.
+in SQL to `buckets` points. Where every table ends at the cursor is found once per
+snapshot (`StoreReader.frontiers`); reads of what changes seldom (run facts, events,
+evaluations, agent alerts) are remembered on the reader under those frontiers and
+redone only when a table they read gains a visible row.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cockpit.analysis import alerts as rules
-from cockpit.analysis.divergence import Divergence, find_divergence
+from cockpit.analysis.divergence import (
+    BestValidation,
+    Divergence,
+    best_validation,
+    divergence_after,
+)
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.lr import lr_looks_too_high
@@ -48,7 +56,8 @@ from cockpit.snapshot import (
     Series,
     Snapshot,
 )
-from cockpit.store.queries import StoreReader
+from cockpit.store.queries import Frontiers, StoreReader
+from cockpit.store.queries_train import SAMPLE_COLUMNS
 
 __all__ = [
     "DETAIL_KINDS",
@@ -119,15 +128,16 @@ class _Train:
 
 
 def _read_train(reader: StoreReader, job: str | None, until_ts: float | None,
-                world: int | None) -> _Train:
+                world: int | None, fr: Frontiers) -> _Train:
     if job is None:
         return _Train([], [], [], None, None, None, None)
-    latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world)
+    latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world, frontiers=fr)
     if not latest:
         return _Train([], [], [], None, None, None, None)
     newest = max(latest, key=lambda r: (r["ts"], r["seq"]))
     n = max(MIN_RECENT_STEPS, min(MAX_RECENT_STEPS, RECENT_STEP_ROWS // len(latest)))
-    rows = reader.recent_steps(job, n, until_ts=until_ts, last_step=int(newest["step"]))
+    rows = reader.recent_steps(job, n, until_ts=until_ts, last_step=int(newest["step"]),
+                               columns=SAMPLE_COLUMNS)
     samples = [
         StepSample(
             rank=int(r["rank"]) if r["rank"] is not None else -1, host=r["host"],
@@ -156,10 +166,11 @@ def _total(values: Any) -> int | None:
 
 
 def _state(reader: StoreReader, job: str | None, until_ts: float | None,
-           has_steps: bool) -> str:
+           has_steps: bool, fr: Frontiers) -> str:
     if job is None:
         return "unknown"
-    last = reader.lifecycle(job, until_ts=until_ts)
+    last = reader.memo("lifecycle", (job, fr.key("event")),
+                       lambda: reader.lifecycle(job, until_ts=until_ts, frontiers=fr))
     kind = last["kind"] if last else None
     if kind == "job_exited":
         return "exited"
@@ -247,8 +258,30 @@ class _EffectFindings:
     lr_reason: str | None
 
 
+@dataclass(frozen=True)
+class _Evals:
+    """The evaluations' share of the Effect pane: changes only when one is added."""
+
+    points: list[tuple[int, float | None]]
+    series: Series
+    last_finite: float | None
+    best: BestValidation | None
+
+
+def _evals(reader: StoreReader, job: str, until_ts: float | None, buckets: int) -> _Evals:
+    evals = reader.eval_points(job, until_ts=until_ts)
+    points = [(int(e["step"]), e["loss"]) for e in evals if e["step"] is not None]
+    finite_val = [v for _, v in points if v is not None and math.isfinite(v)]
+    return _Evals(
+        points=points,
+        series=_thin([(float(s), v) for s, v in points], buckets),
+        last_finite=finite_val[-1] if finite_val else None,
+        best=best_validation(points),
+    )
+
+
 def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float | None,
-            buckets: int) -> _EffectFindings:
+            buckets: int, fr: Frontiers) -> _EffectFindings:
     if job is None:
         return _EffectFindings(Effect(), None, None)
     where: dict[str, Any] = {"job": job}
@@ -263,29 +296,28 @@ def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float
     lr = series("lr") if train.newest is not None else Series()
     scale = series("loss_scale") if train.newest is not None else Series()
     smoothed = Series(loss.x, tuple(ema(loss.last)), loss.lo, loss.hi)
-    evals = reader.eval_points(job, until_ts=until_ts)
-    val_pts = [(int(e["step"]), e["loss"]) for e in evals if e["step"] is not None]
-    val = _thin([(float(s), v) for s, v in val_pts], buckets)
+    evals = reader.memo("evals", (job, buckets, fr.key("eval")),
+                        lambda: _evals(reader, job, until_ts, buckets))
     nonfinite = tuple(reader.nonfinite_steps(job, until_ts=until_ts))
     spikes = _pin_spikes(reader, job, train.ref_rank, loss,
                          find_spikes(loss.x, loss.last, loss.hi), until_ts)
-    divergence = find_divergence(val_pts, list(zip(smoothed.x, smoothed.last, strict=True)))
+    divergence = divergence_after(evals.best,
+                                  list(zip(smoothed.x, smoothed.last, strict=True)))
     lr_reason = lr_looks_too_high(
         list(zip(smoothed.x, smoothed.last, strict=True)), list(zip(lr.x, lr.last, strict=True)),
         spike_steps=spikes, nonfinite_steps=nonfinite,
     )
-    finite_val = [(s, v) for s, v in val_pts if v is not None and math.isfinite(v)]
     # The figure must match the curve drawn: both come from the reference rank.
     newest = next((r for r in train.latest if r["rank"] == train.ref_rank), None) \
         or train.newest or {}
     effect = Effect(
         train_loss=loss,
         train_loss_ema=smoothed,
-        val_loss=val,
+        val_loss=evals.series,
         loss_scale=scale,
         lr=lr,
         last_loss=newest.get("loss"),
-        last_val_loss=finite_val[-1][1] if finite_val else None,
+        last_val_loss=evals.last_finite,
         best_val_step=divergence.best_step,
         best_val_loss=divergence.best_loss,
         divergence_step=divergence.step,
@@ -299,13 +331,13 @@ def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float
 def _pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,
                 spike_xs: Sequence[float], until_ts: float | None) -> tuple[int, ...]:
     """A bucket's x is its last step; the spike is wherever in the bucket loss peaked."""
-    out = []
-    for x in spike_xs[-MAX_PINNED_SPIKES:]:
+    shown = spike_xs[-MAX_PINNED_SPIKES:]
+    ranges = []
+    for x in shown:
         i = loss.x.index(x)
-        first = loss.x[i - 1] + 1 if i > 0 else x
-        exact = reader.peak_step(job, rank, "loss", first, x, until_ts=until_ts)
-        out.append(exact if exact is not None else int(x))
-    return tuple(out)
+        ranges.append((loss.x[i - 1] + 1 if i > 0 else x, x))
+    exact = reader.peak_steps(job, rank, "loss", ranges, until_ts=until_ts)
+    return tuple(e if e is not None else int(x) for e, x in zip(exact, shown, strict=True))
 
 
 def _thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
@@ -461,18 +493,20 @@ def build_snapshot(
     `now` is the instant ages are measured from (time since the last step, stale hosts):
     by default the cursor, else the newest record; a live source may pass the wall clock.
     """
-    frontier = reader.frontier(until_ts=until_ts)
+    fr = reader.frontiers(until_ts=until_ts)
+    frontier = fr.newest
     if frontier is None:
         return Snapshot(ts=until_ts or 0.0, source_label=label, job=None,
                         controllable=controllable)
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
-    job = reader.current_job(until_ts=until_ts)
-    run = reader.run_info(job, until_ts=until_ts) if job else {}
-    train = _read_train(reader, job, until_ts, run.get("world_size"))
-    hosts = reader.hosts(until_ts=until_ts)
-    gpus = reader.latest_gpus(until_ts=until_ts)
-    host_samples = reader.latest_host_samples(until_ts=until_ts)
-    state = _state(reader, job, until_ts, bool(train.latest))
+    job = reader.current_job(until_ts=until_ts, frontiers=fr)
+    run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
+                      lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
+    train = _read_train(reader, job, until_ts, run.get("world_size"), fr)
+    hosts = reader.hosts(until_ts=until_ts, frontiers=fr)
+    gpus = reader.latest_gpus(until_ts=until_ts, frontiers=fr)
+    host_samples = reader.latest_host_samples(until_ts=until_ts, frontiers=fr)
+    state = _state(reader, job, until_ts, bool(train.latest), fr)
     figures = _figures(run, train, gpus)
     stall = detect_stall(
         since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
@@ -482,25 +516,37 @@ def build_snapshot(
         active=state in ACTIVE_STATES,
     )
     progress = _progress(run, train, at, state, stall)
-    found = _effect(reader, job, train, until_ts, buckets)
+    found = _effect(reader, job, train, until_ts, buckets, fr)
     efficiency = _efficiency(reader, job, train, figures, until_ts, buckets)
-    xids = reader.gpu_events(until_ts=until_ts)
-    interruptions = reader.interruptions(job, until_ts=until_ts) if job else []
+    events_key = fr.key("event")
+    xids = reader.memo("xids", events_key,
+                       lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))
+    interruptions = reader.memo(
+        "interruptions", (job, events_key),
+        lambda: reader.interruptions(job, until_ts=until_ts)) if job else []
     health = _health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
                      replaying=until_ts is not None)
-    events = reader.events(until_ts=until_ts, limit=EVENTS_SHOWN)
+    events = reader.memo(
+        "events", events_key,
+        lambda: reader.events(until_ts=until_ts, limit=EVENTS_SHOWN, frontiers=fr))
+    data_events = reader.memo(
+        "data_events", events_key,
+        lambda: reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
+                              limit=DATA_EVENTS_READ, frontiers=fr))
+    stored_alerts = reader.memo(
+        "alerts", fr.key("alert"),
+        lambda: rules.stored_alerts(reader.alerts(until_ts=until_ts, frontiers=fr)))
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
     link_rows = [{**h, "state": s.state} for h, s in zip(hosts, health.hosts, strict=True)]
     alerts = rules.merge(
-        rules.stored_alerts(reader.alerts(until_ts=until_ts)),
+        stored_alerts,
         rules.gpu_alerts(gpus),
         rules.xid_alerts(xids),
         rules.host_alerts(link_rows, host_samples, now=at),
         rules.data_alerts(
             data_wait_pct=figures.data_wait_pct,
             worst=(worst.rank, worst.host, worst.data_share or 0.0) if worst else None,
-            events=reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
-                                 limit=DATA_EVENTS_READ),
+            events=data_events,
             now=at,
         ),
         rules.parameter_alerts(

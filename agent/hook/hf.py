@@ -7,8 +7,17 @@ begin -> step end) cover all the steps since the previous record; `extra.steps` 
 many, and `samples` counts this rank's samples over them. `on_evaluate` becomes an `eval`
 record (`eval_loss` as the loss, other `eval_*` metrics without the prefix), `on_save`
 a `checkpoint_saved` event for `OUTPUT_DIR/checkpoint-STEP` (the Trainer calls it once
-the checkpoint is written; the save duration is not observable here and is sent as
-null).
+the checkpoint is written).
+
+After each step the Trainer logs, evaluates and saves before it fetches the next batch,
+so `data_time` starts at the last of those hooks, not at the step's end: an evaluation
+is not a wait for data. The time from the previous hook to `on_save` is the save's
+duration: it is sent as the event's `seconds` and added to the next record's
+`ckpt_time`.
+
+The Reporter is created at the first hook that needs one and kept after `on_train_end`
+(flushed, not closed), so that a `trainer.evaluate()` after training reaches the same
+job; it is closed at exit, or by `close()`.
 
 `transformers` is imported only when `CockpitCallback` is first used.
 """
@@ -70,16 +79,24 @@ class CockpitHFHooks:
             )
         return self._reporter
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def _ensure_reporter(self, args: Any) -> Reporter:
+        # Created in the rank's own process, at its first hook, from the Trainer's view
+        # of the rank; kept for later runs and evaluations of the same callback.
         if self._reporter is None:
-            kwargs_ = dict(self._reporter_kwargs)
-            kwargs_.setdefault("rank", getattr(args, "process_index", None))
-            kwargs_.setdefault("world_size", getattr(args, "world_size", None))
-            self._reporter = Reporter(**kwargs_)
+            kwargs = dict(self._reporter_kwargs)
+            kwargs.setdefault("rank", getattr(args, "process_index", None))
+            kwargs.setdefault("world_size", getattr(args, "world_size", None))
+            self._reporter = Reporter(**kwargs)
+        return self._reporter
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        rep = self._ensure_reporter(args)
+        self._step_begin = self._last_end = None
+        self._steps_since_report = 0
         if self._declare and getattr(state, "is_world_process_zero", True):
             epochs = getattr(args, "num_train_epochs", None)
             to_dict = getattr(args, "to_dict", None)
-            self._reporter.declare(
+            rep.declare(
                 total_steps=getattr(state, "max_steps", None) or None,
                 total_epochs=math.ceil(epochs) if _number(epochs) else None,
                 config=to_dict() if callable(to_dict) else None,
@@ -104,8 +121,10 @@ class CockpitHFHooks:
         self, args: Any, state: Any, control: Any, logs: Optional[Dict[str, Any]] = None,
         **kwargs: Any,
     ) -> None:  # fmt: skip
+        if self._last_end is not None:
+            self._last_end = time.perf_counter()  # logging is not a wait for data
         logs = logs or {}
-        if "loss" not in logs or self._reporter is None:
+        if "loss" not in logs:
             return  # eval and end-of-training summaries are reported elsewhere
         steps = max(1, self._steps_since_report)
         self._steps_since_report = 0
@@ -115,7 +134,7 @@ class CockpitHFHooks:
         known = ("loss", "learning_rate", "grad_norm", "epoch")
         extra = {k: v for k, v in logs.items() if k not in known and _number(v)}
         extra["steps"] = steps
-        self._reporter.step(
+        self._ensure_reporter(args).step(
             getattr(state, "global_step", 0),
             loss=logs.get("loss"),
             lr=logs.get("learning_rate"),
@@ -129,7 +148,10 @@ class CockpitHFHooks:
         self, args: Any, state: Any, control: Any, metrics: Optional[Dict[str, Any]] = None,
         **kwargs: Any,
     ) -> None:  # fmt: skip
-        if self._reporter is None or not getattr(state, "is_world_process_zero", True):
+        if self._last_end is not None:
+            self._last_end = time.perf_counter()  # evaluating is not a wait for data
+        rep = self._ensure_reporter(args)
+        if not getattr(state, "is_world_process_zero", True):
             return
         metrics = dict(metrics or {})
         loss = metrics.pop("eval_loss", None)
@@ -138,23 +160,33 @@ class CockpitHFHooks:
             for k, v in metrics.items()
             if _number(v)
         }  # fmt: skip
-        self._reporter.eval(getattr(state, "global_step", 0), loss=loss, **others)
+        rep.eval(getattr(state, "global_step", 0), loss=loss, **others)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._reporter is None or not getattr(state, "is_world_process_zero", True):
+        now = time.perf_counter()
+        rep = self._ensure_reporter(args)
+        seconds = None
+        if self._last_end is not None:
+            # Everything since the step's end, its log and its evaluation is the save.
+            seconds = max(0.0, now - self._last_end)
+            rep.phase_time("checkpoint", seconds)
+            self._last_end = now
+        if not getattr(state, "is_world_process_zero", True):
             return
         step = getattr(state, "global_step", 0)
         path = os.path.join(str(getattr(args, "output_dir", ".")), "checkpoint-%d" % step)
-        self._reporter.checkpoint_saved(path, step, None, bytes=_directory_bytes(path))
+        rep.checkpoint_saved(path, step, seconds, bytes=_directory_bytes(path))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._reporter is None:
-            return
-        if self._owns_reporter:
+        self._step_begin = self._last_end = None
+        if self._reporter is not None:
+            self._reporter.flush()
+
+    def close(self) -> None:
+        """Close the Reporter this callback created (it is also closed at exit)."""
+        if self._owns_reporter and self._reporter is not None:
             self._reporter.close()
             self._reporter = None
-        else:
-            self._reporter.flush()
 
 
 def __getattr__(name: str) -> Any:

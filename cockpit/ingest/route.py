@@ -14,6 +14,7 @@ committed high-water mark, cost one integer comparison per line.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -37,13 +38,15 @@ class Malformed:
 class Segment:
     """Lines that follow one stream header (or the start of the chunk).
 
-    `groups` maps a wire type to its lines (each without the newline); `seqs` holds the
-    seq of each line in the same order, as the agent numbered it.
+    `groups` maps a wire type to its lines (each without the newline, each starting with
+    `{`); `seqs` holds the seq of each line in the same order, as the agent numbered it;
+    `joined` may hold a type's lines already joined by newlines.
     """
 
     header: dict[str, object] | None = None
     groups: dict[str, list[bytes]] = field(default_factory=dict)
     seqs: dict[str, Sequence[int]] = field(default_factory=dict)
+    joined: dict[str, bytes] = field(default_factory=dict)
     malformed: list[Malformed] = field(default_factory=list)
     duplicates: int = 0
     start_mark: int = 0  # the mark after the header (the journal's seq space)
@@ -118,6 +121,7 @@ def route_chunk(
             if isinstance(routed, Malformed):
                 current.malformed.append(routed)
                 continue
+            line = line.strip()  # valid JSON: what strip() removes is JSON whitespace
         t, seq = routed
         if t == STREAM_TYPE:
             try:
@@ -170,38 +174,35 @@ def fast_split(chunk: bytes, high_water: int) -> Segment | None:
 
     The common chunk (canonical lines, no stream header, wholly above the mark) needs no
     per-line seq parsing: seqs arrive in order, so the first and last lines decide
-    whether anything is a duplicate. Any other chunk returns None. Lines whose prefix
-    looks canonical but whose JSON is broken are left for the strict bulk reader, whose
-    failure sends the chunk through `route_chunk` and the careful load path.
+    whether anything is a duplicate. Lines are grouped by the three bytes after `{"t":"`
+    (distinct for every protocol type), and each group is then checked in C, by counting
+    its full `{"t":"TYPE","seq":` prefixes in the joined group; any other chunk returns
+    None. Lines whose prefix looks canonical but whose JSON is broken are left for the
+    strict bulk reader, whose failure sends the chunk through `route_chunk` and the
+    careful load path.
     """
-    groups: dict[bytes, list[bytes]] = {}
-    first = last = b""
-    for line in chunk.split(b"\n"):
-        if not line:
-            continue
-        if not line.startswith(_PREFIX):
-            return None
-        key = line[6 : line.find(b'"', 6)]
-        group = groups.get(key)
-        if group is None:
-            groups[key] = group = []
-        group.append(line)
-        if not first:
-            first = line
-        last = line
-    if not groups or b"stream" in groups:
+    lines = chunk.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    if not lines:
         return None
-    head, tail = _fast_route(first), _fast_route(last)
+    groups: defaultdict[bytes, list[bytes]] = defaultdict(list)
+    for line in lines:
+        groups[line[6:9]].append(line)
+    head, tail = _fast_route(lines[0]), _fast_route(lines[-1])
     if head is None or tail is None or head[1] <= high_water or tail[1] < head[1]:
         return None
     segment = Segment(end_mark=tail[1])
-    for key, lines in groups.items():
-        name = _TYPE_NAMES.get(key)
-        if name is None:
-            routed = _fast_route(lines[0])
-            if routed is None:
-                return None
-            name = routed[0]
-        segment.groups[name] = lines
-        segment.seqs[name] = LineSeqs(lines)
+    for group in groups.values():
+        routed = _fast_route(group[0])
+        if routed is None or routed[0] == STREAM_TYPE:
+            return None
+        name = routed[0]
+        prefix = _PREFIX + group[0][6 : 6 + len(name.encode())] + _SEQ_KEY
+        joined = b"\n".join(group)
+        if joined.count(b"\n" + prefix) != len(group) - 1:
+            return None
+        segment.groups[name] = group
+        segment.seqs[name] = LineSeqs(group)
+        segment.joined[name] = joined
     return segment

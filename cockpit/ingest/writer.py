@@ -1,10 +1,17 @@
 """One writer thread between many transport threads and the store.
 
 Transport threads call `put(host, chunk)` and return at once; the writer commits what
-has accumulated every `interval` seconds (0.5 s by default, so data is never more than
-about a second from disk) or sooner when `max_lines` lines are waiting. Under load a
-flush takes everything that arrived while the previous one ran, so the fixed cost of a
-transaction is spread over more lines exactly when throughput matters.
+has accumulated every `interval` seconds (0.5 s by default) or sooner when `max_lines`
+lines are waiting. Under load a flush takes everything that arrived while the previous
+one ran, so the fixed cost of a transaction is spread over more lines exactly when
+throughput matters.
+
+A flush has a cost that grows with the number of series it touches rather than with its
+lines (every chart level of every GPU of a fleet is updated, `cockpit.store.levels`), so
+when flushes get expensive the writer waits longer between them: at least
+`quiet_factor` times the last flush's duration, but never more than `max_interval`
+(1 s), so data is still never much more than a second from disk. A full buffer
+(`max_lines`) is flushed at once whatever the last flush cost.
 
 `on_flush(result)` runs on the writer thread after each commit that stored or rejected
 something; the live UI uses it as its "data arrived" signal. `on_error(exc)` gets
@@ -28,6 +35,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 0.5
 DEFAULT_MAX_LINES = 20_000
+DEFAULT_MAX_INTERVAL = 1.0
+DEFAULT_QUIET_FACTOR = 4.0  # idle time per unit of flush time: flushing stays <= ~20 %
 
 
 class WriterBacklogError(RuntimeError):
@@ -45,6 +54,8 @@ class StoreWriter:
         maintenance: Callable[[Store], None] | None = None,
         maintenance_every: float = 3600.0,
         max_backlog_lines: int = 2_000_000,
+        max_interval: float = DEFAULT_MAX_INTERVAL,
+        quiet_factor: float = DEFAULT_QUIET_FACTOR,
     ) -> None:
         self.store = store
         self.on_flush = on_flush
@@ -54,6 +65,9 @@ class StoreWriter:
         self.maintenance = maintenance
         self.maintenance_every = maintenance_every
         self.max_backlog_lines = max_backlog_lines
+        self.max_interval = max(max_interval, interval)
+        self.quiet_factor = quiet_factor
+        self._last_flush_s = 0.0
         self._pending: list[tuple[str, bytes]] = []
         self._lines = 0
         self._cond = threading.Condition()
@@ -87,6 +101,11 @@ class StoreWriter:
             batch, self._pending, self._lines = self._pending, [], 0
         return self._commit(batch)
 
+    def next_wait(self) -> float:
+        """Seconds the writer thread lets lines gather before its next flush."""
+        return min(max(self.interval, self.quiet_factor * self._last_flush_s),
+                   self.max_interval)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Flush what is queued and end the writer thread."""
         with self._cond:
@@ -100,7 +119,7 @@ class StoreWriter:
         next_maintenance = time.monotonic() + self.maintenance_every
         while True:
             with self._cond:
-                deadline = time.monotonic() + self.interval
+                deadline = time.monotonic() + self.next_wait()
                 while not self._stopping and self._lines < self.max_lines:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -108,7 +127,9 @@ class StoreWriter:
                     self._cond.wait(left)
                 batch, self._pending, self._lines = self._pending, [], 0
                 stopping = self._stopping
+            started = time.monotonic()
             self._commit(batch)
+            self._last_flush_s = time.monotonic() - started if batch else 0.0
             if self.maintenance is not None and time.monotonic() >= next_maintenance:
                 next_maintenance = time.monotonic() + self.maintenance_every
                 self._guarded(self.maintenance, self.store)

@@ -5,6 +5,11 @@ own DuckDB connection to the same database), which is how DuckDB is used safely 
 several threads. Writes are serialised by a lock: one process, one writer thread in it
 (`cockpit.ingest.writer.StoreWriter`), while readers work concurrently on cursors.
 
+A flush (`ingest_many`) routes every host's lines first and then loads each record type
+once for all hosts (`cockpit.store.loader`), because a load has a fixed cost of several
+milliseconds: per host and type, a fleet of hundreds of hosts spent its whole flush
+interval on them.
+
 Ingest keeps, per host, the highest committed seq (`high_water`) in memory and in
 `hosts.high_water`; a line is stored only if its seq is above it. This relies on the
 agent streaming each host's seqs in increasing order (docs/protocol.md), which makes a
@@ -40,10 +45,10 @@ from pathlib import Path
 import duckdb
 
 from agent.protocol import PROTOCOL_VERSION
-from cockpit.ingest.route import Malformed, Segment, fast_split, route_chunk
+from cockpit.ingest.route import Malformed, fast_split, route_chunk
 from cockpit.store import schema
-from cockpit.store.levels import update_levels
-from cockpit.store.loader import GroupResult, Scratch, load_group
+from cockpit.store.levels import fold_staged, update_levels
+from cockpit.store.loader import Piece, Scratch, load_type
 
 WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
 _SAMPLE_BYTES = 1000
@@ -304,42 +309,57 @@ class Store:
     ) -> tuple[IngestResult, dict[str, _HostMark]]:
         assert self._scratch is not None
         marks: dict[str, _HostMark] = {}
-        cur = self._con.cursor()
-        checker = self._con.cursor() if careful else None
-        stored = duplicates = 0
+        pieces: dict[str, list[Piece]] = {}  # wire type -> its pieces, all hosts
+        duplicates = 0
+        for host, chunk in items:
+            if host not in marks:
+                marks[host] = replace(self._marks.get(host) or _HostMark(), notes=[],
+                                      segment_offsets=[])
+            mark = marks[host]
+            mark.touched = True
+            initial_offset = mark.seq_offset
+            seen_headers = len(mark.segment_offsets)
+            fast = None if careful else fast_split(chunk, mark.high_water)
+            segments = [fast] if fast is not None else route_chunk(
+                chunk, mark.high_water,
+                lambda header, m, mk=mark: self._on_header(mk, header, m),
+            )
+            header_offsets = iter(mark.segment_offsets[seen_headers:])
+            for segment in segments:
+                offset = initial_offset
+                if segment.header is not None:
+                    offset = next(header_offsets)
+                    mark.high_water = segment.start_mark
+                duplicates += segment.duplicates
+                self._note_malformed(mark, segment.malformed)
+                check = self.check_fields == "always" or mark.protocol is None or (
+                    mark.protocol > PROTOCOL_VERSION
+                )
+                for wire_type, lines in segment.groups.items():
+                    pieces.setdefault(wire_type, []).append(Piece(
+                        host, offset, lines, segment.seqs[wire_type], check,
+                        segment.joined.get(wire_type),
+                    ))
+                if segment.end_mark is not None:
+                    mark.high_water = segment.end_mark
         by_type: Counter[str] = Counter()
         by_host: Counter[str] = Counter()
-        first_new: dict[str, dict[str, int]] = {}
+        cur = self._con.cursor()
+        checker = self._con.cursor() if careful else None
         try:
             cur.execute("BEGIN")
-            for host, chunk in items:
-                if host not in marks:
-                    marks[host] = replace(self._marks.get(host) or _HostMark(), notes=[],
-                                          segment_offsets=[])
-                mark = marks[host]
-                mark.touched = True
-                initial_offset = mark.seq_offset
-                seen_headers = len(mark.segment_offsets)
-                fast = None if careful else fast_split(chunk, mark.high_water)
-                segments = [fast] if fast is not None else route_chunk(
-                    chunk, mark.high_water,
-                    lambda header, m, mk=mark: self._on_header(mk, header, m),
-                )
-                header_offsets = iter(mark.segment_offsets[seen_headers:])
-                for segment in segments:
-                    offset = initial_offset
-                    if segment.header is not None:
-                        offset = next(header_offsets)
-                        mark.high_water = segment.start_mark
-                    duplicates += segment.duplicates
-                    n = self._load_segment(cur, checker, host, mark, segment, offset,
-                                           by_type, first_new)
-                    stored += n
-                    by_host[host] += n
-                    if segment.end_mark is not None:
-                        mark.high_water = segment.end_mark
-            for table, los in first_new.items():
-                update_levels(cur, table, los)
+            for wire_type, group in pieces.items():
+                load = load_type(cur, checker, self._scratch, wire_type, group)
+                for piece in group:
+                    self._note_malformed(marks[piece.host], piece.result.malformed)
+                    by_host[piece.host] += piece.result.stored
+                if load.stored:
+                    by_type[wire_type] += load.stored
+                    table = schema.TABLE_FOR_TYPE.get(wire_type)
+                    if load.staged is not None:
+                        fold_staged(cur, table, load.staged)
+                    elif table in schema.LEVEL_SERIES:
+                        update_levels(cur, table, load.first_seq)
             self._write_hosts(cur, marks)
             cur.execute("COMMIT")
         except BaseException:
@@ -352,12 +372,12 @@ class Store:
                 checker.close()
         last = items[-1][0] if items else None
         result = IngestResult(
-            stored=stored,
+            stored=sum(by_type.values()),
             duplicates=duplicates,
             malformed=sum(m.malformed for m in marks.values()),
             max_seq=marks[last].high_water if last is not None else 0,
             by_type=dict(by_type),
-            by_host=dict(by_host),
+            by_host={h: by_host[h] for h in marks},
             journal_resets=tuple(h for h, m in marks.items() if m.reset),
         )
         return result, marks
@@ -389,67 +409,48 @@ class Store:
             mark.lost += first - effective - 1
         return effective
 
-    def _load_segment(
-        self,
-        cur: duckdb.DuckDBPyConnection,
-        checker: duckdb.DuckDBPyConnection | None,
-        host: str,
-        mark: _HostMark,
-        segment: Segment,
-        offset: int,
-        by_type: Counter[str],
-        first_new: dict[str, dict[str, int]],
-    ) -> int:
-        assert self._scratch is not None
-        self._note_malformed(mark, segment.malformed)
-        check = self.check_fields == "always" or mark.protocol is None or (
-            mark.protocol > PROTOCOL_VERSION
-        )
-        stored = 0
-        for wire_type, lines in segment.groups.items():
-            seqs = segment.seqs[wire_type]
-            res: GroupResult = load_group(cur, checker, self._scratch, host, wire_type, lines,
-                                          seqs, offset, check)
-            self._note_malformed(mark, res.malformed)
-            if res.stored:
-                stored += res.stored
-                by_type[wire_type] += res.stored
-                table = schema.TABLE_FOR_TYPE.get(wire_type)
-                if table in schema.LEVEL_SERIES:
-                    los = first_new.setdefault(table, {})
-                    los.setdefault(host, offset + seqs[0])
-        return stored
-
     def _note_malformed(self, mark: _HostMark, bad: list[Malformed]) -> None:
         mark.malformed += len(bad)
         for item in bad:
             mark.notes.append((item.error, item.line[:_SAMPLE_BYTES].decode("utf-8", "replace")))
 
     def _write_hosts(self, cur: duckdb.DuckDBPyConnection, marks: dict[str, _HostMark]) -> None:
+        """One statement for all hosts of the flush (hundreds, for a fleet)."""
+        if not marks:
+            return
+        hosts = list(marks)
+        cur.execute(
+            "INSERT INTO hosts (host, journal_id, high_water, malformed, lost, last_error, "
+            "seq_offset) SELECT unnest($hosts::VARCHAR[]), unnest($journals::VARCHAR[]), "
+            "unnest($hws::BIGINT[]), unnest($bad::BIGINT[]), unnest($lost::BIGINT[]), "
+            "unnest($errs::VARCHAR[]), unnest($offsets::BIGINT[]) "
+            "ON CONFLICT (host) DO UPDATE SET journal_id = excluded.journal_id, "
+            "high_water = excluded.high_water, "
+            "malformed = hosts.malformed + excluded.malformed, "
+            "lost = hosts.lost + excluded.lost, "
+            "last_error = coalesce(excluded.last_error, hosts.last_error), "
+            "seq_offset = excluded.seq_offset",
+            {"hosts": hosts,
+             "journals": [marks[h].journal_id for h in hosts],
+             "hws": [marks[h].high_water for h in hosts],
+             "bad": [marks[h].malformed for h in hosts],
+             "lost": [marks[h].lost for h in hosts],
+             "errs": [marks[h].notes[-1][0] if marks[h].notes else None for h in hosts],
+             "offsets": [marks[h].seq_offset for h in hosts]},
+        )
         now = time.time()
+        kept: list[tuple[str, str, str]] = []
         for host, mark in marks.items():
-            last_error = mark.notes[-1][0] if mark.notes else None
+            room = max(WIRE_ERROR_SAMPLES_PER_HOST - mark.samples, 0)
+            kept += [(host, e, sample) for e, sample in mark.notes[:room]]
+            mark.samples += min(room, len(mark.notes))
+        if kept:
             cur.execute(
-                "INSERT INTO hosts (host, journal_id, high_water, malformed, lost, last_error, "
-                "seq_offset) VALUES ($host, $journal, $hw, $bad, $lost, $err, $offset) "
-                "ON CONFLICT (host) DO UPDATE SET journal_id = excluded.journal_id, "
-                "high_water = excluded.high_water, "
-                "malformed = hosts.malformed + excluded.malformed, "
-                "lost = hosts.lost + excluded.lost, "
-                "last_error = coalesce(excluded.last_error, hosts.last_error), "
-                "seq_offset = excluded.seq_offset",
-                {"host": host, "journal": mark.journal_id, "hw": mark.high_water,
-                 "bad": mark.malformed, "lost": mark.lost, "err": last_error,
-                 "offset": mark.seq_offset},
+                "INSERT INTO wire_errors SELECT unnest($hosts::VARCHAR[]), $ts, "
+                "unnest($errors::VARCHAR[]), unnest($samples::VARCHAR[])",
+                {"hosts": [k[0] for k in kept], "ts": now, "errors": [k[1] for k in kept],
+                 "samples": [k[2] for k in kept]},
             )
-            room = WIRE_ERROR_SAMPLES_PER_HOST - mark.samples
-            kept = mark.notes[: max(room, 0)]
-            if kept:
-                cur.executemany(
-                    "INSERT INTO wire_errors VALUES ($host, $ts, $error, $sample)",
-                    [{"host": host, "ts": now, "error": e, "sample": s} for e, s in kept],
-                )
-                mark.samples += len(kept)
 
     def close(self) -> None:
         with self._lock:

@@ -1,16 +1,25 @@
-"""Bulk-load one host's lines of one record type into their table.
+"""Bulk-load the new lines of one record type, from every host of a flush, into its table.
 
-Measured here (realistic 450-byte gpu/train/host lines, 20 k-line chunks): DuckDB's
-`read_json` over a file runs at ~1 M lines/s and the typed INSERT from it at ~0.3-0.4 M
-lines/s, while the same reader over an `io.BytesIO` relation spends as long registering
-the buffer as inserting (~0.18 M lines/s) and orjson → Arrow → INSERT reaches ~0.2 M. So
-each group is written to a private scratch file (on /dev/shm when there is one) and read
-back by SQL with explicit column types.
+Measured here (realistic 450-byte gpu/train/host lines): DuckDB's `read_json` over a
+file with explicit column types parses ~0.6 M lines/s per core and the typed INSERT from
+it reaches ~0.4 M, while the same reader over an `io.BytesIO` relation spends as long
+registering the buffer as inserting and orjson → Arrow → INSERT reaches ~0.2 M. So lines
+are written to a private scratch file (on /dev/shm when there is one) and read back by
+SQL with explicit column types.
+
+Every statement also has a fixed cost (~10 ms: binding a 30-column reader, opening the
+file, scheduling threads), which is why a flush loads each record type once for all its
+hosts rather than once per host: with a single host and seq offset the values are bound
+as parameters; with several, each line gets a tag prepended (`{"@p":i,"@host":..,
+"@off":..,` in place of its `{`: one `bytes.replace` per host, no per-line Python) and
+the reader takes host and offset from it. Tagged loads of the charted tables go through
+a per-flush temp table, so their chart levels are folded from exactly the rows stored,
+not from a scan of the table (`cockpit.store.levels`).
 
 A line that does not convert to its table's types makes the strict reader fail, and in
 DuckDB a failed statement poisons the whole transaction. Loading is therefore
 optimistic: the fast path assumes clean data; the caller rolls back and retries with
-`careful=True`, where every group is first checked on a separate connection and the bad
+`careful=True`, where every type is first checked on a separate connection and the bad
 lines are isolated (orjson for lines that are not JSON objects, then bisection with the
 same strict reader, so a line is malformed exactly when DuckDB cannot type it).
 """
@@ -31,27 +40,53 @@ import duckdb
 import orjson
 
 from cockpit.ingest.route import Malformed
-from cockpit.store.schema import RECORD_COLUMNS, TABLE_FOR_TYPE
+from cockpit.store.schema import LEVEL_SERIES, RECORD_COLUMNS, TABLE_FOR_TYPE
 
 _KEY_TYPES = {"seq": "BIGINT", "ts": "DOUBLE"}
+# The tag a line carries in a load of several pieces. A record with a key of the same
+# name would have a duplicate key, which the strict reader rejects (the line is then
+# reported malformed, never stored under another host).
+_TAG_TYPES = {"@p": "INTEGER", "@host": "VARCHAR", "@off": "BIGINT"}
 
 
-def _columns_literal(table: str) -> str:
-    cols = {**_KEY_TYPES, **RECORD_COLUMNS[table]}
+def _columns_literal(table: str, tagged: bool) -> str:
+    cols = {**(_TAG_TYPES if tagged else {}), **_KEY_TYPES, **RECORD_COLUMNS[table]}
     return "{" + ", ".join(f"'{name}': '{typ}'" for name, typ in cols.items()) + "}"
 
 
-def _reader(table: str) -> str:
-    return f"read_json($path, columns={_columns_literal(table)}, format='newline_delimited')"
+def _reader(table: str, tagged: bool) -> str:
+    return (f"read_json($path, columns={_columns_literal(table, tagged)}, "
+            "format='newline_delimited')")
 
 
-def _insert_sql(table: str) -> str:
-    names = ", ".join(f'"{c}"' for c in RECORD_COLUMNS[table])
+def _names(table: str) -> str:
+    return ", ".join(f'"{c}"' for c in RECORD_COLUMNS[table])
+
+
+def _select_sql(table: str, tagged: bool) -> str:
+    host, offset = ('"@host"', '"@off"') if tagged else ("$host", "$offset")
     return (
-        f'INSERT INTO "{table}" (host, seq, ts, {names}) '
-        f"SELECT $host, seq + $offset, ts, {names} FROM {_reader(table)} "
-        "WHERE ts IS NOT NULL"
+        f"SELECT {host} AS host, seq + {offset} AS seq, ts, {_names(table)} "
+        f"FROM {_reader(table, tagged)} WHERE ts IS NOT NULL"
     )
+
+
+def _insert_sql(table: str, tagged: bool) -> str:
+    return f'INSERT INTO "{table}" (host, seq, ts, {_names(table)}) {_select_sql(table, tagged)}'
+
+
+def staging_table(table: str) -> str:
+    """The temp table (of the loading connection) holding the rows a flush stored."""
+    return f"cockpit_new_{table}"
+
+
+def _stage_sql(table: str) -> str:
+    return f'CREATE OR REPLACE TEMP TABLE "{staging_table(table)}" AS {_select_sql(table, True)}'
+
+
+def _unstage_sql(table: str) -> str:
+    return (f'INSERT INTO "{table}" (host, seq, ts, {_names(table)}) '
+            f'SELECT host, seq, ts, {_names(table)} FROM "{staging_table(table)}"')
 
 
 _OTHER_SELECT = (
@@ -66,17 +101,35 @@ _EXTRA_INSERT = (
     "WHERE NOT list_has_all($known, json_keys(json)) "
     "AND TRY_CAST(json->>'ts' AS DOUBLE) IS NOT NULL"
 )
-_INSERTS = {table: _insert_sql(table) for table in RECORD_COLUMNS}
+_TAGGED_EXTRA_INSERT = (
+    "INSERT INTO other SELECT json->>'@host', (json->>'seq')::BIGINT + (json->>'@off')::BIGINT, "
+    "TRY_CAST(json->>'ts' AS DOUBLE), $label, "
+    "'{' || substr(json::VARCHAR, list_extract($cut, (json->>'@p')::INTEGER + 1) + 1) "
+    "FROM read_ndjson_objects($path) "
+    "WHERE list_contains($checked, (json->>'@p')::INTEGER) "
+    "AND NOT list_has_all($known, json_keys(json)) "
+    "AND TRY_CAST(json->>'ts' AS DOUBLE) IS NOT NULL"
+)
+_INSERTS = {(table, tagged): _insert_sql(table, tagged)
+            for table in RECORD_COLUMNS for tagged in (False, True)}
+_STAGES = {table: _stage_sql(table) for table in LEVEL_SERIES}
+_UNSTAGES = {table: _unstage_sql(table) for table in LEVEL_SERIES}
 
 
-def _check_sql(table: str) -> str:
+def _check_sql(table: str, tagged: bool) -> str:
     # Counting every column makes the reader convert every value (count(*) would not).
-    counts = ", ".join(f'count("{c}")' for c in ["seq", "ts", *RECORD_COLUMNS[table]])
-    return f"SELECT {counts} FROM {_reader(table)}"
+    names = [*(_TAG_TYPES if tagged else ()), "seq", "ts", *RECORD_COLUMNS[table]]
+    counts = ", ".join(f'count("{c}")' for c in names)
+    return f"SELECT {counts} FROM {_reader(table, tagged)}"
 
 
-_CHECKS = {table: _check_sql(table) for table in RECORD_COLUMNS}
-_NULL_TS = {table: f"SELECT seq FROM {_reader(table)} WHERE ts IS NULL" for table in RECORD_COLUMNS}
+_PIECE = {True: '"@p"', False: "0"}
+_CHECKS = {(table, tagged): _check_sql(table, tagged)
+           for table in RECORD_COLUMNS for tagged in (False, True)}
+_NULL_TS = {
+    (table, tagged): f"SELECT {_PIECE[tagged]}, seq FROM {_reader(table, tagged)} WHERE ts IS NULL"
+    for table in RECORD_COLUMNS for tagged in (False, True)
+}
 _OTHER_CHECK = f"SELECT count(seq), count(ts), count(t), count(raw) FROM ({_OTHER_SELECT})"
 _OTHER_NULL_TS = f"SELECT (json->>'seq')::BIGINT FROM ({_OTHER_SELECT}) WHERE ts IS NULL"
 _KNOWN_KEYS = {table: ["t", "seq", "ts", *RECORD_COLUMNS[table]] for table in RECORD_COLUMNS}
@@ -86,8 +139,39 @@ _FILE_NOISE = re.compile(r'^.*?in file "[^"]*",? ?(in line \d+: )?', re.S)
 @dataclass
 class GroupResult:
     stored: int = 0
-    extras: int = 0
     malformed: list[Malformed] = field(default_factory=list)
+
+
+@dataclass
+class Piece:
+    """One host's new lines of one type from one stream segment, stored at seq + offset.
+
+    `data`, when given, is `lines` already joined by newlines (the router has it).
+    Every line starts with `{` (the router guarantees it for the lines it accepts).
+    """
+
+    host: str
+    offset: int
+    lines: list[bytes]
+    seqs: Sequence[int]
+    check_fields: bool = False
+    data: bytes | None = None
+    result: GroupResult = field(default_factory=GroupResult)
+
+    def joined(self) -> bytes:
+        if self.data is None:
+            self.data = b"\n".join(self.lines)
+        return self.data
+
+
+@dataclass
+class TypeLoad:
+    """What loading one type did: rows stored and where the chart levels find them."""
+
+    stored: int = 0
+    extras: int = 0  # lines also copied whole into `other` for their unknown fields
+    staged: str | None = None  # temp table of exactly the stored rows, when there is one
+    first_seq: dict[str, int] = field(default_factory=dict)  # else: host -> lowest new seq
 
 
 class Scratch:
@@ -100,10 +184,11 @@ class Scratch:
         # Removed even when the Store is never closed (/dev/shm is memory).
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
 
-    def write(self, lines: list[bytes]) -> str:
+    def write(self, data: bytes | list[bytes]) -> str:
+        """A new file holding `data` (bytes, or lines to join), newline-terminated."""
         path = self.dir / f"{next(self._names)}.ndjson"
         with open(path, "wb") as f:
-            f.write(b"\n".join(lines))
+            f.write(data if isinstance(data, bytes) else b"\n".join(data))
             f.write(b"\n")
         return str(path)
 
@@ -121,92 +206,171 @@ def _short_error(exc: Exception) -> str:
     return _FILE_NOISE.sub("", text) or text
 
 
-def load_group(
+def _tag(index: int, piece: Piece) -> bytes:
+    return b'{"@p":%d,"@host":%s,"@off":%d,' % (index, orjson.dumps(piece.host), piece.offset)
+
+
+def _tagged(index: int, piece: Piece) -> bytes:
+    tag = _tag(index, piece)
+    return tag + piece.joined()[1:].replace(b"\n{", b"\n" + tag)
+
+
+def load_type(
     cur: duckdb.DuckDBPyConnection,
     checker: duckdb.DuckDBPyConnection | None,
     scratch: Scratch,
-    host: str,
     wire_type: str,
-    lines: list[bytes],
-    seqs: Sequence[int],
-    offset: int,
-    check_fields: bool,
-) -> GroupResult:
-    """Insert `lines` (all of type `wire_type`, all new) for `host` inside `cur`'s transaction.
+    pieces: list[Piece],
+) -> TypeLoad:
+    """Insert every piece's lines (all of type `wire_type`, all new) inside `cur`'s transaction.
 
-    With a `checker` (a second connection, outside the transaction) bad lines are found
-    and left out first; without one, a bad line raises `duckdb.Error`.
+    Each piece's `result` says what became of its lines. With a `checker` (a second
+    connection, outside the transaction) bad lines are found and left out first; without
+    one, a bad line raises `duckdb.Error`.
     """
     table = TABLE_FOR_TYPE.get(wire_type)
-    result = GroupResult()
+    if table is None:
+        for piece in pieces:
+            _load_other(cur, checker, scratch, wire_type, piece)
+        return TypeLoad(stored=sum(p.result.stored for p in pieces))
+    tagged = len(pieces) > 1
     if checker is not None:
-        lines, seqs, result.malformed = _drop_bad_lines(checker, scratch, table, lines, seqs)
-        if not lines:
-            return result
-    path = scratch.write(lines)
+        _drop_bad_lines(checker, scratch, table, pieces, tagged)
+        pieces = [p for p in pieces if p.lines]
+        if not pieces:
+            return TypeLoad()
+    if tagged:
+        data = b"\n".join(_tagged(i, piece) for i, piece in enumerate(pieces))
+    else:
+        data = pieces[0].joined()
+    path = scratch.write(data)
+    load = TypeLoad()
     try:
-        params = {"host": host, "offset": offset, "path": path}
-        insert = _OTHER_INSERT if table is None else _INSERTS[table]
-        stored = cur.execute(insert, params).fetchone()
-        result.stored = int(stored[0]) if stored else 0
-        if result.stored < len(lines):
-            result.malformed += _missing_ts(cur, table, path, seqs, lines, wire_type)
-        if table is not None and check_fields:
-            extra = cur.execute(
-                _EXTRA_INSERT,
-                {**params, "label": f"{wire_type}+extra", "known": _KNOWN_KEYS[table]},
-            ).fetchone()
-            result.extras = int(extra[0]) if extra else 0
+        if tagged and table in LEVEL_SERIES:
+            cur.execute(_STAGES[table], {"path": path})
+            row = cur.execute(_UNSTAGES[table]).fetchone()
+            load.staged = staging_table(table)
+        else:
+            query = _INSERTS[(table, tagged)]
+            row = cur.execute(query, _params(query, path=path, host=pieces[0].host,
+                                             offset=pieces[0].offset)).fetchone()
+        load.stored = int(row[0]) if row else 0
+        missing: set[tuple[int, int]] = set()
+        if load.stored < sum(len(p.lines) for p in pieces):
+            rows = cur.execute(_NULL_TS[(table, tagged)], {"path": path}).fetchall()
+            missing = {(int(i), int(seq)) for i, seq in rows}
+        for i, piece in enumerate(pieces):
+            no_ts = [
+                Malformed(f"{wire_type} record seq {seq} has no numeric `ts`", line)
+                for seq, line in zip(piece.seqs, piece.lines, strict=True)
+                if (i, seq) in missing
+            ] if missing else []
+            piece.result.malformed += no_ts
+            piece.result.stored = len(piece.lines) - len(no_ts)
+        load.extras = _insert_extras(cur, path, table, wire_type, pieces, tagged)
     finally:
         os.unlink(path)
-    return result
+    if load.staged is None:
+        load.first_seq = {pieces[0].host: pieces[0].offset + pieces[0].seqs[0]}
+    return load
 
 
-def _missing_ts(
+def _insert_extras(
+    cur: duckdb.DuckDBPyConnection, path: str, table: str, wire_type: str,
+    pieces: list[Piece], tagged: bool,
+) -> int:
+    """Copy the lines of checked pieces that carry fields `table` does not know into `other`.
+
+    In a tagged file the tag is cut off again (by its length in characters), so `raw`
+    is the line exactly as the agent sent it.
+    """
+    checked = [i for i, p in enumerate(pieces) if p.check_fields and p.result.stored]
+    if not checked:
+        return 0
+    label = f"{wire_type}+extra"
+    if not tagged:
+        row = cur.execute(_EXTRA_INSERT, {
+            "host": pieces[0].host, "offset": pieces[0].offset, "path": path,
+            "label": label, "known": _KNOWN_KEYS[table],
+        }).fetchone()
+    else:
+        row = cur.execute(_TAGGED_EXTRA_INSERT, {
+            "path": path, "label": label, "known": [*_TAG_TYPES, *_KNOWN_KEYS[table]],
+            "checked": checked,
+            "cut": [len(_tag(i, p).decode()) for i, p in enumerate(pieces)],
+        }).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _load_other(
     cur: duckdb.DuckDBPyConnection,
-    table: str | None,
-    path: str,
-    seqs: Sequence[int],
-    lines: list[bytes],
+    checker: duckdb.DuckDBPyConnection | None,
+    scratch: Scratch,
     wire_type: str,
-) -> list[Malformed]:
-    query = _OTHER_NULL_TS if table is None else _NULL_TS[table]
-    rows = cur.execute(query, _params(query, path=path, host="", offset=0)).fetchall()
-    missing = {int(row[0]) for row in rows}
-    return [
-        Malformed(f"{wire_type} record seq {seq} has no numeric `ts`", line)
-        for seq, line in zip(seqs, lines, strict=True)
-        if seq in missing
-    ]
+    piece: Piece,
+) -> None:
+    """Store a piece of a type this cockpit does not know, whole, in `other`."""
+    if checker is not None:
+        _drop_bad_lines(checker, scratch, None, [piece], False)
+        if not piece.lines:
+            return
+    path = scratch.write(piece.joined())
+    try:
+        params = {"host": piece.host, "offset": piece.offset, "path": path}
+        row = cur.execute(_OTHER_INSERT, params).fetchone()
+        piece.result.stored = int(row[0]) if row else 0
+        if piece.result.stored < len(piece.lines):
+            rows = cur.execute(_OTHER_NULL_TS, params).fetchall()
+            missing = {int(r[0]) for r in rows}
+            piece.result.malformed += [
+                Malformed(f"{wire_type} record seq {seq} has no numeric `ts`", line)
+                for seq, line in zip(piece.seqs, piece.lines, strict=True)
+                if seq in missing
+            ]
+    finally:
+        os.unlink(path)
 
 
 def _drop_bad_lines(
     checker: duckdb.DuckDBPyConnection,
     scratch: Scratch,
     table: str | None,
-    lines: list[bytes],
-    seqs: Sequence[int],
-) -> tuple[list[bytes], Sequence[int], list[Malformed]]:
-    bad: list[Malformed] = []
-    keep: list[int] = []
-    for i, line in enumerate(lines):
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            bad.append(Malformed(f"not JSON: {exc}", line))
-            continue
-        if not isinstance(record, dict):
-            bad.append(Malformed(f"not a JSON object but {type(record).__name__}", line))
-            continue
-        keep.append(i)
-    query = _OTHER_CHECK if table is None else _CHECKS[table]
+    pieces: list[Piece],
+    tagged: bool,
+) -> None:
+    """Move the lines the strict reader cannot type from the pieces to their results."""
+    candidates: list[bytes] = []
+    where: list[tuple[int, int]] = []  # (piece, line) of each candidate
+    bad: dict[tuple[int, int], str] = {}
+    for i, piece in enumerate(pieces):
+        tag = _tag(i, piece) if tagged else b""
+        for j, line in enumerate(piece.lines):
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                bad[(i, j)] = f"not JSON: {exc}"
+                continue
+            if not isinstance(record, dict):
+                bad[(i, j)] = f"not a JSON object but {type(record).__name__}"
+                continue
+            candidates.append(tag + line[1:] if tagged else line)
+            where.append((i, j))
+    query = _OTHER_CHECK if table is None else _CHECKS[(table, tagged)]
     rejected: dict[int, str] = {}
-    _bisect(checker, scratch, query, lines, keep, rejected)
+    _bisect(checker, scratch, query, candidates, list(range(len(candidates))), rejected)
     label = table or "record"
-    for i in sorted(rejected):
-        bad.append(Malformed(f"{label} record does not fit its types: {rejected[i]}", lines[i]))
-    good = [i for i in keep if i not in rejected]
-    return [lines[i] for i in good], [seqs[i] for i in good], bad
+    for k, error in rejected.items():
+        bad[where[k]] = f"{label} record does not fit its types: {error}"
+    for i, piece in enumerate(pieces):
+        drop = sorted(j for (pi, j) in bad if pi == i)
+        if not drop:
+            continue
+        piece.result.malformed += [Malformed(bad[(i, j)], piece.lines[j]) for j in drop]
+        gone = set(drop)
+        keep = [j for j in range(len(piece.lines)) if j not in gone]
+        piece.seqs = [piece.seqs[j] for j in keep]
+        piece.lines = [piece.lines[j] for j in keep]
+        piece.data = None
 
 
 def _bisect(

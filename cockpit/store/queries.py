@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from cockpit.store.queries_base import RECORD_TABLES, StoreLike
 from cockpit.store.queries_events import EventQueries
+from cockpit.store.queries_frontiers import Frontiers
 from cockpit.store.queries_health import HealthQueries
 from cockpit.store.queries_train import TrainQueries
 
-__all__ = ["StoreReader"]
+__all__ = ["Frontiers", "StoreReader"]
 
 
 class StoreReader(TrainQueries, HealthQueries, EventQueries):
@@ -32,7 +33,4 @@ class StoreReader(TrainQueries, HealthQueries, EventQueries):
 
     def frontier(self, *, until_ts: float | None = None) -> float | None:
         """The newest record's ts at or before `until_ts`."""
-        with self._cur() as cur:
-            found = [self.table_frontier(cur, t, until_ts) for t in RECORD_TABLES]
-        known = [f for f in found if f is not None]
-        return max(known) if known else None
+        return self.frontiers(until_ts=until_ts).newest

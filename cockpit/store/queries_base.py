@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from cockpit.store.queries_frontiers import Frontiers, probe_frontiers
 from cockpit.store.schema import RECORD_COLUMNS
 
 # Seconds before the newest record that a probe looks at, widening in turn (None: all).
@@ -28,6 +29,7 @@ JSON_COLUMNS = frozenset(
 RECORD_TABLES: tuple[str, ...] = tuple(RECORD_COLUMNS)
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 class StoreLike(Protocol):
@@ -55,6 +57,33 @@ class ReaderBase:
         self._memo_lock = threading.Lock()
         # host -> (until the value was computed for, last ts seen): see `_old_last_seen`.
         self._last_seen_memo: dict[str, tuple[float, float]] = {}
+        # name -> (key, value): one remembered answer per kind of read, see `memo`.
+        self._memo: dict[str, tuple[Any, Any]] = {}
+        self._sizes: dict[str, int] = {}  # rows per table at the last `frontiers` call
+
+    def memo(self, name: str, key: Any, compute: Callable[[], T]) -> T:
+        """The answer last computed under `name` if it was computed for `key`, else a
+        fresh one (remembered in its place).
+
+        A key made of the `Frontiers.key` of every table a read looks at identifies the
+        rows that read can see, so a screen refresh re-reads only what changed. One
+        answer per name keeps the memory bounded however long the run or the replay.
+        """
+        with self._memo_lock:
+            held = self._memo.get(name)
+        if held is not None and held[0] == key:
+            return held[1]  # type: ignore[no-any-return]
+        value = compute()
+        with self._memo_lock:
+            self._memo[name] = (key, value)
+        return value
+
+    def frontiers(self, *, until_ts: float | None = None) -> Frontiers:
+        """Every record table's newest ts at or before `until_ts`, and its size."""
+        with self._cur() as cur:
+            found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes)
+        self._sizes = dict(found.rows)
+        return found
 
     @contextmanager
     def _cur(self) -> Iterator[Any]:
@@ -65,9 +94,11 @@ class ReaderBase:
     def fetch(cur: Any, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         cur.execute(sql, list(params))
         names = [d[0] for d in cur.description]
-        return [
-            {n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()
-        ]
+        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        for name in JSON_COLUMNS.intersection(names):  # decoded only where JSON can be
+            for row in rows:
+                row[name] = _decode(name, row[name])
+        return rows
 
     @staticmethod
     def scalar(cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -115,10 +146,13 @@ class ReaderBase:
         qualify: str = "",
         enough: Callable[[list[Row]], bool] | None = None,
         windows: Sequence[float | None] = WINDOWS,
+        frontiers: Frontiers | None = None,
     ) -> list[Row]:
         """Rows near the table's newest record, widening the window until `enough`
-        (default: `limit` rows, or any row when there is no limit)."""
-        end = self.table_frontier(cur, table, until_ts)
+        (default: `limit` rows, or any row when there is no limit). `frontiers`, when
+        given for the same `until_ts`, saves looking the newest record up again."""
+        end = (frontiers.ts.get(table) if frontiers is not None
+               else self.table_frontier(cur, table, until_ts))
         if end is None:
             return []
         satisfied = enough or (

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cockpit.store.queries_base import ReaderBase, Row, until_clause
+from cockpit.store.queries_frontiers import Frontiers
 
 LIFECYCLE_KINDS = (
     "job_started", "job_exited", "pause", "resume", "interruption", "recovery", "relaunch",
@@ -33,6 +34,7 @@ class EventQueries(ReaderBase):
         limit: int = 100,
         job: str | None = None,
         text: str | None = None,
+        frontiers: Frontiers | None = None,
     ) -> list[Row]:
         """The newest `limit` events (optionally of some kinds, one job, containing a
         text), oldest first."""
@@ -42,14 +44,16 @@ class EventQueries(ReaderBase):
         with self._cur() as cur:
             rows = self.recent(
                 cur, "event", until_ts=until_ts, where=kind_sql + text_sql + job_sql,
-                params=[*kind_args, *text_args, *job_args], limit=limit,
+                params=[*kind_args, *text_args, *job_args], limit=limit, frontiers=frontiers,
             )
         return rows[::-1]
 
-    def alerts(self, *, until_ts: float | None = None, limit: int = 100) -> list[Row]:
+    def alerts(self, *, until_ts: float | None = None, limit: int = 100,
+               frontiers: Frontiers | None = None) -> list[Row]:
         """The agents' own alerts, newest `limit`, oldest first."""
         with self._cur() as cur:
-            rows = self.recent(cur, "alert", until_ts=until_ts, limit=limit)
+            rows = self.recent(cur, "alert", until_ts=until_ts, limit=limit,
+                               frontiers=frontiers)
         return rows[::-1]
 
     def logs(
@@ -72,13 +76,14 @@ class EventQueries(ReaderBase):
             )
         return rows[::-1]
 
-    def lifecycle(self, job: str, *, until_ts: float | None = None) -> Row | None:
+    def lifecycle(self, job: str, *, until_ts: float | None = None,
+                  frontiers: Frontiers | None = None) -> Row | None:
         """The job's newest lifecycle event (started, exited, paused, interrupted…)."""
         kind_sql, kind_args = _kinds_filter(LIFECYCLE_KINDS)
         with self._cur() as cur:
             rows = self.recent(
                 cur, "event", until_ts=until_ts, where=" AND job = ?" + kind_sql,
-                params=[job, *kind_args], limit=1,
+                params=[job, *kind_args], limit=1, frontiers=frontiers,
             )
         return rows[0] if rows else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
+from cockpit.store.queries_frontiers import Frontiers
 
 # Latest samples are looked for this far back at most: a GPU or host silent for longer
 # is shown offline (its last values would mislead more than they help).
@@ -13,25 +14,25 @@ HEARTBEAT_TABLES = ("host_sample", "gpu", "train", "hello", "event")
 
 
 class HealthQueries(ReaderBase):
-    def hosts(self, *, until_ts: float | None = None) -> list[Row]:
+    def hosts(self, *, until_ts: float | None = None,
+              frontiers: Frontiers | None = None) -> list[Row]:
         """One row per host known at `until_ts`: transport bookkeeping (live state,
-        counters), the facts of its newest `hello`, and `last_seen`."""
-        cond, args = until_clause(until_ts)
+        counters), the facts of its newest `hello`, and `last_seen`.
+
+        With `frontiers` the hello facts are remembered until a new hello is visible:
+        they change once per agent start, not once per refresh.
+        """
+        if frontiers is None:
+            hellos = self._hellos(until_ts)
+        else:
+            hellos = self.memo("hellos", frontiers.key("hello"),
+                               lambda: self._hellos(until_ts))
         with self._cur() as cur:
-            hellos = {
-                r["host"]: r
-                for r in self.fetch(
-                    cur,
-                    f"SELECT * FROM hello WHERE true{cond} QUALIFY row_number() OVER "
-                    "(PARTITION BY host ORDER BY ts DESC, seq DESC) = 1",
-                    args,
-                )
-            }
             links = {r["host"]: r for r in self.fetch(cur, "SELECT * FROM hosts")}
             names = set(hellos)
             if until_ts is None:
                 names |= set(links)
-            seen = self._last_seen(cur, sorted(names), until_ts)
+            seen = self._last_seen(cur, sorted(names), until_ts, frontiers)
         out = []
         for name in sorted(names):
             hello = hellos.get(name, {})
@@ -63,13 +64,31 @@ class HealthQueries(ReaderBase):
             })
         return out
 
-    def _last_seen(self, cur: Any, hosts: list[str], until_ts: float | None) -> dict[str, float]:
-        """Newest record per host across the busy tables, probed in recent windows."""
+    def _hellos(self, until_ts: float | None) -> dict[str, Row]:
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            return {
+                r["host"]: r
+                for r in self.fetch(
+                    cur,
+                    f"SELECT * FROM hello WHERE true{cond} QUALIFY row_number() OVER "
+                    "(PARTITION BY host ORDER BY ts DESC, seq DESC) = 1",
+                    args,
+                )
+            }
+
+    def _last_seen(self, cur: Any, hosts: list[str], until_ts: float | None,
+                   frontiers: Frontiers | None = None) -> dict[str, float]:
+        """Newest record per host across the busy tables, probed in recent windows
+        (one statement per window for all of them)."""
         if not hosts:
             return {}
         end = until_ts
         if end is None:
-            ends = [self.table_frontier(cur, t, None) for t in HEARTBEAT_TABLES]
+            if frontiers is not None:
+                ends = [frontiers.ts.get(t) for t in HEARTBEAT_TABLES]
+            else:
+                ends = [self.table_frontier(cur, t, None) for t in HEARTBEAT_TABLES]
             known = [e for e in ends if e is not None]
             if not known:
                 return {}
@@ -78,15 +97,17 @@ class HealthQueries(ReaderBase):
         for window in WINDOWS:
             if window is None:
                 break
-            for table in HEARTBEAT_TABLES:
-                for r in self.fetch(
-                    cur,
-                    f'SELECT host, max(ts) AS ts FROM "{table}" WHERE ts <= ? AND ts > ? '
-                    "GROUP BY host",
-                    [end, end - window],
-                ):
-                    if r["ts"] is not None and r["ts"] > seen.get(r["host"], float("-inf")):
-                        seen[r["host"]] = float(r["ts"])
+            parts = " UNION ALL ".join(
+                f'SELECT host, max(ts) AS ts FROM "{table}" WHERE ts <= ? AND ts > ? '
+                "GROUP BY host"
+                for table in HEARTBEAT_TABLES
+            )
+            for r in self.fetch(
+                cur, f"SELECT host, max(ts) AS ts FROM ({parts}) GROUP BY host",
+                [end, end - window] * len(HEARTBEAT_TABLES),
+            ):
+                if r["ts"] is not None and r["ts"] > seen.get(r["host"], float("-inf")):
+                    seen[r["host"]] = float(r["ts"])
             if all(h in seen for h in hosts):
                 return seen
         for host in hosts:
@@ -96,28 +117,33 @@ class HealthQueries(ReaderBase):
                     seen[host] = found
         return seen
 
-    def latest_gpus(self, *, until_ts: float | None = None) -> list[Row]:
+    def latest_gpus(self, *, until_ts: float | None = None,
+                    frontiers: Frontiers | None = None) -> list[Row]:
         """Newest sample of every GPU sampled recently, by (host, gpu)."""
         with self._cur() as cur:
             return self.recent(
                 cur, "gpu", until_ts=until_ts, order="host, gpu", windows=SAMPLE_WINDOWS,
+                frontiers=frontiers,
                 qualify="row_number() OVER (PARTITION BY host, gpu ORDER BY ts DESC, seq DESC)"
                 " = 1",
             )
 
-    def latest_host_samples(self, *, until_ts: float | None = None) -> list[Row]:
+    def latest_host_samples(self, *, until_ts: float | None = None,
+                            frontiers: Frontiers | None = None) -> list[Row]:
         """Newest host sample of every host sampled recently."""
         with self._cur() as cur:
             return self.recent(
                 cur, "host_sample", until_ts=until_ts, order="host", windows=SAMPLE_WINDOWS,
+                frontiers=frontiers,
                 qualify="row_number() OVER (PARTITION BY host ORDER BY ts DESC, seq DESC) = 1",
             )
 
-    def gpu_events(self, *, until_ts: float | None = None, limit: int = 200) -> list[Row]:
+    def gpu_events(self, *, until_ts: float | None = None, limit: int = 200,
+                   frontiers: Frontiers | None = None) -> list[Row]:
         """Recent XID events (for the newest XID shown per GPU)."""
         with self._cur() as cur:
             return self.recent(
                 cur, "event", until_ts=until_ts, where=" AND kind = 'xid'",
                 columns="host, seq, ts, kind, step, msg, data", limit=limit,
-                enough=lambda rows: bool(rows),
+                enough=lambda rows: bool(rows), frontiers=frontiers,
             )

@@ -7,6 +7,7 @@ from typing import Any
 from cockpit.snapshot import Series
 from cockpit.store.downsample import downsample
 from cockpit.store.queries_base import ReaderBase, Row, until_clause
+from cockpit.store.queries_frontiers import Frontiers
 
 RUN_FIELDS = (
     "total_steps", "total_epochs", "total_samples", "total_tokens", "stages", "config",
@@ -16,6 +17,10 @@ RUN_FIELDS = (
 STEP_COLUMNS = (
     "host, seq, ts, rank, step, epoch, stage, loss, nonfinite, lr, samples, tokens, "
     "step_time, data_time, compute_time, comm_time, ckpt_time, loss_scale, grad_norm"
+)
+# What the efficiency, ETA and stall rules read of recent steps.
+SAMPLE_COLUMNS = (
+    "host, seq, ts, rank, step, samples, tokens, step_time, data_time, compute_time, comm_time"
 )
 NONFINITE_LIMIT = 1000
 
@@ -44,14 +49,17 @@ class TrainQueries(ReaderBase):
             names.append(newest)
         return names
 
-    def _newest_train_job(self, cur: Any, until_ts: float | None) -> str | None:
-        rows = self.recent(cur, "train", until_ts=until_ts, columns="job", limit=1)
+    def _newest_train_job(self, cur: Any, until_ts: float | None,
+                          frontiers: Frontiers | None = None) -> str | None:
+        rows = self.recent(cur, "train", until_ts=until_ts, columns="job", limit=1,
+                           frontiers=frontiers)
         return rows[0]["job"] if rows else None
 
-    def current_job(self, *, until_ts: float | None = None) -> str | None:
+    def current_job(self, *, until_ts: float | None = None,
+                    frontiers: Frontiers | None = None) -> str | None:
         """The job that trained most recently, else the most recently declared one."""
         with self._cur() as cur:
-            newest = self._newest_train_job(cur, until_ts)
+            newest = self._newest_train_job(cur, until_ts, frontiers)
             if newest is not None:
                 return newest
             cond, args = until_clause(until_ts)
@@ -102,7 +110,8 @@ class TrainQueries(ReaderBase):
         return info
 
     def latest_train(
-        self, job: str, *, until_ts: float | None = None, expected_ranks: int | None = None
+        self, job: str, *, until_ts: float | None = None, expected_ranks: int | None = None,
+        frontiers: Frontiers | None = None,
     ) -> list[Row]:
         """Per rank, its newest step record (newest by time, so a rollback shows)."""
         want = expected_ranks or 1
@@ -111,17 +120,19 @@ class TrainQueries(ReaderBase):
                 cur, "train", until_ts=until_ts, where=" AND job = ?", params=[job],
                 columns=STEP_COLUMNS, order="rank",
                 qualify="row_number() OVER (PARTITION BY rank ORDER BY ts DESC, seq DESC) = 1",
-                enough=lambda rows: len(rows) >= want,
+                enough=lambda rows: len(rows) >= want, frontiers=frontiers,
             )
 
     def recent_steps(
         self, job: str, n: int = 50, *, until_ts: float | None = None,
-        last_step: int | None = None,
+        last_step: int | None = None, columns: str = STEP_COLUMNS,
     ) -> list[Row]:
         """Per rank, the last `n` steps up to the newest, oldest first.
 
         Bounded by a step range (zone maps prune the rest); a step run twice because of
-        a rollback is taken from its newest run.
+        a rollback is taken from its newest run. That choice is made here rather than
+        with a window function, which costs several times the read itself; `columns`
+        must therefore include rank, step, ts and seq.
         """
         if last_step is None:
             latest = self.latest_train(job, until_ts=until_ts)
@@ -131,13 +142,15 @@ class TrainQueries(ReaderBase):
             last_step = int(newest["step"])
         cond, args = until_clause(until_ts)
         with self._cur() as cur:
-            return self.fetch(
+            rows = self.fetch(
                 cur,
-                f"SELECT {STEP_COLUMNS} FROM train WHERE job = ? AND step > ? AND step <= ?"
-                f"{cond} QUALIFY row_number() OVER (PARTITION BY rank, step "
-                "ORDER BY ts DESC, seq DESC) = 1 ORDER BY step, rank",
+                f"SELECT {columns} FROM train WHERE job = ? AND step > ? AND step <= ?"
+                f"{cond} ORDER BY step, rank, ts, seq",
                 [job, last_step - n, last_step, *args],
             )
+        # Sorted by (step, rank, ts, seq): the newest run of a (rank, step) comes last.
+        return [r for r, after in zip(rows, [*rows[1:], None], strict=True)
+                if after is None or (after["step"], after["rank"]) != (r["step"], r["rank"])]
 
     def series(
         self,
@@ -191,15 +204,29 @@ class TrainQueries(ReaderBase):
     ) -> int | None:
         """The step in [first, last] where `column` peaked: pins a spike found on a
         downsampled series to its exact step (a step-range read, zone-map bounded)."""
+        return self.peak_steps(job, rank, column, [(first, last)], until_ts=until_ts)[0]
+
+    def peak_steps(
+        self, job: str, rank: int | None, column: str,
+        ranges: list[tuple[float, float]], *, until_ts: float | None = None,
+    ) -> list[int | None]:
+        """`peak_step` for several step ranges in one statement (one part per range)."""
         if column not in ("loss", "grad_norm", "step_time"):
             raise ValueError(f"peak_step reads loss, grad_norm or step_time, not {column!r}")
+        if not ranges:
+            return []
         cond, args = until_clause(until_ts)
         rank_sql, rank_args = (" AND rank = ?", [rank]) if rank is not None else ("", [])
-        with self._cur() as cur:
-            found = self.scalar(
-                cur,
-                f"SELECT step FROM train WHERE job = ? AND step >= ? AND step <= ?{rank_sql}"
-                f"{cond} AND {column} IS NOT NULL ORDER BY {column} DESC, step LIMIT 1",
-                [job, first, last, *rank_args, *args],
+        parts = []
+        params: list[Any] = []
+        for i, (first, last) in enumerate(ranges):
+            parts.append(
+                f"(SELECT {i} AS i, step FROM train WHERE job = ? AND step >= ? AND step <= ?"
+                f"{rank_sql}{cond} AND {column} IS NOT NULL ORDER BY {column} DESC, step "
+                "LIMIT 1)"
             )
-        return int(found) if found is not None else None
+            params += [job, first, last, *rank_args, *args]
+        with self._cur() as cur:
+            found = dict(cur.execute(" UNION ALL ".join(parts), params).fetchall())
+        return [int(found[i]) if found.get(i) is not None else None
+                for i in range(len(ranges))]

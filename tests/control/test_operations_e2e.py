@@ -77,7 +77,8 @@ def test_fork_starts_from_the_parents_checkpoint_with_overrides_beside_it(
     fork = "parent-fork"
     data = d.op("fork", job=parent, name=fork,
                 overrides={"optim.lr": 0.001, "train.max_steps": 300})  # fmt: skip
-    forked = d.event("fork", lambda e: e["job"] == fork)
+    forked = d.wait_for(lambda: d.event("fork", lambda e: e["job"] == fork), 30, "the fork")
+    assert forked["data"]["ok"] is True
     parent_step = forked["data"]["parent_step"]
     assert data["parent"] == parent and forked["data"]["parent"] == parent
     assert forked["data"]["overrides"] == {"optim.lr": 0.001, "train.max_steps": 300}

@@ -104,3 +104,19 @@ def test_empty_or_missing_recordings_are_refused(tmp_path: Path) -> None:
     Store(tmp_path / "empty.duckdb").close()
     with pytest.raises(CockpitError, match="no records to replay"):
         ReplaySource(tmp_path / "empty.duckdb")
+
+
+def test_a_replay_caps_the_database_memory(replay: ReplaySource) -> None:
+    """Without a cap DuckDB keeps every block the replay walks past: memory would grow
+    with the part of the recording played so far."""
+    import duckdb
+
+    from cockpit.replay import MEMORY_LIMIT
+
+    reference = duckdb.connect()
+    (default,) = reference.execute("SELECT current_setting('memory_limit')").fetchone()
+    reference.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    (capped,) = reference.execute("SELECT current_setting('memory_limit')").fetchone()
+    with replay._store.cursor() as cur:
+        (actual,) = cur.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert actual == capped != default

@@ -99,3 +99,12 @@ def test_stop_flushes_what_is_queued(store: Store) -> None:
     writer.put("h1", trains(1, 3))
     writer.stop()
     assert store.high_water("h1") == 3
+
+
+def test_expensive_flushes_are_spaced_out_but_never_beyond_the_cap(store: Store) -> None:
+    writer = StoreWriter(store, interval=0.5, max_interval=1.0, quiet_factor=4.0)
+    assert writer.next_wait() == 0.5
+    writer._last_flush_s = 0.2  # what the writer thread measured of its last flush
+    assert writer.next_wait() == 0.8
+    writer._last_flush_s = 3.0
+    assert writer.next_wait() == 1.0

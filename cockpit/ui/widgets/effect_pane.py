@@ -9,7 +9,7 @@ from textual.widgets import Static
 from cockpit.snapshot import Effect, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.loss_chart import LossChart
-from cockpit.ui.widgets.pane import Pane
+from cockpit.ui.widgets.pane import Pane, update_text
 
 
 def effect_line(e: Effect, log_y: bool) -> str:
@@ -52,8 +52,8 @@ class EffectPane(Pane):
         self.query_one(LossChart).effect = snapshot.effect
 
     def _update_lines(self, effect: Effect) -> None:
-        self.query_one("#effect-line", Static).update(effect_line(effect, self.log_y))
-        self.query_one("#effect-warnings", Static).update(warnings_line(effect))
+        update_text(self.query_one("#effect-line", Static), effect_line(effect, self.log_y))
+        update_text(self.query_one("#effect-warnings", Static), warnings_line(effect))
 
     def watch_log_y(self, log_y: bool) -> None:
         self.query_one(LossChart).log_y = log_y

@@ -9,7 +9,7 @@ from textual.widgets import Static
 from cockpit.snapshot import Efficiency, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.gauge import Gauge
-from cockpit.ui.widgets.pane import Pane
+from cockpit.ui.widgets.pane import Pane, update_text
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
 SLOWEST_SHOWN = 3
@@ -54,8 +54,8 @@ class EfficiencyPane(Pane):
         self.query_one("#gauge-data", Gauge).value = e.data_wait_pct
         self.query_one("#gauge-comm", Gauge).value = e.comm_pct
         self.query_one("#gauge-mfu", Gauge).value = None if e.mfu is None else e.mfu * 100
-        self.query_one("#throughput", Static).update(throughput_line(e))
-        self.query_one("#stragglers", Static).update(stragglers_line(e))
+        update_text(self.query_one("#throughput", Static), throughput_line(e))
+        update_text(self.query_one("#stragglers", Static), stragglers_line(e))
         self.query_one("#spark-throughput", SparklineChart).series = e.throughput_history
         self.query_one("#spark-busy", SparklineChart).series = e.gpu_busy_history
 

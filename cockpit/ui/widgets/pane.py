@@ -15,6 +15,13 @@ from textual.widgets import Static
 from cockpit.snapshot import Snapshot
 
 
+def update_text(widget: Static, markup: str) -> None:
+    """Set a Static's markup only when it changed: each update costs the screen a layout
+    pass and a repaint, and most lines read the same from one refresh to the next."""
+    if widget.content != markup:
+        widget.update(markup)
+
+
 class Pane(Vertical, can_focus=True):
     """A focusable, maximisable instrument with a title, a body and a summary line."""
 
@@ -42,9 +49,8 @@ class Pane(Vertical, can_focus=True):
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
         if snapshot is None or not self._ready:
             return
-        self.query_one(".summary", Static).update(
-            f"[b]{self.NUMBER} {self.TITLE}[/b]  {self.summary(snapshot)}"
-        )
+        update_text(self.query_one(".summary", Static),
+                    f"[b]{self.NUMBER} {self.TITLE}[/b]  {self.summary(snapshot)}")
         self.show(snapshot)
 
     def show(self, snapshot: Snapshot) -> None:

@@ -8,7 +8,7 @@ from textual.widgets import ProgressBar, Static
 
 from cockpit.snapshot import Progress, Snapshot
 from cockpit.ui import format as fmt
-from cockpit.ui.widgets.pane import Pane
+from cockpit.ui.widgets.pane import Pane, update_text
 
 _STATE_STYLE = {
     "running": "$success",
@@ -57,21 +57,21 @@ class ProgressPane(Pane):
 
     def show(self, snapshot: Snapshot) -> None:
         p = snapshot.progress
-        self.query_one("#progress-position", Static).update(_position(p))
-        self.query_one("#progress-counts", Static).update(
+        update_text(self.query_one("#progress-position", Static), _position(p))
+        update_text(self.query_one("#progress-counts", Static),
             f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"
         )
         bar = self.query_one("#progress-bar", ProgressBar)
         bar.update(total=100 if p.percent is not None else None, progress=p.percent or 0)
-        self.query_one("#progress-eta", Static).update(eta_text(p))
+        update_text(self.query_one("#progress-eta", Static), eta_text(p))
         style = _STATE_STYLE.get(p.state, "$text-muted")
-        self.query_one("#progress-last", Static).update(
+        update_text(self.query_one("#progress-last", Static),
             f"last step {fmt.duration(p.since_last_step)} ago · state [{style}]{escape(p.state)}[/]"
         )
         banner = self.query_one("#stall-banner", Static)
         banner.display = p.stalled
         if p.stalled:
-            banner.update(stall_text(p))
+            update_text(banner, stall_text(p))
 
     def summary(self, snapshot: Snapshot) -> str:
         p = snapshot.progress

@@ -1,0 +1,88 @@
+"""Where every record table ends at a cursor, found in one or two round trips.
+
+A screen refresh needs the newest ts of each table at the cursor, both to bound its
+"recent" reads and to tell which remembered answers still hold (`ReaderBase.memo`):
+for a given store, (newest ts at or before the cursor, rows in the table) changes
+whenever the rows a read can see change. One statement asks every table at once,
+each part a scalar subquery DuckDB plans on its own: `count(*)` comes from table
+metadata, and `max(ts)` over a window before the cursor reads only the row groups
+whose zone maps overlap it. Tables with nothing in the window are asked again over a
+wider one; tables known to be small are asked without a window from the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A table this small is scanned whole rather than probed window by window.
+SMALL_TABLE_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class Frontiers:
+    """Per record table: newest ts at or before `until_ts`, and rows stored."""
+
+    until_ts: float | None
+    ts: Mapping[str, float | None]
+    rows: Mapping[str, int]
+
+    @property
+    def newest(self) -> float | None:
+        known = [t for t in self.ts.values() if t is not None]
+        return max(known) if known else None
+
+    def key(self, *tables: str) -> tuple[Any, ...]:
+        """Identifies the rows of `tables` visible at the cursor (for `ReaderBase.memo`)."""
+        return tuple((t, self.ts.get(t), self.rows.get(t)) for t in tables)
+
+
+def probe_frontiers(
+    cur: Any,
+    tables: Sequence[str],
+    until_ts: float | None,
+    windows: Sequence[float | None],
+    sizes: Mapping[str, int],
+) -> Frontiers:
+    """Frontiers of `tables`; `sizes` (rows per table, possibly stale) picks which
+    tables are probed in windows and which are scanned whole."""
+    if until_ts is None:
+        parts = " UNION ALL ".join(
+            f"SELECT '{t}', (SELECT count(*) FROM \"{t}\"), (SELECT max(ts) FROM \"{t}\")"
+            for t in tables
+        )
+        found = cur.execute(parts).fetchall()
+        return Frontiers(None, {t: _float(hi) for t, _, hi in found},
+                         {t: int(n) for t, n, _ in found})
+    rows: dict[str, int] = {}
+    ts: dict[str, float | None] = {}
+    pending = list(tables)
+    for i, window in enumerate(windows):
+        parts, args, whole = [], [], set()
+        for t in pending:
+            count = f'(SELECT count(*) FROM "{t}")' if i == 0 else "NULL"
+            if window is None or sizes.get(t, SMALL_TABLE_ROWS + 1) <= SMALL_TABLE_ROWS:
+                whole.add(t)
+                parts.append(f"SELECT '{t}', {count}, (SELECT max(ts) FROM \"{t}\" "
+                             "WHERE ts <= ?)")
+                args.append(until_ts)
+            else:
+                parts.append(f"SELECT '{t}', {count}, (SELECT max(ts) FROM \"{t}\" "
+                             "WHERE ts <= ? AND ts > ?)")
+                args += [until_ts, until_ts - window]
+        for t, n, hi in cur.execute(" UNION ALL ".join(parts), args).fetchall():
+            if n is not None:
+                rows[t] = int(n)
+            if hi is not None or t in whole or not rows.get(t):
+                ts[t] = _float(hi)
+        pending = [t for t in pending if t not in ts]
+        if not pending:
+            break
+    for t in pending:
+        ts[t] = None
+    return Frontiers(until_ts, ts, rows)
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

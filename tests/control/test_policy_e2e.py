@@ -1,0 +1,87 @@
+"""The recovery policy and stack dumps through the real agent and torchrun, with tiny
+one-rank trainers: a repeated out-of-memory stops retrying with advice; a hang in a
+trainer that registered faulthandler has its stack dumped before the kill."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, AgentDaemon
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(120)]
+
+OOM = """
+import sys
+print("Traceback (most recent call last):", file=sys.stderr)
+print('  File "train.py", line 1, in <module>', file=sys.stderr)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr)
+sys.exit(1)
+"""
+
+HANGS_AT_STEP_3 = """
+import faulthandler, signal, sys, time
+from agent.hook import Reporter
+faulthandler.register(signal.SIGUSR1)
+rep = Reporter(flush_interval=0.1)
+def stuck_in_a_collective():
+    while True:
+        time.sleep(0.05)
+for step in range(1, 4):
+    time.sleep(0.05)
+    rep.step(step, loss=1.0 / step)
+rep.flush()
+stuck_in_a_collective()
+"""
+
+
+def _spec(tmp_path: Path, name: str, body: str, **extra: object) -> dict:
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(body))
+    spec = {"name": name, "python": sys.executable, "script": str(script),
+            "nproc_per_node": 1, "run_dir": str(tmp_path / "runs" / name),
+            "env": {"PYTHONPATH": str(REPO)}, "stop_grace": 2,
+            "recovery": {"restart_budget": 5, "backoff": 0.1, "backoff_max": 0.1}}
+    spec.update(extra)
+    return json.loads(json.dumps(spec))
+
+
+def test_repeated_oom_stops_retrying_and_suggests_a_smaller_micro_batch(
+    tmp_path: Path, agent_daemon: AgentDaemon
+) -> None:
+    d = agent_daemon
+    d.op("launch", spec=_spec(tmp_path, "oom", OOM))
+    alert = d.wait_for(lambda: next((r for r in d.records("alert")
+                                     if r["code"] == "recovery_stopped"), None), 90,
+                       "recovery to stop")  # fmt: skip
+    interruptions = d.events("interruption", "oom")
+    assert [i["data"]["cause"] for i in interruptions] == ["oom", "oom"]
+    assert "CUDA out of memory" in " ".join(interruptions[0]["data"]["evidence"])
+    assert [i["data"]["decision"]["retry"] for i in interruptions] == [True, False]
+    assert alert["kind"] == "parameter" and alert["severity"] == "critical"
+    assert "micro-batch" in alert["hint"] and "repeated 2 times" in alert["what"]
+    assert len(d.events("job_started", "oom")) == 2
+    (job,) = d.op("jobs")["jobs"]
+    assert job["state"] == "failed" and job["restarts"] == 1
+
+
+def test_hang_dumps_the_stack_of_a_rank_that_registered_faulthandler(
+    tmp_path: Path, agent_daemon: AgentDaemon
+) -> None:
+    d = agent_daemon
+    d.op("launch", spec=_spec(tmp_path, "hang", HANGS_AT_STEP_3,
+                              hang={"k": 3.0, "floor": 1.0, "startup": 60.0}))  # fmt: skip
+    hang = d.wait_for(lambda: d.event("interruption", lambda e: e["job"] == "hang"), 60,
+                      "the hang")  # fmt: skip
+    data = hang["data"]
+    assert data["cause"] == "hang" and data["last_step"] == 3
+    assert data["stacks"]["method"] in ("faulthandler", "py-spy")
+    assert data["stacks"]["ranks"] == [0] and data["stacks"]["unavailable"] == {}
+    assert "stuck_in_a_collective" in Path(data["stacks"]["file"]).read_text()
+    assert any("stacks of ranks 0" in line for line in data["evidence"])
+    d.wait_for(lambda: len(d.events("job_started", "hang")) == 2, 30, "the restart")
+    d.op("stop", job="hang")
