@@ -28,7 +28,7 @@ from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
 TICK_S = 0.25  # on_data ~4x per second while playing
-MEMORY_LIMIT = "128MB"  # DuckDB buffer pool of a replay (see the module docstring)
+MEMORY_LIMIT = "64MB"  # DuckDB buffer pool of a replay (see the module docstring)
 
 
 class ReplaySource:

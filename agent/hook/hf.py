@@ -74,9 +74,7 @@ class CockpitHFHooks:
     @property
     def reporter(self) -> Reporter:
         if self._reporter is None:
-            raise RuntimeError(
-                "the Reporter is created in on_train_begin(); training has not begun"
-            )
+            raise RuntimeError("the Reporter is created at the Trainer's first hook; none ran yet")
         return self._reporter
 
     def _ensure_reporter(self, args: Any) -> Reporter:
@@ -94,7 +92,11 @@ class CockpitHFHooks:
         self._step_begin = self._last_end = None
         self._steps_since_report = 0
         if self._declare and getattr(state, "is_world_process_zero", True):
-            epochs = getattr(args, "num_train_epochs", None)
+            # The state's count is the one the Trainer runs (max_steps overrides the
+            # arguments' num_train_epochs); older versions only have the argument.
+            epochs = getattr(state, "num_train_epochs", None)
+            if not _number(epochs) or epochs <= 0:
+                epochs = getattr(args, "num_train_epochs", None)
             to_dict = getattr(args, "to_dict", None)
             rep.declare(
                 total_steps=getattr(state, "max_steps", None) or None,

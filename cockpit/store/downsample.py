@@ -2,7 +2,7 @@
 
 This is the query behind every chart, run on each screen refresh, so its cost must not
 grow with the length of the run. For the series listed in `schema.LEVEL_SERIES` it reads
-the level table (maintained at insert time, `cockpit.store.levels`) whose bucket width
+the level rows (maintained at insert time, `cockpit.store.levels`) whose bucket width
 is the largest power of four not wider than the bucket the chart needs: about
 `buckets` rows per series key, merged exactly into the chart's buckets, because the
 chart's bucket width is chosen as a multiple of that level's width. Raw rows are read
@@ -36,7 +36,7 @@ from cockpit.store.schema import (
     LEVEL_COUNT,
     LEVEL_SERIES,
     RECORD_COLUMNS,
-    levels_table,
+    levels_relation,
 )
 
 Result = tuple[list[float], list[float | None], list[float | None], list[float | None]]
@@ -161,9 +161,9 @@ def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None
 def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
     params: dict[str, Any] = {"top": LEVEL_COUNT - 1}
     cond = _where_sql(where, params)
-    lv = levels_table(table)
+    lv = levels_relation(table)
     (row,) = _run(
-        cursor, f'SELECT min(x_lo), max(x_hi) FROM "{lv}" WHERE level = $top AND {cond}', params
+        cursor, f'SELECT min(x_lo), max(x_hi) FROM {lv} WHERE level = $top AND {cond}', params
     )
     if not row or row[0] is None or until_ts is None or x == "ts":
         return (row[0], row[1]) if row else None
@@ -171,7 +171,7 @@ def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | No
     # bound; raw rows beyond it, found through x and ts ranges, give the rest.
     params.update(until=until_ts)
     (done,) = _run(
-        cursor, f'SELECT max(x_hi) FROM "{lv}" WHERE level = 0 AND ts_hi <= $until AND {cond}',
+        cursor, f'SELECT max(x_hi) FROM {lv} WHERE level = 0 AND ts_hi <= $until AND {cond}',
         params,
     )
     bound = done[0] if done and done[0] is not None else row[0] - 1
@@ -204,7 +204,7 @@ def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level
                  clip: bool, integer_x: bool) -> Result:
     lw = _level_width(level)
     mult = round(width / lw)
-    lv = levels_table(table)
+    lv = levels_relation(table)
     params: dict[str, Any] = {"level": level, "m": mult, "w": width, "x0": x0, "x1": x1}
     cond = _where_sql(where, params)
     # Level buckets wholly inside [x0, x1]; with an explicit range the partial edge
@@ -226,7 +226,7 @@ def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level
         params["until"] = until_ts
         (row,) = _run(
             cursor,
-            f'SELECT min(bucket), max(bucket) FROM "{lv}" WHERE level = $level AND {cond} '
+            f'SELECT min(bucket), max(bucket) FROM {lv} WHERE level = $level AND {cond} '
             "AND bucket BETWEEN $b_lo AND $b_hi AND ts_hi > $until",
             params,
         )
@@ -236,7 +236,7 @@ def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level
             raw_ranges.append((row[0] * lw, (row[1] + 1) * lw))
     parts = [
         f'SELECT bucket // $m AS tb, x_hi AS xh, "{column}_last" AS last, "{column}_lx" AS lx, '
-        f'"{column}_lo" AS lo, "{column}_hi" AS hi FROM "{lv}" '
+        f'"{column}_lo" AS lo, "{column}_hi" AS hi FROM {lv} '
         f"WHERE level = $level AND {cond} AND bucket BETWEEN $b_lo AND $b_hi{frontier}"
     ]
     raw_cond = cond + (" AND ts <= $until" if until_ts is not None else "")

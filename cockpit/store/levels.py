@@ -5,21 +5,28 @@ series key, about `buckets` rows from the one level whose bucket width fits the 
 (`cockpit.store.downsample`). Each level row holds count, x range, newest ts and, per
 value column, min, max, the last non-null value and the x of that value, which is enough
 to merge partial buckets exactly: a flush aggregates its new rows once at the finest
-level, derives every coarser level from that, and upserts.
+level and derives every coarser level from that.
 
-The cost per flush is proportional to the rows it adds, not to the table size. When a
-flush loaded a table from one host, its new rows are found by their (host, seq) range,
-which the zone maps of the insertion-ordered `seq` column prune; when it loaded several
-hosts (whose seq ranges need not be anywhere near each other, so a seq range would prune
-nothing) the rows come from the flush's own temp table (`fold_staged`).
+The cost per flush is proportional to the rows it adds and to the number of series, not
+to the length of the run. When a flush loaded a table from one host, its new rows are
+found by their (host, seq) range, which the zone maps of the insertion-ordered `seq`
+column prune; when it loaded several hosts (whose seq ranges need not be anywhere near
+each other, so a seq range would prune nothing) the rows come from the flush's own temp
+table (`fold_staged`). Their level rows merge into the open bucket of their series and
+level (`<table>_levels_open`, one row each); a bucket that closes is appended to
+`<table>_levels`, which a flush never reads unless a row arrives for a bucket older than
+its series' open one. Both tables live in the store, in the flush's transaction, so
+nothing needs rebuilding after a restart and a failed flush leaves no trace.
 
-Upserts leave a level table in arrival order, so `level = L` would scan every row group.
+Appends leave a level table in arrival order, so `level = L` would scan every row group.
 `cluster_levels` (run with retention, hourly) rewrites each level table ordered by
 (level, keys, bucket); the zone maps then confine a chart query to its level's row
 groups, plus the unclustered rows added since.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import duckdb
 
@@ -29,6 +36,7 @@ from cockpit.store.schema import (
     LEVEL_COUNT,
     LEVEL_SERIES,
     levels_ddl,
+    levels_open_table,
     levels_table,
 )
 
@@ -44,27 +52,50 @@ _FROM_TABLE = (
 _FROM_STAGED = 'new AS (SELECT {{cols}} FROM "{staged}" t WHERE {{has_x}})'
 
 
-_DELTA = "cockpit_level_delta"  # temp table of the folding connection
+_DELTA = "cockpit_level_delta"  # temp tables of the folding connection
+_REST = "cockpit_level_rest"
+_LATE = "cockpit_level_late"
 
 
-def _fold_sql(table: str, source: str) -> tuple[str, str, str]:
-    """(stage the level deltas, merge them into existing rows, insert the new rows).
+class _FoldSql(NamedTuple):
+    delta: str  # stage the flush's level rows, one per (keys, level, bucket)
+    merge_open: str  # merge those that fall in their series' open bucket
+    rest: str  # stage the others, each with its open bucket and newest delta bucket
+    counts: str  # (late rows, open buckets that close)
+    late: str  # stage the late rows
+    late_update: str  # merge late rows into closed buckets (reads the closed table)
+    late_insert: str  # and insert those that found none
+    close_passed: str  # append the delta buckets that are already closed
+    close_open: str  # append the open buckets that close
+    reopen: str  # move each closing series' open row to its newest bucket
+    open_new: str  # open the first bucket of a new series
 
-    Three statements rather than one INSERT .. ON CONFLICT DO UPDATE: DuckDB plans the
-    upsert as a MERGE that first groups its whole input by key again to reject duplicate
-    keys, which costs more than the rollup itself (measured: 88 ms of 200 ms for the
-    28 k level rows of a 2048-GPU flush). The rollup's rows are unique per key by
-    construction, so an UPDATE from them and an INSERT of the rest are exact; the INSERT
-    is skipped when every delta row found its row (most flushes: a level-0 bucket is 64
-    seconds wide). A series key whose new rows fall in one finest bucket (again most
-    flushes of a fleet sampling at 1 Hz) has exactly one row per level, taken as is
-    instead of through a second aggregation.
+
+def _fold_sql(table: str, source: str) -> _FoldSql:
+    """The statements that fold a flush into `table`'s level tables.
+
+    The closed buckets (`<table>_levels`) are only appended to, and the newest bucket of
+    each series and level is rewritten in `<table>_levels_open`, a table bounded by the
+    number of series: so no statement of the usual flush reads the closed table, whose
+    size grows with the run (a hash join against it reads all of it, +35 ms per flush
+    per 2 M rows, measured). Only rows older than their series' open bucket (a training
+    run resumed from an earlier step) merge into the closed table, by join.
+
+    Merging into the open rows is an UPDATE from the delta rather than an INSERT .. ON
+    CONFLICT DO UPDATE: DuckDB plans the upsert as a MERGE that first groups its whole
+    input by key again to reject duplicate keys, which costs more than the rollup
+    itself. The rollup's rows are unique per key by construction, so the UPDATE is
+    exact, and it is all a flush does when every delta row found its open bucket (most
+    flushes: a level-0 bucket is 64 seconds wide). A series key whose new rows fall in
+    one finest bucket (again most flushes of a fleet sampling at 1 Hz) has exactly one
+    row per level, taken as is instead of through a second aggregation.
     """
     spec = LEVEL_SERIES[table]
     keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
     columns: tuple[str, ...] = spec["columns"]  # type: ignore[assignment]
     x = spec["x"]
-    lv = levels_table(table)
+    closed = levels_table(table)
+    opened = levels_open_table(table)
     key_names = ", ".join(f'"{k}"' for k in keys)
     new_keys = ", ".join(f'coalesce(t."{k}", {_NULL_KEY[typ]}) AS "{k}"' for k, typ in keys.items())
     new_cols = ", ".join(f't."{c}"::DOUBLE AS "{c}"' for c in columns)
@@ -78,8 +109,12 @@ def _fold_sql(table: str, source: str) -> tuple[str, str, str]:
         f'arg_max("{c}_last", "{c}_lx") AS "{c}_last", max("{c}_lx") AS "{c}_lx"'
         for c in columns
     )
-    plain_cols = ", ".join(f'"{c}_{part}"' for c in columns for part in ("lo", "hi", "last", "lx"))
-    updates = ", ".join(
+    value_names = ["n", "x_lo", "x_hi", "ts_hi",
+                   *(f"{c}_{part}" for c in columns for part in ("lo", "hi", "last", "lx"))]
+    plain_cols = ", ".join(f'"{name}"' for name in value_names[4:])
+    all_cols = ", ".join([*(f'"{k}"' for k in keys), "level", "bucket",
+                          *(f'"{name}"' for name in value_names)])
+    merges = ", ".join(
         [
             "n = d.n + e.n",
             "x_lo = least(d.x_lo, e.x_lo)",
@@ -96,7 +131,9 @@ def _fold_sql(table: str, source: str) -> tuple[str, str, str]:
             for c in columns
         ]
     )
-    match = " AND ".join(f'd."{k}" = e."{k}"' for k in [*keys, "level", "bucket"])
+    series = " AND ".join(f'd."{k}" = e."{k}"' for k in [*keys, "level"])
+    match = f"{series} AND d.bucket = e.bucket"
+    replaced = ", ".join(f'"{name}" = e."{name}"' for name in ["bucket", *value_names])
     delta = f"""
 CREATE OR REPLACE TEMP TABLE {_DELTA} AS
 WITH {source.format(cols=f'{new_keys}, t."{x}"::DOUBLE AS x, t.ts, {new_cols}',
@@ -116,21 +153,59 @@ SELECT {key_names}, l AS level, b0 >> ({LEVEL_BITS} * l) AS bucket, sum(n)::BIGI
 FROM base CROSS JOIN range({LEVEL_COUNT}) lv(l) WHERE buckets > 1
 GROUP BY ALL
 """
-    update = f'UPDATE "{lv}" AS d SET {updates} FROM {_DELTA} AS e WHERE {match}'
-    insert = (f'INSERT INTO "{lv}" SELECT e.* FROM {_DELTA} AS e '
-              f'WHERE NOT EXISTS (SELECT 1 FROM "{lv}" AS d WHERE {match})')
-    return delta, update, insert
+    # The open bucket of a series holds its newest x: a delta row past it closes it.
+    rest = f"""
+CREATE OR REPLACE TEMP TABLE {_REST} AS
+SELECT e.*, d.bucket AS open_bucket,
+    max(e.bucket) OVER (PARTITION BY {", ".join(f'e."{k}"' for k in keys)}, e.level) AS newest
+FROM {_DELTA} AS e LEFT JOIN "{opened}" AS d ON {series}
+WHERE d.bucket IS NULL OR d.bucket <> e.bucket
+"""
+    ahead = "(open_bucket IS NULL OR bucket > open_bucket)"
+    return _FoldSql(
+        delta=delta,
+        merge_open=f'UPDATE "{opened}" AS d SET {merges} FROM {_DELTA} AS e WHERE {match}',
+        rest=rest,
+        counts=(f"SELECT count(*) FILTER (WHERE bucket < open_bucket), "
+                f"count(*) FILTER (WHERE bucket > open_bucket AND bucket = newest) "
+                f"FROM {_REST}"),
+        late=(f"CREATE OR REPLACE TEMP TABLE {_LATE} AS SELECT {all_cols} FROM {_REST} "
+              "WHERE bucket < open_bucket"),
+        late_update=f'UPDATE "{closed}" AS d SET {merges} FROM {_LATE} AS e WHERE {match}',
+        late_insert=(f'INSERT INTO "{closed}" SELECT e.* FROM {_LATE} AS e '
+                     f'WHERE NOT EXISTS (SELECT 1 FROM "{closed}" AS d WHERE {match})'),
+        close_passed=(f'INSERT INTO "{closed}" SELECT {all_cols} FROM {_REST} '
+                      f"WHERE {ahead} AND bucket < newest"),
+        close_open=(f'INSERT INTO "{closed}" SELECT d.* FROM "{opened}" AS d WHERE EXISTS '
+                    f"(SELECT 1 FROM {_REST} AS e WHERE {series} "
+                    "AND e.bucket > e.open_bucket AND e.bucket = e.newest)"),
+        reopen=(f'UPDATE "{opened}" AS d SET {replaced} FROM {_REST} AS e '
+                f"WHERE {series} AND e.bucket > e.open_bucket AND e.bucket = e.newest"),
+        open_new=(f'INSERT INTO "{opened}" SELECT {all_cols} FROM {_REST} '
+                  "WHERE open_bucket IS NULL AND bucket = newest"),
+    )
 
 
-def _fold(cur: duckdb.DuckDBPyConnection, sqls: tuple[str, str, str],
+def _fold(cur: duckdb.DuckDBPyConnection, sql: _FoldSql,
           params: dict[str, object] | None = None) -> None:
-    delta, update, insert = sqls
-    created = cur.execute(delta, params or {}).fetchone()
+    created = cur.execute(sql.delta, params or {}).fetchone()
     if not created or not created[0]:
         return
-    updated = cur.execute(update).fetchone()
-    if not updated or int(updated[0]) < int(created[0]):
-        cur.execute(insert)
+    merged = cur.execute(sql.merge_open).fetchone()
+    if merged and int(merged[0]) == int(created[0]):
+        return
+    cur.execute(sql.rest)
+    late, closing = cur.execute(sql.counts).fetchone() or (0, 0)
+    if late:
+        cur.execute(sql.late)
+        updated = cur.execute(sql.late_update).fetchone()
+        if not updated or int(updated[0]) < int(late):
+            cur.execute(sql.late_insert)
+    cur.execute(sql.close_passed)
+    if closing:
+        cur.execute(sql.close_open)
+        cur.execute(sql.reopen)
+    cur.execute(sql.open_new)
 
 
 _UPDATES = {table: _fold_sql(table, _FROM_TABLE.format(table=table)) for table in LEVEL_SERIES}
@@ -148,7 +223,8 @@ def update_levels(
 
 
 def cluster_levels(cur: duckdb.DuckDBPyConnection) -> None:
-    """Rewrite every level table ordered by (level, keys, bucket), inside `cur`'s transaction."""
+    """Rewrite every closed-bucket level table ordered by (level, keys, bucket), inside
+    `cur`'s transaction (the open-bucket tables are small and rewritten by every flush)."""
     for table, spec in LEVEL_SERIES.items():
         name = levels_table(table)
         order = ", ".join(["level", *(f'"{k}"' for k in spec["keys"]), "bucket"])  # type: ignore[union-attr]

@@ -9,9 +9,12 @@ Migrations are append-only: `MIGRATIONS[n]` takes a store from version n to n+1.
 Level tables (`<table>_levels`, see `LEVEL_SERIES`) hold min/max/last per power-of-four
 bucket of x for the series the UI plots, kept up to date at insert time, so that a
 downsampled chart reads a bounded number of rows however long the run is
-(`cockpit.store.downsample`). A journal reset on a host shifts the seqs stored for its new
-journal by `hosts.seq_offset`, which keeps (host, seq) unique; `hosts.high_water` stays in
-the agent's own seq space, the value a reconnect passes to `--from`.
+(`cockpit.store.downsample`). The newest bucket of each series and level lives in
+`<table>_levels_open` instead, so that a flush rewrites a table bounded by the number of
+series and only appends to the large one (`cockpit.store.levels`).
+A journal reset on a host shifts the seqs stored for its new journal by
+`hosts.seq_offset`, which keeps (host, seq) unique; `hosts.high_water` stays in the
+agent's own seq space, the value a reconnect passes to `--from`.
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ def levels_table(table: str) -> str:
     return f"{table}_levels"
 
 
-def levels_ddl(table: str, name: str | None = None) -> str:
+def levels_ddl(table: str, name: str | None = None, primary_key: bool = True) -> str:
     spec = LEVEL_SERIES[table]
     keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
     cols = [f'"{k}" {t} NOT NULL' for k, t in keys.items()]
@@ -158,11 +161,32 @@ def levels_ddl(table: str, name: str | None = None) -> str:
     for c in spec["columns"]:  # type: ignore[attr-defined]
         cols += [f'"{c}_lo" DOUBLE', f'"{c}_hi" DOUBLE', f'"{c}_last" DOUBLE', f'"{c}_lx" DOUBLE']
     pk = ", ".join([*(f'"{k}"' for k in keys), "level", "bucket"])
-    return (f'CREATE TABLE IF NOT EXISTS "{name or levels_table(table)}" '
-            f"({', '.join(cols)}, PRIMARY KEY ({pk}))")
+    if primary_key:
+        cols.append(f"PRIMARY KEY ({pk})")
+    return f'CREATE TABLE IF NOT EXISTS "{name or levels_table(table)}" ({", ".join(cols)})'
+
+
+def levels_open_table(table: str) -> str:
+    return f"{table}_levels_open"
+
+
+def levels_open_ddl(table: str) -> str:
+    """The newest bucket per (keys, level), the only level rows a flush rewrites.
+
+    No index: (keys, level) is unique by construction, the table is bounded by the
+    number of series (not the length of the run) and is joined by hash, whole.
+    """
+    return levels_ddl(table, levels_open_table(table), primary_key=False)
+
+
+def levels_relation(table: str) -> str:
+    """Every level row of `table`: the closed buckets and the open one of each series."""
+    return (f'(SELECT * FROM "{levels_table(table)}" UNION ALL '
+            f'SELECT * FROM "{levels_open_table(table)}")')
 
 
 DDL_V1 += [levels_ddl(t) for t in LEVEL_SERIES]
+DDL_V1 += [levels_open_ddl(t) for t in LEVEL_SERIES]
 
 # MIGRATIONS[n] upgrades a store at version n to n + 1. Version 0 = empty file.
 MIGRATIONS: dict[int, list[str]] = {0: DDL_V1}

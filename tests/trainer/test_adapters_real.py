@@ -23,6 +23,7 @@ from tests.harness.torchrun import ROOT
 
 lightning = pytest.importorskip("lightning")
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # the Transformers Trainer needs it
 
 from lightning.pytorch import LightningModule  # noqa: E402
 from lightning.pytorch import Trainer as PLTrainer  # noqa: E402
@@ -50,7 +51,7 @@ class _Regression(LightningModule):
 
     `micro` keeps (optimizer step the batch belongs to, loss, batch size) per training
     batch; `lr_used` the LR of each step; `validation_seconds` the time spent inside
-    `validation_step` (which sleeps, so that validation takes a noticeable time).
+    `validation_step` per validation run (it sleeps, so that validating takes time).
     """
 
     def __init__(self, scheduler: bool = False) -> None:
@@ -59,7 +60,7 @@ class _Regression(LightningModule):
         self.scheduler = scheduler
         self.micro: list[tuple[int, float, int]] = []
         self.lr_used: dict[int, float] = {}
-        self.validation_seconds = 0.0
+        self.validation_seconds: list[float] = []
 
     def training_step(self, batch: list, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -70,13 +71,16 @@ class _Regression(LightningModule):
         self.lr_used[step] = self.trainer.optimizers[0].param_groups[0]["lr"]
         return loss
 
+    def on_validation_epoch_start(self) -> None:
+        self.validation_seconds.append(0.0)
+
     def validation_step(self, batch: list, batch_idx: int) -> None:
         start = time.perf_counter()
         x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x).squeeze(-1), y))
         self.log("val_mae", (self.layer(x).squeeze(-1) - y).abs().mean())
         time.sleep(VALIDATION_PAUSE)
-        self.validation_seconds += time.perf_counter() - start
+        self.validation_seconds[-1] += time.perf_counter() - start
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
@@ -93,7 +97,7 @@ def _regression_data(n: int, seed: int) -> TensorDataset:
     return TensorDataset(x, x.sum(-1))
 
 
-def _pl_trainer(tmp_path: Path, callback: PLCallback, **kwargs: Any) -> PLTrainer:
+def _pl_trainer(callback: PLCallback, **kwargs: Any) -> PLTrainer:
     kwargs.setdefault("callbacks", [])
     kwargs["callbacks"] = [*kwargs["callbacks"], callback]
     return PLTrainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
@@ -107,7 +111,7 @@ def test_lightning_trainer_run_reaches_the_spool(tmp_path: Path, spool) -> None:
     checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), every_n_train_steps=every,
                                  save_top_k=-1)  # fmt: skip
     trainer = _pl_trainer(
-        tmp_path, cb, max_steps=max_steps, limit_val_batches=2, val_check_interval=every,
+        cb, max_steps=max_steps, limit_val_batches=2, val_check_interval=every,
         num_sanity_val_steps=1, enable_checkpointing=True, callbacks=[checkpoint],
     )  # fmt: skip
     module = _Regression()
@@ -124,10 +128,12 @@ def test_lightning_trainer_run_reaches_the_spool(tmp_path: Path, spool) -> None:
     assert all(r["lr"] == 0.05 and r["samples"] == batch and r["epoch"] == 0 for r in train)
     assert all(r["compute_time"] is not None for r in train)
     assert train[0]["data_time"] is None and all(r["data_time"] is not None for r in train[1:])
-    # The step after a validation: validating is neither data loading nor compute.
+    # Validations: sanity check, after steps 3 and 6, trainer.validate(). The time of the
+    # one between steps 3 and 4 is in step 4's step_time, but not in its phases.
+    assert len(module.validation_seconds) == 4
     after_val = train[every]
-    assert (after_val["data_time"] + after_val["compute_time"] + after_val["ckpt_time"]
-            + module.validation_seconds / 2 <= after_val["step_time"])  # fmt: skip
+    phases = after_val["data_time"] + after_val["compute_time"] + after_val["ckpt_time"]
+    assert phases + module.validation_seconds[1] <= after_val["step_time"]
     evals = spool("eval")
     # No eval from the sanity check; the last one is trainer.validate()'s.
     assert [e["step"] for e in evals] == [every, 2 * every, 2 * every]
@@ -147,8 +153,8 @@ def test_lightning_accumulation_reports_each_optimizer_step(tmp_path: Path, spoo
     """Accumulating 2 of 5 batches per epoch: the epoch's last step has one batch."""
     max_steps, batch = 5, 4
     cb = PLCallback(run_dir=str(tmp_path / "run"), job="job-a", register_atexit=False)
-    trainer = _pl_trainer(tmp_path, cb, max_steps=max_steps, accumulate_grad_batches=2,
-                          limit_val_batches=0, enable_checkpointing=False)  # fmt: skip
+    trainer = _pl_trainer(cb, max_steps=max_steps, accumulate_grad_batches=2, limit_val_batches=0,
+                          enable_checkpointing=False)  # fmt: skip
     module = _Regression(scheduler=True)
     trainer.fit(module, DataLoader(_regression_data(5 * batch, 0), batch_size=batch))
     cb.close()
@@ -163,6 +169,85 @@ def test_lightning_accumulation_reports_each_optimizer_step(tmp_path: Path, spoo
     assert [r["loss"] for r in train] == pytest.approx(expected_loss)
     assert [r["lr"] for r in train] == pytest.approx([module.lr_used[s] for s in steps])
     assert [r["epoch"] for r in train] == [0, 0, 0, 1, 1]
+
+
+# ---------------------------------------------------------------------- Transformers
+
+
+class _RandomTokens(Dataset):
+    """Random token ids that are also their own labels (causal LM shifts them itself).
+
+    `pause` seconds per item make reading the set take a noticeable time.
+    """
+
+    def __init__(self, n: int, seed: int, pause: float = 0.0) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, VOCAB, (n, SEQ), generator=gen)
+        self.pause = pause
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> dict:
+        if self.pause:
+            time.sleep(self.pause)
+        return {"input_ids": self.ids[index], "labels": self.ids[index]}
+
+
+def test_transformers_trainer_run_reaches_the_spool(tmp_path: Path, spool, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    max_steps, log_every, every, batch = 6, 2, 3, 4
+    out = tmp_path / "out"
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=VOCAB,
+                                     n_positions=32, bos_token_id=0, eos_token_id=0)  # fmt: skip
+    args = transformers.TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, logging_steps=log_every,
+        eval_strategy="steps", eval_steps=every, save_steps=every,
+        per_device_train_batch_size=batch, per_device_eval_batch_size=batch,
+        learning_rate=1e-3, seed=5, report_to=[], use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    cb = HFCallback(run_dir=str(tmp_path / "run"), job="job-a", register_atexit=False)
+    trainer = transformers.Trainer(
+        model=transformers.GPT2LMHeadModel(config), args=args,
+        train_dataset=_RandomTokens(64, 0), eval_dataset=_RandomTokens(8, 1, pause=0.01),
+        callbacks=[cb],
+    )  # fmt: skip
+    trainer.train()
+    final = trainer.evaluate()
+    cb.close()
+
+    (run,) = spool("run")
+    assert run["total_steps"] == max_steps and run["seed"] == 5 and run["world_size"] == 1
+    assert run["total_epochs"] == 1  # 6 of 16 steps per epoch; not num_train_epochs' 3
+    assert run["config"]["learning_rate"] == 1e-3
+    train = spool("train")
+    assert [r["step"] for r in train] == list(range(log_every, max_steps + 1, log_every))
+    assert all(_finite_number(r["loss"]) and r["loss"] > 0 for r in train)
+    assert all(_finite_number(r["lr"]) and 0 < r["lr"] <= 1e-3 for r in train)
+    assert all(_finite_number(r["grad_norm"]) for r in train)
+    assert all(r["extra"]["steps"] == log_every for r in train)
+    assert all(r["samples"] == batch * log_every for r in train)
+    assert all(r["compute_time"] is not None and r["data_time"] is not None for r in train)
+    evals = spool("eval")
+    # Two during training, then trainer.evaluate()'s, in the same job.
+    assert [e["step"] for e in evals] == [every, 2 * every, max_steps]
+    assert all(_finite_number(e["loss"]) for e in evals)
+    assert evals[-1]["loss"] == pytest.approx(final["eval_loss"])
+    saved = [e for e in spool("event") if e["kind"] == "checkpoint_saved"]
+    assert [e["step"] for e in saved] == [every, 2 * every]
+    for event in saved:
+        path = Path(event["data"]["path"])
+        assert path == out / f"checkpoint-{event['step']}" and path.is_dir()
+        assert event["data"]["bytes"] == sum(f.stat().st_size for f in path.rglob("*")
+                                             if f.is_file())  # fmt: skip
+        assert _finite_number(event["data"]["seconds"]) and event["data"]["seconds"] > 0
+    # The record at step 4 spans the evaluation and the save at step 3: the save is its
+    # ckpt_time, and the evaluation is in its step_time but not in data_time.
+    (at_4,) = [r for r in train if r["step"] == 2 * log_every]
+    assert at_4["ckpt_time"] == saved[0]["data"]["seconds"]
+    phases = at_4["data_time"] + at_4["compute_time"] + at_4["ckpt_time"]
+    assert phases + evals[0]["metrics"]["runtime"] <= at_4["step_time"] + 1e-4  # rounded
 
 
 # ---------------------------------------------------------------------- lazy imports

@@ -1,0 +1,111 @@
+"""Chart-level upkeep per flush against the size of the level table already stored.
+
+A fleet adds millions of level rows a day; a flush must cost the same on day one and on
+day thirty. Two stores are prepared in the same run: each gets a history of finest-level
+buckets for every GPU of a 256-host x 8-GPU fleet (`--small` and `--large` level rows in
+all, older than anything flushed), then one warm-up flush, then `--flushes` timed flushes
+of one second of gpu samples for every GPU (`Store.ingest_many`, one chunk per host, as
+the writer sends them). Reported: median flush time on the large store (value) against
+the small one (baseline). Goal: ratio <= 1.25. The last line printed is JSON.
+
+    .venv/bin/python bench/levels.py [--small 100000] [--large 5000000] [--flushes 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.protocol import encode
+from cockpit.store import Store
+from cockpit.store.schema import levels_table
+
+HOSTS = 256
+GPUS = 8
+TS0 = 1_800_000_000.0
+GOAL = 1.25
+
+
+def _stream_header() -> bytes:
+    return encode("stream", 0, {"protocol": 1, "agent_version": "bench", "journal_id": "J",
+                                "from": 0, "first": 1, "head": 0}, ts=TS0)
+
+
+def _chunks(second: int) -> list[tuple[str, bytes]]:
+    """One second of gpu samples for every GPU, one chunk per host (seq = second * GPUS + i)."""
+    chunks = []
+    for h in range(HOSTS):
+        lines = [] if second else [_stream_header()]
+        for g in range(GPUS):
+            lines.append(encode("gpu", second * GPUS + g + 1, {
+                "gpu": g, "uuid": f"GPU-{h}-{g}", "util": float((second * 7 + g) % 100),
+                "mem_util": 30.0, "mem_used": 1 << 33, "temp": 60.0 + g, "power": 300.0,
+                "sm_clock": 1980, "pcie_tx": 1e9, "pcie_rx": 2e9}, ts=TS0 + second))
+        chunks.append((f"h{h:03d}", b"".join(lines)))
+    return chunks
+
+
+def _fill_history(store: Store, rows: int) -> None:
+    """`rows` finest-level rows spread over every GPU, in buckets before TS0."""
+    per_key = max(1, rows // (HOSTS * GPUS))
+    first_bucket = int(TS0) // 64 - per_key - 1
+    with store.write_cursor() as cur:
+        cur.execute(
+            f'INSERT INTO "{levels_table("gpu")}" '
+            "(host, gpu, level, bucket, n, x_lo, x_hi, ts_hi, util_lo, util_hi, util_last, "
+            "util_lx) "
+            "SELECT printf('h%03d', k // $gpus), k % $gpus, 0, $b0 + b, 64, "
+            "($b0 + b) * 64.0, ($b0 + b) * 64.0 + 63, ($b0 + b) * 64.0 + 63, 0, 100, 50, "
+            "($b0 + b) * 64.0 + 63 "
+            "FROM range($keys) AS k(k), range($per_key) AS r(b)",
+            {"gpus": GPUS, "b0": first_bucket, "keys": HOSTS * GPUS, "per_key": per_key},
+        )
+    store.checkpoint()
+
+
+def measure(path: Path, rows: int, flushes: int) -> tuple[float, int]:
+    """(median seconds per flush, level rows stored before the timed flushes)."""
+    with Store(path) as store:
+        _fill_history(store, rows)
+        store.ingest_many(_chunks(0))
+        with store.cursor() as cur:
+            stored = int(cur.execute(
+                f'SELECT count(*) FROM "{levels_table("gpu")}"').fetchall()[0][0])
+        times = []
+        for second in range(1, flushes + 1):
+            chunks = _chunks(second)
+            start = time.perf_counter()
+            store.ingest_many(chunks)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), stored
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", type=int, default=100_000)
+    parser.add_argument("--large", type=int, default=5_000_000)
+    parser.add_argument("--flushes", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        small, small_rows = measure(Path(tmp) / "small.duckdb", args.small, args.flushes)
+        large, large_rows = measure(Path(tmp) / "large.duckdb", args.large, args.flushes)
+    ratio = large / small
+    print(f"flush of {HOSTS * GPUS} gpu rows: {small * 1e3:.1f} ms with {small_rows} level "
+          f"rows stored, {large * 1e3:.1f} ms with {large_rows} (ratio {ratio:.2f})")
+    print(json.dumps({
+        "bench": "levels", "metric": "flush_s_median_large_store", "value": round(large, 4),
+        "baseline": round(small, 4), "ratio": round(ratio, 3), "goal": GOAL,
+        "pass": ratio <= GOAL, "small_level_rows": small_rows, "large_level_rows": large_rows,
+        "rows_per_flush": HOSTS * GPUS, "flushes": args.flushes,
+    }))
+
+
+if __name__ == "__main__":
+    main()
