@@ -69,9 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust unknown host keys and remember them (changed keys are "
                             "still refused)")
+    watch.add_argument("--job", type=Path, default=None, metavar="JOB.toml",
+                       help="the job spec: makes the job controllable from the UI")
     watch.add_argument("--headless", type=float, default=None, metavar="SECONDS",
                        help="no UI: record for SECONDS, then print the report")
     _add_theme(watch)
+
+    _add_job_commands(sub)
 
     replay = sub.add_parser("replay", help="play a recording in the cockpit")
     replay.add_argument("file", type=Path)
@@ -84,6 +88,106 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("text", "markdown", "json"), default="text")
 
     return parser
+
+
+def _ssh_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--known-hosts", type=Path, default=None)
+    p.add_argument("--accept-new-host-keys", action="store_true",
+                   help="trust unknown host keys and remember them (changed keys are still "
+                        "refused)")
+
+
+def _add_job_commands(sub: argparse._SubParsersAction) -> None:
+    """launch / pause / resume / relaunch / fork / adjust / stop JOB.toml."""
+    helps = {
+        "launch": "start a job (torchrun on every host of its spec)",
+        "pause": "checkpoint at an agreed step, then stop: no job process left on the GPUs",
+        "resume": "start a paused or stopped job again from its newest valid checkpoint",
+        "relaunch": "stop now and start again from the newest valid checkpoint",
+        "fork": "copy the newest checkpoint to a new run dir and start a new job from it",
+        "adjust": "change LR scale or a knob, or ask for a checkpoint or eval, without restart",
+        "stop": "stop a job (SIGTERM, then SIGKILL); no automatic restart",
+    }
+    for action, text in helps.items():
+        p = sub.add_parser(action, help=text)
+        p.add_argument("job", type=Path, metavar="JOB.toml", help="the job spec")
+        p.add_argument("--inventory", type=Path, default=None,
+                       help="hosts file (without it, a host named 'local' is this machine)")
+        p.add_argument("--store", type=Path, default=None,
+                       help="recording to append to (default: one per job)")
+        _ssh_options(p)
+        if action == "pause":
+            p.add_argument("--freeze", action="store_true",
+                           help="SIGSTOP the processes instead (GPU memory stays allocated)")
+            p.add_argument("--hold", type=_positive_float, default=60.0,
+                           help="seconds a freeze may last before the job is thawed")
+        if action == "relaunch":
+            p.add_argument("--exclude", action="append", default=[], metavar="HOST")
+        if action == "fork":
+            p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           dest="overrides", help="hyper-parameter override for the fork")
+            p.add_argument("--name", default=None)
+            p.add_argument("--step", type=int, default=None,
+                           help="checkpoint step to fork from (default: newest valid)")
+        if action == "adjust":
+            p.add_argument("--lr-scale", type=_positive_float, default=None)
+            p.add_argument("--checkpoint-now", action="store_true")
+            p.add_argument("--eval-now", action="store_true")
+            p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE")
+        if action == "stop":
+            p.add_argument("--grace", type=_positive_float, default=None)
+
+
+def _pairs(items: list[str], what: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CockpitError(f"{what} {item!r}: expected KEY=VALUE")
+        out[key] = _scalar(value)
+    return out
+
+
+def _scalar(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _cmd_job(args: argparse.Namespace) -> int:
+    from cockpit.control.operations import run_operation
+    from cockpit.transport.host_keys import KnownHosts
+    from cockpit.transport.link import LinkOptions
+
+    extra = [args.known_hosts] if args.known_hosts else []
+    options = LinkOptions(known_hosts=KnownHosts(extra_files=extra,
+                                                 accept_new=args.accept_new_host_keys))
+    kw: dict[str, object] = {}
+    if args.command == "pause":
+        kw = {"freeze": args.freeze, "hold": args.hold}
+    elif args.command == "relaunch":
+        kw = {"exclude": tuple(args.exclude)}
+    elif args.command == "fork":
+        kw = {"overrides": _pairs(args.overrides, "--set"), "name": args.name,
+              "step": args.step}
+    elif args.command == "adjust":
+        knobs = _pairs(args.knob, "--knob")
+        if args.lr_scale is not None:
+            knobs["lr_scale"] = args.lr_scale
+        if args.checkpoint_now:
+            knobs["checkpoint_now"] = True
+        if args.eval_now:
+            knobs["eval_now"] = True
+        if not knobs:
+            raise CockpitError("adjust: give --lr-scale, --checkpoint-now, --eval-now or --knob")
+        kw = {"knobs": knobs}
+    elif args.command == "stop":
+        kw = {"grace": args.grace}
+    return run_operation(args.command, args.job, inventory_path=args.inventory,
+                         store_path=args.store, options=options, **kw)
 
 
 def _build_app(source: object, args: argparse.Namespace) -> CockpitApp:
@@ -128,6 +232,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         store_path=args.store,
         known_hosts=args.known_hosts,
         accept_new_host_keys=args.accept_new_host_keys,
+        job_path=args.job,
     ) as live:
         if args.headless is not None:
             live.record_for(args.headless)
@@ -174,6 +279,8 @@ def _print_recording_hint(path: Path) -> None:
 
 
 COMMANDS = {
+    **{action: _cmd_job for action in
+       ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop")},
     "demo": _cmd_demo,
     "watch": _cmd_watch,
     "replay": _cmd_replay,

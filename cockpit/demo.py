@@ -1,8 +1,9 @@
 """`cockpit demo`: a real job on this machine, watched through the real pipeline.
 
-It starts the host agent as a daemon that supervises the example trainer under
-`torchrun` (gloo, CPU), then streams the agent's journal through the local transport
-into a DuckDB recording, exactly like a remote host would over SSH. With no NVIDIA
+It starts the host agent as a daemon, streams its journal through the local transport
+into a DuckDB recording exactly like a remote host would over SSH, and launches the
+example trainer under `torchrun` (gloo, CPU) through the agent with a job spec — so the
+job is controllable from the UI and recovered by the agent if it crashes or hangs. With no NVIDIA
 driver the agent simulates GPUs, and every screen labels them SIM. Leaving the demo
 stops everything it started (the agent stops the job it supervises).
 """
@@ -18,18 +19,23 @@ import sys
 import time
 from pathlib import Path
 
+from cockpit.control.controller import Controller
+from cockpit.control.jobspec import JobSpec
+from cockpit.control.operations import wait_streaming
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
 from cockpit.transport.inventory import LOCAL_ADDRESS, HostSpec
 
 DEMO_JOB = "demo"
 STOP_GRACE_S = 20.0
+CONNECT_TIMEOUT_S = 60.0
 
 
 def example_trainer() -> Path:
     """The example trainer: next to the package in a checkout, inside it when installed."""
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "examples" / "charlm", here / "_examples" / "examples" / "charlm"):
+    installed = here / "_examples" / "examples" / "charlm"
+    for candidate in (here.parent / "examples" / "charlm", installed):
         if (candidate / "train.py").is_file():
             return candidate
     raise CockpitError("the example trainer (examples/charlm) is missing from this install")
@@ -81,19 +87,26 @@ class DemoRun:
         return user_cache_path("training-cockpit") / "charlm-data"
 
     def daemon_argv(self) -> list[str]:
-        trainer = example_trainer()
-        job = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(self.nproc),
-            str(trainer / "train.py"), "--config", str(trainer / "config.toml"),
-            "--max-steps", str(self.steps), "--resume", "auto",
-            "--set", f"data.dir={self._data_dir()}",
-        ]
         return [
             sys.executable, "-m", "agent", "run",
             "--state-dir", str(self.state_dir), "--run-dir", str(self.run_dir),
-            "--simulate-gpus", str(self.simulate_gpus), "--job", DEMO_JOB, "--", *job,
+            "--simulate-gpus", str(self.simulate_gpus),
         ]
+
+    def job_spec(self, host: str) -> JobSpec:
+        """The demo job, as an operator's job spec would describe it: launched, watched
+        and recovered by the agent, and controllable from the UI (pause, fork, adjust…)."""
+        trainer = example_trainer()
+        return JobSpec(
+            name=DEMO_JOB, hosts=(host,), nproc_per_node=self.nproc,
+            python=sys.executable, script=str(trainer / "train.py"),
+            args=("--config", str(trainer / "config.toml"), "--max-steps", str(self.steps),
+                  "--set", f"data.dir={self._data_dir()}"),
+            run_dir=str(self.run_dir), workdir=str(self.run_root),
+            env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
+            resume_args=("--resume", "{checkpoint}"),
+            stop_grace=5.0,
+        )
 
     def __enter__(self) -> DemoRun:
         for path in (self.state_dir, self.run_dir):
@@ -112,7 +125,13 @@ class DemoRun:
         )
         try:
             self.session = LiveSession([host], self.store_path).start()
+            wait_streaming(self.session, [host.name], CONNECT_TIMEOUT_S)
+            controller = Controller(self.job_spec(host.name), self.session.fleet.send)
+            controller.launch()
+            self.session.source.controller = controller
         except BaseException:
+            if self.session is not None:
+                self.session.stop()
             self._stop_daemon()
             raise
         return self

@@ -161,18 +161,31 @@ def open_watch(
     store_path: Path | None,
     known_hosts: Path | None,
     accept_new_host_keys: bool,
+    job_path: Path | None = None,
 ) -> Iterator[LiveSession]:
-    """A started live session over SSH for `cockpit watch`."""
+    """A started live session over SSH for `cockpit watch` (controllable with a job spec)."""
     try:
         inventory = _inventory_from(targets)
     except InventoryError as exc:
         raise CockpitError(str(exc)) from None
+    spec = None
+    if job_path is not None:
+        from cockpit.control.jobspec import JobSpecError, load_jobspec
+
+        try:
+            spec = load_jobspec(job_path, known_hosts=[h.name for h in inventory.hosts])
+        except JobSpecError as exc:
+            raise CockpitError(str(exc)) from None
     if store_path is None:
         store_path = default_recording_path("watch")
     extra = [known_hosts] if known_hosts else []
     options = LinkOptions(known_hosts=KnownHosts(extra_files=extra,
                                                  accept_new=accept_new_host_keys))
     session = LiveSession(inventory, store_path, options)
+    if spec is not None:
+        from cockpit.control.controller import Controller
+
+        session.source.controller = Controller(spec, session.fleet.send)
     with session:
         yield session
 

@@ -40,6 +40,8 @@ class Controller:
         self.hosts: tuple[str, ...] = spec.hosts
         self._send = send
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:12])
+        # host -> id of the op most recently sent there; acks echo it (control_ack).
+        self.last_ops: dict[str, str] = {}
 
     def __str__(self) -> str:
         return f"job {self.job} on {', '.join(self.hosts)}"
@@ -167,9 +169,11 @@ class Controller:
     def _each(self, op: str, per_host: dict[str, dict[str, Any]]) -> str:
         op_id = self._new_id()
         failed: dict[str, str] = {}
+        self.last_ops = {}
         for host, args in per_host.items():
             try:
                 self._send(host, {"op": op, "id": f"{op_id}-{host}", **args})
+                self.last_ops[host] = f"{op_id}-{host}"
             except Exception as exc:  # a link that is down must not hide the others
                 failed[host] = str(exc) or type(exc).__name__
         sent = [h for h in per_host if h not in failed]

@@ -87,6 +87,20 @@ class EventQueries(ReaderBase):
             )
         return rows[0] if rows else None
 
+    def control_acks(self, ids: Sequence[str]) -> dict[str, Row]:
+        """Acknowledgements of the given control-op ids (id -> ack event), as stored."""
+        if not ids:
+            return {}
+        marks = ", ".join("?" for _ in ids)
+        with self._cur() as cur:
+            rows = self.fetch(
+                cur,
+                "SELECT * FROM event WHERE kind = 'control_ack' "
+                f"AND json_extract_string(data, '$.id') IN ({marks}) ORDER BY ts, seq",
+                list(ids),
+            )
+        return {r["data"]["id"]: r for r in rows if isinstance(r.get("data"), dict)}
+
     def _all_events(self, kinds: Sequence[str], job: str | None,
                     until_ts: float | None) -> list[Row]:
         """All events of a few rare kinds (interruptions, checkpoints: tens, not millions)."""

@@ -89,7 +89,7 @@ def test_killed_rank_and_hung_rank_are_recovered_from_newest_valid_checkpoint(
     assert data["detection_latency"] == pytest.approx(data["silent_for"], abs=0.5)
     stacks = data["stacks"]
     if stacks["method"] is None:  # no py-spy here and charlm registers no faulthandler
-        assert set(stacks["unavailable"]) == {"0", "1"}
+        assert "0" in stacks["unavailable"] and set(stacks["unavailable"]) <= {"0", "1"}
         assert any("stacks of rank 0 unavailable" in line for line in data["evidence"])
     else:
         assert Path(stacks["file"]).read_text()
