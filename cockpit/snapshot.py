@@ -135,6 +135,7 @@ class Health:
     hosts: tuple[HostHealth, ...] = ()
     interruptions: tuple[Interruption, ...] = ()
     simulated: bool = False  # any GPU in the view is simulated: show SIM
+    checkpoint_advice: str | None = None  # Young/Daly interval from measured cost and MTBF
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ redone only when a table they read gains a visible row.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cockpit.analysis import alerts as rules
+from cockpit.analysis.checkpoint_interval import advise
 from cockpit.analysis.divergence import (
     BestValidation,
     Divergence,
@@ -526,6 +528,20 @@ def build_snapshot(
         lambda: reader.interruptions(job, until_ts=until_ts)) if job else []
     health = _health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
                      replaying=until_ts is not None)
+    if job is not None:
+        checkpoints = reader.memo(
+            "checkpoint_costs", (job, events_key),
+            lambda: reader.checkpoint_costs(job, until_ts=until_ts))
+        started = run.get("started") if isinstance(run, dict) else None
+        first = reader.memo("first_ts", (job, fr.key("hello")),
+                            lambda: (reader.time_range() or (at, at))[0])
+        advice = advise(
+            checkpoint_seconds=[c["seconds"] for c in checkpoints],
+            checkpoint_ts=[c["ts"] for c in checkpoints],
+            interruptions=len(health.interruptions),
+            observed_seconds=at - (started or first or at),
+        )
+        health = dataclasses.replace(health, checkpoint_advice=advice.text)
     events = reader.memo(
         "events", events_key,
         lambda: reader.events(until_ts=until_ts, limit=EVENTS_SHOWN, frontiers=fr))

@@ -6,6 +6,7 @@ forget in a wheel: build the real wheel and import from the unpacked copy alone.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,13 +48,13 @@ def test_installed_copy_finds_themes_and_example_trainer(unpacked_wheel: Path,
         "from cockpit.ui.themes import themes_dir, load_themes\n"
         "from cockpit.demo import example_trainer\n"
         "print(cockpit.__file__); print(agent.__file__)\n"
-        "print(themes_dir()); print(sorted(load_themes().names()))\n"
+        "import json; print(themes_dir()); print(json.dumps(sorted(load_themes().names())))\n"
         "print(example_trainer())\n"
     ), cwd=tmp_path)
     lines = out.splitlines()
     for line in lines[:3] + lines[4:]:
         assert line.startswith(str(unpacked_wheel)), f"{line} is not from the installed copy"
-    assert {"dark", "light", "high-contrast"} <= set(eval(lines[3]))  # noqa: S307 - our output
+    assert {"dark", "light", "high-contrast"} <= set(json.loads(lines[3]))
     assert Path(lines[4], "train.py").is_file()
 
 

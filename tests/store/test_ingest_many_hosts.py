@@ -117,7 +117,8 @@ def test_levels_from_a_shared_flush_equal_levels_from_one_host_flushes(tmp_path)
         ) + b"".join(train(400 + s, s, loss=float(s % 13), rank=host_index, ts=TS0 + s)
                      for s in range(1, 200))
 
-    tables = ("gpu_levels", "train_levels", "gpu", "train")
+    tables = ("gpu_levels", "gpu_levels_open", "train_levels", "train_levels_open", "gpu",
+              "train")
     with Store(tmp_path / "shared.duckdb") as shared, Store(tmp_path / "one.duckdb") as one:
         for part in range(3):
             chunks = []
@@ -128,7 +129,7 @@ def test_levels_from_a_shared_flush_equal_levels_from_one_host_flushes(tmp_path)
             for host, chunk in chunks:
                 one.ingest(host, chunk)
         for table in tables:
-            order = "ALL" if table.endswith("levels") else "host, seq"
+            order = "ALL" if "_levels" in table else "host, seq"
             sql = f'SELECT * FROM "{table}" ORDER BY {order}'
             assert _rows(shared, sql) == _rows(one, sql), table
         assert count(shared, "gpu_levels", "level = 0") > 3

@@ -26,7 +26,9 @@ class HealthPane(Pane):
         health = snapshot.health
         self.query_one(SimBadge).simulated = health.simulated
         self.query_one(GpuGrid).hosts = health.hosts
-        self.query_one(InterruptionLog).interruptions = health.interruptions
+        log = self.query_one(InterruptionLog)
+        log.interruptions = health.interruptions
+        log.advice = health.checkpoint_advice
 
     def summary(self, snapshot: Snapshot) -> str:
         health = snapshot.health

@@ -33,7 +33,19 @@ def log_markup(items: tuple[Interruption, ...]) -> str:
 
 
 class InterruptionLog(Static):
+    """Interruptions plus the checkpoint-interval advice they feed (Young/Daly)."""
+
     interruptions: reactive[tuple[Interruption, ...]] = reactive(())
+    advice: reactive[str | None] = reactive(None)
+
+    def _render_log(self) -> None:
+        text = log_markup(self.interruptions)
+        if self.advice:
+            text += f"\n[dim]checkpoints:[/] {escape(self.advice)}"
+        self.update(text)
 
     def watch_interruptions(self, items: tuple[Interruption, ...]) -> None:
-        self.update(log_markup(items))
+        self._render_log()
+
+    def watch_advice(self, advice: str | None) -> None:
+        self._render_log()

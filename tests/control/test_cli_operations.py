@@ -1,0 +1,103 @@
+"""The job operations as an operator types them: `cockpit launch/adjust/pause/resume/stop
+JOB.toml --inventory INV.toml`, each returning only once every host acknowledged, against
+a real agent daemon running the real trainer; the acks land in the job's recording."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from .conftest import FAST, REPO, TRAIN, AgentDaemon
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(200)]
+
+
+def cockpit(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "cockpit", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=150)
+
+
+def test_cli_operations_are_sent_and_acknowledged(
+    tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path
+) -> None:
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text(textwrap.dedent(f"""\
+        [[hosts]]
+        name = "local"
+        address = "local"
+        state_dir = {json.dumps(str(agent_daemon.state_dir))}
+    """))
+    args = ["--max-steps", "3000"]
+    for setting in (f"data.dir={charlm_shards}", *FAST):
+        args += ["--set", setting]
+    job = tmp_path / "job.toml"
+    job.write_text(textwrap.dedent(f"""\
+        name = "cli"
+        hosts = ["local"]
+        nproc_per_node = 2
+        python = {json.dumps(sys.executable)}
+        script = {json.dumps(str(TRAIN))}
+        args = {json.dumps(args)}
+        run_dir = {json.dumps(str(tmp_path / "runs" / "cli"))}
+        stop_grace = 5
+        [env]
+        PYTHONPATH = {json.dumps(str(REPO))}
+        OMP_NUM_THREADS = "1"
+        GLOO_SOCKET_IFNAME = "lo"
+        [resume]
+        args = ["--resume", "{{checkpoint}}"]
+    """))
+    store = tmp_path / "cli.duckdb"
+    common = [str(job), "--inventory", str(inventory), "--store", str(store)]
+
+    launched = cockpit("launch", *common)
+    assert launched.returncode == 0, launched.stderr + launched.stdout
+    assert "local: ok" in launched.stdout and "Start job cli with torchrun" in launched.stdout
+    d = agent_daemon
+    d.wait_for(lambda: any(t["step"] >= 12 for t in d.train("cli")), 90, "step 12")
+
+    adjusted = cockpit("adjust", *common, "--lr-scale", "0.5")
+    assert adjusted.returncode == 0, adjusted.stderr + adjusted.stdout
+
+    paused = cockpit("pause", *common)
+    assert paused.returncode == 0, paused.stderr + paused.stdout
+    event = d.wait_for(lambda: d.event("pause", lambda e: e["job"] == "cli"), 60, "pause")
+    assert event["data"]["ok"] is True
+
+    resumed = cockpit("resume", *common)
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    stopped = cockpit("stop", *common)
+    assert stopped.returncode == 0, stopped.stderr + stopped.stdout
+
+    # A refusal is reported per host with the agent's reason, and the exit status says so.
+    ghost = tmp_path / "ghost.toml"
+    ghost.write_text(job.read_text().replace('name = "cli"', 'name = "ghost"'))
+    refused = cockpit("resume", str(ghost), "--inventory", str(inventory), "--store", str(store))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "local: FAILED" in refused.stdout and "ghost" in refused.stdout
+
+    con = duckdb.connect(str(store), read_only=True)
+    acks = con.execute("SELECT json_extract_string(data, '$.op'), "
+                       "json_extract(data, '$.ok')::BOOLEAN FROM event "
+                       "WHERE kind = 'control_ack' AND rank IS NULL ORDER BY seq").fetchall()
+    con.close()
+    ops = [op for op, ok in acks if ok]
+    for op in ("launch", "adjust", "pause", "resume", "stop"):
+        assert op in ops, acks
+
+
+def test_bad_job_spec_is_reported_with_file_and_line(tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text('name = "x"\nhosts = ["local"]\nnproc_per_node = "two"\n')
+    done = cockpit("launch", str(job))
+    assert done.returncode == 2
+    assert f"{job}:3" in done.stderr and "nproc_per_node" in done.stderr
+    assert "Traceback" not in done.stderr
