@@ -17,11 +17,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/cockpit demo
 
-# sshd is needed by the end-to-end tests; install it when missing (CI runs as root).
+# sshd (the SSH end-to-end tests) and tmux (the real-terminal test): installed when
+# missing (CI runs as root).
 sshd:
-	@command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd || { \
-	  echo "installing openssh-server for the SSH tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client) >/dev/null; }
+	@{ command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd; } && command -v tmux >/dev/null 2>&1 || { \
+	  echo "installing openssh-server and tmux for the tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client tmux) >/dev/null; }
 
 test: $(STAMP) sshd
 	$(BIN)/ruff check cockpit agent tests bench examples
