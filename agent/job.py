@@ -40,6 +40,9 @@ from agent.supervisor import Supervisor, alive
 WATCH = 0.1  # s between checks of the attempt (worker liveness, hang, operations)
 RANKS_REFRESH = 1.0  # s between re-reading which processes are torchrun's workers
 CRASH_EXIT_WAIT = 5.0  # s torchrun gets to exit by itself after a worker died
+SPOOL_SETTLE = 0.5  # s without a new train record: the spools are drained
+SPOOL_SETTLE_MAX = 3.0  # s at most to wait for that
+SHARED_CHECKPOINT_POLL = 0.2  # s between looks at the shared checkpoint dir in a pause
 
 STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
 PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
@@ -119,6 +122,7 @@ class ManagedJob:
         self._failure: dict = {}
         self._vanished_at: Optional[Tuple[float, float, str]] = None
         self._freeze_until: Optional[float] = None
+        self._train_seen_at = 0.0
 
     # -- inputs from the daemon -------------------------------------------------------
     def on_train(self, record: dict) -> None:
@@ -126,6 +130,7 @@ class ManagedJob:
         if not isinstance(step, int) or not isinstance(ts, (int, float)):
             return
         with self._lock:
+            self._train_seen_at = time.time()
             if ts < self._attempt_started:
                 self._prev_max = step if self._prev_max is None else max(self._prev_max, step)
                 return
@@ -169,7 +174,7 @@ class ManagedJob:
               fork_from: Optional[Tuple[Path, Optional[int]]] = None) -> None:
         """Start the first attempt: from scratch, from the newest valid checkpoint, or as
         a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest)."""
-        self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        self.spec.prepare_dirs()
         self._thread = threading.Thread(target=self._run, args=(use_newest, fork_from),
                                         name="job-%s" % self.name, daemon=True)
         self._thread.start()
@@ -242,6 +247,14 @@ class ManagedJob:
     def _launch(self, checkpoint: Optional[checkpoints.Checkpoint], reason: str = "launch"
                 ) -> None:
         self.attempt += 1
+        try:  # a relaunch may bring a new host set, hence a new dir of this host's own
+            self.spec.prepare_dirs()
+        except (OpError, OSError) as exc:
+            self.state = FAILED
+            self._alert("resource", "critical", "launch_failed", "job %s: cannot prepare "
+                        "its run dir: %s" % (self.name, exc),
+                        "check the run dir %s on this host" % self.spec.shared_dir)
+            return
         path = str(checkpoint.path) if checkpoint is not None else None
         argv = self.spec.argv(path, self.overrides)
         error_file = self.spec.run_dir / "logs" / ("%s.error.json" % self.name)
@@ -548,6 +561,11 @@ class ManagedJob:
         self.state = PAUSING
         deadline = requested + timeout
         saved = None
+        # Rank 0 may run on another host of the job (torchrun's c10d rendezvous orders
+        # the nodes by its own rule), so its `checkpoint_saved` may never reach this
+        # host's journal: a new valid checkpoint in the shared checkpoint dir counts too.
+        before = self._newest_step()
+        looked = requested
         while time.time() < deadline and saved is None:
             sup = self.supervisor
             if sup is None or not sup.running:
@@ -557,6 +575,12 @@ class ManagedJob:
             if fresh:
                 saved = fresh[0]
                 break
+            if time.time() - looked >= SHARED_CHECKPOINT_POLL:
+                looked = time.time()
+                found, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+                if found is not None and (before is None or found.step > before):
+                    saved = (looked, found.step, str(found.path))
+                    break
             time.sleep(0.02)
         if saved is None:
             self.state = RUNNING if self.running else FAILED
@@ -566,6 +590,7 @@ class ManagedJob:
                          "error": "no checkpoint_saved within %g s" % timeout})
             return retry_at
         self._stop_attempt()
+        self._settle_spool()
         with self._lock:
             last = self._cur_max
         # The ranks kept training until they were stopped and may have saved again (the
@@ -580,6 +605,22 @@ class ManagedJob:
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
         return None
+
+    def _settle_spool(self) -> None:
+        """Wait until the steps the stopped ranks wrote last have been journaled (the
+        daemon tails their spools on its own loop), so the pause can say how many steps
+        it discards."""
+        deadline = time.time() + SPOOL_SETTLE_MAX
+        while time.time() < deadline:
+            with self._lock:
+                quiet = time.time() - self._train_seen_at
+            if quiet >= SPOOL_SETTLE:
+                return
+            time.sleep(0.05)
+
+    def _newest_step(self) -> Optional[int]:
+        found, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+        return found.step if found is not None else None
 
     def _pause_following(self, timeout: float, retry_at: Optional[float]) -> Optional[float]:
         """On a host without rank 0: rank 0's host checkpoints and stops its part, the

@@ -90,11 +90,22 @@ class LaunchSpec:
         run_dir = spec.get("run_dir")
         if not isinstance(run_dir, str) or not run_dir:
             raise OpError("spec field 'run_dir' must be a path")
-        self.run_dir = Path(os.path.expanduser(run_dir)).resolve()
+        host = spec.get("host")
+        if host is not None:
+            host = check_job_name(host, "spec field 'host'")
+        self.host: Optional[str] = host
+        self.shared_dir = Path(os.path.expanduser(run_dir)).resolve()
         ckpt = spec.get("checkpoint_dir", "checkpoints")
         if not isinstance(ckpt, str) or not ckpt:
             raise OpError("spec field 'checkpoint_dir' must be a path")
-        self.checkpoint_dir = self.run_dir / os.path.expanduser(ckpt)
+        self.checkpoint_rel = os.path.expanduser(ckpt)
+        self.checkpoint_dir = self.shared_dir / self.checkpoint_rel
+        # The run dir is shared storage; what each host's agent and ranks write for
+        # themselves (spool, logs, torchrun's error file) must not be: another host's
+        # agent would journal this host's ranks as its own and read its failures.
+        self.run_dir = self.shared_dir
+        if self.nnodes > 1:
+            self.run_dir = self.shared_dir / "nodes" / (host or "node-%d" % self.node_rank)
         workdir = spec.get("workdir")
         if workdir is not None and not isinstance(workdir, str):
             raise OpError("spec field 'workdir' must be a path")
@@ -136,6 +147,29 @@ class LaunchSpec:
         self.stop_grace = _number(spec, "stop_grace", 10.0)
         parent = spec.get("parent")
         self.parent = parent if isinstance(parent, dict) else None
+
+    def prepare_dirs(self) -> None:
+        """Create the run dir; on a multi-host job, this host's own dir inside the shared
+        one, in which the checkpoint dir (when relative) and the control dir are links to
+        the shared ones: the trainer finds them where it always does, under its run dir,
+        and every host's ranks and agent see the same checkpoints and operator controls."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.run_dir == self.shared_dir:
+            return
+        links = [("control", self.shared_dir / "control")]
+        if not os.path.isabs(self.checkpoint_rel):
+            links.append((self.checkpoint_rel, self.checkpoint_dir))
+        for name, target in links:
+            target.mkdir(parents=True, exist_ok=True)
+            link = self.run_dir / name
+            if link.is_symlink() and Path(os.readlink(str(link))) == target:
+                continue
+            if link.is_symlink():
+                link.unlink()
+            elif link.exists():
+                raise OpError("%s exists and is not a link to the shared %s" % (link, target))
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(str(target), str(link))
 
     def argv(self, checkpoint: Optional[str] = None,
              overrides: Optional[Mapping[str, Any]] = None) -> List[str]:

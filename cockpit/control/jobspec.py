@@ -110,7 +110,7 @@ class JobSpec:
             "name": self.name, "python": self.python, "script": self.script,
             "module": self.module, "args": list(self.args),
             "nproc_per_node": self.nproc_per_node, "nnodes": len(hosts),
-            "node_rank": hosts.index(host), "run_dir": self.run_dir,
+            "node_rank": hosts.index(host), "host": host, "run_dir": self.run_dir,
             "checkpoint_dir": self.checkpoint_dir, "env": dict(self.env),
             "resume": {"args": list(self.resume_args), "env": self.resume_env},
             "override_args": list(self.override_args),

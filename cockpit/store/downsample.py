@@ -158,10 +158,17 @@ def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None
     return (row[0], row[1]) if row else None
 
 
+def _level_rows(table: str, column: str | None = None) -> str:
+    """The level rows of `table` with the columns the queries below read."""
+    keys = list(LEVEL_SERIES[table]["keys"])  # type: ignore[call-overload]
+    values = [] if column is None else [f"{column}_{part}" for part in ("lo", "hi", "last", "lx")]
+    return levels_relation(table, [*keys, "level", "bucket", "x_lo", "x_hi", "ts_hi", *values])
+
+
 def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
     params: dict[str, Any] = {"top": LEVEL_COUNT - 1}
     cond = _where_sql(where, params)
-    lv = levels_relation(table)
+    lv = _level_rows(table)
     (row,) = _run(
         cursor, f'SELECT min(x_lo), max(x_hi) FROM {lv} WHERE level = $top AND {cond}', params
     )
@@ -204,7 +211,7 @@ def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level
                  clip: bool, integer_x: bool) -> Result:
     lw = _level_width(level)
     mult = round(width / lw)
-    lv = levels_relation(table)
+    lv = _level_rows(table, column)
     params: dict[str, Any] = {"level": level, "m": mult, "w": width, "x0": x0, "x1": x1}
     cond = _where_sql(where, params)
     # Level buckets wholly inside [x0, x1]; with an explicit range the partial edge

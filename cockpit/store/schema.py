@@ -19,6 +19,8 @@ agent's own seq space, the value a reconnect passes to `--from`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 SCHEMA_VERSION = 1
 
 _KEY = "host VARCHAR NOT NULL, seq BIGINT NOT NULL, ts DOUBLE NOT NULL"
@@ -179,10 +181,15 @@ def levels_open_ddl(table: str) -> str:
     return levels_ddl(table, levels_open_table(table), primary_key=False)
 
 
-def levels_relation(table: str) -> str:
-    """Every level row of `table`: the closed buckets and the open one of each series."""
-    return (f'(SELECT * FROM "{levels_table(table)}" UNION ALL '
-            f'SELECT * FROM "{levels_open_table(table)}")')
+def levels_relation(table: str, columns: Sequence[str] | None = None) -> str:
+    """Every level row of `table`: the closed buckets and the open one of each series.
+
+    Name the `columns` a query needs: binding a union of the full, wide rows costs more
+    than a chart query's scans.
+    """
+    names = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
+    return (f'(SELECT {names} FROM "{levels_table(table)}" UNION ALL '
+            f'SELECT {names} FROM "{levels_open_table(table)}")')
 
 
 DDL_V1 += [levels_ddl(t) for t in LEVEL_SERIES]
