@@ -26,7 +26,7 @@ def notifications(app: App) -> list[str]:
 
 
 async def wait_until(pilot: Pilot, condition: Callable[[], bool], what: str,
-                     limit_s: float = 10.0) -> None:
+                     limit_s: float = 45.0) -> None:
     """Pump the app until `condition` holds: the replay clock thread and the refresh gate
     deliver on their own schedule. `limit_s` only bounds a hang; it is not a threshold."""
     deadline = time.monotonic() + limit_s
