@@ -8,7 +8,6 @@ the stream adds on top of reading the segment files.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agent.journal import Journal, list_segments  # noqa: E402
+from bench.result import result_line  # noqa: E402
 
 LINES = int(os.environ.get("BENCH_LINES", "1000000"))
 GOAL = 1_000_000.0
@@ -59,12 +59,11 @@ def main() -> int:
     assert base_lines == LINES and stream_lines == LINES + 1, (base_lines, stream_lines)
     value = stream_lines / stream_s
     baseline = base_lines / base_s
-    print(json.dumps({
-        "bench": "agent_stream_backlog", "metric": "lines/s", "value": round(value),
-        "baseline": round(baseline), "ratio": round(value / baseline, 3), "goal": GOAL,
-        "pass": value > GOAL, "lines": LINES, "baseline_cmd": "cat segments",
-        "mb": round(megabytes, 1),
-    }))
+    print(result_line(
+        "agent_stream_backlog", round(value), "lines/s", round(baseline),
+        goal=f"value > {GOAL:.0f}", passed=value > GOAL, metric="lines/s", lines=LINES,
+        baseline_name="cat segments", mb=round(megabytes, 1),
+    ))
     return 0
 
 

@@ -30,9 +30,13 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.result import result_line
+
 GPUS = 8
 GOAL_CPU_SHARE = 0.25
 GOAL_P95_S = 2.0
+UNIT = "cores (cockpit CPU time / wall)"
+GOAL = f"value <= {GOAL_CPU_SHARE} and p95_latency_s <= {GOAL_P95_S}"
 
 
 # --------------------------------------------------------------------------------------
@@ -262,7 +266,7 @@ def main() -> int:
 
     reason = require_sshd_or_explain()
     if reason:
-        print(json.dumps({"bench": "fleet", "error": reason, "pass": False}))
+        print(result_line("fleet", None, UNIT, None, goal=GOAL, passed=False, error=reason))
         return 1
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-fleet-") as tmp:
         baseline = run_fleet(args.baseline_hosts, args.seconds * 0.7, Path(tmp))
@@ -277,16 +281,9 @@ def main() -> int:
         and full["p95_latency_s"] is not None
         and full["p95_latency_s"] <= GOAL_P95_S
     )
-    result = {
-        "bench": "fleet",
+    extra = {
         "metric": f"cockpit CPU share (1.0 = one core), {args.hosts} hosts x {GPUS} GPUs at 1 Hz",
-        "value": round(full["cpu_share"], 4),
-        "baseline": round(baseline["cpu_share"], 4),
-        "ratio": round(full["cpu_share"] / baseline["cpu_share"], 2)
-        if baseline["cpu_share"]
-        else None,
-        "goal": f"<= {GOAL_CPU_SHARE} CPU share and p95 sample-to-store <= {GOAL_P95_S} s",
-        "pass": ok,
+        "baseline_name": f"the same cockpit with {args.baseline_hosts} hosts",
         "baseline_hosts": args.baseline_hosts,
         "p95_latency_s": _rounded(full["p95_latency_s"]),
         "p95_latency_baseline_s": _rounded(baseline["p95_latency_s"]),
@@ -299,7 +296,8 @@ def main() -> int:
         "transport_only_cpu_share": round(transport["cpu_share"], 4),
         "transport_only_streaming": transport["streaming"],
     }
-    print(json.dumps(result))
+    print(result_line("fleet", round(full["cpu_share"], 4), UNIT, round(baseline["cpu_share"], 4),
+                      goal=GOAL, passed=ok, **extra))  # fmt: skip
     return 0 if ok else 1
 
 

@@ -14,7 +14,6 @@ Ends with one JSON line: {"bench": "hook", "metric": "step_us", ...}.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import torch  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
 from agent.hook import Reporter  # noqa: E402
+from bench.result import result_line  # noqa: E402
 
 GOAL = 50.0
 BATCH = 50
@@ -90,16 +90,17 @@ def main(argv: list[str] | None = None) -> int:
         writer.close()
 
     value, baseline = statistics.median(ours), statistics.median(theirs)
-    ratio = baseline / value
+    speedup = baseline / value
     print(f"Reporter.step(), 8 scalars:        {value:8.2f} µs per step")
     print(f"SummaryWriter.add_scalar x 8:      {baseline:8.2f} µs per step "
           f"({baseline / 8:.2f} µs per scalar)")  # fmt: skip
-    print(f"ratio: {ratio:.1f}x (goal >= {GOAL:.0f}x)")
+    print(f"ratio: {value / baseline:.4f} ({speedup:.1f}x faster, goal >= {GOAL:.0f}x)")
     print(f"flusher thread (off the hot path): {flush_us:8.2f} µs per record")
-    print(json.dumps({"bench": "hook", "metric": "step_us", "value": round(value, 3),
-                      "baseline": round(baseline, 3), "ratio": round(ratio, 1), "goal": GOAL,
-                      "pass": ratio >= GOAL, "scalars": 8, "baseline_name": "tensorboard",
-                      "flush_us_per_record": round(flush_us, 3)}))  # fmt: skip
+    print(result_line("hook", round(value, 3), "us per step (8 scalars)", round(baseline, 3),
+                      goal=f"ratio <= {1 / GOAL:g}", passed=speedup >= GOAL, metric="step_us",
+                      speedup=round(speedup, 1), scalars=8,
+                      baseline_name="tensorboard SummaryWriter.add_scalar x 8",
+                      flush_us_per_record=round(flush_us, 3)))  # fmt: skip
     return 0
 
 

@@ -18,7 +18,6 @@ Goals: (b) >= 1,000,000 points/s and >= 0.5 of (a). The last line printed is JSO
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ import paramiko
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.result import result_line
 from cockpit.ingest.synthetic import synthetic_lines
 from cockpit.ingest.writer import StoreWriter
 from cockpit.store import Store
@@ -135,13 +135,12 @@ def main() -> None:
           f"k records/s)")
     print(f"ratio (b)/(a):   {ratio:.2f}")
     passed = ingest_pps >= 1_000_000 and ratio >= 0.5
-    print(json.dumps({
-        "bench": "ingest", "metric": "points_per_s", "value": round(ingest_pps),
-        "baseline": round(raw_pps), "ratio": round(ratio, 3),
-        "goal": ">= 1000000 points/s and ratio >= 0.5", "pass": passed,
-        "records": records, "points": points, "bytes": len(data),
-        "raw_s": round(raw_best, 3), "ingest_s": round(ingest_best, 3),
-    }))
+    print(result_line(
+        "ingest", round(ingest_pps), "points/s", round(raw_pps),
+        goal="value >= 1000000 and ratio >= 0.5", passed=passed, metric="points_per_s",
+        baseline_name="raw SSH channel read", records=records, points=points,
+        bytes=len(data), raw_s=round(raw_best, 3), ingest_s=round(ingest_best, 3),
+    ))
 
 
 if __name__ == "__main__":

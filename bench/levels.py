@@ -15,7 +15,6 @@ ratio <= 1.25. The last line printed is JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.protocol import encode
+from bench.result import result_line
 from cockpit.store import Store
 from cockpit.store.schema import levels_table
 
@@ -117,12 +117,12 @@ def main() -> None:
     ratio = large / small
     print(f"flush of {HOSTS * GPUS} gpu rows: {small * 1e3:.1f} ms with {small_rows} level "
           f"rows stored, {large * 1e3:.1f} ms with {large_rows} (ratio {ratio:.2f})")
-    print(json.dumps({
-        "bench": "levels", "metric": "flush_s_median_large_store", "value": round(large, 4),
-        "baseline": round(small, 4), "ratio": round(ratio, 3), "goal": GOAL,
-        "pass": ratio <= GOAL, "small_level_rows": small_rows, "large_level_rows": large_rows,
-        "rows_per_flush": HOSTS * GPUS, "flushes": args.flushes,
-    }))
+    print(result_line(
+        "levels", round(large, 4), "s (median flush)", round(small, 4),
+        goal=f"ratio <= {GOAL:g}", passed=ratio <= GOAL, metric="flush_s_median_large_store",
+        baseline_name="same flush at the small store", small_level_rows=small_rows,
+        large_level_rows=large_rows, rows_per_flush=HOSTS * GPUS, flushes=args.flushes,
+    ))
 
 
 if __name__ == "__main__":

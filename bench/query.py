@@ -16,7 +16,6 @@ printed is JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.result import result_line
 from cockpit.store import Store
 from cockpit.store.downsample import downsample
 from cockpit.store.levels import cluster_levels, update_levels
@@ -100,14 +100,13 @@ def main() -> None:
           f"{replay_p95:.2f} ms")
     ratio = big_p95 / small_p95
     passed = big_p95 <= 20.0 and ratio <= 2.0
-    print(json.dumps({
-        "bench": "query", "metric": "p95_ms", "value": round(big_p95, 3),
-        "baseline": round(small_p95, 3), "ratio": round(ratio, 3),
-        "goal": "p95 <= 20 ms at the large store and ratio <= 2", "pass": passed,
-        "rows": args.rows, "small_rows": args.small, "buckets": args.buckets,
-        "points": big_pts, "one_rank_p95_ms": round(rank_p95, 3),
-        "replay_p95_ms": round(replay_p95, 3),
-    }))
+    print(result_line(
+        "query", round(big_p95, 3), "ms (p95)", round(small_p95, 3),
+        goal="value <= 20 and ratio <= 2", passed=passed, metric="p95_ms",
+        baseline_name=f"same query at {args.small} rows", rows=args.rows,
+        small_rows=args.small, buckets=args.buckets, points=big_pts,
+        one_rank_p95_ms=round(rank_p95, 3), replay_p95_ms=round(replay_p95, 3),
+    ))
 
 
 if __name__ == "__main__":

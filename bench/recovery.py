@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from agent.control_inbox import append_op  # noqa: E402
 from agent.journal import JournalReader  # noqa: E402
 from agent.supervisor import alive, children_of  # noqa: E402
+from bench.result import result_line  # noqa: E402
 
 TRAIN = ROOT / "examples" / "charlm" / "train.py"
 SETTINGS = ["train.log_every=50", "eval.windows=32", "data.max_bytes=1500000",
@@ -265,24 +266,25 @@ def main() -> int:
     passed = (crash_detection <= goals["crash_detection_s"]
               and (hang_detection is None or hang_detection <= hang_goal)
               and recovery <= goals["recovery_s"])
-    print(json.dumps({
-        "bench": "recovery", "metric": "failure_to_first_new_step_median_s",
-        "value": round(recovery, 3),
-        "baseline": None if base_recovery is None else round(base_recovery, 3),
-        "ratio": None if not base_recovery else round(recovery / base_recovery, 3),
-        "goal": goals["recovery_s"], "pass": passed,
-        "crash_detection_median_s": round(crash_detection, 3),
-        "crash_detection_goal_s": goals["crash_detection_s"],
-        "hang_detection_median_s": None if hang_detection is None else round(hang_detection, 3),
-        "hang_detection_goal_s": round(hang_goal, 3),
-        "median_step_time_s": round(step_time, 4),
-        "baseline_hang_noticed_after_s": plain["hang_noticed_after"],
-        "baseline_hang_watched_s": round(plain["hang_watched"], 1),
-        "crashes": len(crashes), "hangs": len(hangs),
-        "baseline_crashes": len(plain["recovery"]),
-        "baseline_recovered": len(recovered),
-        "causes": sorted({c["cause"] for c in crashes + hangs}),
-    }))
+    print(result_line(
+        "recovery", round(recovery, 3), "s (median failure to first new step)",
+        None if base_recovery is None else round(base_recovery, 3),
+        goal=f"value <= {goals['recovery_s']:g} and crash_detection_median_s <= "
+             f"{goals['crash_detection_s']:g} and hang_detection_median_s <= "
+             "hang_detection_goal_s",
+        passed=passed, metric="failure_to_first_new_step_median_s",
+        crash_detection_median_s=round(crash_detection, 3),
+        crash_detection_goal_s=goals["crash_detection_s"],
+        hang_detection_median_s=None if hang_detection is None else round(hang_detection, 3),
+        hang_detection_goal_s=round(hang_goal, 3),
+        median_step_time_s=round(step_time, 4),
+        baseline_hang_noticed_after_s=plain["hang_noticed_after"],
+        baseline_hang_watched_s=round(plain["hang_watched"], 1),
+        crashes=len(crashes), hangs=len(hangs),
+        baseline_crashes=len(plain["recovery"]),
+        baseline_recovered=len(recovered),
+        causes=sorted({c["cause"] for c in crashes + hangs}),
+    ))
     return 0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from cockpit.transport.host_keys import KnownHosts
 from cockpit.transport.inventory import HostSpec
-from cockpit.transport.pump import PumpResult, StderrTail
+from cockpit.transport.pump import PumpResult, StderrTail, pump
 from cockpit.transport.ssh_config import SshConfig
 from cockpit.transport.states import (
     AGENT_FAILED,
@@ -178,6 +178,18 @@ class BaseLink:
             self._on_chunk(self.name, chunk)
         except Exception as exc:
             raise ConsumerError(f"consumer failed on a chunk from {self.name}: {exc!r}") from exc
+
+    def _pump(self, source, from_seq: int) -> PumpResult:
+        """Pump one connected source until it ends: the same for every kind of link."""
+        self._set_writer(source.write)
+        return pump(
+            source,
+            self._deliver,
+            self.stderr,
+            self.options.stale_after,
+            self._stopping_now,
+            lambda: self._set_state(STREAMING, f"from seq {from_seq}"),
+        )
 
     def _from_seq(self) -> int:
         seq = int(self._high_water())

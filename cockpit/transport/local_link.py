@@ -14,8 +14,8 @@ import sys
 from cockpit.transport import commands
 from cockpit.transport.inventory import AUTO_AGENT
 from cockpit.transport.link import BaseLink
-from cockpit.transport.pump import READ_SIZE, pump
-from cockpit.transport.states import AGENT_MISSING, CONNECTING, STREAMING, Backoff
+from cockpit.transport.pump import READ_SIZE
+from cockpit.transport.states import AGENT_MISSING, CONNECTING, Backoff
 
 
 class ProcessSource:
@@ -121,17 +121,8 @@ class LocalLink(BaseLink):
         if self._stopping_now():
             proc.terminate()
         self.connections += 1
-        source = ProcessSource(proc)
-        self._set_writer(source.write)
         try:
-            result = pump(
-                source,
-                self._deliver,
-                self.stderr,
-                self.options.stale_after,
-                self._stopping_now,
-                lambda: self._set_state(STREAMING, f"from seq {from_seq}"),
-            )
+            result = self._pump(ProcessSource(proc), from_seq)
         finally:
             self._set_writer(None)
             self._reap(proc)

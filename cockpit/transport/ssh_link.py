@@ -19,7 +19,7 @@ from cockpit.transport.deploy import DeployedAgent, DeployError, ZipappBuilder, 
 from cockpit.transport.host_keys import HostKeyError, changed_key_message, known_hosts_name
 from cockpit.transport.inventory import AUTO_AGENT, HostSpec
 from cockpit.transport.link import BaseLink, LinkOptions
-from cockpit.transport.pump import READ_SIZE, pump
+from cockpit.transport.pump import READ_SIZE
 from cockpit.transport.ssh_config import Endpoint, SshConfigError
 from cockpit.transport.states import (
     AGENT_MISSING,
@@ -27,7 +27,6 @@ from cockpit.transport.states import (
     CONNECTING,
     DEPLOYING,
     HOSTKEY_CHANGED,
-    STREAMING,
     UNREACHABLE,
     Backoff,
     ChunkCallback,
@@ -285,17 +284,8 @@ class HostLink(BaseLink):
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 self._set_state(UNREACHABLE, f"cannot start the agent stream: {exc}")
                 return backoff.next_delay()
-            source = ChannelSource(channel)
-            self._set_writer(source.write)
             try:
-                result = pump(
-                    source,
-                    self._deliver,
-                    self.stderr,
-                    self.options.stale_after,
-                    self._stopping_now,
-                    lambda seq=from_seq: self._set_state(STREAMING, f"from seq {seq}"),
-                )
+                result = self._pump(ChannelSource(channel), from_seq)
             finally:
                 self._set_writer(None)
                 channel.close()
