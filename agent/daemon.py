@@ -34,7 +34,9 @@ from agent.spool import SpoolTailer
 from agent.supervisor import Supervisor
 
 MIN_INTERVAL = 0.25
-POLL = 0.05
+POLL = 0.1  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
+RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
+POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
 
 
 class ObservedJournal:
@@ -125,6 +127,7 @@ class Daemon:
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
         self._sampler: Optional[threading.Thread] = None
+        self._ranks_cache: Optional[Tuple[float, Dict[int, Optional[int]]]] = None
 
     # -- control ops -----------------------------------------------------------------
     def _op_ping(self, op: dict) -> dict:
@@ -296,6 +299,16 @@ class Daemon:
         }
 
     def pid_ranks(self) -> Dict[int, Optional[int]]:
+        """The job processes -> rank map, re-read at most every RANKS_TTL seconds: finding
+        them walks all of /proc, and process trees change only when a job (re)starts."""
+        now = time.monotonic()
+        if self._ranks_cache is not None and now - self._ranks_cache[0] < RANKS_TTL:
+            return self._ranks_cache[1]
+        ranks = self._read_pid_ranks()
+        self._ranks_cache = (now, ranks)
+        return ranks
+
+    def _read_pid_ranks(self) -> Dict[int, Optional[int]]:
         ranks: Dict[int, Optional[int]] = {}
         for pid, (_job, rank) in self.spools.pid_ranks().items():
             ranks[pid] = rank
@@ -380,7 +393,7 @@ class Daemon:
                 self.spools.poll()
                 self.inbox.poll()
                 now = time.monotonic()
-                if now - last_checkpoint >= 1.0:
+                if now - last_checkpoint >= POSITIONS_EVERY:
                     self.spools.checkpoint()
                     last_checkpoint = now
                 if now - last_retention >= 60.0:

@@ -37,9 +37,10 @@ from agent.recovery import HANG, Diagnosis, HangDetector, RecoveryPolicy, classi
 from agent.stacks import dump_stacks
 from agent.supervisor import Supervisor, alive
 
-WATCH = 0.1  # s between checks of the attempt (worker liveness, hang, operations)
+WATCH = 0.2  # s between checks of the attempt (worker liveness, hang, operations)
 RANKS_REFRESH = 1.0  # s between re-reading which processes are torchrun's workers
 CRASH_EXIT_WAIT = 5.0  # s torchrun gets to exit by itself after a worker died
+PAUSE_STEP_WAIT = 5.0  # s at most for the ranks to report the paused checkpoint's step
 SPOOL_SETTLE = 0.5  # s without a new train record: the spools are drained
 SPOOL_SETTLE_MAX = 3.0  # s at most to wait for that
 SHARED_CHECKPOINT_POLL = 0.2  # s between looks at the shared checkpoint dir in a pause
@@ -562,9 +563,15 @@ class ManagedJob:
         deadline = requested + timeout
         saved = None
         # Rank 0 may run on another host of the job (torchrun's c10d rendezvous orders
-        # the nodes by its own rule), so its `checkpoint_saved` may never reach this
-        # host's journal: a new valid checkpoint in the shared checkpoint dir counts too.
-        before = self._newest_step()
+        # the nodes by its own rule), so its `checkpoint_saved` never reaches this host's
+        # journal: then a new valid checkpoint in the shared checkpoint dir counts. When
+        # rank 0 is here, its event does, which also means its spool is journaled up to
+        # the checkpoint before its processes are stopped.
+        sup = self.supervisor
+        ranks = {r for r in (sup.rank_pids().values() if sup is not None else ())
+                 if r is not None}
+        remote_rank0 = bool(ranks) and 0 not in ranks
+        before = self._newest_step() if remote_rank0 else None
         looked = requested
         while time.time() < deadline and saved is None:
             sup = self.supervisor
@@ -575,7 +582,7 @@ class ManagedJob:
             if fresh:
                 saved = fresh[0]
                 break
-            if time.time() - looked >= SHARED_CHECKPOINT_POLL:
+            if remote_rank0 and time.time() - looked >= SHARED_CHECKPOINT_POLL:
                 looked = time.time()
                 found, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
                 if found is not None and (before is None or found.step > before):
@@ -589,6 +596,7 @@ class ManagedJob:
                         {"mode": "checkpoint", "ok": False,
                          "error": "no checkpoint_saved within %g s" % timeout})
             return retry_at
+        self._hold_at_reported_checkpoint(min(deadline, time.time() + PAUSE_STEP_WAIT))
         self._stop_attempt()
         self._settle_spool()
         with self._lock:
@@ -605,6 +613,28 @@ class ManagedJob:
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
         return None
+
+    def _hold_at_reported_checkpoint(self, until: float) -> None:
+        """Leave the job frozen (SIGSTOP) at a moment when the newest valid checkpoint's
+        step has been journaled, so that `stop` ends it there.
+
+        The ranks keep training while the pause is carried out and may save again; a
+        trainer may also hold its newest train records back for a flush or two, and
+        what is still buffered when the ranks are stopped is lost. Frozen, the ranks can
+        neither save a newer checkpoint nor lose a reported step; thawed for a moment,
+        they flush. Past `until`, the job is stopped where it is.
+        """
+        sup = self.supervisor
+        while sup is not None and sup.running:
+            sup.signal_tree(signal.SIGSTOP)
+            newest = self._newest_step()
+            with self._lock:
+                reported = self._cur_max
+            if newest is None or (reported is not None and reported >= newest) or (
+                    time.time() >= until):
+                return
+            sup.signal_tree(signal.SIGCONT)
+            time.sleep(0.05)
 
     def _settle_spool(self) -> None:
         """Wait until the steps the stopped ranks wrote last have been journaled (the

@@ -132,7 +132,22 @@ def descendants(pid: int) -> List[int]:
 
 
 def children_of(pid: int) -> List[int]:
-    return sorted(_parents().get(pid, []))
+    """Direct children of `pid`. The kernel's per-thread `children` lists answer without
+    walking all of /proc (the watcher asks every second); the walk is the fallback."""
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        tasks = []
+    found = set()
+    try:
+        for tid in tasks:
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                found.update(int(c) for c in f.read().split())
+    except OSError:  # no CONFIG_PROC_CHILDREN, or the process is gone: walk /proc
+        return sorted(_parents().get(pid, []))
+    if not tasks:
+        return sorted(_parents().get(pid, []))
+    return sorted(found)
 
 
 def alive(pid: int) -> bool:
