@@ -3,10 +3,11 @@
 The agents do the work (and recover on their own); the controller decides which host
 gets which op, so a multi-host job is paused, relaunched or forked consistently:
 
-- rank 0 lives on the first host of the job; it is the rank that reads operator controls
-  (LR scale, checkpoint now, evaluate now) and writes the checkpoints, so adjustments and
-  the cooperative pause go there, and the other hosts are told to *follow* (their part
-  ends when rank 0's does, and that end is a pause, not a failure to recover from);
+- rank 0 reads operator controls (LR scale, checkpoint now, evaluate now) and writes the
+  checkpoints; the control file and the checkpoints live in the job's shared run dir, so
+  adjustments and the cooperative pause go to the first host whichever host torchrun's
+  rendezvous gave rank 0, and the other hosts are told to *follow* (their part ends when
+  the first host's does, and that end is a pause, not a failure to recover from);
 - everything else goes to every host of the job, each with its own node rank.
 
 `describe(action)` says exactly that before a destructive operation is confirmed. Each
