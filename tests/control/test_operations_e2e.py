@@ -60,9 +60,26 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     for rank in (0, 1):
         steps = [t["step"] for t in after if t["rank"] == rank]
         assert steps[: 3] == [step + 1, step + 2, step + 3], steps
+    # Every recorded lr is the schedule's, unscaled up to one switch step and halved after
+    # it; the switch is the same for both ranks and lies at the agreement boundary the
+    # trainer computes from when rank 0 read the request (one control period of slack:
+    # under load the read can land just after a boundary).
+    switch: dict[int, set[int]] = {0: set(), 1: set()}
     for t in d.train(NAME):
-        scale = 0.5 if t["step"] > agreed else 1.0
-        assert t["lr"] == pytest.approx(lr_at(t["step"], cfg) * scale), t
+        base = lr_at(t["step"], cfg)
+        if t["lr"] == pytest.approx(base * 0.5) and base > 0:
+            switch[t["rank"]].add(t["step"])
+        else:
+            assert t["lr"] == pytest.approx(base), t
+    firsts = {rank: min(steps) for rank, steps in switch.items() if steps}
+    assert set(firsts) == {0, 1}, switch
+    assert firsts[0] == firsts[1], firsts
+    every = cfg["control"]["every"]
+    assert agreed - every < firsts[0] - 1 <= agreed + every, (firsts, agreed)
+    for rank, steps in switch.items():
+        later = [t["step"] for t in d.train(NAME) if t["rank"] == rank
+                 and t["step"] >= firsts[rank]]
+        assert set(later) <= steps, f"rank {rank} fell back to the unscaled lr"
 
     d.op("stop", job=NAME)
     assert not (REPO / "PWNED").exists() and not (tmp_path / "PWNED").exists()
