@@ -35,7 +35,8 @@ class HealthPane(Pane):
         gpus = [c for h in health.hosts for c in h.gpus]
         online = sum(1 for c in gpus if c.online)
         bad = sum(1 for h in health.hosts if host_problem(h) == "error")
-        line = f"{len(health.hosts)} hosts · GPUs {online}/{len(gpus)} online"
+        n = len(health.hosts)
+        line = f"{n} host{'' if n == 1 else 's'} · GPUs {online}/{len(gpus)} online"
         line += f" · [$error]{bad} host(s) failing[/]" if bad else " · [$success]ok[/]"
         if health.interruptions:
             line += f" · {len(health.interruptions)} interruption(s)"
