@@ -127,7 +127,7 @@ class Daemon:
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
         self._sampler: Optional[threading.Thread] = None
-        self._ranks_cache: Optional[Tuple[float, Dict[int, Optional[int]]]] = None
+        self._ranks_cache: Optional[Tuple[float, Any, Dict[int, Optional[int]]]] = None
 
     # -- control ops -----------------------------------------------------------------
     def _op_ping(self, op: dict) -> dict:
@@ -302,10 +302,15 @@ class Daemon:
         """The job processes -> rank map, re-read at most every RANKS_TTL seconds: finding
         them walks all of /proc, and process trees change only when a job (re)starts."""
         now = time.monotonic()
-        if self._ranks_cache is not None and now - self._ranks_cache[0] < RANKS_TTL:
-            return self._ranks_cache[1]
+        # New ranks announce their pids in their spool headers: a change there (or in the
+        # jobs run here) re-reads at once, so a starting job is mapped without delay.
+        key = (frozenset(self.spools.pid_ranks()), tuple(sorted(self.jobs)),
+               self.supervisor is not None and self.supervisor.running)
+        cached = self._ranks_cache
+        if cached is not None and cached[1] == key and now - cached[0] < RANKS_TTL:
+            return cached[2]
         ranks = self._read_pid_ranks()
-        self._ranks_cache = (now, ranks)
+        self._ranks_cache = (now, key, ranks)
         return ranks
 
     def _read_pid_ranks(self) -> Dict[int, Optional[int]]:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, Callable, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import IO, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from agent.journal import Journal
 from agent.samplers.procinfo import RankResolver
@@ -71,20 +71,8 @@ class TokenBucket:
             return False
 
 
-def group_pids(pgid: int) -> List[int]:
-    """Pids whose process group is `pgid` (Linux /proc; psutil elsewhere)."""
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        entries = None
-    if entries is None:
-        try:
-            import psutil
-
-            return [p.pid for p in psutil.process_iter() if _pgid(p.pid) == pgid]
-        except ImportError:
-            return [pgid]
+def _proc_stats(entries: List[str]) -> Iterator[Tuple[int, List[bytes]]]:
+    """(pid, fields after the command name) of every readable /proc/PID/stat."""
     for name in entries:
         if not name.isdigit():
             continue
@@ -93,10 +81,22 @@ def group_pids(pgid: int) -> List[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            pids.append(int(name))
-    return sorted(pids)
+        yield int(name), stat[stat.rfind(b")") + 2 :].split()
+
+
+def group_pids(pgid: int) -> List[int]:
+    """Pids whose process group is `pgid` (Linux /proc; psutil elsewhere)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        try:
+            import psutil
+
+            return [p.pid for p in psutil.process_iter() if _pgid(p.pid) == pgid]
+        except ImportError:
+            return [pgid]
+    return sorted(pid for pid, fields in _proc_stats(entries)
+                  if len(fields) > 2 and int(fields[2]) == pgid)
 
 
 def _parents() -> Dict[int, List[int]]:
@@ -105,17 +105,9 @@ def _parents() -> Dict[int, List[int]]:
         entries = os.listdir("/proc")
     except OSError:
         return children
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
+    for pid, fields in _proc_stats(entries):
         if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(name))
+            children.setdefault(int(fields[1]), []).append(pid)
     return children
 
 

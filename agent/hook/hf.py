@@ -29,6 +29,7 @@ import os
 import time
 from typing import Any, Dict, Optional
 
+from agent.hook.lazy_callback import lazy_callback
 from agent.hook.reporter import Reporter
 
 
@@ -193,13 +194,5 @@ class CockpitHFHooks:
 
 def __getattr__(name: str) -> Any:
     """Build `CockpitCallback` on first use, so that importing this module stays cheap."""
-    if name == "CockpitCallback":
-        cls = type(
-            "CockpitCallback",
-            (CockpitHFHooks, _callback_base()),
-            {"__doc__": "Transformers callback reporting to the cockpit (see module docs).",
-             "__module__": __name__},
-        )  # fmt: skip
-        globals()[name] = cls
-        return cls
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    return lazy_callback(name, globals(), CockpitHFHooks, _callback_base,
+                         "Transformers callback reporting to the cockpit (see module docs).")

@@ -30,6 +30,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from agent.hook.lazy_callback import lazy_callback
 from agent.hook.lazy_values import to_number
 from agent.hook.reporter import Reporter
 
@@ -339,13 +340,5 @@ def _first_lr(trainer: Any) -> Optional[float]:
 
 def __getattr__(name: str) -> Any:
     """Build `CockpitCallback` on first use, so that importing this module stays cheap."""
-    if name == "CockpitCallback":
-        cls = type(
-            "CockpitCallback",
-            (CockpitLightningHooks, _callback_base()),
-            {"__doc__": "Lightning callback reporting to the cockpit (see module docs).",
-             "__module__": __name__},
-        )  # fmt: skip
-        globals()[name] = cls
-        return cls
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    return lazy_callback(name, globals(), CockpitLightningHooks, _callback_base,
+                         "Lightning callback reporting to the cockpit (see module docs).")
