@@ -48,7 +48,7 @@ from bench.result import result_line  # noqa: E402
 from bench.ui_store import RANKS, build  # noqa: E402
 from cockpit.replay import ReplaySource  # noqa: E402
 from cockpit.snapshot import Snapshot  # noqa: E402
-from cockpit.source import build_snapshot  # noqa: E402
+from cockpit.source import build_snapshot, details  # noqa: E402
 from cockpit.store import Store  # noqa: E402
 from cockpit.store.queries import StoreReader  # noqa: E402
 from cockpit.ui.app import SNAPSHOT_BUCKETS, make_app  # noqa: E402
@@ -88,7 +88,7 @@ class RecordedLive:
                               now=now)
 
     def details(self, what: str, **kw: Any) -> object:
-        raise NotImplementedError("the refresh benchmark opens no drill-down")
+        return details(self._reader, what, **kw)
 
     def stop(self) -> None:
         self._store.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cockpit import __version__
 from cockpit.errors import CockpitError
@@ -212,16 +212,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus
     ) as demo:
         print(f"demo run in {demo.run_root}", file=sys.stderr)
-        if args.headless is not None:
-            demo.record_for(args.headless)
-        else:
-            _run_app(demo.source, args)
-    _print_recording_hint(demo.store_path)
-    if args.headless is not None:
-        from cockpit.report import render_report
-
-        print(render_report(demo.store_path, fmt="text"))
-    return 0
+        _watch_or_record(demo, args)
+    return _after_live(demo.store_path, args)
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
@@ -234,15 +226,24 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         accept_new_host_keys=args.accept_new_host_keys,
         job_path=args.job,
     ) as live:
-        if args.headless is not None:
-            live.record_for(args.headless)
-        else:
-            _run_app(live.source, args)
-    _print_recording_hint(live.store_path)
+        _watch_or_record(live, args)
+    return _after_live(live.store_path, args)
+
+
+def _watch_or_record(run: Any, args: argparse.Namespace) -> None:
+    """The UI on a live run, or (--headless) a recording of it without one."""
+    if args.headless is not None:
+        run.record_for(args.headless)
+    else:
+        _run_app(run.source, args)
+
+
+def _after_live(store_path: Path, args: argparse.Namespace) -> int:
+    _print_recording_hint(store_path)
     if args.headless is not None:
         from cockpit.report import render_report
 
-        print(render_report(live.store_path, fmt="text"))
+        print(render_report(store_path, fmt="text"))
     return 0
 
 

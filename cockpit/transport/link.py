@@ -8,6 +8,7 @@ reaches the agent (`_attempt`).
 
 from __future__ import annotations
 
+import abc
 import json
 import threading
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ class LinkOptions:
         return self.ssh_config
 
 
-class BaseLink:
+class BaseLink(abc.ABC):
     """Thread, states, control writes and the reconnect loop of one host's link."""
 
     def __init__(
@@ -154,10 +155,11 @@ class BaseLink:
 
     # -- for subclasses -------------------------------------------------------------
 
+    @abc.abstractmethod
     def _attempt(self, backoff: Backoff) -> float:
         """Connect and stream once; return how long to wait before the next attempt."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _interrupt(self) -> None:
         """Unblock the thread's current wait (close the connection or process)."""
 
