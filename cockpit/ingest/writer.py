@@ -9,7 +9,7 @@ throughput matters.
 A flush has a cost that grows with the number of series it touches rather than with its
 lines (every chart level of every GPU of a fleet is updated, `cockpit.store.levels`), so
 when flushes get expensive the writer waits longer between them: at least
-`quiet_factor` times the last flush's duration, but never more than `max_interval`
+`quiet_factor` (10) times the last flush's duration, but never more than `max_interval`
 (1 s), so data is still never much more than a second from disk. A full buffer
 (`max_lines`) is flushed at once whatever the last flush cost.
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 0.5
 DEFAULT_MAX_LINES = 20_000
 DEFAULT_MAX_INTERVAL = 1.0
-DEFAULT_QUIET_FACTOR = 4.0  # idle time per unit of flush time: flushing stays <= ~20 %
+DEFAULT_QUIET_FACTOR = 10.0  # idle time per unit of flush time: flushing stays <= ~10 %
 
 
 class WriterBacklogError(RuntimeError):

@@ -35,6 +35,7 @@ typed as usual and also copied whole into `other` with `t` = "<type>+extra".
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections import Counter
@@ -47,9 +48,22 @@ import duckdb
 from agent.protocol import PROTOCOL_VERSION
 from cockpit.ingest.route import Malformed, fast_split, route_chunk
 from cockpit.store import schema
-from cockpit.store.levels import fold_staged, update_levels
+from cockpit.store.levels import (
+    defer_levels,
+    defer_staged,
+    fold_pending,
+    fold_staged,
+    update_levels,
+)
 from cockpit.store.loader import Piece, Scratch, load_type
 
+# Folding new rows into the level tables costs about the same for 1 row as for 10 k (it
+# rewrites the open bucket of every series at every level: 28 k rows for a fleet of 2 k
+# GPUs), so the store folds at most this often and parks rows in between, or sooner
+# when this many rows of a table are parked. Readers add the parked rows' level rows on
+# the fly (`schema.levels_relation`), which stays cheap while they are this few.
+FOLD_INTERVAL = 5.0
+FOLD_MAX_PENDING = 50_000
 WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
 _SAMPLE_BYTES = 1000
 
@@ -124,7 +138,8 @@ _HOST_COLUMNS = (
 class Store:
     """A DuckDB recording. `read_only=True` for replay and reports (refuses writes)."""
 
-    def __init__(self, path: str | Path, read_only: bool = False, check_fields: str = "auto"):
+    def __init__(self, path: str | Path, read_only: bool = False, check_fields: str = "auto",
+                 fold_interval: float = FOLD_INTERVAL):
         if check_fields not in ("auto", "always"):
             raise ValueError(f"check_fields must be 'auto' or 'always', not {check_fields!r}")
         self.path = Path(path)
@@ -132,12 +147,17 @@ class Store:
         self.check_fields = check_fields
         self._lock = threading.Lock()
         self._scratch: Scratch | None = None
+        self.fold_interval = fold_interval
+        self._last_fold = -math.inf
+        self._pending: dict[str, int] = {}  # level table -> rows parked (unknown: -1)
         if read_only and not self.path.exists():
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         self._con = self._connect()
         try:
             self._migrate()
             self._marks = self._load_marks()
+            # Rows parked by a process that ended without folding: fold them first.
+            self._pending = {t: -1 for t in schema.LEVEL_SERIES}
         except BaseException:
             self._con.close()
             raise
@@ -346,6 +366,9 @@ class Store:
         by_host: Counter[str] = Counter()
         cur = self._con.cursor()
         checker = self._con.cursor() if careful else None
+        now = time.monotonic()
+        fold = now - self._last_fold >= self.fold_interval
+        pending = dict(self._pending)
         try:
             cur.execute("BEGIN")
             for wire_type, group in pieces.items():
@@ -356,12 +379,31 @@ class Store:
                 if load.stored:
                     by_type[wire_type] += load.stored
                     table = schema.TABLE_FOR_TYPE.get(wire_type)
+                    if table not in schema.LEVEL_SERIES:
+                        continue
+                    if fold and not pending.get(table):
+                        if load.staged is not None:
+                            fold_staged(cur, table, load.staged)
+                        else:
+                            update_levels(cur, table, load.first_seq)
+                        continue
                     if load.staged is not None:
-                        fold_staged(cur, table, load.staged)
-                    elif table in schema.LEVEL_SERIES:
-                        update_levels(cur, table, load.first_seq)
+                        parked = defer_staged(cur, table, load.staged)
+                    else:
+                        parked = defer_levels(cur, table, load.first_seq)
+                    pending[table] = max(pending.get(table, 0), 0) + parked
+            if any(n >= FOLD_MAX_PENDING for n in pending.values()):
+                fold = True
+            if fold:
+                for table, parked in pending.items():
+                    if parked:
+                        fold_pending(cur, table)
+                pending = {}
             self._write_hosts(cur, marks)
             cur.execute("COMMIT")
+            self._pending = pending
+            if fold:
+                self._last_fold = now
         except BaseException:
             with contextlib.suppress(duckdb.Error):
                 cur.execute("ROLLBACK")
@@ -452,8 +494,38 @@ class Store:
                  "samples": [k[2] for k in kept]},
             )
 
+    def fold_levels(self) -> None:
+        """Fold every parked row into the level tables now (closing, maintenance)."""
+        self._writable()
+        with self._lock:
+            self._fold_all()
+
+    def _fold_all(self) -> None:
+        if not any(self._pending.values()):
+            return
+        cur = self._con.cursor()
+        try:
+            cur.execute("BEGIN")
+            for table in schema.LEVEL_SERIES:
+                if self._pending.get(table):
+                    fold_pending(cur, table)
+            cur.execute("COMMIT")
+            self._pending = {}
+            self._last_fold = time.monotonic()
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+
     def close(self) -> None:
         with self._lock:
+            if not self.read_only:
+                # Parked rows are safe in the file either way; folding them now spares
+                # every later reader the on-the-fly rollup.
+                with contextlib.suppress(duckdb.Error):
+                    self._fold_all()
             if self._scratch is not None:
                 self._scratch.close()
                 self._scratch = None

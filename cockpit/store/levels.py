@@ -38,6 +38,8 @@ from cockpit.store.schema import (
     levels_ddl,
     levels_open_table,
     levels_table,
+    pending_columns,
+    pending_table,
 )
 
 _NULL_KEY = {"VARCHAR": "''", "INTEGER": "-1"}
@@ -50,6 +52,10 @@ _FROM_TABLE = (
     "WHERE t.seq >= r.lo AND t.seq >= $min_lo AND {{has_x}})"
 )
 _FROM_STAGED = 'new AS (SELECT {{cols}} FROM "{staged}" t WHERE {{has_x}})'
+_ROWS_FROM_TABLE = (
+    'SELECT {names} FROM "{table}" t JOIN (SELECT unnest($hosts) AS host, unnest($los) AS lo) r '
+    "ON t.host = r.host WHERE t.seq >= r.lo AND t.seq >= $min_lo"
+)
 
 
 _DELTA = "cockpit_level_delta"  # temp tables of the folding connection
@@ -58,6 +64,7 @@ _LATE = "cockpit_level_late"
 
 
 class _FoldSql(NamedTuple):
+    rollup: str  # the level rows of the source's rows, one per (keys, level, bucket)
     delta: str  # stage the flush's level rows, one per (keys, level, bucket)
     merge_open: str  # merge those that fall in their series' open bucket
     rest: str  # stage the others, each with its open bucket and newest delta bucket
@@ -134,8 +141,7 @@ def _fold_sql(table: str, source: str) -> _FoldSql:
     series = " AND ".join(f'd."{k}" = e."{k}"' for k in [*keys, "level"])
     match = f"{series} AND d.bucket = e.bucket"
     replaced = ", ".join(f'"{name}" = e."{name}"' for name in ["bucket", *value_names])
-    delta = f"""
-CREATE OR REPLACE TEMP TABLE {_DELTA} AS
+    rollup = f"""
 WITH {source.format(cols=f'{new_keys}, t."{x}"::DOUBLE AS x, t.ts, {new_cols}',
                     has_x=f't."{x}" IS NOT NULL')},
 base AS (
@@ -153,6 +159,7 @@ SELECT {key_names}, l AS level, b0 >> ({LEVEL_BITS} * l) AS bucket, sum(n)::BIGI
 FROM base CROSS JOIN range({LEVEL_COUNT}) lv(l) WHERE buckets > 1
 GROUP BY ALL
 """
+    delta = f"CREATE OR REPLACE TEMP TABLE {_DELTA} AS {rollup}"
     # The open bucket of a series holds its newest x: a delta row past it closes it.
     rest = f"""
 CREATE OR REPLACE TEMP TABLE {_REST} AS
@@ -163,6 +170,7 @@ WHERE d.bucket IS NULL OR d.bucket <> e.bucket
 """
     ahead = "(open_bucket IS NULL OR bucket > open_bucket)"
     return _FoldSql(
+        rollup=rollup,
         delta=delta,
         merge_open=f'UPDATE "{opened}" AS d SET {merges} FROM {_DELTA} AS e WHERE {match}',
         rest=rest,
@@ -211,6 +219,21 @@ def _fold(cur: duckdb.DuckDBPyConnection, sql: _FoldSql,
 _UPDATES = {table: _fold_sql(table, _FROM_TABLE.format(table=table)) for table in LEVEL_SERIES}
 
 
+_PENDING = {
+    table: _fold_sql(table, _FROM_STAGED.format(staged=pending_table(table)))
+    for table in LEVEL_SERIES
+}
+
+
+def pending_rollup_sql(table: str) -> str:
+    """The level rows of `table`'s pending rows, computed when read."""
+    return _PENDING[table].rollup
+
+
+def _pending_names(table: str, prefix: str = "") -> str:
+    return ", ".join(f'{prefix}"{name}"' for name in pending_columns(table))
+
+
 def update_levels(
     cur: duckdb.DuckDBPyConnection, table: str, first_new_seq: dict[str, int]
 ) -> None:
@@ -220,6 +243,46 @@ def update_levels(
     hosts = list(first_new_seq)
     los = [first_new_seq[h] for h in hosts]
     _fold(cur, _UPDATES[table], {"hosts": hosts, "los": los, "min_lo": min(los)})
+
+
+def defer_levels(
+    cur: duckdb.DuckDBPyConnection, table: str, first_new_seq: dict[str, int]
+) -> int:
+    """Park the rows of `table` with seq >= first_new_seq[host] until the next fold.
+
+    Returns how many rows were parked.
+    """
+    if table not in LEVEL_SERIES or not first_new_seq:
+        return 0
+    hosts = list(first_new_seq)
+    los = [first_new_seq[h] for h in hosts]
+    rows = _ROWS_FROM_TABLE.format(names=_pending_names(table, "t."), table=table)
+    return _inserted(cur.execute(
+        f'INSERT INTO "{pending_table(table)}" {rows}',
+        {"hosts": hosts, "los": los, "min_lo": min(los)},
+    ))
+
+
+def defer_staged(cur: duckdb.DuckDBPyConnection, table: str, staged: str) -> int:
+    """Park every row of `staged` (a relation with `table`'s columns) until the next fold."""
+    if table not in LEVEL_SERIES:
+        return 0
+    return _inserted(cur.execute(
+        f'INSERT INTO "{pending_table(table)}" SELECT {_pending_names(table)} FROM "{staged}"'
+    ))
+
+
+def fold_pending(cur: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Fold `table`'s parked rows into its level tables and empty the parking table."""
+    if table not in LEVEL_SERIES:
+        return
+    _fold(cur, _PENDING[table])
+    cur.execute(f'DELETE FROM "{pending_table(table)}"')
+
+
+def _inserted(cur: duckdb.DuckDBPyConnection) -> int:
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
 
 
 def cluster_levels(cur: duckdb.DuckDBPyConnection) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _KEY = "host VARCHAR NOT NULL, seq BIGINT NOT NULL, ts DOUBLE NOT NULL"
 
@@ -181,19 +181,52 @@ def levels_open_ddl(table: str) -> str:
     return levels_ddl(table, levels_open_table(table), primary_key=False)
 
 
+def pending_table(table: str) -> str:
+    return f"{table}_levels_pending"
+
+
+def pending_columns(table: str) -> dict[str, str]:
+    """What a fold needs of a row of `table`: its series keys, x, ts and value columns."""
+    spec = LEVEL_SERIES[table]
+    names = [*spec["keys"], spec["x"], "ts", *spec["columns"]]  # type: ignore[misc]
+    types = {**RECORD_COLUMNS[table], "ts": "DOUBLE", "host": "VARCHAR"}
+    return {name: types[name] for name in dict.fromkeys(names)}  # type: ignore[index]
+
+
+def pending_ddl(table: str) -> str:
+    """Rows stored but not yet folded into the level tables.
+
+    Folding has a fixed cost per flush (a dozen statements), so under a heavy stream the
+    store folds at most about once a second and parks the rows in between here, in the
+    flush's transaction; readers add these rows' level rows on the fly
+    (`levels_relation`), so a chart never lags the raw tables.
+    """
+    cols = ", ".join(f'"{name}" {typ}' for name, typ in pending_columns(table).items())
+    return f'CREATE TABLE IF NOT EXISTS "{pending_table(table)}" ({cols})'
+
+
 def levels_relation(table: str, columns: Sequence[str] | None = None) -> str:
-    """Every level row of `table`: the closed buckets and the open one of each series.
+    """Every level row of `table`: the closed buckets, the open one of each series and
+    those of the rows not folded yet.
+
+    A (keys, level, bucket) may appear more than once (a bucket's folded part and its
+    pending part): readers merge rows per bucket, with min, max and the last value by x,
+    which such a split leaves exact.
 
     Name the `columns` a query needs: binding a union of the full, wide rows costs more
     than a chart query's scans.
     """
+    from cockpit.store.levels import pending_rollup_sql  # levels builds on this module
+
     names = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
     return (f'(SELECT {names} FROM "{levels_table(table)}" UNION ALL '
-            f'SELECT {names} FROM "{levels_open_table(table)}")')
+            f'SELECT {names} FROM "{levels_open_table(table)}" UNION ALL '
+            f"SELECT {names} FROM ({pending_rollup_sql(table)}))")
 
 
 DDL_V1 += [levels_ddl(t) for t in LEVEL_SERIES]
 DDL_V1 += [levels_open_ddl(t) for t in LEVEL_SERIES]
 
 # MIGRATIONS[n] upgrades a store at version n to n + 1. Version 0 = empty file.
-MIGRATIONS: dict[int, list[str]] = {0: DDL_V1}
+DDL_V2: list[str] = [pending_ddl(t) for t in LEVEL_SERIES]
+MIGRATIONS: dict[int, list[str]] = {0: DDL_V1, 1: DDL_V2}

@@ -119,7 +119,8 @@ def test_levels_from_a_shared_flush_equal_levels_from_one_host_flushes(tmp_path)
 
     tables = ("gpu_levels", "gpu_levels_open", "train_levels", "train_levels_open", "gpu",
               "train")
-    with Store(tmp_path / "shared.duckdb") as shared, Store(tmp_path / "one.duckdb") as one:
+    with (Store(tmp_path / "shared.duckdb", fold_interval=0) as shared,
+          Store(tmp_path / "one.duckdb", fold_interval=0) as one):
         for part in range(3):
             chunks = []
             for h in range(3):

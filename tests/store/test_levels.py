@@ -137,14 +137,14 @@ def test_levels_after_many_flushes_equal_levels_built_in_one_go(
     flushes = list(_flushes(streams))
     assert len(flushes) > 20
     path = tmp_path / "flushed.duckdb"
-    store = Store(path)
+    store = Store(path, fold_interval=0)
     try:
         for i, flush in enumerate(flushes):
             _ingest(store, flush)
             if reopen_every and i % reopen_every == reopen_every - 1:
                 store.close()
-                store = Store(path)
-        with Store(tmp_path / "once.duckdb") as once:
+                store = Store(path, fold_interval=0)
+        with Store(tmp_path / "once.duckdb", fold_interval=0) as once:
             once.ingest_many([(h, b"".join(lines)) for h, lines in streams.items()])
             for table in ("train", "gpu"):
                 got = _levels(store, table)
@@ -165,7 +165,7 @@ def test_late_rows_merge_into_closed_buckets_and_open_new_ones(tmp_path: Path) -
     seqs = iter(range(1, 10_000))
     early = [*range(0, 100), *range(300, 600)]
     late = range(100, 300)
-    with Store(tmp_path / "late.duckdb") as store:
+    with Store(tmp_path / "late.duckdb", fold_interval=0) as store:
         store.ingest("a", header() + b"".join(
             train(next(seqs), s, loss=float(s % 17)) for s in early))
         store.ingest("a", b"".join(train(next(seqs), s, loss=float(-s)) for s in late))
@@ -243,7 +243,7 @@ def test_a_usual_flush_reads_no_closed_level_row(tmp_path: Path, tables_read: li
     def steps(first: int, last: int, rank: int = 0) -> bytes:
         return b"".join(train(next(seqs), s, rank=rank) for s in range(first, last))
 
-    with Store(tmp_path / "cost.duckdb") as store:
+    with Store(tmp_path / "cost.duckdb", fold_interval=0) as store:
         store.ingest("a", header() + steps(0, 5000))  # hundreds of closed buckets
         store.ingest_many([("a", steps(5000, 5010)), ("b", header() + steps(0, 10, 1))])
         tables_read.clear()

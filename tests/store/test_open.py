@@ -40,6 +40,22 @@ def test_reopening_keeps_data_and_high_water(tmp_store_path: Path) -> None:
         assert count(store, "schema_version") == 1
 
 
+def test_a_version_1_recording_is_upgraded_and_keeps_its_data(tmp_store_path: Path) -> None:
+    con = duckdb.connect(str(tmp_store_path))
+    for ddl in schema.MIGRATIONS[0]:
+        con.execute(ddl)
+    con.execute("INSERT INTO schema_version VALUES (1)")
+    con.execute("INSERT INTO hosts (host, high_water) VALUES ('a', 5)")
+    con.close()
+    with pytest.raises(StoreVersionError, match="without read-only to upgrade"):
+        Store(tmp_store_path, read_only=True)
+    with Store(tmp_store_path) as store:
+        store.ingest("a", header() + trains(1, 8))
+        assert count(store, "train") == 3  # seqs 6..8: 1..5 count as stored
+        assert count(store, "schema_version", f"version = {schema.SCHEMA_VERSION}") == 1
+        assert count(store, schema.pending_table("train")) == 0  # the table exists, folded
+
+
 def test_a_newer_schema_is_refused_with_a_clear_message(tmp_store_path: Path) -> None:
     Store(tmp_store_path).close()
     con = duckdb.connect(str(tmp_store_path))
