@@ -196,10 +196,10 @@ def pending_columns(table: str) -> dict[str, str]:
 def pending_ddl(table: str) -> str:
     """Rows stored but not yet folded into the level tables.
 
-    Folding has a fixed cost per flush (a dozen statements), so under a heavy stream the
-    store folds at most about once a second and parks the rows in between here, in the
-    flush's transaction; readers add these rows' level rows on the fly
-    (`levels_relation`), so a chart never lags the raw tables.
+    A fold costs about the same whatever its size (it rewrites the open bucket of every
+    series and level), so the store folds every few seconds and parks the rows of the
+    flushes in between here, in each flush's own transaction; readers add these rows'
+    level rows on the fly (`levels_relation`), so a chart never lags the raw tables.
     """
     cols = ", ".join(f'"{name}" {typ}' for name, typ in pending_columns(table).items())
     return f'CREATE TABLE IF NOT EXISTS "{pending_table(table)}" ({cols})'
