@@ -64,6 +64,7 @@ from cockpit.store.loader import Piece, Scratch, load_type
 # the fly (`schema.levels_relation`), which stays cheap while they are this few.
 FOLD_INTERVAL = 5.0
 FOLD_MAX_PENDING = 50_000
+WRITER_THREADS = 1
 WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
 _SAMPLE_BYTES = 1000
 
@@ -154,6 +155,12 @@ class Store:
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         self._con = self._connect()
         try:
+            if not read_only:
+                # A writer runs many small statements a second: a second DuckDB thread
+                # costs more in coordination than it saves (-20 % CPU per flush with one,
+                # measured on a fleet's flushes and on bulk loads) and leaves the other
+                # cores to the transport that feeds it.
+                self._con.execute(f"SET threads = {WRITER_THREADS}")
             self._migrate()
             self._marks = self._load_marks()
             # Rows parked by a process that ended without folding: fold them first.

@@ -10,6 +10,7 @@ from cockpit.store.queries_frontiers import Frontiers
 
 LIFECYCLE_KINDS = (
     "job_started", "job_exited", "pause", "resume", "interruption", "recovery", "relaunch",
+    "job_adopted",
 )
 
 
