@@ -10,6 +10,9 @@ For each it measures, over `--runs` refreshes after a warm-up:
 
 - `build_snapshot` alone, as a live cockpit calls it (`until_ts=None`, the whole
   recording) and as a replay does (a cursor near the end, moved on each refresh);
+  the recording is finished, so a live refresh finds no new row and answers from what
+  the reader remembers (a quiet run), while each replay refresh moves one second of
+  steps and samples into view and reads them (a busy one);
 - the full refresh in the real app, headless at 160 × 48: the refresh worker the app
   starts (`CockpitApp._build_snapshot`), the snapshot set on the four panes, and the
   screen rendered (`pilot.pause()` ends by painting what changed), timed from the
@@ -20,8 +23,9 @@ recording at `--speed` (100×) for `--hour` simulated wall seconds on an injecte
 refreshing the app every `--every` simulated seconds, and reports peak RSS after ten
 simulated minutes and at the end.
 
-Goals: live full-refresh p95 <= 50 ms on the long recording and <= 1.5× the short
-one's; peak RSS at the end <= 1.1× the ten-minute figure. The last line printed is JSON.
+Goals: full-refresh p95 (the worse of live and replay) <= 50 ms on the long recording
+and <= 1.5× the short one's; peak RSS at the end <= 1.1× the ten-minute figure. The
+last line printed is JSON.
 
     .venv/bin/python bench/ui.py [--steps 1250000] [--small 1000] [--runs 30]
 """
@@ -244,15 +248,19 @@ def main() -> None:
             capture_output=True, text=True, check=True,
         )
         memory = json.loads(child.stdout.strip().splitlines()[-1])
-    value = p95(figures["big"]["app_live"])
-    baseline = p95(figures["small"]["app_live"])
+    # The headline is the worse of the quiet (live, nothing new) and the busy (replay,
+    # new rows every refresh) full refresh: a cockpit watching a training run refreshes
+    # because data arrived, so the quiet figure alone would flatter it.
+    value = max(p95(figures["big"]["app_live"]), p95(figures["big"]["app_replay"]))
+    baseline = max(p95(figures["small"]["app_live"]), p95(figures["small"]["app_replay"]))
     ratio = value / baseline
     rss_ratio = memory["rss_end_mib"] / memory["rss_10min_mib"]
     p95s = {f"{n}_{w}_p95_ms": round(p95(t), 2) for n, f in figures.items() for w, t in f.items()}
     for what in ("build_live", "build_replay", "app_replay"):
         r = p95(figures["big"][what]) / p95(figures["small"][what])
         print(f"ratio long/short {what:12} {r:.2f}")
-    print(f"full refresh (live): p95 {value:.1f} ms at {args.steps:,} steps, {baseline:.1f} ms "
+    print(f"full refresh (worse of live, replay): p95 {value:.1f} ms at {args.steps:,} steps, "
+          f"{baseline:.1f} ms "
           f"at {args.small:,} steps, ratio {ratio:.2f}")
     print(f"replay memory at {args.speed:g}x over {memory['replayed_s'] / 3600:.1f} h of "
           f"recording ({memory['refreshes']} refreshes): peak RSS {memory['rss_10min_mib']:.0f} "

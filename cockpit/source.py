@@ -5,15 +5,19 @@ store (read through `StoreReader`, at a cursor) and the analysis rules into one 
 `Snapshot`, so the UI has a single render path and the report prints the same figures.
 The cost of a snapshot does not grow with the run: latest values are read from recent
 windows, step statistics from a bounded step range, and every series is downsampled
-in SQL to `buckets` points. Where every table ends at the cursor is found once per
-snapshot (`StoreReader.frontiers`); reads of what changes seldom (run facts, events,
-evaluations, agent alerts) are remembered on the reader under those frontiers and
-redone only when a table they read gains a visible row.
+in SQL to `buckets` points, the reference rank's four step series in one statement.
+Where every table ends at the cursor is found once per snapshot
+(`StoreReader.frontiers`), and every read is remembered on the reader under the
+frontiers of the tables it looks at, so it is redone only when one of them gains a
+visible row: a refresh with nothing new (a finished run, a paused replay, a quiet
+fleet) reads almost nothing, and a refresh after a training step re-reads the step
+records but not the events, evaluations or run facts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +137,12 @@ def _read_train(reader: StoreReader, job: str | None, until_ts: float | None,
                 world: int | None, fr: Frontiers) -> _Train:
     if job is None:
         return _Train([], [], [], None, None, None, None)
+    return reader.memo("train", (job, world, fr.key("train")),
+                       lambda: _read_train_rows(reader, job, until_ts, world, fr))
+
+
+def _read_train_rows(reader: StoreReader, job: str, until_ts: float | None,
+                     world: int | None, fr: Frontiers) -> _Train:
     latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world, frontiers=fr)
     if not latest:
         return _Train([], [], [], None, None, None, None)
@@ -180,9 +190,22 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
         return "paused"
     if kind == "interruption":
         return "recovering"
+    if kind == "job_adopted" and _adopted_running(last):
+        return "running"
     if has_steps or kind in ("job_started", "resume", "recovery", "relaunch"):
         return "running"
     return "unknown"
+
+
+def _adopted_running(event: Mapping[str, Any]) -> bool:
+    """Whether a restarted agent found the job still running (`data.running`)."""
+    data = event.get("data")
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return False
+    return isinstance(data, dict) and data.get("running") is True
 
 
 def _pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
@@ -282,25 +305,45 @@ def _evals(reader: StoreReader, job: str, until_ts: float | None, buckets: int) 
     )
 
 
-def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float | None,
-            buckets: int, fr: Frontiers) -> _EffectFindings:
-    if job is None:
-        return _EffectFindings(Effect(), None, None)
+TRAIN_SERIES = ("loss", "lr", "loss_scale", "step_time")  # what the panes draw per step
+
+
+def _train_series(reader: StoreReader, job: str | None, train: _Train,
+                  until_ts: float | None, buckets: int, fr: Frontiers) -> dict[str, Series]:
+    """The reference rank's step series, read together (one x range, one statement).
+
+    Without a reference rank (no rank reported) the effect series are drawn over the
+    whole job and there is no throughput history, as each pane would read them alone.
+    """
+    if job is None or train.newest is None:
+        return {}
     where: dict[str, Any] = {"job": job}
+    columns = TRAIN_SERIES[:3]
     if train.ref_rank is not None:
         where["rank"] = train.ref_rank
+        columns = TRAIN_SERIES
 
-    def series(column: str) -> Series:
-        return reader.series("train", column, where=where, x="step", buckets=buckets,
-                             until_ts=until_ts)
+    def read() -> dict[str, Series]:
+        found = reader.series_columns("train", columns, where=where, x="step",
+                                      buckets=buckets, until_ts=until_ts)
+        return dict(zip(columns, found, strict=True))
 
-    loss = series("loss") if train.newest is not None else Series()
-    lr = series("lr") if train.newest is not None else Series()
-    scale = series("loss_scale") if train.newest is not None else Series()
+    return reader.memo("train_series", (job, train.ref_rank, buckets, fr.key("train")), read)
+
+
+def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float | None,
+            buckets: int, fr: Frontiers, series: Mapping[str, Series]) -> _EffectFindings:
+    if job is None:
+        return _EffectFindings(Effect(), None, None)
+    loss = series.get("loss", Series())
+    lr = series.get("lr", Series())
+    scale = series.get("loss_scale", Series())
     smoothed = Series(loss.x, tuple(ema(loss.last)), loss.lo, loss.hi)
     evals = reader.memo("evals", (job, buckets, fr.key("eval")),
                         lambda: _evals(reader, job, until_ts, buckets))
-    nonfinite = tuple(reader.nonfinite_steps(job, until_ts=until_ts))
+    nonfinite = reader.memo(
+        "nonfinite", (job, fr.key("train")),
+        lambda: tuple(reader.nonfinite_steps(job, until_ts=until_ts)))
     spikes = _pin_spikes(reader, job, train.ref_rank, loss,
                          find_spikes(loss.x, loss.last, loss.hi), until_ts)
     divergence = divergence_after(evals.best,
@@ -332,14 +375,27 @@ def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float
 
 def _pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,
                 spike_xs: Sequence[float], until_ts: float | None) -> tuple[int, ...]:
-    """A bucket's x is its last step; the spike is wherever in the bucket loss peaked."""
+    """A bucket's x is its last step; the spike is wherever in the bucket loss peaked.
+
+    Pins are kept from one refresh to the next: a spike's bucket reads the same (same
+    step range, minimum, maximum and last loss) until a row in it is added or hidden,
+    and only the buckets that changed, usually none, are looked up again.
+    """
     shown = spike_xs[-MAX_PINNED_SPIKES:]
-    ranges = []
+    keys = []
     for x in shown:
         i = loss.x.index(x)
-        ranges.append((loss.x[i - 1] + 1 if i > 0 else x, x))
-    exact = reader.peak_steps(job, rank, "loss", ranges, until_ts=until_ts)
-    return tuple(e if e is not None else int(x) for e, x in zip(exact, shown, strict=True))
+        first = loss.x[i - 1] + 1 if i > 0 else x
+        keys.append((first, x, loss.lo[i], loss.hi[i], loss.last[i]))
+    known: dict[tuple[Any, ...], int | None] = reader.memo("spike_pins", (job, rank), dict)
+    missing = [k for k in keys if k not in known]
+    if missing:
+        exact = reader.peak_steps(job, rank, "loss", [(k[0], k[1]) for k in missing],
+                                  until_ts=until_ts)
+        known = {**{k: known[k] for k in keys if k in known},
+                 **dict(zip(missing, exact, strict=True))}
+        reader.remember("spike_pins", (job, rank), known)
+    return tuple(known[k] if known[k] is not None else int(k[1]) for k in keys)
 
 
 def _thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
@@ -362,13 +418,13 @@ def _figures(run: Mapping[str, Any], train: _Train,
     )
 
 
-def _efficiency(reader: StoreReader, job: str | None, train: _Train,
-                figures: EfficiencyFigures, until_ts: float | None, buckets: int) -> Efficiency:
+def _efficiency(reader: StoreReader, train: _Train, figures: EfficiencyFigures,
+                until_ts: float | None, buckets: int, fr: Frontiers,
+                series: Mapping[str, Series]) -> Efficiency:
     throughput = Series()
-    if job is not None and train.ref_rank is not None:
+    times = series.get("step_time")
+    if times is not None:
         # Against step, not time: the per-step series is kept pre-aggregated (levels).
-        times = reader.series("train", "step_time", where={"job": job, "rank": train.ref_rank},
-                              x="step", buckets=buckets, until_ts=until_ts)
         per_step = train.global_samples or 1  # steps/s when samples are not reported
         throughput = Series(
             times.x,
@@ -376,7 +432,11 @@ def _efficiency(reader: StoreReader, job: str | None, train: _Train,
             tuple(_per(per_step, t) for t in times.hi),
             tuple(_per(per_step, t) for t in times.lo),
         )
-    busy = reader.series("gpu", "util", where={}, x="ts", buckets=buckets, until_ts=until_ts)
+    # Against time, up to the cursor: the range, so the buckets, move with the cursor.
+    busy = reader.memo(
+        "gpu_busy", (buckets, until_ts, fr.key("gpu")),
+        lambda: reader.series("gpu", "util", where={}, x="ts", buckets=buckets,
+                              until_ts=until_ts))
     return Efficiency(
         gpu_busy=figures.gpu_busy,
         samples_per_s=figures.samples_per_s,
@@ -501,15 +561,22 @@ def build_snapshot(
         return Snapshot(ts=until_ts or 0.0, source_label=label, job=None,
                         controllable=controllable)
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
-    job = reader.current_job(until_ts=until_ts, frontiers=fr)
+    job = reader.memo("job", fr.key("train", "run", "event"),
+                      lambda: reader.current_job(until_ts=until_ts, frontiers=fr))
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     train = _read_train(reader, job, until_ts, run.get("world_size"), fr)
     hosts = reader.hosts(until_ts=until_ts, frontiers=fr)
-    gpus = reader.latest_gpus(until_ts=until_ts, frontiers=fr)
-    host_samples = reader.latest_host_samples(until_ts=until_ts, frontiers=fr)
+    gpus = reader.memo("gpus", fr.key("gpu"),
+                       lambda: reader.latest_gpus(until_ts=until_ts, frontiers=fr))
+    host_samples = reader.memo(
+        "host_samples", fr.key("host_sample"),
+        lambda: reader.latest_host_samples(until_ts=until_ts, frontiers=fr))
     state = _state(reader, job, until_ts, bool(train.latest), fr)
-    figures = _figures(run, train, gpus)
+    figures = reader.memo(
+        "figures", (job, run.get("world_size"), run.get("flops_per_step"),
+                    run.get("peak_flops"), fr.key("train", "gpu")),
+        lambda: _figures(run, train, gpus))
     stall = detect_stall(
         since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
         recent_wall_times=train.walls,
@@ -518,8 +585,9 @@ def build_snapshot(
         active=state in ACTIVE_STATES,
     )
     progress = _progress(run, train, at, state, stall)
-    found = _effect(reader, job, train, until_ts, buckets, fr)
-    efficiency = _efficiency(reader, job, train, figures, until_ts, buckets)
+    series = _train_series(reader, job, train, until_ts, buckets, fr)
+    found = _effect(reader, job, train, until_ts, buckets, fr, series)
+    efficiency = _efficiency(reader, train, figures, until_ts, buckets, fr, series)
     events_key = fr.key("event")
     xids = reader.memo("xids", events_key,
                        lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))

@@ -60,8 +60,8 @@ from cockpit.store.loader import Piece, Scratch, load_type
 # Folding new rows into the level tables costs about the same for 1 row as for 10 k (it
 # rewrites the open bucket of every series at every level: 28 k rows for a fleet of 2 k
 # GPUs), so the store folds at most this often and parks rows in between, or sooner
-# when this many rows of a table are parked. Readers add the parked rows' level rows on
-# the fly (`schema.levels_relation`), which stays cheap while they are this few.
+# when this many rows of a table are parked. Chart queries read the parked rows raw
+# (`cockpit.store.downsample`), which stays cheap while they are this few.
 FOLD_INTERVAL = 5.0
 FOLD_MAX_PENDING = 50_000
 WRITER_THREADS = 1

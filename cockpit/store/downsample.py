@@ -1,17 +1,29 @@
-"""Downsample one stored series to at most `buckets` points: x, last, min, max per bucket.
+"""Downsample stored series to at most `buckets` points: x, last, min, max per bucket.
 
 This is the query behind every chart, run on each screen refresh, so its cost must not
-grow with the length of the run. For the series listed in `schema.LEVEL_SERIES` it reads
-the level rows (maintained at insert time, `cockpit.store.levels`) whose bucket width
-is the largest power of four not wider than the bucket the chart needs: about
-`buckets` rows per series key, merged exactly into the chart's buckets, because the
-chart's bucket width is chosen as a multiple of that level's width. Raw rows are read
-only where the level rows cannot answer exactly, and always through simple range
-predicates on x (and ts) that DuckDB's zone maps prune:
+grow with the length of the run, and a refresh asks for several series of one table
+against the same x (loss, LR, AMP scale and step time of one rank) at once:
+`downsample_columns` finds the x range and the replay frontier once for all of them
+and reads every column in the same statement.
+
+For the series listed in `schema.LEVEL_SERIES` it reads the level rows (maintained at
+insert time, `cockpit.store.levels`) whose bucket width is the largest power of four
+not wider than the bucket the chart needs: about `buckets` rows per series key, merged
+exactly into the chart's buckets, because the chart's bucket width is chosen as a
+multiple of that level's width. Raw rows are read only where the level rows cannot
+answer exactly, and always through simple range predicates on x (and ts) that DuckDB's
+zone maps prune:
 
 - the partial level buckets at the edges of an explicit `x_range`;
 - with `until_ts` (a replay cursor), the level buckets that also hold later samples;
 - a range narrower than `buckets` finest-level buckets (then the raw rows are few).
+
+Rows stored but not folded into the level tables yet (`<table>_levels_pending`, a few
+seconds of them, `cockpit.store.database.FOLD_INTERVAL`) are read as raw rows too,
+filtered by the series' keys: rolling all of them up into level rows on every read
+(`schema.levels_relation`) costs more than the rest of the chart query. A bucket may
+then be answered by a level row and raw rows at once (or a raw range may hold pending
+rows twice); min, max and the last value by x are unchanged by that.
 
 Other series, or filters on columns that are not level keys, fall back to one GROUP BY
 over the raw table.
@@ -25,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -36,7 +48,9 @@ from cockpit.store.schema import (
     LEVEL_COUNT,
     LEVEL_SERIES,
     RECORD_COLUMNS,
-    levels_relation,
+    levels_open_table,
+    levels_table,
+    pending_table,
 )
 
 Result = tuple[list[float], list[float | None], list[float | None], list[float | None]]
@@ -79,9 +93,34 @@ def downsample(
     `where` filters by equality (e.g. `{"job": "j1", "rank": 0}`); `until_ts` keeps only
     samples with ts <= until_ts (replay); `x_range` (inclusive) restricts x.
     """
+    (result,) = downsample_columns(cursor, table, (column,), x=x, buckets=buckets,
+                                   where=where, until_ts=until_ts, x_range=x_range)
+    return result
+
+
+def downsample_columns(
+    cursor: duckdb.DuckDBPyConnection,
+    table: str,
+    columns: Sequence[str],
+    *,
+    x: str = "step",
+    buckets: int = 120,
+    where: Mapping[str, Any] | None = None,
+    until_ts: float | None = None,
+    x_range: tuple[float, float] | None = None,
+) -> list[Result]:
+    """`downsample` of several columns of one table under the same filter, in order.
+
+    Every result has the same buckets (a bucket exists where a row does, whatever its
+    values), answered by one extent lookup and one statement: what `downsample` would
+    answer for each column alone.
+    """
     if table not in RECORD_COLUMNS:
         raise ValueError(f"no record table {table!r}")
-    _check_name(table, column, "column")
+    if not columns:
+        raise ValueError("downsample needs at least one column")
+    for column in columns:
+        _check_name(table, column, "column")
     _check_name(table, x, "x")
     where = dict(where or {})
     for name in where:
@@ -91,7 +130,7 @@ def downsample(
     use_levels = (
         spec is not None
         and spec["x"] == x
-        and column in spec["columns"]  # type: ignore[operator]
+        and all(c in spec["columns"] for c in columns)  # type: ignore[operator]
         and all(k in spec["keys"] and v is not None for k, v in where.items())  # type: ignore[operator]
     )
     integer_x = RECORD_COLUMNS[table].get(x, "DOUBLE") in ("BIGINT", "INTEGER")
@@ -99,17 +138,18 @@ def downsample(
         extent = _level_extent(cursor, table, x, where, until_ts) if x_range is None else x_range
     else:
         extent = _raw_extent(cursor, table, x, where, until_ts) if x_range is None else x_range
+    empty: list[Result] = [([], [], [], []) for _ in columns]
     if extent is None or extent[0] is None or extent[1] is None:
-        return [], [], [], []
+        return empty
     x0, x1 = float(extent[0]), float(extent[1])
     if until_ts is not None and x == "ts":
         x1 = min(x1, until_ts)
     if x1 < x0:
-        return [], [], [], []
+        return empty
     level, width = plan(x1 - x0, buckets, integer_x=integer_x, levels=use_levels)
     if level is None:
-        return _raw_query(cursor, table, column, x, where, until_ts, x0, x1, width)
-    return _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level,
+        return _raw_query(cursor, table, columns, x, where, until_ts, x0, x1, width)
+    return _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, level,
                         clip=x_range is not None, integer_x=integer_x)
 
 
@@ -139,13 +179,17 @@ def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) ->
     return cursor.execute(sql, {k: v for k, v in params.items() if k in used}).fetchall()
 
 
-def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Result:
+def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
+           n_columns: int) -> list[Result]:
+    """Rows of (bucket, x, then last, lo, hi per column) as one result per column."""
     rows = _run(cursor, sql, params)
     xs = [float(r[1]) for r in rows]
-    last = [None if r[2] is None else float(r[2]) for r in rows]
-    lo = [None if r[3] is None else float(r[3]) for r in rows]
-    hi = [None if r[4] is None else float(r[4]) for r in rows]
-    return xs, last, lo, hi
+    out: list[Result] = []
+    for i in range(n_columns):
+        parts = [[None if r[k] is None else float(r[k]) for r in rows]
+                 for k in (2 + 3 * i, 3 + 3 * i, 4 + 3 * i)]
+        out.append((list(xs), parts[0], parts[1], parts[2]))
+    return out
 
 
 def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
@@ -158,30 +202,38 @@ def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None
     return (row[0], row[1]) if row else None
 
 
-def _level_rows(table: str, column: str | None = None) -> str:
-    """The level rows of `table` with the columns the queries below read."""
+def _level_rows(table: str, columns: Sequence[str] = ()) -> str:
+    """The folded level rows of `table` (closed buckets and open ones) with the columns
+    the queries below read; the pending rows are read raw (`_raw_part`)."""
     keys = list(LEVEL_SERIES[table]["keys"])  # type: ignore[call-overload]
-    values = [] if column is None else [f"{column}_{part}" for part in ("lo", "hi", "last", "lx")]
-    return levels_relation(table, [*keys, "level", "bucket", "x_lo", "x_hi", "ts_hi", *values])
+    values = [f"{c}_{part}" for c in columns for part in ("lo", "hi", "last", "lx")]
+    names = ", ".join(f'"{n}"' for n in [*keys, "level", "bucket", "x_lo", "x_hi", "ts_hi",
+                                           *values])
+    return (f'(SELECT {names} FROM "{levels_table(table)}" UNION ALL '
+            f'SELECT {names} FROM "{levels_open_table(table)}")')
 
 
 def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
     params: dict[str, Any] = {"top": LEVEL_COUNT - 1}
     cond = _where_sql(where, params)
     lv = _level_rows(table)
+    replay = until_ts is not None and x != "ts"
+    done = "NULL"
+    if replay:
+        # Complete finest buckets give a lower bound of the newest x at the cursor.
+        params["until"] = until_ts
+        done = f"(SELECT max(x_hi) FROM {lv} WHERE level = 0 AND ts_hi <= $until AND {cond})"
     (row,) = _run(
-        cursor, f'SELECT min(x_lo), max(x_hi) FROM {lv} WHERE level = $top AND {cond}', params
-    )
-    if not row or row[0] is None or until_ts is None or x == "ts":
-        return (row[0], row[1]) if row else None
-    # Replay: the newest x at or before the cursor. Complete finest buckets give a lower
-    # bound; raw rows beyond it, found through x and ts ranges, give the rest.
-    params.update(until=until_ts)
-    (done,) = _run(
-        cursor, f'SELECT max(x_hi) FROM {lv} WHERE level = 0 AND ts_hi <= $until AND {cond}',
+        cursor,
+        f"SELECT min(lo), max(hi), {done} FROM ("
+        f"SELECT min(x_lo) AS lo, max(x_hi) AS hi FROM {lv} WHERE level = $top AND {cond} "
+        f'UNION ALL SELECT min("{x}"), max("{x}") FROM "{pending_table(table)}" WHERE {cond})',
         params,
     )
-    bound = done[0] if done and done[0] is not None else row[0] - 1
+    if not row or row[0] is None or not replay:
+        return (row[0], row[1]) if row else None
+    # Replay: raw rows beyond the bound, found through x and ts ranges, give the rest.
+    bound = row[2] if row[2] is not None else row[0] - 1
     raw_params: dict[str, Any] = {"until": until_ts, "bound": bound}
     raw_cond = _where_sql(where, raw_params)
     (beyond,) = _run(
@@ -193,25 +245,37 @@ def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | No
     return (row[0], last) if last >= row[0] else None
 
 
-def _raw_query(cursor, table, column, x, where, until_ts, x0, x1, width) -> Result:
+def _aggregates(columns: Sequence[str], x: str) -> str:
+    return ", ".join(f'arg_max("{c}", "{x}"), min("{c}"), max("{c}")' for c in columns)
+
+
+def _raw_query(cursor, table, columns, x, where, until_ts, x0, x1, width) -> list[Result]:
     params: dict[str, Any] = {"x0": x0, "x1": x1, "w": width}
     cond = _where_sql(where, params)
     if until_ts is not None:
         params["until"] = until_ts
         cond += " AND ts <= $until"
     sql = (
-        f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), arg_max("{column}", "{x}"), '
-        f'min("{column}"), max("{column}") FROM "{table}" '
-        f'WHERE "{x}" >= $x0 AND "{x}" <= $x1 AND {cond} GROUP BY tb ORDER BY tb'
+        f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), {_aggregates(columns, x)} '
+        f'FROM "{table}" WHERE "{x}" >= $x0 AND "{x}" <= $x1 AND {cond} GROUP BY tb ORDER BY tb'
     )
-    return _fetch(cursor, sql, params)
+    return _fetch(cursor, sql, params, len(columns))
 
 
-def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level, *,
-                 clip: bool, integer_x: bool) -> Result:
+def _raw_part(source: str, columns: Sequence[str], x: str, cond: str) -> str:
+    """Raw rows shaped as level rows: (bucket, x, then last, x of last, lo, hi per column)."""
+    values = ", ".join(
+        f'"{c}", CASE WHEN "{c}" IS NOT NULL THEN "{x}" END, "{c}", "{c}"' for c in columns
+    )
+    return (f'SELECT floor("{x}" / $w)::BIGINT, "{x}", {values} FROM "{source}" '
+            f'WHERE "{x}" >= $x0 AND "{x}" <= $x1 AND {cond}')
+
+
+def _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, level, *,
+                 clip: bool, integer_x: bool) -> list[Result]:
     lw = _level_width(level)
     mult = round(width / lw)
-    lv = _level_rows(table, column)
+    lv = _level_rows(table, columns)
     params: dict[str, Any] = {"level": level, "m": mult, "w": width, "x0": x0, "x1": x1}
     cond = _where_sql(where, params)
     # Level buckets wholly inside [x0, x1]; with an explicit range the partial edge
@@ -233,17 +297,21 @@ def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level
         params["until"] = until_ts
         (row,) = _run(
             cursor,
-            f'SELECT min(bucket), max(bucket) FROM {lv} WHERE level = $level AND {cond} '
-            "AND bucket BETWEEN $b_lo AND $b_hi AND ts_hi > $until",
+            f'SELECT min(bucket), max(bucket) FROM {_level_rows(table)} WHERE level = $level '
+            f"AND {cond} AND bucket BETWEEN $b_lo AND $b_hi AND ts_hi > $until",
             params,
         )
         if row and row[0] is not None:
             params.update(f_lo=row[0], f_hi=row[1])
             frontier = " AND NOT (bucket BETWEEN $f_lo AND $f_hi)"
             raw_ranges.append((row[0] * lw, (row[1] + 1) * lw))
+    values = ", ".join(
+        f'"{c}_last" AS v{i}_last, "{c}_lx" AS v{i}_lx, "{c}_lo" AS v{i}_lo, '
+        f'"{c}_hi" AS v{i}_hi'
+        for i, c in enumerate(columns)
+    )
     parts = [
-        f'SELECT bucket // $m AS tb, x_hi AS xh, "{column}_last" AS last, "{column}_lx" AS lx, '
-        f'"{column}_lo" AS lo, "{column}_hi" AS hi FROM {lv} '
+        f"SELECT bucket // $m AS tb, x_hi AS xh, {values} FROM {lv} "
         f"WHERE level = $level AND {cond} AND bucket BETWEEN $b_lo AND $b_hi{frontier}"
     ]
     raw_cond = cond + (" AND ts <= $until" if until_ts is not None else "")
@@ -251,15 +319,11 @@ def _level_query(cursor, table, column, x, where, until_ts, x0, x1, width, level
         params["until"] = until_ts
     for i, (a, b) in enumerate(raw_ranges):
         params[f"ra{i}"], params[f"rb{i}"] = a, b
-        parts.append(
-            f'SELECT floor("{x}" / $w)::BIGINT, "{x}", "{column}", '
-            f'CASE WHEN "{column}" IS NOT NULL THEN "{x}" END, "{column}", "{column}" '
-            f'FROM "{table}" WHERE "{x}" >= $ra{i} AND "{x}" < $rb{i} '
-            f'AND "{x}" >= $x0 AND "{x}" <= $x1 AND {raw_cond}'
-        )
+        parts.append(_raw_part(table, columns, x, f'"{x}" >= $ra{i} AND "{x}" < $rb{i} '
+                                                  f"AND {raw_cond}"))
+    parts.append(_raw_part(pending_table(table), columns, x, raw_cond))
     union = " UNION ALL ".join(parts)
-    sql = (
-        "SELECT tb, max(xh), arg_max(last, lx), min(lo), max(hi) "
-        f"FROM ({union}) GROUP BY tb ORDER BY tb"
-    )
-    return _fetch(cursor, sql, params)
+    merged = ", ".join(f"arg_max(v{i}_last, v{i}_lx), min(v{i}_lo), max(v{i}_hi)"
+                       for i in range(len(columns)))
+    sql = f"SELECT tb, max(xh), {merged} FROM ({union}) GROUP BY tb ORDER BY tb"
+    return _fetch(cursor, sql, params, len(columns))

@@ -64,7 +64,6 @@ _LATE = "cockpit_level_late"
 
 
 class _FoldSql(NamedTuple):
-    rollup: str  # the level rows of the source's rows, one per (keys, level, bucket)
     delta: str  # stage the flush's level rows, one per (keys, level, bucket)
     merge_open: str  # merge those that fall in their series' open bucket
     rest: str  # stage the others, each with its open bucket and newest delta bucket
@@ -170,7 +169,6 @@ WHERE d.bucket IS NULL OR d.bucket <> e.bucket
 """
     ahead = "(open_bucket IS NULL OR bucket > open_bucket)"
     return _FoldSql(
-        rollup=rollup,
         delta=delta,
         merge_open=f'UPDATE "{opened}" AS d SET {merges} FROM {_DELTA} AS e WHERE {match}',
         rest=rest,
@@ -223,11 +221,6 @@ _PENDING = {
     table: _fold_sql(table, _FROM_STAGED.format(staged=pending_table(table)))
     for table in LEVEL_SERIES
 }
-
-
-def pending_rollup_sql(table: str) -> str:
-    """The level rows of `table`'s pending rows, computed when read."""
-    return _PENDING[table].rollup
 
 
 def _pending_names(table: str, prefix: str = "") -> str:

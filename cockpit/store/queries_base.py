@@ -74,9 +74,14 @@ class ReaderBase:
         if held is not None and held[0] == key:
             return held[1]  # type: ignore[no-any-return]
         value = compute()
+        self.remember(name, key, value)
+        return value
+
+    def remember(self, name: str, key: Any, value: Any) -> None:
+        """Put `value` in `name`'s place for `key`: for a caller that keeps an answer up
+        to date piece by piece (what `memo` returned, with the parts that changed)."""
         with self._memo_lock:
             self._memo[name] = (key, value)
-        return value
 
     def frontiers(self, *, until_ts: float | None = None) -> Frontiers:
         """Every record table's newest ts at or before `until_ts`, and its size."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit.snapshot import Series
-from cockpit.store.downsample import downsample
+from cockpit.store.downsample import downsample_columns
 from cockpit.store.queries_base import ReaderBase, Row, until_clause
 from cockpit.store.queries_frontiers import Frontiers
 
@@ -164,12 +164,28 @@ class TrainQueries(ReaderBase):
         x_range: tuple[float, float] | None = None,
     ) -> Series:
         """A downsampled series (one point per bucket), computed in SQL."""
+        (found,) = self.series_columns(table, (column,), where=where, x=x, buckets=buckets,
+                                       until_ts=until_ts, x_range=x_range)
+        return found
+
+    def series_columns(
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        *,
+        where: dict[str, Any],
+        x: str = "step",
+        buckets: int = 120,
+        until_ts: float | None = None,
+        x_range: tuple[float, float] | None = None,
+    ) -> list[Series]:
+        """`series` of several columns under one filter, in order, sharing one x range
+        and one statement (a refresh draws four series of the reference rank)."""
         with self._cur() as cur:
-            xs, last, lo, hi = downsample(
-                cur, table, column, x=x, buckets=buckets, where=where, until_ts=until_ts,
-                x_range=x_range,
-            )
-        return Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
+            found = downsample_columns(cur, table, columns, x=x, buckets=buckets, where=where,
+                                       until_ts=until_ts, x_range=x_range)
+        return [Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
+                for xs, last, lo, hi in found]
 
     def eval_points(self, job: str, *, until_ts: float | None = None) -> list[Row]:
         """Every evaluation (they are few), one per step: the newest if a step repeats."""

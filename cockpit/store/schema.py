@@ -198,30 +198,24 @@ def pending_ddl(table: str) -> str:
 
     A fold costs about the same whatever its size (it rewrites the open bucket of every
     series and level), so the store folds every few seconds and parks the rows of the
-    flushes in between here, in each flush's own transaction; readers add these rows'
-    level rows on the fly (`levels_relation`), so a chart never lags the raw tables.
+    flushes in between here, in each flush's own transaction. Chart queries read these
+    few rows raw next to the level rows (`cockpit.store.downsample`), so a chart never
+    lags the raw tables.
     """
     cols = ", ".join(f'"{name}" {typ}' for name, typ in pending_columns(table).items())
     return f'CREATE TABLE IF NOT EXISTS "{pending_table(table)}" ({cols})'
 
 
 def levels_relation(table: str, columns: Sequence[str] | None = None) -> str:
-    """Every level row of `table`: the closed buckets, the open one of each series and
-    those of the rows not folded yet.
-
-    A (keys, level, bucket) may appear more than once (a bucket's folded part and its
-    pending part): readers merge rows per bucket, with min, max and the last value by x,
-    which such a split leaves exact.
+    """Every folded level row of `table`: the closed buckets and the open one of each
+    series (the parked rows, `pending_ddl`, are not in it: readers read those raw).
 
     Name the `columns` a query needs: binding a union of the full, wide rows costs more
     than a chart query's scans.
     """
-    from cockpit.store.levels import pending_rollup_sql  # levels builds on this module
-
     names = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
     return (f'(SELECT {names} FROM "{levels_table(table)}" UNION ALL '
-            f'SELECT {names} FROM "{levels_open_table(table)}" UNION ALL '
-            f"SELECT {names} FROM ({pending_rollup_sql(table)}))")
+            f'SELECT {names} FROM "{levels_open_table(table)}")')
 
 
 DDL_V1 += [levels_ddl(t) for t in LEVEL_SERIES]

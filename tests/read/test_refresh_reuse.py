@@ -3,7 +3,10 @@ reads and batched spike pins give the same answers as the plain reads."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from agent.protocol import encode
 from cockpit.source import build_snapshot
@@ -74,3 +77,71 @@ def test_peak_steps_pins_each_range_like_peak_step(reader: StoreReader) -> None:
         assert batched == single
     assert reader.peak_steps("job-1", 0, "loss", ranges)[0] == syn.SPIKE_STEP
     assert reader.peak_steps("job-1", 0, "loss", []) == []
+
+
+class _CountingStore:
+    """The store, with every statement its cursors run written down."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.statements: list[str] = []
+
+    @contextmanager
+    def cursor(self) -> Iterator[Any]:
+        with self._store.cursor() as cur:
+            yield _CountingCursor(cur, self.statements)
+
+
+class _CountingCursor:
+    def __init__(self, cur: Any, statements: list[str]) -> None:
+        self._cur = cur
+        self._statements = statements
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._statements.append(sql)
+        return self._cur.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
+def test_a_refresh_that_finds_nothing_new_reads_almost_nothing(recording: Path) -> None:
+    """What a cockpit on a quiet run, or a paused replay, costs per refresh: where the
+    tables end, and the host links (whose live state no frontier covers)."""
+    with Store(recording, read_only=True) as store:
+        counting = _CountingStore(store)
+        reader = StoreReader(counting)
+        for until in (syn.step_ts(455), None):
+            first = build_snapshot(reader, until_ts=until, label="x")
+            read_first = len(counting.statements)
+            counting.statements.clear()
+            again = build_snapshot(reader, until_ts=until, label="x")
+            assert again == first
+            assert read_first > 10
+            assert len(counting.statements) <= 3, counting.statements
+            assert not [s for s in counting.statements if "_levels" in s or "step" in s]
+            counting.statements.clear()
+
+
+def test_spike_pins_are_looked_up_again_only_when_their_bucket_changes(
+    recording: Path,
+) -> None:
+    with Store(recording, read_only=True) as store:
+        kept = StoreReader(store)
+        looked_up: list[list[tuple[float, float]]] = []
+        peak_steps = kept.peak_steps
+
+        def counting(job: str, rank: int | None, column: str,
+                     ranges: list[tuple[float, float]], **kw: Any) -> list[int | None]:
+            looked_up.append(ranges)
+            return peak_steps(job, rank, column, ranges, **kw)
+
+        kept.peak_steps = counting  # type: ignore[method-assign]
+        # 455 -> 470: the spike's bucket is complete at both; 301: it holds one step less.
+        for until, lookups in ((syn.step_ts(455), 1), (syn.step_ts(470), 0),
+                               (syn.step_ts(301), 1), (syn.step_ts(455), 1)):
+            looked_up.clear()
+            snapshot = build_snapshot(kept, until_ts=until, label="x")
+            assert snapshot == build_snapshot(StoreReader(store), until_ts=until, label="x")
+            assert syn.SPIKE_STEP in snapshot.effect.spike_steps
+            assert len(looked_up) == lookups, (until, looked_up)

@@ -9,7 +9,7 @@ import pytest
 
 from agent.protocol import encode
 from cockpit.store import Store
-from cockpit.store.downsample import downsample, plan
+from cockpit.store.downsample import downsample, downsample_columns, plan
 from tests.store.wire import TS0
 
 STEPS = 4000
@@ -157,3 +157,73 @@ def test_clustering_the_levels_changes_no_answer_and_ingest_goes_on(tmp_store_pa
             got = downsample(cur, "train", "loss", buckets=10, where={"job": "j1"})
     _, width = plan(2999, 10, integer_x=True, levels=True)
     assert got == _reference(rows, 1, 3000, width)
+
+
+COLUMNS = ("loss", "lr", "grad_norm")
+
+
+@pytest.fixture(scope="module")
+def columns(tmp_path_factory):
+    """Three series of one rank whose gaps (null values) fall in different buckets."""
+    rnd = random.Random(11)
+    rows: dict[str, list[tuple[int, float | None, float]]] = {c: [] for c in COLUMNS}
+    lines = []
+    for seq, step in enumerate(range(STEPS), start=1):
+        ts = TS0 + step * 0.5
+        values = {c: None if rnd.random() < p else rnd.uniform(0, 10)
+                  for c, p in zip(COLUMNS, (0.05, 0.3, 0.9), strict=True)}
+        if 1200 <= step < 1500:
+            values["lr"] = None  # a run of whole buckets without a value
+        for c in COLUMNS:
+            rows[c].append((step, values[c], ts))
+        lines.append(encode("train", seq, {"job": "j1", "rank": 0, "step": step,
+                                           "stage": "s", **values}, ts=ts))
+    path = tmp_path_factory.mktemp("dsc") / "columns.duckdb"
+    store = Store(path)
+    for i in range(0, len(lines), 900):
+        store.ingest("h1", b"".join(lines[i:i + 900]))
+    yield store, rows
+    store.close()
+
+
+@pytest.mark.parametrize("kw", [
+    {"buckets": 40},
+    {"buckets": 120},
+    {"buckets": 9, "x_range": (333, 3111)},
+    {"buckets": 30, "until_ts": TS0 + 2345 * 0.5},
+    {"buckets": 12, "until_ts": TS0 + 3001 * 0.5, "x_range": (100, 3900)},
+    {"buckets": 120, "x_range": (1000, 1400)},  # narrow: raw rows
+])
+def test_columns_read_together_equal_each_read_alone(columns, kw) -> None:
+    store, rows = columns
+    where = {"job": "j1", "rank": 0}
+    with store.cursor() as cur:
+        together = downsample_columns(cur, "train", COLUMNS, x="step", where=where, **kw)
+        alone = [downsample(cur, "train", c, x="step", where=where, **kw) for c in COLUMNS]
+    assert together == alone
+    until = kw.get("until_ts")
+    visible = [r for r in rows["loss"] if until is None or r[2] <= until]
+    x0, x1 = kw.get("x_range") or (visible[0][0], visible[-1][0])
+    _, width = plan(x1 - x0, kw["buckets"], integer_x=True, levels=True)
+    for column, got in zip(COLUMNS, together, strict=True):
+        assert got == _reference(rows[column], x0, x1, width, until), column
+    assert together[1][0] == together[0][0]  # a bucket without lr still has its point
+
+
+def test_a_column_without_levels_sends_every_column_to_the_raw_rows(columns) -> None:
+    store, rows = columns
+    with store.cursor() as cur:
+        # ckpt_time is not kept in the level tables: the statement reads raw rows.
+        loss, ckpt = downsample_columns(cur, "train", ("loss", "ckpt_time"), x="step",
+                                        buckets=25, where={"job": "j1", "rank": 0})
+    _, width = plan(STEPS - 1, 25, integer_x=True, levels=False)
+    assert loss == _reference(rows["loss"], 0, STEPS - 1, width)
+    assert ckpt[0] == loss[0] and set(ckpt[1]) == {None}
+
+
+def test_columns_are_checked_before_anything_is_read(store) -> None:
+    with store.cursor() as cur:
+        with pytest.raises(ValueError, match="at least one column"):
+            downsample_columns(cur, "train", ())
+        with pytest.raises(ValueError, match="not a column"):
+            downsample_columns(cur, "train", ("loss", "loss); DROP TABLE train; --"))

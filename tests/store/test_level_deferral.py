@@ -1,7 +1,7 @@
-"""Parked rows: a busy store folds its level tables at most about once a second.
+"""Parked rows: a busy store folds its level tables every few seconds, not every flush.
 
 Between folds the new rows wait in `<table>_levels_pending`; every chart query must
-still see them (the reader adds their level rows on the fly), a fold must end in the
+still see them (it reads them raw next to the level rows), a fold must end in the
 same level rows as folding every flush, and rows parked by a process that stopped
 without folding must be folded by the next one to write.
 """

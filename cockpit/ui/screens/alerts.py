@@ -12,6 +12,7 @@ from textual.widgets import Footer, Static
 from cockpit.snapshot import Alert, EventRow, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.screens.filterable import FilterableScreen, matches
+from cockpit.ui.widgets.pane import update_text
 
 SEVERITY_STYLE = {"critical": "$error", "warning": "$warning", "info": "$primary"}
 
@@ -71,9 +72,9 @@ class AlertsScreen(FilterableScreen):
         alerts = [a for a in (snapshot.alerts if snapshot else ()) if matches(alert_text(a), query)]
         alerts.sort(key=lambda a: a.ts, reverse=True)
         body = "\n".join(alert_markup(a) for a in alerts)
-        self.query_one("#alerts-list", Static).update(
-            body or "[$success]no alerts[/]" + (" match the filter" if query else ""))
+        update_text(self.query_one("#alerts-list", Static),
+                    body or "[$success]no alerts[/]" + (" match the filter" if query else ""))
         events = event_rows(self.details, snapshot.events if snapshot else ())
         lines = [event_text(e) for e in sorted(events, key=lambda e: e.ts, reverse=True)]
         lines = [line for line in lines if matches(line, query)]
-        self.query_one("#events-list", Static).update("\n".join(lines) or "no events")
+        update_text(self.query_one("#events-list", Static), "\n".join(lines) or "no events")

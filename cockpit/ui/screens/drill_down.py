@@ -20,8 +20,9 @@ class DrillDownScreen(Screen):
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="back")]
     WHAT = ""  # the `source.details` kind this screen shows; "" for none
 
-    snapshot: reactive[Snapshot | None] = reactive(None)
-    details: reactive[object] = reactive(None, always_update=True)
+    # Shown through the screen's widgets, which repaint themselves when they change.
+    snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
+    details: reactive[object] = reactive(None, always_update=True, repaint=False)
 
     def __init__(self, snapshot: Snapshot | None = None) -> None:
         super().__init__()

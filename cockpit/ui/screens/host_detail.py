@@ -12,6 +12,7 @@ from cockpit.ui import keymap
 from cockpit.ui.screens.drill_down import DrillDownScreen
 from cockpit.ui.widgets.detail_view import DetailView
 from cockpit.ui.widgets.gpu_grid import gpu_problem
+from cockpit.ui.widgets.pane import update_text
 
 GPU_COLUMNS = ("gpu", "name", "state", "util", "temp", "power", "memory", "ECC unc",
                "XID", "throttle")
@@ -48,6 +49,7 @@ class HostDetailScreen(DrillDownScreen):
         super().__init__(snapshot)
         names = self.host_names()
         self.host = host if host in names else (names[0] if names else None)
+        self._gpu_rows: list[tuple[str, ...]] | None = None  # what the GPU table shows
 
     def host_names(self) -> list[str]:
         return [h.host for h in self.snapshot.health.hosts] if self.snapshot else []
@@ -78,12 +80,16 @@ class HostDetailScreen(DrillDownScreen):
     def show_snapshot(self, snapshot: Snapshot) -> None:
         host = self.current()
         title = f"[b]Host detail: {self.host or 'no hosts'}[/b]"
-        self.query_one("#screen-title", Static).update(title)
+        update_text(self.query_one("#screen-title", Static), title)
         summary = host_summary(host) if host else "this host is not in the latest snapshot"
-        self.query_one("#host-summary", Static).update(summary)
+        update_text(self.query_one("#host-summary", Static), summary)
+        rows = gpu_rows(host) if host else []
+        if rows == self._gpu_rows:
+            return  # refilling the table would also move its cursor back to the top
+        self._gpu_rows = rows
         table = self.query_one("#gpu-table", DataTable)
         table.clear()
-        for row in gpu_rows(host) if host else []:
+        for row in rows:
             table.add_row(*row)
 
     def watch_details(self, details: object) -> None:

@@ -39,6 +39,7 @@ def log_lines(details: object) -> list[str]:
 class LogTailScreen(FilterableScreen):
     WHAT = "log"
     AUTO_FOCUS = "#log-view"
+    _shown: list[str] | None = None  # the lines the log view holds
 
     def compose(self) -> ComposeResult:
         yield Static("[b]Job log (tail)[/b]", id="screen-title")
@@ -53,6 +54,10 @@ class LogTailScreen(FilterableScreen):
     def apply_filter(self) -> None:
         query = self.query_text
         lines = [line for line in log_lines(self.details) if matches(line, query)]
+        lines = lines or ["(no log lines" + (" match the filter)" if query else ")")]
+        if lines == self._shown:
+            return  # the tail is re-fetched every few seconds; rewriting it would scroll
+        self._shown = lines
         view = self.query_one(Log)
         view.clear()
-        view.write_lines(lines or ["(no log lines" + (" match the filter)" if query else ")")])
+        view.write_lines(lines)

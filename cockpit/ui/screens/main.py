@@ -30,9 +30,11 @@ class MainScreen(Screen):
     BINDINGS = keymap.bindings("main")
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
 
-    snapshot: reactive[Snapshot | None] = reactive(None)
-    label: reactive[str] = reactive("")
-    paused: reactive[bool] = reactive(False)
+    # The screen draws nothing of its own: what changes is passed on to the widgets that
+    # show it, and only those repaint (a screen repaint redraws every cell).
+    snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
+    label: reactive[str] = reactive("", repaint=False)
+    paused: reactive[bool] = reactive(False, repaint=False)
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status-bar")

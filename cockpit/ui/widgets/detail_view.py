@@ -76,15 +76,26 @@ def title(name: str) -> str:
     return name.replace("_", " ")
 
 
+_NOTHING_SHOWN = object()
+
+
 class DetailView(VerticalScroll):
-    """Shows `data`; rebuilt whenever a new result is assigned."""
+    """Shows `data`; rebuilt whenever a result that differs from the shown one arrives.
+
+    Drill-downs are re-fetched every few seconds and usually come back the same:
+    rebuilding every table for them would cost a remount, a layout and a repaint.
+    """
 
     data: reactive[object] = reactive(None, always_update=True, init=False)
+    _shown: object = _NOTHING_SHOWN
 
     def compose(self) -> ComposeResult:
         yield Static("[$text-muted]loading…[/]", classes="detail-empty")
 
     async def watch_data(self, data: object) -> None:
+        if self._shown is not _NOTHING_SHOWN and data == self._shown:
+            return
+        self._shown = data
         await self.remove_children()
         await self.mount_all(list(self.build(data)))
 

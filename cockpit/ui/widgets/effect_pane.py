@@ -40,7 +40,7 @@ class EffectPane(Pane):
     TITLE = "Effect"
     NUMBER = 2
 
-    log_y: reactive[bool] = reactive(False)
+    log_y: reactive[bool] = reactive(False, repaint=False)
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="effect-line")

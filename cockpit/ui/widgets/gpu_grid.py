@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from cockpit.snapshot import GpuCell, HostHealth
 from cockpit.ui import format as fmt
+from cockpit.ui.widgets.pane import update_text
 
 HOT_CELSIUS = 85.0
 # NVML throttle-reason bits that are not a problem: GPU idle, application clock setting.
@@ -92,7 +93,7 @@ def grid_markup(hosts: tuple[HostHealth, ...]) -> str:
 
 
 class GpuGrid(Static):
-    hosts: reactive[tuple[HostHealth, ...]] = reactive(())
+    hosts: reactive[tuple[HostHealth, ...]] = reactive((), repaint=False)  # update_text does
 
     def watch_hosts(self, hosts: tuple[HostHealth, ...]) -> None:
-        self.update(grid_markup(hosts))
+        update_text(self, grid_markup(hosts))

@@ -8,6 +8,7 @@ from textual.widgets import Static
 
 from cockpit.snapshot import Interruption
 from cockpit.ui import format as fmt
+from cockpit.ui.widgets.pane import update_text
 
 SHOWN = 5
 
@@ -35,14 +36,15 @@ def log_markup(items: tuple[Interruption, ...]) -> str:
 class InterruptionLog(Static):
     """Interruptions plus the checkpoint-interval advice they feed (Young/Daly)."""
 
-    interruptions: reactive[tuple[Interruption, ...]] = reactive(())
-    advice: reactive[str | None] = reactive(None)
+    # Repainted by `update_text` when the text changes, not on every new value.
+    interruptions: reactive[tuple[Interruption, ...]] = reactive((), repaint=False)
+    advice: reactive[str | None] = reactive(None, repaint=False)
 
     def _render_log(self) -> None:
         text = log_markup(self.interruptions)
         if self.advice:
             text += f"\n[dim]checkpoints:[/] {escape(self.advice)}"
-        self.update(text)
+        update_text(self, text)
 
     def watch_interruptions(self, items: tuple[Interruption, ...]) -> None:
         self._render_log()

@@ -3,15 +3,27 @@
 Drawn through `self.plt` at render time, with colours read from the active theme, so a
 theme switch or a resize redraws correctly without any global plotext state. Markers:
 divergence (vertical line), spikes and non-finite losses, and the best validation step.
+
+The chart is redrawn on every refresh that brings new losses, so the drawing is turned
+into screen content straight from plotext's character matrix (`matrix_content`):
+writing it out as ANSI text and parsing that back, as `PlotextPlot.render` does, costs
+more than plotting it. The content is the same either way.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
+from plotext import _utility as plotext_utility
 from rich.console import RenderableType
+from rich.terminal_theme import TerminalTheme
+from rich.text import Text
+from textual.content import Content, Span
 from textual.reactive import reactive
+from textual.style import Style
+from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 from cockpit.snapshot import Effect, Series
@@ -39,13 +51,75 @@ def nearest_y(xs: list[float], ys: list[float], step: float) -> float | None:
     return ys[index]
 
 
+def _cell_style(colors: tuple[Any, Any, Any], ansi_theme: TerminalTheme) -> Style | None:
+    """The style of a run of cells with these plotext colours (foreground, style,
+    background): what parsing plotext's ANSI codes for them gives."""
+    parsed = Text.from_ansi(plotext_utility.colors_to_ansi(*colors) + " ")
+    return Style.from_rich_style(parsed.spans[0].style, ansi_theme) if parsed.spans else None
+
+
+def matrix_content(matrix: Any, ansi_theme: TerminalTheme,
+                   styles: dict[tuple[Any, ...], Style | None]) -> Content:
+    """A built plotext matrix as Content, top row first, one span per run of cells of
+    the same colours: equal to `Content.from_rich_text(Text.from_ansi(plt.build()))`.
+
+    `styles` remembers the style of each colour combination (a plot uses a handful).
+    """
+    parts: list[str] = []
+    spans: list[Span] = []
+    at = 0
+    cols = matrix.cols
+    for row in range(matrix.rows - 1, -1, -1):
+        markers = matrix.marker[row]
+        fore, style, back = matrix.fullground[row], matrix.style[row], matrix.background[row]
+        col = 0
+        while col < cols:
+            colors = (fore[col], style[col], back[col])
+            end = col + 1
+            while end < cols and (fore[end], style[end], back[end]) == colors:
+                end += 1
+            run = "".join(markers[col:end])
+            key = tuple(tuple(c) if isinstance(c, list) else c for c in colors)
+            if key not in styles:
+                styles[key] = _cell_style(colors, ansi_theme)
+            if (found := styles[key]) is not None:
+                spans.append(Span(at, at + len(run), found))
+            parts.append(run)
+            at += len(run)
+            col = end
+        parts.append("\n")
+        at += 1
+    return Content("".join(parts), spans)
+
+
 class LossChart(PlotextPlot):
+    """Redrawn only when `effect` or `log_y` change (and on resize or theme change)."""
+
     effect: reactive[Effect | None] = reactive(None)
     log_y: reactive[bool] = reactive(False)
 
-    def render(self) -> RenderableType:
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        # A plot has no links: skip the pass over every drawn segment that looks for them.
+        self.set_reactive(Widget.auto_links, False)
+        self._styles: dict[str, dict[tuple[Any, ...], Style | None]] = {}  # by app theme
+
+    def render(self) -> RenderableType | Content:
         self._draw()
-        return super().render()
+        plt = self.plt
+        width, height = self.size
+        # As `PlotextPlot.render` sizes and themes the plot before building it.
+        plt.plotsize(width, height)
+        plt._set_size(width, height)
+        plt.theme(self._get_plotext_theme_name(self.app.theme))
+        try:
+            plt._set_sizes()  # what `plt.build()` does before writing the matrix as ANSI
+            plt._build_matrix()
+            matrix = plt.monitor.matrix
+        except AttributeError:  # a plotext laid out otherwise: take the long way round
+            return Text.from_ansi(plt.build())
+        styles = self._styles.setdefault(self.app.theme, {})
+        return matrix_content(matrix, self.app.ansi_theme, styles)
 
     def _draw(self) -> None:
         plt = self.plt
@@ -55,7 +129,7 @@ class LossChart(PlotextPlot):
         plt.canvas_color(rgb(variables, "surface"))
         plt.axes_color(rgb(variables, "surface"))
         plt.ticks_color(rgb(variables, "foreground"))
-        plt.yscale("log" if self.log_y else "linear")
+        plt.yscale("linear")
         plt.xlabel("step")
         effect = self.effect
         if effect is None:
@@ -77,6 +151,9 @@ class LossChart(PlotextPlot):
             plt.scatter(val_x, val_y, color=rgb(variables, "accent"), marker="◆", label="val")
         if not (raw_x or ema_x or val_x):
             plt.title("loss: no finite values yet")
+        elif self.log_y:
+            # Only with points to place: plotext cannot lay out an empty log axis.
+            plt.yscale("log")
         self._mark(effect, raw_x or ema_x, raw_y or ema_y, variables)
 
     def _mark(self, effect: Effect, xs: list[float], ys: list[float],

@@ -16,10 +16,21 @@ from cockpit.snapshot import Snapshot
 
 
 def update_text(widget: Static, markup: str) -> None:
-    """Set a Static's markup only when it changed: each update costs the screen a layout
-    pass and a repaint, and most lines read the same from one refresh to the next."""
-    if widget.content != markup:
-        widget.update(markup)
+    """Set a Static's markup only when it changed, and ask for a layout pass only when
+    the new text needs a different height.
+
+    Most lines read the same from one refresh to the next, and those that change (the
+    time since the last step, the step count) keep their height: a layout pass makes
+    the screen arrange and repaint every widget, where a repaint redraws the one line.
+    A widget with no width is not on screen (hidden, or not laid out yet): whatever
+    shows it again lays it out.
+    """
+    if widget.content == markup:
+        return
+    size = widget.content_size
+    widget.update(markup, layout=False)
+    if size.width and widget.get_content_height(size, size, size.width) != size.height:
+        widget.refresh(layout=True)
 
 
 class Pane(Vertical, can_focus=True):
@@ -29,7 +40,8 @@ class Pane(Vertical, can_focus=True):
     TITLE = ""
     NUMBER = 0
 
-    snapshot: reactive[Snapshot | None] = reactive(None)
+    # A pane draws only its border: its children repaint what the snapshot changed.
+    snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
     _ready = False  # children composed and mounted: safe to query
 
     def compose(self) -> ComposeResult:

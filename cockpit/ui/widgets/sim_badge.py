@@ -12,7 +12,7 @@ class SimBadge(Static):
                background: $warning; color: $background; }
     """
 
-    simulated: reactive[bool] = reactive(False)
+    simulated: reactive[bool] = reactive(False, repaint=False)  # only shows or hides it
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__("SIM: simulated GPUs", id=id)

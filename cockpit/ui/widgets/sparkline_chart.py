@@ -22,7 +22,7 @@ class SparklineChart(Horizontal):
     SparklineChart > Sparkline { width: 1fr; }
     """
 
-    series: reactive[Series | None] = reactive(None)
+    series: reactive[Series | None] = reactive(None, repaint=False)  # the Sparkline repaints
 
     def __init__(self, label: str, series: Series | None = None, *,
                  id: str | None = None) -> None:
