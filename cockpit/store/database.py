@@ -55,7 +55,7 @@ from cockpit.store.levels import (
     fold_staged,
     update_levels,
 )
-from cockpit.store.loader import Piece, Scratch, load_type
+from cockpit.store.loader import Piece, Scratch, TypeLoad, load_type
 
 # Folding new rows into the level tables costs about the same for 1 row as for 10 k (it
 # rewrites the open bucket of every series at every level: 28 k rows for a fleet of 2 k
@@ -67,6 +67,20 @@ FOLD_MAX_PENDING = 50_000
 WRITER_THREADS = 1
 WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
 _SAMPLE_BYTES = 1000
+
+
+@contextlib.contextmanager
+def _transaction(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """BEGIN .. COMMIT on `cur`; on any failure ROLLBACK, so a failed write leaves no
+    trace (a rollback that fails too must not hide the first error)."""
+    cur.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
 
 
 class StoreError(Exception):
@@ -274,14 +288,8 @@ class Store:
     def write_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor inside one write transaction, serialised with ingest (maintenance)."""
         self._writable()
-        with self._lock, self.cursor() as cur:
-            cur.execute("BEGIN")
-            try:
-                yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            cur.execute("COMMIT")
+        with self._lock, self.cursor() as cur, _transaction(cur):
+            yield cur
 
     def checkpoint(self) -> None:
         """Write everything to the main file (DuckDB otherwise does it on its own schedule)."""
@@ -377,44 +385,28 @@ class Store:
         fold = now - self._last_fold >= self.fold_interval
         pending = dict(self._pending)
         try:
-            cur.execute("BEGIN")
-            for wire_type, group in pieces.items():
-                load = load_type(cur, checker, self._scratch, wire_type, group)
-                for piece in group:
-                    self._note_malformed(marks[piece.host], piece.result.malformed)
-                    by_host[piece.host] += piece.result.stored
-                if load.stored:
-                    by_type[wire_type] += load.stored
-                    table = schema.TABLE_FOR_TYPE.get(wire_type)
-                    if table not in schema.LEVEL_SERIES:
-                        continue
-                    if fold and not pending.get(table):
-                        if load.staged is not None:
-                            fold_staged(cur, table, load.staged)
-                        else:
-                            update_levels(cur, table, load.first_seq)
-                        continue
-                    if load.staged is not None:
-                        parked = defer_staged(cur, table, load.staged)
-                    else:
-                        parked = defer_levels(cur, table, load.first_seq)
-                    pending[table] = max(pending.get(table, 0), 0) + parked
-            if any(n >= FOLD_MAX_PENDING for n in pending.values()):
-                fold = True
-            if fold:
-                for table, parked in pending.items():
-                    if parked:
-                        fold_pending(cur, table)
-                pending = {}
-            self._write_hosts(cur, marks)
-            cur.execute("COMMIT")
+            with _transaction(cur):
+                for wire_type, group in pieces.items():
+                    load = load_type(cur, checker, self._scratch, wire_type, group)
+                    for piece in group:
+                        self._note_malformed(marks[piece.host], piece.result.malformed)
+                        by_host[piece.host] += piece.result.stored
+                    if load.stored:
+                        by_type[wire_type] += load.stored
+                        table = schema.TABLE_FOR_TYPE.get(wire_type)
+                        if table in schema.LEVEL_SERIES:
+                            _keep_levels(cur, table, load, fold, pending)
+                if any(n >= FOLD_MAX_PENDING for n in pending.values()):
+                    fold = True
+                if fold:
+                    for table, parked in pending.items():
+                        if parked:
+                            fold_pending(cur, table)
+                    pending = {}
+                self._write_hosts(cur, marks)
             self._pending = pending
             if fold:
                 self._last_fold = now
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-            raise
         finally:
             cur.close()
             if checker is not None:
@@ -510,21 +502,12 @@ class Store:
     def _fold_all(self) -> None:
         if not any(self._pending.values()):
             return
-        cur = self._con.cursor()
-        try:
-            cur.execute("BEGIN")
+        with self.cursor() as cur, _transaction(cur):
             for table in schema.LEVEL_SERIES:
                 if self._pending.get(table):
                     fold_pending(cur, table)
-            cur.execute("COMMIT")
-            self._pending = {}
-            self._last_fold = time.monotonic()
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-            raise
-        finally:
-            cur.close()
+        self._pending = {}
+        self._last_fold = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
@@ -543,6 +526,23 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _keep_levels(cur: duckdb.DuckDBPyConnection, table: str, load: TypeLoad, fold: bool,
+                 pending: dict[str, int]) -> None:
+    """Fold a flush's new rows of `table` into its level tables now, when a fold is due
+    and nothing of the table waits before them; park them for the next fold otherwise."""
+    if fold and not pending.get(table):
+        if load.staged is not None:
+            fold_staged(cur, table, load.staged)
+        else:
+            update_levels(cur, table, load.first_seq)
+        return
+    if load.staged is not None:
+        parked = defer_staged(cur, table, load.staged)
+    else:
+        parked = defer_levels(cur, table, load.first_seq)
+    pending[table] = max(pending.get(table, 0), 0) + parked
 
 
 def _int(value: object) -> int:
