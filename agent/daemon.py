@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from agent import __version__
+from agent import __version__, jobstate
 from agent.control_inbox import ControlInbox, OpError
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
-from agent.job import ManagedJob
+from agent.job import ADOPTABLE_STATES, ManagedJob
 from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal
 from agent.launch import LaunchSpec, check_job_name
 from agent.lockfile import StateLock
@@ -37,6 +37,7 @@ MIN_INTERVAL = 0.25
 POLL = 0.1  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
 RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
 POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
+COMMAND_STATE = "command.json"  # the `run -- CMD` job's identity, for a restarted daemon
 
 
 class ObservedJournal:
@@ -122,7 +123,7 @@ class Daemon:
             "ping": self._op_ping, "adjust": self._op_adjust, "stop": self._op_stop,
             "launch": self._op_launch, "pause": self._op_pause, "resume": self._op_resume,
             "thaw": self._op_thaw, "relaunch": self._op_relaunch, "fork": self._op_fork,
-            "jobs": self._op_jobs})
+            "scale": self._op_scale, "jobs": self._op_jobs})
         self.supervisor: Optional[Supervisor] = None
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
@@ -201,14 +202,16 @@ class Daemon:
 
     def _start_job(self, spec: LaunchSpec, overrides: Optional[dict] = None,
                    use_newest: bool = False,
-                   fork_from: Optional[Tuple[Path, Optional[int]]] = None) -> ManagedJob:
+                   fork_from: Optional[Tuple[Path, Optional[int]]] = None,
+                   standby: bool = False) -> ManagedJob:
         current = self.jobs.get(spec.name)
-        if current is not None and current.state not in ("finished", "failed", "stopped"):
+        if current is not None and current.state not in ("finished", "failed", "stopped",
+                                                         "excluded"):
             raise OpError("job %r is already %s on this host" % (spec.name, current.state))
         job = ManagedJob(spec, self.journal, overrides, log=self.log)
         self.jobs[spec.name] = job
         self.spools.add_run_dir(spec.run_dir)
-        job.start(use_newest, fork_from)
+        job.start(use_newest, fork_from, standby=standby)
         return job
 
     def _op_launch(self, op: dict) -> dict:
@@ -216,8 +219,12 @@ class Daemon:
         overrides = op.get("overrides") or {}
         if not isinstance(overrides, dict):
             raise OpError("'overrides' must be an object of key: value")
-        job = self._start_job(spec, overrides, use_newest=bool(op.get("resume", False)))
-        return {"job": job.name, "run_dir": str(spec.run_dir)}
+        standby = bool(op.get("standby", False))
+        if standby and not spec.elastic:
+            raise OpError("only an elastic job (nnodes \"MIN:MAX\") has spares in standby")
+        job = self._start_job(spec, overrides, use_newest=bool(op.get("resume", False)),
+                              standby=standby)
+        return {"job": job.name, "run_dir": str(spec.run_dir), "state": job.state}
 
     def _op_pause(self, op: dict) -> dict:
         args = {"id": op.get("id"), "freeze": bool(op.get("freeze", False)),
@@ -245,6 +252,33 @@ class Daemon:
                 raise OpError("relaunch spec names job %r, not %r" % (spec.name, job.name))
             args["spec"] = spec
         return job.request("relaunch", args)
+
+    def _op_scale(self, op: dict) -> dict:
+        """An elastic job's membership changes: this host joins (`spec`), leaves
+        (`leave`), or stays while `host` joins or leaves (`change`: add or remove)."""
+        hosts = op.get("hosts")
+        if hosts is not None and (not isinstance(hosts, list) or not all(
+                isinstance(h, str) and h for h in hosts)):
+            raise OpError("'hosts' must be the list of the job's hosts after the change")
+        if op.get("spec") is not None:
+            spec = LaunchSpec(op["spec"])
+            if spec.name != op.get("job"):
+                raise OpError("scale spec names job %r, not %r" % (spec.name, op.get("job")))
+            if not spec.elastic:
+                raise OpError("job %r is not elastic (nnodes is not \"MIN:MAX\")" % spec.name)
+            job = self.jobs.get(spec.name)
+            if job is None or job.state in ("finished", "failed", "stopped", "excluded"):
+                job = self._start_job(spec, standby=True)
+            return job.request("scale", {"id": op.get("id"), "join": spec, "change": "add",
+                                         "host": spec.host, "hosts": spec.hosts})
+        change = op.get("change")
+        if change not in ("add", "remove"):
+            raise OpError("'change' must be 'add' or 'remove'")
+        if not isinstance(op.get("host"), str) or not op["host"]:
+            raise OpError("'host' must name the host that joins or leaves")
+        return self._managed(op).request("scale", {
+            "id": op.get("id"), "change": change, "host": op["host"], "hosts": hosts,
+            "leave": bool(op.get("leave", False))})
 
     def _op_fork(self, op: dict) -> dict:
         parent = self._managed(op)
@@ -379,17 +413,79 @@ class Daemon:
                 delay = 0.0
             self._stop.wait(delay)
 
+    def _adopt_jobs(self) -> None:
+        """Take over the jobs a previous agent on this state dir left running (killed
+        with -9, crashed): before the first spool poll, so that what their ranks wrote
+        meanwhile reaches the adopted jobs' bookkeeping as it is journaled."""
+        for path, saved in jobstate.load_all(self.config.state_dir):
+            if isinstance(saved, str):
+                self._adopt_error(path.stem, "cannot adopt job from %s: %s" % (path, saved))
+                continue
+            if saved.get("state") not in ADOPTABLE_STATES:
+                continue
+            try:
+                job = ManagedJob(LaunchSpec(saved.get("spec")), self.journal,  # type: ignore[arg-type]
+                                 saved.get("overrides"), log=self.log)
+                job.adopt(saved)
+            except Exception as exc:  # a bad saved state must not keep the agent down
+                self._adopt_error(path.stem, "cannot adopt job %s from %s: %s: %s" % (
+                    path.stem, path, type(exc).__name__, exc))
+                continue
+            self.jobs[job.name] = job
+            self.spools.add_run_dir(job.spec.run_dir)
+
+    def _command(self) -> Supervisor:
+        """The `run -- CMD` job: the one a killed daemon left running with the same
+        command, adopted, rather than a second copy of it; else started now."""
+        cfg = self.config
+        saved = jobstate.read(cfg.state_dir / COMMAND_STATE)
+        if saved is not None and saved.get("cmd") == cfg.cmd:
+            try:
+                sup = Supervisor.adopt(saved, self.journal)
+            except Exception as exc:  # a bad saved state must not keep the agent down
+                self._adopt_error(str(saved.get("job")), "cannot adopt the command's job "
+                                  "from %s: %s: %s" % (COMMAND_STATE, type(exc).__name__, exc))
+                sup = None
+            if sup is not None and sup.found_running:
+                self.journal.append("event", {
+                    "kind": "job_adopted", "job": sup.job, "rank": None, "step": None,
+                    "msg": "job %s adopted from the previous agent: pid %s still runs"
+                           % (sup.job, sup.pid),
+                    "data": {"ok": True, "running": True, "pid": sup.pid,
+                             "wrapper_pid": saved.get("wrapper"), "attempt": None}})
+                return sup
+            if sup is not None:
+                sup.wait(5.0)  # it ended meanwhile (its exit is journaled): start anew
+        assert cfg.job is not None
+        sup = Supervisor(cfg.cmd, cfg.job, cfg.run_dirs[0], self.journal)
+        sup.start()
+        return sup
+
+    def _save_command(self) -> None:
+        sup = self.supervisor
+        if sup is None or not sup.running:
+            return
+        try:
+            jobstate.write(self.config.state_dir / COMMAND_STATE, sup.identity())
+        except OSError as exc:
+            self.log("cannot save the job's identity for a restarted agent: %s" % exc)
+
+    def _adopt_error(self, job: str, msg: str) -> None:
+        self.log(msg)
+        self.journal.append("event", {"kind": "job_adopted", "job": job, "rank": None,
+                                      "step": None, "msg": msg, "data": {"ok": False}})
+
     def run(self) -> int:
         cfg = self.config
         try:
             self.journal.append("hello", self.hello())
+            self._adopt_jobs()
             if isinstance(self.gpus, Nvml):
                 self.xid = XidWatcher(self.gpus, self._on_xid)
                 self.xid.start()
             if cfg.cmd and not self._stop.is_set():
-                assert cfg.job is not None
-                self.supervisor = Supervisor(cfg.cmd, cfg.job, cfg.run_dirs[0], self.journal)
-                self.supervisor.start()
+                self.supervisor = self._command()
+                self._save_command()
             self._sampler = threading.Thread(target=self._sampler_loop, name="sampler",
                                              daemon=True)
             self._sampler.start()
@@ -400,6 +496,7 @@ class Daemon:
                 now = time.monotonic()
                 if now - last_checkpoint >= POSITIONS_EVERY:
                     self.spools.checkpoint()
+                    self._save_command()
                     last_checkpoint = now
                 if now - last_retention >= 60.0:
                     self.journal.enforce_retention()
@@ -415,6 +512,11 @@ class Daemon:
             self.log("stopping job %s (SIGTERM, then SIGKILL after %g s)"
                      % (self.supervisor.job, self.config.stop_grace))
             self.supervisor.stop(self.config.stop_grace)
+        if self.supervisor is not None:
+            try:  # stopped with the daemon: nothing for the next one to adopt
+                (self.config.state_dir / COMMAND_STATE).unlink()
+            except FileNotFoundError:
+                pass
         for job in list(self.jobs.values()):
             if job.running:
                 self.log("stopping job %s" % job.name)
@@ -445,6 +547,9 @@ def run_daemon(config: DaemonConfig) -> int:
 
     # Installed before the (possibly slow) start so an early SIGTERM is a clean stop too.
     signal.signal(signal.SIGTERM, _term)
+    # A job's watcher sleeps until its hang deadline; with the default 5 ms GIL switch
+    # interval a busy sampler or spool poll could hold it back that long past it.
+    sys.setswitchinterval(0.001)
     signal.signal(signal.SIGINT, _term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     daemon = Daemon(config)

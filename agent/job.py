@@ -22,6 +22,7 @@ queued to the job's thread and acknowledged by `event`s when they have happened.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import threading
@@ -29,25 +30,28 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent import checkpoints
+from agent import checkpoints, jobstate
 from agent.control_inbox import OpError
-from agent.journal import Journal
+from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
+from agent.membership import STANDBY, Membership
 from agent.recovery import HANG, Diagnosis, HangDetector, RecoveryPolicy, classify, read_error_file
 from agent.stacks import dump_stacks
 from agent.supervisor import Supervisor, alive
 
-WATCH = 0.2  # s between checks of the attempt (worker liveness, hang, operations)
-RANKS_REFRESH = 1.0  # s between re-reading which processes are torchrun's workers
+WATCH = 0.5  # s between checks of the attempt (worker liveness, hang, operations)
+RANKS_REFRESH = 2.0  # s between re-reading which processes are torchrun's workers
 CRASH_EXIT_WAIT = 5.0  # s torchrun gets to exit by itself after a worker died
 PAUSE_STEP_WAIT = 5.0  # s at most for the ranks to report the paused checkpoint's step
 SPOOL_SETTLE = 0.5  # s without a new train record: the spools are drained
 SPOOL_SETTLE_MAX = 3.0  # s at most to wait for that
 SHARED_CHECKPOINT_POLL = 0.2  # s between looks at the shared checkpoint dir in a pause
+SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agent.jobstate)
 
 STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
 PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
 IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
+ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN)  # a new agent takes over
 ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
 
 
@@ -124,6 +128,10 @@ class ManagedJob:
         self._vanished_at: Optional[Tuple[float, float, str]] = None
         self._freeze_until: Optional[float] = None
         self._train_seen_at = 0.0
+        self._saved: tuple = ()  # what the last save of the job's state recorded
+        self._saved_at = 0.0
+        self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
+        self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
 
     # -- inputs from the daemon -------------------------------------------------------
     def on_train(self, record: dict) -> None:
@@ -140,8 +148,11 @@ class ManagedJob:
             pending = self._pending_recovery
             if pending is not None:
                 self._pending_recovery = None
+            regroup = self.membership.first_step(ts)
         if pending is not None:
             self._journal_recovery(pending, step, ts)
+        if regroup is not None:
+            self.membership.completed(regroup, step, ts)
 
     def on_event(self, record: dict) -> None:
         if record.get("kind") == "checkpoint_saved":
@@ -167,16 +178,33 @@ class ManagedJob:
             raise OpError("job %r is %s: nothing to resume" % (self.name, state))
         if action == "stop" and state in (STOPPED, FINISHED):
             raise OpError("job %r is already %s" % (self.name, state))
+        if action == "scale":
+            self.membership.check(state, args or {})
         self._commands.put((action, dict(args or {})))
         return {"job": self.name, "state": state}
 
     # -- life ------------------------------------------------------------------------
     def start(self, use_newest: bool = False,
-              fork_from: Optional[Tuple[Path, Optional[int]]] = None) -> None:
+              fork_from: Optional[Tuple[Path, Optional[int]]] = None,
+              standby: bool = False) -> None:
         """Start the first attempt: from scratch, from the newest valid checkpoint, or as
-        a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest)."""
+        a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest);
+        or, for a spare, wait in standby until it takes over from an excluded host."""
         self.spec.prepare_dirs()
+        if standby:
+            self.state = STANDBY
+            self.membership.standby()
         self._thread = threading.Thread(target=self._run, args=(use_newest, fork_from),
+                                        name="job-%s" % self.name, daemon=True)
+        self._thread.start()
+
+    def adopt(self, saved: dict) -> None:
+        """Take the job over from a previous agent, as `agent.jobstate` saved it: its
+        processes are watched again where they run, or, if the attempt ended while no
+        agent was there, the failure is handled now."""
+        self._restore(saved)  # before any record journaled from the spools reaches it
+        self._thread = threading.Thread(target=self._run, args=(False, None),
+                                        kwargs={"adopted": saved},
                                         name="job-%s" % self.name, daemon=True)
         self._thread.start()
 
@@ -189,6 +217,7 @@ class ManagedJob:
         sup = self.supervisor
         if sup is not None and sup.running:
             sup.stop(grace)
+        self._save(STOPPED)  # stopped with the agent: nothing for a new agent to adopt
 
     def pid_ranks(self) -> Dict[int, Optional[int]]:
         sup = self.supervisor
@@ -202,25 +231,33 @@ class ManagedJob:
     def describe(self) -> dict:
         return {"job": self.name, "state": self.state, "attempt": self.attempt,
                 "restarts": self.policy.restarts, "run_dir": str(self.spec.run_dir),
+                "hosts": list(self.spec.hosts),
                 "pid": self.supervisor.pid if self.supervisor is not None else None}
 
     # -- the job's thread -------------------------------------------------------------
-    def _run(self, use_newest: bool, fork_from: Optional[Tuple[Path, Optional[int]]]
-             ) -> None:
+    def _run(self, use_newest: bool, fork_from: Optional[Tuple[Path, Optional[int]]],
+             adopted: Optional[dict] = None) -> None:
         try:
             checkpoint = None
-            if fork_from is not None:
+            retry_now: Optional[float] = None
+            if adopted is not None:
+                retry_now = self._adopt(adopted)
+            elif self.state == STANDBY:
+                pass
+            elif fork_from is not None:
                 checkpoint = self._fork_checkpoint(*fork_from)
                 if checkpoint is None:
                     self.state = FAILED
                     return
             elif use_newest:
                 checkpoint, _skipped = self._newest_checkpoint()
-            self._launch(checkpoint)
-            retry_at: Optional[float] = None
+            if self.state != STANDBY and adopted is None:
+                self._launch(checkpoint)
+            retry_at: Optional[float] = retry_now
             while not self._closing.is_set():
+                self._save_if_due()
                 try:
-                    action, args = self._commands.get(timeout=WATCH)
+                    action, args = self._commands.get(timeout=self._next_look())
                 except queue.Empty:
                     action, args = "", {}
                 if action:
@@ -236,6 +273,8 @@ class ManagedJob:
                     self._thaw("hold of the freeze ran out")
                 elif self.state == RUNNING:
                     retry_at = self._watch()
+                elif self.state == STANDBY:
+                    self.membership.poll_takeover()
         except Exception as exc:  # the agent must outlive a bug in one job's handling
             self.state = FAILED
             self._event("sampler_error", "job %s: recovery loop failed: %s: %s"
@@ -279,15 +318,19 @@ class ManagedJob:
         self._vanished_at = None
         err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
         self._err_offset = err.stat().st_size if err.exists() else 0
+        self.membership.started()
         self.supervisor = sup
+        self._save(RUNNING)  # before the start: a job started is never one nobody knows
         try:
             sup.start()
         except RuntimeError as exc:
             self.state = FAILED
             self._alert("resource", "critical", "launch_failed", str(exc),
                         "check the spec's python, script and workdir on this host")
+            self._save()
             return
         self.state = RUNNING
+        self._save()
 
     def _watch(self) -> Optional[float]:
         """One look at the running attempt; returns when to retry if it just failed."""
@@ -304,8 +347,14 @@ class ManagedJob:
                 return self._failed(detected, failure_at, note)
             return self._failed(now, self._last_seen_alive(now), None)
         if now - self._ranks_at >= RANKS_REFRESH:
-            self._ranks = sup.rank_pids()
+            ranks = sup.rank_pids()
+            if self.spec.elastic:  # torchrun restarts workers in place: one that ended
+                for pid, rank in self._ranks.items():  # since the last look is seen ending
+                    ranks.setdefault(pid, rank)
+            self._ranks = ranks
             self._ranks_at = now
+        if self.spec.elastic:
+            self.membership.tick(now)
         ended = []
         for pid, rank in list(self._ranks.items()):
             status = exit_status(pid)
@@ -314,6 +363,13 @@ class ManagedJob:
             else:
                 del self._ranks[pid]
                 ended.append((_blame_order(status), pid, rank, status))
+        # An elastic job's torchrun restarts its workers itself when its nodes change:
+        # True is such a regroup; False, a failure of this host's ranks (torchrun would
+        # restart them in place: no waiting for it); None, torchrun's exit code decides.
+        verdict = (self.membership.workers_ended(sorted(ended), now)
+                   if ended and self.spec.elastic else None)
+        if verdict:
+            return None
         # Seen in one look, a rank killed by torchrun's teardown (SIGTERM) is a
         # consequence; one already reaped, or failed on its own, went first.
         for _order, pid, rank, status in sorted(ended):
@@ -321,16 +377,17 @@ class ManagedJob:
                 self._vanished_at = (now, self._last_alive.get(pid, now),
                                      "rank %s (pid %d) %s" % (rank, pid, describe_status(
                                          status)))
-            if status in (0, -1):
+            if status in (0, -1) and verdict is None:
                 # Ended cleanly, or reaped before its status could be read: torchrun's
                 # own exit code (normally within its monitor interval) tells which.
                 continue
             # A worker failed: the failure is known now, not after torchrun's teardown.
             detected, failure_at, note = self._vanished_at
-            sup.wait(CRASH_EXIT_WAIT)
+            sup.wait(CRASH_EXIT_WAIT if verdict is None else 0.0)
             if sup.running:
                 sup.stop(self.spec.stop_grace)
-            return self._failed(detected, failure_at, note)
+            return self._failed(detected, failure_at, note,
+                                self.membership.failure if verdict is False else None)
         with self._lock:
             hung = self.detector.hung(now)
             silent, threshold = self.detector.silent_for(now), self.detector.threshold()
@@ -397,7 +454,8 @@ class ManagedJob:
                 diagnosis.evidence.insert(0, note)
             if error is not None and error.get("timestamp"):
                 failure_at = min(failure_at, float(error["timestamp"]))
-        decision = self.policy.decide(diagnosis)
+        exclusion = self.membership.exclusion(diagnosis)  # elastic: this host leaves the job
+        decision = exclusion[1] if exclusion else self.policy.decide(diagnosis)
         with self._lock:
             last_step = self._cur_max
         data = dict(diagnosis.as_dict())
@@ -408,10 +466,15 @@ class ManagedJob:
             "last_step": last_step, "decision": decision.as_dict(),
         })
         data.update(extra or {})
+        if exclusion:
+            data["exclusion"] = exclusion[0]
         self._event("interruption", "job %s interrupted (%s): %s; %s" % (
             self.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence else "",
             "restarting in %.1f s" % decision.delay if decision.retry
             else "not restarting: %s" % decision.reason), data, step=last_step)
+        if exclusion:
+            self.membership.excluded(exclusion[0])
+            return None
         if not decision.retry:
             self.state = FAILED
             self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
@@ -452,6 +515,7 @@ class ManagedJob:
             "restart_count": pending["restart_count"], "checkpoint": pending["checkpoint"],
             "checkpoint_step": pending["checkpoint_step"], "first_step": step,
             "skipped": pending["skipped"]}, step=step)
+        self._save()  # now, not at the next look: a new agent must not journal it again
 
     def _fork_checkpoint(self, parent_dir: Path, step: Optional[int]
                          ) -> Optional[checkpoints.Checkpoint]:
@@ -537,6 +601,9 @@ class ManagedJob:
             self._stop_attempt(float(args.get("grace", self.spec.stop_grace)))
             self.state = STOPPED
             return None
+        if action == "scale":
+            self.membership.scale(args)
+            return retry_at
         return retry_at
 
     def _stop_attempt(self, grace: Optional[float] = None) -> None:
@@ -657,7 +724,12 @@ class ManagedJob:
         rendezvous then ends this part too, and that exit is a pause, not a failure."""
         self.state = PAUSING
         sup = self.supervisor
-        if sup is not None and sup.running and sup.wait(timeout) is None:
+        if sup is not None and sup.running:
+            if self.spec.elastic:  # torchrun would regroup, not end: its workers' end is
+                self.membership.follow_end(timeout)
+            else:
+                sup.wait(timeout)
+        if sup is not None and sup.running:
             self.state = RUNNING
             self._event("pause", "job %s: pause failed: this host's part did not end within "
                         "%.0f s of the pause; it keeps running" % (self.name, timeout),
@@ -696,6 +768,145 @@ class ManagedJob:
         self.state = RUNNING if self.running else FAILED
         self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
                     {"mode": "thaw", "reason": why})
+
+    # -- adoption (agent.jobstate) ----------------------------------------------------
+    def _snapshot(self, state: Optional[str] = None) -> dict:
+        sup = self.supervisor
+        with self._lock:
+            data = {
+                "job": self.name, "state": state or self.state, "spec": self.spec.raw,
+                "overrides": self.overrides, "attempt": self.attempt,
+                "attempt_started": self._attempt_started, "prev_max": self._prev_max,
+                "cur_max": self._cur_max, "pending_recovery": self._pending_recovery,
+                "detector": self.detector.state(),
+            }
+        data.update({
+            "policy": self.policy.state(), "failure": self._failure,
+            "freeze_until": self._freeze_until,
+            "process": sup.identity() if sup is not None else None,
+            "agent_pid": os.getpid(), "saved_at": time.time(),
+            "journal_head": self.journal.head,
+        })
+        return data
+
+    def _save(self, state: Optional[str] = None) -> None:
+        """Write the job's state for a restarted agent; a failure to write is reported,
+        never fatal (the job matters more than its adoptability)."""
+        if self._closing.is_set() and state != STOPPED:
+            return  # stopped with the agent: only that is left to say
+        with self._save_lock:
+            data = self._snapshot(state)
+            try:
+                jobstate.save(self.journal.state_dir, self.name, data)
+            except (OSError, TypeError, ValueError) as exc:
+                error = str(exc)
+                repeated = self._saved == ("error", error)
+                self._saved = ("error", error)
+            else:
+                self._saved = (data["state"], self.attempt, self.policy.restarts,
+                               self._freeze_until, bool(data["pending_recovery"]))
+                self._saved_at = time.time()
+                return
+        if not repeated:
+            self._event("sampler_error", "job %s: cannot save its state for adoption: %s"
+                        % (self.name, error), {"job_state": self.state})
+
+    def _save_if_due(self) -> None:
+        key = (self.state, self.attempt, self.policy.restarts, self._freeze_until,
+               bool(self._pending_recovery))
+        if key != self._saved or (self.state == RUNNING
+                                  and time.time() - self._saved_at >= SAVE_EVERY):
+            self._save()
+
+    def _next_look(self) -> float:
+        """Seconds until the next look at the attempt: WATCH, or less when the hang
+        deadline comes first, so a hang is declared when the limit is reached."""
+        if self.state != RUNNING:
+            return WATCH
+        with self._lock:
+            deadline = self.detector.deadline()
+        if deadline is None:
+            return WATCH
+        return min(WATCH, max(0.001, deadline - time.time()))
+
+    def _restore(self, saved: dict) -> None:
+        """The bookkeeping as the previous agent left it, and its processes re-attached."""
+        now = time.time()
+        self.attempt = int(saved.get("attempt") or 0)
+        self.policy.restore(saved.get("policy") or {})
+        self._failure = dict(saved.get("failure") or {})
+        with self._lock:
+            self._attempt_started = float(saved.get("attempt_started") or 0.0)
+            self._prev_max, self._cur_max = saved.get("prev_max"), saved.get("cur_max")
+            self._pending_recovery = self._still_pending(saved)
+            self.detector.restore(saved.get("detector") or {})
+            # The steps trained while no agent watched are still in the spools, journaled
+            # from now on: silence is counted from the adoption, never from before it.
+            self.detector.reset(now, new_attempt=False)
+        identity = saved.get("process")
+        self.supervisor = (Supervisor.adopt(identity, self.journal)
+                           if isinstance(identity, dict) else None)
+        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        self._err_offset = err.stat().st_size if err.exists() else 0
+
+    def _still_pending(self, saved: dict) -> Optional[dict]:
+        """The saved recovery awaiting its first step, unless the journal shows that the
+        previous agent journaled it after its last save (the journal is the truth)."""
+        pending = saved.get("pending_recovery")
+        head = saved.get("journal_head")
+        if not isinstance(pending, dict) or not isinstance(head, int):
+            return pending if isinstance(pending, dict) else None
+        for record in JournalReader(self.journal.state_dir).records(head):
+            if record.get("t") == "event" and record.get("kind") == "recovery" and (
+                    record.get("job") == self.name) and (record.get("data") or {}).get(
+                    "restart_count") == pending.get("restart_count"):
+                return None
+        return pending
+
+    def _adopt(self, saved: dict) -> Optional[float]:
+        """Take up the job where the previous agent left it; returns when to restart it
+        (a job that was waiting to restart after a failure), else None."""
+        now = time.time()
+        previous = saved.get("state")
+        sup = self.supervisor
+        identity = saved.get("process")
+        alive_now = sup is not None and sup.found_running
+        data = {"ok": True, "attempt": self.attempt, "state": previous, "running": alive_now,
+                "pid": sup.pid if sup is not None else None,
+                "wrapper_pid": (identity or {}).get("wrapper"),
+                "previous_agent_pid": saved.get("agent_pid"),
+                "saved_at": saved.get("saved_at"), "restarts": self.policy.restarts}
+        if sup is not None and not alive_now:
+            sup.wait(5.0)  # its exit is being journaled: let the message say how it ended
+            data["returncode"] = sup.returncode
+            ended = sup.ended_at
+            if ended is not None and sup.pid is not None:
+                self._last_alive = {sup.pid: ended}
+        what = ("torchrun pid %s and its ranks still run" % data["pid"] if alive_now
+                else "its attempt %d ended while no agent watched" % self.attempt
+                if sup is not None else "no process of it was recorded")
+        self._event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
+                    % (self.name, saved.get("agent_pid"), what), data,
+                    step=self._cur_max)
+        if previous == BACKOFF:
+            self.state = BACKOFF
+            return now
+        if sup is None:
+            checkpoint, _skipped = self._newest_checkpoint()
+            self._launch(checkpoint, reason="resume")
+            return None
+        if previous == FROZEN and alive_now:
+            self.state = FROZEN
+            self._freeze_until = saved.get("freeze_until") or now + 60.0
+            return None
+        if previous == PAUSING and alive_now:
+            sup.signal_tree(signal.SIGCONT)  # it may have been held for the pause
+            self._event("pause", "job %s: pause failed: the agent restarted while pausing; "
+                        "the job keeps running" % self.name,
+                        {"mode": "checkpoint", "ok": False,
+                         "error": "agent restarted during the pause"})
+        self.state = RUNNING  # one that ended meanwhile is handled by the next look
+        return None
 
     # -- records ---------------------------------------------------------------------
     def _event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from agent.control_inbox import OpError
 
@@ -20,6 +20,12 @@ CHECKPOINT_FIELD = "{checkpoint}"
 
 # A watchdog-friendly environment: NCCL errors abort the collective instead of hanging
 # it, and the process-group timeout is explicit (and longer than the agent's hang check).
+# torchrun's look at its workers in an elastic job (its default: 0.1 s). A worker that
+# failed on its own is this host's agent's to recover, and the agent looks first: were
+# torchrun quicker, it would take the failed node back into a new rendezvous round just
+# before the agent stops it, and the others would form a group with a node that is gone.
+ELASTIC_MONITOR_INTERVAL = 2.0
+
 WATCHDOG_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
     "TORCH_NCCL_ENABLE_MONITORING": "1",
@@ -59,6 +65,32 @@ def _number(spec: Mapping[str, Any], key: str, default: float, minimum: float = 
     return float(value)
 
 
+def _nnodes(value: Any) -> Tuple[int, int, bool]:
+    """(min, max, elastic) from `nnodes`: N, or "MIN:MAX" (an elastic job, even "2:2")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise OpError("spec field 'nnodes' must be at least 1")
+        return value, value, False
+    if isinstance(value, str):
+        low, sep, high = value.partition(":")
+        if sep and low.strip().isdigit() and high.strip().isdigit():
+            lo, hi = int(low), int(high)
+            if 1 <= lo <= hi:
+                return lo, hi, True
+    raise OpError("spec field 'nnodes' must be a number of nodes or \"MIN:MAX\" with "
+                  "1 <= MIN <= MAX, got %r" % (value,))
+
+
+def _optional_int(table: Mapping[str, Any], key: str, name: str, minimum: int
+                  ) -> Optional[int]:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OpError("spec field %r must be an integer >= %d" % (name, minimum))
+    return value
+
+
 def _table(spec: Mapping[str, Any], key: str) -> Dict[str, Any]:
     value = spec.get(key, {})
     if not isinstance(value, dict):
@@ -83,10 +115,15 @@ class LaunchSpec:
         self.module = bool(spec.get("module", False))
         self.args = _str_list(spec, "args")
         self.nproc_per_node = _int(spec, "nproc_per_node", 1, 1)
-        self.nnodes = _int(spec, "nnodes", 1, 1)
+        # An elastic job ("MIN:MAX") lets torchrun's rendezvous admit and lose nodes while
+        # the others keep running; its node ranks are the rendezvous's to give.
+        self.min_nodes, self.max_nodes, self.elastic = _nnodes(spec.get("nnodes", 1))
+        self.nnodes = self.max_nodes
         self.node_rank = _int(spec, "node_rank", 0, 0)
-        if self.node_rank >= self.nnodes:
+        if not self.elastic and self.node_rank >= self.nnodes:
             raise OpError("node_rank %d is not below nnodes %d" % (self.node_rank, self.nnodes))
+        self.hosts = _str_list(spec, "hosts")
+        self.spares = _str_list(spec, "spares")
         run_dir = spec.get("run_dir")
         if not isinstance(run_dir, str) or not run_dir:
             raise OpError("spec field 'run_dir' must be a path")
@@ -104,7 +141,7 @@ class LaunchSpec:
         # themselves (spool, logs, torchrun's error file) must not be: another host's
         # agent would journal this host's ranks as its own and read its failures.
         self.run_dir = self.shared_dir
-        if self.nnodes > 1:
+        if self.max_nodes > 1:
             self.run_dir = self.shared_dir / "nodes" / (host or "node-%d" % self.node_rank)
         workdir = spec.get("workdir")
         if workdir is not None and not isinstance(workdir, str):
@@ -119,6 +156,14 @@ class LaunchSpec:
         self.resume_env = resume.get("env")
         if self.resume_env is not None and not isinstance(self.resume_env, str):
             raise OpError("spec field 'resume.env' must be an environment variable name")
+        # torchrun restarts an elastic job's workers by itself after a membership change,
+        # with the command it was started with: only a trainer that finds its newest
+        # checkpoint on its own resumes from it then.
+        self.resume_newest: Optional[List[str]] = (
+            _str_list(resume, "newest_args") if "newest_args" in resume else None)
+        if self.elastic and self.resume_newest is None:
+            raise OpError("an elastic job needs 'resume.newest_args' (how the trainer resumes "
+                          "from its newest checkpoint by itself)")
         self.override_args = _str_list(spec, "override_args", ["--set", "{key}={value}"])
         rdzv = _table(spec, "rendezvous")
         self.rdzv_backend = rdzv.get("backend", "c10d")
@@ -131,6 +176,12 @@ class LaunchSpec:
             raise OpError("spec field 'rendezvous.endpoint' must be HOST:PORT")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise OpError("a job on %d hosts needs 'rendezvous.endpoint'" % self.nnodes)
+        is_host = rdzv.get("is_host")
+        if is_host is not None and not isinstance(is_host, bool):
+            raise OpError("spec field 'rendezvous.is_host' must be true or false")
+        self.rdzv_is_host: Optional[bool] = is_host
+        self.rdzv_last_call = _optional_int(rdzv, "last_call", "rendezvous.last_call", 0)
+        self.rdzv_keep_alive = _optional_int(rdzv, "keep_alive", "rendezvous.keep_alive", 1)
         self.max_restarts = _int(spec, "max_restarts", 0)
         recovery = _table(spec, "recovery")
         self.restart_budget = _int(recovery, "restart_budget", 10)
@@ -138,6 +189,7 @@ class LaunchSpec:
         self.backoff_max = _number(recovery, "backoff_max", 60.0)
         if self.backoff_max < self.backoff:
             raise OpError("recovery.backoff_max must be >= recovery.backoff")
+        self.exclude_on = _str_list(recovery, "exclude_on", ["gpu_fault"])
         hang = _table(spec, "hang")
         self.hang_k = _number(hang, "k", 3.0, 0.001)
         self.hang_floor = _number(hang, "floor", 10.0, 0.001)
@@ -174,14 +226,23 @@ class LaunchSpec:
     def argv(self, checkpoint: Optional[str] = None,
              overrides: Optional[Mapping[str, Any]] = None) -> List[str]:
         """torchrun's argv for one attempt: resuming from `checkpoint` when given."""
+        nnodes = ("%d:%d" % (self.min_nodes, self.max_nodes) if self.elastic
+                  else str(self.nnodes))
         argv = [self.python, "-m", "torch.distributed.run",
-                "--nnodes", str(self.nnodes), "--nproc-per-node", str(self.nproc_per_node),
+                "--nnodes", nnodes, "--nproc-per-node", str(self.nproc_per_node),
                 "--max-restarts", str(self.max_restarts)]
-        if self.nnodes == 1 and not self.rdzv_endpoint:
+        if self.elastic:
+            argv += ["--monitor-interval", "%g" % ELASTIC_MONITOR_INTERVAL]
+        if not self.elastic and self.nnodes == 1 and not self.rdzv_endpoint:
             argv.append("--standalone")
         else:
-            argv += ["--node-rank", str(self.node_rank), "--rdzv-backend", self.rdzv_backend,
-                     "--rdzv-endpoint", str(self.rdzv_endpoint), "--rdzv-id", self.rdzv_id]
+            if not self.elastic:
+                argv += ["--node-rank", str(self.node_rank)]
+            argv += ["--rdzv-backend", self.rdzv_backend, "--rdzv-endpoint",
+                     str(self.rdzv_endpoint), "--rdzv-id", self.rdzv_id]
+            conf = self.rdzv_conf()
+            if conf:
+                argv += ["--rdzv-conf", ",".join("%s=%s" % kv for kv in conf)]
         if self.module:
             argv.append("--module")
         argv.append(self.script)
@@ -189,17 +250,45 @@ class LaunchSpec:
         for key, value in sorted((overrides or {}).items()):
             argv += [a.replace("{key}", str(key)).replace("{value}", format_value(value))
                      for a in self.override_args]
-        if checkpoint is not None and self.resume_args:
+        if self.elastic:
+            argv += list(self.resume_newest or ())
+        elif checkpoint is not None and self.resume_args:
             argv += [a.replace(CHECKPOINT_FIELD, checkpoint) for a in self.resume_args]
         return argv
+
+    def rdzv_conf(self) -> List[Tuple[str, str]]:
+        """torchrun's `--rdzv-conf` pairs. Which node serves the c10d store is said, not
+        guessed from addresses (several nodes may share one, and the store's node can
+        never leave); the heartbeat and last-call times bound how long a membership
+        change takes: a node that left counts as gone after 3 missed heartbeats."""
+        conf: List[Tuple[str, str]] = []
+        if self.rdzv_is_host is not None:
+            conf.append(("is_host", "1" if self.rdzv_is_host else "0"))
+        if self.rdzv_last_call is not None:
+            conf.append(("last_call_timeout", str(self.rdzv_last_call)))
+        if self.rdzv_keep_alive is not None:
+            conf.append(("keep_alive_interval", str(self.rdzv_keep_alive)))
+        return conf
+
+    def with_hosts(self, hosts: List[str]) -> None:
+        """The job's member hosts changed (scale, a spare's takeover)."""
+        self.hosts = list(hosts)
+        self.raw["hosts"] = list(hosts)
 
     def environment(self, checkpoint: Optional[str] = None) -> Dict[str, str]:
         env = dict(WATCHDOG_ENV)
         env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] = "%d" % self.pg_timeout
         env["COCKPIT_PG_TIMEOUT"] = "%g" % self.pg_timeout
         env["COCKPIT_CHECKPOINT_DIR"] = str(self.checkpoint_dir)
+        if self.elastic or self.max_restarts > 0:
+            # torchrun shares its agent's store server with the workers and keeps the
+            # master address it published in the first round; a node admitted in a later
+            # round then waits for an address nobody publishes again, and workers
+            # restarted in place can read their predecessors' keys and hang in gloo's
+            # mesh set-up (torch 2.x). Without sharing, every round publishes afresh.
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         env.update(self.env)
-        if self.resume_env:
+        if self.resume_env and not self.elastic:
             if checkpoint is not None:
                 env[self.resume_env] = checkpoint
             else:

@@ -367,6 +367,17 @@ class RecoveryPolicy:
         """The job trained a new step since the last failure: the backoff starts over."""
         self._streak = 0
 
+    def state(self) -> Dict[str, Any]:
+        """What a restarted agent needs to keep counting where this one stopped."""
+        return {"restarts": self.restarts, "streak": self._streak,
+                "history": [[d.cause, d.signature] for d in self.history]}
+
+    def restore(self, state: Dict[str, Any]) -> None:
+        self.restarts = int(state.get("restarts") or 0)
+        self._streak = int(state.get("streak") or 0)
+        self.history = [Diagnosis(str(cause), [], signature=str(signature))
+                        for cause, signature in state.get("history") or []]
+
     def decide(self, diagnosis: Diagnosis) -> Decision:
         self.history.append(diagnosis)
         same = sum(1 for d in self.history if d.signature == diagnosis.signature)
@@ -436,5 +447,29 @@ class HangDetector:
     def silent_for(self, now: float) -> float:
         return 0.0 if self.last_progress is None else max(0.0, now - self.last_progress)
 
+    def deadline(self) -> Optional[float]:
+        """When the silence becomes a hang unless a new step comes first (None: nothing
+        to watch). The watcher sleeps until then rather than polling on a fixed tick, so
+        a hang is declared at the limit, not up to a tick after it."""
+        if self.last_progress is None:
+            return None
+        return self.last_progress + self.threshold()
+
     def hung(self, now: float) -> bool:
-        return self.last_progress is not None and self.silent_for(now) > self.threshold()
+        deadline = self.deadline()
+        return deadline is not None and now >= deadline
+
+    def state(self) -> Dict[str, Any]:
+        """The step-time window and the progress seen, for a restarted agent."""
+        return {"times": list(self._times), "last_step": self.last_step,
+                "last_progress": self.last_progress}
+
+    def restore(self, state: Dict[str, Any]) -> None:
+        self._times.clear()
+        self._times.extend(float(t) for t in state.get("times") or []
+                           if isinstance(t, (int, float)))
+        last_step = state.get("last_step")
+        self.last_step = last_step if isinstance(last_step, int) else None
+        last_progress = state.get("last_progress")
+        self.last_progress = (float(last_progress) if isinstance(last_progress, (int, float))
+                              else None)

@@ -1,34 +1,55 @@
-"""The job on this host: one child command (typically torchrun) in its own process group.
+"""The job on this host: one command (typically torchrun) in a session of its own.
 
-A process group of its own keeps the daemon out of every signal meant for the job. torchrun
+A session of its own keeps the daemon out of every signal meant for the job. torchrun
 starts each rank in a session of its own, though, so signals go to the whole process
 tree (torchrun, its ranks and whatever they forked), collected before the first signal so
 that ranks orphaned by a dying torchrun are not missed.
 
-The job's output goes, whole, to `RUN_DIR/logs/JOB.out` / `.err` and, rate-limited and
-cut to 4 KiB a line, into the journal as `log` records so the cockpit can show the tail
-(the last lines are also kept in memory, unthrottled, to classify a failure).
-torchrun is asked to prefix its ranks' teed lines with `[rankN]:` (unless the user
-chose another template) so each line can name its rank.
+The job must outlive the agent: a `kill -9` of the daemon (or a crash, or an upgrade)
+must neither end the job nor leave a restarted daemon blind to it. So the command is
+started by a small wrapper (`agent.jobwrap`) that stays its parent and writes its pid,
+start time and, at the end, its exit status to a status file; and the job writes its
+output straight into `RUN_DIR/logs/JOB.out` / `.err`, which the agent tails. Nothing
+runs through a pipe the agent holds. `identity()` is what a restarted daemon needs to
+re-attach (`Supervisor.adopt`): the pids guarded by their start times against pid reuse,
+the boot, the status file and how far the logs were read.
+
+The tailed output goes, rate-limited and cut to 4 KiB a line, into the journal as `log`
+records so the cockpit can show the tail (the last lines are also kept in memory,
+unthrottled, to classify a failure). torchrun is asked to prefix its ranks' teed lines
+with `[rankN]:` (unless the user chose another template) so each line can name its rank.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from agent import jobwrap
+from agent.hostinfo import boot_id
 from agent.journal import Journal
 from agent.samplers.procinfo import RankResolver
 
 MAX_LOG_LINE = 4096
 TAIL_LINES = 400
+READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
+FOLLOW_POLL = 0.25  # s between looks at the log files when nothing new came
+EXIT_POLL = 0.05  # s between looks at an adopted job's wrapper
+STREAMS = ("stdout", "stderr")
+# Run the wrapper from wherever this package was imported (a checkout or agent.pyz);
+# -I: the job's PYTHON* environment is for the job, not for the wrapper.
+_WRAPPER = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.jobwrap import main; "
+            "sys.exit(main(sys.argv[2:]))")
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)?(\d+)\]:")
 
 
@@ -160,18 +181,19 @@ def _pgid(pid: int) -> Optional[int]:
 
 
 class Supervisor:
-    """Starts, watches and stops one job command; journals its life and output."""
+    """Starts (or adopts), watches and stops one job command; journals its life and
+    output."""
 
     def __init__(self, cmd: Sequence[str], job: str, run_dir: Path, journal: Journal,
                  env: Optional[Mapping[str, str]] = None, log_rate: float = 200.0,
                  log_burst: float = 2000.0,
-                 on_exit: Optional[Callable[[int], None]] = None,
+                 on_exit: Optional[Callable[[Optional[int]], None]] = None,
                  cwd: Optional[Path] = None, started_data: Optional[dict] = None) -> None:
         if not cmd:
             raise ValueError("no job command given")
         self.cmd = list(cmd)
         self.job = job
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).absolute()
         self.journal = journal
         self.extra_env = dict(env or {})
         self.on_exit = on_exit
@@ -179,16 +201,29 @@ class Supervisor:
         self.started_data = dict(started_data or {})
         self.tail: Deque[str] = deque(maxlen=TAIL_LINES)  # for classifying a failure
         self.logs_dir = self.run_dir / "logs"
+        self.status_path = self.logs_dir / ("%s.status.json" % job)
+        self.launch_id = secrets.token_hex(8)
+        self.adopted = False
         self._bucket = TokenBucket(log_rate, log_burst)
         self._suppressed = 0
         self._suppressed_lock = threading.Lock()
-        self._proc: Optional[subprocess.Popen] = None
-        self._readers: List[threading.Thread] = []
+        self._wrapper: Optional[subprocess.Popen] = None  # set when this agent started it
+        self._wrapper_pid: Optional[int] = None
+        self._wrapper_start: Optional[int] = None
+        self._pid: Optional[int] = None
+        self._pid_start: Optional[int] = None
+        self._boot: Optional[str] = None
+        self._rebooted = False  # adopted from before a reboot: every pid is stale
+        self._offsets: Dict[str, int] = {}
+        self._follower: Optional[threading.Thread] = None
         self._waiter: Optional[threading.Thread] = None
+        self._ended = threading.Event()  # the exit status is known: read the logs to EOF
         self._exited = threading.Event()
         self._ranks = RankResolver()
         self.returncode: Optional[int] = None
         self.started_at: Optional[float] = None
+        self.ended_at: Optional[float] = None  # as the wrapper saw it (None: unknown)
+        self.found_running = False  # adopted: the job was still running when found
 
     # -- life ------------------------------------------------------------------------
     def environment(self) -> Dict[str, str]:
@@ -201,59 +236,137 @@ class Supervisor:
         env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
         return env
 
+    def _log_paths(self) -> Dict[str, Path]:
+        return {"stdout": self.logs_dir / ("%s.out" % self.job),
+                "stderr": self.logs_dir / ("%s.err" % self.job)}
+
     def start(self) -> int:
-        """Launch the command; returns its pid (also the job's process group id)."""
-        if self._proc is not None:
+        """Launch the command through the wrapper; returns its pid (also the job's
+        process group id)."""
+        if self._wrapper is not None or self._pid is not None:
             raise RuntimeError("job %r was already started" % self.job)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        # Owned by the output pump threads, which close them when the pipes end.
-        out = open(str(self.logs_dir / ("%s.out" % self.job)), "ab")  # noqa: SIM115
-        err = open(str(self.logs_dir / ("%s.err" % self.job)), "ab")  # noqa: SIM115
+        paths = self._log_paths()
+        for stream, path in paths.items():
+            with open(str(path), "ab") as f:  # the job appends from here on
+                self._offsets[stream] = f.tell()
         try:
-            self._proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=self.environment(),
-                cwd=str(self.cwd) if self.cwd is not None else os.getcwd(),
-                start_new_session=True)
+            self.status_path.unlink()
+        except FileNotFoundError:
+            pass
+        root = os.path.dirname(os.path.dirname(os.path.abspath(jobwrap.__file__)))
+        cwd = os.path.abspath(str(self.cwd) if self.cwd is not None else os.getcwd())
+        argv = [sys.executable or "python3", "-I", "-c", _WRAPPER, root,
+                str(self.status_path), str(paths["stdout"]), str(paths["stderr"]), cwd,
+                self.launch_id, "--", *self.cmd]
+        try:
+            with open(str(paths["stderr"]), "ab") as err:  # the wrapper's own complaints
+                self._wrapper = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                    cwd="/", start_new_session=True)
         except OSError as exc:
-            out.close()
-            err.close()
-            raise RuntimeError("cannot start %r: %s" % (self.cmd[0], exc.strerror or exc)
-                               ) from exc
+            raise RuntimeError("cannot start the job wrapper %r: %s" % (
+                argv[0], exc.strerror or exc)) from exc
+        assert self._wrapper.stdin is not None and self._wrapper.stdout is not None
+        try:
+            with self._wrapper.stdin:
+                self._wrapper.stdin.write(json.dumps(self.environment()).encode("utf-8"))
+        except OSError:  # the wrapper died at once: its stdout (empty) says so below
+            pass
+        with self._wrapper.stdout:
+            line = self._wrapper.stdout.readline()
+        try:
+            report = json.loads(line) if line else {}
+        except ValueError:
+            report = {}
+        if not isinstance(report.get("pid"), int):
+            code = self._wrapper.wait()
+            raise RuntimeError(report.get("error") or "the job wrapper exited (code %s) "
+                               "before starting %r; see %s" % (code, self.cmd[0],
+                                                               paths["stderr"]))
+        self._pid, self._pid_start = report["pid"], report.get("pid_start")
+        self._wrapper_pid, self._wrapper_start = self._wrapper.pid, report.get("wrapper_start")
+        self._boot = boot_id()
         self.started_at = time.time()
         self.journal.append("event", {
             "kind": "job_started", "job": self.job, "rank": None, "step": None,
-            "msg": "job %s started (pid %d): %s" % (self.job, self._proc.pid,
-                                                     " ".join(self.cmd)),
-            "data": dict(self.started_data, pid=self._proc.pid, cmd=self.cmd,
+            "msg": "job %s started (pid %d): %s" % (self.job, self._pid, " ".join(self.cmd)),
+            "data": dict(self.started_data, pid=self._pid, cmd=self.cmd,
                          run_dir=str(self.run_dir)),
         })
-        for pipe, sink, name in ((self._proc.stdout, out, "stdout"),
-                                 (self._proc.stderr, err, "stderr")):
-            reader = threading.Thread(target=self._pump, args=(pipe, sink, name),
-                                      name="job-%s" % name, daemon=True)
-            reader.start()
-            self._readers.append(reader)
+        self._start_threads()
+        return self._pid
+
+    @classmethod
+    def adopt(cls, identity: Mapping[str, Any], journal: Journal,
+              on_exit: Optional[Callable[[Optional[int]], None]] = None,
+              log_rate: float = 200.0, log_burst: float = 2000.0) -> "Supervisor":
+        """Re-attach to a job a previous agent started, as its `identity()` described it.
+
+        Whether the job still runs is decided here (the same boot, the wrapper or the
+        command alive with the start time recorded); one that ended meanwhile is
+        reported as exited, with the status its wrapper wrote, or None when nobody could
+        write it (a reboot, a killed wrapper)."""
+        sup = cls(list(identity.get("cmd") or ["?"]), str(identity["job"]),
+                  Path(str(identity["run_dir"])), journal, log_rate=log_rate,
+                  log_burst=log_burst, on_exit=on_exit)
+        sup.adopted = True
+        sup.launch_id = str(identity.get("launch") or "")
+        # Saved before the start, the identity may lack what the wrapper wrote down.
+        known = dict(sup._status())
+        known.update({k: v for k, v in identity.items() if v is not None})
+        sup._pid, sup._pid_start = known.get("pid"), known.get("pid_start")
+        sup._wrapper_pid, sup._wrapper_start = known.get("wrapper"), known.get("wrapper_start")
+        sup._boot = known.get("boot_id")
+        sup._rebooted = sup._boot is not None and sup._boot != boot_id()
+        sup.started_at = known.get("started_at")
+        offsets = identity.get("offsets") or {}
+        for stream, path in sup._log_paths().items():
+            offset = offsets.get(stream)
+            if not isinstance(offset, int):
+                try:
+                    offset = path.stat().st_size
+                except OSError:
+                    offset = 0
+            sup._offsets[stream] = offset
+        sup.found_running = (sup._same_process(sup._wrapper_pid, sup._wrapper_start)
+                             or sup._same_process(sup._pid, sup._pid_start))
+        sup._start_threads()
+        return sup
+
+    def identity(self) -> Dict[str, Any]:
+        """What a restarted agent needs to find this job again (JSON-serialisable)."""
+        return {"launch": self.launch_id, "job": self.job, "cmd": self.cmd,
+                "run_dir": str(self.run_dir), "status": str(self.status_path),
+                "pid": self._pid, "pid_start": self._pid_start,
+                "wrapper": self._wrapper_pid, "wrapper_start": self._wrapper_start,
+                "boot_id": self._boot if self._pid is not None else boot_id(),
+                "started_at": self.started_at, "offsets": dict(self._offsets)}
+
+    def _start_threads(self) -> None:
+        self._follower = threading.Thread(target=self._follow, name="job-output",
+                                          daemon=True)
+        self._follower.start()
         self._waiter = threading.Thread(target=self._wait, name="job-wait", daemon=True)
         self._waiter.start()
-        return self._proc.pid
 
     @property
     def pid(self) -> Optional[int]:
-        return None if self._proc is None else self._proc.pid
+        return self._pid
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and not self._exited.is_set()
+        return self._pid is not None and not self._exited.is_set()
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        """The return code once the job has exited and its exit is journaled."""
+        """The return code once the job has exited and its exit is journaled (None also
+        when its exit status could not be learnt: check `running`)."""
         self._exited.wait(timeout)
         return self.returncode
 
     def stop(self, grace: float = 10.0) -> Optional[int]:
         """SIGTERM to the whole tree, SIGKILL after `grace` seconds; returns the code."""
-        if self._proc is None:
+        if self._pid is None:
             return None
         tree = self.tree_pids()
         if not self._exited.is_set():
@@ -266,21 +379,29 @@ class Supervisor:
         self.signal_tree(signal.SIGKILL, [p for p in tree if alive(p)])
         return self.returncode
 
+    def _same_process(self, pid: Optional[int], ticks: Optional[int]) -> bool:
+        """`pid` is still the process recorded (not a reused pid, not a zombie)."""
+        if pid is None or self._rebooted or not alive(pid):
+            return False
+        return ticks is None or jobwrap.start_ticks(pid) == ticks
+
     def tree_pids(self) -> List[int]:
-        """torchrun and every live process below it, plus the rest of its group."""
-        if self._proc is None:
-            return []
-        pids = [self._proc.pid, *descendants(self._proc.pid)]
-        for pid in group_pids(self._proc.pid):
-            if pid not in pids:
-                pids.append(pid)
+        """The command and every live process below it, plus the rest of its group."""
+        pid = self._pid
+        if pid is None or self._rebooted or (
+                self._pid_start is not None and jobwrap.start_ticks(pid) != self._pid_start):
+            return []  # gone, and the pid may now be someone else's
+        pids = [pid, *descendants(pid)]
+        for other in group_pids(pid):
+            if other not in pids:
+                pids.append(other)
         return pids
 
     def rank_pids(self) -> Dict[int, Optional[int]]:
         """The worker processes torchrun started (its children) -> their global rank."""
-        if self._proc is None or self._exited.is_set():
+        if self._pid is None or self._exited.is_set():
             return {}
-        return {pid: self._ranks(pid) for pid in children_of(self._proc.pid)}
+        return {pid: self._ranks(pid) for pid in children_of(self._pid)}
 
     def signal_tree(self, sig: int, pids: Optional[List[int]] = None) -> None:
         """`sig` to every process of the job (the tree as it is now, unless given)."""
@@ -297,31 +418,82 @@ class Supervisor:
     # -- what the samplers need -------------------------------------------------------
     def pid_ranks(self) -> Dict[int, Optional[int]]:
         """Every live process of the job -> its global rank (None: torchrun itself)."""
-        if not self.running or self._proc is None:
+        if not self.running or self._pid is None:
             return {}
-        return {pid: self._ranks(pid) for pid in group_pids(self._proc.pid)}
+        return {pid: self._ranks(pid) for pid in group_pids(self._pid)}
 
-    # -- output and exit -------------------------------------------------------------
-    def _pump(self, pipe: IO[bytes], sink: IO[bytes], stream: str) -> None:
-        with sink:
-            for raw in iter(lambda: pipe.readline(65536), b""):
-                sink.write(raw)
-                if raw.endswith(b"\n"):
-                    sink.flush()
-                self.tail.append(clip_line(raw))
-                self._log(raw, stream)
-            sink.flush()
+    # -- output ----------------------------------------------------------------------
+    def _follow(self) -> None:
+        """Tail the log files into the journal until the job has ended and they are
+        read to the end."""
+        files: Dict[str, Any] = {}
+        partial = {stream: b"" for stream in STREAMS}
+        try:
+            while True:
+                final = self._ended.is_set()
+                got = False
+                for stream, path in self._log_paths().items():
+                    got = self._read_new(stream, path, files, partial, final) or got
+                if final:
+                    break
+                if not got:
+                    self._ended.wait(FOLLOW_POLL)
+        finally:
+            for f in files.values():
+                f.close()
+        for stream in STREAMS:
+            if partial[stream]:
+                self._emit([partial[stream]], stream)
+                self._offsets[stream] += len(partial[stream])
 
-    def _log(self, raw: bytes, stream: str) -> None:
-        if not self._bucket.take():
-            with self._suppressed_lock:
-                self._suppressed += 1
-            return
-        line = clip_line(raw)
-        records = self._suppressed_note(stream)
-        records.append(("log", {"job": self.job, "rank": parse_rank(line), "stream": stream,
-                                "line": line}))
-        self.journal.append_many(records)
+    def _read_new(self, stream: str, path: Path, files: Dict[str, Any],
+                  partial: Dict[str, bytes], to_end: bool) -> bool:
+        f = files.get(stream)
+        if f is None:
+            try:
+                f = files[stream] = open(str(path), "rb", buffering=0)  # noqa: SIM115
+            except OSError:
+                return False
+            f.seek(self._offsets[stream] + len(partial[stream]))
+        try:
+            if os.fstat(f.fileno()).st_size < f.tell():  # truncated under us (logrotate)
+                f.seek(0)
+                partial[stream], self._offsets[stream] = b"", 0
+        except OSError:
+            return False
+        got = False
+        while True:
+            data = f.read(1 << 20)
+            if not data:
+                return got
+            got = True
+            data = partial[stream] + data
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            raws = [line + b"\n" for line in lines]
+            while len(rest) >= READ_LINE:
+                raws.append(rest[:READ_LINE])
+                rest = rest[READ_LINE:]
+            partial[stream] = rest
+            self._emit(raws, stream)
+            self._offsets[stream] += sum(len(raw) for raw in raws)
+            if not to_end:
+                return got
+
+    def _emit(self, raws: List[bytes], stream: str) -> None:
+        records: List[tuple] = []
+        for raw in raws:
+            self.tail.append(clip_line(raw))
+            if not self._bucket.take():
+                with self._suppressed_lock:
+                    self._suppressed += 1
+                continue
+            line = clip_line(raw)
+            records.extend(self._suppressed_note(stream))
+            records.append(("log", {"job": self.job, "rank": parse_rank(line),
+                                    "stream": stream, "line": line}))
+        if records:
+            self.journal.append_many(records)
 
     def _suppressed_note(self, stream: str) -> List[tuple]:
         """A log line saying how many lines the rate limit kept out (none: empty)."""
@@ -334,20 +506,51 @@ class Supervisor:
             "line": "[%d lines not journaled: over the log rate limit; full output in "
                     "%s]" % (suppressed, self.logs_dir)})]
 
+    # -- exit ------------------------------------------------------------------------
+    def _status(self) -> dict:
+        """The wrapper's status file, when it is this launch's."""
+        try:
+            status = json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(status, dict) or status.get("launch") != self.launch_id:
+            return {}
+        return status
+
     def _wait(self) -> None:
-        assert self._proc is not None
-        code = self._proc.wait()
-        for reader in self._readers:
-            reader.join(timeout=5.0)
+        if self._wrapper is not None:
+            self._wrapper.wait()
+        else:
+            while self._same_process(self._wrapper_pid, self._wrapper_start):
+                time.sleep(EXIT_POLL)
+        status = self._status()
+        code = status.get("returncode")
+        ended = status.get("ended_at")
+        self.ended_at = float(ended) if isinstance(ended, (int, float)) else None
+        how = None
+        if not isinstance(code, int):
+            # The wrapper could not say (it was killed, or the host rebooted): watch the
+            # command itself; its exit status is then lost.
+            code = None
+            while self._same_process(self._pid, self._pid_start):
+                time.sleep(EXIT_POLL)
+            how = "ended; its exit status is unknown (its wrapper %s did not record it)" % (
+                self._wrapper_pid)
+        self._ended.set()
+        if self._follower is not None:
+            self._follower.join(timeout=5.0)
         self.returncode = code
         note = self._suppressed_note("stdout")
         if note:
             self.journal.append_many(note)
-        how = "exited with code %d" % code if code >= 0 else "was killed by signal %d" % -code
+        if how is None:
+            assert code is not None
+            how = ("exited with code %d" % code if code >= 0
+                   else "was killed by signal %d" % -code)
         self.journal.append("event", {
             "kind": "job_exited", "job": self.job, "rank": None, "step": None,
             "msg": "job %s %s" % (self.job, how),
-            "data": {"returncode": code, "pid": self._proc.pid,
+            "data": {"returncode": code, "pid": self._pid,
                      "seconds": None if self.started_at is None
                      else round(time.time() - self.started_at, 3)},
         })

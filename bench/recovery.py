@@ -12,6 +12,14 @@ Baseline, in the same run: the same job under plain `torchrun --max-restarts N` 
 new process), and a SIGSTOPped rank is watched for as long as the managed hang detection
 took three times over -- plain torchrun never notices.
 
+The baseline runs with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. By default torchrun's c10d
+rendezvous hands its own TCPStore to the workers and keeps it across restarts, and the
+restarted workers' process group uses the same keys as the last one's: a restarted rank
+may read its dead predecessor's address and hang in gloo's connectFullMesh (or fail to
+connect), so plain torchrun often never trains again after its first or second restart
+(pytorch/pytorch#135712). The switch gives every restart a fresh store; the managed job
+does not need it (each attempt is a new torchrun).
+
 Goals (issue 6): crash detected <= 2 s; hang detected <= max(10 s, 3 x median step time);
 failure -> first new step <= 30 s. Ends with one JSON line.
 """
@@ -126,11 +134,19 @@ class Managed:
                             300, "the recovery")
         first = min(r["ts"] for r in self.records() if r["t"] == "train"
                     and r["ts"] > hit["data"]["detected_at"])
-        return {"cause": hit["data"]["cause"],
-                "detection": hit["data"]["detected_at"] - injected,
-                "recovery": first - injected,
-                "agent_recovery_seconds": recovery["data"]["recovery_seconds"],
-                "threshold": hit["data"].get("threshold")}
+        data = hit["data"]
+        out = {"cause": data["cause"], "detection": data["detected_at"] - injected,
+               "recovery": first - injected,
+               "agent_recovery_seconds": recovery["data"]["recovery_seconds"],
+               "threshold": data.get("threshold")}
+        if data.get("threshold") is not None:
+            # Where a hang's detection time goes: the last step may come after the
+            # injection (a peer finishing the step the stopped rank had joined), and the
+            # agent may wake a little after the deadline (last step + limit).
+            out["last_step_after_injection"] = data["failure_at"] - injected
+            out["detected_after_deadline"] = data["detected_at"] - (
+                data["failure_at"] + data["threshold"])
+        return out
 
     def median_step_time(self) -> float:
         times = [r["step_time"] for r in self.records() if r["t"] == "train"
@@ -172,7 +188,7 @@ def baseline(base: Path, data: Path, crashes: int, hang_wait: float,
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc-per-node", "2", "--max-restarts", str(crashes + 3), *trainer_args(data),
             "--run-dir", str(run_dir), "--job", "plain", "--resume", "auto"]
-    env = dict(os.environ, **ENV)
+    env = dict(os.environ, **ENV, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.pop("COCKPIT_JOB", None)
     env.pop("COCKPIT_RUN_DIR", None)
     run_dir.mkdir(parents=True)

@@ -98,7 +98,7 @@ def _ssh_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_job_commands(sub: argparse._SubParsersAction) -> None:
-    """launch / pause / resume / relaunch / fork / adjust / stop JOB.toml."""
+    """launch / pause / resume / relaunch / fork / adjust / stop / scale JOB.toml."""
     helps = {
         "launch": "start a job (torchrun on every host of its spec)",
         "pause": "checkpoint at an agreed step, then stop: no job process left on the GPUs",
@@ -107,6 +107,7 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
         "fork": "copy the newest checkpoint to a new run dir and start a new job from it",
         "adjust": "change LR scale or a knob, or ask for a checkpoint or eval, without restart",
         "stop": "stop a job (SIGTERM, then SIGKILL); no automatic restart",
+        "scale": "add or remove a host of an elastic job; the others keep running",
     }
     for action, text in helps.items():
         p = sub.add_parser(action, help=text)
@@ -136,6 +137,12 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE")
         if action == "stop":
             p.add_argument("--grace", type=_positive_float, default=None)
+        if action == "scale":
+            which = p.add_mutually_exclusive_group(required=True)
+            which.add_argument("--add", metavar="HOST", default=None,
+                               help="inventory host that joins (starts torchrun there)")
+            which.add_argument("--remove", metavar="HOST", default=None,
+                               help="host of the job that leaves (its part is stopped)")
 
 
 def _pairs(items: list[str], what: str) -> dict[str, object]:
@@ -186,6 +193,8 @@ def _cmd_job(args: argparse.Namespace) -> int:
         kw = {"knobs": knobs}
     elif args.command == "stop":
         kw = {"grace": args.grace}
+    elif args.command == "scale":
+        kw = {"add": args.add, "remove": args.remove}
     return run_operation(args.command, args.job, inventory_path=args.inventory,
                          store_path=args.store, options=options, **kw)
 
@@ -281,7 +290,7 @@ def _print_recording_hint(path: Path) -> None:
 
 COMMANDS = {
     **{action: _cmd_job for action in
-       ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop")},
+       ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "scale")},
     "demo": _cmd_demo,
     "watch": _cmd_watch,
     "replay": _cmd_replay,

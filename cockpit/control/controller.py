@@ -8,7 +8,16 @@ gets which op, so a multi-host job is paused, relaunched or forked consistently:
   adjustments and the cooperative pause go to the first host whichever host torchrun's
   rendezvous gave rank 0, and the other hosts are told to *follow* (their part ends when
   the first host's does, and that end is a pause, not a failure to recover from);
-- everything else goes to every host of the job, each with its own node rank.
+- everything else goes to every host of the job, each with its own node rank;
+- an elastic job (`nnodes = "MIN:MAX"`) can be scaled: a host that joins starts torchrun
+  with the job's rendezvous and the running torchrun processes admit it; a host that
+  leaves stops its part and the others regroup without it. The members are told first,
+  so their agents take the regroup for what it is, not for a failure. Its spares wait in
+  standby on their hosts until an agent excludes a faulty host and claims one.
+
+The controller starts from the spec's hosts and spares and follows its own scale and
+relaunch operations; `sync` adopts what the agents report (after a spare took over, or
+when a command line starts afresh from the spec).
 
 `describe(action)` says exactly that before a destructive operation is confirmed. Each
 method returns a one-line account of what was sent; hosts that could not be reached are
@@ -20,12 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cockpit.control.jobspec import JobSpec
 
 Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
+# Agent job states of a host that is not (or no longer) one of the job's members.
+OUTSIDE_STATES = frozenset({"standby", "excluded"})
 
 
 class ControlError(RuntimeError):
@@ -39,6 +50,7 @@ class Controller:
                  ) -> None:  # fmt: skip
         self.spec = spec
         self.hosts: tuple[str, ...] = spec.hosts
+        self.spares: tuple[str, ...] = spec.spares
         self._send = send
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:12])
         # host -> id of the op most recently sent there; acks echo it (control_ack).
@@ -57,8 +69,78 @@ class Controller:
 
     # -- operations ------------------------------------------------------------------
     def launch(self) -> str:
-        return self._each("launch", {h: {"spec": self.spec.for_host(h, self.hosts)}
-                                     for h in self.hosts})  # fmt: skip
+        ops: dict[str, dict[str, Any]] = {h: {"spec": self.spec.for_host(h, self.hosts)}
+                                          for h in self.hosts}  # fmt: skip
+        for spare in self.spares:
+            ops[spare] = {"spec": self.spec.for_host(spare, self.hosts), "standby": True}
+        return self._each("launch", ops)
+
+    def scale(self, add: str | None = None, remove: str | None = None) -> str:
+        """Add one host to the running job, or remove one; the others keep running."""
+        self.check_scale(add, remove)
+        ops: dict[str, dict[str, Any]] = {}
+        if add is not None:
+            after = (*self.hosts, add)
+            for host in self.hosts:
+                ops[host] = {"job": self.job, "change": "add", "host": add, "hosts": list(after)}
+            ops[add] = {"job": self.job, "spec": self.spec.for_host(add, after)}
+        else:
+            after = tuple(h for h in self.hosts if h != remove)
+            for host in after:
+                ops[host] = {"job": self.job, "change": "remove", "host": remove,
+                             "hosts": list(after)}
+            ops[str(remove)] = {"job": self.job, "change": "remove", "host": remove,
+                                "hosts": list(after), "leave": True}
+        result = self._each("scale", ops)
+        self.hosts = after
+        self.spares = tuple(s for s in self.spares if s != add)
+        return result
+
+    def check_scale(self, add: str | None, remove: str | None) -> None:
+        """Refuse (ControlError) a change torchrun could not make; sends nothing."""
+        spec = self.spec
+        if not spec.elastic:
+            raise ControlError(f"job {self.job} is not elastic: its spec needs nnodes = "
+                               f"\"MIN:MAX\" to add or remove hosts")  # fmt: skip
+        if (add is None) == (remove is None):
+            raise ControlError("scale takes one host to add or one host to remove")
+        if add is not None:
+            if add in self.hosts:
+                raise ControlError(f"{add} already runs job {self.job}")
+            if len(self.hosts) + 1 > int(spec.max_nodes or 0):
+                raise ControlError(f"adding {add} would make {len(self.hosts) + 1} nodes, "
+                                   f"above the job's nnodes maximum {spec.max_nodes}")
+            return
+        if remove not in self.hosts:
+            raise ControlError(f"{remove} is not one of job {self.job}'s hosts "
+                               f"({', '.join(self.hosts)})")  # fmt: skip
+        if len(self.hosts) - 1 < int(spec.min_nodes or 0):
+            raise ControlError(f"removing {remove} would leave {len(self.hosts) - 1} node(s), "
+                               f"below the job's nnodes minimum {spec.min_nodes}")
+        if remove == spec.store_host(self.hosts):
+            raise ControlError(f"{remove} serves the rendezvous store of job {self.job}: the "
+                               "others cannot go on without it; relaunch excluding it instead")
+
+    def sync(self, views: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+        """Adopt the membership the agents report: `views` maps each reachable host to
+        its agent's entry for this job (`jobs` op), None where it has none. A member is a
+        host whose agent runs its part (not in standby, not excluded) and counts itself
+        among the job's hosts. Returns members reported by the agents but not in `views`
+        (hosts this controller cannot reach)."""
+        def member(host: str) -> bool:
+            view = views.get(host)
+            return bool(view) and view.get("state") not in OUTSIDE_STATES and host in (
+                view.get("hosts") or (host,))
+        members = [h for h in views if member(h)]
+        if not members:
+            return []
+        order = {h: i for i, h in enumerate(dict.fromkeys((*self.spec.hosts,
+                                                           *self.spec.spares, *views)))}
+        self.hosts = tuple(sorted(members, key=order.__getitem__))
+        self.spares = tuple(h for h in self.spec.spares if h not in members and (
+            (views.get(h) or {}).get("state") in (None, "standby", "stopped")))
+        reported = {h for h in members for h in (views[h] or {}).get("hosts") or ()}
+        return sorted(reported - set(views))
 
     def pause(self, freeze: bool = False, hold: float = 60.0) -> str:
         if freeze:
@@ -127,16 +209,20 @@ class Controller:
 
     def stop(self, grace: float | None = None) -> str:
         extra = {} if grace is None else {"grace": grace}
-        return self._each("stop", {h: {"job": self.job, **extra} for h in self.hosts})
+        return self._each("stop", {h: {"job": self.job, **extra}
+                                   for h in (*self.hosts, *self.spares)})  # fmt: skip
 
     # -- what will happen ------------------------------------------------------------
-    def describe(self, action: str) -> str:
+    def describe(self, action: str, add: str | None = None, remove: str | None = None) -> str:
         job, hosts, first = self.job, ", ".join(self.hosts), self.rank0_host
         others = [h for h in self.hosts if h != first]
+        spares = (f" Spares {', '.join(self.spares)} wait in standby to replace a host "
+                  f"excluded as faulty." if self.spares else "")
         texts = {
             "launch": f"Start job {job} with torchrun on {hosts} ({len(self.hosts)} node(s) × "
                       f"{self.spec.nproc_per_node} process(es)); output and checkpoints in "
-                      f"{self.spec.run_dir}.",
+                      f"{self.spec.run_dir}.{spares}",
+            "scale": self._describe_scale(add, remove),
             "pause": f"Ask rank 0 on {first} to write a checkpoint at the next step where "
                      f"the ranks agree, then stop job {job} on {hosts}: no job process stays "
                      f"on the GPUs. Steps after that checkpoint are discarded."
@@ -158,13 +244,37 @@ class Controller:
             "eval": f"Ask job {job} on {first} to evaluate at the next step where the ranks "
                     f"agree.",
             "stop": f"Stop job {job} on {hosts}: SIGTERM, then SIGKILL after "
-                    f"{self.spec.stop_grace:g} s. No automatic restart.",
+                    f"{self.spec.stop_grace:g} s. No automatic restart."
+                    + (f" Spares {', '.join(self.spares)} leave standby." if self.spares
+                       else ""),
         }  # fmt: skip
         try:
             return texts[action]
         except KeyError:
             raise ValueError(f"unknown job operation {action!r}; known: "
                              f"{', '.join(sorted(texts))}") from None  # fmt: skip
+
+    def _describe_scale(self, add: str | None, remove: str | None) -> str:
+        job, spec, hosts = self.job, self.spec, ", ".join(self.hosts)
+        if not spec.elastic:
+            return (f"Job {job} on {hosts} is not elastic (its spec has no nnodes = "
+                    "\"MIN:MAX\"): it cannot be scaled; relaunch it on other hosts instead.")
+        bounds = f"nnodes {spec.min_nodes}:{spec.max_nodes}"
+        if add is not None:
+            return (f"Add {add} to job {job}: torchrun starts on {add} with the job's "
+                    f"rendezvous ({spec.rdzv_endpoint}). The torchrun processes on {hosts} "
+                    f"keep running and admit it at their next membership check; every "
+                    f"worker restarts from the newest valid checkpoint, then "
+                    f"{len(self.hosts) + 1} node(s) train ({bounds}). Steps since that "
+                    f"checkpoint are trained again.")
+        if remove is not None:
+            rest = ", ".join(h for h in self.hosts if h != remove) or "no host"
+            return (f"Remove {remove} from job {job}: its torchrun and ranks on {remove} "
+                    f"are stopped (SIGTERM). The torchrun processes on {rest} keep running; "
+                    f"their workers restart in a new rendezvous round from the newest valid "
+                    f"checkpoint with {len(self.hosts) - 1} node(s) ({bounds}).")
+        return (f"Add a host to job {job} or remove one of {hosts} ({bounds}); the torchrun "
+                f"processes of the others keep running.")
 
     # -- sending ---------------------------------------------------------------------
     def _each(self, op: str, per_host: dict[str, dict[str, Any]]) -> str:

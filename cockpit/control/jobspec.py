@@ -7,6 +7,8 @@ checked spec becomes, per host, the JSON the agent's `launch` op takes
 
     name = "charlm-7b"
     hosts = ["gpu1", "gpu2"]            # names from the inventory
+    nnodes = "2:4"                      # elastic: torchrun admits / loses nodes (default: fixed)
+    spares = ["gpu9"]                   # elastic: take over from a host excluded as faulty
     nproc_per_node = 8
     python = "/opt/venv/bin/python"     # the interpreter torchrun runs under
     script = "train.py"                 # or module = "pkg.train"
@@ -22,14 +24,20 @@ checked spec becomes, per host, the JSON the agent's `launch` op takes
 
     [resume]                            # how a restart names the checkpoint
     args = ["--resume", "{checkpoint}"] # or: env = "RESUME_FROM"
+    newest_args = ["--resume", "auto"]  # elastic: the trainer finds its newest one itself
 
     [rendezvous]
     endpoint = "gpu1:29400"             # c10d; required for more than one host
+    host = "gpu1"                       # the job host serving the store (default: the
+                                        # endpoint's host, when it is a job host)
+    last_call = 30                      # elastic: s a round waits for more nodes after MIN
+    keep_alive = 5                      # elastic: s between heartbeats (3 missed: gone)
 
     [recovery]
     restart_budget = 10
     backoff = 1.0                       # s, doubled per consecutive failure
     backoff_max = 60.0
+    exclude_on = ["gpu_fault"]          # elastic: causes that take a host out of the job
 
     [hang]
     k = 3.0                             # × the median step time
@@ -39,26 +47,36 @@ checked spec becomes, per host, the JSON the agent's `launch` op takes
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
-_SIMPLE_KEYS = {"name", "hosts", "nproc_per_node", "python", "script", "module", "args",
-                "run_dir", "checkpoint_dir", "workdir", "override_args", "max_restarts",
-                "pg_timeout", "pause_timeout", "stop_grace"}  # fmt: skip
+from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+
+_SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
+                "module", "args", "run_dir", "checkpoint_dir", "workdir", "override_args",
+                "max_restarts", "pg_timeout", "pause_timeout", "stop_grace"}  # fmt: skip
 _TABLES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "env": {},
-    "resume": {"args": (list, str), "env": str},
-    "rendezvous": {"endpoint": str, "backend": str, "id": str},
-    "recovery": {"restart_budget": int, "backoff": (int, float), "backoff_max": (int, float)},
+    "resume": {"args": (list, str), "env": str, "newest_args": (list, str)},
+    "rendezvous": {"endpoint": str, "backend": str, "id": str, "host": str, "last_call": int,
+                   "keep_alive": int},
+    "recovery": {"restart_budget": int, "backoff": (int, float), "backoff_max": (int, float),
+                 "exclude_on": list},
     "hang": {"k": (int, float), "floor": (int, float), "startup": (int, float)},
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENDPOINT = re.compile(r"^[^\s:]+:\d{1,5}$")
+_NNODES = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+CAUSES = (OOM, GPU_FAULT, NCCL, DATA, USER_CODE, HANG, KILLED, UNKNOWN)
+# torchrun's own restarts in an elastic job: each node leaving costs every other node one.
+ELASTIC_MAX_RESTARTS = 100
 
 
 class JobSpecError(ValueError):
@@ -99,26 +117,58 @@ class JobSpec:
     pg_timeout: float = 1800.0
     pause_timeout: float = 300.0
     stop_grace: float = 10.0
+    # Elastic jobs (`nnodes = "MIN:MAX"`): None for a fixed-size job.
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    spares: tuple[str, ...] = ()
+    resume_newest: tuple[str, ...] | None = None
+    rdzv_host: str | None = None
+    rdzv_last_call: int | None = None
+    rdzv_keep_alive: int | None = None
+    exclude_on: tuple[str, ...] = (GPU_FAULT,)
     source: str = "<spec>"
 
-    def for_host(self, host: str, hosts: tuple[str, ...] | None = None) -> dict[str, Any]:
-        """The `launch` op's spec for `host`: its node rank among `hosts` (default: all)."""
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None
+
+    def store_host(self, hosts: tuple[str, ...] | None = None) -> str | None:
+        """The member whose torchrun serves the c10d store, when known: it cannot leave
+        without taking the rendezvous of every other node with it."""
         hosts = self.hosts if hosts is None else hosts
-        if host not in hosts:
+        return self.rdzv_host if self.rdzv_host in hosts else None
+
+    def for_host(self, host: str, hosts: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The `launch` op's spec for `host`: its node rank among `hosts` (default: all),
+        or, for one of the spares, its standby spec."""
+        hosts = self.hosts if hosts is None else hosts
+        if host not in hosts and not (self.elastic and host in self.spares):
             raise ValueError(f"host {host!r} is not one of the job's hosts {list(hosts)}")
+        nnodes: int | str = len(hosts)
+        rendezvous: dict[str, Any] = {"backend": self.rdzv_backend,
+                                      "endpoint": self.rdzv_endpoint, "id": self.name}
+        resume: dict[str, Any] = {"args": list(self.resume_args), "env": self.resume_env}
+        recovery: dict[str, Any] = {"restart_budget": self.restart_budget,
+                                    "backoff": self.backoff, "backoff_max": self.backoff_max}
+        if self.elastic:
+            nnodes = f"{self.min_nodes}:{self.max_nodes}"
+            store = self.store_host(hosts)
+            if store is not None:
+                rendezvous["is_host"] = host == store
+            rendezvous["last_call"] = self.rdzv_last_call
+            rendezvous["keep_alive"] = self.rdzv_keep_alive
+            resume["newest_args"] = list(self.resume_newest or ())
+            recovery["exclude_on"] = list(self.exclude_on)
         wire: dict[str, Any] = {
             "name": self.name, "python": self.python, "script": self.script,
             "module": self.module, "args": list(self.args),
-            "nproc_per_node": self.nproc_per_node, "nnodes": len(hosts),
-            "node_rank": hosts.index(host), "host": host, "run_dir": self.run_dir,
+            "nproc_per_node": self.nproc_per_node, "nnodes": nnodes,
+            "node_rank": hosts.index(host) if host in hosts else 0, "host": host,
+            "hosts": list(hosts), "spares": [s for s in self.spares if s not in hosts],
+            "run_dir": self.run_dir,
             "checkpoint_dir": self.checkpoint_dir, "env": dict(self.env),
-            "resume": {"args": list(self.resume_args), "env": self.resume_env},
-            "override_args": list(self.override_args),
-            "rendezvous": {"backend": self.rdzv_backend, "endpoint": self.rdzv_endpoint,
-                           "id": self.name},
-            "max_restarts": self.max_restarts,
-            "recovery": {"restart_budget": self.restart_budget, "backoff": self.backoff,
-                         "backoff_max": self.backoff_max},
+            "resume": resume, "override_args": list(self.override_args),
+            "rendezvous": rendezvous, "max_restarts": self.max_restarts, "recovery": recovery,
             "hang": {"k": self.hang_k, "floor": self.hang_floor, "startup": self.hang_startup},
             "pg_timeout": self.pg_timeout, "pause_timeout": self.pause_timeout,
             "stop_grace": self.stop_grace,
@@ -245,6 +295,38 @@ def parse_jobspec(text: str, source: str = "<spec>",
         if unknown:
             raise fail("hosts", f"not in the inventory: {', '.join(unknown)} (known: "
                        f"{', '.join(known_hosts) or 'none'})")  # fmt: skip
+    spares = need("spares", list, [])
+    if not all(isinstance(h, str) and h for h in spares):
+        raise fail("spares", "must be a list of host names")
+    if len(set(spares)) != len(spares):
+        raise fail("spares", "lists a host twice")
+    both = [h for h in spares if h in hosts]
+    if both:
+        raise fail("spares", f"{', '.join(both)} also in 'hosts': a spare waits outside the job")
+    if known_hosts is not None:
+        unknown = [h for h in spares if h not in known_hosts]
+        if unknown:
+            raise fail("spares", f"not in the inventory: {', '.join(unknown)} (known: "
+                       f"{', '.join(known_hosts) or 'none'})")  # fmt: skip
+    min_nodes = max_nodes = None
+    if "nnodes" in data:
+        nnodes = data["nnodes"]
+        match = _NNODES.match(nnodes) if isinstance(nnodes, str) else None
+        if isinstance(nnodes, int) and not isinstance(nnodes, bool):
+            if nnodes != len(hosts):
+                raise fail("nnodes", f"must equal the number of hosts ({len(hosts)}), got "
+                           f"{nnodes}; a job that may grow or shrink gives \"MIN:MAX\"")
+        elif match:
+            min_nodes, max_nodes = int(match.group(1)), int(match.group(2))
+            if not 1 <= min_nodes <= len(hosts) <= max_nodes:
+                raise fail("nnodes", f"\"{min_nodes}:{max_nodes}\" must satisfy 1 <= MIN <= "
+                           f"number of hosts ({len(hosts)}) <= MAX")  # fmt: skip
+        else:
+            raise fail("nnodes", f"must be the number of hosts or \"MIN:MAX\", got {nnodes!r}")
+    elastic = min_nodes is not None
+    if spares and not elastic:
+        raise fail("spares", "a spare takes over inside torchrun's elastic rendezvous: give "
+                   f"nnodes = \"MIN:MAX\" (e.g. \"{len(hosts)}:{len(hosts)}\")")
     nproc = need("nproc_per_node", int)
     if nproc < 1:
         raise fail("nproc_per_node", f"must be at least 1, got {nproc}")
@@ -275,10 +357,40 @@ def parse_jobspec(text: str, source: str = "<spec>",
     endpoint = rdzv.get("endpoint")
     if endpoint is not None and not _ENDPOINT.match(endpoint):
         raise fail("rendezvous.endpoint", f"must be HOST:PORT, got {endpoint!r}")
-    if len(hosts) > 1 and endpoint is None:
+    if (len(hosts) > 1 or elastic) and endpoint is None:
+        on = "an elastic job" if len(hosts) == 1 else f"a job on {len(hosts)} hosts"
         raise JobSpecError(source, lines.line("rendezvous"), "rendezvous.endpoint",
-                           f"missing: a job on {len(hosts)} hosts needs a c10d endpoint "
+                           f"missing: {on} needs a c10d endpoint "
                            "(HOST:PORT on one of them)")  # fmt: skip
+    rdzv_host = rdzv.get("host")
+    if rdzv_host is not None and rdzv_host not in hosts:
+        raise fail("rendezvous.host", f"{rdzv_host!r} is not one of the job's hosts")
+    if elastic and rdzv_host is None:
+        endpoint_host = str(endpoint).rpartition(":")[0]
+        if endpoint_host not in hosts:
+            raise JobSpecError(source, lines.line("rendezvous"), "rendezvous.host",
+                               f"missing: an elastic job must know which host serves the "
+                               f"rendezvous store, and the endpoint's {endpoint_host!r} is "
+                               "not a job host name; name it (host = \"...\")")  # fmt: skip
+        rdzv_host = endpoint_host
+    for key, least in (("last_call", 0), ("keep_alive", 1)):
+        if key in rdzv and not elastic:
+            raise fail(f"rendezvous.{key}", "only an elastic job (nnodes = \"MIN:MAX\") uses it")
+        if rdzv.get(key, least) < least:
+            raise fail(f"rendezvous.{key}", f"must be >= {least}, got {rdzv[key]}")
+    resume_newest = None
+    if "newest_args" in resume:
+        resume_newest = str_list("resume.newest_args", resume["newest_args"])
+        if any("{checkpoint}" in a for a in resume_newest):
+            raise fail("resume.newest_args", "must not name a checkpoint: torchrun restarts "
+                       "the workers with the same command after a membership change, so the "
+                       "trainer must find its newest checkpoint itself")  # fmt: skip
+    if elastic and resume_newest is None:
+        raise JobSpecError(source, lines.line("resume"), "resume.newest_args",
+                           "missing: an elastic job's workers are restarted by torchrun after "
+                           "a membership change with the command they started with; give the "
+                           "arguments that make the trainer resume from its newest checkpoint "
+                           "by itself, e.g. [\"--resume\", \"auto\"] ([] if it always does)")
     recovery, hang = data.get("recovery", {}), data.get("hang", {})
     backoff = positive("recovery.backoff", recovery.get("backoff", 1.0), allow_zero=True)
     backoff_max = positive("recovery.backoff_max", recovery.get("backoff_max", 60.0), True)
@@ -287,9 +399,22 @@ def parse_jobspec(text: str, source: str = "<spec>",
     budget = recovery.get("restart_budget", 10)
     if budget < 0:
         raise fail("recovery.restart_budget", f"must be >= 0, got {budget}")
-    max_restarts = need("max_restarts", int, 0)
+    exclude_on = recovery.get("exclude_on", [GPU_FAULT])
+    if "exclude_on" in recovery:
+        if not elastic:
+            raise fail("recovery.exclude_on", "only an elastic job (nnodes = \"MIN:MAX\") can "
+                       "go on without a host")
+        bad = [c for c in exclude_on if c not in CAUSES]
+        if bad:
+            raise fail("recovery.exclude_on", f"unknown cause(s) {bad}; known: "
+                       f"{', '.join(CAUSES)}")
+    max_restarts = need("max_restarts", int, ELASTIC_MAX_RESTARTS if elastic else 0)
     if max_restarts < 0:
         raise fail("max_restarts", f"must be >= 0, got {max_restarts}")
+    if elastic and max_restarts < 1:
+        raise fail("max_restarts", "an elastic job needs torchrun's own restarts: a node that "
+                   "leaves fails the others' collectives and torchrun restarts them in a new "
+                   f"rendezvous round (default {ELASTIC_MAX_RESTARTS})")
     pg_timeout = positive("pg_timeout", need("pg_timeout", (int, float), 1800.0))
     hang_floor = positive("hang.floor", hang.get("floor", 10.0))
     if hang_floor >= pg_timeout:
@@ -309,8 +434,20 @@ def parse_jobspec(text: str, source: str = "<spec>",
         pg_timeout=pg_timeout,
         pause_timeout=positive("pause_timeout", need("pause_timeout", (int, float), 300.0)),
         stop_grace=positive("stop_grace", need("stop_grace", (int, float), 10.0), True),
-        source=source,
+        min_nodes=min_nodes, max_nodes=max_nodes, spares=tuple(spares),
+        resume_newest=resume_newest, rdzv_host=rdzv_host if elastic else rdzv.get("host"),
+        rdzv_last_call=rdzv.get("last_call"), rdzv_keep_alive=rdzv.get("keep_alive"),
+        exclude_on=tuple(exclude_on), source=source,
     )  # fmt: skip
+
+
+def with_inventory_spares(spec: JobSpec, inventory_spares: Iterable[str]) -> JobSpec:
+    """An elastic job that names no spares of its own takes the inventory's hosts marked
+    `spare = true`: the pool the operator keeps for any job that loses a host."""
+    if not spec.elastic or spec.spares:
+        return spec
+    return dataclasses.replace(spec, spares=tuple(h for h in inventory_spares
+                                                  if h not in spec.hosts))
 
 
 def _kind(value: Any) -> str:

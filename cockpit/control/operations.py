@@ -4,18 +4,23 @@ The operation goes through the same live session as `cockpit watch` — the reco
 hosts stream while it runs (the acks included) land in the job's recording — so the
 command line and the UI have one control path. The command returns only when each host
 has acknowledged (or refused, or not answered in time), and says which.
+
+A spec file says which hosts a job started on; a scale operation or a spare's takeover
+may have changed that since. Every operation but `launch` therefore first asks the
+agents of the spec's hosts and spares (`jobs`) who takes part now, and addresses those.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cockpit.control.controller import ControlError, Controller
-from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec
+from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
 from cockpit.store.queries import StoreReader
@@ -32,7 +37,7 @@ from cockpit.transport.states import AUTH_FAILED, HOSTKEY_CHANGED, HOSTKEY_UNKNO
 # States no retry can fix (a missing agent is pushed, so it is not among them).
 _HOPELESS = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED})
 
-ACTIONS = ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop")
+ACTIONS = ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "scale")
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,11 @@ class Outcome:
     detail: str
 
 
-def job_hosts(spec_path: Path, inventory_path: Path | None) -> tuple[JobSpec, list[HostSpec]]:
-    """The checked job spec and the inventory entries of its hosts.
+def job_hosts(spec_path: Path, inventory_path: Path | None, extra: Sequence[str] = ()
+              ) -> tuple[JobSpec, list[HostSpec]]:  # fmt: skip
+    """The checked job spec and the inventory entries of its hosts, its spares (for an
+    elastic job that names none: the inventory's `spare = true` hosts) and `extra` hosts
+    (the one `scale` adds or removes).
 
     Without an inventory, a host named "local" means this machine's agent.
     """
@@ -61,29 +69,45 @@ def job_hosts(spec_path: Path, inventory_path: Path | None) -> tuple[JobSpec, li
     except JobSpecError as exc:
         raise CockpitError(str(exc)) from None
     if inventory is None:
+        if any(h != "local" for h in extra):
+            raise CockpitError(f"no host {', '.join(extra)} without an inventory (--inventory)")
         return spec, [HostSpec(name="local", address=LOCAL_ADDRESS)]
+    spec = with_inventory_spares(spec, [h.name for h in inventory.spares])
     by_name = inventory.by_name()
-    return spec, [by_name[h] for h in spec.hosts]
+    unknown = [h for h in extra if h not in by_name]
+    if unknown:
+        raise CockpitError(f"{', '.join(unknown)}: not in the inventory {inventory_path} "
+                           f"(known: {', '.join(by_name) or 'none'})")  # fmt: skip
+    names = dict.fromkeys((*spec.hosts, *spec.spares, *extra))
+    return spec, [by_name[h] for h in names]
 
 
-def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float) -> None:
-    """Block until every host streams; fail early on states only the operator can fix."""
+def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
+                   optional: Sequence[str] = ()) -> dict[str, str]:
+    """Block until every host streams; fail early on states only the operator can fix.
+    Hosts in `optional` may stay out (a host excluded as broken, a spare that is down):
+    returns those that did not connect, each with why."""
     deadline = time.monotonic() + timeout
     while True:
         status = session.fleet.status()
         blocked = {h: status[h] for h in hosts if status[h].state in _HOPELESS}
         if blocked:
             raise CockpitError("; ".join(f"{h}: {s.state}: {s.detail}" for h, s in blocked.items()))
-        waiting = [h for h in hosts if status[h].state != STREAMING]
+        waiting = [h for h in (*hosts, *optional) if status[h].state != STREAMING]
         if not waiting:
-            return
-        if time.monotonic() > deadline:
-            raise CockpitError(
-                f"not connected after {timeout:g} s: "
-                + "; ".join(f"{h} is {status[h].state}"
-                            + (f" ({status[h].detail})" if status[h].detail else "")
-                            for h in waiting)
-            )
+            return {}
+        missing = [h for h in waiting if h not in optional]
+        if time.monotonic() > deadline or (not missing and optional and all(
+                status[h].state in _HOPELESS for h in waiting)):
+            if missing:
+                raise CockpitError(
+                    f"not connected after {timeout:g} s: "
+                    + "; ".join(f"{h} is {status[h].state}"
+                                + (f" ({status[h].detail})" if status[h].detail else "")
+                                for h in missing)
+                )
+            return {h: status[h].state + (f" ({status[h].detail})" if status[h].detail
+                                          else "") for h in waiting}  # fmt: skip
         time.sleep(0.1)
 
 
@@ -111,6 +135,41 @@ def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> l
     return outcomes
 
 
+def sync_membership(session: LiveSession, controller: Controller, hosts: Sequence[str],
+                    timeout: float) -> list[str]:
+    """Ask each host's agent about the job (`jobs`) and let the controller adopt who takes
+    part now; returns warnings (hosts that did not answer, members out of reach)."""
+    reader = StoreReader(session.store)
+    ids: dict[str, str] = {}
+    warnings = []
+    for host in hosts:
+        op_id = f"jobs-{uuid.uuid4().hex[:10]}-{host}"
+        try:
+            session.fleet.send(host, {"op": "jobs", "id": op_id})
+            ids[host] = op_id
+        except Exception as exc:  # a link that is down: the others still count
+            warnings.append(f"{host}: not asked who runs job {controller.job} ({exc})")
+    deadline = time.monotonic() + timeout
+    acks: dict[str, dict[str, Any]] = {}
+    while len(acks) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        session.writer.flush()
+        acks = reader.control_acks(list(ids.values()))
+    views: dict[str, dict[str, Any] | None] = {}
+    for host, op_id in ids.items():
+        ack = acks.get(op_id)
+        if ack is None:
+            warnings.append(f"{host}: no answer about job {controller.job} within {timeout:g} s")
+            continue
+        jobs = (ack["data"] or {}).get("jobs") or []
+        views[host] = next((j for j in jobs if isinstance(j, dict)
+                            and j.get("job") == controller.job), None)  # fmt: skip
+    for host in controller.sync(views):
+        warnings.append(f"{host} takes part in job {controller.job} but is neither a host nor "
+                        "a spare of its spec: this command cannot reach it")
+    return warnings
+
+
 def perform(controller: Controller, action: str, **kw: Any) -> Controller:
     """Send one operation; returns the controller of the job it concerns (a fork's own)."""
     try:
@@ -129,6 +188,8 @@ def perform(controller: Controller, action: str, **kw: Any) -> Controller:
             controller.adjust(**kw.get("knobs", {}))
         elif action == "stop":
             controller.stop(grace=kw.get("grace"))
+        elif action == "scale":
+            controller.scale(add=kw.get("add"), remove=kw.get("remove"))
         else:
             raise CockpitError(f"unknown operation {action!r}; one of {', '.join(ACTIONS)}")
     except (ControlError, ValueError) as exc:
@@ -151,12 +212,25 @@ def run_operation(
     """`cockpit ACTION JOB.toml …`: 0 when every host acknowledged, 1 otherwise."""
     from cockpit.live import default_recording_path
 
-    spec, hosts = job_hosts(spec_path, inventory_path)
+    extra = [h for h in (kw.get("add"), kw.get("remove")) if h] if action == "scale" else []
+    spec, hosts = job_hosts(spec_path, inventory_path, extra)
     store_path = store_path or default_recording_path(f"job-{spec.name}")
+    names = [h.name for h in hosts]
+    # Launching needs every host and spare; later, a host may be out (excluded as broken,
+    # a spare that is down): the operation goes to those that take part.
+    required = names if action == "launch" else [h for h in extra if h == kw.get("add")]
     with LiveSession(hosts, store_path, options) as session:
-        wait_streaming(session, spec.hosts, connect_timeout)
+        missing = wait_streaming(session, required, connect_timeout,
+                                 optional=[h for h in names if h not in required])
+        for host, why in missing.items():
+            echo(f"warning: not connected to {host}: {why}")
         controller = Controller(spec, session.fleet.send)
-        echo(controller.describe("freeze" if kw.get("freeze") else action))
+        if action != "launch":
+            streaming = [h for h in names if h not in missing]
+            for warning in sync_membership(session, controller, streaming, ack_timeout):
+                echo(f"warning: {warning}")
+        echo(controller.describe("freeze" if kw.get("freeze") else action,
+                                 add=kw.get("add"), remove=kw.get("remove")))
         sender = perform(controller, action, **kw)
         ops = dict(controller.last_ops)
         outcomes = wait_acks(session, ops, ack_timeout)

@@ -1,4 +1,4 @@
-"""The app's job-control keys: p, r, R, f, c, e, l.
+"""The app's job-control keys: p, r, R, f, c, e, l, s.
 
 Each goes through `source.controller`, in a worker (controllers talk to hosts). With no
 controller the operator is told so plainly; nothing pretends to have happened.
@@ -100,3 +100,22 @@ class ControlActions:
                      "with failing hosts, empty: none):",
                      lambda text: jc.parse_hosts(text, [h.host for h in hosts]),
                      lambda ex: self.request_operation("relaunch", {"exclude": ex}), failing)
+
+    def action_scale_job(self) -> None:
+        controller = self._controller()
+        if controller is None:
+            return
+        snapshot = self.snapshot  # type: ignore[attr-defined]
+        known = [h.host for h in snapshot.health.hosts] if snapshot else []
+        members = list(getattr(controller, "hosts", ()))
+        spares = list(getattr(controller, "spares", ()))
+        offer = " (spares: " + ", ".join(spares) + ")" if spares else ""
+
+        def parse(text: str) -> dict[str, str]:
+            kwargs = jc.parse_scale(text, members, known)
+            jc.check_scale(controller, kwargs)
+            return kwargs
+
+        self._prompt("Scale the job", f"Hosts now: {', '.join(members) or 'none'}{offer}. "
+                     "+HOST adds a host, -HOST removes one:", parse,
+                     lambda kw: self.request_operation("scale", kw))

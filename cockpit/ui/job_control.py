@@ -3,7 +3,8 @@
 The controller is whatever the source attaches (None for a replay or a read-only view).
 Destructive operations are described by the controller first, so the confirmation names
 exactly what will happen on which hosts. Operator input (LR scale, fork overrides,
-hosts to exclude) is parsed here, each parser raising `ValueError` with the reason.
+hosts to exclude, the host to add or remove) is parsed here, each parser raising
+`ValueError` with the reason.
 """
 
 from __future__ import annotations
@@ -39,12 +40,17 @@ OPERATIONS = {
         Operation("checkpoint", "Checkpoint now", False,
                   lambda c, kw: c.checkpoint_now()),  # type: ignore[attr-defined]
         Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),  # type: ignore[attr-defined]
+        Operation("scale", "Scale the job", True,
+                  lambda c, kw: c.scale(add=kw.get("add"), remove=kw.get("remove"))),  # type: ignore[attr-defined]
     )
 }
 
 
 def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> str:
     """The controller's own account of the operation, plus the operator's parameters."""
+    if op.name == "scale":
+        return str(controller.describe("scale", add=kwargs.get("add"),  # type: ignore[attr-defined]
+                                       remove=kwargs.get("remove")))
     text = str(controller.describe(op.name))  # type: ignore[attr-defined]
     if kwargs.get("exclude"):
         text += "\nExcluded hosts: " + ", ".join(map(str, kwargs["exclude"]))  # type: ignore[call-overload]
@@ -96,3 +102,33 @@ def parse_hosts(text: str, known: Iterable[str]) -> tuple[str, ...]:
         raise ValueError(f"unknown host(s): {', '.join(unknown)}; known: "
                          f"{', '.join(sorted(known_set)) or 'none'}")
     return names
+
+
+def parse_scale(text: str, members: Iterable[str], known: Iterable[str]) -> dict[str, str]:
+    """`+HOST` adds a host (one of `known`, not yet a member), `-HOST` removes a member."""
+    entry = text.strip()
+    sign, host = entry[:1], entry[1:].strip()
+    members_set = set(members)
+    if sign not in ("+", "-") or not host or " " in host:
+        raise ValueError("write +HOST to add a host or -HOST to remove one")
+    if sign == "-":
+        if host not in members_set:
+            raise ValueError(f"{host} is not one of the job's hosts: "
+                             f"{', '.join(sorted(members_set)) or 'none'}")
+        return {"remove": host}
+    if host in members_set:
+        raise ValueError(f"{host} already runs the job")
+    known_set = set(known)
+    if host not in known_set:
+        raise ValueError(f"unknown host {host}; connected: "
+                         f"{', '.join(sorted(known_set)) or 'none'}")
+    return {"add": host}
+
+
+def check_scale(controller: object, kwargs: dict[str, str]) -> None:
+    """The controller's own refusal (below MIN or above MAX nodes, the host serving the
+    rendezvous store) reported as an input error, before anything is confirmed."""
+    try:
+        controller.check_scale(kwargs.get("add"), kwargs.get("remove"))  # type: ignore[attr-defined]
+    except Exception as exc:  # the controller says why in its message
+        raise ValueError(str(exc)) from None

@@ -1,0 +1,97 @@
+"""The scale key: the operator names a host, the real controller says what will happen
+on which hosts, and only a confirmed answer sends the ops."""
+
+from __future__ import annotations
+
+import itertools
+
+from textual.widgets import Input
+
+from cockpit.control.controller import Controller
+from cockpit.control.jobspec import parse_jobspec
+from cockpit.ui.app_factory import make_app
+from cockpit.ui.demo_static import demo_details, demo_snapshot
+from cockpit.ui.keymap import SPECS
+from cockpit.ui.screens.confirm import ConfirmScreen
+from cockpit.ui.screens.main import MainScreen
+from cockpit.ui.screens.prompt import PromptScreen
+from cockpit.ui.static_source import StaticSource
+from tests.ui.helpers import notifications, settle, text
+
+# The demo snapshot's hosts are gpu-node-a … d.
+SPEC = parse_jobspec("""
+name = "demo"
+hosts = ["gpu-node-a", "gpu-node-b"]
+nnodes = "1:3"
+spares = ["gpu-node-d"]
+nproc_per_node = 8
+script = "train.py"
+run_dir = "/runs/demo"
+[resume]
+newest_args = ["--resume", "auto"]
+[rendezvous]
+endpoint = "gpu-node-a:29400"
+""")
+
+
+def _source() -> tuple[StaticSource, list[tuple[str, dict]]]:
+    sent: list[tuple[str, dict]] = []
+    ids = (f"op{i}" for i in itertools.count())
+    controller = Controller(SPEC, lambda host, op: sent.append((host, op)),
+                            new_id=lambda: next(ids))  # fmt: skip
+    return StaticSource(demo_snapshot(), demo_details(), controller=controller,
+                        label="LIVE"), sent  # fmt: skip
+
+
+async def _answer(pilot, value: str) -> None:
+    pilot.app.screen.query_one(Input).value = value
+    await pilot.press("enter")
+    await settle(pilot)
+
+
+async def test_scale_key_adds_a_host_after_confirming_where() -> None:
+    source, sent = _source()
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press(SPECS["scale_job"].key)
+        await settle(pilot)
+        assert isinstance(app.screen, PromptScreen)
+        assert "gpu-node-a, gpu-node-b" in text(app, "#dialog-body")
+        assert "spares: gpu-node-d" in text(app, "#dialog-body")
+        await _answer(pilot, "+gpu-node-zz")  # not a connected host: said, not sent
+        assert "unknown host gpu-node-zz" in text(app, "#prompt-error")
+        await _answer(pilot, "gpu-node-c")
+        assert "+HOST to add" in text(app, "#prompt-error")
+        await _answer(pilot, "+gpu-node-c")
+        assert isinstance(app.screen, ConfirmScreen)
+        body = text(app, "#dialog-body")
+        assert "torchrun starts on gpu-node-c" in body
+        assert "gpu-node-a, gpu-node-b keep running" in body
+        assert sent == []  # nothing happens before the answer
+        await pilot.press("y")
+        await settle(pilot)
+        assert [(h, op["op"]) for h, op in sent] == [
+            ("gpu-node-a", "scale"), ("gpu-node-b", "scale"), ("gpu-node-c", "scale")]
+        assert sent[-1][1]["spec"]["host"] == "gpu-node-c"
+        assert any("Scale the job: scale sent to" in n for n in notifications(app))
+
+
+async def test_scale_key_removes_a_host_or_cancels() -> None:
+    source, sent = _source()
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press(SPECS["scale_job"].key)
+        await settle(pilot)
+        await _answer(pilot, "-gpu-node-c")
+        assert "gpu-node-c is not one of the job's hosts" in text(app, "#prompt-error")
+        await _answer(pilot, "-gpu-node-a")  # the controller's own refusal, before confirming
+        assert "serves the rendezvous store" in text(app, "#prompt-error")
+        await _answer(pilot, "-gpu-node-b")
+        body = text(app, "#dialog-body")
+        assert "Remove gpu-node-b" in body and "gpu-node-a keep running" in body
+        await pilot.press("n")
+        await settle(pilot)
+        assert isinstance(app.screen, MainScreen) and sent == []
+        assert "Scale the job: cancelled" in notifications(app)
