@@ -90,7 +90,8 @@ def orphan(tmp_path: Path) -> Iterator[dict]:
             return identity.get("pid") is not None
 
         wait_for(saved_with_pid, 30, "the job's identity")
-        wait_for(lambda: "tick 5" in (run_dir / "logs" / "j.out").read_text(), 30, "output")
+        wait_for(lambda: any(line.split()[:2] == ["tick", "5"] for line in _log_lines(state)),
+                 30, "output journaled by the agent")  # fmt: skip
     finally:
         agent.kill()
         agent.wait(10)
