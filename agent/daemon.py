@@ -34,7 +34,7 @@ from agent.spool import SpoolTailer
 from agent.supervisor import Supervisor
 
 MIN_INTERVAL = 0.25
-POLL = 0.1  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
+POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
 RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
 POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
 COMMAND_STATE = "command.json"  # the `run -- CMD` job's identity, for a restarted daemon
