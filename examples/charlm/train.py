@@ -328,9 +328,10 @@ def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    overrides = list(args.set)
-    if args.max_steps is not None:
-        overrides.append(f"train.max_steps={args.max_steps}")
+    # `--set` comes last so it wins over `--max-steps`: a fork or an operator's override
+    # is appended after the job's own arguments and must take effect.
+    overrides = [] if args.max_steps is None else [f"train.max_steps={args.max_steps}"]
+    overrides += args.set
     try:
         cfg = load_config(args.config, overrides)
         return run(cfg, args)
