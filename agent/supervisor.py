@@ -202,6 +202,10 @@ class Supervisor:
         self.tail: Deque[str] = deque(maxlen=TAIL_LINES)  # for classifying a failure
         self.logs_dir = self.run_dir / "logs"
         self.status_path = self.logs_dir / ("%s.status.json" % job)
+        # How far into each log file the journal has the output, rewritten after every
+        # journaled batch: an agent that adopts the job resumes exactly there, so no line
+        # is journaled twice (the saved job state is up to a second older).
+        self.journaled_path = self.logs_dir / ("%s.journaled.json" % job)
         self.launch_id = secrets.token_hex(8)
         self.adopted = False
         self._bucket = TokenBucket(log_rate, log_burst)
@@ -329,6 +333,7 @@ class Supervisor:
                 except OSError:
                     offset = 0
             sup._offsets[stream] = offset
+        sup._offsets.update(sup._journaled_offsets())
         sup.found_running = (sup._same_process(sup._wrapper_pid, sup._wrapper_start)
                              or sup._same_process(sup._pid, sup._pid_start))
         sup._start_threads()
@@ -445,6 +450,7 @@ class Supervisor:
             if partial[stream]:
                 self._emit([partial[stream]], stream)
                 self._offsets[stream] += len(partial[stream])
+        self._note_journaled()
 
     def _read_new(self, stream: str, path: Path, files: Dict[str, Any],
                   partial: Dict[str, bytes], to_end: bool) -> bool:
@@ -477,8 +483,32 @@ class Supervisor:
             partial[stream] = rest
             self._emit(raws, stream)
             self._offsets[stream] += sum(len(raw) for raw in raws)
+            self._note_journaled()
             if not to_end:
                 return got
+
+    def _note_journaled(self) -> None:
+        tmp = self.journaled_path.with_name(".%s.tmp" % self.journaled_path.name)
+        try:
+            tmp.write_text(json.dumps({"launch": self.launch_id, "offsets": self._offsets}),
+                           encoding="utf-8")
+            os.replace(str(tmp), str(self.journaled_path))
+        except OSError:
+            pass  # the saved job state still holds offsets at most a second old
+
+    def _journaled_offsets(self) -> Dict[str, int]:
+        """The offsets `_note_journaled` wrote for this launch (none: empty)."""
+        try:
+            noted = json.loads(self.journaled_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(noted, dict) or noted.get("launch") != self.launch_id:
+            return {}
+        offsets = noted.get("offsets")
+        if not isinstance(offsets, dict):
+            return {}
+        return {stream: value for stream, value in offsets.items()
+                if stream in STREAMS and isinstance(value, int) and value >= 0}
 
     def _emit(self, raws: List[bytes], stream: str) -> None:
         records: List[tuple] = []
