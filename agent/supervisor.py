@@ -43,7 +43,7 @@ from agent.samplers.procinfo import RankResolver
 MAX_LOG_LINE = 4096
 TAIL_LINES = 400
 READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
-FOLLOW_POLL = 0.25  # s between looks at the log files when nothing new came
+FOLLOW_POLL = 0.5  # s between looks at the log files when nothing new came
 EXIT_POLL = 0.05  # s between looks at an adopted job's wrapper
 STREAMS = ("stdout", "stderr")
 # Run the wrapper from wherever this package was imported (a checkout or agent.pyz);
