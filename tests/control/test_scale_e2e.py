@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,14 @@ import pytest
 from agent.supervisor import alive, children_of
 from cockpit.control.operations import run_operation, wait_streaming
 from cockpit.live import LiveSession
+from tests.harness.job_hosts import (
+    SMALL_CHARLM,
+    StoreView,
+    free_port,
+    job_pids,
+    start_daemon,
+    stop_daemon,
+)
 from tests.harness.sshd import REPO_ROOT, SshdHost
 from tests.harness.torchrun import TRAIN_SCRIPT
 from tests.transport.support import options_for, spec_for, stream_agent_command
@@ -34,15 +39,7 @@ from tests.transport.support import options_for, spec_for, stream_agent_command
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(480)]
 
 NAME = "elastic"
-SETTINGS = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
-            "data.max_bytes=400000", "checkpoint.every=10", "eval.at_start=false",
-            "eval.every=100000", "model.n_layer=1", "model.d_model=48")  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+SETTINGS = SMALL_CHARLM
 
 
 def _files(hosts: list[SshdHost], tmp: Path) -> tuple[Path, Path]:
@@ -82,7 +79,7 @@ def _files(hosts: list[SshdHost], tmp: Path) -> tuple[Path, Path]:
         [resume]
         newest_args = ["--resume", "auto"]
         [rendezvous]
-        endpoint = "127.0.0.1:{_free_port()}"
+        endpoint = "127.0.0.1:{free_port()}"
         host = "{hosts[0].name}"
         last_call = 1
         keep_alive = 1
@@ -95,36 +92,10 @@ def _files(hosts: list[SshdHost], tmp: Path) -> tuple[Path, Path]:
     return inventory, job
 
 
-def _start_daemon(host: SshdHost) -> subprocess.Popen:
-    log = open(host.state_dir.parent / f"{host.name}-daemon.log", "ab")  # noqa: SIM115
-    return subprocess.Popen(
-        [sys.executable, "-m", "agent", "run", "--state-dir", str(host.state_dir),
-         "--simulate-gpus", "1", "--stop-grace", "5"],
-        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)  # fmt: skip
+class JobView(StoreView):
+    """What this test reads of the job."""
 
-
-def _stop_daemon(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-class StoreView:
-    """The live store as the operator's view reads it: flushed, then plain SQL."""
-
-    def __init__(self, session: LiveSession) -> None:
-        self.session = session
-
-    def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
-        self.session.writer.flush()
-        with self.session.store.cursor() as cur:
-            return cur.execute(sql, params or []).fetchall()
+    quiet_kinds = ("checkpoint_saved", "stage")
 
     def events(self, kind: str, after: float = 0.0) -> list[dict]:
         # A launch op names its job inside its spec: its ack carries no job.
@@ -140,33 +111,6 @@ class StoreView:
         return set(self.rows("SELECT DISTINCT host, rank FROM train WHERE job = ? AND ts > ?",
                              [NAME, after]))  # fmt: skip
 
-    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                seen = self.rows("SELECT host, kind, msg FROM event WHERE job = ? AND kind NOT "
-                                 "IN ('checkpoint_saved', 'stage') ORDER BY ts", [NAME])
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
-                                     f"events: {seen}")
-            time.sleep(0.25)
-
-
-def _job_pids() -> list[int]:
-    marker = b"COCKPIT_JOB=" + NAME.encode()
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                out.append(int(entry.name))
-        except OSError:
-            continue
-    return out
-
 
 def test_an_elastic_job_scales_up_and_down_and_a_spare_replaces_a_faulty_host(
     sshd_hosts, tmp_path: Path
@@ -174,7 +118,7 @@ def test_an_elastic_job_scales_up_and_down_and_a_spare_replaces_a_faulty_host(
     hosts = sshd_hosts(4)
     a, b, c, spare = (h.name for h in hosts)
     inventory, job = _files(hosts, tmp_path)
-    daemons = [_start_daemon(h) for h in hosts]
+    daemons = [start_daemon(h) for h in hosts]
     options = options_for(hosts, tmp_path)
     said: list[str] = []
     count = iter(range(100))
@@ -188,7 +132,7 @@ def test_an_elastic_job_scales_up_and_down_and_a_spare_replaces_a_faulty_host(
     session = LiveSession([spec_for(h) for h in hosts], tmp_path / "watch.duckdb", options)
     try:
         with session:
-            store = StoreView(session)
+            store = JobView(session, NAME)
             wait_streaming(session, [h.name for h in hosts], 60)
 
             # Launch: two nodes train; the inventory's spare waits in standby, no process.
@@ -283,8 +227,8 @@ def test_an_elastic_job_scales_up_and_down_and_a_spare_replaces_a_faulty_host(
                                 90, "both hosts paused")  # fmt: skip
             assert {e["host"] for e in paused} == {a, spare}
             assert all(e["data"]["ok"] for e in paused), paused
-            store.wait(lambda: not _job_pids(), 30, "no job process left")
+            store.wait(lambda: not job_pids(NAME), 30, "no job process left")
             assert not store.events("interruption", paused_at)
     finally:
         for d in daemons:
-            _stop_daemon(d)
+            stop_daemon(d)

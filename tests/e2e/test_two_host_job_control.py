@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,14 @@ from cockpit.control.operations import wait_acks, wait_streaming
 from cockpit.live import LiveSession
 from examples.charlm.config import load_config
 from examples.charlm.train import lr_at
+from tests.harness.job_hosts import (
+    SMALL_CHARLM,
+    StoreView,
+    free_port,
+    job_pids,
+    start_daemon,
+    stop_daemon,
+)
 from tests.harness.sshd import REPO_ROOT, SshdHost
 from tests.harness.torchrun import TRAIN_SCRIPT
 from tests.transport.support import options_for, spec_for
@@ -37,16 +43,8 @@ from tests.transport.support import options_for, spec_for
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(240)]
 
 NAME = "duo; touch PWNED $(touch PWNED)"
-SETTINGS = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
-            "data.max_bytes=400000", "checkpoint.every=10", "eval.at_start=false",
-            "eval.every=100000", "model.n_layer=1", "model.d_model=48")  # fmt: skip
+SETTINGS = SMALL_CHARLM
 STEPS = 2000
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _job_spec(hosts: list[SshdHost], tmp: Path) -> Any:
@@ -71,7 +69,7 @@ def _job_spec(hosts: list[SshdHost], tmp: Path) -> Any:
         [resume]
         args = ["--resume", "{{checkpoint}}"]
         [rendezvous]
-        endpoint = "127.0.0.1:{_free_port()}"
+        endpoint = "127.0.0.1:{free_port()}"
         [recovery]
         backoff = 0.2
     """)
@@ -80,36 +78,8 @@ def _job_spec(hosts: list[SshdHost], tmp: Path) -> Any:
     return parse_jobspec(text, str(path), known_hosts=[h.name for h in hosts])
 
 
-def _start_daemon(host: SshdHost) -> subprocess.Popen:
-    log = open(host.state_dir.parent / f"{host.name}-daemon.log", "ab")  # noqa: SIM115
-    return subprocess.Popen(
-        [sys.executable, "-m", "agent", "run", "--state-dir", str(host.state_dir),
-         "--simulate-gpus", "1", "--stop-grace", "5"],
-        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)  # fmt: skip
-
-
-def _stop_daemon(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-class StoreView:
-    """The live store as the operator's view reads it: flushed, then plain SQL."""
-
-    def __init__(self, session: LiveSession) -> None:
-        self.session = session
-
-    def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
-        self.session.writer.flush()
-        with self.session.store.cursor() as cur:
-            return cur.execute(sql, params or []).fetchall()
+class JobView(StoreView):
+    """What this test reads of the job."""
 
     def events(self, kind: str, host: str | None = None) -> list[dict]:
         sql = "SELECT host, ts, step, data FROM event WHERE kind = ? AND job = ?"
@@ -124,40 +94,10 @@ class StoreView:
         return self.rows("SELECT host, rank, step, lr, ts FROM train WHERE job = ? AND ts > ? "
                          "ORDER BY ts", [NAME, after])  # fmt: skip
 
-    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                seen = self.rows("SELECT host, kind, msg FROM event WHERE job = ? "
-                                 "ORDER BY ts", [NAME])  # fmt: skip
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
-                                     f"events: {seen}")
-            time.sleep(0.25)
-
 
 def _acked(session: LiveSession, controller: Controller) -> None:
     outcomes = wait_acks(session, dict(controller.last_ops), 30)
     assert all(o.ok for o in outcomes), outcomes
-
-
-def _job_pids() -> list[int]:
-    """Processes of the job on this machine (both pretend hosts): torchrun and its ranks,
-    known by the job name the agent puts in their environment."""
-    marker = b"COCKPIT_JOB=" + NAME.encode()
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker in environ:
-            out.append(int(entry.name))
-    return out
 
 
 def test_two_host_job_is_controlled_and_recovers_through_the_store(
@@ -167,12 +107,12 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
     a, b = hosts
     spec = _job_spec(hosts, tmp_path)
     cfg = load_config(None, [*SETTINGS, f"train.max_steps={STEPS}"])
-    daemons = [_start_daemon(h) for h in hosts]
+    daemons = [start_daemon(h) for h in hosts]
     store_path = tmp_path / "recording.duckdb"
     session = LiveSession([spec_for(h) for h in hosts], store_path, options_for(hosts, tmp_path))
     try:
         with session:
-            store = StoreView(session)
+            store = JobView(session, NAME)
             wait_streaming(session, [h.name for h in hosts], 60)
             controller = Controller(spec, session.fleet.send)
 
@@ -185,7 +125,7 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
             time.sleep(1.0)  # a duplicate from the other host would have arrived by now
             placed = {(h, r) for h, r, *_ in store.train()}
             assert len(placed) == 2 and {h for h, _r in placed} == {a.name, b.name}, placed
-            assert len(_job_pids()) == 4  # two torchruns, two ranks: the check below can see them
+            assert len(job_pids(NAME)) == 4  # two torchruns, two ranks: the check below sees them
 
             # Adjust: the LR is halved from a step the ranks agreed on, without a restart.
             controller.adjust(lr_scale=0.5)
@@ -207,7 +147,7 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
             first = next(p for p in paused if p["host"] == a.name)["data"]
             assert first["mode"] == "checkpoint" and first["step"] > agreed
             step = first["step"]
-            store.wait(lambda: not _job_pids(), 15, "no job process left")
+            store.wait(lambda: not job_pids(NAME), 15, "no job process left")
             # Discarded: what the first host's rank trained past the checkpoint, as journaled.
             trained = max(s for h, _r, s, *_ in store.train() if h == a.name)
             assert first["steps_discarded"] == max(0, trained - step)
@@ -274,14 +214,14 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
 
             controller.stop()
             _acked(session, controller)
-            store.wait(lambda: not _job_pids(), 30, "the job to stop")
+            store.wait(lambda: not job_pids(NAME), 30, "the job to stop")
             # The operator's LR scale held through pause, resume and recovery, on both ranks.
             for _h, _r, s, lr, _ts in store.train():
                 scale = 0.5 if s > agreed else 1.0
                 assert lr == pytest.approx(lr_at(s, cfg) * scale), (s, lr)
     finally:
         for d in daemons:
-            _stop_daemon(d)
+            stop_daemon(d)
 
     # The closed recording, as a later `cockpit report` reads it: every rank's step was
     # journaled by one host only, the one it ran on (a shared run dir must not make the

@@ -1,0 +1,97 @@
+"""What the multi-host end-to-end tests share: a small charlm, one agent daemon per
+pretend host, the job's processes on this machine, and the store as the operator reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cockpit.live import LiveSession
+from tests.harness.sshd import REPO_ROOT, SshdHost
+
+# A charlm small and quick enough for several nodes on two CPU cores.
+SMALL_CHARLM = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
+                "data.max_bytes=400000", "checkpoint.every=10", "eval.at_start=false",
+                "eval.every=100000", "model.n_layer=1", "model.d_model=48")  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_daemon(host: SshdHost) -> subprocess.Popen:
+    """The pretend host's agent daemon (one SIM GPU), logging next to its state dir."""
+    log = open(host.state_dir.parent / f"{host.name}-daemon.log", "ab")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent", "run", "--state-dir", str(host.state_dir),
+         "--simulate-gpus", "1", "--stop-grace", "5"],
+        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)  # fmt: skip
+
+
+def stop_daemon(proc: subprocess.Popen) -> None:
+    """SIGTERM (the daemon stops its jobs), SIGKILL to its group if it does not end."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def job_pids(job: str) -> list[int]:
+    """Processes of `job` on this machine (every pretend host): torchrun and its ranks,
+    known by the job name the agent puts in their environment."""
+    marker = b"COCKPIT_JOB=" + job.encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                out.append(int(entry.name))
+        except OSError:
+            continue
+    return out
+
+
+class StoreView:
+    """The live store as the operator's view reads it: flushed, then plain SQL."""
+
+    # Event kinds left out of a timeout's report (too many to read).
+    quiet_kinds: tuple[str, ...] = ()
+
+    def __init__(self, session: LiveSession, job: str) -> None:
+        self.session = session
+        self.job = job
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
+        self.session.writer.flush()
+        with self.session.store.cursor() as cur:
+            return cur.execute(sql, params or []).fetchall()
+
+    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                skip = "".join(f" AND kind <> '{k}'" for k in self.quiet_kinds)
+                seen = self.rows(f"SELECT host, kind, msg FROM event WHERE job = ?{skip} "
+                                 "ORDER BY ts", [self.job])  # fmt: skip
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
+                                     f"events: {seen}")
+            time.sleep(0.25)
