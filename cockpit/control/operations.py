@@ -111,15 +111,23 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
         time.sleep(0.1)
 
 
-def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> list[Outcome]:
-    """Each host's acknowledgement of the op sent to it (ops: host -> op id)."""
+def _collect_acks(session: LiveSession, op_ids: list[str],
+                  timeout: float) -> dict[str, dict[str, Any]]:
+    """The stored acknowledgements of `op_ids` (id -> ack event), as many as arrive
+    within `timeout`: the writer is flushed on each look, so an ack counts once stored."""
     reader = StoreReader(session.store)
     deadline = time.monotonic() + timeout
     acks: dict[str, dict[str, Any]] = {}
-    while len(acks) < len(ops) and time.monotonic() < deadline:
+    while len(acks) < len(op_ids) and time.monotonic() < deadline:
         time.sleep(0.2)
         session.writer.flush()
-        acks = reader.control_acks(list(ops.values()))
+        acks = reader.control_acks(op_ids)
+    return acks
+
+
+def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> list[Outcome]:
+    """Each host's acknowledgement of the op sent to it (ops: host -> op id)."""
+    acks = _collect_acks(session, list(ops.values()), timeout)
     outcomes = []
     for host, op_id in ops.items():
         ack = acks.get(op_id)
@@ -139,7 +147,6 @@ def sync_membership(session: LiveSession, controller: Controller, hosts: Sequenc
                     timeout: float) -> list[str]:
     """Ask each host's agent about the job (`jobs`) and let the controller adopt who takes
     part now; returns warnings (hosts that did not answer, members out of reach)."""
-    reader = StoreReader(session.store)
     ids: dict[str, str] = {}
     warnings = []
     for host in hosts:
@@ -149,12 +156,7 @@ def sync_membership(session: LiveSession, controller: Controller, hosts: Sequenc
             ids[host] = op_id
         except Exception as exc:  # a link that is down: the others still count
             warnings.append(f"{host}: not asked who runs job {controller.job} ({exc})")
-    deadline = time.monotonic() + timeout
-    acks: dict[str, dict[str, Any]] = {}
-    while len(acks) < len(ids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        session.writer.flush()
-        acks = reader.control_acks(list(ids.values()))
+    acks = _collect_acks(session, list(ids.values()), timeout)
     views: dict[str, dict[str, Any] | None] = {}
     for host, op_id in ids.items():
         ack = acks.get(op_id)
