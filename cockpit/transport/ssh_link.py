@@ -11,8 +11,10 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import paramiko
+from paramiko.pipe import make_pipe
 
 from cockpit.transport import commands
 from cockpit.transport.deploy import DeployedAgent, DeployError, ZipappBuilder, push_agent
@@ -42,15 +44,52 @@ WINDOW_SIZE = 8 << 20
 TRANSPORT_POLL = 1.0
 
 
+class _ReadySide:
+    """One buffer's half of the channel's "something to read" pipe.
+
+    paramiko's own `Channel.fileno()` joins stdout and stderr with an `OrPipe` whose
+    halves are updated under two different buffer locks: a stderr arrival racing a
+    stdout drain can leave data buffered with the pipe cleared, and the stream then
+    sleeps until the next poll or goes stale. Both halves here share one lock.
+    """
+
+    def __init__(self, pipe: Any, lock: threading.Lock) -> None:
+        self._pipe = pipe
+        self._lock = lock
+        self.ready = False
+        self.partner: _ReadySide | None = None
+
+    def set(self) -> None:
+        with self._lock:
+            self.ready = True
+            self._pipe.set()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.ready = False
+            if self.partner is None or not self.partner.ready:
+                self._pipe.clear()
+
+
 class ChannelSource:
     """A paramiko exec channel seen as a `StreamSource`."""
 
     def __init__(self, channel: paramiko.Channel) -> None:
         self.channel = channel
-        self._fd = channel.fileno()
+        self._pipe = make_pipe()
+        lock = threading.Lock()
+        out, err = _ReadySide(self._pipe, lock), _ReadySide(self._pipe, lock)
+        out.partner, err.partner = err, out
+        channel.in_buffer.set_event(out)
+        channel.in_stderr_buffer.set_event(err)
+        self._fd = self._pipe.fileno()
 
     def filenos(self) -> list[int]:
         return [self._fd]
+
+    def close(self) -> None:
+        self.channel.close()
+        self._pipe.close()
 
     def read_out(self) -> bytes | None:
         if self.channel.recv_ready():
@@ -284,11 +323,12 @@ class HostLink(BaseLink):
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 self._set_state(UNREACHABLE, f"cannot start the agent stream: {exc}")
                 return backoff.next_delay()
+            source = ChannelSource(channel)
             try:
-                result = self._pump(ChannelSource(channel), from_seq)
+                result = self._pump(source, from_seq)
             finally:
                 self._set_writer(None)
-                channel.close()
+                source.close()
             missing = (
                 result.reason == "eof"
                 and not result.got_data

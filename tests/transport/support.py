@@ -104,13 +104,15 @@ class Collector:
             self.changed.notify_all()
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+        """Wait until `predicate()` holds; it is looked at on every record or state
+        change and every 0.1 s, since some predicates watch the link, not the collector."""
         deadline = time.monotonic() + timeout
         with self.lock:
             while not predicate():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self.changed.wait(left)
+                self.changed.wait(min(left, 0.1))
             return True
 
     def saw_state(self, host: str, state: str) -> bool:

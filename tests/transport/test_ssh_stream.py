@@ -127,8 +127,8 @@ def test_stderr_flood_is_drained_and_malformed_lines_pass_through(
         host, collector, tmp_path, two_hosts, links, agent=script_command("noisy_agent.py")
     )
     name = host.name
-    assert collector.wait_for(lambda: len(collector.seqs.get(name, [])) == RECORDS, timeout=30)
-    assert collector.seqs[name] == list(range(1, RECORDS + 1))
+    assert collector.wait_for(lambda: len(collector.seqs.get(name, [])) >= RECORDS, timeout=30)
+    assert collector.seqs[name] == list(range(1, RECORDS + 1)), collector.states
     assert collector.malformed[name] == 2 * (RECORDS // 10)
     assert collector.wait_for(lambda: "last words on stderr" in link.stderr.lines())
     assert link.stderr.total_bytes >= RECORDS * STDERR_BYTES * 0.9
