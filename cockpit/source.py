@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,7 +65,7 @@ from cockpit.snapshot import (
     Snapshot,
 )
 from cockpit.store.queries import Frontiers, StoreReader
-from cockpit.store.queries_train import SAMPLE_COLUMNS
+from cockpit.store.queries_train import NONFINITE_LIMIT
 
 __all__ = [
     "DETAIL_KINDS",
@@ -80,6 +82,7 @@ MAX_PINNED_SPIKES = 20
 ACTIVE_STATES = ("running",)
 DATA_EVENT_KINDS = ("spool_error", "dropped")
 DATA_EVENTS_READ = 500
+READ_THREADS = 4
 
 
 class Controller(Protocol):
@@ -148,17 +151,8 @@ def _read_train_rows(reader: StoreReader, job: str, until_ts: float | None,
         return _Train([], [], [], None, None, None, None)
     newest = max(latest, key=lambda r: (r["ts"], r["seq"]))
     n = max(MIN_RECENT_STEPS, min(MAX_RECENT_STEPS, RECENT_STEP_ROWS // len(latest)))
-    rows = reader.recent_steps(job, n, until_ts=until_ts, last_step=int(newest["step"]),
-                               columns=SAMPLE_COLUMNS)
-    samples = [
-        StepSample(
-            rank=int(r["rank"]) if r["rank"] is not None else -1, host=r["host"],
-            step=int(r["step"]), step_time=r["step_time"], data_time=r["data_time"],
-            compute_time=r["compute_time"], comm_time=r["comm_time"], samples=r["samples"],
-            tokens=r["tokens"], ts=r["ts"],
-        )
-        for r in rows if r["step"] is not None
-    ]
+    samples = [StepSample(*r) for r in reader.recent_step_samples(
+        job, n, until_ts=until_ts, last_step=int(newest["step"]))]
     at_newest = [r for r in latest if r["step"] == newest["step"]]
     ranks = [r["rank"] for r in latest if r["rank"] is not None]
     return _Train(
@@ -170,6 +164,17 @@ def _read_train_rows(reader: StoreReader, job: str, until_ts: float | None,
         global_samples=_total(r["samples"] for r in at_newest),
         global_tokens=_total(r["tokens"] for r in at_newest),
     )
+
+
+def _newest_per_host(*groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The newest ts per host among rows the snapshot already holds."""
+    newest: dict[str, float] = {}
+    for rows in groups:
+        for r in rows:
+            ts = r.get("ts")
+            if ts is not None and ts > newest.get(r["host"], float("-inf")):
+                newest[r["host"]] = ts
+    return newest
 
 
 def _total(values: Any) -> int | None:
@@ -323,16 +328,15 @@ def _train_series(reader: StoreReader, job: str | None, train: _Train,
         where["rank"] = train.ref_rank
         columns = TRAIN_SERIES
 
-    def read() -> dict[str, Series]:
-        found = reader.series_columns("train", columns, where=where, x="step",
-                                      buckets=buckets, until_ts=until_ts)
-        return dict(zip(columns, found, strict=True))
-
-    return reader.memo("train_series", (job, train.ref_rank, buckets, fr.key("train")), read)
+    found = reader.series_columns_held("train_series", "train", columns, where=where,
+                                       x="step", buckets=buckets, until_ts=until_ts,
+                                       frontiers=fr)
+    return dict(zip(columns, found, strict=True))
 
 
 def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float | None,
-            buckets: int, fr: Frontiers, series: Mapping[str, Series]) -> _EffectFindings:
+            buckets: int, fr: Frontiers, series: Mapping[str, Series],
+            nonfinite: tuple[int, ...]) -> _EffectFindings:
     if job is None:
         return _EffectFindings(Effect(), None, None)
     loss = series.get("loss", Series())
@@ -341,9 +345,6 @@ def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float
     smoothed = Series(loss.x, tuple(ema(loss.last)), loss.lo, loss.hi)
     evals = reader.memo("evals", (job, buckets, fr.key("eval")),
                         lambda: _evals(reader, job, until_ts, buckets))
-    nonfinite = reader.memo(
-        "nonfinite", (job, fr.key("train")),
-        lambda: tuple(reader.nonfinite_steps(job, until_ts=until_ts)))
     spikes = _pin_spikes(reader, job, train.ref_rank, loss,
                          find_spikes(loss.x, loss.last, loss.hi), until_ts)
     divergence = divergence_after(evals.best,
@@ -371,6 +372,26 @@ def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float
         last_loss_scale=newest.get("loss_scale"),
     )
     return _EffectFindings(effect, divergence, lr_reason)
+
+
+def _nonfinite(reader: StoreReader, job: str, until_ts: float | None,
+               fr: Frontiers) -> tuple[int, ...]:
+    """NaN/Inf steps, found anew only in the rows added since the last answer when
+    that is exact (`StoreReader.added_after`): the full read scans the whole job."""
+    held = reader.recall("nonfinite")
+    if held is not None:
+        (held_job, held_fr), steps = held
+        if held_job == job and held_fr.key("train") == fr.key("train"):
+            return steps  # type: ignore[no-any-return]
+        after = reader.added_after("train", held_fr, fr) if held_job == job else None
+        if after is not None:
+            new = reader.nonfinite_steps(job, until_ts=until_ts, after_ts=after)
+            steps = tuple(sorted({*steps, *new})[:NONFINITE_LIMIT])
+            reader.remember("nonfinite", (job, fr), steps)
+            return steps  # type: ignore[no-any-return]
+    steps = tuple(reader.nonfinite_steps(job, until_ts=until_ts))
+    reader.remember("nonfinite", (job, fr), steps)
+    return steps
 
 
 def _pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,
@@ -418,9 +439,8 @@ def _figures(run: Mapping[str, Any], train: _Train,
     )
 
 
-def _efficiency(reader: StoreReader, train: _Train, figures: EfficiencyFigures,
-                until_ts: float | None, buckets: int, fr: Frontiers,
-                series: Mapping[str, Series]) -> Efficiency:
+def _efficiency(train: _Train, figures: EfficiencyFigures, series: Mapping[str, Series],
+                busy: Series) -> Efficiency:
     throughput = Series()
     times = series.get("step_time")
     if times is not None:
@@ -432,11 +452,6 @@ def _efficiency(reader: StoreReader, train: _Train, figures: EfficiencyFigures,
             tuple(_per(per_step, t) for t in times.hi),
             tuple(_per(per_step, t) for t in times.lo),
         )
-    # Against time, up to the cursor: the range, so the buckets, move with the cursor.
-    busy = reader.memo(
-        "gpu_busy", (buckets, until_ts, fr.key("gpu")),
-        lambda: reader.series("gpu", "util", where={}, x="ts", buckets=buckets,
-                              until_ts=until_ts))
     return Efficiency(
         gpu_busy=figures.gpu_busy,
         samples_per_s=figures.samples_per_s,
@@ -450,6 +465,20 @@ def _efficiency(reader: StoreReader, train: _Train, figures: EfficiencyFigures,
         throughput_history=throughput,
         gpu_busy_history=busy,
     )
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    """Threads for a snapshot's independent store reads, shared by every source."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=READ_THREADS,
+                                       thread_name_prefix="snapshot-read")
+        return _POOL
 
 
 def _per(units: float, seconds: float | None) -> float | None:
@@ -565,13 +594,24 @@ def build_snapshot(
                       lambda: reader.current_job(until_ts=until_ts, frontiers=fr))
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
-    train = _read_train(reader, job, until_ts, run.get("world_size"), fr)
-    hosts = reader.hosts(until_ts=until_ts, frontiers=fr)
-    gpus = reader.memo("gpus", fr.key("gpu"),
-                       lambda: reader.latest_gpus(until_ts=until_ts, frontiers=fr))
-    host_samples = reader.memo(
-        "host_samples", fr.key("host_sample"),
+    # The reads below do not depend on one another's answers: DuckDB runs them side by
+    # side (it releases the GIL) while this thread reads the steps the panes build on.
+    pool = _read_pool()
+    gpus_f = pool.submit(reader.memo, "gpus", fr.key("gpu"),
+                         lambda: reader.latest_gpus(until_ts=until_ts, frontiers=fr))
+    host_samples_f = pool.submit(
+        reader.memo, "host_samples", fr.key("host_sample"),
         lambda: reader.latest_host_samples(until_ts=until_ts, frontiers=fr))
+    busy_f = pool.submit(
+        reader.series_columns_held, "gpu_busy", "gpu", ("util",), where={}, x="ts",
+        buckets=buckets, until_ts=until_ts, frontiers=fr)
+    nonfinite_f = pool.submit(_nonfinite, reader, job, until_ts, fr) if job else None
+    train = _read_train(reader, job, until_ts, run.get("world_size"), fr)
+    series = _train_series(reader, job, train, until_ts, buckets, fr)
+    gpus = gpus_f.result()
+    host_samples = host_samples_f.result()
+    hosts = reader.hosts(until_ts=until_ts, frontiers=fr,
+                         recent=_newest_per_host(gpus, host_samples, train.latest))
     state = _state(reader, job, until_ts, bool(train.latest), fr)
     figures = reader.memo(
         "figures", (job, run.get("world_size"), run.get("flops_per_step"),
@@ -585,9 +625,9 @@ def build_snapshot(
         active=state in ACTIVE_STATES,
     )
     progress = _progress(run, train, at, state, stall)
-    series = _train_series(reader, job, train, until_ts, buckets, fr)
-    found = _effect(reader, job, train, until_ts, buckets, fr, series)
-    efficiency = _efficiency(reader, train, figures, until_ts, buckets, fr, series)
+    found = _effect(reader, job, train, until_ts, buckets, fr, series,
+                    nonfinite_f.result() if nonfinite_f is not None else ())
+    efficiency = _efficiency(train, figures, series, busy_f.result()[0])
     events_key = fr.key("event")
     xids = reader.memo("xids", events_key,
                        lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))

@@ -35,25 +35,31 @@ class EfficiencyFigures:
 
 def _rate(rows: Sequence[StepSample], attr: str) -> float | None:
     """Sum over ranks of (units processed / time taken) for one unit attribute."""
-    by_rank: dict[int, tuple[float, float]] = {}
-    for s in rows:
-        units = getattr(s, attr)
-        if units is None or s.step_time is None or s.step_time <= 0:
+    by_rank: dict[int, list[float]] = {}
+    for s, units in zip(rows, [getattr(s, attr) for s in rows], strict=True):
+        t = s.step_time
+        if units is None or t is None or t <= 0:
             continue
-        done, spent = by_rank.get(s.rank, (0.0, 0.0))
-        by_rank[s.rank] = (done + units, spent + s.step_time)
+        acc = by_rank.get(s.rank)
+        if acc is None:
+            by_rank[s.rank] = [units, t]
+        else:
+            acc[0] += units
+            acc[1] += t
     rates = [done / spent for done, spent in by_rank.values() if spent > 0]
     return sum(rates) if rates else None
 
 
 def _pct(rows: Sequence[StepSample], attr: str) -> float | None:
-    pairs = [
-        (getattr(s, attr), s.step_time)
-        for s in rows
-        if getattr(s, attr) is not None and s.step_time is not None and s.step_time > 0
-    ]
-    total = sum(w for _, w in pairs)
-    return 100.0 * sum(p for p, _ in pairs) / total if pairs and total > 0 else None
+    part = total = 0.0
+    seen = False
+    for s, p in zip(rows, [getattr(s, attr) for s in rows], strict=True):
+        t = s.step_time
+        if p is not None and t is not None and t > 0:
+            part += p
+            total += t
+            seen = True
+    return 100.0 * part / total if seen and total > 0 else None
 
 
 def compute_efficiency(

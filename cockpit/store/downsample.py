@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -115,6 +116,37 @@ def downsample_columns(
     values), answered by one extent lookup and one statement: what `downsample` would
     answer for each column alone.
     """
+    found = downsample_rows(cursor, table, columns, x=x, buckets=buckets, where=where,
+                            until_ts=until_ts, x_range=x_range)
+    return results(found.rows, len(columns))
+
+
+@dataclass(frozen=True)
+class Downsampled:
+    """What a downsample read, kept so that a later read can extend it
+    (`extend_downsampled`): rows of (bucket index, x, then last, lo, hi per column), in
+    bucket order, and the plan they were read under."""
+
+    rows: list[tuple[Any, ...]]
+    x0: float | None = None
+    x1: float | None = None
+    level: int | None = None
+    width: float = 1.0
+    integer_x: bool = False
+
+
+def downsample_rows(
+    cursor: duckdb.DuckDBPyConnection,
+    table: str,
+    columns: Sequence[str],
+    *,
+    x: str = "step",
+    buckets: int = 120,
+    where: Mapping[str, Any] | None = None,
+    until_ts: float | None = None,
+    x_range: tuple[float, float] | None = None,
+) -> Downsampled:
+    """`downsample_columns` before it is split per column, with its plan."""
     if table not in RECORD_COLUMNS:
         raise ValueError(f"no record table {table!r}")
     if not columns:
@@ -138,19 +170,90 @@ def downsample_columns(
         extent = _level_extent(cursor, table, x, where, until_ts) if x_range is None else x_range
     else:
         extent = _raw_extent(cursor, table, x, where, until_ts) if x_range is None else x_range
-    empty: list[Result] = [([], [], [], []) for _ in columns]
     if extent is None or extent[0] is None or extent[1] is None:
-        return empty
+        return Downsampled([])
     x0, x1 = float(extent[0]), float(extent[1])
     if until_ts is not None and x == "ts":
         x1 = min(x1, until_ts)
     if x1 < x0:
-        return empty
+        return Downsampled([])
     level, width = plan(x1 - x0, buckets, integer_x=integer_x, levels=use_levels)
     if level is None:
-        return _raw_query(cursor, table, columns, x, where, until_ts, x0, x1, width)
-    return _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, level,
-                        clip=x_range is not None, integer_x=integer_x)
+        rows = _raw_query(cursor, table, columns, x, where, until_ts, x0, x1, width)
+    else:
+        rows = _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, level,
+                            clip=x_range is not None, integer_x=integer_x)
+    # An explicit range is not extended: its ends are the caller's, not the data's.
+    return Downsampled(rows, x0, x1, level, width, integer_x) if x_range is None \
+        else Downsampled(rows)
+
+
+def extend_downsampled(
+    cursor: duckdb.DuckDBPyConnection,
+    held: Downsampled,
+    table: str,
+    columns: Sequence[str],
+    *,
+    x: str,
+    buckets: int,
+    where: Mapping[str, Any],
+    until_ts: float | None,
+    after_ts: float,
+) -> Downsampled | None:
+    """`held` brought up to date with the rows added since it was read, all of which
+    have ts > `after_ts` (`ReaderBase.added_after`), or None when only a full read can
+    answer exactly.
+
+    A growing series changes only in its last bucket: that bucket is read again from
+    the raw rows (at most one bucket's worth, found through x and ts ranges) together
+    with any added row that fell into an earlier bucket, which sends the caller back
+    to the full read, as does a longer span that would change the bucket width. The
+    result is what `downsample_rows` would answer now, for a fraction of its cost
+    (most of which is planning the level statement).
+    """
+    if not held.rows or held.x0 is None or held.x1 is None:
+        return None
+    for column in columns:
+        _check_name(table, column, "column")
+    _check_name(table, x, "x")
+    tail_tb = int(held.rows[-1][0])
+    params: dict[str, Any] = {"w": held.width, "tail": tail_tb * held.width,
+                              "after": after_ts}
+    cond = _where_sql(where, params)
+    if until_ts is not None:
+        params["until"] = until_ts
+        cond += " AND ts <= $until"
+    values = _raw_values(columns, x)
+    parts = [f'SELECT "{x}", {values} FROM "{table}" WHERE "{x}" >= $tail AND {cond}',
+             f'SELECT "{x}", {values} FROM "{table}" WHERE ts > $after AND "{x}" < $tail '
+             f"AND {cond}"]
+    merged = ", ".join(f"arg_max(v{i}, l{i}), min(v{i}), max(v{i})"
+                       for i in range(len(columns)))
+    sql = (f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), {merged} '
+           f"FROM ({' UNION ALL '.join(parts)}) GROUP BY tb ORDER BY tb")
+    rows = _run(cursor, sql, params)
+    if not rows or int(rows[0][0]) < tail_tb:
+        return None  # the tail lost its rows, or an added row fell into an older bucket
+    x1 = max(held.x1, float(rows[-1][1]))
+    ends = [x1] + ([until_ts] if x == "ts" and until_ts is not None else [])
+    levels = held.level is not None
+    for end in ends:
+        if plan(end - held.x0, buckets, integer_x=held.integer_x, levels=levels) \
+                != (held.level, held.width):
+            return None
+    return Downsampled([*held.rows[:-1], *rows], held.x0, x1, held.level, held.width,
+                       held.integer_x)
+
+
+def results(rows: Sequence[tuple[Any, ...]], n_columns: int) -> list[Result]:
+    """Rows of (bucket, x, then last, lo, hi per column) as one result per column."""
+    xs = [float(r[1]) for r in rows]
+    out: list[Result] = []
+    for i in range(n_columns):
+        parts = [[None if r[k] is None else float(r[k]) for r in rows]
+                 for k in (2 + 3 * i, 3 + 3 * i, 4 + 3 * i)]
+        out.append((list(xs), parts[0], parts[1], parts[2]))
+    return out
 
 
 def plan(span: float, buckets: int, *, integer_x: bool, levels: bool) -> tuple[int | None, float]:
@@ -177,19 +280,6 @@ def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) ->
     """Execute with the parameters `sql` names (DuckDB refuses unused named ones)."""
     used = set(re.findall(r"\$(\w+)", sql))
     return cursor.execute(sql, {k: v for k, v in params.items() if k in used}).fetchall()
-
-
-def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
-           n_columns: int) -> list[Result]:
-    """Rows of (bucket, x, then last, lo, hi per column) as one result per column."""
-    rows = _run(cursor, sql, params)
-    xs = [float(r[1]) for r in rows]
-    out: list[Result] = []
-    for i in range(n_columns):
-        parts = [[None if r[k] is None else float(r[k]) for r in rows]
-                 for k in (2 + 3 * i, 3 + 3 * i, 4 + 3 * i)]
-        out.append((list(xs), parts[0], parts[1], parts[2]))
-    return out
 
 
 def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
@@ -249,7 +339,8 @@ def _aggregates(columns: Sequence[str], x: str) -> str:
     return ", ".join(f'arg_max("{c}", "{x}"), min("{c}"), max("{c}")' for c in columns)
 
 
-def _raw_query(cursor, table, columns, x, where, until_ts, x0, x1, width) -> list[Result]:
+def _raw_query(cursor, table, columns, x, where, until_ts, x0, x1,
+               width) -> list[tuple[Any, ...]]:
     params: dict[str, Any] = {"x0": x0, "x1": x1, "w": width}
     cond = _where_sql(where, params)
     if until_ts is not None:
@@ -259,7 +350,13 @@ def _raw_query(cursor, table, columns, x, where, until_ts, x0, x1, width) -> lis
         f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), {_aggregates(columns, x)} '
         f'FROM "{table}" WHERE "{x}" >= $x0 AND "{x}" <= $x1 AND {cond} GROUP BY tb ORDER BY tb'
     )
-    return _fetch(cursor, sql, params, len(columns))
+    return _run(cursor, sql, params)
+
+
+def _raw_values(columns: Sequence[str], x: str) -> str:
+    """Per column: value, x where the value is not null (for the last one), value."""
+    return ", ".join(f'"{c}" AS v{i}, CASE WHEN "{c}" IS NOT NULL THEN "{x}" END AS l{i}'
+                     for i, c in enumerate(columns))
 
 
 def _raw_part(source: str, columns: Sequence[str], x: str, cond: str) -> str:
@@ -272,7 +369,7 @@ def _raw_part(source: str, columns: Sequence[str], x: str, cond: str) -> str:
 
 
 def _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, level, *,
-                 clip: bool, integer_x: bool) -> list[Result]:
+                 clip: bool, integer_x: bool) -> list[tuple[Any, ...]]:
     lw = _level_width(level)
     mult = round(width / lw)
     lv = _level_rows(table, columns)
@@ -326,4 +423,4 @@ def _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, leve
     merged = ", ".join(f"arg_max(v{i}_last, v{i}_lx), min(v{i}_lo), max(v{i}_hi)"
                        for i in range(len(columns)))
     sql = f"SELECT tb, max(xh), {merged} FROM ({union}) GROUP BY tb ORDER BY tb"
-    return _fetch(cursor, sql, params, len(columns))
+    return _run(cursor, sql, params)

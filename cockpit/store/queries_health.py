@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
@@ -15,12 +16,17 @@ HEARTBEAT_TABLES = ("host_sample", "gpu", "train", "hello", "event")
 
 class HealthQueries(ReaderBase):
     def hosts(self, *, until_ts: float | None = None,
-              frontiers: Frontiers | None = None) -> list[Row]:
+              frontiers: Frontiers | None = None,
+              recent: Mapping[str, float] | None = None) -> list[Row]:
         """One row per host known at `until_ts`: transport bookkeeping (live state,
         counters), the facts of its newest `hello`, and `last_seen`.
 
         With `frontiers` the hello facts are remembered until a new hello is visible:
-        they change once per agent start, not once per refresh.
+        they change once per agent start, not once per refresh. `recent` (with
+        `frontiers`) is the newest sample or step time per host that the caller already
+        holds (a snapshot reads the latest GPU and host samples and steps anyway):
+        `last_seen` is then that, the newest hello and the newest event, and only hosts
+        absent from all three are looked for in the tables.
         """
         if frontiers is None:
             hellos = self._hellos(until_ts)
@@ -32,7 +38,11 @@ class HealthQueries(ReaderBase):
             names = set(hellos)
             if until_ts is None:
                 names |= set(links)
-            seen = self._last_seen(cur, sorted(names), until_ts, frontiers)
+            if recent is not None and frontiers is not None:
+                seen = self._seen_from(cur, sorted(names), recent, hellos, until_ts,
+                                       frontiers)
+            else:
+                seen = self._last_seen(cur, sorted(names), until_ts, frontiers)
         out = []
         for name in sorted(names):
             hello = hellos.get(name, {})
@@ -76,6 +86,30 @@ class HealthQueries(ReaderBase):
                     args,
                 )
             }
+
+    def _seen_from(self, cur: Any, hosts: list[str], recent: Mapping[str, float],
+                   hellos: Mapping[str, Row], until_ts: float | None,
+                   frontiers: Frontiers) -> dict[str, float]:
+        events = self.memo("event_seen", frontiers.key("event"),
+                           lambda: self._event_seen(until_ts))
+        seen: dict[str, float] = {}
+        for host in hosts:
+            times = [t for t in (recent.get(host), events.get(host),
+                                 (hellos.get(host) or {}).get("ts")) if t is not None]
+            if times:
+                seen[host] = float(max(times))
+        missing = [h for h in hosts if h not in seen]
+        if missing:
+            seen.update(self._last_seen(cur, missing, until_ts, frontiers))
+        return seen
+
+    def _event_seen(self, until_ts: float | None) -> dict[str, float]:
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            rows = cur.execute(
+                f"SELECT host, max(ts) FROM event WHERE true{cond} GROUP BY host", args
+            ).fetchall()
+        return {host: float(ts) for host, ts in rows if ts is not None}
 
     def _last_seen(self, cur: Any, hosts: list[str], until_ts: float | None,
                    frontiers: Frontiers | None = None) -> dict[str, float]:
@@ -121,22 +155,15 @@ class HealthQueries(ReaderBase):
                     frontiers: Frontiers | None = None) -> list[Row]:
         """Newest sample of every GPU sampled recently, by (host, gpu)."""
         with self._cur() as cur:
-            return self.recent(
-                cur, "gpu", until_ts=until_ts, order="host, gpu", windows=SAMPLE_WINDOWS,
-                frontiers=frontiers,
-                qualify="row_number() OVER (PARTITION BY host, gpu ORDER BY ts DESC, seq DESC)"
-                " = 1",
-            )
+            return self.latest_per(cur, "gpu", ("host", "gpu"), until_ts=until_ts,
+                                   windows=SAMPLE_WINDOWS, frontiers=frontiers)
 
     def latest_host_samples(self, *, until_ts: float | None = None,
                             frontiers: Frontiers | None = None) -> list[Row]:
         """Newest host sample of every host sampled recently."""
         with self._cur() as cur:
-            return self.recent(
-                cur, "host_sample", until_ts=until_ts, order="host", windows=SAMPLE_WINDOWS,
-                frontiers=frontiers,
-                qualify="row_number() OVER (PARTITION BY host ORDER BY ts DESC, seq DESC) = 1",
-            )
+            return self.latest_per(cur, "host_sample", ("host",), until_ts=until_ts,
+                                   windows=SAMPLE_WINDOWS, frontiers=frontiers)
 
     def gpu_events(self, *, until_ts: float | None = None, limit: int = 200,
                    frontiers: Frontiers | None = None) -> list[Row]:

@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from cockpit.snapshot import Series
-from cockpit.store.downsample import downsample_columns
-from cockpit.store.queries_base import ReaderBase, Row, until_clause
+from cockpit.store.downsample import (
+    Downsampled,
+    downsample_columns,
+    downsample_rows,
+    extend_downsampled,
+    results,
+)
+from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
 from cockpit.store.queries_frontiers import Frontiers
 
 RUN_FIELDS = (
@@ -18,11 +24,18 @@ STEP_COLUMNS = (
     "host, seq, ts, rank, step, epoch, stage, loss, nonfinite, lr, samples, tokens, "
     "step_time, data_time, compute_time, comm_time, ckpt_time, loss_scale, grad_norm"
 )
-# What the efficiency, ETA and stall rules read of recent steps.
+# What the efficiency, ETA and stall rules read of recent steps, in the order of
+# `cockpit.analysis.ranks.StepSample`'s fields (a rank that reported none is -1).
 SAMPLE_COLUMNS = (
-    "host, seq, ts, rank, step, samples, tokens, step_time, data_time, compute_time, comm_time"
+    "coalesce(rank, -1), host, step, step_time, data_time, compute_time, comm_time, "
+    "samples, tokens, ts"
 )
 NONFINITE_LIMIT = 1000
+# A series kept up to date by extension is read in full again after this many
+# extensions, so that nothing an extension could not see stays off the chart for long.
+FULL_READ_EVERY = 240
+# Seconds before the newest step record that `latest_train` looks at, widening in turn.
+LATEST_STEP_WINDOWS: tuple[float | None, ...] = (30.0, *WINDOWS)
 
 
 class TrainQueries(ReaderBase):
@@ -113,15 +126,31 @@ class TrainQueries(ReaderBase):
         self, job: str, *, until_ts: float | None = None, expected_ranks: int | None = None,
         frontiers: Frontiers | None = None,
     ) -> list[Row]:
-        """Per rank, its newest step record (newest by time, so a rollback shows)."""
+        """Per rank, its newest step record (newest by time, so a rollback shows).
+
+        Probed in widening windows before the newest train record until `expected_ranks`
+        ranks are found; `arg_max` per rank costs half the window function it replaces.
+        """
         want = expected_ranks or 1
         with self._cur() as cur:
-            return self.recent(
-                cur, "train", until_ts=until_ts, where=" AND job = ?", params=[job],
-                columns=STEP_COLUMNS, order="rank",
-                qualify="row_number() OVER (PARTITION BY rank ORDER BY ts DESC, seq DESC) = 1",
-                enough=lambda rows: len(rows) >= want, frontiers=frontiers,
-            )
+            end = (frontiers.ts.get("train") if frontiers is not None
+                   else self.table_frontier(cur, "train", until_ts))
+            if end is None:
+                return []
+            rows: list[Row] = []
+            for window in LATEST_STEP_WINDOWS:
+                sql = (f"SELECT arg_max(struct_pack({STEP_COLUMNS}), (ts, seq)) FROM train "
+                       "WHERE job = ? AND ts <= ?")
+                args: list[Any] = [job, end]
+                if window is not None:
+                    sql += " AND ts > ?"
+                    args.append(end - window)
+                found = cur.execute(sql + " GROUP BY rank", args).fetchall()
+                rows = sorted((r[0] for r in found),
+                              key=lambda r: (r["rank"] is None, r["rank"]))
+                if len(rows) >= want:
+                    break
+            return rows
 
     def recent_steps(
         self, job: str, n: int = 50, *, until_ts: float | None = None,
@@ -151,6 +180,22 @@ class TrainQueries(ReaderBase):
         # Sorted by (step, rank, ts, seq): the newest run of a (rank, step) comes last.
         return [r for r, after in zip(rows, [*rows[1:], None], strict=True)
                 if after is None or (after["step"], after["rank"]) != (r["step"], r["rank"])]
+
+    def recent_step_samples(
+        self, job: str, n: int, *, until_ts: float | None, last_step: int
+    ) -> list[tuple[Any, ...]]:
+        """`recent_steps` as plain tuples of `SAMPLE_COLUMNS`: a refresh reads a few
+        thousand of them, and the analysis rules need no dict per row."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            rows = cur.execute(
+                f"SELECT {SAMPLE_COLUMNS} FROM train WHERE job = ? AND step > ? AND step <= ?"
+                f"{cond} ORDER BY step, rank, ts, seq",
+                [job, last_step - n, last_step, *args],
+            ).fetchall()
+        # Sorted by (step, rank, ts, seq): the newest run of a (rank, step) comes last.
+        return [r for r, after in zip(rows, [*rows[1:], None], strict=True)
+                if after is None or (after[2], after[0]) != (r[2], r[0])]
 
     def series(
         self,
@@ -187,6 +232,46 @@ class TrainQueries(ReaderBase):
         return [Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
                 for xs, last, lo, hi in found]
 
+    def series_columns_held(
+        self,
+        name: str,
+        table: str,
+        columns: tuple[str, ...],
+        *,
+        where: dict[str, Any],
+        x: str,
+        buckets: int,
+        until_ts: float | None,
+        frontiers: Frontiers,
+    ) -> list[Series]:
+        """`series_columns`, remembered under `name` and, when `table` grew by rows
+        that only extend the series, brought up to date from those rows alone
+        (`extend_downsampled`) rather than read in full: a refresh after each training
+        step then costs one small statement instead of the level read."""
+        params = (table, columns, tuple(sorted(where.items())), x, buckets)
+        held = self.recall(name)
+        found: Downsampled | None = None
+        extensions = 0
+        if held is not None:
+            (held_params, held_fr, held_ext), held_found = held
+            if held_params == params and held_fr.key(table) == frontiers.key(table):
+                return _to_series(held_found, len(columns))
+            after = (self.added_after(table, held_fr, frontiers)
+                     if held_params == params and held_ext < FULL_READ_EVERY else None)
+            if after is not None:
+                with self._cur() as cur:
+                    found = extend_downsampled(cur, held_found, table, columns, x=x,
+                                               buckets=buckets, where=where,
+                                               until_ts=until_ts, after_ts=after)
+                extensions = held_ext + 1
+        if found is None:
+            with self._cur() as cur:
+                found = downsample_rows(cur, table, columns, x=x, buckets=buckets,
+                                        where=where, until_ts=until_ts)
+            extensions = 0
+        self.remember(name, (params, frontiers, extensions), found)
+        return _to_series(found, len(columns))
+
     def eval_points(self, job: str, *, until_ts: float | None = None) -> list[Row]:
         """Every evaluation (they are few), one per step: the newest if a step repeats."""
         cond, args = until_clause(until_ts)
@@ -200,11 +285,16 @@ class TrainQueries(ReaderBase):
             )
 
     def nonfinite_steps(
-        self, job: str, *, until_ts: float | None = None, limit: int = NONFINITE_LIMIT
+        self, job: str, *, until_ts: float | None = None, limit: int = NONFINITE_LIMIT,
+        after_ts: float | None = None,
     ) -> list[int]:
         """Steps whose loss was NaN/Inf on any rank (the column is almost always null,
-        so row groups without a value are skipped from their statistics)."""
+        so row groups without a value are skipped from their statistics); `after_ts`
+        keeps only rows newer than that (to extend an earlier answer)."""
         cond, args = until_clause(until_ts)
+        if after_ts is not None:
+            cond += " AND ts > ?"
+            args.append(after_ts)
         with self._cur() as cur:
             rows = self.fetch(
                 cur,
@@ -246,3 +336,8 @@ class TrainQueries(ReaderBase):
             found = dict(cur.execute(" UNION ALL ".join(parts), params).fetchall())
         return [int(found[i]) if found.get(i) is not None else None
                 for i in range(len(ranges))]
+
+
+def _to_series(found: Downsampled, n_columns: int) -> list[Series]:
+    return [Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
+            for xs, last, lo, hi in results(found.rows, n_columns)]

@@ -1,0 +1,131 @@
+"""A remembered series brought up to date from the added rows equals a full read.
+
+`StoreReader.series_columns_held` extends its last answer when the table only grew
+past it (a replay cursor moving forward, a live store gaining steps) and reads in full
+otherwise: every answer here is compared with a fresh `series_columns` read.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agent.protocol import encode
+from cockpit.store import Store
+from cockpit.store.queries import StoreReader
+from tests.store.wire import TS0
+
+COLUMNS = ("loss", "lr")
+WHERE = {"job": "j1", "rank": 0}
+
+
+def _train_lines(steps: range, seq0: int, *, rank: int = 0, ts_of=None) -> bytes:
+    rnd = random.Random(steps.start)
+    lines = []
+    for i, step in enumerate(steps):
+        loss = None if rnd.random() < 0.05 else rnd.uniform(0, 10)
+        ts = ts_of(step) if ts_of else TS0 + step * 0.5
+        lines.append(encode("train", seq0 + i, {"job": "j1", "rank": rank, "step": step,
+                                                "loss": loss, "lr": 0.1 / (1 + step)},
+                            ts=ts))
+    return b"".join(lines)
+
+
+def _gpu_lines(seconds: range, seq0: int) -> bytes:
+    return b"".join(
+        encode("gpu", seq0 + i, {"gpu": i % 4, "util": float((i * 37) % 100)},
+               ts=TS0 + t)
+        for i, t in enumerate(seconds)
+    )
+
+
+def _held(reader: StoreReader, until_ts: float | None, name: str = "s", table: str = "train",
+          columns: tuple[str, ...] = COLUMNS, where=None, x: str = "step", buckets: int = 40):
+    fr = reader.frontiers(until_ts=until_ts)
+    where = WHERE if where is None else where
+    got = reader.series_columns_held(name, table, columns, where=where, x=x,
+                                     buckets=buckets, until_ts=until_ts, frontiers=fr)
+    want = reader.series_columns(table, columns, where=where, x=x, buckets=buckets,
+                                 until_ts=until_ts)
+    assert got == want
+    held = reader.recall(name)
+    assert held is not None
+    return held[0][2]  # extensions since the last full read
+
+
+@pytest.fixture()
+def recorded(tmp_path):
+    store = Store(tmp_path / "rec.duckdb")
+    for start in range(0, 6000, 500):
+        store.ingest("h1", _train_lines(range(start, start + 500), start + 1))
+    store.ingest("h1", _gpu_lines(range(0, 12_000), 100_000))
+    yield store
+    store.close()
+
+
+def test_replay_moving_forward_extends_and_matches_a_full_read(recorded: Store) -> None:
+    reader = StoreReader(recorded)
+    extensions = [_held(reader, TS0 + 1500.0 + i * 3.7) for i in range(40)]
+    assert extensions[0] == 0
+    assert max(extensions) > 30  # almost every refresh was an extension
+
+
+def test_series_against_time_over_all_gpus_extends_too(recorded: Store) -> None:
+    reader = StoreReader(recorded)
+    # Long enough a span for the level rows to answer (a raw read's bucket width
+    # follows the span exactly, so it is read in full each time).
+    found = [_held(reader, TS0 + 8000.0 + i * 2.5, name="g", table="gpu", columns=("util",),
+                   where={}, x="ts") for i in range(30)]
+    assert max(found) > 20
+
+
+def test_seeking_back_reads_in_full(recorded: Store) -> None:
+    reader = StoreReader(recorded)
+    assert _held(reader, TS0 + 2000.0) == 0
+    assert _held(reader, TS0 + 2010.0) == 1
+    assert _held(reader, TS0 + 1200.0) == 0
+
+
+def test_live_growth_extends_and_a_late_row_in_an_old_bucket_reads_in_full(
+    tmp_path,
+) -> None:
+    store = Store(tmp_path / "live.duckdb")
+    try:
+        reader = StoreReader(store)
+        store.ingest("h1", _train_lines(range(0, 3000), 1))
+        assert _held(reader, None) == 0
+        seq = 3001
+        for start in range(3000, 3400, 50):
+            store.ingest("h1", _train_lines(range(start, start + 50), seq))
+            seq += 50
+        assert _held(reader, None) == 1
+        for start in range(3400, 3600, 50):
+            store.ingest("h1", _train_lines(range(start, start + 50), seq))
+            seq += 50
+            assert _held(reader, None) > 1
+        # A lagging host's row, stamped long ago, for a step far back: full read.
+        store.ingest("h2", _train_lines(range(100, 101), 1, ts_of=lambda s: TS0 + 10.0))
+        assert _held(reader, None) == 0
+        # A rolled-back job re-trains steps of an old bucket with new timestamps.
+        store.ingest("h1", _train_lines(range(200, 210), seq, ts_of=lambda s: TS0 + 5000 + s))
+        assert _held(reader, None) == 0
+    finally:
+        store.close()
+
+
+def test_a_span_that_changes_the_bucket_width_reads_in_full(tmp_path) -> None:
+    store = Store(tmp_path / "grow.duckdb")
+    try:
+        reader = StoreReader(store)
+        store.ingest("h1", _train_lines(range(0, 100), 1))
+        widths = set()
+        seq = 101
+        for start in range(100, 2000, 100):
+            store.ingest("h1", _train_lines(range(start, start + 100), seq))
+            seq += 100
+            _held(reader, None, buckets=8)
+            widths.add(reader.recall("s")[1].width)
+        assert len(widths) > 2  # the width grew with the span, each time read in full
+    finally:
+        store.close()
