@@ -128,21 +128,28 @@ def time_build(path: Path, runs: int, replay: bool) -> list[float]:
 
 async def _refresh(app: Any, pilot: Any) -> float:
     """One refresh as the app does it, timed until the panes hold the new snapshot and
-    the screen has painted it.
+    the screen has painted what changed.
 
     The app starts its refresh worker; when the worker's snapshot has been handed to the
-    panes, the screen paints what changed (what its update timer does next, called here
-    directly so that no timer granularity is counted). `pilot.pause()` is kept out of
-    the timing: it waits for the whole process to look idle, which takes longer than
-    the refresh itself.
+    panes, their widgets ask for repaints through Textual's messages, and the screen
+    paints the widgets marked dirty on its next update tick. Here the messages are let
+    through until no widget has a repaint or layout pending, and the screen's update is
+    then called directly, so that no timer granularity is counted. `pilot.pause()` is
+    kept out of the timing: it waits for the whole process to look idle, which takes
+    longer than the refresh itself.
     """
     before = app.snapshot
     start = time.perf_counter()
     app._build_snapshot()
     while app.snapshot is before:
         await asyncio.sleep(POLL_S)
-    await asyncio.sleep(0)  # callbacks the panes scheduled while taking the snapshot
-    app.screen._on_timer_update()
+    screen = app.screen
+    while True:
+        await asyncio.sleep(0)  # the widgets' refresh requests become Update messages
+        if not any(w._repaint_required or w._layout_required
+                   for w in screen.walk_children(with_self=True)):
+            break
+    screen._on_timer_update()
     elapsed = (time.perf_counter() - start) * 1000
     panes = list(app.main_screen.query(Pane))
     if len(panes) != 4 or any(p.snapshot != app.snapshot for p in panes):

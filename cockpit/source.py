@@ -36,7 +36,6 @@ from cockpit.analysis.divergence import (
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.lr import lr_looks_too_high
-from cockpit.analysis.ranks import StepSample, step_wall_times
 from cockpit.analysis.smoothing import ema
 from cockpit.analysis.spikes import find_spikes
 from cockpit.analysis.stalls import HostPressure, StallVerdict, detect_stall
@@ -66,6 +65,7 @@ from cockpit.snapshot import (
 )
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_train import NONFINITE_LIMIT
+from cockpit.train_tail import TrainTail, TrainView
 
 __all__ = [
     "DETAIL_KINDS",
@@ -74,9 +74,6 @@ __all__ = [
     "details",
 ]
 
-RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
-MIN_RECENT_STEPS = 10
-MAX_RECENT_STEPS = 200
 EVENTS_SHOWN = 50
 MAX_PINNED_SPIKES = 20
 ACTIVE_STATES = ("running",)
@@ -123,49 +120,6 @@ def details(
     raise ValueError(f"unknown details kind {what!r}; expected one of {', '.join(DETAIL_KINDS)}")
 
 
-@dataclass(frozen=True)
-class _Train:
-    """What the step records say, gathered once and shared by the panes."""
-
-    latest: list[dict[str, Any]]
-    samples: list[StepSample]
-    walls: list[float]
-    ref_rank: int | None  # the rank whose loss/LR series are drawn
-    newest: dict[str, Any] | None
-    global_samples: int | None  # samples per optimizer step, all ranks
-    global_tokens: int | None
-
-
-def _read_train(reader: StoreReader, job: str | None, until_ts: float | None,
-                world: int | None, fr: Frontiers) -> _Train:
-    if job is None:
-        return _Train([], [], [], None, None, None, None)
-    return reader.memo("train", (job, world, fr.key("train")),
-                       lambda: _read_train_rows(reader, job, until_ts, world, fr))
-
-
-def _read_train_rows(reader: StoreReader, job: str, until_ts: float | None,
-                     world: int | None, fr: Frontiers) -> _Train:
-    latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world, frontiers=fr)
-    if not latest:
-        return _Train([], [], [], None, None, None, None)
-    newest = max(latest, key=lambda r: (r["ts"], r["seq"]))
-    n = max(MIN_RECENT_STEPS, min(MAX_RECENT_STEPS, RECENT_STEP_ROWS // len(latest)))
-    samples = [StepSample(*r) for r in reader.recent_step_samples(
-        job, n, until_ts=until_ts, last_step=int(newest["step"]))]
-    at_newest = [r for r in latest if r["step"] == newest["step"]]
-    ranks = [r["rank"] for r in latest if r["rank"] is not None]
-    return _Train(
-        latest=latest,
-        samples=samples,
-        walls=step_wall_times(samples),
-        ref_rank=min(ranks) if ranks else None,
-        newest=newest,
-        global_samples=_total(r["samples"] for r in at_newest),
-        global_tokens=_total(r["tokens"] for r in at_newest),
-    )
-
-
 def _newest_per_host(*groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The newest ts per host among rows the snapshot already holds."""
     newest: dict[str, float] = {}
@@ -175,11 +129,6 @@ def _newest_per_host(*groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
             if ts is not None and ts > newest.get(r["host"], float("-inf")):
                 newest[r["host"]] = ts
     return newest
-
-
-def _total(values: Any) -> int | None:
-    known = [v for v in values if v is not None]
-    return int(sum(known)) if known else None
 
 
 def _state(reader: StoreReader, job: str | None, until_ts: float | None,
@@ -238,7 +187,7 @@ def _frac(used: Any, total: Any) -> float | None:
     return used / total if used is not None and total else None
 
 
-def _progress(run: Mapping[str, Any], train: _Train, now: float, state: str,
+def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
               stall: StallVerdict) -> Progress:
     newest = train.newest
     if newest is None:
@@ -313,7 +262,7 @@ def _evals(reader: StoreReader, job: str, until_ts: float | None, buckets: int) 
 TRAIN_SERIES = ("loss", "lr", "loss_scale", "step_time")  # what the panes draw per step
 
 
-def _train_series(reader: StoreReader, job: str | None, train: _Train,
+def _train_series(reader: StoreReader, job: str | None, train: TrainView,
                   until_ts: float | None, buckets: int, fr: Frontiers) -> dict[str, Series]:
     """The reference rank's step series, read together (one x range, one statement).
 
@@ -334,7 +283,7 @@ def _train_series(reader: StoreReader, job: str | None, train: _Train,
     return dict(zip(columns, found, strict=True))
 
 
-def _effect(reader: StoreReader, job: str | None, train: _Train, until_ts: float | None,
+def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: float | None,
             buckets: int, fr: Frontiers, series: Mapping[str, Series],
             nonfinite: tuple[int, ...]) -> _EffectFindings:
     if job is None:
@@ -428,7 +377,7 @@ def _thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
                   tuple(p[1] for p in points), tuple(p[1] for p in points))
 
 
-def _figures(run: Mapping[str, Any], train: _Train,
+def _figures(run: Mapping[str, Any], train: TrainView,
              gpus: Sequence[Mapping[str, Any]]) -> EfficiencyFigures:
     job_hosts = {r["host"] for r in train.latest}
     utils = [g.get("util") for g in gpus if not job_hosts or g["host"] in job_hosts]
@@ -439,7 +388,7 @@ def _figures(run: Mapping[str, Any], train: _Train,
     )
 
 
-def _efficiency(train: _Train, figures: EfficiencyFigures, series: Mapping[str, Series],
+def _efficiency(train: TrainView, figures: EfficiencyFigures, series: Mapping[str, Series],
                 busy: Series) -> Efficiency:
     throughput = Series()
     times = series.get("step_time")
@@ -590,8 +539,8 @@ def build_snapshot(
         return Snapshot(ts=until_ts or 0.0, source_label=label, job=None,
                         controllable=controllable)
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
-    job = reader.memo("job", fr.key("train", "run", "event"),
-                      lambda: reader.current_job(until_ts=until_ts, frontiers=fr))
+    tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
+    job = tail.job(fr, until_ts)
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     # The reads below do not depend on one another's answers: DuckDB runs them side by
@@ -606,7 +555,7 @@ def build_snapshot(
         reader.series_columns_held, "gpu_busy", "gpu", ("util",), where={}, x="ts",
         buckets=buckets, until_ts=until_ts, frontiers=fr)
     nonfinite_f = pool.submit(_nonfinite, reader, job, until_ts, fr) if job else None
-    train = _read_train(reader, job, until_ts, run.get("world_size"), fr)
+    train = tail.view(job, run.get("world_size"), fr, until_ts)
     series = _train_series(reader, job, train, until_ts, buckets, fr)
     gpus = gpus_f.result()
     host_samples = host_samples_f.result()

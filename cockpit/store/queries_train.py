@@ -68,14 +68,10 @@ class TrainQueries(ReaderBase):
                            frontiers=frontiers)
         return rows[0]["job"] if rows else None
 
-    def current_job(self, *, until_ts: float | None = None,
-                    frontiers: Frontiers | None = None) -> str | None:
-        """The job that trained most recently, else the most recently declared one."""
+    def declared_job(self, *, until_ts: float | None = None) -> str | None:
+        """The job most recently declared by a `run` record or lifecycle event."""
+        cond, args = until_clause(until_ts)
         with self._cur() as cur:
-            newest = self._newest_train_job(cur, until_ts, frontiers)
-            if newest is not None:
-                return newest
-            cond, args = until_clause(until_ts)
             return self.scalar(
                 cur,
                 "SELECT job FROM (SELECT job, ts, seq FROM run WHERE job IS NOT NULL"
@@ -83,6 +79,13 @@ class TrainQueries(ReaderBase):
                 f"{cond}) ORDER BY ts DESC, seq DESC LIMIT 1",
                 [*args, *args],
             )
+
+    def current_job(self, *, until_ts: float | None = None,
+                    frontiers: Frontiers | None = None) -> str | None:
+        """The job that trained most recently, else the most recently declared one."""
+        with self._cur() as cur:
+            newest = self._newest_train_job(cur, until_ts, frontiers)
+        return newest if newest is not None else self.declared_job(until_ts=until_ts)
 
     def run_info(self, job: str, *, until_ts: float | None = None) -> dict[str, Any]:
         """The job's `run` records merged in order (a later non-null field wins), plus
@@ -182,20 +185,43 @@ class TrainQueries(ReaderBase):
                 if after is None or (after["step"], after["rank"]) != (r["step"], r["rank"])]
 
     def recent_step_samples(
-        self, job: str, n: int, *, until_ts: float | None, last_step: int
+        self, job: str, n: int, *, until_ts: float | None, last_step: int,
+        bounded: bool = True,
     ) -> list[tuple[Any, ...]]:
         """`recent_steps` as plain tuples of `SAMPLE_COLUMNS`: a refresh reads a few
-        thousand of them, and the analysis rules need no dict per row."""
+        thousand of them, and the analysis rules need no dict per row. With `bounded`
+        false, steps past `last_step` (a rank ahead of the newest record, or the steps
+        a rolled-back job has yet to redo) are included too."""
         cond, args = until_clause(until_ts)
+        upper = " AND step <= ?" if bounded else ""
         with self._cur() as cur:
             rows = cur.execute(
-                f"SELECT {SAMPLE_COLUMNS} FROM train WHERE job = ? AND step > ? AND step <= ?"
+                f"SELECT {SAMPLE_COLUMNS} FROM train WHERE job = ? AND step > ?{upper}"
                 f"{cond} ORDER BY step, rank, ts, seq",
-                [job, last_step - n, last_step, *args],
+                [job, last_step - n, *([last_step] if bounded else []), *args],
             ).fetchall()
-        # Sorted by (step, rank, ts, seq): the newest run of a (rank, step) comes last.
-        return [r for r, after in zip(rows, [*rows[1:], None], strict=True)
-                if after is None or (after[2], after[0]) != (r[2], r[0])]
+        return newest_per_rank_step(rows)
+
+    def newest_train_row(self, *, until_ts: float | None = None,
+                         frontiers: Frontiers | None = None) -> Row | None:
+        """(job, ts, seq) of the newest training record."""
+        with self._cur() as cur:
+            rows = self.recent(cur, "train", until_ts=until_ts, columns="job, ts, seq",
+                               limit=1, frontiers=frontiers)
+        return rows[0] if rows else None
+
+    def train_rows_after(self, after_ts: float, *, until_ts: float | None,
+                         limit: int) -> list[Row] | None:
+        """Every training record with `after_ts` < ts (<= `until_ts`), all jobs, or None
+        when there are more than `limit` (a full read is then cheaper)."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            rows = self.fetch(
+                cur,
+                f"SELECT job, {STEP_COLUMNS} FROM train WHERE ts > ?{cond} LIMIT {limit + 1}",
+                [after_ts, *args],
+            )
+        return rows if len(rows) <= limit else None
 
     def series(
         self,
@@ -341,3 +367,10 @@ class TrainQueries(ReaderBase):
 def _to_series(found: Downsampled, n_columns: int) -> list[Series]:
     return [Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
             for xs, last, lo, hi in results(found.rows, n_columns)]
+
+
+def newest_per_rank_step(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows of `SAMPLE_COLUMNS` sorted by (step, rank, ts, seq), keeping the last, i.e.
+    the newest run, of each (rank, step)."""
+    return [r for r, after in zip(rows, [*rows[1:], None], strict=True)
+            if after is None or (after[2], after[0]) != (r[2], r[0])]

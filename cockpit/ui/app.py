@@ -8,6 +8,7 @@ it on their panes. Job-control and replay keys live in their own mixins.
 
 from __future__ import annotations
 
+import gc
 import time
 
 from textual import on, work
@@ -52,6 +53,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.snapshot: Snapshot | None = None
         self.gate = refresh_gate.RefreshGate()
         self.main_screen = MainScreen()
+        self._frozen = False
 
     def get_default_screen(self) -> Screen:
         return self.main_screen
@@ -63,6 +65,22 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def on_unmount(self) -> None:
         self.source.stop()  # type: ignore[attr-defined]
+        if self._frozen:
+            gc.unfreeze()
+
+    def _freeze_startup_objects(self) -> None:
+        """Keep the garbage collector's full passes off the screen's objects.
+
+        A full collection walks every object alive, and a composed screen holds tens of
+        thousands (widgets, styles, render caches): each pass stalled a refresh by up to
+        a tenth of a second. Once the first snapshot is on screen those objects live as
+        long as the app, so they are moved out of the collector's view (`gc.freeze`);
+        what each refresh allocates is still collected as usual.
+        """
+        if not self._frozen:
+            gc.collect()
+            gc.freeze()
+            self._frozen = True
 
     def _on_data(self) -> None:
         """Called by the source from any thread."""
@@ -94,6 +112,8 @@ class CockpitApp(ControlActions, ReplayActions, App):
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen | DrillDownScreen):
                 screen.snapshot = message.snapshot
+        if not self._frozen:
+            self.call_after_refresh(self._freeze_startup_objects)
 
     @on(Worker.StateChanged)
     def _worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -1,0 +1,237 @@
+"""The step records a snapshot builds on, kept up to date from the rows added since.
+
+Every refresh needs the current job, each rank's newest step record and the last
+hundred or so steps of every rank. Read afresh, that is three statements whose cost
+is mostly DuckDB planning them; yet between two refreshes a running job adds a few
+rows. `TrainTail` therefore keeps what it read and, when the store can tell that every
+row added since has a newer timestamp (`StoreReader.added_after`: a replay moving
+forward, a live store gaining rows in time order), reads just those rows in one small
+statement and folds them in. Whatever it cannot fold in exactly (another job, a
+different number of ranks, a step window that moved back after a rollback, a rank
+silent for longer than the rows it holds) sends it back to the full read, and so does
+every `FULL_READ_EVERY`th refresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cockpit.analysis.ranks import StepSample, step_wall_times
+from cockpit.store.queries import Frontiers, StoreReader
+from cockpit.store.queries_train import LATEST_STEP_WINDOWS, newest_per_rank_step
+
+RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
+MIN_RECENT_STEPS = 10
+MAX_RECENT_STEPS = 200
+FULL_READ_EVERY = 240
+ADDED_ROWS_LIMIT = 20_000  # more added rows than this: the full read is cheaper
+
+
+@dataclass(frozen=True)
+class TrainView:
+    """What the step records say, gathered once and shared by the panes."""
+
+    latest: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[StepSample] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    ref_rank: int | None = None  # the rank whose loss/LR series are drawn
+    newest: dict[str, Any] | None = None
+    global_samples: int | None = None  # samples per optimizer step, all ranks
+    global_tokens: int | None = None
+
+
+@dataclass
+class _Held:
+    """What the last read found, and how far it can be trusted."""
+
+    fr: Frontiers
+    newest_row: tuple[float, int, str] | None  # (ts, seq, job) of the newest record
+    job: str | None = None
+    world: int | None = None
+    by_rank: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    # by_rank holds every rank whose newest record is newer than this (-inf: all).
+    complete_after: float = -math.inf
+    window: list[StepSample] = field(default_factory=list)  # steps > low, every rank
+    low: int = 0
+    steps: int = 0  # steps per rank in the window
+    view: TrainView = field(default_factory=TrainView)
+    extensions: int = 0
+
+
+def steps_per_rank(ranks: int) -> int:
+    return max(MIN_RECENT_STEPS, min(MAX_RECENT_STEPS, RECENT_STEP_ROWS // max(ranks, 1)))
+
+
+class TrainTail:
+    """The current job and its `TrainView`, for one reader (one snapshot at a time)."""
+
+    def __init__(self, reader: StoreReader) -> None:
+        self._reader = reader
+        self._held: _Held | None = None
+        self._added: tuple[Frontiers, list[dict[str, Any]] | None] | None = None
+
+    def job(self, fr: Frontiers, until_ts: float | None) -> str | None:
+        """The job that trained most recently, else the most recently declared one."""
+        held = self._held
+        added = self._rows_added(fr, until_ts)
+        if held is not None and held.newest_row is not None and added is not None:
+            newest = max([held.newest_row,
+                          *((r["ts"], r["seq"], r["job"]) for r in added)])
+            return newest[2]
+        row = self._reader.newest_train_row(until_ts=until_ts, frontiers=fr)
+        if row is not None:
+            return str(row["job"])
+        return self._reader.memo(
+            "declared_job", fr.key("run", "event"),
+            lambda: self._reader.declared_job(until_ts=until_ts))
+
+    def view(self, job: str | None, world: int | None, fr: Frontiers,
+             until_ts: float | None) -> TrainView:
+        held = self._held
+        if job is None:
+            self._held = None
+            return TrainView()
+        if held is not None and held.job == job and held.world == world:
+            if held.fr.key("train") == fr.key("train"):
+                return held.view
+            added = self._rows_added(fr, until_ts)
+            if added is not None and held.extensions < FULL_READ_EVERY:
+                extended = _extend(held, added, fr)
+                if extended is not None:
+                    self._held = extended
+                    return extended.view
+        self._held = self._full_read(job, world, fr, until_ts)
+        return self._held.view
+
+    def _rows_added(self, fr: Frontiers, until_ts: float | None) -> list[dict[str, Any]] | None:
+        """The training records added since the held read (read once per frontier)."""
+        held = self._held
+        if held is None:
+            return None
+        if self._added is not None and self._added[0] is fr:
+            return self._added[1]
+        if held.fr.key("train") == fr.key("train"):
+            return []  # nothing visible was added
+        rows = None
+        after = self._reader.added_after("train", held.fr, fr)
+        if after is not None:
+            rows = self._reader.train_rows_after(after, until_ts=until_ts,
+                                                 limit=ADDED_ROWS_LIMIT)
+        self._added = (fr, rows)
+        return rows
+
+    def _full_read(self, job: str, world: int | None, fr: Frontiers,
+                   until_ts: float | None) -> _Held:
+        reader = self._reader
+        newest_row = reader.newest_train_row(until_ts=until_ts, frontiers=fr)
+        held = _Held(fr, None if newest_row is None else
+                     (newest_row["ts"], newest_row["seq"], newest_row["job"]), job, world)
+        latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world,
+                                     frontiers=fr)
+        if not latest:
+            return held
+        held.by_rank = {r["rank"]: r for r in latest}
+        held.complete_after = _complete_after(latest, fr, world)
+        newest = _newest(latest)
+        held.steps = steps_per_rank(len(latest))
+        last_step = int(newest["step"])
+        held.low = last_step - held.steps
+        held.window = [StepSample(*r) for r in reader.recent_step_samples(
+            job, held.steps, until_ts=until_ts, last_step=last_step, bounded=False)]
+        held.view = _make_view(latest, newest, held.window)
+        return held
+
+
+def _newest(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    return max(rows, key=lambda r: (r["ts"], r["seq"]))  # type: ignore[return-value]
+
+
+def _complete_after(latest: list[dict[str, Any]], fr: Frontiers, world: int | None) -> float:
+    """Below which ts a full read's rank set may have left ranks out: it stops at the
+    first window (before the newest record) holding `world` ranks."""
+    end = fr.ts.get("train")
+    want = world or 1
+    for window in LATEST_STEP_WINDOWS:
+        if window is None or end is None:
+            return -math.inf
+        if sum(1 for r in latest if r["ts"] > end - window) >= want:
+            return end - window
+    return -math.inf
+
+
+def _choose_ranks(by_rank: Mapping[Any, dict[str, Any]], end: float, world: int | None,
+                  complete_after: float) -> list[dict[str, Any]] | None:
+    """What `latest_train` answers at `end`, from the ranks held, or None when a rank
+    not held could be part of that answer."""
+    want = world or 1
+    for window in LATEST_STEP_WINDOWS:
+        floor = -math.inf if window is None else end - window
+        chosen = [r for r in by_rank.values() if r["ts"] > floor]
+        if len(chosen) >= want or window is None:
+            if floor < complete_after:
+                return None
+            return sorted(chosen, key=lambda r: (r["rank"] is None, r["rank"]))
+    return None
+
+
+def _sample(row: Mapping[str, Any]) -> StepSample:
+    rank = row["rank"]
+    return StepSample(-1 if rank is None else int(rank), row["host"], int(row["step"]),
+                      row["step_time"], row["data_time"], row["compute_time"],
+                      row["comm_time"], row["samples"], row["tokens"], row["ts"])
+
+
+def _extend(held: _Held, added: list[dict[str, Any]], fr: Frontiers) -> _Held | None:
+    end = fr.ts.get("train")
+    if end is None:
+        return None
+    # Shaped as `latest_train` rows (which do not repeat the job).
+    rows = [{k: v for k, v in r.items() if k != "job"} for r in added if r["job"] == held.job]
+    by_rank = dict(held.by_rank)
+    for r in rows:
+        old = by_rank.get(r["rank"])
+        if old is None or (r["ts"], r["seq"]) > (old["ts"], old["seq"]):
+            by_rank[r["rank"]] = r
+    newest_row = max([held.newest_row, *((r["ts"], r["seq"], r["job"]) for r in added)]) \
+        if held.newest_row is not None else None
+    latest = _choose_ranks(by_rank, end, held.world, held.complete_after)
+    if not latest:
+        return None
+    newest = _newest(latest)
+    steps = steps_per_rank(len(latest))
+    last_step = int(newest["step"])
+    low = last_step - steps
+    if steps != held.steps or low < held.low:
+        return None  # another rank count, or the window moved back (a rollback)
+    fresh = [_sample(r) for r in rows if r["step"] is not None and r["step"] > low]
+    merged = sorted([*(s for s in held.window if s.step > low), *fresh],
+                    key=lambda s: (s.step, s.rank, s.ts if s.ts is not None else -math.inf))
+    window = newest_per_rank_step(merged)  # type: ignore[arg-type]
+    return _Held(fr, newest_row, held.job, held.world, by_rank, held.complete_after,
+                 window, low, steps, _make_view(latest, newest, window),
+                 held.extensions + 1)
+
+
+def _make_view(latest: list[dict[str, Any]], newest: dict[str, Any],
+               window: list[StepSample]) -> TrainView:
+    last_step = int(newest["step"])
+    samples = [s for s in window if s.step <= last_step]
+    at_newest = [r for r in latest if r["step"] == newest["step"]]
+    ranks = [r["rank"] for r in latest if r["rank"] is not None]
+    return TrainView(
+        latest=latest,
+        samples=samples,
+        walls=step_wall_times(samples),
+        ref_rank=min(ranks) if ranks else None,
+        newest=newest,
+        global_samples=_total(r["samples"] for r in at_newest),
+        global_tokens=_total(r["tokens"] for r in at_newest),
+    )
+
+
+def _total(values: Iterable[Any]) -> int | None:
+    known = [v for v in values if v is not None]
+    return int(sum(known)) if known else None

@@ -1,0 +1,115 @@
+"""`TrainTail` folds added step records in and answers what a full read answers.
+
+Every answer here is compared with a fresh `TrainTail` (which reads in full) at the
+same cursor; the held one must also have taken the cheap path where it can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.protocol import encode
+from cockpit.store import Store
+from cockpit.store.queries import StoreReader
+from cockpit.train_tail import TrainTail
+from tests.store.wire import TS0
+
+RANKS = 4
+
+
+def steps(first: int, last: int, *, seq0: int, job: str = "j1", ranks: int = RANKS,
+          ts_of=lambda step, rank: TS0 + step + rank * 0.01, skip: tuple[int, ...] = ()) -> bytes:
+    lines = []
+    seq = seq0
+    for step in range(first, last + 1):
+        for rank in range(ranks):
+            if rank in skip:
+                continue
+            lines.append(encode("train", seq, {
+                "job": job, "rank": rank, "step": step, "loss": 1.0 / step,
+                "step_time": 0.5 + 0.01 * rank, "comm_time": 0.1, "samples": 8,
+            }, ts=ts_of(step, rank)))
+            seq += 1
+    return b"".join(lines)
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "tail.duckdb")
+    yield s
+    s.close()
+
+
+def check(reader: StoreReader, tail: TrainTail, until_ts: float | None,
+          world: int | None = RANKS) -> int:
+    """Compare with a full read at the same cursor; the held tail's extension count."""
+    fr = reader.frontiers(until_ts=until_ts)
+    job = tail.job(fr, until_ts)
+    view = tail.view(job, world, fr, until_ts)
+    fresh = TrainTail(StoreReader(reader._store))
+    fr2 = fresh._reader.frontiers(until_ts=until_ts)
+    job2 = fresh.job(fr2, until_ts)
+    assert job == job2
+    assert view == fresh.view(job2, world, fr2, until_ts)
+    return tail._held.extensions if tail._held else 0
+
+
+def test_replay_forward_extends_and_matches(store: Store) -> None:
+    store.ingest("h1", steps(1, 600, seq0=1))
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    counts = [check(reader, tail, TS0 + 300 + i * 1.5) for i in range(40)]
+    assert counts[0] == 0 and counts[-1] == 39
+
+
+def test_live_growth_extends_until_a_rollback_or_a_new_job(store: Store) -> None:
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    store.ingest("h1", steps(1, 300, seq0=1))
+    assert check(reader, tail, None) == 0
+    seq = 10_000
+    for first in range(301, 341, 5):
+        store.ingest("h1", steps(first, first + 4, seq0=seq))
+        seq += 100
+        assert check(reader, tail, None) > 0
+    # Resumed from the checkpoint of step 250: steps 251.. again, newer timestamps.
+    store.ingest("h1", steps(251, 255, seq0=seq, ts_of=lambda s, r: TS0 + 1000 + s + r * 0.01))
+    seq += 100
+    assert check(reader, tail, None) == 0
+    store.ingest("h1", steps(256, 260, seq0=seq, ts_of=lambda s, r: TS0 + 1000 + s + r * 0.01))
+    seq += 100
+    assert check(reader, tail, None) == 1
+    # A fork starts training: the newest records are another job's.
+    store.ingest("h1", steps(1, 3, seq0=seq, job="fork",
+                             ts_of=lambda s, r: TS0 + 2000 + s + r * 0.01))
+    assert check(reader, tail, None) == 0
+
+
+def test_a_late_row_from_a_lagging_host_forces_a_full_read(store: Store) -> None:
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    store.ingest("h1", steps(1, 200, seq0=1, skip=(3,)))
+    store.ingest("h2", steps(1, 150, seq0=1, ranks=4, skip=(0, 1, 2)))
+    assert check(reader, tail, None) == 0
+    store.ingest("h1", steps(201, 205, seq0=5000, skip=(3,)))
+    assert check(reader, tail, None) == 1
+    # Rank 3's host catches up with records stamped before the last frontier.
+    store.ingest("h2", steps(151, 190, seq0=5000, ranks=4, skip=(0, 1, 2)))
+    assert check(reader, tail, None) == 0
+
+
+def test_a_rank_silent_past_the_held_window_is_found_by_a_full_read(store: Store) -> None:
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    # Rank 3 stopped at step 100; the others go on far past the first window.
+    store.ingest("h1", steps(1, 100, seq0=1))
+    store.ingest("h1", steps(101, 200, seq0=1000, skip=(3,)))
+    check(reader, tail, None)
+    seq = 5000
+    for first in range(201, 400, 20):
+        store.ingest("h1", steps(first, first + 19, seq0=seq, skip=(3,)))
+        seq += 100
+        check(reader, tail, None)
