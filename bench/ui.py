@@ -134,7 +134,8 @@ async def _refresh(app: Any, pilot: Any) -> float:
     panes, their widgets ask for repaints through Textual's messages, and the screen
     paints the widgets marked dirty on its next update tick. Here the messages are let
     through until no widget has a repaint or layout pending, and the screen's update is
-    then called directly, so that no timer granularity is counted. `pilot.pause()` is
+    then called directly (having waited for the screen to take in those messages), so
+    that no timer granularity is counted. `pilot.pause()` is
     kept out of the timing: it waits for the whole process to look idle, which takes
     longer than the refresh itself.
     """
@@ -145,9 +146,13 @@ async def _refresh(app: Any, pilot: Any) -> float:
         await asyncio.sleep(POLL_S)
     screen = app.screen
     while True:
-        await asyncio.sleep(0)  # the widgets' refresh requests become Update messages
-        if not any(w._repaint_required or w._layout_required
-                   for w in screen.walk_children(with_self=True)):
+        # The widgets' refresh requests become Update messages, which the screen
+        # turns into its set of dirty widgets.
+        await asyncio.sleep(0)
+        if screen._message_queue.empty() and not any(
+            w._repaint_required or w._layout_required
+            for w in screen.walk_children(with_self=True)
+        ):
             break
     screen._on_timer_update()
     elapsed = (time.perf_counter() - start) * 1000

@@ -204,45 +204,62 @@ def extend_downsampled(
     have ts > `after_ts` (`ReaderBase.added_after`), or None when only a full read can
     answer exactly.
 
-    A growing series changes only in its last bucket: that bucket is read again from
-    the raw rows (at most one bucket's worth, found through x and ts ranges) together
-    with any added row that fell into an earlier bucket, which sends the caller back
-    to the full read, as does a longer span that would change the bucket width. The
-    result is what `downsample_rows` would answer now, for a fraction of its cost
-    (most of which is planning the level statement).
+    The added rows are aggregated per bucket (a range read on ts: a few rows) and
+    merged into the held buckets: minimum and maximum merge as they are, and the last
+    value does too as long as every added row of a bucket lies past the bucket's
+    newest x (a series that grows). An added row at or before the x its bucket
+    already reached (a job rolled back to an earlier step), or a span long enough to
+    change the bucket width, sends the caller back to the full read. The result is
+    what `downsample_rows` would answer now, for a fraction of its cost (most of which
+    is planning the level statement).
     """
     if not held.rows or held.x0 is None or held.x1 is None:
         return None
     for column in columns:
         _check_name(table, column, "column")
     _check_name(table, x, "x")
-    tail_tb = int(held.rows[-1][0])
-    params: dict[str, Any] = {"w": held.width, "tail": tail_tb * held.width,
-                              "after": after_ts}
+    params: dict[str, Any] = {"w": held.width, "after": after_ts}
     cond = _where_sql(where, params)
     if until_ts is not None:
         params["until"] = until_ts
         cond += " AND ts <= $until"
-    values = _raw_values(columns, x)
-    parts = [f'SELECT "{x}", {values} FROM "{table}" WHERE "{x}" >= $tail AND {cond}',
-             f'SELECT "{x}", {values} FROM "{table}" WHERE ts > $after AND "{x}" < $tail '
-             f"AND {cond}"]
     merged = ", ".join(f"arg_max(v{i}, l{i}), min(v{i}), max(v{i})"
                        for i in range(len(columns)))
-    sql = (f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), {merged} '
-           f"FROM ({' UNION ALL '.join(parts)}) GROUP BY tb ORDER BY tb")
-    rows = _run(cursor, sql, params)
-    if not rows or int(rows[0][0]) < tail_tb:
-        return None  # the tail lost its rows, or an added row fell into an older bucket
-    x1 = max(held.x1, float(rows[-1][1]))
+    sql = (f'SELECT floor("{x}" / $w)::BIGINT AS tb, max("{x}"), min("{x}"), {merged} '
+           f'FROM (SELECT "{x}", {_raw_values(columns, x)} FROM "{table}" '
+           f"WHERE ts > $after AND {cond}) GROUP BY tb ORDER BY tb")
+    added = _run(cursor, sql, params)
+    if not added:
+        return Downsampled(held.rows, held.x0, held.x1, held.level, held.width,
+                           held.integer_x)
+    if min(float(r[2]) for r in added) < held.x0:
+        return None  # the series now starts earlier: another span, another plan
+    by_tb = {int(r[0]): r for r in held.rows}
+    for row in added:
+        tb = int(row[0])
+        old = by_tb.get(tb)
+        if old is None:
+            by_tb[tb] = (row[0], row[1], *row[3:])
+            continue
+        if row[2] <= old[1]:
+            return None  # an added row at or before what the bucket held: no clear last
+        values: list[Any] = [old[0], row[1]]
+        for i in range(len(columns)):
+            last, lo, hi = row[3 + 3 * i: 6 + 3 * i]
+            o_last, o_lo, o_hi = old[2 + 3 * i: 5 + 3 * i]
+            values += [o_last if last is None else last,
+                       o_lo if lo is None else lo if o_lo is None else min(lo, o_lo),
+                       o_hi if hi is None else hi if o_hi is None else max(hi, o_hi)]
+        by_tb[tb] = tuple(values)
+    x1 = max(held.x1, float(added[-1][1]))
     ends = [x1] + ([until_ts] if x == "ts" and until_ts is not None else [])
     levels = held.level is not None
     for end in ends:
         if plan(end - held.x0, buckets, integer_x=held.integer_x, levels=levels) \
                 != (held.level, held.width):
             return None
-    return Downsampled([*held.rows[:-1], *rows], held.x0, x1, held.level, held.width,
-                       held.integer_x)
+    return Downsampled([by_tb[tb] for tb in sorted(by_tb)], held.x0, x1, held.level,
+                       held.width, held.integer_x)
 
 
 def results(rows: Sequence[tuple[Any, ...]], n_columns: int) -> list[Result]:

@@ -11,6 +11,7 @@ is the last resort for data that is genuinely old.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -27,6 +28,7 @@ JSON_COLUMNS = frozenset(
     name for cols in RECORD_COLUMNS.values() for name, typ in cols.items() if typ == "JSON"
 ) | {"raw"}
 RECORD_TABLES: tuple[str, ...] = tuple(RECORD_COLUMNS)
+LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -43,6 +45,10 @@ def _decode(name: str, value: Any) -> Any:
         except orjson.JSONDecodeError:
             return value
     return value
+
+
+def _ordered(by_key: dict[tuple, Row], keys: Sequence[str]) -> list[Row]:
+    return sorted(by_key.values(), key=lambda r: tuple((r[k] is None, r[k]) for k in keys))
 
 
 def until_clause(until_ts: float | None, column: str = "ts") -> tuple[str, list[Any]]:
@@ -237,8 +243,71 @@ class ReaderBase:
         for name in JSON_COLUMNS.intersection(rows[0] if rows else ()):
             for row in rows:
                 row[name] = _decode(name, row[name])
-        rows.sort(key=lambda r: tuple((r[k] is None, r[k]) for k in keys))
+        return _ordered({tuple(r[k] for k in keys): r for r in rows}, keys)
+
+    def latest_per_held(
+        self, table: str, keys: Sequence[str], *, until_ts: float | None,
+        windows: Sequence[float | None], frontiers: Frontiers,
+    ) -> list[Row]:
+        """`latest_per`, remembered and, when every row added since has a newer ts
+        (`added_after`), brought up to date from those rows alone.
+
+        The remembered answer knows every group whose newest row is newer than the
+        window it was read in; the update is exact as long as the window chosen now
+        starts no earlier than that (else it reads in full).
+        """
+        name = f"latest:{table}"
+        params = (table, tuple(keys), tuple(windows))
+        held = self.recall(name)
+        if held is not None:
+            (held_params, held_fr, complete_after), by_key = held
+            if held_params == params:
+                if held_fr.key(table) == frontiers.key(table):
+                    return _ordered(by_key, keys)
+                after = self.added_after(table, held_fr, frontiers)
+                end = frontiers.ts.get(table)
+                if after is not None and end is not None:
+                    found = self._fold_latest(table, keys, dict(by_key), after, until_ts,
+                                              end, windows, complete_after)
+                    if found is not None:
+                        self.remember(name, (params, frontiers, complete_after), found)
+                        return _ordered(found, keys)
+        with self._cur() as cur:
+            rows = self.latest_per(cur, table, keys, until_ts=until_ts, windows=windows,
+                                   frontiers=frontiers)
+        end = frontiers.ts.get(table)
+        complete_after = -math.inf
+        if rows and end is not None:
+            oldest = min(r["ts"] for r in rows)
+            for window in windows:
+                if window is not None and oldest > end - window:
+                    complete_after = end - window
+                    break
+        self.remember(name, (params, frontiers, complete_after),
+                      {tuple(r[k] for k in keys): r for r in rows})
         return rows
+
+    def _fold_latest(self, table: str, keys: Sequence[str], by_key: dict[tuple, Row],
+                     after: float, until_ts: float | None, end: float,
+                     windows: Sequence[float | None],
+                     complete_after: float) -> dict[tuple, Row] | None:
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            added = self.fetch(cur, f'SELECT * FROM "{table}" WHERE ts > ?{cond} '
+                               f"LIMIT {LATEST_ADDED_LIMIT + 1}", [after, *args])
+        if len(added) > LATEST_ADDED_LIMIT:
+            return None
+        for row in added:
+            key = tuple(row[k] for k in keys)
+            old = by_key.get(key)
+            if old is None or (row["ts"], row["seq"]) > (old["ts"], old["seq"]):
+                by_key[key] = row
+        for window in windows:
+            floor = -math.inf if window is None else end - window
+            chosen = {k: r for k, r in by_key.items() if r["ts"] > floor}
+            if chosen or window is None:
+                return chosen if floor >= complete_after else None
+        return None
 
     def old_last_seen(self, cur: Any, host: str, end: float) -> float | None:
         """Newest record of a host that sent nothing within the widest bounded window.

@@ -154,16 +154,22 @@ class HealthQueries(ReaderBase):
     def latest_gpus(self, *, until_ts: float | None = None,
                     frontiers: Frontiers | None = None) -> list[Row]:
         """Newest sample of every GPU sampled recently, by (host, gpu)."""
+        if frontiers is not None:
+            return self.latest_per_held("gpu", ("host", "gpu"), until_ts=until_ts,
+                                        windows=SAMPLE_WINDOWS, frontiers=frontiers)
         with self._cur() as cur:
             return self.latest_per(cur, "gpu", ("host", "gpu"), until_ts=until_ts,
-                                   windows=SAMPLE_WINDOWS, frontiers=frontiers)
+                                   windows=SAMPLE_WINDOWS)
 
     def latest_host_samples(self, *, until_ts: float | None = None,
                             frontiers: Frontiers | None = None) -> list[Row]:
         """Newest host sample of every host sampled recently."""
+        if frontiers is not None:
+            return self.latest_per_held("host_sample", ("host",), until_ts=until_ts,
+                                        windows=SAMPLE_WINDOWS, frontiers=frontiers)
         with self._cur() as cur:
             return self.latest_per(cur, "host_sample", ("host",), until_ts=until_ts,
-                                   windows=SAMPLE_WINDOWS, frontiers=frontiers)
+                                   windows=SAMPLE_WINDOWS)
 
     def gpu_events(self, *, until_ts: float | None = None, limit: int = 200,
                    frontiers: Frontiers | None = None) -> list[Row]:

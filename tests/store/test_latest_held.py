@@ -1,0 +1,56 @@
+"""`latest_per_held` folds added rows in and answers what `latest_per` answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cockpit.store import Store
+from cockpit.store.queries import StoreReader
+from cockpit.store.queries_health import SAMPLE_WINDOWS
+from tests.store.wire import TS0, gpu
+
+
+class CountingReader(StoreReader):
+    full_reads = 0
+
+    def latest_per(self, *args, **kw):  # type: ignore[no-untyped-def]
+        self.full_reads += 1
+        return super().latest_per(*args, **kw)
+
+
+def _both(reader: CountingReader, until_ts: float | None) -> None:
+    fr = reader.frontiers(until_ts=until_ts)
+    held = reader.latest_gpus(until_ts=until_ts, frontiers=fr)
+    plain = StoreReader(reader._store)
+    with plain._cur() as cur:
+        assert held == plain.latest_per(cur, "gpu", ("host", "gpu"), until_ts=until_ts,
+                                        windows=SAMPLE_WINDOWS)
+
+
+def test_replay_and_live_growth_match_a_full_read(tmp_path: Path) -> None:
+    store = Store(tmp_path / "g.duckdb")
+    try:
+        reader = CountingReader(store)
+        # GPU 0..3 every second; GPU 3 falls silent at 100 s, GPU 2 at 700 s.
+        lines = [gpu(seq, index=i, ts=TS0 + t)
+                 for seq, (t, i) in enumerate(((t, i) for t in range(900) for i in range(4)
+                                               if not (i == 3 and t > 100)
+                                               and not (i == 2 and t > 700)), start=1)]
+        store.ingest("h1", b"".join(lines))
+        for until in [TS0 + 50 + 7 * k for k in range(130)]:
+            _both(reader, until)
+        # Read in full once; the rest folded in (GPUs 3 and 2 leave the window alone).
+        assert reader.full_reads == 1
+        seq = 100_000
+        for t in range(900, 960):
+            store.ingest("h1", b"".join(gpu(seq + i, index=i, ts=TS0 + t) for i in range(2)))
+            seq += 10
+            _both(reader, None)
+        assert reader.full_reads == 2  # live after replay: other frontiers
+        # A late sample of the silent GPU 3, stamped in the past: read in full.
+        before = reader.full_reads
+        store.ingest("h1", gpu(seq, index=3, ts=TS0 + 930))
+        _both(reader, None)
+        assert reader.full_reads == before + 1
+    finally:
+        store.close()
