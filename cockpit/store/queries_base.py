@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from cockpit.store.queries_frontiers import Frontiers, probe_frontiers
+from cockpit.store.queries_frontiers import Frontiers, probe_frontiers, probe_next
 from cockpit.store.schema import RECORD_COLUMNS
 
 # Seconds before the newest record that a probe looks at, widening in turn (None: all).
@@ -66,6 +66,8 @@ class ReaderBase:
         # name -> (key, value): one remembered answer per kind of read, see `memo`.
         self._memo: dict[str, tuple[Any, Any]] = {}
         self._sizes: dict[str, int] = {}  # rows per table at the last `frontiers` call
+        # A read-only store's last frontiers and each table's next ts after them.
+        self._frontier_hint: tuple[Frontiers, Mapping[str, float | None]] | None = None
 
     def memo(self, name: str, key: Any, compute: Callable[[], T]) -> T:
         """The answer last computed under `name` if it was computed for `key`, else a
@@ -121,11 +123,41 @@ class ReaderBase:
         return old_end if newer == rows_now - rows_before else None
 
     def frontiers(self, *, until_ts: float | None = None) -> Frontiers:
-        """Every record table's newest ts at or before `until_ts`, and its size."""
+        """Every record table's newest ts at or before `until_ts`, and its size.
+
+        A store opened read-only cannot change while it is open (DuckDB locks the file
+        against writers), so a replay asks again only about the tables whose frontier
+        the cursor may have moved: a table's stays put while the cursor is at or after
+        it and before the table's next row (`probe_next`).
+        """
+        static = getattr(self._store, "read_only", False) is True
+        held = self._frontier_hint
+        if static and until_ts is not None and held is not None:
+            return self._moved_frontiers(until_ts, *held)
         with self._cur() as cur:
             found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes)
+            if static and until_ts is not None:
+                self._frontier_hint = (found, probe_next(cur, RECORD_TABLES, until_ts))
         self._sizes = dict(found.rows)
         return found
+
+    def _moved_frontiers(self, until_ts: float, held: Frontiers,
+                         next_ts: Mapping[str, float | None]) -> Frontiers:
+        def still(table: str) -> bool:
+            f, n = held.ts.get(table), next_ts.get(table)
+            return (f is None or f <= until_ts) and (n is None or until_ts < n)
+
+        moved = [t for t in RECORD_TABLES if not still(t)]
+        ts = dict(held.ts)
+        nexts = dict(next_ts)
+        if moved:
+            with self._cur() as cur:
+                found = probe_frontiers(cur, moved, until_ts, WINDOWS, self._sizes)
+                nexts.update(probe_next(cur, moved, until_ts))
+            ts.update(found.ts)
+        fresh = Frontiers(until_ts, ts, held.rows)
+        self._frontier_hint = (fresh, nexts)
+        return fresh
 
     @contextmanager
     def _cur(self) -> Iterator[Any]:

@@ -86,3 +86,13 @@ def probe_frontiers(
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def probe_next(cur: Any, tables: Sequence[str], until_ts: float) -> dict[str, float | None]:
+    """Per table, the oldest ts after `until_ts` (None: nothing after it): until the
+    cursor reaches it, the table's frontier cannot move."""
+    parts = " UNION ALL ".join(
+        f"SELECT '{t}', (SELECT min(ts) FROM \"{t}\" WHERE ts > ?)" for t in tables
+    )
+    found = cur.execute(parts, [until_ts] * len(tables)).fetchall()
+    return {t: _float(v) for t, v in found}

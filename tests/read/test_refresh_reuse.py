@@ -29,6 +29,29 @@ def test_frontiers_match_the_table_by_table_probe(reader: StoreReader) -> None:
                 assert found.rows[table] == rows
 
 
+def test_a_replay_reader_asks_only_about_tables_its_cursor_moved(recording: Path) -> None:
+    """On a read-only store the frontiers of tables whose next row lies beyond the
+    cursor are carried over; every answer equals a fresh probe's."""
+    import random
+
+    rnd = random.Random(5)
+    lo, hi = syn.T0, syn.step_ts(599) + 5
+    cursors = [lo + (hi - lo) * i / 80 for i in range(80)]  # forward, small steps
+    cursors += [rnd.uniform(lo - 5, hi + 5) for _ in range(40)]  # seeks both ways
+    with Store(recording, read_only=True) as store:
+        counting = _CountingStore(store)
+        kept = StoreReader(counting)
+        for until in cursors:
+            counting.statements.clear()
+            found = kept.frontiers(until_ts=until)
+            assert found == StoreReader(store).frontiers(until_ts=until), until
+        # Moving forward by a fraction of a second asks about few tables, if any.
+        kept.frontiers(until_ts=syn.step_ts(300))
+        counting.statements.clear()
+        kept.frontiers(until_ts=syn.step_ts(300) + 0.01)
+        assert all(s.count("UNION ALL") < len(RECORD_TABLES) - 1 for s in counting.statements)
+
+
 def test_a_long_lived_reader_builds_what_a_fresh_one_builds(recording: Path) -> None:
     """Forward, backward and repeated cursors, as a replay with seeks produces them."""
     with Store(recording, read_only=True) as store:
@@ -84,6 +107,7 @@ class _CountingStore:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self.read_only = store.read_only
         self.statements: list[str] = []
 
     @contextmanager
