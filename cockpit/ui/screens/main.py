@@ -35,6 +35,7 @@ class MainScreen(Screen):
     snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
     label: reactive[str] = reactive("", repaint=False)
     paused: reactive[bool] = reactive(False, repaint=False)
+    _found: tuple[StatusBar | Pane, ...] = ()  # filled on first use once mounted
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status-bar")
@@ -48,10 +49,18 @@ class MainScreen(Screen):
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
         if snapshot is None:
             return
-        for bar in self.query(StatusBar):
-            bar.snapshot = snapshot
-        for pane in self.query(Pane):
-            pane.snapshot = snapshot
+        for widget in self._receivers():
+            widget.snapshot = snapshot
+
+    def _receivers(self) -> tuple[StatusBar | Pane, ...]:
+        """The status bar and the four panes, found once: they are composed with the
+        screen and never replaced, and a query walks every widget on the screen."""
+        if not self._found:
+            found = (*self.query(StatusBar), *self.query(Pane))
+            if not self.is_mounted:
+                return found
+            self._found = found
+        return self._found
 
     def on_mount(self) -> None:
         self._update_status()
