@@ -215,6 +215,8 @@ def extend_downsampled(
     """
     if not held.rows or held.x0 is None or held.x1 is None:
         return None
+    if held.level is None and not held.integer_x:
+        return None  # raw rows at a width that follows the span exactly: never the same
     for column in columns:
         _check_name(table, column, "column")
     _check_name(table, x, "x")
