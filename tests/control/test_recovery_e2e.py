@@ -69,7 +69,9 @@ def test_killed_rank_and_hung_rank_are_recovered_from_newest_valid_checkpoint(
     second_start = d.event("job_started", lambda e: e["job"] == job
                            and e["data"]["attempt"] == 2)  # fmt: skip
     trained_before = max(t["step"] for t in d.train(job) if t["ts"] < second_start["ts"])
-    assert rec["steps_lost"] == trained_before - used.step
+    # The ranks' last records before the kill can die with them, unjournaled: the
+    # checkpoint may then be newer than any step the store saw, and nothing was lost.
+    assert rec["steps_lost"] == max(0, trained_before - used.step)
     assert rec["restart_count"] == 1 and rec["cause"] == "killed"
     assert rec["first_step"] == used.step + 1
     assert rec["recovery_seconds"] > 0
