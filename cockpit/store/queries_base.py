@@ -19,7 +19,12 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from cockpit.store.queries_frontiers import Frontiers, probe_frontiers, probe_next
+from cockpit.store.queries_frontiers import (
+    Frontiers,
+    probe_ahead,
+    probe_frontiers,
+    probe_next,
+)
 from cockpit.store.schema import RECORD_COLUMNS
 
 # Seconds before the newest record that a probe looks at, widening in turn (None: all).
@@ -28,6 +33,9 @@ JSON_COLUMNS = frozenset(
     name for cols in RECORD_COLUMNS.values() for name, typ in cols.items() if typ == "JSON"
 ) | {"raw"}
 RECORD_TABLES: tuple[str, ...] = tuple(RECORD_COLUMNS)
+# A replay cursor moved by at most this much past a table's frontier finds the new one
+# by a range read from the old (and looks this far ahead for the next row).
+NEAR_MOVE_S = 300.0
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
 
 Row = dict[str, Any]
@@ -148,13 +156,21 @@ class ReaderBase:
             return (f is None or f <= until_ts) and (n is None or until_ts < n)
 
         moved = [t for t in RECORD_TABLES if not still(t)]
+        # Moved forward a little past a frontier it had: a range read from there.
+        near = {t: f for t in moved if (f := held.ts.get(t)) is not None
+                and f <= until_ts and until_ts - f <= NEAR_MOVE_S}
+        far = [t for t in moved if t not in near]
         ts = dict(held.ts)
         nexts = dict(next_ts)
         if moved:
             with self._cur() as cur:
-                found = probe_frontiers(cur, moved, until_ts, WINDOWS, self._sizes)
-                nexts.update(probe_next(cur, moved, until_ts))
-            ts.update(found.ts)
+                if near:
+                    found_near, next_near = probe_ahead(cur, near, until_ts, NEAR_MOVE_S)
+                    ts.update(found_near)
+                    nexts.update(next_near)
+                if far:
+                    ts.update(probe_frontiers(cur, far, until_ts, WINDOWS, self._sizes).ts)
+                    nexts.update(probe_next(cur, far, until_ts))
         fresh = Frontiers(until_ts, ts, held.rows)
         self._frontier_hint = (fresh, nexts)
         return fresh

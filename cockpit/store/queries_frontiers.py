@@ -96,3 +96,25 @@ def probe_next(cur: Any, tables: Sequence[str], until_ts: float) -> dict[str, fl
     )
     found = cur.execute(parts, [until_ts] * len(tables)).fetchall()
     return {t: _float(v) for t, v in found}
+
+
+def probe_ahead(cur: Any, since: Mapping[str, float], until_ts: float,
+                ahead: float) -> tuple[dict[str, float | None], dict[str, float]]:
+    """For tables whose frontier was `since[t]` at an earlier cursor (<= `until_ts`):
+    their frontier now, and a ts before which they have no row after `until_ts` (their
+    next row, or `until_ts + ahead` when there is none that close).
+
+    One statement, each part a range read from the old frontier to a little past the
+    cursor, which zone maps bound to the rows a replay just moved over.
+    """
+    parts, args = [], []
+    for t, lo in since.items():
+        parts.append(f"SELECT '{t}', max(ts) FILTER (WHERE ts <= ?), "
+                     f"min(ts) FILTER (WHERE ts > ?) FROM \"{t}\" WHERE ts >= ? AND ts <= ?")
+        args += [until_ts, until_ts, lo, until_ts + ahead]
+    frontier: dict[str, float | None] = {}
+    nexts: dict[str, float] = {}
+    for t, hi, nxt in cur.execute(" UNION ALL ".join(parts), args).fetchall():
+        frontier[t] = _float(hi) if hi is not None else since[t]
+        nexts[t] = float(nxt) if nxt is not None else until_ts + ahead
+    return frontier, nexts
