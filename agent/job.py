@@ -51,7 +51,8 @@ SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agen
 STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
 PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
 IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
-ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN)  # a new agent takes over
+# A new agent takes these over (a spare in standby keeps waiting for its claim).
+ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN, STANDBY)
 ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
 
 
@@ -783,6 +784,7 @@ class ManagedJob:
         data.update({
             "policy": self.policy.state(), "failure": self._failure,
             "freeze_until": self._freeze_until,
+            "standby_since": self.membership.standby_since,
             "process": sup.identity() if sup is not None else None,
             "agent_pid": os.getpid(), "saved_at": time.time(),
             "journal_head": self.journal.head,
@@ -882,15 +884,21 @@ class ManagedJob:
             ended = sup.ended_at
             if ended is not None and sup.pid is not None:
                 self._last_alive = {sup.pid: ended}
+        standby = previous == STANDBY and sup is None
         what = ("torchrun pid %s and its ranks still run" % data["pid"] if alive_now
                 else "its attempt %d ended while no agent watched" % self.attempt
-                if sup is not None else "no process of it was recorded")
+                if sup is not None else "a spare, still in standby" if standby
+                else "no process of it was recorded")
         self._event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
                     % (self.name, saved.get("agent_pid"), what), data,
                     step=self._cur_max)
         if previous == BACKOFF:
             self.state = BACKOFF
             return now
+        if standby:
+            self.state = STANDBY
+            self.membership.resume_standby(float(saved.get("standby_since") or now))
+            return None
         if sup is None:
             checkpoint, _skipped = self._newest_checkpoint()
             self._launch(checkpoint, reason="resume")

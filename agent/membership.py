@@ -413,6 +413,16 @@ class Membership:
             time.sleep(0.1)
 
     # -- spares and exclusion ----------------------------------------------------------
+    @property
+    def standby_since(self) -> float:
+        """When this spare started waiting: claims made since then are for it."""
+        return self._standby_since
+
+    def resume_standby(self, since: float) -> None:
+        """Wait as a spare again after an agent restart, still answering the claims
+        made since `since`: one made while no agent was running is taken up now."""
+        self._standby_since = since
+
     def standby(self) -> None:
         """Wait as a spare; a claim left from an earlier run of the job is not for us."""
         self._standby_since = time.time()
