@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.errors import CockpitError
 from cockpit.ingest.writer import StoreWriter
@@ -31,6 +31,9 @@ from cockpit.transport.inventory import (
     parse_targets,
 )
 from cockpit.transport.link import LinkOptions
+
+if TYPE_CHECKING:
+    from cockpit.control.jobspec import JobSpec
 
 
 class LiveSource:
@@ -154,6 +157,18 @@ def _inventory_from(targets: Sequence[str]) -> Inventory:
     return parse_targets(targets)
 
 
+def watched_job(job_path: Path, inventory: Inventory) -> JobSpec:
+    """The job `cockpit watch --job` controls, checked against the inventory, with the
+    inventory's spares when it is elastic and names none (as the CLI operations do)."""
+    from cockpit.control.jobspec import JobSpecError, load_jobspec, with_inventory_spares
+
+    try:
+        spec = load_jobspec(job_path, known_hosts=[h.name for h in inventory.hosts])
+    except JobSpecError as exc:
+        raise CockpitError(str(exc)) from None
+    return with_inventory_spares(spec, [h.name for h in inventory.spares])
+
+
 @contextmanager
 def open_watch(
     targets: Sequence[str],
@@ -168,14 +183,7 @@ def open_watch(
         inventory = _inventory_from(targets)
     except InventoryError as exc:
         raise CockpitError(str(exc)) from None
-    spec = None
-    if job_path is not None:
-        from cockpit.control.jobspec import JobSpecError, load_jobspec
-
-        try:
-            spec = load_jobspec(job_path, known_hosts=[h.name for h in inventory.hosts])
-        except JobSpecError as exc:
-            raise CockpitError(str(exc)) from None
+    spec = watched_job(job_path, inventory) if job_path is not None else None
     if store_path is None:
         store_path = default_recording_path("watch")
     extra = [known_hosts] if known_hosts else []

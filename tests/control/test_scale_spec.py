@@ -163,6 +163,22 @@ def test_an_elastic_job_without_spares_of_its_own_takes_the_inventorys() -> None
     assert with_inventory_spares(own, ["gpu4"]).spares == ("gpu9",)
 
 
+def test_watch_with_a_job_gives_its_controller_the_inventorys_spares(tmp_path: Path) -> None:
+    from cockpit.live import watched_job
+    from cockpit.transport.inventory import load_inventory
+
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text("".join(
+        f'[[hosts]]\nname = "{h}"\naddress = "10.0.0.{i}"\n'
+        + ("spare = true\n" if h == "gpu9" else "")
+        for i, h in enumerate(INVENTORY, start=1)))
+    job = tmp_path / "job.toml"
+    job.write_text(ELASTIC.replace('spares = ["gpu9"]\n', ""))
+    spec = watched_job(job, load_inventory(inventory))
+    assert spec.spares == ("gpu9",)
+    assert Controller(spec, Links()).spares == ("gpu9",)
+
+
 class Links:
     """Stands in for `Fleet.send`: records ops in the order they were sent."""
 
