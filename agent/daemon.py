@@ -123,7 +123,7 @@ class Daemon:
             "ping": self._op_ping, "adjust": self._op_adjust, "stop": self._op_stop,
             "launch": self._op_launch, "pause": self._op_pause, "resume": self._op_resume,
             "thaw": self._op_thaw, "relaunch": self._op_relaunch, "fork": self._op_fork,
-            "scale": self._op_scale, "jobs": self._op_jobs})
+            "scale": self._op_scale, "jobs": self._op_jobs, "sim_xid": self._op_sim_xid})
         self.supervisor: Optional[Supervisor] = None
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
@@ -133,6 +133,22 @@ class Daemon:
     # -- control ops -----------------------------------------------------------------
     def _op_ping(self, op: dict) -> dict:
         return {"agent_version": __version__, "head": self.journal.head}
+
+    def _op_sim_xid(self, op: dict) -> dict:
+        """A simulated GPU reports an XID, exactly as NVML's event thread would report a
+        real one: journaled, and counted against the jobs running now. It rehearses the
+        GPU-fault path (classification, exclusion, a spare's takeover) without a fault."""
+        if not isinstance(self.gpus, SimGpus):
+            raise OpError("sim_xid needs simulated GPUs (cockpit-agent run --simulate-gpus "
+                          "N); this host's GPUs are real or absent")
+        gpu, xid = op.get("gpu", 0), op.get("xid", 79)
+        count = len(self.gpus.inventory())
+        if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < count:
+            raise OpError("'gpu' must be a simulated GPU index, 0 to %d" % (count - 1))
+        if not isinstance(xid, int) or isinstance(xid, bool) or xid <= 0:
+            raise OpError("'xid' must be a positive integer (an NVIDIA XID code)")
+        self._on_xid(gpu, xid, time.time())
+        return {"gpu": gpu, "xid": xid}
 
     def _job_run_dir(self, job: str) -> Path:
         if job in self.jobs:

@@ -35,6 +35,9 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
         {"op": "defragment", "id": "u1", "job": "jobA"},
         {"op": "pause", "id": "u2", "job": "jobA"},
         {"id": "m1"},
+        {"op": "sim_xid", "id": "x1", "gpu": 0, "xid": 48},
+        {"op": "sim_xid", "id": "x2", "gpu": 3},
+        {"op": "sim_xid", "id": "x3", "xid": "79"},
         {"op": "stop", "id": "s1", "job": "jobB", "grace": 2},
     ]
     for op in ops:
@@ -62,6 +65,11 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
     assert acks["u2"]["ok"] is False
     assert acks["u2"]["error"] == "no job 'jobA' was launched by this agent (jobs: none)"
     assert acks["m1"]["ok"] is False and "no 'op'" in acks["m1"]["error"]
+    assert acks["x1"]["ok"] is True and acks["x1"]["xid"] == 48
+    xid = next(r for r in lines if r.get("kind") == "xid")
+    assert xid["data"]["gpu"] == 0 and xid["data"]["xid"] == 48
+    assert acks["x2"]["ok"] is False and "simulated GPU index, 0 to 0" in acks["x2"]["error"]
+    assert acks["x3"]["ok"] is False and "positive integer" in acks["x3"]["error"]
     assert acks["s1"]["ok"] is True
     malformed = acks[None]
     assert malformed["ok"] is False and "not JSON" in malformed["error"]
@@ -69,7 +77,7 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
     assert exited["job"] == "jobB" and exited["data"]["returncode"] == -15
     stream.stdin.close()
     assert stream.wait(10) == 0
-    assert b"control line 9 is not JSON" in stream.stderr.read()
+    assert b"control line 12 is not JSON" in stream.stderr.read()
     assert daemon.terminate() == 0
 
 

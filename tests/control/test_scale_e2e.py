@@ -3,9 +3,10 @@ served by real sshd on 127.0.0.2-.5, each with its own agent daemon, operated wi
 command line's operations and judged from the store a watching session records.
 
 It grows from 2 to 3 nodes and shrinks back while the first two hosts' torchrun
-processes keep running, then loses a host to a fault and the inventory's spare takes its
-place. A CPU host cannot raise a real XID, so the job lists `killed` among the causes
-that exclude a host and one rank is SIGKILLed.
+processes keep running, then loses a host to a GPU fault and the inventory's spare takes
+its place. A CPU host cannot raise a real XID: the host's simulated GPU reports one
+through the agent's `sim_xid` op, exactly as NVML's event thread would, and its rank is
+SIGKILLed, so the default `exclude_on = ["gpu_fault"]` takes the host out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from agent.control_inbox import append_op
 from agent.supervisor import alive, children_of
 from cockpit.control.operations import run_operation, wait_streaming
 from cockpit.live import LiveSession
@@ -85,7 +87,6 @@ def _files(hosts: list[SshdHost], tmp: Path) -> tuple[Path, Path]:
         keep_alive = 1
         [recovery]
         backoff = 0.2
-        exclude_on = ["killed"]
         [hang]
         startup = 120
     """))
@@ -188,17 +189,25 @@ def test_an_elastic_job_scales_up_and_down_and_a_spare_replaces_a_faulty_host(
             assert not store.events("interruption", shrank)
             assert alive(torchrun[a]) and alive(torchrun[b])
 
-            # A fault: host2's rank is killed. Its agent excludes host2 and claims the
-            # spare; host4 starts torchrun; host1's torchrun regroups in place with it.
+            # A GPU fault: host2's GPU reports XID 79 and its rank dies. Its agent
+            # excludes host2 and claims the spare; host4 starts torchrun; host1's
+            # torchrun regroups in place with it.
             ranks = children_of(torchrun[b])
             assert len(ranks) == 1, ranks
+            faulted = time.time()
+            append_op(hosts[1].state_dir, {"op": "sim_xid", "id": "xid-1", "gpu": 0,
+                                           "xid": 79, "_rx": faulted})
+            store.wait(lambda: store.rows("SELECT 1 FROM event WHERE kind = 'xid' AND "
+                                          "host = ? AND ts >= ?", [b, faulted]),
+                       30, "host2's XID")  # fmt: skip
             killed = time.time()
             os.kill(ranks[0], signal.SIGKILL)
             cut = store.wait(lambda: [e for e in store.events("interruption", killed)
                                       if e["host"] == b], 60, "host2's interruption")[0]
-            assert cut["data"]["cause"] == "killed", cut
+            assert cut["data"]["cause"] == "gpu_fault", cut
+            assert any("XID" in line and "79" in line for line in cut["data"]["evidence"]), cut
             assert cut["data"]["exclusion"] == {"host": b, "spare": spare, "hosts": [a, spare],
-                                                "cause": "killed"}, cut  # fmt: skip
+                                                "cause": "gpu_fault"}, cut  # fmt: skip
             assert not cut["data"]["decision"]["retry"]
             takeover = store.wait(lambda: store.events("takeover", killed), 60,
                                   "the spare's takeover")[0]  # fmt: skip
