@@ -10,8 +10,11 @@ Where every table ends at the cursor is found once per snapshot
 (`StoreReader.frontiers`), and every read is remembered on the reader under the
 frontiers of the tables it looks at, so it is redone only when one of them gains a
 visible row: a refresh with nothing new (a finished run, a paused replay, a quiet
-fleet) reads almost nothing, and a refresh after a training step re-reads the step
-records but not the events, evaluations or run facts.
+fleet) reads almost nothing, and a refresh after a training step reads the rows that
+step added and folds them into what it holds (the series, the newest samples, the
+recent steps: `cockpit.train_tail`, `ReaderBase.added_after`), not the events,
+evaluations or run facts. The reads that do not depend on one another run side by side
+in a small pool (DuckDB releases the GIL while it executes).
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ MAX_PINNED_SPIKES = 20
 ACTIVE_STATES = ("running",)
 DATA_EVENT_KINDS = ("spool_error", "dropped")
 DATA_EVENTS_READ = 500
-READ_THREADS = 4
+READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
 
 
 class Controller(Protocol):
