@@ -137,7 +137,8 @@ def time_build(path: Path, runs: int, replay: bool) -> list[float]:
     return out[WARMUP:]
 
 
-async def _refresh(app: Any, pilot: Any) -> float:
+async def _refresh(app: Any, pilot: Any, split: list[tuple[float, float]] | None = None
+                   ) -> float:
     """One refresh as the app does it, timed until the panes hold the new snapshot and
     the screen has painted what changed.
 
@@ -149,12 +150,16 @@ async def _refresh(app: Any, pilot: Any) -> float:
     that no timer granularity is counted. `pilot.pause()` is
     kept out of the timing: it waits for the whole process to look idle, which takes
     longer than the refresh itself.
+
+    `split` gets (milliseconds until the panes hold the snapshot: build and hand-over;
+    milliseconds from there to the end: the repaint requests and the paint).
     """
     before = app.snapshot
     start = time.perf_counter()
     app._build_snapshot()
     while app.snapshot is before:
         await asyncio.sleep(POLL_S)
+    ready = time.perf_counter()
     screen = app.screen
     while True:
         # The widgets' refresh requests become Update messages, which the screen
@@ -166,7 +171,10 @@ async def _refresh(app: Any, pilot: Any) -> float:
         ):
             break
     screen._on_timer_update()
-    elapsed = (time.perf_counter() - start) * 1000
+    end = time.perf_counter()
+    elapsed = (end - start) * 1000
+    if split is not None:
+        split.append(((ready - start) * 1000, (end - ready) * 1000))
     panes = list(app.main_screen.query(Pane))
     if len(panes) != 4 or any(p.snapshot != app.snapshot for p in panes):
         raise RuntimeError("the refresh did not reach the four panes")
@@ -175,8 +183,10 @@ async def _refresh(app: Any, pilot: Any) -> float:
     return elapsed
 
 
-async def time_app(path: Path, runs: int, replay: bool) -> list[float]:
-    """Milliseconds per full refresh of the main screen in the real app."""
+async def time_app(path: Path, runs: int, replay: bool,
+                   split: list[tuple[float, float]] | None = None) -> list[float]:
+    """Milliseconds per full refresh of the main screen in the real app (`split`: see
+    `_refresh`, for the timed refreshes)."""
     clock = FakeClock()
     source: Any
     if replay:
@@ -191,9 +201,9 @@ async def time_app(path: Path, runs: int, replay: bool) -> list[float]:
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
-        for _ in range(runs + WARMUP):
+        for i in range(runs + WARMUP):
             clock.now += REPLAY_STEP_S
-            out.append(await _refresh(app, pilot))
+            out.append(await _refresh(app, pilot, split if i >= WARMUP else None))
     return out[WARMUP:]
 
 
@@ -258,15 +268,23 @@ def main() -> None:
               f"({args.steps * RANKS:,} train rows) in {built_big:.1f} s "
               f"({big.stat().st_size / 2**20:.0f} MiB)", flush=True)
         figures: dict[str, dict[str, list[float]]] = {}
+        # Per busy refresh: (until the panes hold the snapshot, the paint after that).
+        splits: dict[str, list[tuple[float, float]]] = {}
         for name, path in (("small", small), ("big", big)):
             figures[name] = {
                 "build_live": time_build(path, args.runs, replay=False),
                 "build_replay": time_build(path, args.runs, replay=True),
                 "app_live": asyncio.run(time_app(path, args.runs, replay=False)),
-                "app_replay": asyncio.run(time_app(path, args.runs, replay=True)),
+                "app_replay": asyncio.run(time_app(path, args.runs, replay=True,
+                                                   split=splits.setdefault(name, []))),
             }
             for what, times in figures[name].items():
                 print(f"{name:5} {what:12} {summary(times)}", flush=True)
+            parts = splits[name]
+            print(f"{name:5} app_replay   median {statistics.median(p[0] for p in parts):.1f} "
+                  f"ms until the panes hold the snapshot (build, hand-over), "
+                  f"{statistics.median(p[1] for p in parts):.1f} ms of repaint after it",
+                  flush=True)
         child = subprocess.run(
             [sys.executable, __file__, "--memory-child", str(big), "--speed", str(args.speed),
              "--hour", str(args.hour), "--every", str(args.every)],
@@ -300,6 +318,9 @@ def main() -> None:
         rss_10min_mib=round(memory["rss_10min_mib"], 1),
         rss_end_mib=round(memory["rss_end_mib"], 1), rss_ratio=round(rss_ratio, 3),
         memory_refreshes=memory["refreshes"],
+        **{f"{n}_app_replay_{part}_median_ms":
+           round(statistics.median(p[i] for p in splits[n]), 2)
+           for n in splits for i, part in enumerate(("to_panes", "paint"))},
     ))
 
 
