@@ -98,18 +98,6 @@ def procs() -> Iterator[Callable[..., Proc]]:
         proc.close()
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
-    """Poll until `predicate()` is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.05)
-
-
 def dump_journal(state_dir: Path, after: int = 0) -> list[dict]:
     from agent.journal import JournalReader
 

@@ -7,7 +7,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .conftest import REPO, agent_cmd, agent_env, wait_for
+from tests.harness.waiting import wait_for
+
+from .conftest import REPO, agent_cmd, agent_env
 
 
 def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:

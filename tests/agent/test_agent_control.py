@@ -10,8 +10,7 @@ from pathlib import Path
 
 from agent.control_inbox import ControlInbox, append_op
 from agent.journal import Journal, JournalReader
-
-from .conftest import wait_for
+from tests.harness.waiting import wait_for
 
 
 def _acks(lines: list[dict]) -> dict[object, dict]:

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from agent.lockfile import running_daemon
+from tests.harness.waiting import wait_for
 
-from .conftest import dump_journal, wait_for
+from .conftest import dump_journal
 
 pytestmark = pytest.mark.slow
 

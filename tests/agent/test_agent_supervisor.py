@@ -7,8 +7,7 @@ from pathlib import Path
 
 from agent.journal import Journal, JournalReader
 from agent.supervisor import Supervisor, clip_line, parse_rank
-
-from .conftest import wait_for
+from tests.harness.waiting import wait_for
 
 
 def _journal(tmp_path: Path) -> Journal:

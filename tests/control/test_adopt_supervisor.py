@@ -11,10 +11,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +20,7 @@ from agent import jobstate
 from agent.journal import Journal, JournalReader
 from agent.recovery import HangDetector
 from agent.supervisor import Supervisor, alive
+from tests.harness.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,16 +62,6 @@ JOB = textwrap.dedent("""
     print("bye", flush=True)
     sys.exit(3)
 """)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _log_lines(state: Path) -> list[str]:

@@ -8,7 +8,6 @@ import json
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from agent import jobstate
@@ -17,6 +16,7 @@ from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
 from agent.membership import claim_spare
 from cockpit.control.jobspec import parse_jobspec
+from tests.harness.waiting import wait_for
 
 NAME = "el"
 
@@ -43,46 +43,49 @@ def spare_spec(tmp_path: Path) -> dict:
     return parse_jobspec(text, str(tmp_path / "job.toml")).for_host("c")
 
 
-def wait_for(what: str, check: Callable[[], object], timeout: float = 10.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def standby_then_agent_killed(journal: Journal, spec: dict) -> dict:
+    """A spare's agent puts the job in standby, then dies as with kill -9 (nothing more is
+    saved); what it saved for the next agent."""
+    first = ManagedJob(LaunchSpec(spec), journal)
+    first.start(standby=True)
+    saved = wait_for(lambda: (s := jobstate.read(jobstate.path(journal.state_dir, NAME)))
+                     and s["state"] == "standby" and s, 10, "the standby to be saved")
+    first._closing.set()
+    first._commands.put(("close", {}))
+    first._thread.join(5)  # type: ignore[union-attr]
+    return saved
+
+
+def adopted(journal: Journal, saved: dict) -> tuple[ManagedJob, list[str]]:
+    """A new agent's job adopted from `saved`; the launches it asks for are recorded."""
+    job = ManagedJob(LaunchSpec(saved["spec"]), journal, saved.get("overrides"))
+    launched: list[str] = []
+    job._launch = lambda checkpoint, reason="launch": launched.append(reason)  # type: ignore[method-assign]
+    job.adopt(saved)
+    return job, launched
+
+
+def stop(job: ManagedJob) -> None:
+    job._closing.set()
+    job._commands.put(("close", {}))
 
 
 def test_a_standby_spare_is_adopted_and_takes_up_a_claim_made_meanwhile(
     tmp_path: Path,
 ) -> None:
-    state = tmp_path / "state"
-    journal = Journal(state)
+    journal = Journal(tmp_path / "state")
     spec = spare_spec(tmp_path)
-    first = ManagedJob(LaunchSpec(spec), journal)
-    first.start(standby=True)
-    saved_path = jobstate.path(state, NAME)
-    saved = wait_for("the standby to be saved", lambda: (
-        s := jobstate.read(saved_path)) and s["state"] == "standby" and s)
-    assert isinstance(saved, dict) and saved["standby_since"] > 0
-    # The agent dies (as with kill -9: nothing more is saved) ...
-    first._closing.set()
-    first._commands.put(("close", {}))
-    first._thread.join(5)  # type: ignore[union-attr]
-    # ... and, while none runs, host b's agent excludes b and claims the spare.
+    saved = standby_then_agent_killed(journal, spec)
+    assert saved["standby_since"] > 0
+    # While no agent runs, host b's agent excludes b and claims the spare.
     assert claim_spare(LaunchSpec(spec), "b", "gpu_fault", ["a", "b"]) == "c"
-
-    second = ManagedJob(LaunchSpec(saved["spec"]), journal, saved.get("overrides"))
-    launched: list[str] = []
-    second._launch = lambda checkpoint, reason="launch": launched.append(reason)  # type: ignore[method-assign]
-    second.adopt(saved)
-    wait_for("the takeover", lambda: launched)
+    second, launched = adopted(journal, saved)
+    wait_for(lambda: launched, 10, "the takeover")
+    stop(second)
     assert launched == ["takeover"]
-    second._closing.set()
-    second._commands.put(("close", {}))
-    events = [r for r in JournalReader(state).records(0) if r.get("t") == "event"]
-    adopted = [e for e in events if e["kind"] == "job_adopted"]
-    assert adopted and "still in standby" in adopted[0]["msg"]
+    events = [r for r in JournalReader(journal.state_dir).records(0) if r.get("t") == "event"]
+    adoption = [e for e in events if e["kind"] == "job_adopted"]
+    assert adoption and "still in standby" in adoption[0]["msg"]
     takeover = [e for e in events if e["kind"] == "takeover"]
     assert takeover and takeover[0]["data"]["replaced"] == "b"
 
@@ -90,23 +93,12 @@ def test_a_standby_spare_is_adopted_and_takes_up_a_claim_made_meanwhile(
 def test_a_claim_from_before_the_standby_is_not_taken_up_after_adoption(
     tmp_path: Path,
 ) -> None:
-    state = tmp_path / "state"
-    journal = Journal(state)
+    journal = Journal(tmp_path / "state")
     spec = spare_spec(tmp_path)
     assert claim_spare(LaunchSpec(spec), "b", "gpu_fault", ["a", "b"]) == "c"  # stale
     time.sleep(0.01)
-    first = ManagedJob(LaunchSpec(spec), journal)
-    first.start(standby=True)
-    saved = wait_for("the standby to be saved", lambda: (
-        s := jobstate.read(jobstate.path(state, NAME))) and s["state"] == "standby" and s)
-    first._closing.set()
-    first._commands.put(("close", {}))
-    first._thread.join(5)  # type: ignore[union-attr]
-    second = ManagedJob(LaunchSpec(saved["spec"]), journal, saved.get("overrides"))  # type: ignore[index]
-    launched: list[str] = []
-    second._launch = lambda checkpoint, reason="launch": launched.append(reason)  # type: ignore[method-assign]
-    second.adopt(saved)  # type: ignore[arg-type]
-    time.sleep(1.5)  # three looks at the claims
-    second._closing.set()
-    second._commands.put(("close", {}))
+    saved = standby_then_agent_killed(journal, spec)
+    second, launched = adopted(journal, saved)
+    time.sleep(1.5)  # several looks at the claims
+    stop(second)
     assert launched == [] and second.state == "standby"
