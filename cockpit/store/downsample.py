@@ -3,8 +3,8 @@
 This is the query behind every chart, run on each screen refresh, so its cost must not
 grow with the length of the run, and a refresh asks for several series of one table
 against the same x (loss, LR, AMP scale and step time of one rank) at once:
-`downsample_columns` finds the x range and the replay frontier once for all of them
-and reads every column in the same statement.
+`downsample_rows` finds the x range and the replay frontier once for all of them and
+reads every column in the same statement (`results` splits it per column).
 
 For the series listed in `schema.LEVEL_SERIES` it reads the level rows (maintained at
 insert time, `cockpit.store.levels`) whose bucket width is the largest power of four
@@ -94,31 +94,9 @@ def downsample(
     `where` filters by equality (e.g. `{"job": "j1", "rank": 0}`); `until_ts` keeps only
     samples with ts <= until_ts (replay); `x_range` (inclusive) restricts x.
     """
-    (result,) = downsample_columns(cursor, table, (column,), x=x, buckets=buckets,
-                                   where=where, until_ts=until_ts, x_range=x_range)
-    return result
-
-
-def downsample_columns(
-    cursor: duckdb.DuckDBPyConnection,
-    table: str,
-    columns: Sequence[str],
-    *,
-    x: str = "step",
-    buckets: int = 120,
-    where: Mapping[str, Any] | None = None,
-    until_ts: float | None = None,
-    x_range: tuple[float, float] | None = None,
-) -> list[Result]:
-    """`downsample` of several columns of one table under the same filter, in order.
-
-    Every result has the same buckets (a bucket exists where a row does, whatever its
-    values), answered by one extent lookup and one statement: what `downsample` would
-    answer for each column alone.
-    """
-    found = downsample_rows(cursor, table, columns, x=x, buckets=buckets, where=where,
+    found = downsample_rows(cursor, table, (column,), x=x, buckets=buckets, where=where,
                             until_ts=until_ts, x_range=x_range)
-    return results(found.rows, len(columns))
+    return results(found.rows, 1)[0]
 
 
 @dataclass(frozen=True)
@@ -146,7 +124,13 @@ def downsample_rows(
     until_ts: float | None = None,
     x_range: tuple[float, float] | None = None,
 ) -> Downsampled:
-    """`downsample_columns` before it is split per column, with its plan."""
+    """`downsample` of several columns of one table under the same filter, with the
+    plan they were read under.
+
+    Every column has the same buckets (a bucket exists where a row does, whatever its
+    values), answered by one extent lookup and one statement: what `downsample` would
+    answer for each column alone (`results` splits the rows per column).
+    """
     if table not in RECORD_COLUMNS:
         raise ValueError(f"no record table {table!r}")
     if not columns:

@@ -7,7 +7,6 @@ from typing import Any
 from cockpit.snapshot import Series
 from cockpit.store.downsample import (
     Downsampled,
-    downsample_columns,
     downsample_rows,
     extend_downsampled,
     results,
@@ -253,10 +252,9 @@ class TrainQueries(ReaderBase):
         """`series` of several columns under one filter, in order, sharing one x range
         and one statement (a refresh draws four series of the reference rank)."""
         with self._cur() as cur:
-            found = downsample_columns(cur, table, columns, x=x, buckets=buckets, where=where,
-                                       until_ts=until_ts, x_range=x_range)
-        return [Series(tuple(xs), tuple(last), tuple(lo), tuple(hi))
-                for xs, last, lo, hi in found]
+            found = downsample_rows(cur, table, columns, x=x, buckets=buckets, where=where,
+                                    until_ts=until_ts, x_range=x_range)
+        return _to_series(found, len(columns))
 
     def series_columns_held(
         self,
