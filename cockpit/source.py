@@ -329,21 +329,13 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
 def _nonfinite(reader: StoreReader, job: str, until_ts: float | None,
                fr: Frontiers) -> tuple[int, ...]:
     """NaN/Inf steps, found anew only in the rows added since the last answer when
-    that is exact (`StoreReader.added_after`): the full read scans the whole job."""
-    held = reader.recall("nonfinite")
-    if held is not None:
-        (held_job, held_fr), steps = held
-        if held_job == job and held_fr.key("train") == fr.key("train"):
-            return steps  # type: ignore[no-any-return]
-        after = reader.added_after("train", held_fr, fr) if held_job == job else None
-        if after is not None:
-            new = reader.nonfinite_steps(job, until_ts=until_ts, after_ts=after)
-            steps = tuple(sorted({*steps, *new})[:NONFINITE_LIMIT])
-            reader.remember("nonfinite", (job, fr), steps)
-            return steps  # type: ignore[no-any-return]
-    steps = tuple(reader.nonfinite_steps(job, until_ts=until_ts))
-    reader.remember("nonfinite", (job, fr), steps)
-    return steps
+    that is exact (`StoreReader.kept`): the full read scans the whole job."""
+    def extend(steps: tuple[int, ...], after: float) -> tuple[int, ...]:
+        new = reader.nonfinite_steps(job, until_ts=until_ts, after_ts=after)
+        return tuple(sorted({*steps, *new})[:NONFINITE_LIMIT])
+
+    return reader.kept("nonfinite", job, "train", fr,
+                       lambda: tuple(reader.nonfinite_steps(job, until_ts=until_ts)), extend)
 
 
 def _pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,

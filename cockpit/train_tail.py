@@ -21,12 +21,12 @@ from typing import Any
 
 from cockpit.analysis.ranks import StepSample, step_wall_times
 from cockpit.store.queries import Frontiers, StoreReader
+from cockpit.store.queries_base import FULL_READ_EVERY
 from cockpit.store.queries_train import LATEST_STEP_WINDOWS, newest_per_rank_step
 
 RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
 MIN_RECENT_STEPS = 10
 MAX_RECENT_STEPS = 200
-FULL_READ_EVERY = 240
 ADDED_ROWS_LIMIT = 20_000  # more added rows than this: the full read is cheaper
 
 

@@ -37,6 +37,9 @@ RECORD_TABLES: tuple[str, ...] = tuple(RECORD_COLUMNS)
 # by a range read from the old (and looks this far ahead for the next row).
 NEAR_MOVE_S = 300.0
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
+# A kept answer (`ReaderBase.kept`) is read in full again after this many extensions, so
+# that nothing an extension could not see stays wrong for long.
+FULL_READ_EVERY = 240
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -129,6 +132,33 @@ class ReaderBase:
         with self._cur() as cur:
             newer = self.scalar(cur, f'SELECT count(*) FROM "{table}" WHERE ts > ?', [old_end])
         return old_end if newer == rows_now - rows_before else None
+
+    def kept(self, name: str, params: Any, table: str, frontiers: Frontiers,
+             read: Callable[[], T], extend: Callable[[T, float], T | None]) -> T:
+        """An answer about `table` remembered under `name` for `params`, kept up to date.
+
+        Unchanged while the table's visible rows are (its frontier key). When the table
+        only gained rows newer than a known ts (`added_after`), `extend(held, after_ts)`
+        brings the held answer up to date from those rows alone, or returns None when it
+        cannot do so exactly; otherwise, and every `FULL_READ_EVERY`th time so that
+        nothing an extension could miss stays wrong for long, `read()` starts afresh.
+        """
+        held = self.recall(name)
+        if held is not None:
+            (held_params, held_fr, extensions), value = held
+            if held_params == params:
+                if held_fr.key(table) == frontiers.key(table):
+                    return value  # type: ignore[no-any-return]
+                after = (self.added_after(table, held_fr, frontiers)
+                         if extensions < FULL_READ_EVERY else None)
+                if after is not None:
+                    extended = extend(value, after)
+                    if extended is not None:
+                        self.remember(name, (params, frontiers, extensions + 1), extended)
+                        return extended
+        fresh = read()
+        self.remember(name, (params, frontiers, 0), fresh)
+        return fresh
 
     def frontiers(self, *, until_ts: float | None = None) -> Frontiers:
         """Every record table's newest ts at or before `until_ts`, and its size.
@@ -297,43 +327,37 @@ class ReaderBase:
         self, table: str, keys: Sequence[str], *, until_ts: float | None,
         windows: Sequence[float | None], frontiers: Frontiers,
     ) -> list[Row]:
-        """`latest_per`, remembered and, when every row added since has a newer ts
-        (`added_after`), brought up to date from those rows alone.
+        """`latest_per`, kept up to date from the rows added since (`kept`).
 
-        The remembered answer knows every group whose newest row is newer than the
-        window it was read in; the update is exact as long as the window chosen now
-        starts no earlier than that (else it reads in full).
+        The held answer knows every group whose newest row is newer than the window it
+        was read in; an update is exact as long as the window chosen now starts no
+        earlier than that (else it reads in full).
         """
-        name = f"latest:{table}"
-        params = (table, tuple(keys), tuple(windows))
-        held = self.recall(name)
-        if held is not None:
-            (held_params, held_fr, complete_after), by_key = held
-            if held_params == params:
-                if held_fr.key(table) == frontiers.key(table):
-                    return _ordered(by_key, keys)
-                after = self.added_after(table, held_fr, frontiers)
-                end = frontiers.ts.get(table)
-                if after is not None and end is not None:
-                    found = self._fold_latest(table, keys, dict(by_key), after, until_ts,
-                                              end, windows, complete_after)
-                    if found is not None:
-                        self.remember(name, (params, frontiers, complete_after), found)
-                        return _ordered(found, keys)
-        with self._cur() as cur:
-            rows = self.latest_per(cur, table, keys, until_ts=until_ts, windows=windows,
-                                   frontiers=frontiers)
         end = frontiers.ts.get(table)
-        complete_after = -math.inf
-        if rows and end is not None:
-            oldest = min(r["ts"] for r in rows)
-            for window in windows:
-                if window is not None and oldest > end - window:
-                    complete_after = end - window
-                    break
-        self.remember(name, (params, frontiers, complete_after),
-                      {tuple(r[k] for k in keys): r for r in rows})
-        return rows
+
+        def read() -> tuple[dict[tuple, Row], float]:
+            with self._cur() as cur:
+                rows = self.latest_per(cur, table, keys, until_ts=until_ts,
+                                       windows=windows, frontiers=frontiers)
+            complete_after = -math.inf
+            if rows and end is not None:
+                oldest = min(r["ts"] for r in rows)
+                complete_after = next((end - w for w in windows
+                                       if w is not None and oldest > end - w), -math.inf)
+            return {tuple(r[k] for k in keys): r for r in rows}, complete_after
+
+        def extend(held: tuple[dict[tuple, Row], float],
+                   after: float) -> tuple[dict[tuple, Row], float] | None:
+            by_key, complete_after = held
+            if end is None:
+                return None
+            found = self._fold_latest(table, keys, dict(by_key), after, until_ts, end,
+                                      windows, complete_after)
+            return None if found is None else (found, complete_after)
+
+        by_key, _ = self.kept(f"latest:{table}", (tuple(keys), tuple(windows)), table,
+                              frontiers, read, extend)
+        return _ordered(by_key, keys)
 
     def _fold_latest(self, table: str, keys: Sequence[str], by_key: dict[tuple, Row],
                      after: float, until_ts: float | None, end: float,

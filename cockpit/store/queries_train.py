@@ -30,9 +30,6 @@ SAMPLE_COLUMNS = (
     "samples, tokens, ts"
 )
 NONFINITE_LIMIT = 1000
-# A series kept up to date by extension is read in full again after this many
-# extensions, so that nothing an extension could not see stays off the chart for long.
-FULL_READ_EVERY = 240
 # Seconds before the newest step record that `latest_train` looks at, widening in turn.
 LATEST_STEP_WINDOWS: tuple[float | None, ...] = (30.0, *WINDOWS)
 
@@ -272,28 +269,18 @@ class TrainQueries(ReaderBase):
         that only extend the series, brought up to date from those rows alone
         (`extend_downsampled`) rather than read in full: a refresh after each training
         step then costs one small statement instead of the level read."""
-        params = (table, columns, tuple(sorted(where.items())), x, buckets)
-        held = self.recall(name)
-        found: Downsampled | None = None
-        extensions = 0
-        if held is not None:
-            (held_params, held_fr, held_ext), held_found = held
-            if held_params == params and held_fr.key(table) == frontiers.key(table):
-                return _to_series(held_found, len(columns))
-            after = (self.added_after(table, held_fr, frontiers)
-                     if held_params == params and held_ext < FULL_READ_EVERY else None)
-            if after is not None:
-                with self._cur() as cur:
-                    found = extend_downsampled(cur, held_found, table, columns, x=x,
-                                               buckets=buckets, where=where,
-                                               until_ts=until_ts, after_ts=after)
-                extensions = held_ext + 1
-        if found is None:
+        def read() -> Downsampled:
             with self._cur() as cur:
-                found = downsample_rows(cur, table, columns, x=x, buckets=buckets,
-                                        where=where, until_ts=until_ts)
-            extensions = 0
-        self.remember(name, (params, frontiers, extensions), found)
+                return downsample_rows(cur, table, columns, x=x, buckets=buckets,
+                                       where=where, until_ts=until_ts)
+
+        def extend(held: Downsampled, after: float) -> Downsampled | None:
+            with self._cur() as cur:
+                return extend_downsampled(cur, held, table, columns, x=x, buckets=buckets,
+                                          where=where, until_ts=until_ts, after_ts=after)
+
+        params = (columns, tuple(sorted(where.items())), x, buckets)
+        found = self.kept(name, params, table, frontiers, read, extend)
         return _to_series(found, len(columns))
 
     def eval_points(self, job: str, *, until_ts: float | None = None) -> list[Row]:
