@@ -63,7 +63,6 @@ WARMUP = 3
 REPLAY_AT = 0.95  # replay cursor, as a fraction of the recording (see `replay_start`)
 REPLAY_STEP_S = 1.0  # recording seconds the cursor moves between refreshes
 GOAL_MS = 50.0
-POLL_S = 0.001  # how often the timing loop looks for the new snapshot
 GOAL_RATIO = 1.5
 GOAL_RSS = 1.1
 
@@ -137,6 +136,18 @@ def time_build(path: Path, runs: int, replay: bool) -> list[float]:
     return out[WARMUP:]
 
 
+def _arrivals(app: Any) -> asyncio.Event:
+    """An event set each time the main screen takes a snapshot (its panes have taken it
+    by then). Waiting on it instead of polling keeps the event loop from waking every
+    millisecond and taking the GIL from the worker that builds the snapshot."""
+    arrived = getattr(app, "_bench_arrived", None)
+    if arrived is None:
+        arrived = app._bench_arrived = asyncio.Event()
+        screen = app.main_screen
+        screen.watch(screen, "snapshot", lambda _new: arrived.set(), init=False)
+    return arrived
+
+
 async def _refresh(app: Any, pilot: Any, split: list[tuple[float, float]] | None = None
                    ) -> float:
     """One refresh as the app does it, timed until the panes hold the new snapshot and
@@ -154,11 +165,11 @@ async def _refresh(app: Any, pilot: Any, split: list[tuple[float, float]] | None
     `split` gets (milliseconds until the panes hold the snapshot: build and hand-over;
     milliseconds from there to the end: the repaint requests and the paint).
     """
-    before = app.snapshot
+    arrived = _arrivals(app)
+    arrived.clear()
     start = time.perf_counter()
     app._build_snapshot()
-    while app.snapshot is before:
-        await asyncio.sleep(POLL_S)
+    await arrived.wait()
     ready = time.perf_counter()
     screen = app.screen
     while True:

@@ -250,9 +250,29 @@ class _Evals:
     best: BestValidation | None
 
 
-def _evals(reader: StoreReader, job: str, until_ts: float | None, buckets: int) -> _Evals:
-    evals = reader.eval_points(job, until_ts=until_ts)
-    points = [(int(e["step"]), e["loss"]) for e in evals if e["step"] is not None]
+def _evals(reader: StoreReader, job: str, until_ts: float | None, buckets: int,
+           fr: Frontiers) -> _Evals:
+    """A job evaluates every few hundred steps, for days: its evaluations are kept
+    (`StoreReader.kept`) and the new ones folded in, rather than all read again on each
+    refresh that finds one."""
+    def extend(held: dict[int, tuple[float, int, float | None]],
+               after: float) -> dict[int, tuple[float, int, float | None]] | None:
+        added = reader.added_rows("eval", after, until_ts, fr)
+        if added is None:
+            return None
+        by_step = dict(held)
+        for row in added:
+            if row["job"] != job or row["step"] is None:
+                continue
+            step = int(row["step"])
+            old = by_step.get(step)
+            if old is None or (row["ts"], row["seq"]) > old[:2]:
+                by_step[step] = (row["ts"], row["seq"], row["loss"])
+        return by_step
+
+    by_step = reader.kept("eval_losses", job, "eval", fr,
+                          lambda: reader.eval_losses(job, until_ts=until_ts), extend)
+    points = [(step, found[2]) for step, found in sorted(by_step.items())]
     finite_val = [v for _, v in points if v is not None and math.isfinite(v)]
     return _Evals(
         points=points,
@@ -296,7 +316,7 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
     scale = series.get("loss_scale", Series())
     smoothed = Series(loss.x, tuple(ema(loss.last)), loss.lo, loss.hi)
     evals = reader.memo("evals", (job, buckets, fr.key("eval")),
-                        lambda: _evals(reader, job, until_ts, buckets))
+                        lambda: _evals(reader, job, until_ts, buckets, fr))
     spikes = _pin_spikes(reader, job, train.ref_rank, loss,
                          find_spikes(loss.x, loss.last, loss.hi), until_ts)
     divergence = divergence_after(evals.best,
@@ -330,8 +350,12 @@ def _nonfinite(reader: StoreReader, job: str, until_ts: float | None,
                fr: Frontiers) -> tuple[int, ...]:
     """NaN/Inf steps, found anew only in the rows added since the last answer when
     that is exact (`StoreReader.kept`): the full read scans the whole job."""
-    def extend(steps: tuple[int, ...], after: float) -> tuple[int, ...]:
-        new = reader.nonfinite_steps(job, until_ts=until_ts, after_ts=after)
+    def extend(steps: tuple[int, ...], after: float) -> tuple[int, ...] | None:
+        added = reader.added_rows("train", after, until_ts, fr)
+        if added is None:
+            return None
+        new = {int(r["step"]) for r in added if r["job"] == job
+               and r["nonfinite"] is not None and r["step"] is not None}
         return tuple(sorted({*steps, *new})[:NONFINITE_LIMIT])
 
     return reader.kept("nonfinite", job, "train", fr,

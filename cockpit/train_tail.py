@@ -22,12 +22,16 @@ from typing import Any
 from cockpit.analysis.ranks import StepSample, step_wall_times
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_base import FULL_READ_EVERY
-from cockpit.store.queries_train import LATEST_STEP_WINDOWS, newest_per_rank_step
+from cockpit.store.queries_train import (
+    LATEST_STEP_WINDOWS,
+    STEP_COLUMNS,
+    newest_per_rank_step,
+)
 
 RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
 MIN_RECENT_STEPS = 10
 MAX_RECENT_STEPS = 200
-ADDED_ROWS_LIMIT = 20_000  # more added rows than this: the full read is cheaper
+STEP_KEYS = tuple(name.strip() for name in STEP_COLUMNS.split(","))
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,10 @@ class TrainTail:
         rows = None
         after = self._reader.added_after("train", held.fr, fr)
         if after is not None:
-            rows = self._reader.train_rows_after(after, until_ts=until_ts,
-                                                 limit=ADDED_ROWS_LIMIT)
+            added = self._reader.added_rows("train", after, until_ts, fr)
+            # Shaped as the full read's rows: the job and the step columns.
+            rows = None if added is None else [
+                {"job": r["job"], **{k: r[k] for k in STEP_KEYS}} for r in added]
         self._added = (fr, rows)
         return rows
 

@@ -21,6 +21,7 @@ import orjson
 
 from cockpit.store.queries_frontiers import (
     Frontiers,
+    ReadAhead,
     probe_ahead,
     probe_frontiers,
     probe_next,
@@ -36,6 +37,8 @@ RECORD_TABLES: tuple[str, ...] = tuple(RECORD_COLUMNS)
 # A replay cursor moved by at most this much past a table's frontier finds the new one
 # by a range read from the old (and looks this far ahead for the next row).
 NEAR_MOVE_S = 300.0
+# Rows of one table a replay reads ahead of its cursor at once, at most (`ReadAhead`).
+READ_AHEAD_ROWS = 2048
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
 # A kept answer (`ReaderBase.kept`) is read in full again after this many extensions, so
 # that nothing an extension could not see stays wrong for long.
@@ -79,6 +82,14 @@ class ReaderBase:
         self._sizes: dict[str, int] = {}  # rows per table at the last `frontiers` call
         # A read-only store's last frontiers and each table's next ts after them.
         self._frontier_hint: tuple[Frontiers, Mapping[str, float | None]] | None = None
+        self._added_locks: dict[str, threading.Lock] = {}  # see `added_rows`
+        self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
+
+    @property
+    def static(self) -> bool:
+        """Whether the store was opened read-only: nothing in it can change while it
+        is open (DuckDB locks the file against writers)."""
+        return getattr(self._store, "read_only", False) is True
 
     def memo(self, name: str, key: Any, compute: Callable[[], T]) -> T:
         """The answer last computed under `name` if it was computed for `key`, else a
@@ -133,6 +144,39 @@ class ReaderBase:
             newer = self.scalar(cur, f'SELECT count(*) FROM "{table}" WHERE ts > ?', [old_end])
         return old_end if newer == rows_now - rows_before else None
 
+    def added_rows(self, table: str, after: float, until_ts: float | None,
+                   frontiers: Frontiers) -> list[Row] | None:
+        """Every row of `table` with `after` < ts (<= `until_ts`), all columns, or None
+        when there are more than `LATEST_ADDED_LIMIT` (a full read is cheaper then).
+
+        What the `kept` answers about one table extend themselves from: read once per
+        frontier and shared, so that a refresh reads the rows a replay step or a live
+        batch added once, not once per answer (the latest sample per GPU and the GPU
+        busy series both build on the same GPU rows). The rows are shared: not to be
+        changed.
+        """
+        ahead = self._ahead.get(table)
+        if until_ts is not None and ahead is not None and ahead.covers(after, until_ts):
+            return ahead.between(after, until_ts)
+        key = (after, until_ts, frontiers.key(table))
+        with self._added_lock(table):
+            held = self.recall(f"added:{table}")
+            if held is not None and held[0] == key:
+                return held[1]  # type: ignore[no-any-return]
+            cond, args = until_clause(until_ts)
+            with self._cur() as cur:
+                rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE ts > ?{cond} '
+                                       f"LIMIT {LATEST_ADDED_LIMIT + 1}", [after, *args])
+            found = rows if len(rows) <= LATEST_ADDED_LIMIT else None
+            self.remember(f"added:{table}", key, found)
+            return found
+
+    def _added_lock(self, table: str) -> threading.Lock:
+        """One lock per table, so that two answers extended side by side from the same
+        rows wait for one read instead of making two."""
+        with self._memo_lock:
+            return self._added_locks.setdefault(table, threading.Lock())
+
     def kept(self, name: str, params: Any, table: str, frontiers: Frontiers,
              read: Callable[[], T], extend: Callable[[T, float], T | None]) -> T:
         """An answer about `table` remembered under `name` for `params`, kept up to date.
@@ -168,7 +212,7 @@ class ReaderBase:
         the cursor may have moved: a table's stays put while the cursor is at or after
         it and before the table's next row (`probe_next`).
         """
-        static = getattr(self._store, "read_only", False) is True
+        static = self.static
         held = self._frontier_hint
         if static and until_ts is not None and held is not None:
             return self._moved_frontiers(until_ts, *held)
@@ -186,16 +230,35 @@ class ReaderBase:
             return (f is None or f <= until_ts) and (n is None or until_ts < n)
 
         moved = [t for t in RECORD_TABLES if not still(t)]
-        # Moved forward a little past a frontier it had: a range read from there.
+        # Moved forward a little past a frontier it had (or past its first row): the
+        # rows read ahead, or a range read from there.
         near = {t: f for t in moved if (f := held.ts.get(t)) is not None
                 and f <= until_ts and until_ts - f <= NEAR_MOVE_S}
-        far = [t for t in moved if t not in near]
+        first = [t for t in moved if held.ts.get(t) is None
+                 and (n := next_ts.get(t)) is not None and until_ts - n <= NEAR_MOVE_S]
+        far = [t for t in moved if t not in near and t not in first]
         ts = dict(held.ts)
         nexts = dict(next_ts)
-        if moved:
+        for t in far:
+            self._ahead.pop(t, None)
+        unread = {}
+        for t in [*near, *first]:
+            f = near.get(t)
+            ahead = self._ahead.get(t)
+            if ahead is None or not ahead.covers(f, until_ts):
+                ahead = self._read_ahead(t, f, until_ts)
+            if ahead is None:
+                if f is None:
+                    far.append(t)
+                else:
+                    unread[t] = f
+                continue
+            ts[t] = ahead.frontier(until_ts)
+            nexts[t] = ahead.next_after(until_ts)
+        if unread or far:
             with self._cur() as cur:
-                if near:
-                    found_near, next_near = probe_ahead(cur, near, until_ts, NEAR_MOVE_S)
+                if unread:
+                    found_near, next_near = probe_ahead(cur, unread, until_ts, NEAR_MOVE_S)
                     ts.update(found_near)
                     nexts.update(next_near)
                 if far:
@@ -204,6 +267,30 @@ class ReaderBase:
         fresh = Frontiers(until_ts, ts, held.rows)
         self._frontier_hint = (fresh, nexts)
         return fresh
+
+    def _read_ahead(self, table: str, frontier: float | None,
+                    until_ts: float) -> ReadAhead | None:
+        """The rows of `table` after its old `frontier` (None: from its first), up to
+        `NEAR_MOVE_S` past the cursor or `READ_AHEAD_ROWS` of them, or None when those
+        stop short of the cursor (a long jump over a dense table: probed instead)."""
+        after = "" if frontier is None else "ts > ? AND "
+        with self._cur() as cur:
+            rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE {after}ts <= ? '
+                                   f"ORDER BY ts, host, seq LIMIT {READ_AHEAD_ROWS}",
+                              [*([] if frontier is None else [frontier]),
+                               until_ts + NEAR_MOVE_S])
+        hi: float | None = until_ts + NEAR_MOVE_S
+        if len(rows) == READ_AHEAD_ROWS:
+            # Cut by the limit: keep whole timestamps only, the last one may go on.
+            cut = rows[-1]["ts"]
+            rows = [r for r in rows if r["ts"] < cut]
+            hi = rows[-1]["ts"] if rows else frontier
+        if hi is None or hi < until_ts:
+            self._ahead.pop(table, None)
+            return None
+        ahead = ReadAhead(frontier, hi, [r["ts"] for r in rows], rows)
+        self._ahead[table] = ahead
+        return ahead
 
     @contextmanager
     def _cur(self) -> Iterator[Any]:
@@ -351,35 +438,15 @@ class ReaderBase:
             by_key, complete_after = held
             if end is None:
                 return None
-            found = self._fold_latest(table, keys, dict(by_key), after, until_ts, end,
-                                      windows, complete_after)
+            added = self.added_rows(table, after, until_ts, frontiers)
+            if added is None:
+                return None
+            found = _fold_latest(keys, dict(by_key), added, end, windows, complete_after)
             return None if found is None else (found, complete_after)
 
         by_key, _ = self.kept(f"latest:{table}", (tuple(keys), tuple(windows)), table,
                               frontiers, read, extend)
         return _ordered(by_key, keys)
-
-    def _fold_latest(self, table: str, keys: Sequence[str], by_key: dict[tuple, Row],
-                     after: float, until_ts: float | None, end: float,
-                     windows: Sequence[float | None],
-                     complete_after: float) -> dict[tuple, Row] | None:
-        cond, args = until_clause(until_ts)
-        with self._cur() as cur:
-            added = self.fetch(cur, f'SELECT * FROM "{table}" WHERE ts > ?{cond} '
-                               f"LIMIT {LATEST_ADDED_LIMIT + 1}", [after, *args])
-        if len(added) > LATEST_ADDED_LIMIT:
-            return None
-        for row in added:
-            key = tuple(row[k] for k in keys)
-            old = by_key.get(key)
-            if old is None or (row["ts"], row["seq"]) > (old["ts"], old["seq"]):
-                by_key[key] = row
-        for window in windows:
-            floor = -math.inf if window is None else end - window
-            chosen = {k: r for k, r in by_key.items() if r["ts"] > floor}
-            if chosen or window is None:
-                return chosen if floor >= complete_after else None
-        return None
 
     def old_last_seen(self, cur: Any, host: str, end: float) -> float | None:
         """Newest record of a host that sent nothing within the widest bounded window.
@@ -404,3 +471,22 @@ class ReaderBase:
             with self._memo_lock:
                 self._last_seen_memo[host] = (end, best)
         return best
+
+
+def _fold_latest(keys: Sequence[str], by_key: dict[tuple, Row], added: Sequence[Row],
+                 end: float, windows: Sequence[float | None],
+                 complete_after: float) -> dict[tuple, Row] | None:
+    """The newest row per group once `added` is folded into `by_key`, chosen as
+    `latest_per` chooses (the first window holding any), or None when that window
+    starts before what the held answer knew."""
+    for row in added:
+        key = tuple(row[k] for k in keys)
+        old = by_key.get(key)
+        if old is None or (row["ts"], row["seq"]) > (old["ts"], old["seq"]):
+            by_key[key] = row
+    for window in windows:
+        floor = -math.inf if window is None else end - window
+        chosen = {k: r for k, r in by_key.items() if r["ts"] > floor}
+        if chosen or window is None:
+            return chosen if floor >= complete_after else None
+    return None

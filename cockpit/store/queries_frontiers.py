@@ -12,6 +12,7 @@ wider one; tables known to be small are asked without a window from the start.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,44 @@ def probe_frontiers(
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class ReadAhead:
+    """A replay's rows of one table just past its cursor, read ahead of it.
+
+    Holds every row with `lo` < ts <= `hi`, in ts order; `lo` is the table's frontier
+    when they were read (None: the table had no row yet). While the cursor moves within
+    that range, the table's frontier, its next row and the rows the cursor moved over
+    come from here rather than from statements: a replay refresh otherwise asks DuckDB
+    the same three questions of each table for a second's worth of rows.
+    """
+
+    lo: float | None
+    hi: float
+    ts: list[float]
+    rows: list[dict[str, Any]]
+
+    def covers(self, after: float | None, until: float) -> bool:
+        """Whether every row with `after` (None: the start) < ts <= `until` is here."""
+        if after is None:
+            return self.lo is None and until <= self.hi
+        return (self.lo is None or self.lo <= after) and after <= until <= self.hi
+
+    def between(self, after: float, until: float) -> list[dict[str, Any]]:
+        """The rows with `after` < ts <= `until` (within the range held)."""
+        return self.rows[bisect_right(self.ts, after):bisect_right(self.ts, until)]
+
+    def frontier(self, until: float) -> float | None:
+        """The table's newest ts at or before `until` (within the range held)."""
+        at = bisect_right(self.ts, until)
+        return self.ts[at - 1] if at else self.lo
+
+    def next_after(self, until: float) -> float:
+        """A ts before which the table has no row after `until`: its next row, or the
+        end of the range held."""
+        at = bisect_right(self.ts, until)
+        return self.ts[at] if at < len(self.ts) else self.hi
 
 
 def probe_next(cur: Any, tables: Sequence[str], until_ts: float) -> dict[str, float | None]:

@@ -34,7 +34,10 @@ class HealthQueries(ReaderBase):
             hellos = self.memo("hellos", frontiers.key("hello"),
                                lambda: self._hellos(until_ts))
         with self._cur() as cur:
-            links = {r["host"]: r for r in self.fetch(cur, "SELECT * FROM hosts")}
+            if self.static:  # a store opened read-only: its link states cannot change
+                links = self.memo("links", None, lambda: self._links(cur))
+            else:
+                links = self._links(cur)
             names = set(hellos)
             if until_ts is None:
                 names |= set(links)
@@ -73,6 +76,9 @@ class HealthQueries(ReaderBase):
                 "last_seen": seen.get(name),
             })
         return out
+
+    def _links(self, cur: Any) -> dict[str, Row]:
+        return {r["host"]: r for r in self.fetch(cur, "SELECT * FROM hosts")}
 
     def _hellos(self, until_ts: float | None) -> dict[str, Row]:
         cond, args = until_clause(until_ts)

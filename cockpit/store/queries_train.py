@@ -206,19 +206,6 @@ class TrainQueries(ReaderBase):
                                limit=1, frontiers=frontiers)
         return rows[0] if rows else None
 
-    def train_rows_after(self, after_ts: float, *, until_ts: float | None,
-                         limit: int) -> list[Row] | None:
-        """Every training record with `after_ts` < ts (<= `until_ts`), all jobs, or None
-        when there are more than `limit` (a full read is then cheaper)."""
-        cond, args = until_clause(until_ts)
-        with self._cur() as cur:
-            rows = self.fetch(
-                cur,
-                f"SELECT job, {STEP_COLUMNS} FROM train WHERE ts > ?{cond} LIMIT {limit + 1}",
-                [after_ts, *args],
-            )
-        return rows if len(rows) <= limit else None
-
     def series(
         self,
         table: str,
@@ -268,44 +255,44 @@ class TrainQueries(ReaderBase):
         """`series_columns`, remembered under `name` and, when `table` grew by rows
         that only extend the series, brought up to date from those rows alone
         (`extend_downsampled`) rather than read in full: a refresh after each training
-        step then costs one small statement instead of the level read."""
+        step then folds in the few rows it added (read once for every answer kept
+        about the table, `added_rows`) instead of running the level read."""
         def read() -> Downsampled:
             with self._cur() as cur:
                 return downsample_rows(cur, table, columns, x=x, buckets=buckets,
                                        where=where, until_ts=until_ts)
 
         def extend(held: Downsampled, after: float) -> Downsampled | None:
-            with self._cur() as cur:
-                return extend_downsampled(cur, held, table, columns, x=x, buckets=buckets,
-                                          where=where, until_ts=until_ts, after_ts=after)
+            added = self.added_rows(table, after, until_ts, frontiers)
+            if added is None:
+                return None
+            return extend_downsampled(held, added, columns, x=x, buckets=buckets,
+                                      where=where, until_ts=until_ts)
 
         params = (columns, tuple(sorted(where.items())), x, buckets)
         found = self.kept(name, params, table, frontiers, read, extend)
         return _to_series(found, len(columns))
 
-    def eval_points(self, job: str, *, until_ts: float | None = None) -> list[Row]:
-        """Every evaluation (they are few), one per step: the newest if a step repeats."""
+    def eval_losses(self, job: str, *, until_ts: float | None = None
+                    ) -> dict[int, tuple[float, int, float | None]]:
+        """step -> (ts, seq, loss) of each evaluation of `job`, the newest if a step
+        repeats: what the loss chart and the divergence rule read of evaluations (a
+        long job holds thousands, so nothing else is read or decoded)."""
         cond, args = until_clause(until_ts)
         with self._cur() as cur:
-            return self.fetch(
-                cur,
-                f"SELECT host, ts, rank, step, loss, metrics FROM eval WHERE job = ?{cond}"
-                " QUALIFY row_number() OVER (PARTITION BY step ORDER BY ts DESC, seq DESC) = 1"
-                " ORDER BY step",
+            rows = cur.execute(
+                f"SELECT step, ts, seq, loss FROM eval WHERE job = ? AND step IS NOT NULL{cond}"
+                " QUALIFY row_number() OVER (PARTITION BY step ORDER BY ts DESC, seq DESC) = 1",
                 [job, *args],
-            )
+            ).fetchall()
+        return {int(step): (ts, seq, loss) for step, ts, seq, loss in rows}
 
     def nonfinite_steps(
         self, job: str, *, until_ts: float | None = None, limit: int = NONFINITE_LIMIT,
-        after_ts: float | None = None,
     ) -> list[int]:
         """Steps whose loss was NaN/Inf on any rank (the column is almost always null,
-        so row groups without a value are skipped from their statistics); `after_ts`
-        keeps only rows newer than that (to extend an earlier answer)."""
+        so row groups without a value are skipped from their statistics)."""
         cond, args = until_clause(until_ts)
-        if after_ts is not None:
-            cond += " AND ts > ?"
-            args.append(after_ts)
         with self._cur() as cur:
             rows = self.fetch(
                 cur,

@@ -169,3 +169,24 @@ def test_spike_pins_are_looked_up_again_only_when_their_bucket_changes(
             assert snapshot == build_snapshot(StoreReader(store), until_ts=until, label="x")
             assert syn.SPIKE_STEP in snapshot.effect.spike_steps
             assert len(looked_up) == lookups, (until, looked_up)
+
+
+def test_a_replay_stepping_forward_builds_what_a_fresh_reader_builds(recording: Path) -> None:
+    """A replay's refreshes: the cursor moves a little each time, and the reader folds
+    in the rows it read ahead (frontiers, latest samples, steps, series, evaluations);
+    every snapshot equals one built from scratch, through evaluations, checkpoints and
+    the NaN step."""
+    lo, hi = syn.T0, syn.step_ts(599) + 5
+    cursors = [lo + (hi - lo) * i / 70 for i in range(71)]
+    with Store(recording, read_only=True) as store:
+        counting = _CountingStore(store)
+        kept = StoreReader(counting)
+        for until in cursors:
+            built = build_snapshot(kept, until_ts=until, label="x")
+            assert built == build_snapshot(StoreReader(store), until_ts=until, label="x"), until
+    # Frontiers and added rows come from the rows read ahead, read a few times in all;
+    # no table is probed for its frontier, nor read for its added rows, on its own.
+    read_ahead = [s for s in counting.statements if "ORDER BY ts, host, seq LIMIT" in s]
+    assert 0 < len(read_ahead) < len(cursors) // 2
+    assert not [s for s in counting.statements
+                if "FILTER (WHERE ts <=" in s or "LIMIT 20001" in s]

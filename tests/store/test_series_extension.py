@@ -7,12 +7,15 @@ otherwise: every answer here is compared with a fresh `series_columns` read.
 
 from __future__ import annotations
 
+import math
 import random
 
+import duckdb
 import pytest
 
 from agent.protocol import encode
 from cockpit.store import Store
+from cockpit.store.downsample import added_buckets
 from cockpit.store.queries import StoreReader
 from tests.store.wire import TS0
 
@@ -129,3 +132,30 @@ def test_a_span_that_changes_the_bucket_width_reads_in_full(tmp_path) -> None:
         assert len(widths) > 2  # the width grew with the span, each time read in full
     finally:
         store.close()
+
+
+def test_added_rows_fold_per_bucket_as_duckdb_groups_them() -> None:
+    """The added rows are folded in Python (`added_buckets`); DuckDB's GROUP BY over the
+    same rows, with the statements' rule for the last value (the largest of those at
+    the largest x), is the reference: NULL, NaN, infinities and repeated x included."""
+    rnd = random.Random(7)
+    specials = [None, math.nan, math.inf, -math.inf]
+    rows = []
+    for x in [rnd.randrange(0, 2000) for _ in range(600)]:  # repeated x: ties
+        rows.append({"x": x, "k": rnd.choice(["a", "b", None]),
+                     **{c: rnd.choice(specials) if rnd.random() < 0.2 else rnd.uniform(-5, 5)
+                        for c in ("v0", "v1")}})
+    rows.append({"x": None, "k": "a", "v0": 1.0, "v1": 2.0})  # no x: in no bucket
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (x BIGINT, k VARCHAR, v0 DOUBLE, v1 DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
+                    [(r["x"], r["k"], r["v0"], r["v1"]) for r in rows])
+    for width, where, cond in ((64.0, {"k": "a"}, "k = 'a'"), (7, {"k": None}, "k IS NULL"),
+                               (1000.0, {}, "TRUE")):
+        want = con.execute(
+            "SELECT floor(x / $w)::BIGINT AS tb, max(x), min(x), "
+            "arg_max(v0, (x, v0)), min(v0), max(v0), arg_max(v1, (x, v1)), min(v1), max(v1) "
+            f"FROM t WHERE {cond} AND x IS NOT NULL GROUP BY tb ORDER BY tb",
+            {"w": width}).fetchall()
+        got = added_buckets(rows, ("v0", "v1"), x="x", width=width, where=where)
+        assert repr(got) == repr(want), (width, where)  # repr: NaN equals NaN

@@ -8,13 +8,19 @@ import dataclasses
 from rich.text import Text
 from textual.content import Content
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.strip import Strip
+from textual.visual import Visual, visualize
+from textual.widgets import ProgressBar, Static
+from textual.widgets._progress_bar import Bar
 
 from cockpit.snapshot import RankTime, Snapshot
+from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_snapshot
 from cockpit.ui.static_source import StaticSource
+from cockpit.ui.widgets.gauge import Gauge
 from cockpit.ui.widgets.loss_chart import LossChart
+from cockpit.ui.widgets.spark_bars import SparkBars
 from tests.ui.helpers import settle, text
 
 
@@ -106,16 +112,28 @@ async def test_new_losses_redraw_the_chart_once() -> None:
         assert counts.layouts == counts.full_repaints == 0
 
 
+def _cells(strips: list[Strip]) -> list[list[tuple[object, ...]]]:
+    """What a terminal shows of some lines: each cell's character and looks."""
+    return [[(char, s.color, s.bgcolor, s.bold, s.dim, s.italic, s.underline, s.reverse)
+             for segment in strip for s in (segment.style,) if s is not None
+             for char in segment.text] for strip in strips]
+
+
 async def test_the_chart_read_from_plotext_matrix_equals_its_ansi_output() -> None:
-    """The chart skips plotext's ANSI text; what it shows must be what that text says,
-    for every theme, both axis scales and an empty chart."""
+    """The chart skips plotext's ANSI text, and lays its lines out itself; what it shows
+    must be what that text says, laid out as Textual would, for every theme, both axis
+    scales and an empty chart."""
     app = make_app(StaticSource(demo_snapshot()))
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         chart = app.screen.query_one(LossChart)
+        width, height = chart.size
+        drawn = chart.effect
+        assert drawn is not None
         for theme in app.theme_names:
             app.theme = theme
-            for log_y, effect in ((False, chart.effect), (True, chart.effect), (False, None)):
+            await settle(pilot)
+            for log_y, effect in ((False, drawn), (True, drawn), (False, None)):
                 chart.log_y = log_y
                 chart.effect = effect
                 shown = chart.render()
@@ -125,3 +143,84 @@ async def test_the_chart_read_from_plotext_matrix_equals_its_ansi_output() -> No
                                               console=app.console)
                 assert shown == ansi, (theme, log_y, effect is None)
                 assert len(shown.spans) > 3
+                lines = [chart.render_line(y) for y in range(height)]
+                laid_out = Visual.to_strips(chart, ansi, width, height, chart.visual_style)
+                assert _cells(lines) == _cells(laid_out), (theme, log_y, effect is None)
+                if effect is not None:  # curves, markers and axes each in their colours
+                    assert len({cell[1:] for row in _cells(lines) for cell in row}) > 3
+
+
+async def test_a_theme_switch_redraws_the_chart_in_the_new_colours() -> None:
+    """Textual learns a theme's name before its colours: a chart drawn in between must
+    not keep the old colours once the new ones are in."""
+    app = make_app(StaticSource(demo_snapshot()))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        chart = app.screen.query_one(LossChart)
+        width, height = chart.size
+        for theme in [*app.theme_names[1:], app.theme_names[0]]:
+            before = _cells([chart.render_line(y) for y in range(height)])
+            app.theme = theme
+            chart.render_line(0)
+            await settle(pilot)
+            lines = _cells([chart.render_line(y) for y in range(height)])
+            chart._draw()
+            ansi = Content.from_rich_text(Text.from_ansi(chart.plt.build()),
+                                          console=app.console)
+            assert lines == _cells(Visual.to_strips(chart, ansi, width, height,
+                                                    chart.visual_style)), theme
+            assert lines != before, theme
+
+
+async def test_the_sparklines_draw_what_textual_would() -> None:
+    """The sparklines lay their bars out themselves: the same cells as Textual's own
+    Sparkline, in every theme, for a history, a flat one and none."""
+    app = make_app(StaticSource(demo_snapshot()))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        bars = list(app.screen.query(SparkBars))
+        assert len(bars) == 2
+        history = list(bars[0].data or [])
+        assert len(set(history)) > 2
+        for theme in app.theme_names:
+            app.theme = theme
+            await settle(pilot)
+            for data in (history, [3.0] * 40, [1.0, 5.0], []):
+                for line in bars:
+                    line.data = data
+                    width, height = line.size
+                    shown = [line.render_line(y) for y in range(height)]
+                    textual = Visual.to_strips(line, visualize(line, line.render()), width,
+                                               height, line.visual_style)
+                    assert _cells(shown) == _cells(textual), (theme, data)
+                    if data is history:  # bars of several heights, each in its colour
+                        assert len({cell[:2] for cell in _cells(shown)[0]}) > 2
+
+
+async def test_gauges_and_the_progress_bar_repaint_only_when_what_they_show_changes() -> None:
+    first = demo_snapshot()
+    app = make_app(StaticSource(first))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        gauge = app.screen.query_one("#gauge-busy", Gauge)
+        bar = app.screen.query_one("#progress-bar", ProgressBar)
+        drawn: list[str] = []
+        for widget in (gauge, bar.query_one(Bar)):
+            render = widget.render
+            widget.render = (  # type: ignore[method-assign]
+                lambda w=widget, r=render: drawn.append(w.id or "bar") or r())
+        busy, percent = first.efficiency.gpu_busy, first.progress.percent
+        assert busy is not None and percent is not None
+        # Moves in digits neither shows: nothing is drawn again.
+        await _show(pilot, dataclasses.replace(
+            first, efficiency=dataclasses.replace(first.efficiency, gpu_busy=busy + 0.001),
+            progress=dataclasses.replace(first.progress, percent=percent + 0.001)))
+        assert drawn == []
+        # Moves that show: each is drawn again, with its new reading.
+        await _show(pilot, dataclasses.replace(
+            first, efficiency=dataclasses.replace(first.efficiency, gpu_busy=busy - 20),
+            progress=dataclasses.replace(first.progress, percent=percent + 10)))
+        assert sorted(set(drawn)) == ["bar", "gauge-busy"]
+        assert fmt.percent(busy - 20, 1) in text(app, "#gauge-busy")
+        assert bar.percentage is not None
+        assert abs(bar.percentage * 100 - (percent + 10)) < 0.05

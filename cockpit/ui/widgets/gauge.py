@@ -26,11 +26,14 @@ def level_style(value: float, good: float, bad: float) -> str:
 
 
 class Gauge(Widget):
+    """Repainted only when what it shows changes: a reading that moves in a digit the
+    gauge does not show (most refreshes) leaves the screen alone."""
+
     DEFAULT_CSS = """
     Gauge { height: 1; width: 1fr; }
     """
 
-    value: reactive[float | None] = reactive(None)
+    value: reactive[float | None] = reactive(None, repaint=False)
 
     def __init__(self, label: str, *, good: float, bad: float, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -38,18 +41,31 @@ class Gauge(Widget):
         self.good = good
         self.bad = bad
 
+    def reading(self, value: float | None) -> tuple[int, str, str] | None:
+        """What the gauge shows for `value` at its width: cells filled, colour, text."""
+        if value is None:
+            return None
+        clamped = min(100.0, max(0.0, value))
+        filled = round(self._bar_width() * clamped / 100)
+        return filled, level_style(clamped, self.good, self.bad), fmt.percent(value, 1)
+
+    def _bar_width(self) -> int:
+        return max(0, self.size.width - LABEL_WIDTH - VALUE_WIDTH - 3)
+
+    def watch_value(self, old: float | None, new: float | None) -> None:
+        if self.reading(old) != self.reading(new):
+            self.refresh()
+
     def render(self) -> Content:
         label = self.label[:LABEL_WIDTH].ljust(LABEL_WIDTH)
-        bar_width = max(0, self.size.width - LABEL_WIDTH - VALUE_WIDTH - 3)
-        if self.value is None:
+        bar_width = self._bar_width()
+        shown = self.reading(self.value)
+        if shown is None:
             empty = "░" * bar_width
             return Content.from_markup(
                 f"{label} [$text-muted]▕{empty}▏ {fmt.NA_TEXT:>{VALUE_WIDTH - 1}}[/]"
             )
-        value = min(100.0, max(0.0, self.value))
-        filled = round(bar_width * value / 100)
-        style = level_style(value, self.good, self.bad)
-        text = fmt.percent(self.value, 1)
+        filled, style, text = shown
         return Content.from_markup(
             f"{label} ▕[{style}]{'█' * filled}[/][$text-muted]{'░' * (bar_width - filled)}[/]▏"
             f" [{style}]{text:>{VALUE_WIDTH - 1}}[/]"

@@ -5,29 +5,36 @@ theme switch or a resize redraws correctly without any global plotext state. Mar
 divergence (vertical line), spikes and non-finite losses, and the best validation step.
 
 The chart is redrawn on every refresh that brings new losses, so the drawing is turned
-into screen content straight from plotext's character matrix (`matrix_content`):
-writing it out as ANSI text and parsing that back, as `PlotextPlot.render` does, costs
-more than plotting it. The content is the same either way.
+into screen lines straight from plotext's character matrix (`matrix_strips`, through
+Textual's line API): writing it out as ANSI text and parsing that back, as
+`PlotextPlot.render` does, costs more than plotting it, and so does laying a plot out
+as text content (wrapping, alignment, a selection offset on every run of cells). What
+is shown is the same either way (`render` still gives the content, for comparison).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from plotext import _utility as plotext_utility
 from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style as RichStyle
 from rich.terminal_theme import TerminalTheme
 from rich.text import Text
 from textual.content import Content, Span
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.style import Style
+from textual.visual import Visual
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 from cockpit.snapshot import Effect, Series
 from cockpit.ui.themes import rgb
+from cockpit.ui.widgets.line_cache import LineCache
 
 
 def finite_points(series: Series, positive: bool = False) -> tuple[list[float], list[float]]:
@@ -58,42 +65,72 @@ def _cell_style(colors: tuple[Any, Any, Any], ansi_theme: TerminalTheme) -> Styl
     return Style.from_rich_style(parsed.spans[0].style, ansi_theme) if parsed.spans else None
 
 
-def matrix_content(matrix: Any, ansi_theme: TerminalTheme,
-                   styles: dict[tuple[Any, ...], Style | None]) -> Content:
-    """A built plotext matrix as Content, top row first, one span per run of cells of
-    the same colours: equal to `Content.from_rich_text(Text.from_ansi(plt.build()))`.
-
-    `styles` remembers the style of each colour combination (a plot uses a handful).
-    """
-    parts: list[str] = []
-    spans: list[Span] = []
-    at = 0
+def _runs(matrix: Any) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """Each row of a built plotext matrix, top row first, as runs of cells of the same
+    colours: (the run's characters, its (foreground, style, background))."""
     cols = matrix.cols
     for row in range(matrix.rows - 1, -1, -1):
         markers = matrix.marker[row]
         fore, style, back = matrix.fullground[row], matrix.style[row], matrix.background[row]
+        runs = []
         col = 0
         while col < cols:
             colors = (fore[col], style[col], back[col])
             end = col + 1
             while end < cols and (fore[end], style[end], back[end]) == colors:
                 end += 1
-            run = "".join(markers[col:end])
             key = tuple(tuple(c) if isinstance(c, list) else c for c in colors)
+            runs.append(("".join(markers[col:end]), key))
+            col = end
+        yield runs
+
+
+def matrix_content(matrix: Any, ansi_theme: TerminalTheme,
+                   styles: dict[tuple[Any, ...], Style | None]) -> Content:
+    """A built plotext matrix as Content, one span per run of cells of the same
+    colours: equal to `Content.from_rich_text(Text.from_ansi(plt.build()))`.
+
+    `styles` remembers the style of each colour combination (a plot uses a handful).
+    """
+    parts: list[str] = []
+    spans: list[Span] = []
+    at = 0
+    for runs in _runs(matrix):
+        for run, key in runs:
             if key not in styles:
-                styles[key] = _cell_style(colors, ansi_theme)
+                styles[key] = _cell_style(key, ansi_theme)
             if (found := styles[key]) is not None:
                 spans.append(Span(at, at + len(run), found))
             parts.append(run)
             at += len(run)
-            col = end
         parts.append("\n")
         at += 1
     return Content("".join(parts), spans)
 
 
+def matrix_strips(matrix: Any, ansi_theme: TerminalTheme, base: Style,
+                  styles: dict[tuple[Any, ...], RichStyle]) -> list[Strip]:
+    """A built plotext matrix as screen lines: what Textual makes of `matrix_content`
+    on a widget whose own style is `base`, less the selection offsets.
+
+    `styles` remembers the line style of each colour combination.
+    """
+    strips = []
+    for runs in _runs(matrix):
+        segments = []
+        for run, key in runs:
+            if (found := styles.get(key)) is None:
+                cell = _cell_style(key, ansi_theme)
+                found = styles[key] = (base + cell).rich_style if cell else base.rich_style
+            segments.append(Segment(run, found))
+        strips.append(Strip(segments, matrix.cols))
+    return strips
+
+
 class LossChart(PlotextPlot):
     """Redrawn only when `effect` or `log_y` change (and on resize or theme change)."""
+
+    ALLOW_SELECT = False  # a plot is not text to copy
 
     effect: reactive[Effect | None] = reactive(None)
     log_y: reactive[bool] = reactive(False)
@@ -103,8 +140,12 @@ class LossChart(PlotextPlot):
         # A plot has no links: skip the pass over every drawn segment that looks for them.
         self.set_reactive(Widget.auto_links, False)
         self._styles: dict[str, dict[tuple[Any, ...], Style | None]] = {}  # by app theme
+        self._line_styles: dict[tuple[str, Style], dict[tuple[Any, ...], RichStyle]] = {}
+        self._lines = LineCache()
 
-    def render(self) -> RenderableType | Content:
+    def _matrix(self) -> Any:
+        """The plot drawn and built at the widget's size and theme: plotext's character
+        matrix, or its ANSI text where this plotext lays its figure out otherwise."""
         self._draw()
         plt = self.plt
         width, height = self.size
@@ -115,11 +156,31 @@ class LossChart(PlotextPlot):
         try:
             plt._set_sizes()  # what `plt.build()` does before writing the matrix as ANSI
             plt._build_matrix()
-            matrix = plt.monitor.matrix
-        except AttributeError:  # a plotext laid out otherwise: take the long way round
-            return Text.from_ansi(plt.build())
+            return plt.monitor.matrix
+        except AttributeError:
+            return plt.build()
+
+    def render(self) -> RenderableType | Content:
+        matrix = self._matrix()
+        if isinstance(matrix, str):
+            return Text.from_ansi(matrix)
         styles = self._styles.setdefault(self.app.theme, {})
         return matrix_content(matrix, self.app.ansi_theme, styles)
+
+    def render_line(self, y: int) -> Strip:
+        """Textual's line API: the plot's screen lines, built once per drawing."""
+        return self._lines.line(self, y, self.log_y, self._draw_lines)
+
+    def _draw_lines(self) -> list[Strip]:
+        if not (self.size.width and self.size.height):
+            return []
+        matrix = self._matrix()
+        base = self.visual_style
+        if isinstance(matrix, str):
+            return Visual.to_strips(self, Content.from_rich_text(Text.from_ansi(matrix)),
+                                    self.size.width, self.size.height, base)
+        styles = self._line_styles.setdefault((self.app.theme, base), {})
+        return matrix_strips(matrix, self.app.ansi_theme, base, styles)
 
     def _draw(self) -> None:
         plt = self.plt
@@ -182,6 +243,7 @@ class LossChart(PlotextPlot):
                              color=color, label="spike")
 
     def watch_effect(self) -> None:
+        self._lines.forget()
         self.refresh()
 
     def watch_log_y(self) -> None:

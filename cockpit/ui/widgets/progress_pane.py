@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from textual.app import ComposeResult
 from textual.markup import escape
 from textual.widgets import ProgressBar, Static
@@ -24,6 +26,22 @@ def _position(p: Progress) -> str:
     total = fmt.na(p.total_steps, "{:,}")
     epoch = fmt.na(p.epoch, "{:.2f}")
     return f"stage [b]{escape(p.stage or 'n/a')}[/b] · epoch {epoch} · step {step} / {total}"
+
+
+BAR_STEPS_PER_PERCENT = 20  # far finer than a bar's half-cell, or its whole-% label
+
+
+def bar_progress(percent: float | None) -> float:
+    """What the progress bar is given: the percentage rounded down to a twentieth.
+
+    The bar redraws whenever its value changes, and a long job moves by a few
+    millionths of a percent per refresh, which no cell of the bar shows. Rounding down
+    keeps the bar and its label from ever showing more than is done.
+    """
+    if percent is None:
+        return 0.0
+    # Divided last, so that a whole percentage comes back exact (95.0, not 94.999...).
+    return math.floor(percent * BAR_STEPS_PER_PERCENT + 1e-9) / BAR_STEPS_PER_PERCENT
 
 
 def eta_text(p: Progress) -> str:
@@ -62,7 +80,8 @@ class ProgressPane(Pane):
             f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"
         )
         bar = self.query_one("#progress-bar", ProgressBar)
-        bar.update(total=100 if p.percent is not None else None, progress=p.percent or 0)
+        bar.update(total=100 if p.percent is not None else None,
+                   progress=bar_progress(p.percent))
         update_text(self.query_one("#progress-eta", Static), eta_text(p))
         style = _STATE_STYLE.get(p.state, "$text-muted")
         update_text(self.query_one("#progress-last", Static),

@@ -5,9 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.reactive import reactive
-from textual.widgets import Label, Sparkline
+from textual.widgets import Label
 
 from cockpit.snapshot import Series
+from cockpit.ui.widgets.spark_bars import SparkBars
 
 
 def series_values(series: Series) -> list[float]:
@@ -19,7 +20,7 @@ class SparklineChart(Horizontal):
     DEFAULT_CSS = """
     SparklineChart { height: 1; width: 1fr; }
     SparklineChart > Label { width: 11; }
-    SparklineChart > Sparkline { width: 1fr; }
+    SparklineChart > SparkBars { width: 1fr; }
     """
 
     series: reactive[Series | None] = reactive(None, repaint=False)  # the Sparkline repaints
@@ -32,8 +33,8 @@ class SparklineChart(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Label(self.label)
-        yield Sparkline(series_values(self.series) if self.series else [])
+        yield SparkBars(series_values(self.series) if self.series else [])
 
     def watch_series(self, series: Series | None) -> None:
-        for line in self.query(Sparkline):
+        for line in self.query(SparkBars):
             line.data = series_values(series) if series else []
