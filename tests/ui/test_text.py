@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from cockpit.snapshot import Progress
@@ -9,7 +11,8 @@ from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
 from cockpit.ui.widgets.gauge import level_style
-from cockpit.ui.widgets.progress_pane import eta_text
+from cockpit.ui.widgets.loss_chart import nearest_y
+from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
 
 
 def test_missing_values_render_as_na() -> None:
@@ -66,3 +69,24 @@ def test_speed_ladder_clamps() -> None:
     assert next_speed(10, 1) == 20 and next_speed(10, -1) == 5
     assert next_speed(SPEEDS[-1], 1) == SPEEDS[-1] and next_speed(SPEEDS[0], -1) == SPEEDS[0]
     assert next_speed(3, 1) == 5  # off-ladder speeds snap to the next rung
+
+
+def test_markers_sit_on_the_bucket_nearest_their_step() -> None:
+    rnd = random.Random(3)
+    for _ in range(2000):
+        xs = [float(x) for x in sorted(rnd.sample(range(200), rnd.randint(0, 12)))]
+        ys = [rnd.random() for _ in xs]
+        step = rnd.choice([rnd.uniform(-10, 210), float(rnd.randint(-5, 205))])
+        # Brute force: the closest x, the earlier of two as close.
+        want = ys[min(range(len(xs)), key=lambda i: abs(xs[i] - step))] if xs else None
+        assert nearest_y(xs, ys, step) == want, (xs, step)
+    assert nearest_y([10.0, 20.0], [1.0, 2.0], 15.0) == 1.0
+
+
+def test_the_progress_bar_never_shows_more_than_is_done() -> None:
+    assert bar_progress(None) == 0.0
+    assert bar_progress(95.0) == 95.0  # a whole percentage stays whole
+    assert bar_progress(94.999) == 94.95
+    assert bar_progress(33.33333) == 33.3
+    assert all(bar_progress(p / 997) <= p / 997 < bar_progress(p / 997) + 0.05
+               for p in range(0, 99_701, 37))

@@ -15,6 +15,7 @@ is shown is the same either way (`render` still gives the content, for compariso
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -51,11 +52,14 @@ def finite_points(series: Series, positive: bool = False) -> tuple[list[float], 
 
 
 def nearest_y(xs: list[float], ys: list[float], step: float) -> float | None:
-    """Loss drawn at the bucket closest to `step`, to put a marker on the curve."""
+    """Loss drawn at the bucket closest to `step` (xs ascending; of two as close, the
+    earlier), to put a marker on the curve."""
     if not xs:
         return None
-    index = min(range(len(xs)), key=lambda i: abs(xs[i] - step))
-    return ys[index]
+    right = bisect_left(xs, step)
+    if right == len(xs) or (right > 0 and step - xs[right - 1] <= xs[right] - step):
+        return ys[right - 1]
+    return ys[right]
 
 
 def _cell_style(colors: tuple[Any, Any, Any], ansi_theme: TerminalTheme) -> Style | None:
