@@ -333,9 +333,9 @@ NICE_STEPS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 
 def _nice_width(width: float) -> float:
     """The smallest of 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten that is
-    at least `width`: a raw bucket width that stays put while the span grows by up to a
-    quarter (so a growing series is extended, `extend_downsampled`, not read again),
-    at the cost of up to a fifth fewer buckets than asked for."""
+    at least `width`: a raw bucket width that stays put while the span grows by a fifth
+    to a third (so a growing series is extended, `extend_downsampled`, not read again),
+    at the cost of up to a quarter fewer buckets than asked for."""
     if not width > 0 or not math.isfinite(width):
         return 1.0
     scale = 10.0 ** math.floor(math.log10(width))
