@@ -32,7 +32,10 @@ Bucket `k` covers x in [k*w, (k+1)*w); the point's x is the largest x in the buc
 `last` is the last non-null value (by x; of several at that x, as when every GPU of a
 host reports at once, the largest), `lo`/`hi` the minimum and maximum. Buckets without
 samples are absent. The tie rule makes `last` one value whatever order rows are read
-in, so that a series extended from added rows equals a full read.
+in, so that a series extended from added rows equals a full read. Level rows hold one
+series key each (one GPU, one rank), where two rows at the same x are a repeat: their
+folds keep either (`cockpit.store.levels`), as a tie-breaking key would cost them five
+times as much.
 """
 
 from __future__ import annotations

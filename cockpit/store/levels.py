@@ -106,14 +106,13 @@ def _fold_sql(table: str, source: str) -> _FoldSql:
     new_keys = ", ".join(f'coalesce(t."{k}", {_NULL_KEY[typ]}) AS "{k}"' for k, typ in keys.items())
     new_cols = ", ".join(f't."{c}"::DOUBLE AS "{c}"' for c in columns)
     base_cols = ", ".join(
-        f'min("{c}") AS "{c}_lo", max("{c}") AS "{c}_hi", '
-        f'arg_max("{c}", (x, "{c}")) AS "{c}_last", '
+        f'min("{c}") AS "{c}_lo", max("{c}") AS "{c}_hi", arg_max("{c}", x) AS "{c}_last", '
         f'max(x) FILTER (WHERE "{c}" IS NOT NULL) AS "{c}_lx"'
         for c in columns
     )
     level_cols = ", ".join(
         f'min("{c}_lo") AS "{c}_lo", max("{c}_hi") AS "{c}_hi", '
-        f'arg_max("{c}_last", ("{c}_lx", "{c}_last")) AS "{c}_last", max("{c}_lx") AS "{c}_lx"'
+        f'arg_max("{c}_last", "{c}_lx") AS "{c}_last", max("{c}_lx") AS "{c}_lx"'
         for c in columns
     )
     value_names = ["n", "x_lo", "x_hi", "ts_hi",
@@ -131,11 +130,9 @@ def _fold_sql(table: str, source: str) -> _FoldSql:
         + [
             f'"{c}_lo" = least(d."{c}_lo", e."{c}_lo"), '
             f'"{c}_hi" = greatest(d."{c}_hi", e."{c}_hi"), '
-            # The last value by x; of two at the same x, the larger (`downsample`).
             f'"{c}_last" = CASE WHEN e."{c}_lx" IS NOT NULL AND '
-            f'(d."{c}_lx" IS NULL OR e."{c}_lx" > d."{c}_lx") THEN e."{c}_last" '
-            f'WHEN e."{c}_lx" = d."{c}_lx" THEN greatest(e."{c}_last", d."{c}_last") '
-            f'ELSE d."{c}_last" END, '
+            f'(d."{c}_lx" IS NULL OR e."{c}_lx" >= d."{c}_lx") '
+            f'THEN e."{c}_last" ELSE d."{c}_last" END, '
             f'"{c}_lx" = greatest(d."{c}_lx", e."{c}_lx")'
             for c in columns
         ]
