@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cockpit.live import LiveSession
 from tests.harness.sshd import REPO_ROOT, SshdHost
+from tests.harness.waiting import wait_for
 
 # A charlm small and quick enough for several nodes on two CPU cores.
 SMALL_CHARLM = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
@@ -83,15 +83,11 @@ class StoreView:
             return cur.execute(sql, params or []).fetchall()
 
     def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                skip = "".join(f" AND kind <> '{k}'" for k in self.quiet_kinds)
-                seen = self.rows(f"SELECT host, kind, msg FROM event WHERE job = ?{skip} "
-                                 "ORDER BY ts", [self.job])  # fmt: skip
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
-                                     f"events: {seen}")
-            time.sleep(0.25)
+        """`wait_for`, failing with the job's events (all but the quiet kinds) attached."""
+        try:
+            return wait_for(predicate, timeout, what, poll=0.25)
+        except AssertionError as exc:
+            skip = "".join(f" AND kind <> '{k}'" for k in self.quiet_kinds)
+            seen = self.rows(f"SELECT host, kind, msg FROM event WHERE job = ?{skip} "
+                             "ORDER BY ts", [self.job])  # fmt: skip
+            raise AssertionError(f"{exc}; events: {seen}") from None
