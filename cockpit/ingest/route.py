@@ -169,30 +169,31 @@ class LineSeqs(Sequence[int]):
         return routed[1]
 
 
-def fast_split(chunk: bytes, high_water: int) -> Segment | None:
-    """Group a chunk by type reading only each line's type, or None to use `route_chunk`.
-
-    The common chunk (canonical lines, no stream header, wholly above the mark) needs no
-    per-line seq parsing: seqs arrive in order, so the first and last lines decide
-    whether anything is a duplicate. Lines are grouped by the three bytes after `{"t":"`
-    (distinct for every protocol type), and each group is then checked in C, by counting
-    its full `{"t":"TYPE","seq":` prefixes in the joined group; any other chunk returns
-    None. Lines whose prefix looks canonical but whose JSON is broken are left for the
-    strict bulk reader, whose failure sends the chunk through `route_chunk` and the
-    careful load path.
-    """
+def _lines_of(chunk: bytes) -> list[bytes]:
     lines = chunk.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
+    return lines
+
+
+def _canonical_groups(lines: list[bytes]) -> Segment | None:
+    """The lines grouped by type when every line is canonical, none is a stream header
+    and seqs do not go backwards from first to last line; None otherwise.
+
+    Lines are grouped by the three bytes after `{"t":"` (distinct for every protocol
+    type), and each group is then checked in C, by counting its full
+    `{"t":"TYPE","seq":` prefixes in the joined group. The result has no `end_mark`:
+    whether its lines are new depends on the mark the caller holds.
+    """
     if not lines:
+        return None
+    head, tail = _fast_route(lines[0]), _fast_route(lines[-1])
+    if head is None or tail is None or tail[1] < head[1]:
         return None
     groups: defaultdict[bytes, list[bytes]] = defaultdict(list)
     for line in lines:
         groups[line[6:9]].append(line)
-    head, tail = _fast_route(lines[0]), _fast_route(lines[-1])
-    if head is None or tail is None or head[1] <= high_water or tail[1] < head[1]:
-        return None
-    segment = Segment(end_mark=tail[1])
+    segment = Segment()
     for group in groups.values():
         routed = _fast_route(group[0])
         if routed is None or routed[0] == STREAM_TYPE:
@@ -206,3 +207,69 @@ def fast_split(chunk: bytes, high_water: int) -> Segment | None:
         segment.seqs[name] = LineSeqs(group)
         segment.joined[name] = joined
     return segment
+
+
+def fast_split(chunk: bytes, high_water: int) -> Segment | None:
+    """Group a chunk by type reading only each line's type, or None to use `route_chunk`.
+
+    The common chunk (canonical lines, no stream header, wholly above the mark) needs no
+    per-line seq parsing: seqs arrive in order, so the first and last lines decide
+    whether anything is a duplicate. Lines whose prefix looks canonical but whose JSON is
+    broken are left for the strict bulk reader, whose failure sends the chunk through
+    `route_chunk` and the careful load path.
+    """
+    lines = _lines_of(chunk)
+    if not lines:
+        return None
+    head = _fast_route(lines[0])
+    if head is None or head[1] <= high_water:
+        return None
+    segment = _canonical_groups(lines)
+    if segment is not None:
+        segment.end_mark = _seq_of(lines[-1])
+    return segment
+
+
+def _seq_of(line: bytes) -> int:
+    routed = _fast_route(line)
+    assert routed is not None, "checked canonical"
+    return routed[1]
+
+
+def split_chunk(
+    chunk: bytes, high_water: int, on_header: Callable[[dict[str, object], int], int]
+) -> list[Segment]:
+    """`route_chunk`'s segments, taking the fast path for the chunks that allow it.
+
+    Besides the plain chunk of `fast_split`, that is the first chunk of every connection:
+    a stream header followed by canonical lines (after a reconnect, the whole backlog).
+    The header goes through `route_chunk` (it may reset the journal or report lost
+    records); the lines after it are grouped by type without per-line work when they all
+    lie above the mark the header leaves, and routed line by line otherwise.
+    """
+    fast = fast_split(chunk, high_water)
+    if fast is not None:
+        return [fast]
+    if not chunk.startswith(_PREFIX + STREAM_TYPE.encode() + b'"'):
+        return route_chunk(chunk, high_water, on_header)
+    lines = _lines_of(chunk)
+    body = _canonical_groups(lines[1:])
+    if body is None:
+        return route_chunk(chunk, high_water, on_header)
+    cut = len(lines[0]) + 1
+    lines = lines[1:]
+    segments = route_chunk(chunk[:cut], high_water, on_header)
+    target = segments[-1] if segments else Segment()
+    mark = target.start_mark if target.header is not None else high_water
+    if _seq_of(lines[0]) > mark:
+        target.groups, target.seqs, target.joined = body.groups, body.seqs, body.joined
+        target.end_mark = _seq_of(lines[-1])
+    else:
+        # A resend straddling the mark: no header follows, so at most one segment.
+        for rest in route_chunk(chunk[cut:], mark, on_header):
+            target.groups, target.seqs = rest.groups, rest.seqs
+            target.duplicates += rest.duplicates
+            target.malformed += rest.malformed
+            target.end_mark = rest.end_mark
+    keep = target.header is not None or target.groups or target.malformed or target.duplicates
+    return [target] if keep else []

@@ -46,7 +46,7 @@ from pathlib import Path
 import duckdb
 
 from agent.protocol import PROTOCOL_VERSION
-from cockpit.ingest.route import Malformed, fast_split, route_chunk
+from cockpit.ingest.route import Malformed, route_chunk, split_chunk
 from cockpit.store import schema
 from cockpit.store.levels import (
     defer_levels,
@@ -354,11 +354,9 @@ class Store:
             mark.touched = True
             initial_offset = mark.seq_offset
             seen_headers = len(mark.segment_offsets)
-            fast = None if careful else fast_split(chunk, mark.high_water)
-            segments = [fast] if fast is not None else route_chunk(
-                chunk, mark.high_water,
-                lambda header, m, mk=mark: self._on_header(mk, header, m),
-            )
+            split = route_chunk if careful else split_chunk
+            segments = split(chunk, mark.high_water,
+                             lambda header, m, mk=mark: self._on_header(mk, header, m))
             header_offsets = iter(mark.segment_offsets[seen_headers:])
             for segment in segments:
                 offset = initial_offset
