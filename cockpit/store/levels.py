@@ -68,8 +68,8 @@ class _FoldSql(NamedTuple):
     merge_open: str  # merge those that fall in their series' open bucket
     rest: str  # stage the others, each with its open bucket and newest delta bucket
     counts: str  # (late rows, open buckets that close)
-    late: str  # stage the late rows
-    late_update: str  # merge late rows into closed buckets (reads the closed table)
+    late: str  # stage the late rows, each with its closed bucket's row (reads the table)
+    late_update: str  # merge late rows into their closed buckets
     late_insert: str  # and insert those that found none
     close_passed: str  # append the delta buckets that are already closed
     close_open: str  # append the open buckets that close
@@ -118,8 +118,9 @@ def _fold_sql(table: str, source: str) -> _FoldSql:
     value_names = ["n", "x_lo", "x_hi", "ts_hi",
                    *(f"{c}_{part}" for c in columns for part in ("lo", "hi", "last", "lx"))]
     plain_cols = ", ".join(f'"{name}"' for name in value_names[4:])
-    all_cols = ", ".join([*(f'"{k}"' for k in keys), "level", "bucket",
-                          *(f'"{name}"' for name in value_names)])
+    all_names = [*(f'"{k}"' for k in keys), "level", "bucket", *(f'"{n}"' for n in value_names)]
+    all_cols = ", ".join(all_names)
+    late_cols = ", ".join(f"e.{name}" for name in all_names)
     merges = ", ".join(
         [
             "n = d.n + e.n",
@@ -158,35 +159,46 @@ SELECT {key_names}, l AS level, b0 >> ({LEVEL_BITS} * l) AS bucket, sum(n)::BIGI
 FROM base CROSS JOIN range({LEVEL_COUNT}) lv(l) WHERE buckets > 1
 GROUP BY ALL
 """
-    delta = f"CREATE OR REPLACE TEMP TABLE {_DELTA} AS {rollup}"
+    # Each delta row carries the row id of the open bucket it merges into, and the delta
+    # is stored in that order, so the merge updates the open table in its row order.
+    # DuckDB applies an UPDATE in the order its join emits rows; in the order of a hash
+    # aggregate (when the delta is the larger side: every flush that closes buckets) the
+    # same 28 k-row update took 5 s instead of 40 ms (measured, 2,048 GPUs).
+    delta = (f"CREATE OR REPLACE TEMP TABLE {_DELTA} AS SELECT e.*, d.rowid AS rid "
+             f'FROM ({rollup}) AS e LEFT JOIN "{opened}" AS d ON {match} ORDER BY rid')
     # The open bucket of a series holds its newest x: a delta row past it closes it.
     rest = f"""
 CREATE OR REPLACE TEMP TABLE {_REST} AS
-SELECT e.*, d.bucket AS open_bucket,
+SELECT e.*, d.bucket AS open_bucket, d.rowid AS open_rid,
     max(e.bucket) OVER (PARTITION BY {", ".join(f'e."{k}"' for k in keys)}, e.level) AS newest
 FROM {_DELTA} AS e LEFT JOIN "{opened}" AS d ON {series}
 WHERE d.bucket IS NULL OR d.bucket <> e.bucket
+ORDER BY open_rid
 """
     ahead = "(open_bucket IS NULL OR bucket > open_bucket)"
     return _FoldSql(
         delta=delta,
-        merge_open=f'UPDATE "{opened}" AS d SET {merges} FROM {_DELTA} AS e WHERE {match}',
+        merge_open=(f'UPDATE "{opened}" AS d SET {merges} FROM {_DELTA} AS e '
+                    "WHERE d.rowid = e.rid"),
         rest=rest,
         counts=(f"SELECT count(*) FILTER (WHERE bucket < open_bucket), "
                 f"count(*) FILTER (WHERE bucket > open_bucket AND bucket = newest) "
                 f"FROM {_REST}"),
-        late=(f"CREATE OR REPLACE TEMP TABLE {_LATE} AS SELECT {all_cols} FROM {_REST} "
-              "WHERE bucket < open_bucket"),
-        late_update=f'UPDATE "{closed}" AS d SET {merges} FROM {_LATE} AS e WHERE {match}',
-        late_insert=(f'INSERT INTO "{closed}" SELECT e.* FROM {_LATE} AS e '
-                     f'WHERE NOT EXISTS (SELECT 1 FROM "{closed}" AS d WHERE {match})'),
+        late=(f"CREATE OR REPLACE TEMP TABLE {_LATE} AS SELECT {late_cols}, "
+              f'd.rowid AS closed_rid FROM {_REST} AS e LEFT JOIN "{closed}" AS d ON {match} '
+              "WHERE e.bucket < e.open_bucket ORDER BY closed_rid"),
+        late_update=(f'UPDATE "{closed}" AS d SET {merges} FROM {_LATE} AS e '
+                     "WHERE d.rowid = e.closed_rid"),
+        late_insert=(f'INSERT INTO "{closed}" SELECT {all_cols} FROM {_LATE} '
+                     "WHERE closed_rid IS NULL"),
         close_passed=(f'INSERT INTO "{closed}" SELECT {all_cols} FROM {_REST} '
                       f"WHERE {ahead} AND bucket < newest"),
         close_open=(f'INSERT INTO "{closed}" SELECT d.* FROM "{opened}" AS d WHERE EXISTS '
                     f"(SELECT 1 FROM {_REST} AS e WHERE {series} "
                     "AND e.bucket > e.open_bucket AND e.bucket = e.newest)"),
         reopen=(f'UPDATE "{opened}" AS d SET {replaced} FROM {_REST} AS e '
-                f"WHERE {series} AND e.bucket > e.open_bucket AND e.bucket = e.newest"),
+                "WHERE d.rowid = e.open_rid AND e.bucket > e.open_bucket "
+                "AND e.bucket = e.newest"),
         open_new=(f'INSERT INTO "{opened}" SELECT {all_cols} FROM {_REST} '
                   "WHERE open_bucket IS NULL AND bucket = newest"),
     )
