@@ -164,7 +164,7 @@ class Store:
         self._scratch: Scratch | None = None
         self.fold_interval = fold_interval
         self._last_fold = -math.inf
-        self._pending: dict[str, int] = {}  # level table -> rows parked (unknown: -1)
+        self._pending: dict[str, int] = {}  # level table -> rows parked
         if read_only and not self.path.exists():
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         self._con = self._connect()
@@ -177,13 +177,21 @@ class Store:
                 self._con.execute(f"SET threads = {WRITER_THREADS}")
             self._migrate()
             self._marks = self._load_marks()
-            # Rows parked by a process that ended without folding: fold them first.
-            self._pending = {t: -1 for t in schema.LEVEL_SERIES}
+            # Rows parked by a process that ended without folding are folded first.
+            self._pending = self._parked() if not read_only else {}
         except BaseException:
             self._con.close()
             raise
 
     # -- opening ---------------------------------------------------------------------
+
+    def _parked(self) -> dict[str, int]:
+        with self._con.cursor() as cur:
+            return {
+                table: int(cur.execute(
+                    f'SELECT count(*) FROM "{schema.pending_table(table)}"').fetchall()[0][0])
+                for table in schema.LEVEL_SERIES
+            }
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         try:
@@ -380,8 +388,8 @@ class Store:
         cur = self._con.cursor()
         checker = self._con.cursor() if careful else None
         now = time.monotonic()
-        fold = now - self._last_fold >= self.fold_interval
         pending = dict(self._pending)
+        fold = now - self._last_fold >= self.fold_interval or _backlog_due(pieces, pending)
         try:
             with _transaction(cur):
                 for wire_type, group in pieces.items():
@@ -524,6 +532,22 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _backlog_due(pieces: dict[str, list[Piece]], pending: dict[str, int]) -> bool:
+    """Whether this flush brings a level table's parked rows to FOLD_MAX_PENDING.
+
+    Known before loading, a flush that is due folds its rows straight from the load when
+    nothing of their table is parked (a backlog's large flush), instead of parking them
+    and reading them back in the same transaction.
+    """
+    for wire_type, group in pieces.items():
+        table = schema.TABLE_FOR_TYPE.get(wire_type)
+        if table in schema.LEVEL_SERIES:
+            incoming = sum(len(piece.lines) for piece in group)
+            if max(pending.get(table, 0), 0) + incoming >= FOLD_MAX_PENDING:
+                return True
+    return False
 
 
 def _keep_levels(cur: duckdb.DuckDBPyConnection, table: str, load: TypeLoad, fold: bool,

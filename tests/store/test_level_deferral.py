@@ -104,6 +104,28 @@ def test_a_large_backlog_is_folded_without_waiting_for_the_interval(
         assert sizes.count(0) > 1  # folded more than once, with no time passing
 
 
+def test_a_flush_that_reaches_the_limit_is_folded_without_being_parked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog's flush goes straight from the load into the level tables: parking its
+    rows only to read them back in the same transaction would cost a copy of each."""
+    monkeypatch.setattr(database, "FOLD_MAX_PENDING", 1)
+    parked: list[str] = []
+
+    def park(cur: object, table: str, rows: object) -> int:
+        parked.append(table)
+        return 0
+
+    monkeypatch.setattr(database, "defer_staged", park)
+    monkeypatch.setattr(database, "defer_levels", park)
+    with Store(tmp_path / "straight.duckdb", fold_interval=math.inf) as store:
+        for flush in _flushes(_streams()):
+            _ingest(store, flush)
+        assert parked == []
+        for table in TABLES:
+            assert _levels(store, table) == _reference(store, table), table
+
+
 def test_closing_folds_what_is_parked(tmp_path: Path) -> None:
     path = tmp_path / "closed.duckdb"
     _fill(tmp_path, "closed", math.inf).close()
