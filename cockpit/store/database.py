@@ -65,6 +65,12 @@ from cockpit.store.loader import Piece, Scratch, TypeLoad, load_type
 FOLD_INTERVAL = 5.0
 FOLD_MAX_PENDING = 50_000
 WRITER_THREADS = 1
+# DuckDB checkpoints (rewrites the changed row groups into the main file) in the commit
+# that takes the write-ahead log past this size. Its default (16 MB) checkpoints a busy
+# writer several times a minute; at 64 MB a bulk load costs 5-10 % less in all (measured:
+# 300 k wire records, final checkpoint included), and at most this much of the recording
+# waits in the log, which a restart after a crash replays.
+CHECKPOINT_THRESHOLD = "64MB"
 WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
 _SAMPLE_BYTES = 1000
 
@@ -175,6 +181,7 @@ class Store:
                 # measured on a fleet's flushes and on bulk loads) and leaves the other
                 # cores to the transport that feeds it.
                 self._con.execute(f"SET threads = {WRITER_THREADS}")
+                self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
             self._migrate()
             self._marks = self._load_marks()
             # Rows parked by a process that ended without folding are folded first.
@@ -203,7 +210,8 @@ class Store:
                 raise StoreLockedError(
                     f"{self.path} is open for writing by another process ({holder}). "
                     "DuckDB lets no other process read a file while one writes it: close "
-                    "that cockpit first, or copy the file and open the copy."
+                    "that cockpit first, or copy the file together with its write-ahead log "
+                    f"({self.path.name}.wal, which holds the newest rows) and open the copy."
                 ) from None
             raise StoreError(f"cannot open the recording {self.path}: {text}") from None
         except duckdb.Error as exc:

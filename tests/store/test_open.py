@@ -98,10 +98,26 @@ def test_read_only_while_another_process_writes_names_the_file(tmp_store_path: P
             Store(tmp_store_path, read_only=True)
         assert str(tmp_store_path) in str(err.value)
         assert "another process" in str(err.value)
+        assert f"{tmp_store_path.name}.wal" in str(err.value)
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=10)
+
+
+def test_a_copy_with_its_log_holds_every_committed_row_of_a_live_writer(
+    tmp_path: Path,
+) -> None:
+    """What the locked-file error tells a user to do: the newest rows are still in the
+    write-ahead log, so a copy of the file alone would miss them."""
+    live, copy = tmp_path / "live.duckdb", tmp_path / "copy.duckdb"
+    with Store(live) as writer:
+        writer.ingest("h1", header() + trains(1, 500))
+        assert Path(f"{live}.wal").exists()
+        copy.write_bytes(live.read_bytes())
+        Path(f"{copy}.wal").write_bytes(Path(f"{live}.wal").read_bytes())
+        with Store(copy, read_only=True) as reader:
+            assert count(reader, "train") == 500
 
 
 def test_host_state_is_recorded(store: Store) -> None:
