@@ -8,6 +8,7 @@ Every user-facing failure ends as one clear line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,26 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+_WINDOW_UNITS = {"m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def _raw_window(text: str) -> float:
+    """A retention window such as 7d, 36h or 90m, in seconds.
+
+    At least a minute: older samples are rolled up into 1-minute rows, so a shorter
+    window would fold the minute still being recorded.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*", text.lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give a number and a unit (m, h, d or w), "
+            "e.g. 7d, 36h or 90m")
+    seconds = float(match[1]) * _WINDOW_UNITS[match[2]]
+    if seconds < 60:
+        raise argparse.ArgumentTypeError(f"{text!r} is under a minute")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the job spec: makes the job controllable from the UI")
     watch.add_argument("--headless", type=float, default=None, metavar="SECONDS",
                        help="no UI: record for SECONDS, then print the report")
+    watch.add_argument("--keep-raw", type=_raw_window, default=None, metavar="DURATION",
+                       help="how long raw GPU and host samples are kept before they are "
+                            "rolled up into 1-minute min/mean/max rows (default 7d; "
+                            "e.g. 36h, 2w); checked hourly")
     _add_theme(watch)
 
     _add_job_commands(sub)
@@ -234,6 +259,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         known_hosts=args.known_hosts,
         accept_new_host_keys=args.accept_new_host_keys,
         job_path=args.job,
+        raw_window=args.keep_raw,
     ) as live:
         _watch_or_record(live, args)
     return _after_live(live.store_path, args)

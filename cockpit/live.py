@@ -8,6 +8,7 @@ satisfies the same `Source` protocol as the replay, so the UI has one render pat
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +22,7 @@ from cockpit.snapshot import Snapshot
 from cockpit.source import build_snapshot, details
 from cockpit.store.database import IngestResult, Store, StoreError
 from cockpit.store.queries import StoreReader
+from cockpit.store.retention import RetentionPolicy, apply_retention
 from cockpit.transport.fleet import Fleet
 from cockpit.transport.host_keys import KnownHosts
 from cockpit.transport.inventory import (
@@ -34,6 +36,11 @@ from cockpit.transport.link import LinkOptions
 
 if TYPE_CHECKING:
     from cockpit.control.jobspec import JobSpec
+
+log = logging.getLogger(__name__)
+
+# Retention (and re-clustering of the chart levels) runs this often on the writer thread.
+MAINTENANCE_EVERY_S = 3600.0
 
 
 class LiveSource:
@@ -72,7 +79,9 @@ class LiveSession:
     """Streams every host of an inventory into one recording."""
 
     def __init__(self, hosts: Inventory | Sequence[HostSpec], store_path: Path,
-                 options: LinkOptions | None = None) -> None:
+                 options: LinkOptions | None = None,
+                 retention: RetentionPolicy | None = None,
+                 maintenance_every: float = MAINTENANCE_EVERY_S) -> None:
         self.store_path = Path(store_path)
         self.store_path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -81,7 +90,10 @@ class LiveSession:
             raise CockpitError(str(exc)) from None
         self._listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self.writer = StoreWriter(self.store, on_flush=self._on_flush)
+        self.retention = retention or RetentionPolicy()
+        self.writer = StoreWriter(self.store, on_flush=self._on_flush,
+                                  maintenance=self._maintain,
+                                  maintenance_every=maintenance_every)
         self.fleet = Fleet(
             hosts,
             high_water=self.writer.high_water,
@@ -90,6 +102,12 @@ class LiveSession:
             options=options,
         )
         self.source = LiveSource(self)
+
+    def _maintain(self, store: Store) -> None:
+        """Runs on the writer thread, between flushes: lines arriving meanwhile queue."""
+        result = apply_retention(store, self.retention)
+        log.info("retention: rolled up %d gpu and %d host samples, deleted %d log lines",
+                 result.gpu_rolled, result.host_rolled, result.logs_deleted)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -177,6 +195,7 @@ def open_watch(
     known_hosts: Path | None,
     accept_new_host_keys: bool,
     job_path: Path | None = None,
+    raw_window: float | None = None,
 ) -> Iterator[LiveSession]:
     """A started live session over SSH for `cockpit watch` (controllable with a job spec)."""
     try:
@@ -189,7 +208,8 @@ def open_watch(
     extra = [known_hosts] if known_hosts else []
     options = LinkOptions(known_hosts=KnownHosts(extra_files=extra,
                                                  accept_new=accept_new_host_keys))
-    session = LiveSession(inventory, store_path, options)
+    retention = RetentionPolicy(raw_window=raw_window) if raw_window else None
+    session = LiveSession(inventory, store_path, options, retention=retention)
     if spec is not None:
         from cockpit.control.controller import Controller
 

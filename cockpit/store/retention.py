@@ -6,6 +6,7 @@ min/mean/max rows (`gpu_rollup`, `host_sample_rollup`) and deleted; charts of ol
 periods keep working from the level tables, which are aggregates already. `train`,
 `eval`, `event`, `alert`, `run` and `hello` are kept whole; `log` is capped by row count,
 oldest first. The same pass re-clusters the level tables (`levels.cluster_levels`).
+A live session applies it hourly on the writer thread (`cockpit watch --keep-raw`).
 The cut-off is aligned to a minute so that a minute is folded once; a late row for an
 already folded minute is merged into its row (means weighted by count).
 

@@ -143,3 +143,20 @@ def test_watch_with_a_malformed_inventory_names_file_and_line(
     assert str(inventory) in line and what in line
     assert f"line {line_no}" in line or f"{inventory}:{line_no}:" in line
     assert not (tmp_path / "w.duckdb").exists()  # refused before anything was recorded
+
+
+@pytest.mark.parametrize("window", ["3", "30s", "0.5m", "week"])
+def test_watch_refuses_a_bad_retention_window(tmp_path: Path, window: str) -> None:
+    result = run("cockpit", "watch", "gpu-1", "--keep-raw", window,
+                 "--store", tmp_path / "w.duckdb")
+    assert result.returncode == USAGE_ERROR
+    assert "Traceback" not in result.stderr
+    assert "--keep-raw" in result.stderr.splitlines()[-1]
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+@pytest.mark.parametrize("window, seconds", [("36h", 129_600), ("2w", 1_209_600),
+                                             ("90m", 5_400), ("1.5d", 129_600)])
+def test_watch_takes_a_retention_window_with_its_unit(window: str, seconds: float) -> None:
+    args = cockpit_parser().parse_args(["watch", "gpu-1", "--keep-raw", window])
+    assert args.keep_raw == seconds

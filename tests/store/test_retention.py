@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import statistics
+import time
+from pathlib import Path
 
 from agent.protocol import encode
+from cockpit.live import LiveSession
 from cockpit.store import Store
 from cockpit.store.retention import RetentionPolicy, apply_retention
-from tests.store.wire import count
+from tests.harness.waiting import wait_for
+from tests.store.wire import count, header
 
 DAY = 86400.0
 T0 = 1_700_000_040.0  # a minute boundary
@@ -98,3 +102,23 @@ def test_levels_keep_old_charts_after_raw_rows_go(store: Store) -> None:
     with store.cursor() as cur:
         after = downsample(cur, "gpu", "util", x="ts", buckets=10, where={"host": "h1", "gpu": 1})
     assert after == before and len(after[0]) > 1
+
+
+def test_a_live_session_applies_its_retention_window_while_it_records(tmp_path: Path) -> None:
+    """`cockpit watch --keep-raw`: the writer applies the policy between flushes."""
+    now = time.time()
+    old = [_gpu(seq, now - 2 * 3600 - seq, 40.0, 50.0, 0) for seq in range(1, 11)]
+    recent = _gpu(11, now, 60.0, 55.0, 0)
+    session = LiveSession([], tmp_path / "live.duckdb",
+                          retention=RetentionPolicy(raw_window=3600), maintenance_every=0.2)
+    with session:
+        session.writer.put("h1", header() + b"".join(old) + recent)
+
+        def rolled_up() -> bool:
+            with session.store.cursor() as cur:
+                return cur.execute("SELECT count(*) FROM gpu_rollup").fetchall()[0][0] > 0
+
+        wait_for(rolled_up, what="the old samples rolled up")
+        assert count(session.store, "gpu") == 1  # only the sample inside the window stays
+        with session.store.cursor() as cur:
+            assert cur.execute("SELECT sum(n) FROM gpu_rollup").fetchall()[0][0] == 10
