@@ -106,8 +106,9 @@ class LiveSession:
     def _maintain(self, store: Store) -> None:
         """Runs on the writer thread, between flushes: lines arriving meanwhile queue."""
         result = apply_retention(store, self.retention)
-        log.info("retention: rolled up %d gpu and %d host samples, deleted %d log lines",
-                 result.gpu_rolled, result.host_rolled, result.logs_deleted)
+        log.info("retention: rolled up %d gpu and %d host samples, deleted %d log lines, "
+                 "re-clustered %s", result.gpu_rolled, result.host_rolled,
+                 result.logs_deleted, ", ".join(result.clustered) or "no level table")
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -171,6 +171,8 @@ class Store:
         self.fold_interval = fold_interval
         self._last_fold = -math.inf
         self._pending: dict[str, int] = {}  # level table -> rows parked
+        # Level table -> its rows when this process last re-clustered it (retention).
+        self.clustered_levels: dict[str, int] = {}
         if read_only and not self.path.exists():
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         self._con = self._connect()
