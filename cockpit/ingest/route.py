@@ -218,7 +218,11 @@ def fast_split(chunk: bytes, high_water: int) -> Segment | None:
     broken are left for the strict bulk reader, whose failure sends the chunk through
     `route_chunk` and the careful load path.
     """
-    lines = _lines_of(chunk)
+    return _fast_lines(_lines_of(chunk), high_water)
+
+
+def _fast_lines(lines: list[bytes], high_water: int) -> Segment | None:
+    """`fast_split` of a chunk already split into lines."""
     if not lines:
         return None
     head = _fast_route(lines[0])
@@ -247,12 +251,12 @@ def split_chunk(
     records); the lines after it are grouped by type without per-line work when they all
     lie above the mark the header leaves, and routed line by line otherwise.
     """
-    fast = fast_split(chunk, high_water)
+    lines = _lines_of(chunk)  # split once, for both fast paths
+    fast = _fast_lines(lines, high_water)
     if fast is not None:
         return [fast]
     if not chunk.startswith(_PREFIX + STREAM_TYPE.encode() + b'"'):
         return route_chunk(chunk, high_water, on_header)
-    lines = _lines_of(chunk)
     body = _canonical_groups(lines[1:])
     if body is None:
         return route_chunk(chunk, high_water, on_header)
