@@ -555,7 +555,7 @@ def _backlog_due(pieces: dict[str, list[Piece]], pending: dict[str, int]) -> boo
         table = schema.TABLE_FOR_TYPE.get(wire_type)
         if table in schema.LEVEL_SERIES:
             incoming = sum(len(piece.lines) for piece in group)
-            if max(pending.get(table, 0), 0) + incoming >= FOLD_MAX_PENDING:
+            if pending.get(table, 0) + incoming >= FOLD_MAX_PENDING:
                 return True
     return False
 
@@ -574,7 +574,7 @@ def _keep_levels(cur: duckdb.DuckDBPyConnection, table: str, load: TypeLoad, fol
         parked = defer_staged(cur, table, load.staged)
     else:
         parked = defer_levels(cur, table, load.first_seq)
-    pending[table] = max(pending.get(table, 0), 0) + parked
+    pending[table] = pending.get(table, 0) + parked
 
 
 def _int(value: object) -> int:
