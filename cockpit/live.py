@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Retention (and re-clustering of the chart levels) runs this often on the writer thread.
+# Retention runs this often on the writer thread; the chart levels are re-clustered after
+# it, on a thread of their own.
 MAINTENANCE_EVERY_S = 3600.0
 
 
@@ -91,6 +92,7 @@ class LiveSession:
         self._listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self.retention = retention or RetentionPolicy()
+        self._clustering: threading.Thread | None = None
         self.writer = StoreWriter(self.store, on_flush=self._on_flush,
                                   maintenance=self._maintain,
                                   maintenance_every=maintenance_every)
@@ -106,9 +108,21 @@ class LiveSession:
     def _maintain(self, store: Store) -> None:
         """Runs on the writer thread, between flushes: lines arriving meanwhile queue."""
         result = apply_retention(store, self.retention)
-        log.info("retention: rolled up %d gpu and %d host samples, deleted %d log lines, "
-                 "re-clustered %s", result.gpu_rolled, result.host_rolled,
-                 result.logs_deleted, ", ".join(result.clustered) or "no level table")
+        log.info("retention: rolled up %d gpu and %d host samples, deleted %d log lines",
+                 result.gpu_rolled, result.host_rolled, result.logs_deleted)
+        if self._clustering is None or not self._clustering.is_alive():
+            # A rewrite takes seconds to minutes for a long run: flushes go on meanwhile.
+            self._clustering = threading.Thread(target=self._recluster, args=(store,),
+                                                name="level-clustering", daemon=True)
+            self._clustering.start()
+
+    def _recluster(self, store: Store) -> None:
+        try:
+            rewritten = store.recluster_levels()
+        except Exception as exc:  # a full disk, say: the next maintenance tries again
+            self.writer.on_error(exc)
+            return
+        log.info("re-clustered %s", ", ".join(rewritten) or "no level table")
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -120,7 +134,9 @@ class LiveSession:
     def stop(self) -> None:
         self.fleet.stop()
         self.writer.stop()
-        self.store.close()
+        self.store.close()  # interrupts a re-clustering in progress
+        if self._clustering is not None:
+            self._clustering.join()
 
     def __enter__(self) -> LiveSession:
         return self.start()

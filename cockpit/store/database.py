@@ -49,10 +49,14 @@ from agent.protocol import PROTOCOL_VERSION
 from cockpit.ingest.route import Malformed, route_chunk, split_chunk
 from cockpit.store import schema
 from cockpit.store.levels import (
+    CLUSTER_MIN_NEW_ROWS,
+    clustered_copy,
+    copy_clustered,
     defer_levels,
     defer_staged,
     fold_pending,
     fold_staged,
+    swap_clustered,
     update_levels,
 )
 from cockpit.store.loader import Piece, Scratch, TypeLoad, load_type
@@ -80,6 +84,13 @@ def _transaction(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """BEGIN .. COMMIT on `cur`; on any failure ROLLBACK, so a failed write leaves no
     trace (a rollback that fails too must not hide the first error)."""
     cur.execute("BEGIN")
+    with _transaction_end(cur):
+        yield
+
+
+@contextlib.contextmanager
+def _transaction_end(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """COMMIT the transaction already begun on `cur`, or ROLLBACK it on any failure."""
     try:
         yield
     except BaseException:
@@ -171,8 +182,14 @@ class Store:
         self.fold_interval = fold_interval
         self._last_fold = -math.inf
         self._pending: dict[str, int] = {}  # level table -> rows parked
-        # Level table -> its rows when this process last re-clustered it (retention).
+        # Level table -> its rows when this process last re-clustered it.
         self.clustered_levels: dict[str, int] = {}
+        # Folds that merged late rows into a table's closed level rows in place: a
+        # re-clustering copy taken before such a merge is stale (`recluster_levels`).
+        self._late_merges: Counter[str] = Counter()
+        self._cluster_guard = threading.Lock()  # one re-clustering at a time; close waits
+        self._cluster_cur: duckdb.DuckDBPyConnection | None = None
+        self._closing = False
         if read_only and not self.path.exists():
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         self._con = self._connect()
@@ -185,6 +202,8 @@ class Store:
                 self._con.execute(f"SET threads = {WRITER_THREADS}")
                 self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
             self._migrate()
+            if not read_only:
+                self._drop_stale_copies()
             self._marks = self._load_marks()
             # Rows parked by a process that ended without folding are folded first.
             self._pending = self._parked() if not read_only else {}
@@ -201,6 +220,12 @@ class Store:
                     f'SELECT count(*) FROM "{schema.pending_table(table)}"').fetchall()[0][0])
                 for table in schema.LEVEL_SERIES
             }
+
+    def _drop_stale_copies(self) -> None:
+        """A re-clustering interrupted between its copy and its swap leaves the copy."""
+        with self._con.cursor() as cur:
+            for table in schema.LEVEL_SERIES:
+                cur.execute(f'DROP TABLE IF EXISTS "{clustered_copy(table)}"')
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         try:
@@ -410,14 +435,15 @@ class Store:
                     if load.stored:
                         by_type[wire_type] += load.stored
                         table = schema.TABLE_FOR_TYPE.get(wire_type)
-                        if table in schema.LEVEL_SERIES:
-                            _keep_levels(cur, table, load, fold, pending)
+                        if table in schema.LEVEL_SERIES and _keep_levels(
+                                cur, table, load, fold, pending):
+                            self._note_late_merge(table)
                 if any(n >= FOLD_MAX_PENDING for n in pending.values()):
                     fold = True
                 if fold:
                     for table, parked in pending.items():
-                        if parked:
-                            fold_pending(cur, table)
+                        if parked and fold_pending(cur, table):
+                            self._note_late_merge(table)
                     pending = {}
                 self._write_hosts(cur, marks)
             self._pending = pending
@@ -509,6 +535,65 @@ class Store:
                  "samples": [k[2] for k in kept]},
             )
 
+    def _note_late_merge(self, table: str) -> None:
+        self._late_merges[table] += 1
+
+    def recluster_levels(self, min_new_rows: int = CLUSTER_MIN_NEW_ROWS) -> list[str]:
+        """Rewrite, in chart order, each level table grown by `min_new_rows` or more since
+        this process last did; returns the tables rewritten. Call it from its own thread.
+
+        A rewrite reads the whole table (21 s for 7 M gpu level rows), so it must not hold
+        up ingest: the ordered copy is written in a transaction of its own, from a
+        snapshot taken between two flushes, while flushes go on. Only the swap takes the
+        write lock: it appends the rows closed since the snapshot and replaces the table
+        (tens of milliseconds). Closed level rows are only appended, except that a late
+        row (a relaunched run repeating steps) merges into its closed bucket in place; a
+        copy that predates such a merge is dropped, and the next call starts over.
+        `close()` interrupts a rewrite in progress.
+        """
+        self._writable()
+        rewritten: list[str] = []
+        with self._cluster_guard:
+            for table in schema.LEVEL_SERIES:
+                if self._closing:
+                    break
+                name = schema.levels_table(table)
+                with self.cursor() as cur:
+                    self._cluster_cur = cur
+                    try:
+                        if self._recluster(cur, table, min_new_rows):
+                            rewritten.append(name)
+                    except duckdb.InterruptException:
+                        with contextlib.suppress(duckdb.Error):
+                            cur.execute("ROLLBACK")
+                        break
+                    finally:
+                        self._cluster_cur = None
+        return rewritten
+
+    def _recluster(self, cur: duckdb.DuckDBPyConnection, table: str, min_new_rows: int) -> bool:
+        name = schema.levels_table(table)
+        with self._lock:  # no flush in flight: the snapshot holds every committed row
+            if self._closing:
+                return False
+            cur.execute("BEGIN")
+            rows, top = cur.execute(f'SELECT count(*), max(rowid) FROM "{name}"').fetchone() \
+                or (0, None)
+            late = self._late_merges[table]
+        grown = int(rows) - self.clustered_levels.get(name, 0)
+        if top is None or (name in self.clustered_levels and grown < min_new_rows):
+            cur.execute("ROLLBACK")
+            return False
+        with _transaction_end(cur):
+            copy_clustered(cur, table)
+        with self._lock, _transaction(cur):
+            if self._closing or self._late_merges[table] != late:
+                cur.execute(f'DROP TABLE "{clustered_copy(table)}"')
+                return False
+            swap_clustered(cur, table, int(top))
+        self.clustered_levels[name] = int(rows)
+        return True
+
     def fold_levels(self) -> None:
         """Fold every parked row into the level tables now (closing, maintenance)."""
         self._writable()
@@ -520,12 +605,21 @@ class Store:
             return
         with self.cursor() as cur, _transaction(cur):
             for table in schema.LEVEL_SERIES:
-                if self._pending.get(table):
-                    fold_pending(cur, table)
+                if self._pending.get(table) and fold_pending(cur, table):
+                    self._note_late_merge(table)
         self._pending = {}
         self._last_fold = time.monotonic()
 
     def close(self) -> None:
+        self._closing = True
+        # An interrupt only stops the statement running at that moment: repeat it until
+        # a re-clustering in progress has given up.
+        while not self._cluster_guard.acquire(timeout=0.05):
+            cur = self._cluster_cur
+            if cur is not None:
+                with contextlib.suppress(duckdb.Error):
+                    cur.interrupt()
+        self._cluster_guard.release()
         with self._lock:
             if not self.read_only:
                 # Parked rows are safe in the file either way; folding them now spares
@@ -561,20 +655,21 @@ def _backlog_due(pieces: dict[str, list[Piece]], pending: dict[str, int]) -> boo
 
 
 def _keep_levels(cur: duckdb.DuckDBPyConnection, table: str, load: TypeLoad, fold: bool,
-                 pending: dict[str, int]) -> None:
+                 pending: dict[str, int]) -> bool:
     """Fold a flush's new rows of `table` into its level tables now, when a fold is due
-    and nothing of the table waits before them; park them for the next fold otherwise."""
+    and nothing of the table waits before them; park them for the next fold otherwise.
+
+    True when the fold merged late rows into closed buckets."""
     if fold and not pending.get(table):
         if load.staged is not None:
-            fold_staged(cur, table, load.staged)
-        else:
-            update_levels(cur, table, load.first_seq)
-        return
+            return fold_staged(cur, table, load.staged)
+        return update_levels(cur, table, load.first_seq)
     if load.staged is not None:
         parked = defer_staged(cur, table, load.staged)
     else:
         parked = defer_levels(cur, table, load.first_seq)
     pending[table] = pending.get(table, 0) + parked
+    return False
 
 
 def _int(value: object) -> int:

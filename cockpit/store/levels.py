@@ -19,10 +19,11 @@ its series' open one. Both tables live in the store, in the flush's transaction,
 nothing needs rebuilding after a restart and a failed flush leaves no trace.
 
 Appends leave a level table in arrival order, so `level = L` would scan every row group.
-`cluster_levels` (run with retention, hourly) rewrites each level table ordered by
-(level, keys, bucket) once it has grown by a row group since its last rewrite; the zone
-maps then confine a chart query to its level's row groups, plus at most about a row
-group of unclustered rows added since.
+A live session re-clusters each level table hourly once it has grown by a row group
+since its last rewrite (`Store.recluster_levels`): it copies the table ordered by
+(level, keys, bucket) without holding up ingest, then swaps the copy in. The zone maps
+then confine a chart query to its level's row groups, plus at most about a row group of
+unclustered rows added since.
 """
 
 from __future__ import annotations
@@ -206,13 +207,14 @@ ORDER BY open_rid
 
 
 def _fold(cur: duckdb.DuckDBPyConnection, sql: _FoldSql,
-          params: dict[str, object] | None = None) -> None:
+          params: dict[str, object] | None = None) -> bool:
+    """Run a fold; True when it merged rows into closed buckets in place (late rows)."""
     created = cur.execute(sql.delta, params or {}).fetchone()
     if not created or not created[0]:
-        return
+        return False
     merged = cur.execute(sql.merge_open).fetchone()
     if merged and int(merged[0]) == int(created[0]):
-        return
+        return False
     cur.execute(sql.rest)
     late, closing = cur.execute(sql.counts).fetchone() or (0, 0)
     if late:
@@ -225,6 +227,7 @@ def _fold(cur: duckdb.DuckDBPyConnection, sql: _FoldSql,
         cur.execute(sql.close_open)
         cur.execute(sql.reopen)
     cur.execute(sql.open_new)
+    return bool(late)
 
 
 _UPDATES = {table: _fold_sql(table, _FROM_TABLE.format(table=table)) for table in LEVEL_SERIES}
@@ -242,13 +245,16 @@ def _pending_names(table: str, prefix: str = "") -> str:
 
 def update_levels(
     cur: duckdb.DuckDBPyConnection, table: str, first_new_seq: dict[str, int]
-) -> None:
-    """Fold the rows of `table` with seq >= first_new_seq[host] into its level table."""
+) -> bool:
+    """Fold the rows of `table` with seq >= first_new_seq[host] into its level table.
+
+    Like every fold, returns True when late rows were merged into closed buckets.
+    """
     if table not in _UPDATES or not first_new_seq:
-        return
+        return False
     hosts = list(first_new_seq)
     los = [first_new_seq[h] for h in hosts]
-    _fold(cur, _UPDATES[table], {"hosts": hosts, "los": los, "min_lo": min(los)})
+    return _fold(cur, _UPDATES[table], {"hosts": hosts, "los": los, "min_lo": min(los)})
 
 
 def defer_levels(
@@ -278,12 +284,13 @@ def defer_staged(cur: duckdb.DuckDBPyConnection, table: str, staged: str) -> int
     ))
 
 
-def fold_pending(cur: duckdb.DuckDBPyConnection, table: str) -> None:
+def fold_pending(cur: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Fold `table`'s parked rows into its level tables and empty the parking table."""
     if table not in LEVEL_SERIES:
-        return
-    _fold(cur, _PENDING[table])
+        return False
+    late = _fold(cur, _PENDING[table])
     cur.execute(f'DELETE FROM "{pending_table(table)}"')
+    return late
 
 
 def _inserted(cur: duckdb.DuckDBPyConnection) -> int:
@@ -298,35 +305,59 @@ def _inserted(cur: duckdb.DuckDBPyConnection) -> int:
 CLUSTER_MIN_NEW_ROWS = 122_880
 
 
-def cluster_levels(cur: duckdb.DuckDBPyConnection, clustered: dict[str, int] | None = None,
-                   min_new_rows: int = 0) -> list[str]:
-    """Rewrite every closed-bucket level table ordered by (level, keys, bucket), inside
+def clustered_copy(table: str) -> str:
+    """The table a re-clustering writes `table`'s level rows into before the swap."""
+    return f"{levels_table(table)}__clustered"
+
+
+def _cluster_order(table: str) -> str:
+    keys = LEVEL_SERIES[table]["keys"]
+    return ", ".join(["level", *(f'"{k}"' for k in keys), "bucket"])  # type: ignore[union-attr]
+
+
+def copy_clustered(cur: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Write `table`'s closed level rows, as `cur`'s transaction sees them, into a new
+    table ordered by (level, keys, bucket): the long part of a re-clustering."""
+    copy = clustered_copy(table)
+    cur.execute(f'DROP TABLE IF EXISTS "{copy}"')
+    cur.execute(levels_ddl(table, copy))
+    cur.execute(f'INSERT INTO "{copy}" SELECT * FROM "{levels_table(table)}" '
+                f"ORDER BY {_cluster_order(table)}")
+
+
+def swap_clustered(cur: duckdb.DuckDBPyConnection, table: str, copied_up_to: int) -> int:
+    """Replace `table`'s level table by its clustered copy, first appending the rows
+    added since the copy was taken (row id above `copied_up_to`: closed level rows are
+    only ever appended, or merged in place by a late row, which the caller rules out).
+
+    Returns how many rows were appended.
+    """
+    name = levels_table(table)
+    row = cur.execute(
+        f'INSERT INTO "{clustered_copy(table)}" SELECT * FROM "{name}" WHERE rowid > $top '
+        f"ORDER BY {_cluster_order(table)}", {"top": copied_up_to},
+    ).fetchone()
+    cur.execute(f'DROP TABLE "{name}"')
+    cur.execute(f'ALTER TABLE "{clustered_copy(table)}" RENAME TO "{name}"')
+    return int(row[0]) if row else 0
+
+
+def cluster_levels(cur: duckdb.DuckDBPyConnection) -> list[str]:
+    """Rewrite every closed-bucket level table ordered by (level, keys, bucket) inside
     `cur`'s transaction (the open-bucket tables are small and rewritten by every flush).
 
-    `clustered` maps a level table to its row count after its last rewrite (by this
-    process: rows are only appended since); a table grown by fewer than `min_new_rows`
-    since is skipped, and the map is updated for those rewritten. Returns their names.
+    This holds up every other writer for as long as the rewrite takes; a live session
+    uses `Store.recluster_levels`, which copies outside the write lock. Returns the
+    tables rewritten.
     """
-    rewritten = []
-    for table, spec in LEVEL_SERIES.items():
-        name = levels_table(table)
-        rows = int(cur.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0])
-        if clustered is not None and name in clustered and rows - clustered[name] < min_new_rows:
-            continue
-        order = ", ".join(["level", *(f'"{k}"' for k in spec["keys"]), "bucket"])  # type: ignore[union-attr]
-        cur.execute(f'DROP TABLE IF EXISTS "{name}__clustered"')
-        cur.execute(levels_ddl(table, f"{name}__clustered"))
-        cur.execute(f'INSERT INTO "{name}__clustered" SELECT * FROM "{name}" ORDER BY {order}')
-        cur.execute(f'DROP TABLE "{name}"')
-        cur.execute(f'ALTER TABLE "{name}__clustered" RENAME TO "{name}"')
-        rewritten.append(name)
-        if clustered is not None:
-            clustered[name] = rows
-    return rewritten
+    for table in LEVEL_SERIES:
+        copy_clustered(cur, table)
+        swap_clustered(cur, table, copied_up_to=2**62)
+    return [levels_table(table) for table in LEVEL_SERIES]
 
 
-def fold_staged(cur: duckdb.DuckDBPyConnection, table: str, staged: str) -> None:
+def fold_staged(cur: duckdb.DuckDBPyConnection, table: str, staged: str) -> bool:
     """Fold every row of `staged` (a relation with `table`'s columns) into its level table."""
     if table not in LEVEL_SERIES:
-        return
-    _fold(cur, _fold_sql(table, _FROM_STAGED.format(staged=staged)))
+        return False
+    return _fold(cur, _fold_sql(table, _FROM_STAGED.format(staged=staged)))

@@ -5,9 +5,9 @@ Rows older than the raw window (7 days by default) are folded into 1-minute
 min/mean/max rows (`gpu_rollup`, `host_sample_rollup`) and deleted; charts of old
 periods keep working from the level tables, which are aggregates already. `train`,
 `eval`, `event`, `alert`, `run` and `hello` are kept whole; `log` is capped by row count,
-oldest first. The same pass re-clusters the level tables that grew by a row group or
-more since this process last did (`levels.cluster_levels`).
-A live session applies it hourly on the writer thread (`cockpit watch --keep-raw`).
+oldest first. A live session applies it hourly on the writer thread (`cockpit watch
+--keep-raw`), and then re-clusters the level tables on a thread of their own
+(`Store.recluster_levels`).
 The cut-off is aligned to a minute so that a minute is folded once; a late row for an
 already folded minute is merged into its row (means weighted by count).
 
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 from cockpit.ingest.synthetic import synthetic_lines
 from cockpit.store.database import Store
-from cockpit.store.levels import CLUSTER_MIN_NEW_ROWS, cluster_levels
 
 DAY = 86400.0
 
@@ -51,7 +50,6 @@ class RetentionResult:
     gpu_rolled: int
     host_rolled: int
     logs_deleted: int
-    clustered: tuple[str, ...] = ()  # the level tables rewritten in order
 
 
 _GPU_AGG = """
@@ -115,10 +113,7 @@ def apply_retention(
             "ORDER BY ts DESC, seq DESC OFFSET $cap)",
             {"cap": policy.log_max_rows},
         ).fetchone()
-        clustered = dict(store.clustered_levels)
-        rewritten = cluster_levels(cur, clustered, CLUSTER_MIN_NEW_ROWS)
-    store.clustered_levels = clustered  # only once the rewrite is committed
-    return RetentionResult(gpu, host, int(logs[0]) if logs else 0, tuple(rewritten))
+    return RetentionResult(gpu, host, int(logs[0]) if logs else 0)
 
 
 def _grown(path: str, fill: Callable[[Store], None]) -> int:

@@ -6,15 +6,12 @@ import statistics
 import time
 from pathlib import Path
 
-import pytest
-
-import cockpit.store.retention as retention
 from agent.protocol import encode
 from cockpit.live import LiveSession
 from cockpit.store import Store
 from cockpit.store.retention import RetentionPolicy, apply_retention
 from tests.harness.waiting import wait_for
-from tests.store.wire import count, header, trains
+from tests.store.wire import count, header
 
 DAY = 86400.0
 T0 = 1_700_000_040.0  # a minute boundary
@@ -125,23 +122,6 @@ def test_a_live_session_applies_its_retention_window_while_it_records(tmp_path: 
         assert count(session.store, "gpu") == 1  # only the sample inside the window stays
         with session.store.cursor() as cur:
             assert cur.execute("SELECT sum(n) FROM gpu_rollup").fetchall()[0][0] == 10
-
-
-def test_level_tables_are_rewritten_only_once_they_have_grown_by_a_row_group(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Re-clustering rewrites a whole table: an hour that added a few thousand level rows
-    must not cost a rewrite of a month's worth."""
-    monkeypatch.setattr(retention, "CLUSTER_MIN_NEW_ROWS", 20)
-    with Store(tmp_path / "c.duckdb", fold_interval=0.0) as store:
-        store.ingest("h1", header() + trains(1, 2000))
-        first = apply_retention(store)
-        assert set(first.clustered) == {"train_levels", "gpu_levels", "host_sample_levels"}
-        assert apply_retention(store).clustered == ()  # nothing new
-        store.ingest("h1", trains(2001, 2100))  # a level-0 bucket or two: under the limit
-        assert apply_retention(store).clustered == ()
-        store.ingest("h1", trains(2101, 6000))  # 60 more finest buckets
-        assert apply_retention(store).clustered == ("train_levels",)
-        with store.cursor() as cur:
-            keys = cur.execute("SELECT level, job, rank, bucket FROM train_levels").fetchall()
-        assert keys == sorted(keys)  # the rewrite left the table in chart order
+        # After retention, the chart levels are re-clustered off the writer thread.
+        wait_for(lambda: "gpu_levels" in session.store.clustered_levels,
+                 what="the gpu level table re-clustered")
