@@ -95,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--headless", type=float, default=None, metavar="SECONDS",
                        help="no UI: record for SECONDS, then print the report")
     watch.add_argument("--keep-raw", type=_raw_window, default=None, metavar="DURATION",
-                       help="how long raw GPU and host samples are kept before they are "
-                            "rolled up into 1-minute min/mean/max rows (default 7d; "
-                            "e.g. 36h, 2w); checked hourly")
+                       help="how long raw GPU and host samples, and the steps of ranks "
+                            "other than 0, are kept: older samples are rolled up into "
+                            "1-minute min/mean/max rows, older steps live on in the charts "
+                            "(default 3d; e.g. 36h, 2w); checked hourly")
     _add_theme(watch)
 
     _add_job_commands(sub)

@@ -108,8 +108,9 @@ class LiveSession:
     def _maintain(self, store: Store) -> None:
         """Runs on the writer thread, between flushes: lines arriving meanwhile queue."""
         result = apply_retention(store, self.retention)
-        log.info("retention: rolled up %d gpu and %d host samples, deleted %d log lines",
-                 result.gpu_rolled, result.host_rolled, result.logs_deleted)
+        log.info("retention: rolled up %d gpu and %d host samples, deleted %d steps of "
+                 "ranks other than 0 and %d log lines", result.gpu_rolled, result.host_rolled,
+                 result.train_deleted, result.logs_deleted)
         if self._clustering is None or not self._clustering.is_alive():
             # A rewrite takes seconds to minutes for a long run: flushes go on meanwhile.
             self._clustering = threading.Thread(target=self._recluster, args=(store,),

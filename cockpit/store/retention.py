@@ -1,26 +1,31 @@
 """Bound the size of a long recording without losing what the instruments need.
 
-Raw `gpu` and `host_sample` rows (one per GPU / host per second) dominate a recording.
-Rows older than the raw window (7 days by default) are folded into 1-minute
-min/mean/max rows (`gpu_rollup`, `host_sample_rollup`) and deleted; charts of old
-periods keep working from the level tables, which are aggregates already. `train`,
-`eval`, `event`, `alert`, `run` and `hello` are kept whole; `log` is capped by row count,
-oldest first. A live session applies it hourly on the writer thread (`cockpit watch
---keep-raw`), and then re-clusters the level tables on a thread of their own
-(`Store.recluster_levels`).
-The cut-off is aligned to a minute so that a minute is folded once; a late row for an
-already folded minute is merged into its row (means weighted by count).
+Raw `gpu` and `host_sample` rows (one per GPU / host per second) and the `train` rows of
+every rank (one per rank per step) dominate a recording. Past the raw window (3 days by
+default: a job that dies on a Friday night is still there in full detail on Monday):
 
-Estimating storage for a job (method, run `python -m cockpit.store.retention`):
-`measure_bytes_per_row()` ingests realistic synthetic lines of one type at a time into
-a scratch store (level tables included), checkpoints it and divides the file growth by
-the row count; the 1-minute roll-up row is measured the same way. A month on 128 GPUs
-(16 hosts of 8) at 1 Hz under this policy holds 7 days of raw gpu rows (128 * 86400 * 7)
-and host rows (16 * 86400 * 7), 23 days of 1-minute roll-ups ((128 + 16) * 1440 * 23)
-and the train rows (ranks * steps per second * 30 days); `estimate_month()` multiplies
-those counts by the measured bytes per row. (Measured here: about 78 B per gpu row,
-36 B per train row and 18-19 GiB for 128 GPUs with 128 ranks at 1 step/s; rerun it,
-the figures depend on the data's compressibility.)
+- `gpu` and `host_sample` rows are folded into 1-minute min/mean/max rows (`gpu_rollup`,
+  `host_sample_rollup`) and deleted;
+- `train` rows of ranks other than 0 are deleted, except those with a non-finite loss:
+  every rank's series stays in the chart levels (min, max and last per 64-step bucket and
+  coarser), and rank 0's rows stay whole (the step-by-step record of the job);
+- `log` is capped by row count, oldest first; `eval`, `event`, `alert`, `run` and
+  `hello` are kept whole, and so are the level tables (charts of old periods read them).
+
+The cut-off is aligned to a minute so that a minute is folded once; a late row for an
+already folded minute is merged into its row (means weighted by count). A live session
+applies the policy hourly on the writer thread (`cockpit watch --keep-raw`), and then
+re-clusters the level tables on a thread of their own (`Store.recluster_levels`).
+
+Estimating storage for a job (run `python -m cockpit.store.retention`):
+`measure_bytes_per_row()` ingests realistic synthetic lines (readings shaped as NVML and
+psutil report them, `cockpit.ingest.synthetic`) into a scratch store, applies the policy
+to get roll-up rows, then copies each table into a file of its own and divides the file
+size by the rows of the table it stands for. `estimate_month()` multiplies those by the
+rows a 30-day job keeps: 128 GPUs on 16 hosts sampled at 1 Hz and 128 ranks at 1 step/s
+by default. Measured here: about 4 GiB for that month (raw samples and other ranks' steps
+for 3 days, 1-minute roll-ups and chart levels for 30, rank 0's steps whole); rerun it,
+the figures depend on the data's compressibility.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from cockpit.ingest.synthetic import synthetic_lines
@@ -41,7 +45,7 @@ DAY = 86400.0
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    raw_window: float = 7 * DAY  # seconds of raw gpu / host samples kept
+    raw_window: float = 3 * DAY  # seconds of raw samples (and other ranks' steps) kept
     log_max_rows: int = 1_000_000
 
 
@@ -50,6 +54,7 @@ class RetentionResult:
     gpu_rolled: int
     host_rolled: int
     logs_deleted: int
+    train_deleted: int = 0  # steps of ranks other than 0, past the window
 
 
 _GPU_AGG = """
@@ -80,6 +85,12 @@ _HOST_MERGE = """
 """
 
 
+# Rank 0's steps (and a record without a rank) stay whole, and so does any step whose loss
+# was NaN/Inf: `nonfinite_steps` lists them for the whole run.
+_TRAIN_TRIM = ("DELETE FROM train WHERE ts < $cut AND rank IS NOT NULL AND rank <> 0 "
+               "AND nonfinite IS NULL")
+
+
 def _fold(cur, raw: str, rollup: str, agg: str, merge: str, keys: str, cut: float) -> int:
     cur.execute(f"CREATE OR REPLACE TEMP TABLE _new AS SELECT * FROM {rollup} LIMIT 0")
     cur.execute(f"INSERT INTO _new {agg}", {"cut": cut})
@@ -100,7 +111,8 @@ def _fold(cur, raw: str, rollup: str, agg: str, merge: str, keys: str, cut: floa
 def apply_retention(
     store: Store, policy: RetentionPolicy | None = None, now: float | None = None
 ) -> RetentionResult:
-    """Fold and delete raw samples older than the window; cap logs. One transaction."""
+    """Fold and delete raw samples older than the window, delete other ranks' steps
+    older than it, cap logs. One transaction."""
     policy = policy or RetentionPolicy()
     now = time.time() if now is None else now
     cut = (now - policy.raw_window) // 60 * 60
@@ -108,76 +120,99 @@ def apply_retention(
         gpu = _fold(cur, "gpu", "gpu_rollup", _GPU_AGG, _GPU_MERGE, "host, gpu, minute", cut)
         host = _fold(cur, "host_sample", "host_sample_rollup", _HOST_AGG, _HOST_MERGE,
                      "host, minute", cut)
+        train = cur.execute(_TRAIN_TRIM, {"cut": cut}).fetchone()
         logs = cur.execute(
             "DELETE FROM log WHERE (host, seq) IN (SELECT host, seq FROM log "
             "ORDER BY ts DESC, seq DESC OFFSET $cap)",
             {"cap": policy.log_max_rows},
         ).fetchone()
-    return RetentionResult(gpu, host, int(logs[0]) if logs else 0)
+    return RetentionResult(gpu, host, int(logs[0]) if logs else 0,
+                           int(train[0]) if train else 0)
 
 
-def _grown(path: str, fill: Callable[[Store], None]) -> int:
-    with Store(path) as store:
-        store.checkpoint()
-        empty = os.path.getsize(path)
-        fill(store)
-        store.checkpoint()
+def _table_bytes(cur, tables: list[str], path: str) -> int:
+    """Bytes `tables` take once copied into a DuckDB file of their own (compressed as the
+    store compresses them), less what an empty file takes."""
+    cur.execute(f"ATTACH '{path}' AS sized")
+    cur.execute("DETACH sized")
+    empty = os.path.getsize(path)
+    cur.execute(f"ATTACH '{path}' AS sized")
+    try:
+        for table in tables:
+            cur.execute(f'CREATE TABLE sized."{table}" AS SELECT * FROM main."{table}"')
+    finally:
+        cur.execute("DETACH sized")
     return os.path.getsize(path) - empty
 
 
-def measure_bytes_per_row(rows: int = 200_000) -> dict[str, float]:
-    """Bytes per stored row, measured: each sampled table (its level table included) in
-    its own scratch store, and the 1-minute gpu roll-up row."""
-    lines = synthetic_lines(rows).splitlines(keepends=True)
-    header = lines[0]
+def _per_row(cur, tmp: str, tables: list[str], per: str) -> float:
+    """Bytes of `tables` per row of table `per`."""
+    n = cur.execute(f'SELECT count(*) FROM "{per}"').fetchall()[0][0]
+    return _table_bytes(cur, tables, os.path.join(tmp, f"{tables[0]}.duckdb")) / max(int(n), 1)
+
+
+def measure_bytes_per_row(rows: int = 2_000_000) -> dict[str, float]:
+    """Bytes per stored row, measured on `rows` realistic wire records: each raw table
+    per row; each table's chart levels per row of that table; each roll-up per row."""
+    header, _, body = synthetic_lines(rows, readings="nvml").partition(b"\n")
+    lines = body.splitlines(keepends=True)
     sizes: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for wire_type, table in (("gpu", "gpu"), ("host", "host_sample"), ("train", "train")):
-            prefix = b'{"t":"%s",' % wire_type.encode()
-            chunk = header + b"".join(line for line in lines if line.startswith(prefix))
-            count = chunk.count(b"\n") - 1
-            path = os.path.join(tmp, f"{table}.duckdb")
-            grown = _grown(path, lambda store, c=chunk: store.ingest("estimate", c))
-            sizes[table] = grown / count
-        with Store(os.path.join(tmp, "gpu.duckdb")) as store:
-            apply_retention(store, now=2e9 + 30 * DAY)
-            with store.cursor() as cur:
-                rolled = cur.sql("SELECT * FROM gpu_rollup").to_arrow_table()
-
-        def fill_rollup(store: Store) -> None:
-            with store.write_cursor() as cur:
-                cur.register("_rolled", rolled)
-                cur.execute("INSERT INTO gpu_rollup SELECT * FROM _rolled")
-
-        sizes["gpu_rollup"] = _grown(os.path.join(tmp, "rollup.duckdb"), fill_rollup) / max(
-            rolled.num_rows, 1)
+    with tempfile.TemporaryDirectory() as tmp, \
+            Store(os.path.join(tmp, "scratch.duckdb")) as store:
+        for i in range(0, len(lines), 200_000):
+            store.ingest("estimate", (header + b"\n" if i == 0 else b"")
+                         + b"".join(lines[i:i + 200_000]))
+        store.fold_levels()
+        with store.cursor() as cur:
+            for table in ("gpu", "host_sample", "train"):
+                sizes[table] = _per_row(cur, tmp, [table], table)
+                sizes[f"{table}_levels"] = _per_row(
+                    cur, tmp, [f"{table}_levels", f"{table}_levels_open"], table)
+        apply_retention(store, now=2e9 + 30 * DAY)
+        with store.cursor() as cur:
+            for table in ("gpu_rollup", "host_sample_rollup"):
+                sizes[table] = _per_row(cur, tmp, [table], table)
     return sizes
 
 
 def estimate_month(gpus: int = 128, gpus_per_host: int = 8, steps_per_s: float = 1.0,
-                   ranks: int | None = None) -> dict[str, object]:
-    """Bytes for a 30-day job under the default policy, from measured bytes per row."""
-    per_row = measure_bytes_per_row()
+                   ranks: int | None = None, raw_window: float | None = None,
+                   rows: int = 2_000_000) -> dict[str, object]:
+    """Bytes a 30-day job keeps under the policy, from measured bytes per row."""
+    per_row = measure_bytes_per_row(rows)
     hosts = max(1, gpus // gpus_per_host)
     ranks = gpus if ranks is None else ranks
-    raw_s = RetentionPolicy().raw_window
+    window = RetentionPolicy().raw_window if raw_window is None else raw_window
     month = 30 * DAY
-    total = (
-        gpus * raw_s * per_row["gpu"]
-        + hosts * raw_s * per_row["host_sample"]
-        + ranks * steps_per_s * month * per_row["train"]
-        + (gpus + hosts) * ((month - raw_s) / 60) * per_row["gpu_rollup"]
-    )
+    minutes = max(month - window, 0.0) / 60
+    steps = steps_per_s * month
+    parts = {
+        "gpu raw": gpus * window * per_row["gpu"],
+        "host raw": hosts * window * per_row["host_sample"],
+        "train rank 0": steps * per_row["train"],
+        "train other ranks": (ranks - 1) * steps_per_s * window * per_row["train"],
+        "roll-ups": minutes * (gpus * per_row["gpu_rollup"]
+                               + hosts * per_row["host_sample_rollup"]),
+        "chart levels": month * (gpus * per_row["gpu_levels"]
+                                 + hosts * per_row["host_sample_levels"])
+                        + ranks * steps * per_row["train_levels"],
+    }
     return {"bytes_per_row": per_row, "gpus": gpus, "hosts": hosts, "ranks": ranks,
-            "steps_per_s": steps_per_s, "total_gib": total / 2**30}
+            "steps_per_s": steps_per_s, "raw_window_days": window / DAY,
+            "gib": {name: round(b / 2**30, 3) for name, b in parts.items()},
+            "total_gib": sum(parts.values()) / 2**30}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Measure and estimate recording size.")
     parser.add_argument("--gpus", type=int, default=128)
     parser.add_argument("--steps-per-s", type=float, default=1.0)
+    parser.add_argument("--raw-days", type=float, default=None,
+                        help="the raw window (default: the policy's)")
     args = parser.parse_args()
-    print(json.dumps(estimate_month(args.gpus, steps_per_s=args.steps_per_s), indent=2))
+    window = None if args.raw_days is None else args.raw_days * DAY
+    print(json.dumps(estimate_month(args.gpus, steps_per_s=args.steps_per_s,
+                                    raw_window=window), indent=2))
 
 
 if __name__ == "__main__":

@@ -125,3 +125,45 @@ def test_a_live_session_applies_its_retention_window_while_it_records(tmp_path: 
         # After retention, the chart levels are re-clustered off the writer thread.
         wait_for(lambda: "gpu_levels" in session.store.clustered_levels,
                  what="the gpu level table re-clustered")
+
+
+def _step(seq: int, rank: int, step: int, ts: float, loss: float,
+          nonfinite: str | None = None) -> bytes:
+    return encode("train", seq, {"job": "j", "rank": rank, "step": step, "loss": loss,
+                                 "step_time": 0.5 + rank / 100, "nonfinite": nonfinite}, ts=ts)
+
+
+def test_other_ranks_steps_past_the_window_go_rank_0_and_nonfinite_stay(store: Store) -> None:
+    """128 ranks at a step a second would be most of a month's recording: past the
+    window only rank 0's steps (and any NaN/Inf step) stay raw; the charts of every rank
+    come from the level tables, which keep them."""
+    from cockpit.store.downsample import downsample
+
+    lines, seq = [], 0
+    for step in range(1, 2001):
+        for rank in range(3):
+            seq += 1
+            bad = "nan" if (rank, step) == (2, 700) else None
+            lines.append(_step(seq, rank, step, T0 + step * 10, float(step % 37 + rank), bad))
+    recent = T0 + 10 * DAY
+    for rank in range(3):
+        seq += 1
+        lines.append(_step(seq, rank, 2001, recent, 1.0))
+    store.ingest("h1", b"".join(lines))
+
+    def chart(rank: int) -> object:
+        with store.cursor() as cur:
+            return downsample(cur, "train", "loss", buckets=10, where={"job": "j", "rank": rank})
+
+    before = [chart(rank) for rank in range(3)]
+    result = apply_retention(store, RetentionPolicy(raw_window=3 * DAY), now=recent)
+    assert result.train_deleted == 2 * 2000 - 1
+    with store.cursor() as cur:
+        kept = cur.execute("SELECT rank, count(*) FROM train GROUP BY rank ORDER BY rank"
+                           ).fetchall()
+        nan_step = cur.execute("SELECT rank, step FROM train WHERE nonfinite IS NOT NULL"
+                               ).fetchall()
+    assert kept == [(0, 2001), (1, 1), (2, 2)]
+    assert nan_step == [(2, 700)]
+    assert [chart(rank) for rank in range(3)] == before
+    assert RetentionPolicy().raw_window == 3 * DAY
