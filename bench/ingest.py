@@ -7,7 +7,11 @@ starts a real OpenSSH sshd on loopback and, over one paramiko exec channel runni
   (a) baseline: reads the channel and discards the bytes (the transport's ceiling);
   (b) feeds the same channel through the real ingest path (line-boundary chunks →
       StoreWriter → Store.ingest_many → DuckDB file in a temp dir), timed until the
-      last commit.
+      last commit;
+  (c) for reference, the store path alone: the same bytes, already in memory and cut
+      into the same 4 MB chunks, stored in one `Store.ingest_many` call (the writer's
+      best case: a flush takes everything queued), with no SSH. It bounds what (b) can
+      reach on this machine, whatever the channel does.
 
 Metric points = numeric (int/float, non-null, non-bool) top-level fields per record.
 Goals: (b) >= 1,000,000 points/s and >= 0.5 of (a). The last line printed is JSON.
@@ -103,6 +107,22 @@ def run_ingest(client: paramiko.SSHClient, path: Path, db: Path) -> tuple[float,
     return elapsed, stored
 
 
+def run_store_only(data: bytes, db: Path) -> tuple[float, int]:
+    """The store path alone, every ~4 MB chunk of whole lines in one flush."""
+    chunks = []
+    pos = 0
+    while pos < len(data):
+        cut = data.rfind(b"\n", pos, pos + RECV) + 1 or len(data)
+        chunks.append(("bench-host", data[pos:cut]))
+        pos = cut
+    with Store(db) as store:
+        start = time.perf_counter()
+        store.ingest_many(chunks)
+        store.fold_levels()
+        elapsed = time.perf_counter() - start
+        return elapsed, store.high_water("bench-host")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=500_000)
@@ -126,13 +146,21 @@ def main() -> None:
                 assert high == records, f"stored up to seq {high}, expected {records}"
                 ingest_best = min(ingest_best, elapsed)
             client.close()
+        store_best = float("inf")
+        for i in range(args.repeat):
+            elapsed, high = run_store_only(data, tmpdir / f"store-{i}.duckdb")
+            assert high == records, f"stored up to seq {high}, expected {records}"
+            store_best = min(store_best, elapsed)
     raw_pps = points / raw_best
     ingest_pps = points / ingest_best
+    store_pps = points / store_best
     ratio = ingest_pps / raw_pps
     print(f"(a) raw channel: {raw_pps / 1e6:.2f} M points/s ({records / raw_best / 1e3:.0f} k "
           f"records/s, {len(data) / raw_best / 1e6:.0f} MB/s)")
     print(f"(b) ingest:      {ingest_pps / 1e6:.2f} M points/s ({records / ingest_best / 1e3:.0f} "
           f"k records/s)")
+    print(f"(c) store alone: {store_pps / 1e6:.2f} M points/s, no SSH ({store_pps / raw_pps:.2f} "
+          "of (a))")
     print(f"ratio (b)/(a):   {ratio:.2f}")
     passed = ingest_pps >= 1_000_000 and ratio >= 0.5
     print(result_line(
@@ -140,6 +168,7 @@ def main() -> None:
         goal="value >= 1000000 and ratio >= 0.5", passed=passed, metric="points_per_s",
         baseline_name="raw SSH channel read", records=records, points=points,
         bytes=len(data), raw_s=round(raw_best, 3), ingest_s=round(ingest_best, 3),
+        store_only_s=round(store_best, 3), store_only_points_per_s=round(store_pps),
     ))
 
 
