@@ -325,21 +325,26 @@ def copy_clustered(cur: duckdb.DuckDBPyConnection, table: str) -> None:
                 f"ORDER BY {_cluster_order(table)}")
 
 
-def swap_clustered(cur: duckdb.DuckDBPyConnection, table: str, copied_up_to: int) -> int:
+def swap_clustered(cur: duckdb.DuckDBPyConnection, table: str,
+                   copied_up_to: int | None = None) -> int:
     """Replace `table`'s level table by its clustered copy, first appending the rows
     added since the copy was taken (row id above `copied_up_to`: closed level rows are
     only ever appended, or merged in place by a late row, which the caller rules out).
+    Without `copied_up_to` the copy was taken in this transaction: nothing was added.
 
     Returns how many rows were appended.
     """
     name = levels_table(table)
-    row = cur.execute(
-        f'INSERT INTO "{clustered_copy(table)}" SELECT * FROM "{name}" WHERE rowid > $top '
-        f"ORDER BY {_cluster_order(table)}", {"top": copied_up_to},
-    ).fetchone()
+    added = 0
+    if copied_up_to is not None:
+        row = cur.execute(
+            f'INSERT INTO "{clustered_copy(table)}" SELECT * FROM "{name}" WHERE rowid > $top '
+            f"ORDER BY {_cluster_order(table)}", {"top": copied_up_to},
+        ).fetchone()
+        added = int(row[0]) if row else 0
     cur.execute(f'DROP TABLE "{name}"')
     cur.execute(f'ALTER TABLE "{clustered_copy(table)}" RENAME TO "{name}"')
-    return int(row[0]) if row else 0
+    return added
 
 
 def cluster_levels(cur: duckdb.DuckDBPyConnection) -> list[str]:
@@ -352,7 +357,7 @@ def cluster_levels(cur: duckdb.DuckDBPyConnection) -> list[str]:
     """
     for table in LEVEL_SERIES:
         copy_clustered(cur, table)
-        swap_clustered(cur, table, copied_up_to=2**62)
+        swap_clustered(cur, table)
     return [levels_table(table) for table in LEVEL_SERIES]
 
 
