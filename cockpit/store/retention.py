@@ -177,13 +177,17 @@ def measure_bytes_per_row(rows: int = 2_000_000) -> dict[str, float]:
 
 def estimate_month(gpus: int = 128, gpus_per_host: int = 8, steps_per_s: float = 1.0,
                    ranks: int | None = None, raw_window: float | None = None,
-                   rows: int = 2_000_000) -> dict[str, object]:
-    """Bytes a 30-day job keeps under the policy, from measured bytes per row."""
-    per_row = measure_bytes_per_row(rows)
+                   rows: int = 2_000_000, per_row: dict[str, float] | None = None,
+                   keep_all: bool = False) -> dict[str, object]:
+    """Bytes a 30-day job keeps under the policy, from measured bytes per row
+    (`per_row`, measured on `rows` records when not given). `keep_all`: what the same
+    month takes with no retention at all (every row raw, no roll-ups)."""
+    per_row = per_row or measure_bytes_per_row(rows)
     hosts = max(1, gpus // gpus_per_host)
     ranks = gpus if ranks is None else ranks
-    window = RetentionPolicy().raw_window if raw_window is None else raw_window
     month = 30 * DAY
+    window = month if keep_all else (RetentionPolicy().raw_window if raw_window is None
+                                     else raw_window)
     minutes = max(month - window, 0.0) / 60
     steps = steps_per_s * month
     parts = {

@@ -6,6 +6,8 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.protocol import encode
 from cockpit.live import LiveSession
 from cockpit.store import Store
@@ -167,3 +169,22 @@ def test_other_ranks_steps_past_the_window_go_rank_0_and_nonfinite_stay(store: S
     assert nan_step == [(2, 700)]
     assert [chart(rank) for rank in range(3)] == before
     assert RetentionPolicy().raw_window == 3 * DAY
+
+
+def test_the_month_estimate_costs_each_table_from_its_own_measured_size() -> None:
+    """`bench/storage.py` and `python -m cockpit.store.retention` rest on this."""
+    from cockpit.store.retention import estimate_month, measure_bytes_per_row
+
+    per_row = measure_bytes_per_row(rows=30_000)
+    assert set(per_row) == {"gpu", "gpu_levels", "host_sample", "host_sample_levels", "train",
+                            "train_levels", "gpu_rollup", "host_sample_rollup"}
+    assert all(size > 0 for size in per_row.values())
+    kept = estimate_month(per_row=per_row)
+    everything = estimate_month(per_row=per_row, keep_all=True)
+    parts = kept["gib"]
+    assert isinstance(parts, dict)
+    assert abs(sum(parts.values()) - float(kept["total_gib"])) < 0.01  # type: ignore[arg-type]
+    assert everything["gib"]["roll-ups"] == 0  # type: ignore[index]
+    # Raw rows are kept for 3 of the 30 days; levels and rank 0 for all of them.
+    assert parts["gpu raw"] * 10 == pytest.approx(everything["gib"]["gpu raw"], rel=0.01)  # type: ignore[index]
+    assert parts["chart levels"] == everything["gib"]["chart levels"]  # type: ignore[index]
