@@ -154,7 +154,16 @@ def levels_table(table: str) -> str:
     return f"{table}_levels"
 
 
-def levels_ddl(table: str, name: str | None = None, primary_key: bool = True) -> str:
+def levels_ddl(table: str, name: str | None = None) -> str:
+    """A level table: one row per (keys, level, bucket).
+
+    No primary key: the folds keep (keys, level, bucket) unique by construction (a bucket
+    is appended once, when it closes; a late row merges into it by join), and DuckDB's
+    index on it cost more than it guarded: about 10 B per level row in the file, its
+    upkeep in memory, and 0.8 s more to commit the rewrite of 4 M rows that re-clustering
+    does (during which flushes wait). A store written with the key loses it at its next
+    re-clustering.
+    """
     spec = LEVEL_SERIES[table]
     keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
     cols = [f'"{k}" {t} NOT NULL' for k, t in keys.items()]
@@ -162,9 +171,6 @@ def levels_ddl(table: str, name: str | None = None, primary_key: bool = True) ->
              "x_lo DOUBLE", "x_hi DOUBLE", "ts_hi DOUBLE"]
     for c in spec["columns"]:  # type: ignore[attr-defined]
         cols += [f'"{c}_lo" DOUBLE', f'"{c}_hi" DOUBLE', f'"{c}_last" DOUBLE', f'"{c}_lx" DOUBLE']
-    pk = ", ".join([*(f'"{k}"' for k in keys), "level", "bucket"])
-    if primary_key:
-        cols.append(f"PRIMARY KEY ({pk})")
     return f'CREATE TABLE IF NOT EXISTS "{name or levels_table(table)}" ({", ".join(cols)})'
 
 
@@ -175,10 +181,10 @@ def levels_open_table(table: str) -> str:
 def levels_open_ddl(table: str) -> str:
     """The newest bucket per (keys, level), the only level rows a flush rewrites.
 
-    No index: (keys, level) is unique by construction, the table is bounded by the
-    number of series (not the length of the run) and is joined by hash, whole.
+    Unique per (keys, level) by construction; bounded by the number of series (not the
+    length of the run) and joined by hash, whole.
     """
-    return levels_ddl(table, levels_open_table(table), primary_key=False)
+    return levels_ddl(table, levels_open_table(table))
 
 
 def pending_table(table: str) -> str:

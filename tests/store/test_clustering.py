@@ -159,3 +159,28 @@ def test_a_copy_left_by_an_interrupted_swap_is_dropped_when_the_store_opens(
     with Store(path) as store:
         assert "train_levels__clustered" not in _tables(store)
         assert len(_levels(store)) > 0
+
+
+def test_a_level_table_written_with_a_primary_key_loses_it_when_rewritten(
+    tmp_path: Path,
+) -> None:
+    """Stores written before the key was dropped carry it until their next rewrite."""
+    with _store(tmp_path / "c.duckdb") as store:
+        with store.write_cursor() as cur:
+            ddl = database.schema.levels_ddl("train")
+            cur.execute("DROP TABLE train_levels")
+            cur.execute(ddl[:-1] + ", PRIMARY KEY (job, rank, level, bucket))")
+        store.ingest("h1", header() + trains(1, 2000))
+
+        def keys() -> list[tuple]:
+            with store.cursor() as cur:
+                return cur.execute(
+                    "SELECT constraint_type FROM duckdb_constraints() "
+                    "WHERE table_name = 'train_levels' AND constraint_type = 'PRIMARY KEY'"
+                ).fetchall()
+
+        assert keys() == [("PRIMARY KEY",)]
+        rows = _levels(store)
+        assert store.recluster_levels() == ["train_levels"]
+        assert keys() == []
+        assert _levels(store) == rows
