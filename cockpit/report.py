@@ -22,7 +22,7 @@ keys may be added):
                      train_loss: {step, loss, ema}, val_loss: {step, loss}}
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
                      step_time_median, step_time_spread,
-                     slowest_ranks: [{rank, host, step_time}]}
+                     slowest_ranks: [{rank, host, step_time}], note}
     health          {simulated, hosts: [{host, state, gpu_state, gpus_online, gpus_total,
                      cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
                      last_seen, gpus: [{index, name, online, simulated, util, temp, power,
@@ -132,6 +132,7 @@ def _efficiency(snap: Snapshot) -> dict[str, Any]:
         "comm_pct": f.comm_pct, "mfu": f.mfu, "step_time_median": f.step_time_median,
         "step_time_spread": f.step_time_spread,
         "slowest_ranks": [asdict(r) for r in f.slowest_ranks],
+        "note": f.note,
     }
 
 
@@ -264,6 +265,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("rank spread", _num(None if f["step_time_spread"] is None
                              else 100 * f["step_time_spread"], ".0f", "%")),
         ("slowest ranks", slow),
+        *([("note", f["note"])] if f["note"] else []),
     ]
     host_table: Table = (
         ("host", "link", "GPUs", "GPU state", "CPU", "memory", "disk", "last seen"),

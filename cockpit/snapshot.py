@@ -85,6 +85,9 @@ class Efficiency:
     slowest_ranks: tuple[RankTime, ...] = ()
     throughput_history: Series = field(default_factory=Series)
     gpu_busy_history: Series = field(default_factory=Series)
+    # Why the figures stand on fewer ranks than the job has (a replay before the other
+    # ranks' kept steps), and how they were completed; None when every rank spoke.
+    note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cockpit.analysis import alerts as rules
@@ -396,19 +397,62 @@ def _thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
                   tuple(p[1] for p in points), tuple(p[1] for p in points))
 
 
-def _figures(run: Mapping[str, Any], train: TrainView,
-             gpus: Sequence[Mapping[str, Any]]) -> EfficiencyFigures:
+def _rank0_alone_until(reader: StoreReader, job: str | None, world: Any,
+                       until_ts: float | None) -> float | None:
+    """When a replay's cursor lies before the oldest step any other rank has kept, that
+    step's ts; else None.
+
+    Retention drops the steps of ranks other than 0 past the raw window
+    (`cockpit.store.retention`), so there rank 0 must stand for the whole job. Only a
+    replay can look that far back (a live view is at the newest records), and a replayed
+    recording does not change, so the answer is read once per job.
+    """
+    if until_ts is None or job is None or not isinstance(world, int) or world <= 1:
+        return None
+    first = reader.memo("first_other_rank_ts", job, lambda: reader.first_other_rank_ts(job))
+    return first if first is not None and until_ts < first else None
+
+
+def _whole_job(train: TrainView, world: int) -> TrainView:
+    """Rank 0's view with its per-step totals counted for all `world` ranks: the ranks of
+    a data-parallel job each take an equal share of a step."""
+    return dataclasses.replace(
+        train,
+        global_samples=None if train.global_samples is None else train.global_samples * world,
+        global_tokens=None if train.global_tokens is None else train.global_tokens * world,
+    )
+
+
+def _rank0_note(kept_from: float, world: int) -> str:
+    when = datetime.fromtimestamp(kept_from, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"rank 0 only: the other ranks' steps before {when} are past the raw window; "
+            f"throughput and totals are rank 0's x {world}, spread unknown")
+
+
+def _figures(run: Mapping[str, Any], train: TrainView, gpus: Sequence[Mapping[str, Any]],
+             rank0_for: int | None = None) -> EfficiencyFigures:
+    """The efficiency figures of the ranks read; with `rank0_for`, rank 0 stands for that
+    many ranks (`_rank0_alone_until`): its rates count for all, and no spread is known."""
     job_hosts = {r["host"] for r in train.latest}
     utils = [g.get("util") for g in gpus if not job_hosts or g["host"] in job_hosts]
     n_gpus = run.get("world_size") or (len(train.latest) or None)
-    return compute_efficiency(
+    figures = compute_efficiency(
         train.samples, utils, flops_per_step=run.get("flops_per_step"),
         peak_flops=run.get("peak_flops"), n_gpus=n_gpus,
+    )
+    if rank0_for is None:
+        return figures
+    return dataclasses.replace(
+        figures,
+        samples_per_s=None if figures.samples_per_s is None
+        else figures.samples_per_s * rank0_for,
+        tokens_per_s=None if figures.tokens_per_s is None else figures.tokens_per_s * rank0_for,
+        step_time_spread=None, slowest=(),
     )
 
 
 def _efficiency(train: TrainView, figures: EfficiencyFigures, series: Mapping[str, Series],
-                busy: Series) -> Efficiency:
+                busy: Series, note: str | None = None) -> Efficiency:
     throughput = Series()
     times = series.get("step_time")
     if times is not None:
@@ -432,6 +476,7 @@ def _efficiency(train: TrainView, figures: EfficiencyFigures, series: Mapping[st
         slowest_ranks=tuple(RankTime(r.rank, r.host, r.own_time) for r in figures.slowest),
         throughput_history=throughput,
         gpu_busy_history=busy,
+        note=note,
     )
 
 
@@ -574,7 +619,12 @@ def build_snapshot(
         reader.series_columns_held, "gpu_busy", "gpu", ("util",), where={}, x="ts",
         buckets=buckets, until_ts=until_ts, frontiers=fr)
     nonfinite_f = pool.submit(_nonfinite, reader, job, until_ts, fr) if job else None
-    train = tail.view(job, run.get("world_size"), fr, until_ts)
+    world = run.get("world_size")
+    kept_from = _rank0_alone_until(reader, job, world, until_ts)
+    # Before the other ranks' kept steps, rank 0 is all there is to find.
+    train = tail.view(job, 1 if kept_from is not None else world, fr, until_ts)
+    if kept_from is not None:
+        train = _whole_job(train, world)
     series = _train_series(reader, job, train, until_ts, buckets, fr)
     gpus = gpus_f.result()
     host_samples = host_samples_f.result()
@@ -583,8 +633,8 @@ def build_snapshot(
     state = _state(reader, job, until_ts, bool(train.latest), fr)
     figures = reader.memo(
         "figures", (job, run.get("world_size"), run.get("flops_per_step"),
-                    run.get("peak_flops"), fr.key("train", "gpu")),
-        lambda: _figures(run, train, gpus))
+                    run.get("peak_flops"), fr.key("train", "gpu"), kept_from),
+        lambda: _figures(run, train, gpus, world if kept_from is not None else None))
     stall = detect_stall(
         since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
         recent_wall_times=train.walls,
@@ -595,7 +645,8 @@ def build_snapshot(
     progress = _progress(run, train, at, state, stall)
     found = _effect(reader, job, train, until_ts, buckets, fr, series,
                     nonfinite_f.result() if nonfinite_f is not None else ())
-    efficiency = _efficiency(train, figures, series, busy_f.result()[0])
+    efficiency = _efficiency(train, figures, series, busy_f.result()[0],
+                             _rank0_note(kept_from, world) if kept_from is not None else None)
     events_key = fr.key("event")
     xids = reader.memo("xids", events_key,
                        lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))

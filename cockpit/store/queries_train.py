@@ -198,6 +198,19 @@ class TrainQueries(ReaderBase):
             ).fetchall()
         return newest_per_rank_step(rows)
 
+    def first_other_rank_ts(self, job: str) -> float | None:
+        """The oldest kept step record of a rank other than 0 (NaN/Inf steps aside).
+
+        Retention drops other ranks' steps past the raw window, so a replay before this
+        instant sees rank 0's steps alone (`cockpit.store.retention`).
+        """
+        with self._cur() as cur:
+            row = cur.execute(
+                "SELECT min(ts) FROM train WHERE job = ? AND rank <> 0 AND nonfinite IS NULL",
+                [job],
+            ).fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
     def newest_train_row(self, *, until_ts: float | None = None,
                          frontiers: Frontiers | None = None) -> Row | None:
         """(job, ts, seq) of the newest training record."""

@@ -30,6 +30,8 @@ def stragglers_line(e: Efficiency) -> str:
         names = ", ".join(f"r{r.rank}@{escape(r.host)} {r.step_time:.3f}s" for r in slowest)
         style = "$warning" if (e.step_time_spread or 0) >= 0.2 else "$text-muted"
         line += f"\n[{style}]slowest: {names}[/]"
+    if e.note:
+        line += f"\n[$warning]{escape(e.note)}[/]"
     return line
 
 
