@@ -80,3 +80,18 @@ def test_the_report_carries_the_note(stores) -> None:
     with Store(trimmed, read_only=True) as store:
         data = collect(StoreReader(store), str(trimmed), syn.step_ts(100) + 0.5)
     assert "rank 0 only" in data["efficiency"]["note"]
+
+
+def test_a_replay_moving_across_the_cut_reads_the_same_as_fresh_ones(stores) -> None:
+    """One reader, as a replay uses it: its held reads must not carry rank 0's stand-in
+    across the cut, nor the other way."""
+    _, trimmed, _ = stores
+    cursors = [syn.step_ts(step) + 0.5 for step in (100, 150, 400, 450, 120)]
+    with Store(trimmed, read_only=True) as store:
+        reader = StoreReader(store)
+        moving = [build_snapshot(reader, until_ts=at, label="REPLAY", buckets=60)
+                  for at in cursors]
+    for at, snap in zip(cursors, moving, strict=True):
+        fresh = _snap(trimmed, at)
+        assert snap.efficiency == fresh.efficiency
+        assert snap.progress == fresh.progress
