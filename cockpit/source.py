@@ -416,11 +416,12 @@ def _rank0_alone_until(reader: StoreReader, job: str | None, world: Any,
 def _whole_job(train: TrainView, world: int) -> TrainView:
     """Rank 0's view with its per-step totals counted for all `world` ranks: the ranks of
     a data-parallel job each take an equal share of a step."""
-    return dataclasses.replace(
-        train,
-        global_samples=None if train.global_samples is None else train.global_samples * world,
-        global_tokens=None if train.global_tokens is None else train.global_tokens * world,
-    )
+    return dataclasses.replace(train, global_samples=_times(train.global_samples, world),
+                               global_tokens=_times(train.global_tokens, world))
+
+
+def _times(value: Any, factor: int) -> Any:
+    return None if value is None else value * factor
 
 
 def _rank0_note(kept_from: float, world: int) -> str:
@@ -443,11 +444,8 @@ def _figures(run: Mapping[str, Any], train: TrainView, gpus: Sequence[Mapping[st
     if rank0_for is None:
         return figures
     return dataclasses.replace(
-        figures,
-        samples_per_s=None if figures.samples_per_s is None
-        else figures.samples_per_s * rank0_for,
-        tokens_per_s=None if figures.tokens_per_s is None else figures.tokens_per_s * rank0_for,
-        step_time_spread=None, slowest=(),
+        figures, samples_per_s=_times(figures.samples_per_s, rank0_for),
+        tokens_per_s=_times(figures.tokens_per_s, rank0_for), step_time_spread=None, slowest=(),
     )
 
 
