@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.levels import FIRST_SECOND, _chunks, _fill_history
+from bench.levels import FIRST_SECOND, fill_history, fleet_chunks
 from bench.result import result_line
 from cockpit.store import Store
 from cockpit.store.levels import cluster_levels
@@ -50,7 +50,7 @@ class _Flusher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            chunks = _chunks(self._flush, FIRST_SECOND + self._flush - 1)
+            chunks = fleet_chunks(self._flush, FIRST_SECOND + self._flush - 1)
             start = time.perf_counter()
             self.store.ingest_many(chunks)
             self.times.append((start, time.perf_counter() - start))
@@ -82,8 +82,8 @@ def _rewrite_beside_ingest(store: Store) -> None:
 def measure(path: Path, rows: int, rewrite: Callable[[Store], None]) -> tuple[float, float, int]:
     """(longest flush s during the rewrite, rewrite s, flushes during it)."""
     with Store(path, fold_interval=0.0) as store:
-        _fill_history(store, rows)
-        store.ingest_many(_chunks(0, FIRST_SECOND - 1))
+        fill_history(store, rows)
+        store.ingest_many(fleet_chunks(0, FIRST_SECOND - 1))
         before = _level_rows(store)
         with _Flusher(store) as flusher:
             time.sleep(2.0)  # the writer settles into its pace

@@ -46,7 +46,7 @@ def _stream_header() -> bytes:
                                 "from": 0, "first": 1, "head": 0}, ts=TS0)
 
 
-def _chunks(flush: int, second: int) -> list[tuple[str, bytes]]:
+def fleet_chunks(flush: int, second: int) -> list[tuple[str, bytes]]:
     """One second of gpu samples for every GPU, one chunk per host, the `flush`-th one."""
     chunks = []
     for h in range(HOSTS):
@@ -60,7 +60,7 @@ def _chunks(flush: int, second: int) -> list[tuple[str, bytes]]:
     return chunks
 
 
-def _fill_history(store: Store, rows: int) -> None:
+def fill_history(store: Store, rows: int) -> None:
     """`rows` finest-level rows spread over every GPU, in buckets before TS0."""
     per_key = max(1, rows // (HOSTS * GPUS))
     first_bucket = int(TS0) // 64 - per_key - 1
@@ -80,15 +80,15 @@ def _fill_history(store: Store, rows: int) -> None:
 
 def _prepare(store: Store, rows: int) -> int:
     """Fill `store` with history and one warm-up flush; the level rows it then holds."""
-    _fill_history(store, rows)
-    store.ingest_many(_chunks(0, FIRST_SECOND - 1))
+    fill_history(store, rows)
+    store.ingest_many(fleet_chunks(0, FIRST_SECOND - 1))
     with store.cursor() as cur:
         return int(cur.execute(
             f'SELECT count(*) FROM "{levels_table("gpu")}"').fetchall()[0][0])
 
 
 def _flush(store: Store, flush: int) -> float:
-    chunks = _chunks(flush, FIRST_SECOND + flush - 1)
+    chunks = fleet_chunks(flush, FIRST_SECOND + flush - 1)
     start = time.perf_counter()
     store.ingest_many(chunks)
     return time.perf_counter() - start
@@ -106,7 +106,7 @@ def boundary_ratio(tmp: Path, rows: int, flushes: int) -> tuple[float, float]:
         _prepare(store, rows)
         for flush in range(1, flushes + 1):
             second = FIRST_SECOND + 2 * flush - 1
-            chunks = _chunks(2 * flush - 1, second) + _chunks(2 * flush, second + 1)
+            chunks = fleet_chunks(2 * flush - 1, second) + fleet_chunks(2 * flush, second + 1)
             start = time.perf_counter()
             store.ingest_many(chunks)
             times[second] = time.perf_counter() - start

@@ -11,7 +11,9 @@ copied into a file of its own (`cockpit.store.retention.measure_bytes_per_row`).
   (b) the default policy: raw samples and other ranks' steps for 3 days, 1-minute
       roll-ups and the chart levels for the month, rank 0's steps whole.
 
-Goal: (b) <= 5 GiB ("a few GB"). The last line printed is JSON.
+Goal: (b) <= 5 GiB ("a few GB"). Fewer rows overstate the small tables (level
+and roll-up tables take whole storage blocks: 300 k rows give 10 GiB). The last line
+printed is JSON.
 
     .venv/bin/python bench/storage.py [--rows 2000000]
 """

@@ -209,8 +209,9 @@ def _canonical_groups(lines: list[bytes]) -> Segment | None:
     return segment
 
 
-def fast_split(chunk: bytes, high_water: int) -> Segment | None:
-    """Group a chunk by type reading only each line's type, or None to use `route_chunk`.
+def _fast_lines(lines: list[bytes], high_water: int) -> Segment | None:
+    """The chunk's lines grouped by type reading only each line's type, or None when the
+    chunk needs more than that.
 
     The common chunk (canonical lines, no stream header, wholly above the mark) needs no
     per-line seq parsing: seqs arrive in order, so the first and last lines decide
@@ -218,11 +219,6 @@ def fast_split(chunk: bytes, high_water: int) -> Segment | None:
     broken are left for the strict bulk reader, whose failure sends the chunk through
     `route_chunk` and the careful load path.
     """
-    return _fast_lines(_lines_of(chunk), high_water)
-
-
-def _fast_lines(lines: list[bytes], high_water: int) -> Segment | None:
-    """`fast_split` of a chunk already split into lines."""
     if not lines:
         return None
     head = _fast_route(lines[0])
@@ -245,7 +241,7 @@ def split_chunk(
 ) -> list[Segment]:
     """`route_chunk`'s segments, taking the fast path for the chunks that allow it.
 
-    Besides the plain chunk of `fast_split`, that is the first chunk of every connection:
+    Besides the plain chunk of `_fast_lines`, that is the first chunk of every connection:
     a stream header followed by canonical lines (after a reconnect, the whole backlog).
     The header goes through `route_chunk` (it may reset the journal or report lost
     records); the lines after it are grouped by type without per-line work when they all

@@ -20,13 +20,26 @@ import random
 
 from agent.protocol import encode
 
+# Fields that read the same however the readings are drawn.
+_GPU_FIXED: dict[str, object] = {
+    "sim": False, "mem_total": 85899345920, "power_limit": 700.0, "mem_clock": 2619,
+    "fan": None, "throttle": 0, "ecc_vol_corr": 0, "ecc_vol_unc": 0, "ecc_agg_corr": 0,
+    "ecc_agg_unc": 0, "retired_pages": 0, "remap_pending": False, "pcie_replay": 0,
+    "nvlink_err": 0,
+}
+_HOST_FIXED: dict[str, object] = {
+    "load5": 1.0, "load15": 1.0, "swap_used": 0, "swap_total": 0, "disk_path": "/",
+    "disk_used": 1 << 40, "disk_total": 1 << 42,
+    "procs": [{"pid": 1, "rank": 0, "cpu": 99.0, "rss": 1 << 33, "state": "R", "fds": 100}],
+}
+
 
 def synthetic_lines(rows: int, ranks: int = 8, seed: int = 7, readings: str = "uniform") -> bytes:
     """A stream header, then `rows` records: per second 8 gpu, `ranks` train, 1 host."""
     if readings not in ("uniform", "nvml"):
         raise ValueError(f"readings must be 'uniform' or 'nvml', not {readings!r}")
     rnd = random.Random(seed)
-    walk = _Walks(rnd) if readings == "nvml" else None
+    draw: _Uniform = _Walks(rnd) if readings == "nvml" else _Uniform(rnd)
     out: list[bytes] = []
     seq = 0
     ts = 1.7e9
@@ -38,20 +51,8 @@ def synthetic_lines(rows: int, ranks: int = 8, seed: int = 7, readings: str = "u
         ts += 1.0
         for g in range(8):
             seq += 1
-            if walk is not None:
-                out.append(encode("gpu", seq, walk.gpu(g), ts=ts))
-                continue
-            out.append(encode("gpu", seq, {
-                "gpu": g, "uuid": f"GPU-{g:08x}", "sim": False, "util": rnd.uniform(0, 100),
-                "mem_util": rnd.uniform(0, 100), "mem_used": rnd.randrange(1 << 34),
-                "mem_total": 85899345920, "temp": rnd.uniform(30, 80),
-                "power": rnd.uniform(100, 700), "power_limit": 700.0, "sm_clock": 1980,
-                "mem_clock": 2619, "fan": None, "throttle": 0, "ecc_vol_corr": 0,
-                "ecc_vol_unc": 0, "ecc_agg_corr": 0, "ecc_agg_unc": 0, "retired_pages": 0,
-                "remap_pending": False, "pcie_tx": rnd.uniform(0, 1e6),
-                "pcie_rx": rnd.uniform(0, 1e6), "pcie_replay": 0, "nvlink_err": 0,
-                "procs": [{"pid": 1000 + g, "mem": rnd.randrange(1 << 33), "rank": g}],
-            }, ts=ts))
+            out.append(encode("gpu", seq, {"gpu": g, "uuid": f"GPU-{g:08x}", **draw.gpu(g),
+                                           **_GPU_FIXED}, ts=ts))
         for rank in range(ranks):
             seq += 1
             out.append(encode("train", seq, {
@@ -63,17 +64,7 @@ def synthetic_lines(rows: int, ranks: int = 8, seed: int = 7, readings: str = "u
             }, ts=ts))
         step += 1
         seq += 1
-        if walk is not None:
-            out.append(encode("host", seq, walk.host(), ts=ts))
-            continue
-        out.append(encode("host", seq, {
-            "cpu": rnd.uniform(0, 100), "load1": 1.0, "load5": 1.0, "load15": 1.0,
-            "mem_used": rnd.randrange(1 << 36), "mem_total": 1 << 40, "swap_used": 0,
-            "swap_total": 0, "disk_path": "/", "disk_used": 1 << 40, "disk_total": 1 << 42,
-            "disk_read": 1e6, "disk_write": 1e6, "net_rx": 1e8, "net_tx": 1e8,
-            "procs": [{"pid": 1, "rank": 0, "cpu": 99.0, "rss": 1 << 33, "state": "R",
-                       "fds": 100}],
-        }, ts=ts))
+        out.append(encode("host", seq, {**draw.host(), **_HOST_FIXED}, ts=ts))
     return b"".join(out)
 
 
@@ -81,12 +72,37 @@ def _step(rnd: random.Random, value: float, spread: float, lo: float, hi: float)
     return min(hi, max(lo, value + rnd.uniform(-spread, spread)))
 
 
-class _Walks:
+class _Uniform:
+    """Every reading drawn afresh each second over its whole range, at full precision."""
+
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+
+    def gpu(self, g: int) -> dict[str, object]:
+        rnd = self.rnd
+        return {
+            "util": rnd.uniform(0, 100), "mem_util": rnd.uniform(0, 100),
+            "mem_used": rnd.randrange(1 << 34), "temp": rnd.uniform(30, 80),
+            "power": rnd.uniform(100, 700), "sm_clock": 1980,
+            "pcie_tx": rnd.uniform(0, 1e6), "pcie_rx": rnd.uniform(0, 1e6),
+            "procs": [{"pid": 1000 + g, "mem": rnd.randrange(1 << 33), "rank": g}],
+        }
+
+    def host(self) -> dict[str, object]:
+        rnd = self.rnd
+        return {
+            "cpu": rnd.uniform(0, 100), "load1": 1.0, "mem_used": rnd.randrange(1 << 36),
+            "mem_total": 1 << 40, "disk_read": 1e6, "disk_write": 1e6, "net_rx": 1e8,
+            "net_tx": 1e8,
+        }
+
+
+class _Walks(_Uniform):
     """Per-GPU and host readings that drift from one second to the next, at the
     resolution the samplers report them (`agent/samplers/nvml.py`, `host.py`)."""
 
     def __init__(self, rnd: random.Random) -> None:
-        self.rnd = rnd
+        super().__init__(rnd)
         self.util = [95.0] * 8
         self.temp = [65.0] * 8
         self.power = [550_000.0] * 8  # milliwatts
@@ -103,16 +119,11 @@ class _Walks:
             self.mem[g] += rnd.choice((-1, 1)) * (2 << 20) * rnd.randrange(1, 64)
         util = float(round(self.util[g]))
         return {
-            "gpu": g, "uuid": f"GPU-{g:08x}", "sim": False, "util": util,
-            "mem_util": float(round(util * 0.45)), "mem_used": self.mem[g],
-            "mem_total": 85899345920, "temp": float(round(self.temp[g])),
-            "power": round(self.power[g]) / 1000.0, "power_limit": 700.0,
-            "sm_clock": 1980 if util > 20 else 1410, "mem_clock": 2619, "fan": None,
-            "throttle": 0, "ecc_vol_corr": 0, "ecc_vol_unc": 0, "ecc_agg_corr": 0,
-            "ecc_agg_unc": 0, "retired_pages": 0, "remap_pending": False,
+            "util": util, "mem_util": float(round(util * 0.45)), "mem_used": self.mem[g],
+            "temp": float(round(self.temp[g])), "power": round(self.power[g]) / 1000.0,
+            "sm_clock": 1980 if util > 20 else 1410,
             "pcie_tx": float(rnd.randrange(20_000, 40_000)),
-            "pcie_rx": float(rnd.randrange(150_000, 300_000)), "pcie_replay": 0,
-            "nvlink_err": 0,
+            "pcie_rx": float(rnd.randrange(150_000, 300_000)),
             "procs": [{"pid": 1000 + g, "mem": self.mem[g] - (512 << 20), "rank": g}],
         }
 
@@ -123,12 +134,9 @@ class _Walks:
             self.host_mem += rnd.choice((-1, 1)) * rnd.randrange(1 << 20, 1 << 26)
         return {
             "cpu": round(self.cpu, 1), "load1": round(self.cpu / 100 * 96, 2),
-            "load5": 30.0, "load15": 30.0, "mem_used": self.host_mem, "mem_total": 1 << 41,
-            "swap_used": 0, "swap_total": 0, "disk_path": "/", "disk_used": 1 << 40,
-            "disk_total": 1 << 42, "disk_read": float(rnd.randrange(0, 50_000_000)),
+            "mem_used": self.host_mem, "mem_total": 1 << 41,
+            "disk_read": float(rnd.randrange(0, 50_000_000)),
             "disk_write": float(rnd.randrange(0, 5_000_000)),
             "net_rx": float(rnd.randrange(100_000_000, 1_000_000_000)),
             "net_tx": float(rnd.randrange(100_000_000, 1_000_000_000)),
-            "procs": [{"pid": 1, "rank": 0, "cpu": 99.0, "rss": 1 << 33, "state": "R",
-                       "fds": 100}],
         }

@@ -437,13 +437,13 @@ class Store:
                         table = schema.TABLE_FOR_TYPE.get(wire_type)
                         if table in schema.LEVEL_SERIES and _keep_levels(
                                 cur, table, load, fold, pending):
-                            self._note_late_merge(table)
+                            self._late_merges[table] += 1
                 if any(n >= FOLD_MAX_PENDING for n in pending.values()):
                     fold = True
                 if fold:
                     for table, parked in pending.items():
                         if parked and fold_pending(cur, table):
-                            self._note_late_merge(table)
+                            self._late_merges[table] += 1
                     pending = {}
                 self._write_hosts(cur, marks)
             self._pending = pending
@@ -535,9 +535,6 @@ class Store:
                  "samples": [k[2] for k in kept]},
             )
 
-    def _note_late_merge(self, table: str) -> None:
-        self._late_merges[table] += 1
-
     def recluster_levels(self, min_new_rows: int = CLUSTER_MIN_NEW_ROWS) -> list[str]:
         """Rewrite, in chart order, each level table grown by `min_new_rows` or more since
         this process last did; returns the tables rewritten. Call it from its own thread.
@@ -606,7 +603,7 @@ class Store:
         with self.cursor() as cur, _transaction(cur):
             for table in schema.LEVEL_SERIES:
                 if self._pending.get(table) and fold_pending(cur, table):
-                    self._note_late_merge(table)
+                    self._late_merges[table] += 1
         self._pending = {}
         self._last_fold = time.monotonic()
 

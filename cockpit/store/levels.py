@@ -326,39 +326,32 @@ def copy_clustered(cur: duckdb.DuckDBPyConnection, table: str) -> None:
 
 
 def swap_clustered(cur: duckdb.DuckDBPyConnection, table: str,
-                   copied_up_to: int | None = None) -> int:
+                   copied_up_to: int | None = None) -> None:
     """Replace `table`'s level table by its clustered copy, first appending the rows
     added since the copy was taken (row id above `copied_up_to`: closed level rows are
     only ever appended, or merged in place by a late row, which the caller rules out).
     Without `copied_up_to` the copy was taken in this transaction: nothing was added.
-
-    Returns how many rows were appended.
     """
     name = levels_table(table)
-    added = 0
     if copied_up_to is not None:
-        row = cur.execute(
-            f'INSERT INTO "{clustered_copy(table)}" SELECT * FROM "{name}" WHERE rowid > $top '
-            f"ORDER BY {_cluster_order(table)}", {"top": copied_up_to},
-        ).fetchone()
-        added = int(row[0]) if row else 0
+        cur.execute(f'INSERT INTO "{clustered_copy(table)}" SELECT * FROM "{name}" '
+                    f"WHERE rowid > $top ORDER BY {_cluster_order(table)}",
+                    {"top": copied_up_to})
     cur.execute(f'DROP TABLE "{name}"')
     cur.execute(f'ALTER TABLE "{clustered_copy(table)}" RENAME TO "{name}"')
-    return added
 
 
-def cluster_levels(cur: duckdb.DuckDBPyConnection) -> list[str]:
+def cluster_levels(cur: duckdb.DuckDBPyConnection) -> None:
     """Rewrite every closed-bucket level table ordered by (level, keys, bucket) inside
     `cur`'s transaction (the open-bucket tables are small and rewritten by every flush).
 
-    This holds up every other writer for as long as the rewrite takes; a live session
-    uses `Store.recluster_levels`, which copies outside the write lock. Returns the
-    tables rewritten.
+    This holds up every other writer for as long as the rewrite takes (benchmarks and
+    tests preparing a store); a live session uses `Store.recluster_levels`, which copies
+    outside the write lock.
     """
     for table in LEVEL_SERIES:
         copy_clustered(cur, table)
         swap_clustered(cur, table)
-    return [levels_table(table) for table in LEVEL_SERIES]
 
 
 def fold_staged(cur: duckdb.DuckDBPyConnection, table: str, staged: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.ingest.route import Segment, fast_split, route_chunk, split_chunk
+from cockpit.ingest.route import Segment, route_chunk, split_chunk
 from tests.store.wire import gpu, header, train, trains
 
 
@@ -72,4 +72,3 @@ def test_the_first_chunk_of_a_connection_takes_the_fast_path() -> None:
     (segment,) = split_chunk(chunk, 10, lambda h, mark: max(mark, 10))
     assert set(segment.joined) == {"gpu", "train"}
     assert segment.joined["train"] == b"\n".join(segment.groups["train"])
-    assert fast_split(chunk, 10) is None  # the header alone rules out the plain path
