@@ -6,13 +6,15 @@ import random
 
 import pytest
 
-from cockpit.snapshot import Progress
+from cockpit.snapshot import Progress, Series
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
+from cockpit.ui.widgets.detail_view import field_cell, series_value_text
 from cockpit.ui.widgets.gauge import level_style
 from cockpit.ui.widgets.loss_chart import nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
+from cockpit.ui.widgets.sparkline_chart import range_text
 
 
 def test_missing_values_render_as_na() -> None:
@@ -90,3 +92,25 @@ def test_the_progress_bar_never_shows_more_than_is_done() -> None:
     assert bar_progress(33.33333) == 33.3
     assert all(bar_progress(p / 997) <= p / 997 < bar_progress(p / 997) + 0.05
                for p in range(0, 99_701, 37))
+
+
+def test_detail_cells_read_in_their_units() -> None:
+    assert field_cell("mem_used", 66034926139) == "61.5GiB"
+    assert field_cell("gpus.0.mem_total", 85899345920) == "80.0GiB"
+    assert field_cell("net_rx", 2048) == "2.0KiB/s"
+    assert field_cell("pcie_tx", 1536.0) == "1.5MiB/s"  # NVML reports KB/s
+    assert field_cell("rss", None) == fmt.NA_TEXT
+    assert field_cell("mem_used", float("nan")) == "nan"
+    assert field_cell("pid", 7524) == "7524"
+    assert field_cell("util", 90.63) == "90.63"
+
+
+def test_drill_down_sparklines_print_their_scale_in_units() -> None:
+    history = Series(x=(1.0, 2.0, 3.0), last=(40.0, None, 77.4), lo=(38.0, None, 70.0),
+                     hi=(45.0, None, 79.0))
+    assert range_text(history, series_value_text("gpu_temp")) == "now 77°C · 38°C–79°C"
+    assert range_text(history, series_value_text("util_per_gpu")) == "now 77% · 38%–79%"
+    used = Series(x=(1.0,), last=(2 * 1024**3,), lo=(), hi=())
+    assert range_text(used, series_value_text("gpu_mem_used")) == "now 2.0GiB · 2.0GiB–2.0GiB"
+    assert range_text(Series(), series_value_text("cpu")) == "no data"
+    assert range_text(history, series_value_text("grad_norm")) == "now 77.4 · 38–79"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -24,6 +24,11 @@ from cockpit.ui.widgets.sparkline_chart import SparklineChart
 SCALARS = (str, int, float, bool, type(None))
 # Fields that hold epoch seconds: shown as a date and time, not as a 1.8e+09 number.
 TIME_FIELDS = frozenset({"ts", "started", "last_seen", "detected_at"})
+# Fields in bytes, bytes/s and KB/s (docs/protocol.md): shown as 61.5GiB, not 66034926139.
+BYTE_FIELDS = frozenset({"mem_used", "mem_total", "gpu_mem", "rss", "swap_used",
+                         "swap_total", "disk_used", "disk_total"})
+BYTE_RATE_FIELDS = frozenset({"disk_read", "disk_write", "net_rx", "net_tx"})
+KB_RATE_FIELDS = frozenset({"pcie_tx", "pcie_rx"})
 
 
 def cell(value: object) -> str:
@@ -39,11 +44,34 @@ def cell(value: object) -> str:
 
 
 def field_cell(key: str, value: object) -> str:
-    """`cell`, except that the epoch-second fields read as a date and time."""
-    if (key.rsplit(".", 1)[-1] in TIME_FIELDS and isinstance(value, int | float)
-            and not isinstance(value, bool)):
+    """`cell`, except that times, sizes and rates read in their units."""
+    if (not isinstance(value, int | float) or isinstance(value, bool)
+            or not math.isfinite(value)):
+        return cell(value)
+    name = key.rsplit(".", 1)[-1]
+    if name in TIME_FIELDS:
         return fmt.timestamp(value)
+    if name in BYTE_FIELDS:
+        return fmt.size(value)
+    if name in BYTE_RATE_FIELDS:
+        return f"{fmt.size(value)}/s"
+    if name in KB_RATE_FIELDS:
+        return f"{fmt.size(value * 1024)}/s"
     return cell(value)
+
+
+def series_value_text(name: str) -> Callable[[float], str]:
+    """How a history named `name` (`gpu_temp`, `cpu`, `gpu_mem_used`…) prints a value."""
+    words = set(name.split("_"))
+    if name in BYTE_FIELDS or name.endswith("mem_used"):
+        return fmt.size
+    if words & {"util", "cpu"}:  # gpu_util, util_per_gpu, cpu: percent
+        return fmt.percent
+    if "temp" in words:
+        return lambda v: f"{v:.0f}°C"
+    if "power" in words:
+        return lambda v: f"{v:.0f} W"
+    return cell
 
 
 def as_mapping(value: object) -> Mapping[str, object] | None:
@@ -118,14 +146,15 @@ class DetailView(VerticalScroll):
         if name:
             yield Static(f"[b]{title(name)}[/b]", classes="detail-heading")
         if isinstance(value, Series):
-            yield SparklineChart(title(name) or "series", value)
+            yield SparklineChart(title(name) or "series", value,
+                                 value_text=series_value_text(name))
             return
         mapping = as_mapping(value)
         if mapping is not None:
             series = {k: v for k, v in mapping.items() if isinstance(v, Series)}
             rest = {k: v for k, v in mapping.items() if not isinstance(v, Series)}
             for key, item in series.items():
-                yield SparklineChart(title(key), item)
+                yield SparklineChart(title(key), item, value_text=series_value_text(name))
             if rest:
                 yield self.key_values(flatten(rest))
             return

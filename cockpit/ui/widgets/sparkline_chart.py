@@ -1,6 +1,14 @@
-"""A labelled sparkline of a downsampled series (throughput or GPU busy history)."""
+"""A labelled sparkline of a downsampled series (throughput, GPU busy, a host's history).
+
+Bars alone show a shape but not its scale: in a drill-down, where one line may be a
+temperature and the next a memory size, each sparkline can also print the newest value
+and the range it spans, in the series' unit.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -10,10 +18,27 @@ from textual.widgets import Label
 from cockpit.snapshot import Series
 from cockpit.ui.widgets.spark_bars import SparkBars
 
+ValueText = Callable[[float], str]
+
 
 def series_values(series: Series) -> list[float]:
     """Bucket values with gaps dropped: a sparkline shows the shape, not the gaps."""
     return [v for v in series.last if v is not None and v == v]
+
+
+def _finite(values: Iterable[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def range_text(series: Series | None, value_text: ValueText) -> str:
+    """"now 94% · 0%–96%": the newest value, then the lowest and highest sample (from the
+    buckets' min and max, so a one-sample spike is not averaged away)."""
+    last = _finite(series.last) if series else []
+    if not last or series is None:
+        return "no data"
+    lows = _finite(series.lo) or last
+    highs = _finite(series.hi) or last
+    return f"now {value_text(last[-1])} · {value_text(min(lows))}–{value_text(max(highs))}"
 
 
 class SparklineChart(Horizontal):
@@ -21,20 +46,27 @@ class SparklineChart(Horizontal):
     SparklineChart { height: 1; width: 1fr; }
     SparklineChart > Label { width: 11; }
     SparklineChart > SparkBars { width: 1fr; }
+    SparklineChart > Label.spark-range { width: auto; min-width: 28; padding: 0 0 0 1; }
     """
 
     series: reactive[Series | None] = reactive(None, repaint=False)  # the Sparkline repaints
 
     def __init__(self, label: str, series: Series | None = None, *,
-                 id: str | None = None) -> None:
+                 value_text: ValueText | None = None, id: str | None = None) -> None:
         super().__init__(id=id)
         self.label = label
+        self.value_text = value_text
         self.set_reactive(SparklineChart.series, series)
 
     def compose(self) -> ComposeResult:
         yield Label(self.label)
         yield SparkBars(series_values(self.series) if self.series else [])
+        if self.value_text is not None:
+            yield Label(range_text(self.series, self.value_text), classes="spark-range")
 
     def watch_series(self, series: Series | None) -> None:
         for line in self.query(SparkBars):
             line.data = series_values(series) if series else []
+        if self.value_text is not None:
+            for label in self.query(".spark-range").results(Label):
+                label.update(range_text(series, self.value_text))
