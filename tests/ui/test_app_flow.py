@@ -297,6 +297,36 @@ async def test_run_info_and_log_tail_of_the_recorded_run(recorded_replay: OpenRe
         assert all(shown.endswith(line) for shown, line in zip(log.lines, expected, strict=True))
 
 
+async def test_log_tail_follows_new_lines_unless_scrolled_up(
+    recorded_replay: OpenReplay,
+) -> None:
+    source = recorded_replay(at=0.5)
+    app = make_app(source)
+    async with app.run_test(size=(120, 16)) as pilot:
+        await settle(pilot)
+        await pilot.press("L")
+        await settle(pilot)
+        log = app.screen.query_one(Log)
+        await wait_until(pilot, lambda: log.line_count > 0, "the first log lines")
+        first = log.line_count
+        assert first < len(FACTS.log_lines) and log.max_scroll_y > 0
+        assert log.is_vertical_scroll_end  # opened at the newest line
+        source.seek_to(1.0)
+        await wait_until(pilot, lambda: log.line_count == len(FACTS.log_lines),
+                         "the rest of the log")
+        await settle(pilot)
+        assert log.is_vertical_scroll_end and log.lines[-1].endswith(FACTS.log_lines[-1])
+        # Scrolled up to read: new lines do not pull the reader down.
+        source.seek_to(0.5)
+        await wait_until(pilot, lambda: log.line_count == first, "the earlier tail")
+        log.scroll_to(y=0, animate=False, immediate=True)
+        source.seek_to(1.0)
+        await wait_until(pilot, lambda: log.line_count == len(FACTS.log_lines),
+                         "the rest of the log again")
+        await settle(pilot)
+        assert log.scroll_y == 0
+
+
 async def test_details_failure_is_reported_on_the_screen_that_asked() -> None:
     # Edge case: a source whose drill-down queries fail.
     class NoDetails(StaticSource):

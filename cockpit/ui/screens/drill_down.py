@@ -9,6 +9,7 @@ import time
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.timer import Timer
 
 from cockpit.snapshot import Snapshot
 from cockpit.ui.messages import DetailsRequested
@@ -29,6 +30,7 @@ class DrillDownScreen(Screen):
         self.set_reactive(DrillDownScreen.snapshot, snapshot)
         self._last_request: float | None = None
         self._ready = False  # composed and mounted: safe to query
+        self._trailing: Timer | None = None  # a details request waiting for its turn
 
     def details_params(self) -> dict[str, object]:
         return {}
@@ -49,10 +51,20 @@ class DrillDownScreen(Screen):
         if snapshot is None or not self._ready:
             return
         self.show_snapshot(snapshot)
-        due = self._last_request is None or (
-            time.monotonic() - self._last_request >= DETAILS_REFRESH_S)
-        if due:
+        if self._trailing is not None:
+            return  # a request is already due for this snapshot
+        wait = 0.0 if self._last_request is None else (
+            self._last_request + DETAILS_REFRESH_S - time.monotonic())
+        if wait <= 0:
             self.request_details()
+        else:
+            # The newest snapshot must reach the details too, even when none follows it
+            # (a paused replay after a seek): ask once the interval has passed.
+            self._trailing = self.set_timer(wait, self._trailing_request)
+
+    def _trailing_request(self) -> None:
+        self._trailing = None
+        self.request_details()
 
     def accepts(self, what: str, params: dict[str, object]) -> bool:
         """Whether a details result is the one this screen currently wants."""

@@ -59,5 +59,11 @@ class LogTailScreen(FilterableScreen):
             return  # the tail is re-fetched every few seconds; rewriting it would scroll
         self._shown = lines
         view = self.query_one(Log)
+        # A reader at the newest line follows the tail; one who scrolled up to read keeps
+        # the place. (Log's own auto-scroll cannot tell after `clear`, which empties the
+        # view without moving its scroll offset.)
+        following = view.line_count == 0 or view.is_vertical_scroll_end
         view.clear()
-        view.write_lines(lines)
+        view.write_lines(lines, scroll_end=False)
+        if following:
+            view.scroll_end(animate=False, immediate=True, x_axis=False)
