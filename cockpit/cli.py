@@ -241,12 +241,16 @@ def _run_app(source: object, args: argparse.Namespace) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from cockpit.demo import DemoRun
+    from cockpit.demo import DEMO_RUNS_KEPT, DemoRun
 
     with DemoRun(
         run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus
     ) as demo:
         print(f"demo run in {demo.run_root}", file=sys.stderr)
+        if demo.pruned:
+            print(f"removed {len(demo.pruned)} older demo run(s) from "
+                  f"{demo.run_root.parent}, keeping the newest {DEMO_RUNS_KEPT}",
+                  file=sys.stderr)
         _watch_or_record(demo, args)
     return _after_live(demo.store_path, args)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent.lockfile import running_daemon
 from cockpit.control.controller import Controller
 from cockpit.control.jobspec import JobSpec
 from cockpit.control.operations import wait_streaming
@@ -29,6 +32,29 @@ from cockpit.transport.inventory import LOCAL_ADDRESS, HostSpec
 DEMO_JOB = "demo"
 STOP_GRACE_S = 20.0
 CONNECT_TIMEOUT_S = 60.0
+# Demo runs kept in the default place (each holds a recording and checkpoints, ~20 MB):
+# enough to replay the last few, without `make demo` filling a disk over the months.
+DEMO_RUNS_KEPT = 5
+_STAMP = re.compile(r"\d{8}-\d{6}")
+
+
+def prune_demo_runs(root: Path, keep: int = DEMO_RUNS_KEPT) -> list[Path]:
+    """Remove all but the newest `keep` demo runs under `root`; return what went.
+
+    Only directories named like a demo run's time stamp are candidates, and a run whose
+    agent daemon still runs (another demo open in a second terminal) is never touched.
+    """
+    if not root.is_dir():
+        return []
+    runs = sorted((p for p in root.iterdir() if p.is_dir() and _STAMP.fullmatch(p.name)),
+                  key=lambda p: p.name, reverse=True)
+    removed = []
+    for run in runs[keep:]:
+        if running_daemon(run / "agent") is not None:
+            continue
+        shutil.rmtree(run, ignore_errors=True)
+        removed.append(run)
+    return removed
 
 
 def example_trainer() -> Path:
@@ -65,11 +91,14 @@ class DemoRun:
             )
         if steps < 1 or nproc < 1:
             raise CockpitError("--steps and --nproc must be at least 1")
+        self.pruned: list[Path] = []  # older demo runs removed to make room for this one
         if run_root is None:
             from platformdirs import user_data_path
 
+            demo_root = user_data_path("training-cockpit") / "demo"
+            self.pruned = prune_demo_runs(demo_root, keep=DEMO_RUNS_KEPT - 1)
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            run_root = user_data_path("training-cockpit") / "demo" / stamp
+            run_root = demo_root / stamp
         self.run_root = Path(run_root).resolve()
         self.state_dir = self.run_root / "agent"
         self.run_dir = self.run_root / "run"
