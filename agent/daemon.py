@@ -31,7 +31,7 @@ from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
 from agent.spool import SpoolTailer
-from agent.supervisor import Supervisor
+from agent.supervisor import Supervisor, alive
 
 MIN_INTERVAL = 0.25
 POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
@@ -358,10 +358,13 @@ class Daemon:
                self.supervisor is not None and self.supervisor.running)
         cached = self._ranks_cache
         if cached is not None and cached[1] == key and now - cached[0] < RANKS_TTL:
-            return cached[2]
-        ranks = self._read_pid_ranks()
-        self._ranks_cache = (now, key, ranks)
-        return ranks
+            ranks = cached[2]
+        else:
+            ranks = self._read_pid_ranks()
+            self._ranks_cache = (now, key, ranks)
+        # Spool headers outlive their ranks (a finished or relaunched job): a pid that is
+        # gone must not keep its GPU "busy" or its row in the process table.
+        return {pid: rank for pid, rank in ranks.items() if alive(pid)}
 
     def _read_pid_ranks(self) -> Dict[int, Optional[int]]:
         ranks: Dict[int, Optional[int]] = {}

@@ -15,8 +15,8 @@ keys may be added):
                      seed, data_version, git_commit, flops_per_step, peak_flops, stages,
                      tags, config, started}
     progress        {state, stage, epoch, step, total_steps, percent, samples, tokens,
-                     steps_per_second, eta_seconds, eta_low, eta_high, since_last_step,
-                     stalled, stall_cause, stall_detail}
+                     steps_per_second, eta_seconds, eta_low, eta_high, eta_note,
+                     since_last_step, stalled, stall_cause, stall_detail}
     effect          {last_loss, last_val_loss, best_val_step, best_val_loss,
                      divergence_step, spike_steps, nonfinite_steps, last_loss_scale,
                      train_loss: {step, loss, ema}, val_loss: {step, loss}}
@@ -222,7 +222,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     step = _num(p["step"]) + (f" / {_num(p['total_steps'])}" if p["total_steps"] else "")
     if p["percent"] is not None:
         step += f" ({p['percent']:.1f}%)"
-    eta = NA
+    eta = NA if p["eta_note"] is None else f"{NA} (job {p['eta_note']})"
     if p["eta_seconds"] is not None:
         eta = (f"{duration(p['eta_seconds'])} (estimate; {duration(p['eta_low'])} to "
                f"{duration(p['eta_high'])})")

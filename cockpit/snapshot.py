@@ -40,6 +40,7 @@ class Progress:
     eta_seconds: float | None = None  # central estimate
     eta_low: float | None = None  # band from recent speed spread
     eta_high: float | None = None
+    eta_note: str | None = None  # why there is no ETA although steps are known ("done")
     steps_per_second: float | None = None
     since_last_step: float | None = None  # seconds, relative to snapshot time
     stalled: bool = False

@@ -213,6 +213,14 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
     if steps_goal is None and run.get("total_tokens") and train.global_tokens:
         steps_goal = math.ceil(run["total_tokens"] / train.global_tokens)
     eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=train.walls)
+    # A job that is not running has no time left to estimate, only a reason why.
+    eta_note = None
+    if state == "exited":
+        eta_note = "done" if percent is not None and percent >= 1.0 else "exited before its end"
+    elif state == "paused":
+        eta_note = "paused"
+    if eta_note is not None:
+        eta = dataclasses.replace(eta, seconds=None, low=None, high=None)
     shown_state = "stalled" if stall.stalled and state == "running" else state
     return Progress(
         stage=newest.get("stage"),
@@ -225,6 +233,7 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
         eta_seconds=eta.seconds,
         eta_low=eta.low,
         eta_high=eta.high,
+        eta_note=eta_note,
         steps_per_second=eta.steps_per_second,
         since_last_step=max(now - float(newest["ts"]), 0.0),
         stalled=stall.stalled,

@@ -106,3 +106,34 @@ def test_host_sampler_without_psutil_says_so(tmp_path: Path) -> None:
     sampler = HostSampler(tmp_path, load=lambda: None)
     assert sampler.available is False
     assert sampler.sample({1: 0}) is None
+
+
+def test_ranks_that_ended_leave_the_gpus_idle(tmp_path: Path) -> None:
+    """A rank's spool header outlives the rank: once the process is gone the daemon
+    stops counting it, so a finished job's simulated GPUs idle instead of staying busy."""
+    from agent.daemon import Daemon, DaemonConfig
+    from agent.hook import Reporter
+
+    run_dir = tmp_path / "run"
+    script = ("import sys; from agent.hook import Reporter; "
+              "r = Reporter(run_dir=sys.argv[1], job='done', rank=0); "
+              "r.step(1, loss=1.0); r.close()")
+    subprocess.run([sys.executable, "-c", script, str(run_dir)], check=True,
+                   cwd=Path(__file__).resolve().parents[2])
+    live = Reporter(run_dir=str(run_dir), job="going", rank=1)
+    live.step(1, loss=1.0)
+    clock = itertools.count(0.0, 1.0)
+    gpus = SimGpus(2, seed=3, follow_job=True, clock=lambda: next(clock))
+    daemon = Daemon(DaemonConfig(tmp_path / "state", run_dirs=[run_dir]), gpus=gpus,
+                    log=lambda msg: None)
+    try:
+        daemon.spools.poll()
+        assert daemon.pid_ranks() == {os.getpid(): 1}
+        for _ in range(30):
+            cards = gpus.sample(daemon.pid_ranks(), {os.getpid(): 95.0})
+        busy = {c["gpu"]: c["util"] for c in cards}
+        assert busy[1] > 80  # the running rank's GPU
+        assert busy[0] < 5  # the ended rank's GPU: idle, not busy
+    finally:
+        live.close()
+        daemon._shutdown()  # releases the state lock and closes the journal

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.protocol import encode
 from cockpit.details import EventsTimeline, HostDetail, LogTail, RunInfo
 from cockpit.snapshot import Snapshot
 from cockpit.source import build_snapshot, details
@@ -155,3 +156,20 @@ def test_details_events_run_log(reader: StoreReader) -> None:
     assert all(line.ts <= syn.T0 + 100 for line in early.lines)
     with pytest.raises(ValueError, match="unknown details kind 'gpu'"):
         details(reader, "gpu")
+
+
+@pytest.mark.parametrize(("kind", "note"), [("pause", "paused"),
+                                            ("job_exited", "exited before its end")])
+def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
+        tmp_path: Path, kind: str, note: str) -> None:
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6, {
+            "kind": kind, "job": "job-1", "rank": None, "step": syn.STEPS - 1,
+            "msg": kind, "data": {}}, ts=last + 1))
+    with Store(path, read_only=True) as store:
+        p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
+    assert p.state == kind.replace("job_", "").replace("pause", "paused")
+    assert (p.eta_seconds, p.eta_low, p.eta_high, p.eta_note) == (None, None, None, note)
+    assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown

@@ -48,7 +48,9 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         ready = [m.snapshot for m in messages if isinstance(m, SnapshotReady)]
         assert ready and any(isinstance(m, DataArrived) for m in messages)
         assert step_line(FACTS.last_step) in text(app, "#progress-position")
-        assert "estimate" in text(app, "#progress-eta")
+        # The run trained to its end and exited: no time left to estimate.
+        assert FACTS.last_step == FACTS.total_steps and FACTS.exit_code == 0
+        assert text(app, "#progress-eta") == "ETA n/a: job done"
         assert "state exited" in text(app, "#progress-last")
         assert not app.screen.query_one("#stall-banner").display
         effect = text(app, "#effect-line")
@@ -148,9 +150,11 @@ async def test_seeking_replaces_the_shown_snapshot(recorded_replay: OpenReplay) 
         await settle(pilot)
         middle = step_line(FACTS.step_at(source.position))
         assert middle in text(app, "#progress-position")
+        assert "estimate, at" in text(app, "#progress-eta")  # mid-run: a time left
         source.seek_to(1.0)
         await wait_until(pilot, lambda: step_line(FACTS.last_step)
                          in text(app, "#progress-position"), "the snapshot at the end")
+        assert text(app, "#progress-eta") == "ETA n/a: job done"
 
 
 async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:

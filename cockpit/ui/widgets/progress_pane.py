@@ -46,6 +46,8 @@ def bar_progress(percent: float | None) -> float:
 
 def eta_text(p: Progress) -> str:
     """ETA with its band, always labelled an estimate: it extrapolates recent speed."""
+    if p.eta_note is not None:
+        return f"ETA n/a: job {p.eta_note}"
     if p.eta_seconds is None:
         return "ETA n/a (estimate needs a few steps and a known total)"
     band = ""
@@ -95,7 +97,7 @@ class ProgressPane(Pane):
     def summary(self, snapshot: Snapshot) -> str:
         p = snapshot.progress
         head = f"step {fmt.na(p.step, '{:,}')} · {fmt.percent(p.percent, 1)}"
-        head += f" · ETA ~{fmt.duration(p.eta_seconds)}"
+        head += f" · {p.eta_note}" if p.eta_note else f" · ETA ~{fmt.duration(p.eta_seconds)}"
         if p.stalled:
             return f"{head} · [$error]STALLED ({escape(p.stall_cause or 'cause unknown')})[/]"
         return f"{head} · {escape(p.state)}"
