@@ -37,7 +37,9 @@ SNAPSHOT_BUCKETS = 120
 
 class CockpitApp(ControlActions, ReplayActions, App):
     TITLE = "cockpit"
-    BINDINGS = keys.bindings("app") + keys.bindings("replay")
+    # Replay keys first: they show only in a replay, where they are what the footer must
+    # not cut off at 160 columns (the job-control keys there only answer "read-only").
+    BINDINGS = keys.bindings("replay") + keys.bindings("app")
     COMMANDS = App.COMMANDS | {CockpitCommands}
 
     def __init__(self, source: object, theme_set: ThemeSet, theme: str,
