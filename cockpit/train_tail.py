@@ -225,7 +225,6 @@ def _make_view(latest: list[dict[str, Any]], newest: dict[str, Any],
                window: list[StepSample]) -> TrainView:
     last_step = int(newest["step"])
     samples = [s for s in window if s.step <= last_step]
-    at_newest = [r for r in latest if r["step"] == newest["step"]]
     ranks = [r["rank"] for r in latest if r["rank"] is not None]
     return TrainView(
         latest=latest,
@@ -233,8 +232,11 @@ def _make_view(latest: list[dict[str, Any]], newest: dict[str, Any],
         walls=step_wall_times(samples),
         ref_rank=min(ranks) if ranks else None,
         newest=newest,
-        global_samples=_total(r["samples"] for r in at_newest),
-        global_tokens=_total(r["tokens"] for r in at_newest),
+        # Every rank's own newest step, not only the ranks already at the newest one:
+        # ranks report through separate spool files, so at any instant one of them is
+        # a few steps behind, and counting only the leaders halved the job's batch.
+        global_samples=_total(r["samples"] for r in latest),
+        global_tokens=_total(r["tokens"] for r in latest),
     )
 
 

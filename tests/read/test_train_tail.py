@@ -113,3 +113,20 @@ def test_a_rank_silent_past_the_held_window_is_found_by_a_full_read(store: Store
         store.ingest("h1", steps(first, first + 19, seq0=seq, skip=(3,)))
         seq += 100
         check(reader, tail, None)
+
+
+def test_the_global_batch_counts_ranks_a_few_steps_behind(store: Store) -> None:
+    """Ranks report through their own spool files, so when a snapshot is taken one rank
+    is often a few steps behind the newest; the job's batch is still every rank's."""
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    store.ingest("h1", steps(1, 50, seq0=1))
+    store.ingest("h1", steps(51, 53, seq0=1000, skip=(3,)))  # rank 3 lags by three steps
+    fr = reader.frontiers(until_ts=None)
+    view = tail.view(tail.job(fr, None), RANKS, fr, None)
+    assert view.newest is not None and view.newest["step"] == 53
+    assert view.global_samples == 8 * RANKS
+    check(reader, tail, None)
+    store.ingest("h1", steps(54, 55, seq0=2000, skip=(3,)))  # the incremental path too
+    assert check(reader, tail, None) == 1
+    assert tail._held is not None and tail._held.view.global_samples == 8 * RANKS
