@@ -451,7 +451,11 @@ class ManagedJob:
             with self._lock:
                 telemetry = {"xid": list(self._xids)}
             diagnosis = classify(sup.returncode, list(sup.tail), error, telemetry)
-            if note:
+            if note and diagnosis.where.get("rank") is not None:
+                # torchrun's account names the rank that failed first; what /proc showed
+                # may be a peer its teardown took down, so it comes second.
+                diagnosis.evidence.append(note)
+            elif note:
                 diagnosis.evidence.insert(0, note)
             if error is not None and error.get("timestamp"):
                 failure_at = min(failure_at, float(error["timestamp"]))
