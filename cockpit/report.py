@@ -19,6 +19,7 @@ keys may be added):
                      since_last_step, stalled, stall_cause, stall_detail}
     effect          {last_loss, last_val_loss, best_val_step, best_val_loss,
                      divergence_step, spike_steps, nonfinite_steps, last_loss_scale,
+                     markers: [{step, kind, text}] (adjustments and restarts),
                      train_loss: {step, loss, ema}, val_loss: {step, loss}}
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
                      step_time_median, step_time_spread,
@@ -121,6 +122,7 @@ def _effect(snap: Snapshot) -> dict[str, Any]:
         "train_loss": {"step": list(e.train_loss.x), "loss": list(e.train_loss.last),
                        "ema": list(e.train_loss_ema.last)},
         "val_loss": {"step": list(e.val_loss.x), "loss": list(e.val_loss.last)},
+        "markers": [asdict(m) for m in e.markers],
     }
 
 
@@ -251,6 +253,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("loss spikes", ", ".join(f"{s:,}" for s in e["spike_steps"]) or "none"),
         ("NaN/Inf steps", ", ".join(f"{s:,}" for s in e["nonfinite_steps"][:20]) or "none"),
         ("loss scale", _num(e["last_loss_scale"], ".6g")),
+        ("changes", "; ".join(f"{m['text'] if m['kind'] == 'adjust' else 'restart'} at step "
+                              f"{m['step']:,}" for m in e["markers"]) or "none"),
     ]
     slow = ", ".join(f"rank {r['rank']} ({r['host']}) {r['step_time']:.3g}s"
                      for r in f["slowest_ranks"]) or NA

@@ -50,6 +50,15 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class Marker:
+    """Something done to the run at a step, to see beside the loss it changed."""
+
+    step: int
+    kind: str  # "adjust" (an operator changed a lasting knob) or "restart"
+    text: str  # "lr_scale=0.5", "resumed from ckpt-00001000.pt at step 1000"
+
+
+@dataclass(frozen=True)
 class Effect:
     train_loss: Series = field(default_factory=Series)  # raw (bucketed)
     train_loss_ema: Series = field(default_factory=Series)  # smoothed
@@ -64,6 +73,7 @@ class Effect:
     spike_steps: tuple[int, ...] = ()
     nonfinite_steps: tuple[int, ...] = ()
     last_loss_scale: float | None = None
+    markers: tuple[Marker, ...] = ()  # adjustments and restarts, by step
 
 
 @dataclass(frozen=True)

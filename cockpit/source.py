@@ -40,6 +40,7 @@ from cockpit.analysis.divergence import (
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.lr import lr_looks_too_high
+from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
 from cockpit.analysis.spikes import find_spikes
 from cockpit.analysis.stalls import HostPressure, StallVerdict, detect_stall
@@ -62,6 +63,7 @@ from cockpit.snapshot import (
     Health,
     HostHealth,
     Interruption,
+    Marker,
     Progress,
     RankTime,
     Series,
@@ -335,6 +337,7 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
         list(zip(smoothed.x, smoothed.last, strict=True)), list(zip(lr.x, lr.last, strict=True)),
         spike_steps=spikes, nonfinite_steps=nonfinite,
     )
+    markers = _markers(reader, job, until_ts, fr)
     # The figure must match the curve drawn: both come from the reference rank.
     newest = next((r for r in train.latest if r["rank"] == train.ref_rank), None) \
         or train.newest or {}
@@ -352,8 +355,24 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
         spike_steps=spikes,
         nonfinite_steps=nonfinite,
         last_loss_scale=newest.get("loss_scale"),
+        markers=markers,
     )
     return _EffectFindings(effect, divergence, lr_reason)
+
+
+def _markers(reader: StoreReader, job: str, until_ts: float | None,
+             fr: Frontiers) -> tuple[Marker, ...]:
+    """Adjustments and restarts to mark on the loss chart, kept and extended from the
+    events added since (checkpoints add one every few minutes for days)."""
+    def extend(held: tuple[Marker, ...], after: float) -> tuple[Marker, ...] | None:
+        added = reader.added_rows("event", after, until_ts, fr)
+        if added is None:
+            return None
+        return chart_markers((r for r in added if r["job"] in (job, None)), held=held)
+
+    return reader.kept("chart_markers", job, "event", fr,
+                       lambda: chart_markers(reader.rare_events(MARKER_KINDS, job, until_ts)),
+                       extend)
 
 
 def _nonfinite(reader: StoreReader, job: str, until_ts: float | None,

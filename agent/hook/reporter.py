@@ -429,6 +429,7 @@ class Reporter:
             data = {"id": ident, "op": "adjust", "ok": error is None, "applied_step": None}
             if error is None:
                 data["applied_step"] = self._step_value(step)
+                data["knobs"] = dict(knobs)  # what changed, for the cockpit's chart marks
                 msg = "applied %s" % ", ".join("%s=%s" % kv for kv in sorted(knobs.items()))
             else:
                 data["error"] = error

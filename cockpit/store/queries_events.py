@@ -102,9 +102,10 @@ class EventQueries(ReaderBase):
             )
         return {r["data"]["id"]: r for r in rows if isinstance(r.get("data"), dict)}
 
-    def _all_events(self, kinds: Sequence[str], job: str | None,
+    def rare_events(self, kinds: Sequence[str], job: str | None,
                     until_ts: float | None) -> list[Row]:
-        """All events of a few rare kinds (interruptions, checkpoints: tens, not millions)."""
+        """All events of a few rare kinds (interruptions, checkpoints, acks: tens, not
+        millions), of `job` or of none, oldest first."""
         kind_sql, kind_args = _kinds_filter(kinds)
         cond, args = until_clause(until_ts)
         job_sql, job_args = (" AND (job = ? OR job IS NULL)", [job]) if job else ("", [])
@@ -120,7 +121,7 @@ class EventQueries(ReaderBase):
         """Each interruption paired with the recovery that followed it (if any yet)."""
         out: list[Row] = []
         open_by_host: dict[str, Row] = {}
-        for e in self._all_events(("interruption", "recovery"), job, until_ts):
+        for e in self.rare_events(("interruption", "recovery"), job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
             if e["kind"] == "interruption":
                 item = {
@@ -158,7 +159,7 @@ class EventQueries(ReaderBase):
                          until_ts: float | None = None) -> list[Row]:
         """Every saved checkpoint: when, at which step, how long it took, how big."""
         out = []
-        for e in self._all_events(("checkpoint_saved",), job, until_ts):
+        for e in self.rare_events(("checkpoint_saved",), job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
             out.append({
                 "ts": e["ts"], "host": e["host"], "step": e["step"],

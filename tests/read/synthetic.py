@@ -168,3 +168,23 @@ def write_recording(path: Path, *, steps: int = STEPS) -> Path:
                 if result.malformed:
                     raise ValueError(f"synthetic recording has malformed lines: {result}")
     return path
+
+
+ADJUST_STEP = 540  # the operator halved the LR here (the trainer's acknowledgement)
+RESUME_STEP = 500  # and the job later restarted from this step's checkpoint
+
+
+def intervention_lines() -> list[bytes]:
+    """Two wire events of node-a after the last step: an applied LR change, then a
+    restart from a checkpoint (what the loss chart marks)."""
+    last = step_ts(STEPS - 1)
+    return [
+        encode("event", 10**6, {"kind": "control_ack", "job": "job-1", "rank": 0,
+                                "step": ADJUST_STEP, "msg": "applied lr_scale=0.5",
+                                "data": {"op": "adjust", "ok": True,
+                                         "knobs": {"lr_scale": 0.5}}}, ts=last - 50),
+        encode("event", 10**6 + 1, {"kind": "resumed", "job": "job-1", "rank": 0,
+                                    "step": RESUME_STEP,
+                                    "msg": f"resumed from ckpt-{RESUME_STEP:08d}.pt",
+                                    "data": {}}, ts=last + 5),
+    ]

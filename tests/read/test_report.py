@@ -7,6 +7,7 @@ import pytest
 
 from cockpit.errors import CockpitError
 from cockpit.report import REPORT_VERSION, render_report, sparkline
+from cockpit.store import Store
 from tests.read import synthetic as syn
 
 TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "run",
@@ -70,3 +71,14 @@ def test_sparkline_scales_to_the_range() -> None:
     assert sparkline([1.0, None, 2.0, 3.0]) == "▁▅█"
     assert sparkline([2.0, 2.0]) == "▁▁"
     assert sparkline([]) == ""
+
+
+def test_the_report_lists_what_was_done_to_the_run(tmp_path: Path) -> None:
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:
+        store.ingest("node-a", b"".join(syn.intervention_lines()))
+    text = render_report(path)
+    assert (f"changes        restart at step {syn.RESUME_STEP}; lr_scale=0.5 at step "
+            f"{syn.ADJUST_STEP}") in text
+    data = json.loads(render_report(path, fmt="json"))
+    assert [m["kind"] for m in data["effect"]["markers"]] == ["restart", "adjust"]

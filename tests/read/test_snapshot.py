@@ -6,7 +6,7 @@ import pytest
 
 from agent.protocol import encode
 from cockpit.details import EventsTimeline, HostDetail, LogTail, RunInfo
-from cockpit.snapshot import Snapshot
+from cockpit.snapshot import Marker, Snapshot
 from cockpit.source import build_snapshot, details
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
@@ -173,3 +173,20 @@ def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
     assert p.state == kind.replace("job_", "").replace("pause", "paused")
     assert (p.eta_seconds, p.eta_low, p.eta_high, p.eta_note) == (None, None, None, note)
     assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown
+
+
+def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    adjusted, resumed = syn.intervention_lines()
+    with Store(path) as store:
+        store.ingest("node-a", adjusted)
+        reader = StoreReader(store)
+        first = build_snapshot(reader, until_ts=None, label="LIVE").effect.markers
+        assert first == (Marker(syn.ADJUST_STEP, "adjust", "lr_scale=0.5"),)
+        # Live: a restart arrives; the held markers are extended from the added rows.
+        store.ingest("node-a", resumed)
+        live = build_snapshot(reader, until_ts=None, label="LIVE").effect.markers
+        fresh = build_snapshot(StoreReader(store), until_ts=None, label="LIVE").effect.markers
+    assert live == fresh == (
+        Marker(syn.RESUME_STEP, "restart", f"resumed from ckpt-{syn.RESUME_STEP:08d}.pt"),
+        Marker(syn.ADJUST_STEP, "adjust", "lr_scale=0.5"))

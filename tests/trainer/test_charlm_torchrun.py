@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from cockpit.analysis.markers import chart_markers
+from cockpit.snapshot import Marker
 from examples.charlm import checkpoint
 from examples.charlm.config import load_config
 from examples.charlm.train import lr_at
@@ -57,6 +59,8 @@ def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run
     # from there on (that same step included), and use it from the following step.
     agreed = -(-applied // every) * every
     assert any(e["step"] == agreed for e in evals), "eval_now did not trigger an evaluation"
+    # The loss chart marks the lasting change where it took effect, not the one-shot eval.
+    assert chart_markers(run.records("event")) == (Marker(applied, "adjust", "lr_scale=0.5"),)
     for t in train:
         scale = 0.5 if t["step"] > agreed else 1.0
         assert t["lr"] == pytest.approx(lr_at(t["step"], cfg) * scale), t
@@ -90,6 +94,8 @@ def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
         assert steps == list(range(resumed_step + 1, resumed_step + 6))
     resumed = [e for _h, recs in new_files for e in recs if e.get("kind") == "resumed"]
     assert [e["step"] for e in resumed] == [resumed_step]
+    (mark,) = chart_markers(resumed)
+    assert (mark.step, mark.kind) == (resumed_step, "restart") and "resumed" in mark.text
 
 
 def test_truncated_newest_checkpoint_is_skipped_single_process(

@@ -38,7 +38,8 @@ def test_lr_scale_is_applied_and_acknowledged(make_reporter, spool, tmp_path) ->
     rep.flush()
     (ack,) = _acks(spool)
     assert ack["step"] == 10
-    assert ack["data"] == {"id": "c1", "op": "adjust", "ok": True, "applied_step": 10}
+    assert ack["data"] == {"id": "c1", "op": "adjust", "ok": True, "applied_step": 10,
+                           "knobs": {"lr_scale": 0.5}}
 
 
 def test_controls_apply_at_a_step_boundary_without_polling(make_reporter, tmp_path) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 from textual.widgets import DataTable, Log
 
-from cockpit.snapshot import Snapshot
+from cockpit.snapshot import Marker, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import T0, demo_snapshot
@@ -195,6 +196,25 @@ async def test_g_toggles_logarithmic_loss_axis(recorded_replay: OpenReplay) -> N
         assert chart.log_y and "log-y" in text(app, "#effect-line")
         await pilot.press("g")
         assert not chart.log_y and "linear-y" in text(app, "#effect-line")
+
+
+async def test_the_loss_chart_marks_adjustments_and_restarts_along_its_bottom() -> None:
+    # The recorded run was never adjusted nor restarted; where markers come from is tested
+    # on real trainer records (tests/trainer) and a store (tests/read): here, the drawing.
+    snap = demo_snapshot()
+    xs = snap.effect.train_loss.x
+    marks = (Marker(int(xs[len(xs) // 3]), "adjust", "lr_scale=0.5"),
+             Marker(int(xs[len(xs) // 2]), "restart", "resumed from ckpt at step 600"))
+    app = make_app(StaticSource(replace(snap, effect=replace(snap.effect, markers=marks))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        drawn = text(app, "LossChart")
+        assert drawn.count("▼") == 3 and drawn.count("↻") == 3  # the mark, its legend (2)
+        assert "adjusted" in drawn and "restart" in drawn
+    plain = make_app(StaticSource(snap))
+    async with plain.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert "▼" not in text(plain, "LossChart") and "↻" not in text(plain, "LossChart")
 
 
 async def test_host_detail_fetches_the_recorded_hosts_details(

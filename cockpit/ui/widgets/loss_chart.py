@@ -2,7 +2,9 @@
 
 Drawn through `self.plt` at render time, with colours read from the active theme, so a
 theme switch or a resize redraws correctly without any global plotext state. Markers:
-divergence (vertical line), spikes and non-finite losses, and the best validation step.
+divergence (vertical line), spikes and non-finite losses, the best validation step, and
+along the bottom what was done to the run: operator adjustments (▼) and restarts from a
+checkpoint (↻).
 
 The chart is redrawn on every refresh that brings new losses, so the drawing is turned
 into screen lines straight from plotext's character matrix (`matrix_strips`, through
@@ -37,6 +39,8 @@ from cockpit.snapshot import Effect, Series
 from cockpit.ui.themes import rgb
 from cockpit.ui.widgets.line_cache import LineCache
 
+# How each kind of `Marker` is drawn: (kind, plotted marker, legend label).
+MARKER_STYLES = (("adjust", "▼", "adjusted"), ("restart", "↻", "restart"))
 
 def finite_points(series: Series, positive: bool = False) -> tuple[list[float], list[float]]:
     """The plottable (x, y) pairs of a series: None, NaN and ±Inf dropped (and y <= 0
@@ -237,6 +241,14 @@ class LossChart(PlotextPlot):
         ):
             plt.scatter([effect.best_val_step], [best], marker="★",
                         color=rgb(variables, "success"), label="best val")
+        if ys:
+            # Along the bottom of the curve, so they never hide a loss point.
+            bottom = min(ys)
+            for kind, marker, label in MARKER_STYLES:
+                steps = [m.step for m in effect.markers if m.kind == kind]
+                if steps:
+                    plt.scatter(steps, [bottom] * len(steps), marker=marker,
+                                color=rgb(variables, "secondary"), label=label)
 
     def _scatter(self, steps: Iterable[int], xs: list[float], ys: list[float],
                  marker: str, color: tuple) -> None:
