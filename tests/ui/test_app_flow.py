@@ -63,6 +63,7 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         assert "no divergence, spikes or NaN/Inf" in text(app, "#effect-warnings")
         assert app.screen.query_one(LossChart).effect == ready[-1].effect
         assert "n/a" not in text(app, "#throughput")
+        assert text(app, "#throughput").endswith("(before it exited)")  # not training now
         assert f"@{FACTS.host}" in text(app, "#stragglers")
         grid = text(app, "#gpu-grid")
         assert f"{FACTS.host} streaming  {FACTS.gpu_count}/{FACTS.gpu_count}" in grid
@@ -152,6 +153,7 @@ async def test_seeking_replaces_the_shown_snapshot(recorded_replay: OpenReplay) 
         middle = step_line(FACTS.step_at(source.position))
         assert middle in text(app, "#progress-position")
         assert "estimate, at" in text(app, "#progress-eta")  # mid-run: a time left
+        assert text(app, "#throughput").endswith("tokens/s")  # and training now
         source.seek_to(1.0)
         await wait_until(pilot, lambda: step_line(FACTS.last_step)
                          in text(app, "#progress-position"), "the snapshot at the end")

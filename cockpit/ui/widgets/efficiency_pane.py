@@ -15,8 +15,16 @@ from cockpit.ui.widgets.sparkline_chart import SparklineChart
 SLOWEST_SHOWN = 3
 
 
-def throughput_line(e: Efficiency) -> str:
-    return f"throughput {fmt.si(e.samples_per_s)} samples/s · {fmt.si(e.tokens_per_s)} tokens/s"
+# Job states in which nothing trains now: the step figures are those of its last steps.
+IDLE_STATES = {"paused": "before the pause", "exited": "before it exited"}
+
+
+def throughput_line(e: Efficiency, state: str = "running") -> str:
+    line = f"throughput {fmt.si(e.samples_per_s)} samples/s · {fmt.si(e.tokens_per_s)} tokens/s"
+    when = IDLE_STATES.get(state)
+    if when and e.samples_per_s is not None:
+        line += f" [$text-muted]({when})[/]"
+    return line
 
 
 def stragglers_line(e: Efficiency) -> str:
@@ -56,7 +64,8 @@ class EfficiencyPane(Pane):
         self.query_one("#gauge-data", Gauge).value = e.data_wait_pct
         self.query_one("#gauge-comm", Gauge).value = e.comm_pct
         self.query_one("#gauge-mfu", Gauge).value = None if e.mfu is None else e.mfu * 100
-        update_text(self.query_one("#throughput", Static), throughput_line(e))
+        update_text(self.query_one("#throughput", Static),
+                    throughput_line(e, snapshot.progress.state))
         update_text(self.query_one("#stragglers", Static), stragglers_line(e))
         self.query_one("#spark-throughput", SparklineChart).series = e.throughput_history
         self.query_one("#spark-busy", SparklineChart).series = e.gpu_busy_history
