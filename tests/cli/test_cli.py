@@ -67,7 +67,13 @@ def test_report_json_holds_the_four_instruments_of_the_recording(
     assert report["effect"]["last_val_loss"] == facts.eval_points[-1][1]
     assert (report["effect"]["best_val_step"], report["effect"]["best_val_loss"]) == \
         facts.best_eval
-    assert report["effect"]["val_loss"]["step"] == [s for s, _ in facts.eval_points]
+    # Evaluated again at the checkpoint it restarted from: one point per step.
+    assert report["effect"]["val_loss"]["step"] == sorted({s for s, _ in facts.eval_points})
+    assert [(m["step"], m["kind"]) for m in report["effect"]["markers"]] == [
+        (facts.adjust[0], "adjust"), (facts.resumed_step, "restart")]
+    (cut,) = report["interruptions"]
+    assert cut["cause"] == "killed" and cut["steps_lost"] == \
+        facts.interruption["step"] - facts.resumed_step
     assert report["health"]["simulated"] is facts.simulated
     assert [h["host"] for h in report["health"]["hosts"]] == [facts.host]
     assert report["health"]["hosts"][0]["gpus_total"] == facts.gpu_count

@@ -32,7 +32,10 @@ class RecordingFacts:
     log_lines: tuple[str, ...]  # every trainer output line (blank ones too), in order
     train_times: tuple[tuple[float, int], ...]  # (ts, step) of every train record
     job_started_ts: float | None
-    exit_code: int | None  # of the job, when the recording saw it exit
+    exit_code: int | None  # of the job's last attempt, when the recording saw it exit
+    adjust: tuple[int, str] | None  # (step, "knob=value") of the operator's change
+    resumed_step: int | None  # the checkpoint step the job restarted from
+    interruption: dict | None  # the interruption event: why the job died, and when
     seed: int
     tags: tuple[str, ...]
 
@@ -40,6 +43,13 @@ class RecordingFacts:
         """The newest step a replay at `ts` may show (records after `ts` are unseen)."""
         seen = [(t, step) for t, step in self.train_times if t <= ts]
         return max(seen)[1] if seen else None
+
+    @property
+    def mid_run(self) -> float:
+        """The replay position (0 start, 1 end) halfway through training: the recording
+        goes on for a while after the job's end."""
+        first, last = self.train_times[0][0], self.train_times[-1][0]
+        return ((first + last) / 2 - self.first_ts) / (self.last_ts - self.first_ts)
 
     @property
     def best_eval(self) -> tuple[int, float]:
@@ -56,7 +66,11 @@ def recording_facts() -> RecordingFacts:
     train = by_type["train"]
     last_step = max(r["step"] for r in train)
     (hello,) = by_type["hello"]
-    (run,) = by_type["run"]
+    run = by_type["run"][0]  # each attempt declares the run; the first started it
+
+    def events(kind: str) -> list[dict]:
+        return [r for r in by_type["event"] if r["kind"] == kind]
+
     return RecordingFacts(
         host=RECORDED_HOST,
         job=train[-1]["job"],
@@ -75,8 +89,11 @@ def recording_facts() -> RecordingFacts:
         train_times=tuple((r["ts"], r["step"]) for r in train),
         job_started_ts=next((r["ts"] for r in by_type["event"] if r["kind"] == "job_started"),
                             None),
-        exit_code=next((r["data"]["returncode"] for r in by_type["event"]
-                        if r["kind"] == "job_exited"), None),
+        exit_code=([r["data"]["returncode"] for r in events("job_exited")] or [None])[-1],
+        adjust=next(((r["step"], r["msg"].removeprefix("applied "))
+                     for r in events("control_ack") if r["rank"] is not None), None),
+        resumed_step=next((r["step"] for r in events("resumed")), None),
+        interruption=next(iter(events("interruption")), None),
         seed=run["config"]["seed"],
         tags=tuple(run.get("tags") or ()),
     )

@@ -1,16 +1,15 @@
 """Data flow, panes and drill-down screens, driven through the keyboard with Pilot.
 
-Normal behaviour is tested on the replay of a recorded real run (`recorded_replay`,
-expected values from `tests.ui.recorded`); `StaticSource` serves only the edge cases a
-healthy single-host run never shows: missing fields, a stall, alerts with hints, and
-sources that fail.
+
+
+
+
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 from textual.widgets import DataTable, Log
 
@@ -67,7 +66,12 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         assert f"@{FACTS.host}" in text(app, "#stragglers")
         grid = text(app, "#gpu-grid")
         assert f"{FACTS.host} streaming  {FACTS.gpu_count}/{FACTS.gpu_count}" in grid
-        assert "interruptions: none" in text(app, "#interruptions")
+        # The run's rank 1 was SIGKILLed; the agent recovered it from a checkpoint.
+        cut = FACTS.interruption
+        assert cut is not None and FACTS.resumed_step is not None
+        shown = text(app, "#interruptions")
+        assert "interruptions: 1" in shown and "killed · recovered in " in shown
+        assert f"· {cut['step'] - FACTS.resumed_step} steps lost · restart #1" in shown
         header = text(app, "#status-bar")
         assert "REPLAY 10x PAUSED" in header  # the end of a recording pauses it
         assert FACTS.job in header and "0 alerts" in header and "read-only" in header
@@ -146,7 +150,7 @@ async def test_data_floods_are_merged_and_rate_limited(recorded_replay: OpenRepl
 
 
 async def test_seeking_replaces_the_shown_snapshot(recorded_replay: OpenReplay) -> None:
-    source = recorded_replay(at=0.5)
+    source = recorded_replay(at=FACTS.mid_run)
     app = make_app(source)
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
@@ -200,23 +204,24 @@ async def test_g_toggles_logarithmic_loss_axis(recorded_replay: OpenReplay) -> N
         assert not chart.log_y and "linear-y" in text(app, "#effect-line")
 
 
-async def test_the_loss_chart_marks_adjustments_and_restarts_along_its_bottom() -> None:
-    # The recorded run was never adjusted nor restarted; where markers come from is tested
-    # on real trainer records (tests/trainer) and a store (tests/read): here, the drawing.
-    snap = demo_snapshot()
-    xs = snap.effect.train_loss.x
-    marks = (Marker(int(xs[len(xs) // 3]), "adjust", "lr_scale=0.5"),
-             Marker(int(xs[len(xs) // 2]), "restart", "resumed from ckpt at step 600"))
-    app = make_app(StaticSource(replace(snap, effect=replace(snap.effect, markers=marks))))
+async def test_the_loss_chart_marks_the_runs_adjustment_and_restart(
+        recorded_replay: OpenReplay) -> None:
+    assert FACTS.adjust is not None and FACTS.resumed_step is not None
+    adjust_step, knob = FACTS.adjust
+    app = make_app(recorded_replay())
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
+        chart = app.screen.query_one(LossChart)
+        assert chart.effect is not None
+        assert chart.effect.markers == (
+            Marker(adjust_step, "adjust", knob),
+            Marker(FACTS.resumed_step, "restart",
+                   f"resumed from ckpt-{FACTS.resumed_step:08d}.pt at step {FACTS.resumed_step}"),
+        )
         drawn = text(app, "LossChart")
-        assert drawn.count("▼") == 3 and drawn.count("↻") == 3  # the mark, its legend (2)
+        # Each drawn once along the bottom, and twice in the legend.
+        assert drawn.count("▼") == 3 and drawn.count("↻") == 3
         assert "adjusted" in drawn and "restart" in drawn
-    plain = make_app(StaticSource(snap))
-    async with plain.run_test(size=(160, 48)) as pilot:
-        await settle(pilot)
-        assert "▼" not in text(plain, "LossChart") and "↻" not in text(plain, "LossChart")
 
 
 async def test_host_detail_fetches_the_recorded_hosts_details(
@@ -326,7 +331,7 @@ async def test_run_info_and_log_tail_of_the_recorded_run(recorded_replay: OpenRe
 async def test_log_tail_follows_new_lines_unless_scrolled_up(
     recorded_replay: OpenReplay,
 ) -> None:
-    source = recorded_replay(at=0.5)
+    source = recorded_replay(at=FACTS.mid_run)
     app = make_app(source)
     async with app.run_test(size=(120, 16)) as pilot:
         await settle(pilot)
@@ -343,7 +348,7 @@ async def test_log_tail_follows_new_lines_unless_scrolled_up(
         await settle(pilot)
         assert log.is_vertical_scroll_end and log.lines[-1].endswith(FACTS.log_lines[-1])
         # Scrolled up to read: new lines do not pull the reader down.
-        source.seek_to(0.5)
+        source.seek_to(FACTS.mid_run)
         await wait_until(pilot, lambda: log.line_count == first, "the earlier tail")
         log.scroll_to(y=0, animate=False, immediate=True)
         source.seek_to(1.0)
