@@ -1,9 +1,10 @@
 """Data flow, panes and drill-down screens, driven through the keyboard with Pilot.
 
-
-
-
-
+Normal behaviour is tested on the replay of a recorded real run (`recorded_replay`,
+expected values from `tests.ui.recorded`): two ranks train, the operator halves the LR,
+one rank is SIGKILLed and the agent recovers the job from a checkpoint, the job ends.
+`StaticSource` serves only the edge cases such a run never shows: missing fields, a
+stall, alerts with hints, and sources that fail.
 """
 
 from __future__ import annotations
