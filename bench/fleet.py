@@ -172,7 +172,7 @@ def run_fleet(n_hosts: int, seconds: float, workdir: Path, store: bool = True) -
             cpu = time.thread_time()
             result = super()._commit(batch)
             done = time.time()
-            lags = [done - ts for _, chunk in batch if (ts := _chunk_ts(chunk)) is not None]
+            lags = [done - ts for _, chunk, *_ in batch if (ts := _chunk_ts(chunk)) is not None]
             with lat_lock:
                 latencies.extend(lags)
                 writer_cpu[0] += time.thread_time() - cpu
@@ -224,8 +224,7 @@ def run_fleet(n_hosts: int, seconds: float, workdir: Path, store: bool = True) -
             with lat_lock:
                 window = sorted(latencies)
                 store_cpu = writer_cpu[0] - store0
-            pending = getattr(writer, "_pending", [])
-            backlog = sum(chunk.count(b"\n") for _, chunk in list(pending))
+            backlog = getattr(writer, "backlog_lines", 0)
         finally:
             fleet.stop()
             if isinstance(writer, TimedWriter) and db is not None:

@@ -14,6 +14,7 @@ committed high-water mark, cost one integer comparison per line.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -228,6 +229,53 @@ def _fast_lines(lines: list[bytes], high_water: int) -> Segment | None:
     if segment is not None:
         segment.end_mark = _seq_of(lines[-1])
     return segment
+
+
+@dataclass
+class Grouped:
+    """A chunk's lines grouped by type ahead of the flush (`pregroup`), with the seqs of
+    its first and last line: what the writer needs to store it without touching its
+    lines again, once it knows the host's mark."""
+
+    segment: Segment
+    head: int
+    tail: int
+
+
+def pregroup(chunk: bytes) -> Grouped | None:
+    """`_canonical_groups` of a plain chunk (canonical lines, no stream header), on the
+    thread that received it: that work needs no mark, so it is done while the writer
+    is busy with the previous flush. None when the chunk needs the full routing."""
+    if chunk.startswith(_PREFIX + STREAM_TYPE.encode() + b'"'):
+        return None
+    lines = _lines_of(chunk)
+    segment = _canonical_groups(lines)
+    if segment is None:
+        return None
+    return Grouped(segment, _seq_of(lines[0]), _seq_of(lines[-1]))
+
+
+def merge_grouped(parts: Sequence[Grouped]) -> Grouped | None:
+    """One host's pre-grouped chunks of a flush as one, or None when their seqs do not
+    follow each other (a resend, a reconnect): such chunks take the full routing."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    if any(b.head <= a.tail for a, b in itertools.pairwise(parts)):
+        return None
+    merged = Segment()
+    for part in parts:
+        for name, lines in part.segment.groups.items():
+            group = merged.groups.get(name)
+            if group is None:
+                merged.groups[name] = group = []
+            group.extend(lines)
+    for name, lines in merged.groups.items():
+        merged.seqs[name] = LineSeqs(lines)
+        merged.joined[name] = b"\n".join(
+            part.segment.joined[name] for part in parts if name in part.segment.joined)
+    return Grouped(merged, parts[0].head, parts[-1].tail)
 
 
 def _seq_of(line: bytes) -> int:

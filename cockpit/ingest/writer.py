@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from cockpit.ingest.route import Grouped, pregroup
 from cockpit.store.database import IngestResult, Store
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class StoreWriter:
         self.max_interval = max(max_interval, interval)
         self.quiet_factor = quiet_factor
         self._last_flush_s = 0.0
-        self._pending: list[tuple[str, bytes]] = []
+        self._pending: list[tuple[str, bytes, Grouped | None]] = []
         self._lines = 0
         self._cond = threading.Condition()
         self._stopping = False
@@ -82,14 +83,28 @@ class StoreWriter:
         return self
 
     def put(self, host: str, chunk: bytes) -> None:
-        """Queue complete lines from `host` (thread-safe, never blocks on the store)."""
+        """Queue complete lines from `host` (thread-safe, never blocks on the store).
+
+        The lines are grouped by record type here, on the caller's (transport) thread,
+        so that this Python work overlaps the writer's DuckDB work (which releases the
+        GIL) instead of adding to it: the writer's thread is what limits ingest.
+        """
         if not chunk:
             return
+        grouped = pregroup(chunk)
+        lines = chunk.count(b"\n")
         with self._cond:
-            self._pending.append((host, chunk))
-            self._lines += chunk.count(b"\n")
+            self._pending.append((host, chunk, grouped))
+            self._lines += lines
             if self._lines >= self.max_lines:
                 self._cond.notify()
+
+    @property
+    def backlog_lines(self) -> int:
+        """Lines queued and not yet committed (a store that keeps up holds about one
+        flush interval's worth)."""
+        with self._cond:
+            return self._lines
 
     def high_water(self, host: str) -> int:
         """The committed mark: what a reconnect must ask for."""
@@ -136,7 +151,7 @@ class StoreWriter:
             if stopping:
                 return
 
-    def _commit(self, batch: list[tuple[str, bytes]]) -> IngestResult | None:
+    def _commit(self, batch: list[tuple[str, bytes, Grouped | None]]) -> IngestResult | None:
         if not batch:
             return None
         try:
@@ -152,11 +167,11 @@ class StoreWriter:
             self._guarded(self.on_flush, result)
         return result
 
-    def _requeue(self, batch: list[tuple[str, bytes]]) -> None:
-        lines = sum(chunk.count(b"\n") for _, chunk in batch)
+    def _requeue(self, batch: list[tuple[str, bytes, Grouped | None]]) -> None:
+        lines = sum(chunk.count(b"\n") for _, chunk, _ in batch)
         with self._cond:
             if self._lines + lines > self.max_backlog_lines:
-                hosts = sorted({host for host, _ in batch})
+                hosts = sorted({host for host, _, _ in batch})
                 self.on_error(WriterBacklogError(
                     f"the store kept failing; dropped {lines} queued lines from "
                     f"{', '.join(hosts)} (backlog limit {self.max_backlog_lines} lines)"

@@ -5,10 +5,11 @@ own DuckDB connection to the same database), which is how DuckDB is used safely 
 several threads. Writes are serialised by a lock: one process, one writer thread in it
 (`cockpit.ingest.writer.StoreWriter`), while readers work concurrently on cursors.
 
-A flush (`ingest_many`) routes every host's lines first and then loads each record type
-once for all hosts (`cockpit.store.loader`), because a load has a fixed cost of several
-milliseconds: per host and type, a fleet of hundreds of hosts spent its whole flush
-interval on them.
+A flush (`ingest_many`) routes every host's lines first (or takes them as the writer's
+callers already grouped them, `cockpit.ingest.route.pregroup`) and then loads each record
+type once for all hosts (`cockpit.store.loader`), because a load has a fixed cost of
+several milliseconds: per host and type, a fleet of hundreds of hosts spent its whole
+flush interval on them.
 
 Ingest keeps, per host, the highest committed seq (`high_water`) in memory and in
 `hosts.high_water`; a line is stored only if its seq is above it. This relies on the
@@ -46,7 +47,7 @@ from pathlib import Path
 import duckdb
 
 from agent.protocol import PROTOCOL_VERSION
-from cockpit.ingest.route import Malformed, route_chunk, split_chunk
+from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
 from cockpit.store import schema
 from cockpit.store.levels import (
     CLUSTER_MIN_NEW_ROWS,
@@ -159,6 +160,37 @@ class _HostMark:
     segment_offsets: list[int] = field(default_factory=list)
     reset: bool = False
     touched: bool = False
+
+
+class _HostBatch:
+    """One host's chunks in a flush: joined, or merged from their pre-grouped lines,
+    only when asked (the second only when every chunk came grouped)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self._chunks: list[bytes] = []
+        self._grouped: list[Grouped] | None = []
+        self._joined: bytes | None = None
+        self._merged: Grouped | None = None
+
+    def add(self, chunk: bytes, grouped: Grouped | None) -> None:
+        self._chunks.append(chunk)
+        if grouped is None or self._grouped is None:
+            self._grouped = None
+        else:
+            self._grouped.append(grouped)
+
+    def chunk(self) -> bytes:
+        if self._joined is None:
+            self._joined = b"".join(self._chunks)
+        return self._joined
+
+    def grouped(self) -> Grouped | None:
+        if self._merged is None and self._grouped:
+            self._merged = merge_grouped(self._grouped)
+            if self._merged is None:
+                self._grouped = None  # not in order: routed line by line from now on
+        return self._merged
 
 
 _HOST_COLUMNS = (
@@ -359,14 +391,24 @@ class Store:
         """Store complete NDJSON lines from one host (header lines included)."""
         return self.ingest_many([(host, chunk)])
 
-    def ingest_many(self, chunks: Iterable[tuple[str, bytes]]) -> IngestResult:
-        """Store several hosts' chunks in one transaction (what the writer does per flush)."""
+    def ingest_many(
+        self, chunks: Iterable[tuple[str, bytes] | tuple[str, bytes, Grouped | None]]
+    ) -> IngestResult:
+        """Store several hosts' chunks in one transaction (what the writer does per flush).
+
+        A chunk may come with its lines already grouped (`route.pregroup`, done by the
+        writer's callers as chunks arrive); a host whose chunks all are is stored from
+        those groups without routing its lines here.
+        """
         self._writable()
-        per_host: dict[str, list[bytes]] = {}
-        for host, chunk in chunks:
-            per_host.setdefault(host, []).append(chunk)
+        per_host: dict[str, _HostBatch] = {}
+        for host, chunk, *rest in chunks:
+            batch = per_host.get(host)
+            if batch is None:
+                per_host[host] = batch = _HostBatch(host)
+            batch.add(chunk, rest[0] if rest else None)
         # One group per host and type per flush, however many chunks the transport sent.
-        items = [(host, b"".join(parts)) for host, parts in per_host.items()]
+        items = list(per_host.values())
         with self._lock:
             if self._scratch is None:
                 self._scratch = Scratch()
@@ -383,13 +425,14 @@ class Store:
         return result
 
     def _write(
-        self, items: list[tuple[str, bytes]], careful: bool
+        self, items: list[_HostBatch], careful: bool
     ) -> tuple[IngestResult, dict[str, _HostMark]]:
         assert self._scratch is not None
         marks: dict[str, _HostMark] = {}
         pieces: dict[str, list[Piece]] = {}  # wire type -> its pieces, all hosts
         duplicates = 0
-        for host, chunk in items:
+        for item in items:
+            host = item.host
             if host not in marks:
                 marks[host] = replace(self._marks.get(host) or _HostMark(), notes=[],
                                       segment_offsets=[])
@@ -397,9 +440,14 @@ class Store:
             mark.touched = True
             initial_offset = mark.seq_offset
             seen_headers = len(mark.segment_offsets)
-            split = route_chunk if careful else split_chunk
-            segments = split(chunk, mark.high_water,
-                             lambda header, m, mk=mark: self._on_header(mk, header, m))
+            grouped = None if careful else item.grouped()
+            if grouped is not None and grouped.head > mark.high_water:
+                # Wholly above the mark, in order: every line is new.
+                segments = [replace(grouped.segment, end_mark=grouped.tail)]
+            else:
+                split = route_chunk if careful else split_chunk
+                segments = split(item.chunk(), mark.high_water,
+                                 lambda header, m, mk=mark: self._on_header(mk, header, m))
             header_offsets = iter(mark.segment_offsets[seen_headers:])
             for segment in segments:
                 offset = initial_offset
@@ -453,7 +501,7 @@ class Store:
             cur.close()
             if checker is not None:
                 checker.close()
-        last = items[-1][0] if items else None
+        last = items[-1].host if items else None
         result = IngestResult(
             stored=sum(by_type.values()),
             duplicates=duplicates,

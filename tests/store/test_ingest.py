@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from agent.protocol import encode
+from cockpit.ingest.route import pregroup
 from cockpit.store import Store
 from tests.store.wire import TS0, count, gpu, header, train, trains
 
@@ -179,3 +180,23 @@ def test_a_reconnect_resending_uncommitted_lines_in_one_batch_stores_them_once(
     result = store.ingest_many(batch)
     assert (result.stored, result.duplicates) == (12, 10)
     assert count(store, "train") == 12
+
+
+def test_pregrouped_chunks_are_stored_as_routed_ones_resends_included(store: Store) -> None:
+    """What a writer's callers group ahead of the flush must store exactly what the
+    flush would route itself: new lines once, a reconnect's resend below the mark not at
+    all (a resend comes after a stream header, which is never grouped ahead)."""
+    chunks = [header("J1") + trains(1, 10), gpu(11) + trains(12, 20),
+              header("J1", start=4) + trains(5, 25), trains(26, 30)]
+    assert [pregroup(c) is not None for c in chunks] == [False, True, False, True]
+    for chunk in chunks:
+        store.ingest_many([("h1", chunk, pregroup(chunk))])
+    result = store.ingest_many([("h2", c, pregroup(c)) for c in chunks])  # one flush
+    assert (result.stored, result.duplicates) == (30, 16)
+    plain = [trains(31, 40), gpu(41) + trains(42, 50)]  # in order: merged, not routed
+    assert store.ingest_many([("h2", c, pregroup(c)) for c in plain]).stored == 20
+    with store.cursor() as cur:
+        rows = cur.execute("SELECT host, seq FROM train ORDER BY host, seq").fetchall()
+    expected = [s for s in range(1, 51) if s not in (11, 41)]
+    assert rows == [("h1", s) for s in expected if s <= 30] + [("h2", s) for s in expected]
+    assert (store.high_water("h1"), store.high_water("h2")) == (30, 50)

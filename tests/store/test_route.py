@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from cockpit.ingest.route import Segment, route_chunk, split_chunk
+from cockpit.ingest.route import Segment, merge_grouped, pregroup, route_chunk, split_chunk
 from tests.store.wire import gpu, header, train, trains
 
 
@@ -72,3 +74,25 @@ def test_the_first_chunk_of_a_connection_takes_the_fast_path() -> None:
     (segment,) = split_chunk(chunk, 10, lambda h, mark: max(mark, 10))
     assert set(segment.joined) == {"gpu", "train"}
     assert segment.joined["train"] == b"\n".join(segment.groups["train"])
+
+
+def test_pregrouping_groups_plain_chunks_and_leaves_the_rest_to_the_flush() -> None:
+    plain = _mixed(11, 40)
+    grouped = pregroup(plain)
+    assert grouped is not None and (grouped.head, grouped.tail) == (11, 40)
+    (routed,) = route_chunk(plain, 10, lambda h, mark: mark)
+    assert _shape(replace(grouped.segment, end_mark=40)) == _shape(routed)
+    for name in ("header then backlog", "non-canonical line", "empty"):
+        assert pregroup(CHUNKS[name][0]) is None, name
+
+
+def test_pregrouped_chunks_merge_only_when_their_seqs_follow_on() -> None:
+    parts = [pregroup(_mixed(first, first + 9)) for first in (11, 21, 31)]
+    assert all(p is not None for p in parts)
+    merged = merge_grouped(parts)  # type: ignore[arg-type]
+    assert merged is not None and (merged.head, merged.tail) == (11, 40)
+    (whole,) = route_chunk(_mixed(11, 40), 10, lambda h, mark: mark)
+    assert _shape(replace(merged.segment, end_mark=40)) == _shape(whole)
+    assert merged.segment.joined["train"] == b"\n".join(whole.groups["train"])
+    resent = [parts[0], parts[1], pregroup(_mixed(15, 25))]
+    assert merge_grouped(resent) is None  # type: ignore[arg-type]
