@@ -38,6 +38,10 @@ DEFAULT_INTERVAL = 0.5
 DEFAULT_MAX_LINES = 20_000
 DEFAULT_MAX_INTERVAL = 1.0
 DEFAULT_QUIET_FACTOR = 10.0  # idle time per unit of flush time: flushing stays <= ~10 %
+# Lines grouped ahead of a flush take about twice their wire size again in memory: past
+# this much queued wire data (the store is failing, or far behind) chunks queue as they
+# came and the flush routes them.
+PREGROUP_MAX_PENDING_BYTES = 256 << 20
 
 
 class WriterBacklogError(RuntimeError):
@@ -71,6 +75,7 @@ class StoreWriter:
         self._last_flush_s = 0.0
         self._pending: list[tuple[str, bytes, Grouped | None]] = []
         self._lines = 0
+        self._pending_bytes = 0
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -91,11 +96,18 @@ class StoreWriter:
         """
         if not chunk:
             return
-        grouped = pregroup(chunk)
+        grouped = None
+        if self._pending_bytes < PREGROUP_MAX_PENDING_BYTES:
+            try:
+                grouped = pregroup(chunk)
+            except Exception as exc:  # the flush routes the chunk, and reports any fault
+                log.warning("store writer: grouping a chunk from %s ahead failed: %s",
+                            host, exc)
         lines = chunk.count(b"\n")
         with self._cond:
             self._pending.append((host, chunk, grouped))
             self._lines += lines
+            self._pending_bytes += len(chunk)
             if self._lines >= self.max_lines:
                 self._cond.notify()
 
@@ -114,6 +126,7 @@ class StoreWriter:
         """Commit what is queued now, on the calling thread (tests, shutdown)."""
         with self._cond:
             batch, self._pending, self._lines = self._pending, [], 0
+            self._pending_bytes = 0
         return self._commit(batch)
 
     def next_wait(self) -> float:
@@ -141,6 +154,7 @@ class StoreWriter:
                         break
                     self._cond.wait(left)
                 batch, self._pending, self._lines = self._pending, [], 0
+                self._pending_bytes = 0
                 stopping = self._stopping
             started = time.monotonic()
             self._commit(batch)
@@ -177,8 +191,10 @@ class StoreWriter:
                     f"{', '.join(hosts)} (backlog limit {self.max_backlog_lines} lines)"
                 ))
                 return
-            self._pending[:0] = batch
+            # Queued as they came: a backlog must not also hold every line grouped.
+            self._pending[:0] = [(host, chunk, None) for host, chunk, _ in batch]
             self._lines += lines
+            self._pending_bytes += sum(len(chunk) for _, chunk, _ in batch)
 
     @staticmethod
     def _log_error(exc: Exception) -> None:

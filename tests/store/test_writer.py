@@ -6,6 +6,7 @@ import threading
 
 import duckdb
 
+from cockpit.ingest import writer as writer_module
 from cockpit.ingest.writer import StoreWriter, WriterBacklogError
 from cockpit.store import IngestResult, Store
 from tests.store.wire import count, trains
@@ -38,9 +39,27 @@ def test_a_failing_commit_leaves_the_mark_and_keeps_the_batch(store: Store) -> N
     assert writer.flush() is None
     assert store.high_water("h1") == 0 and len(errors) == 1
     writer.put("h1", trains(6, 8))
+    seen: list = []
+    store.ingest_many = lambda items: seen.extend(items) or real(seen)  # type: ignore
     result = writer.flush()
     assert result is not None and result.stored == 8
     assert store.high_water("h1") == 8
+    # The kept batch waits as it came (its grouping dropped, to bound a backlog's
+    # memory); what arrived since was grouped ahead of the flush.
+    assert [grouped is not None for _, _, grouped in seen] == [False, True]
+
+
+def test_a_large_backlog_is_queued_as_it_came(store: Store, monkeypatch) -> None:
+    monkeypatch.setattr(writer_module, "PREGROUP_MAX_PENDING_BYTES", len(trains(1, 5)) + 1)
+    writer = StoreWriter(store, interval=60.0)
+    seen: list = []
+    real = store.ingest_many
+    store.ingest_many = lambda items: seen.extend(items) or real(seen)  # type: ignore
+    for first in (1, 6, 11):
+        writer.put("h1", trains(first, first + 4))
+    result = writer.flush()
+    assert result is not None and result.stored == 15
+    assert [grouped is not None for _, _, grouped in seen] == [True, True, False]
 
 
 def test_the_backlog_is_bounded_and_dropping_is_reported(store: Store) -> None:
