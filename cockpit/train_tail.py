@@ -29,6 +29,9 @@ from cockpit.store.queries_train import (
 )
 
 RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
+# A job with a step this recent is training now: between two such jobs (a fork beside its
+# parent) the view stays on the one started last instead of flipping between them.
+TRAINING_WINDOW_S = 60.0
 MIN_RECENT_STEPS = 10
 MAX_RECENT_STEPS = 200
 STEP_KEYS = tuple(name.strip() for name in STEP_COLUMNS.split(","))
@@ -78,7 +81,16 @@ class TrainTail:
         self._added: tuple[Frontiers, list[dict[str, Any]] | None] | None = None
 
     def job(self, fr: Frontiers, until_ts: float | None) -> str | None:
-        """The job that trained most recently, else the most recently declared one."""
+        """The job to show: of the jobs training now, the one started last (a fork
+        beside its parent: the fork, steadily, not whichever wrote the newest row); else
+        the job that trained most recently, else the most recently declared one."""
+        training = self._training(fr, until_ts)
+        if len(training) > 1:
+            reader = self._reader
+            started = {job: reader.memo(f"job_started:{job}", job,
+                                        lambda job=job: reader.job_started_ts(job))
+                       for job in training}
+            return max(training, key=lambda job: (started[job] or -math.inf, job))
         held = self._held
         added = self._rows_added(fr, until_ts)
         if held is not None and held.newest_row is not None and added is not None:
@@ -91,6 +103,26 @@ class TrainTail:
         return self._reader.memo(
             "declared_job", fr.key("run", "event"),
             lambda: self._reader.declared_job(until_ts=until_ts))
+
+    def _training(self, fr: Frontiers, until_ts: float | None) -> dict[str, float]:
+        """The jobs with a step in the last `TRAINING_WINDOW_S`, kept up to date from the
+        rows added since (a refresh while one job trains reads nothing more)."""
+        reader = self._reader
+
+        def extend(held: dict[str, float], after: float) -> dict[str, float] | None:
+            added = reader.added_rows("train", after, until_ts, fr)
+            end = fr.ts.get("train")
+            if added is None or end is None:
+                return None
+            newest = dict(held)
+            for r in added:
+                if r["job"] is not None and r["ts"] > newest.get(r["job"], -math.inf):
+                    newest[r["job"]] = r["ts"]
+            return {job: ts for job, ts in newest.items() if ts > end - TRAINING_WINDOW_S}
+
+        return reader.kept("jobs_training", None, "train", fr,
+                           lambda: reader.jobs_training(TRAINING_WINDOW_S, until_ts=until_ts,
+                                                        frontiers=fr), extend)
 
     def view(self, job: str | None, world: int | None, fr: Frontiers,
              until_ts: float | None) -> TrainView:

@@ -64,6 +64,29 @@ class TrainQueries(ReaderBase):
                            frontiers=frontiers)
         return rows[0]["job"] if rows else None
 
+    def jobs_training(self, window: float, *, until_ts: float | None = None,
+                      frontiers: Frontiers | None = None) -> dict[str, float]:
+        """job -> its newest step's ts, for the jobs with a step in the `window` seconds
+        before the newest training record (a job and its forks, side by side)."""
+        with self._cur() as cur:
+            end = (frontiers.ts.get("train") if frontiers is not None
+                   else self.table_frontier(cur, "train", until_ts))
+            if end is None:
+                return {}
+            rows = cur.execute(
+                "SELECT job, max(ts) FROM train WHERE ts <= ? AND ts > ? AND job IS NOT NULL "
+                "GROUP BY job", [end, end - window]).fetchall()
+        return {str(job): float(ts) for job, ts in rows}
+
+    def job_started_ts(self, job: str) -> float | None:
+        """When `job` first declared itself (its first `run` record or start event)."""
+        with self._cur() as cur:
+            found = self.scalar(
+                cur,
+                "SELECT min(ts) FROM (SELECT ts FROM run WHERE job = ? UNION ALL "
+                "SELECT ts FROM event WHERE job = ? AND kind = 'job_started')", [job, job])
+        return None if found is None else float(found)
+
     def declared_job(self, *, until_ts: float | None = None) -> str | None:
         """The job most recently declared by a `run` record or lifecycle event."""
         cond, args = until_clause(until_ts)

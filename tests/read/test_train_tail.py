@@ -130,3 +130,31 @@ def test_the_global_batch_counts_ranks_a_few_steps_behind(store: Store) -> None:
     store.ingest("h1", steps(54, 55, seq0=2000, skip=(3,)))  # the incremental path too
     assert check(reader, tail, None) == 1
     assert tail._held is not None and tail._held.view.global_samples == 8 * RANKS
+
+
+def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> None:
+    """Two jobs write steps side by side: the view stays on the one started last (the
+    fork), whichever wrote the newest row, until it has been silent for a minute."""
+    def run(seq: int, job: str, ts: float) -> bytes:
+        return encode("run", seq, {"job": job, "rank": 0, "world_size": RANKS}, ts=ts)
+
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    store.ingest("h1", run(1, "parent", TS0) + steps(1, 100, seq0=2, job="parent"))
+    store.ingest("h2", run(1, "fork", TS0 + 50) + steps(
+        50, 80, seq0=2, job="fork", ts_of=lambda s, r: TS0 + s + 20 + r * 0.01))
+    shown = []
+    seq = 1000
+    for first in range(101, 131, 3):  # the parent's rows are the newest every time
+        store.ingest("h1", steps(first, first + 2, seq0=seq, job="parent"))
+        store.ingest("h2", steps(first - 20, first - 18, seq0=seq, job="fork",
+                                 ts_of=lambda s, r: TS0 + s + 19 + r * 0.01))
+        seq += 100
+        fr = reader.frontiers(until_ts=None)
+        shown.append(tail.job(fr, None))
+        assert shown[-1] == TrainTail(StoreReader(store)).job(fr, None)  # fresh read agrees
+    assert set(shown) == {"fork"}
+    # The fork stops; a minute later the parent, still training, is shown again.
+    store.ingest("h1", steps(131, 200, seq0=seq, job="parent"))
+    fr = reader.frontiers(until_ts=None)
+    assert tail.job(fr, None) == "parent"

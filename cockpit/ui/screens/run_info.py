@@ -12,6 +12,11 @@ from cockpit.ui.widgets.detail_view import DetailView
 class RunInfoScreen(DrillDownScreen):
     WHAT = "run"
 
+    def details_params(self) -> dict[str, object]:
+        # The job the panes show (a fork beside its parent: the fork), not a second guess.
+        job = self.snapshot.job if self.snapshot is not None else None
+        return {"job": job} if job else {}
+
     def compose(self) -> ComposeResult:
         yield Static("[b]Run info[/b]", id="screen-title")
         yield DetailView(id="run-details")
