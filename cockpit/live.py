@@ -53,6 +53,7 @@ class LiveSource:
         self._session = session
         self._reader = StoreReader(session.store)
         self.controller: Any = None  # set when a controllable job is attached
+        self.focus_job: str | None = None  # the operator's pick among jobs training
 
     def start(self, on_data: Callable[[], None]) -> None:
         self._session.add_listener(on_data)
@@ -67,6 +68,7 @@ class LiveSource:
             host_states=states,
             controllable=self.controller is not None,
             now=time.time(),
+            job=self.focus_job,
         )
 
     def details(self, what: str, **kw: Any) -> object:

@@ -33,6 +33,7 @@ MEMORY_LIMIT = "64MB"  # DuckDB buffer pool of a replay (see the module docstrin
 
 class ReplaySource:
     controller = None  # a recording has no job to control
+    focus_job: str | None = None  # the operator's pick among jobs training side by side
 
     def __init__(self, path: str | Path, speed: float = 10.0, *,
                  clock: Callable[[], float] = time.monotonic, tick: float = TICK_S) -> None:
@@ -150,7 +151,7 @@ class ReplaySource:
 
     def snapshot(self, buckets: int = 120) -> Snapshot:
         return build_snapshot(self._reader, until_ts=self.position, label=self.label,
-                              buckets=buckets, controllable=False)
+                              buckets=buckets, controllable=False, job=self.focus_job)
 
     def details(self, what: str, **kw: Any) -> object:
         return details(self._reader, what, until_ts=self.position, **kw)

@@ -180,6 +180,7 @@ class Snapshot:
     ts: float
     source_label: str  # "LIVE", "REPLAY 10x", ...
     job: str | None
+    jobs_training: tuple[str, ...] = ()  # every job training now, oldest start first
     progress: Progress = field(default_factory=Progress)
     effect: Effect = field(default_factory=Effect)
     efficiency: Efficiency = field(default_factory=Efficiency)

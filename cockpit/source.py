@@ -617,11 +617,13 @@ def build_snapshot(
     host_states: Mapping[str, str] | None = None,
     controllable: bool = False,
     now: float | None = None,
+    job: str | None = None,
 ) -> Snapshot:
     """The whole main screen at `until_ts` (None: everything recorded).
 
     `now` is the instant ages are measured from (time since the last step, stale hosts):
     by default the cursor, else the newest record; a live source may pass the wall clock.
+    `job` is the operator's pick among the jobs training side by side (`TrainTail.job`).
     """
     fr = reader.frontiers(until_ts=until_ts)
     frontier = fr.newest
@@ -630,7 +632,8 @@ def build_snapshot(
                         controllable=controllable)
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
-    job = tail.job(fr, until_ts)
+    prefer = job
+    job = tail.job(fr, until_ts, prefer=prefer)
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     # The reads below do not depend on one another's answers: DuckDB runs them side by
@@ -729,6 +732,7 @@ def build_snapshot(
         ts=at,
         source_label=label,
         job=job,
+        jobs_training=tail.training(fr, until_ts),
         progress=progress,
         effect=found.effect,
         efficiency=efficiency,

@@ -80,17 +80,17 @@ class TrainTail:
         self._held: _Held | None = None
         self._added: tuple[Frontiers, list[dict[str, Any]] | None] | None = None
 
-    def job(self, fr: Frontiers, until_ts: float | None) -> str | None:
-        """The job to show: of the jobs training now, the one started last (a fork
-        beside its parent: the fork, steadily, not whichever wrote the newest row); else
-        the job that trained most recently, else the most recently declared one."""
-        training = self._training(fr, until_ts)
+    def job(self, fr: Frontiers, until_ts: float | None,
+            prefer: str | None = None) -> str | None:
+        """The job to show: `prefer` (the operator's pick) while it is training; else of
+        the jobs training now, the one started last (a fork beside its parent: the fork,
+        steadily, not whichever wrote the newest row); else the job that trained most
+        recently, else the most recently declared one."""
+        training = self.training(fr, until_ts)
+        if prefer is not None and prefer in training:
+            return prefer
         if len(training) > 1:
-            reader = self._reader
-            started = {job: reader.memo(f"job_started:{job}", job,
-                                        lambda job=job: reader.job_started_ts(job))
-                       for job in training}
-            return max(training, key=lambda job: (started[job] or -math.inf, job))
+            return training[-1]
         held = self._held
         added = self._rows_added(fr, until_ts)
         if held is not None and held.newest_row is not None and added is not None:
@@ -103,6 +103,17 @@ class TrainTail:
         return self._reader.memo(
             "declared_job", fr.key("run", "event"),
             lambda: self._reader.declared_job(until_ts=until_ts))
+
+    def training(self, fr: Frontiers, until_ts: float | None) -> tuple[str, ...]:
+        """The jobs training now, in the order they started."""
+        training = self._training(fr, until_ts)
+        if len(training) < 2:
+            return tuple(training)
+        reader = self._reader
+        started = {job: reader.memo(f"job_started:{job}", job,
+                                    lambda job=job: reader.job_started_ts(job))
+                   for job in training}
+        return tuple(sorted(training, key=lambda job: (started[job] or -math.inf, job)))
 
     def _training(self, fr: Frontiers, until_ts: float | None) -> dict[str, float]:
         """The jobs with a step in the last `TRAINING_WINDOW_S`, kept up to date from the

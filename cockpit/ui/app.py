@@ -168,6 +168,22 @@ class CockpitApp(ControlActions, ReplayActions, App):
     def action_open_run_info(self) -> None:
         self._open(RunInfoScreen(self.snapshot))
 
+    def action_next_job(self) -> None:
+        """Show the next of the jobs training side by side (a fork and its parent)."""
+        snapshot = self.snapshot
+        jobs = snapshot.jobs_training if snapshot is not None else ()
+        if not hasattr(self.source, "focus_job") or len(jobs) < 2:
+            shown = snapshot.job if snapshot is not None and snapshot.job else "none"
+            self.notify(f"one job to show ({shown}): no other job is training now",
+                        title="Next job")
+            return
+        current = snapshot.job if snapshot is not None else None
+        following = jobs[(jobs.index(current) + 1) % len(jobs)] if current in jobs else jobs[0]
+        self.source.focus_job = following  # type: ignore[attr-defined]
+        self.notify(f"showing job {following} ({len(jobs)} training: {', '.join(jobs)})",
+                    title="Next job")
+        self._request_refresh()
+
     def action_open_log(self) -> None:
         self._open(LogTailScreen(self.snapshot))
 

@@ -43,6 +43,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("alerts", "a", "open_alerts", "Alerts", "app"),
     KeySpec("run_info", "i", "open_run_info", "Run info", "app"),
     KeySpec("log", "L", "open_log", "Log", "app"),
+    KeySpec("next_job", "j", "next_job", "Next job", "app", show=False),
     KeySpec("pause_job", "p", "pause_job", "Pause job", "app"),
     KeySpec("resume_job", "r", "resume_job", "Resume job", "app"),
     KeySpec("relaunch_job", "R", "relaunch_job", "Relaunch", "app", show=False),

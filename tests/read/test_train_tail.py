@@ -132,19 +132,25 @@ def test_the_global_batch_counts_ranks_a_few_steps_behind(store: Store) -> None:
     assert tail._held is not None and tail._held.view.global_samples == 8 * RANKS
 
 
-def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> None:
-    """Two jobs write steps side by side: the view stays on the one started last (the
-    fork), whichever wrote the newest row, until it has been silent for a minute."""
+def write_fork_beside_parent(store: Store) -> int:
+    """A parent job and, from step 50, its fork training side by side (the parent's
+    rows are always the newest); the next free seq."""
     def run(seq: int, job: str, ts: float) -> bytes:
         return encode("run", seq, {"job": job, "rank": 0, "world_size": RANKS}, ts=ts)
 
-    reader = StoreReader(store)
-    tail = TrainTail(reader)
     store.ingest("h1", run(1, "parent", TS0) + steps(1, 100, seq0=2, job="parent"))
     store.ingest("h2", run(1, "fork", TS0 + 50) + steps(
         50, 80, seq0=2, job="fork", ts_of=lambda s, r: TS0 + s + 20 + r * 0.01))
+    return 1000
+
+
+def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> None:
+    """Two jobs write steps side by side: the view stays on the one started last (the
+    fork), whichever wrote the newest row, until it has been silent for a minute."""
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    seq = write_fork_beside_parent(store)
     shown = []
-    seq = 1000
     for first in range(101, 131, 3):  # the parent's rows are the newest every time
         store.ingest("h1", steps(first, first + 2, seq0=seq, job="parent"))
         store.ingest("h2", steps(first - 20, first - 18, seq0=seq, job="fork",
@@ -154,6 +160,9 @@ def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> No
         shown.append(tail.job(fr, None))
         assert shown[-1] == TrainTail(StoreReader(store)).job(fr, None)  # fresh read agrees
     assert set(shown) == {"fork"}
+    assert tail.training(fr, None) == ("parent", "fork")  # in the order they started
+    assert tail.job(fr, None, prefer="parent") == "parent"  # the operator's pick wins
+    assert tail.job(fr, None, prefer="gone") == "fork"  # a pick not training: the default
     # The fork stops; a minute later the parent, still training, is shown again.
     store.ingest("h1", steps(131, 200, seq0=seq, job="parent"))
     fr = reader.frontiers(until_ts=None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 from textual.widgets import DataTable, Log
 
@@ -372,3 +373,35 @@ async def test_details_failure_is_reported_on_the_screen_that_asked() -> None:
         await settle(pilot)
         assert isinstance(app.screen, HostDetailScreen)
         assert any("no host named" in n for n in notifications(app))
+
+
+async def test_j_switches_between_jobs_training_side_by_side(tmp_path: Path) -> None:
+    # Edge case the recorded run never shows: a fork training beside its parent.
+    from cockpit.replay import ReplaySource
+    from cockpit.store import Store
+    from tests.read.test_train_tail import write_fork_beside_parent
+
+    with Store(tmp_path / "fork.duckdb") as store:
+        write_fork_beside_parent(store)
+    source = ReplaySource(tmp_path / "fork.duckdb", clock=ManualClock())
+    source.seek_to(1.0)
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert "fork (2 of 2 training)" in text(app, "#status-bar")
+        await pilot.press("j")
+        await wait_until(pilot, lambda: "parent (1 of 2 training)" in text(app, "#status-bar"),
+                         "the parent job")
+        assert "step 100 / n/a" in text(app, "#progress-position")
+        await pilot.press("j")
+        await wait_until(pilot, lambda: "fork (2 of 2 training)" in text(app, "#status-bar"),
+                         "the fork again")
+        assert "showing job fork" in notifications(app)[-1]
+
+
+async def test_j_with_one_job_says_there_is_no_other(recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("j")
+        assert f"one job to show ({FACTS.job})" in notifications(app)[-1]

@@ -42,6 +42,11 @@ class StatusBar(Widget):
         if self.paused and "PAUSED" not in label.upper():
             parts.append("[$warning]⏸ paused[/]")
         parts.append(f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]")
+        if snap is not None and len(snap.jobs_training) > 1:
+            # Side by side (a fork and its parent): which one this is, and how to switch.
+            place = (snap.jobs_training.index(snap.job) + 1
+                     if snap.job in snap.jobs_training else "?")
+            parts[-1] += f" [$text-muted]({place} of {len(snap.jobs_training)} training)[/]"
         parts.append(f"data {fmt.clock(snap.ts if snap else None)}")
         parts.append(f"now {fmt.clock(wall_clock())}")
         if snap is not None:
