@@ -405,3 +405,13 @@ async def test_j_with_one_job_says_there_is_no_other(recorded_replay: OpenReplay
         await settle(pilot)
         await pilot.press("j")
         assert f"one job to show ({FACTS.job})" in notifications(app)[-1]
+
+
+async def test_a_replay_footer_lists_the_replay_keys_before_job_control(
+        recorded_replay: OpenReplay) -> None:
+    app = make_app(recorded_replay())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        shown = [b.binding.key for b in app.screen.active_bindings.values()
+                 if b.binding.show and b.enabled]
+        assert shown.index("space") < shown.index("p")  # at 160 columns the tail is cut
