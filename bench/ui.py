@@ -72,6 +72,7 @@ class RecordedLive:
     (`until_ts=None`): what a cockpit attached to a long run computes on each refresh."""
 
     controller = None
+    focus_job = None
     label = "LIVE"
 
     def __init__(self, path: Path) -> None:

@@ -95,6 +95,9 @@ class Controller(Protocol):
 class Source(Protocol):
     label: str  # "LIVE" or "REPLAY 10x"
     controller: Controller | None  # None: "no controllable job attached"
+    # The operator's pick among jobs training side by side (None: the newest started);
+    # a source that cannot choose (a fixed snapshot) ignores it.
+    focus_job: str | None
 
     def start(self, on_data: Callable[[], None]) -> None: ...
 
@@ -632,8 +635,8 @@ def build_snapshot(
                         controllable=controllable)
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
-    prefer = job
-    job = tail.job(fr, until_ts, prefer=prefer)
+    training = tail.training(fr, until_ts)
+    job = tail.job(fr, until_ts, prefer=job, training=training)
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     # The reads below do not depend on one another's answers: DuckDB runs them side by
@@ -732,7 +735,7 @@ def build_snapshot(
         ts=at,
         source_label=label,
         job=job,
-        jobs_training=tail.training(fr, until_ts),
+        jobs_training=training,
         progress=progress,
         effect=found.effect,
         efficiency=efficiency,

@@ -80,13 +80,15 @@ class TrainTail:
         self._held: _Held | None = None
         self._added: tuple[Frontiers, list[dict[str, Any]] | None] | None = None
 
-    def job(self, fr: Frontiers, until_ts: float | None,
-            prefer: str | None = None) -> str | None:
+    def job(self, fr: Frontiers, until_ts: float | None, prefer: str | None = None,
+            training: tuple[str, ...] | None = None) -> str | None:
         """The job to show: `prefer` (the operator's pick) while it is training; else of
         the jobs training now, the one started last (a fork beside its parent: the fork,
         steadily, not whichever wrote the newest row); else the job that trained most
-        recently, else the most recently declared one."""
-        training = self.training(fr, until_ts)
+        recently, else the most recently declared one. `training` is `self.training`'s
+        answer when the caller has it already."""
+        if training is None:
+            training = self.training(fr, until_ts)
         if prefer is not None and prefer in training:
             return prefer
         if len(training) > 1:

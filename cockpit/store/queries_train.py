@@ -78,13 +78,15 @@ class TrainQueries(ReaderBase):
                 "GROUP BY job", [end, end - window]).fetchall()
         return {str(job): float(ts) for job, ts in rows}
 
-    def job_started_ts(self, job: str) -> float | None:
+    def job_started_ts(self, job: str, *, until_ts: float | None = None) -> float | None:
         """When `job` first declared itself (its first `run` record or start event)."""
+        cond, args = until_clause(until_ts)
         with self._cur() as cur:
             found = self.scalar(
                 cur,
-                "SELECT min(ts) FROM (SELECT ts FROM run WHERE job = ? UNION ALL "
-                "SELECT ts FROM event WHERE job = ? AND kind = 'job_started')", [job, job])
+                f"SELECT min(ts) FROM (SELECT ts FROM run WHERE job = ?{cond} UNION ALL "
+                f"SELECT ts FROM event WHERE job = ? AND kind = 'job_started'{cond})",
+                [job, *args, job, *args])
         return None if found is None else float(found)
 
     def declared_job(self, *, until_ts: float | None = None) -> str | None:
@@ -114,13 +116,6 @@ class TrainQueries(ReaderBase):
             runs = self.fetch(
                 cur, f"SELECT * FROM run WHERE job = ?{cond} ORDER BY ts, seq", [job, *args]
             )
-            started = self.scalar(
-                cur,
-                "SELECT min(ts) FROM (SELECT ts FROM run WHERE job = ?"
-                f"{cond} UNION ALL SELECT ts FROM event WHERE job = ? AND kind = "
-                f"'job_started'{cond})",
-                [job, *args, job, *args],
-            )
             hellos = self.fetch(
                 cur,
                 f"SELECT host, env, python, driver, agent_version FROM hello WHERE true{cond}"
@@ -133,7 +128,7 @@ class TrainQueries(ReaderBase):
             for name in RUN_FIELDS:
                 if record.get(name) is not None:
                     info[name] = record[name]
-        info["started"] = started
+        info["started"] = self.job_started_ts(job, until_ts=until_ts)
         info["declared"] = bool(runs)
         info["env"] = {
             h["host"]: {

@@ -172,7 +172,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         """Show the next of the jobs training side by side (a fork and its parent)."""
         snapshot = self.snapshot
         jobs = snapshot.jobs_training if snapshot is not None else ()
-        if not hasattr(self.source, "focus_job") or len(jobs) < 2:
+        if len(jobs) < 2:
             shown = snapshot.job if snapshot is not None and snapshot.job else "none"
             self.notify(f"one job to show ({shown}): no other job is training now",
                         title="Next job")

@@ -18,6 +18,7 @@ class StaticSource:
         self._snapshot = snapshot
         self._details = dict(details or {})
         self.controller = controller
+        self.focus_job: str | None = None  # a fixed snapshot shows its one job
         self.label = label or snapshot.source_label
         self.snapshot_calls = 0
         self.details_calls: list[tuple[str, dict[str, object]]] = []
