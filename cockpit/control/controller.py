@@ -35,6 +35,7 @@ from typing import Any
 from cockpit.control.jobspec import JobSpec
 
 Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
+FORK_INFIX = "-fork-"  # a fork's default name: the parent's, this, a short id
 # Agent job states of a host that is not (or no longer) one of the job's members.
 OUTSIDE_STATES = frozenset({"standby", "excluded"})
 
@@ -55,6 +56,7 @@ class Controller:
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:12])
         # host -> id of the op most recently sent there; acks echo it (control_ack).
         self.last_ops: dict[str, str] = {}
+        self._forks: dict[str, Controller] = {}  # fork name -> its controller
 
     def __str__(self) -> str:
         return f"job {self.job} on {', '.join(self.hosts)}"
@@ -178,23 +180,57 @@ class Controller:
     def fork(self, overrides: dict[str, Any], name: str | None = None,
              step: int | None = None) -> Controller:  # fmt: skip
         """Start a copy of the job from a checkpoint with `overrides`; returns its controller."""
-        name = name or f"{self.job}-fork-{self._new_id()[:6]}"
-        run_dir = f"{self.spec.run_dir.rstrip('/').rpartition('/')[0] or '.'}/{name}"
-        endpoint = self.spec.rdzv_endpoint
-        if endpoint is not None:  # the parent still holds its port
-            host, _, port = endpoint.rpartition(":")
-            endpoint = f"{host}:{int(port) + 1}"
-        forked = dataclasses.replace(self.spec, name=name, run_dir=run_dir,
-                                     rdzv_endpoint=endpoint)  # fmt: skip
+        child = self.forked(name or f"{self.job}{FORK_INFIX}{self._new_id()[:6]}")
         ops = {}
         for host in self.hosts:
-            op: dict[str, Any] = {"job": self.job, "name": name, "overrides": dict(overrides),
-                                  "spec": forked.for_host(host, self.hosts)}  # fmt: skip
+            op: dict[str, Any] = {"job": self.job, "name": child.job,
+                                  "overrides": dict(overrides),
+                                  "spec": child.spec.for_host(host, self.hosts)}  # fmt: skip
             if step is not None:
                 op["step"] = step
             ops[host] = op
         self._each("fork", ops)
-        return Controller(forked, self._send, self._new_id)
+        return child
+
+    def forked(self, name: str) -> Controller:
+        """The controller of this job's fork `name`, as `fork` starts it; sends nothing.
+
+        The fork's spec follows from the parent's (run dir beside it, the next rendezvous
+        port, the parent's hosts now), so a fork started earlier, by another cockpit or
+        the command line, can be operated without a spec file of its own. One controller
+        per fork is kept, so what it learns (a scale, a relaunch) is not forgotten.
+        """
+        child = self._forks.get(name)
+        if child is None:
+            run_dir = f"{self.spec.run_dir.rstrip('/').rpartition('/')[0] or '.'}/{name}"
+            endpoint = self.spec.rdzv_endpoint
+            if endpoint is not None:  # the parent still holds its port
+                host, _, port = endpoint.rpartition(":")
+                endpoint = f"{host}:{int(port) + 1}"
+            spec = dataclasses.replace(self.spec, name=name, run_dir=run_dir,
+                                       rdzv_endpoint=endpoint, hosts=self.hosts,
+                                       spares=self.spares)  # fmt: skip
+            child = self._forks[name] = Controller(spec, self._send, self._new_id)
+        return child
+
+    def controller_for(self, job: str | None) -> Controller | None:
+        """The controller of `job`: this one (for None too: no job shown yet), a fork of
+        this job or of one of its forks named as `fork` names them, or None for a job
+        this controller cannot address (another job, a fork given its own name)."""
+        if job is None or job == self.job:
+            return self
+        for child in self._forks.values():
+            found = child.controller_for(job) if job.startswith(child.job) else None
+            if found is not None:
+                return found
+        prefix = self.job + FORK_INFIX
+        if not job.startswith(prefix):
+            return None
+        tag, infix, _ = job[len(prefix):].partition(FORK_INFIX)
+        if not tag:
+            return None
+        child = self.forked(prefix + tag)
+        return child.controller_for(job) if infix else child
 
     def adjust(self, **knobs: Any) -> str:
         if not knobs:

@@ -19,38 +19,51 @@ class ControlActions:
     """Mixed into the App; expects `source`, `snapshot`, `notify`, `push_screen`."""
 
     def _controller(self) -> object | None:
-        controller = getattr(self.source, "controller", None)  # type: ignore[attr-defined]
-        if controller is None:
+        """The controller of the job on screen (the one `j` chose), so a key never acts
+        on a job other than the one the operator is looking at."""
+        base = getattr(self.source, "controller", None)  # type: ignore[attr-defined]
+        if base is None:
             self.notify(jc.NO_CONTROLLER, title="Read-only", severity="warning")  # type: ignore[attr-defined]
+            return None
+        snapshot = self.snapshot  # type: ignore[attr-defined]
+        shown = snapshot.job if snapshot is not None else None
+        controller = base.controller_for(shown)
+        if controller is None:
+            self.notify(jc.not_controlled(shown, base.job), title="Not this job",  # type: ignore[attr-defined]
+                        severity="warning")
         return controller
 
-    def request_operation(self, name: str, kwargs: dict[str, object] | None = None) -> None:
-        if self._controller() is None:
+    def request_operation(self, name: str, kwargs: dict[str, object] | None = None,
+                          controller: object | None = None) -> None:
+        controller = controller or self._controller()
+        if controller is None:
             return
         op = jc.OPERATIONS[name]
         if op.destructive:
-            self._plan_operation(name, kwargs or {})
+            self._plan_operation(controller, name, kwargs or {})
         else:
-            self._run_operation(name, kwargs or {})
+            self._run_operation(controller, name, kwargs or {})
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
-    def _plan_operation(self, name: str, kwargs: dict[str, object]) -> None:
+    def _plan_operation(self, controller: object, name: str, kwargs: dict[str, object]
+                        ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
-        text = jc.plan_text(self.source.controller, op, kwargs)  # type: ignore[attr-defined]
-        self.post_message(ControlPlanned(name, kwargs, text))  # type: ignore[attr-defined]
+        text = jc.plan_text(controller, op, kwargs)
+        self.post_message(ControlPlanned(name, kwargs, text, controller))  # type: ignore[attr-defined]
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
-    def _run_operation(self, name: str, kwargs: dict[str, object]) -> None:
+    def _run_operation(self, controller: object, name: str, kwargs: dict[str, object]
+                       ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
-        result = op.call(self.source.controller, kwargs)  # type: ignore[attr-defined]
-        self.post_message(ControlDone(name, result))  # type: ignore[attr-defined]
+        result = op.call(controller, kwargs)
+        self.post_message(ControlDone(name, result, jc.job_of(controller)))  # type: ignore[attr-defined]
 
     def on_control_planned(self, message: ControlPlanned) -> None:
         op = jc.OPERATIONS[message.action]
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._run_operation(message.action, message.kwargs)
+                self._run_operation(message.controller, message.action, message.kwargs)
             else:
                 self.notify(f"{op.title}: cancelled", timeout=3)  # type: ignore[attr-defined]
 
@@ -58,15 +71,21 @@ class ControlActions:
 
     def on_control_done(self, message: ControlDone) -> None:
         op = jc.OPERATIONS[message.action]
-        self.notify(jc.result_text(op, message.result), title="Job control")  # type: ignore[attr-defined]
+        title = f"Job control · {message.job}" if message.job else "Job control"
+        self.notify(jc.result_text(op, message.result), title=title)  # type: ignore[attr-defined]
 
-    def _prompt(self, title: str, help_text: str, parse, then, value: str = "") -> None:
-        if self._controller() is None:
+    def _prompt(self, title: str, help_text: str, parse, then, value: str = "",
+                controller: object | None = None) -> None:
+        """Ask, then `then(answer, controller)`: the controller is chosen before the
+        prompt opens, so a refresh that changes the shown job meanwhile cannot redirect
+        the answer to another job."""
+        controller = controller or self._controller()
+        if controller is None:
             return
 
         def done(result: object) -> None:
             if result is not None:
-                then(result)
+                then(result, controller)
 
         self.push_screen(PromptScreen(title, help_text, parse, value), done)  # type: ignore[attr-defined]
 
@@ -85,12 +104,12 @@ class ControlActions:
     def action_adjust_lr(self) -> None:
         self._prompt("Change LR scale", "Multiply the learning rate by (1 = unchanged):",
                      jc.parse_lr_scale,
-                     lambda scale: self.request_operation("adjust", {"lr_scale": scale}))
+                     lambda scale, c: self.request_operation("adjust", {"lr_scale": scale}, c))
 
     def action_fork_job(self) -> None:
         self._prompt("Fork the job", "Config overrides for the fork, key=value, comma "
                      "separated (empty: same config):", jc.parse_overrides,
-                     lambda o: self.request_operation("fork", {"overrides": o}))
+                     lambda o, c: self.request_operation("fork", {"overrides": o}, c))
 
     def action_relaunch_job(self) -> None:
         snapshot = self.snapshot  # type: ignore[attr-defined]
@@ -99,7 +118,7 @@ class ControlActions:
         self._prompt("Relaunch the job", "Hosts to exclude (space separated; prefilled "
                      "with failing hosts, empty: none):",
                      lambda text: jc.parse_hosts(text, [h.host for h in hosts]),
-                     lambda ex: self.request_operation("relaunch", {"exclude": ex}), failing)
+                     lambda ex, c: self.request_operation("relaunch", {"exclude": ex}, c), failing)
 
     def action_scale_job(self) -> None:
         controller = self._controller()
@@ -118,4 +137,5 @@ class ControlActions:
 
         self._prompt("Scale the job", f"Hosts now: {', '.join(members) or 'none'}{offer}. "
                      "+HOST adds a host, -HOST removes one:", parse,
-                     lambda kw: self.request_operation("scale", kw))
+                     lambda kw, c: self.request_operation("scale", kw, c),
+                     controller=controller)

@@ -60,6 +60,17 @@ def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> s
     return text
 
 
+def not_controlled(shown: str | None, controlled: str) -> str:
+    return (f"Job {shown} is on screen, but this cockpit controls job {controlled} and its "
+            f"forks only: press j to show job {controlled}, or start the cockpit with "
+            f"{shown}'s job spec to control it")
+
+
+def job_of(controller: object) -> str | None:
+    job = getattr(controller, "job", None)
+    return job if isinstance(job, str) else None
+
+
 def result_text(op: Operation, result: object) -> str:
     return f"{op.title}: {result}" if result not in (None, "", True) else f"{op.title}: done"
 

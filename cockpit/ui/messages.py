@@ -39,20 +39,23 @@ class DetailsReady(Message):
 class ControlPlanned(Message):
     """The controller described a destructive action; the user must now confirm it."""
 
-    def __init__(self, action: str, kwargs: dict[str, object], description: str) -> None:
+    def __init__(self, action: str, kwargs: dict[str, object], description: str,
+                 controller: object) -> None:  # fmt: skip
         super().__init__()
         self.action = action
         self.kwargs = kwargs
         self.description = description
+        self.controller = controller  # the job's, chosen when the key was pressed
 
 
 class ControlDone(Message):
     """A job-control action returned; `result` is what the controller answered."""
 
-    def __init__(self, action: str, result: object) -> None:
+    def __init__(self, action: str, result: object, job: str | None = None) -> None:
         super().__init__()
         self.action = action
         self.result = result
+        self.job = job  # the job it acted on
 
 
 class PaneFocused(Message):

@@ -100,6 +100,38 @@ def test_fork_derives_name_run_dir_and_port_and_returns_its_controller() -> None
     assert child.job == "big-lr4" and str(child) == "job big-lr4 on gpu1, gpu2, gpu3"
 
 
+def test_the_controller_of_a_shown_job_is_the_parent_or_one_of_its_forks() -> None:
+    links = Links()
+    parent = _controller(links)
+    assert parent.controller_for("big") is parent
+    assert parent.controller_for(None) is parent  # nothing shown yet: the job started for
+    made = parent.fork({}, name="big-fork-a1b2c3")
+    assert parent.controller_for("big-fork-a1b2c3") is made  # the one `fork` returned
+    # A fork started elsewhere (an earlier cockpit, the command line): the same spec
+    # `fork` would have given it, and the same controller on every later lookup.
+    other = parent.controller_for("big-fork-d4e5f6")
+    assert other is not None and other is parent.controller_for("big-fork-d4e5f6")
+    assert (other.spec.run_dir, other.spec.rdzv_endpoint, other.hosts) == (
+        "/runs/big-fork-d4e5f6", "gpu1:29401", SPEC.hosts)
+    grandchild = parent.controller_for("big-fork-d4e5f6-fork-777777")
+    assert grandchild is not None and grandchild.spec.rdzv_endpoint == "gpu1:29402"
+    assert grandchild is other.controller_for("big-fork-d4e5f6-fork-777777")
+    for unknown in ("small", "bigger", "big-fork-", "big-lr4"):
+        assert parent.controller_for(unknown) is None, unknown
+    links.sent.clear()
+    other.pause()
+    assert {op["job"] for _h, op in links.sent} == {"big-fork-d4e5f6"}
+
+
+def test_a_fork_starts_on_the_hosts_the_parent_has_now() -> None:
+    links = Links()
+    parent = _controller(links)
+    parent.relaunch(exclude=["gpu3"])
+    child = parent.fork({})
+    assert child.hosts == ("gpu1", "gpu2")
+    assert [h for h, op in links.sent if op["op"] == "fork"] == ["gpu1", "gpu2"]
+
+
 def test_unreachable_hosts_are_named_and_the_rest_still_get_the_op() -> None:
     links = Links(down=("gpu2",))
     with pytest.raises(ControlError, match=r"resume of job big not sent to gpu2 \(gpu2: host "

@@ -20,7 +20,7 @@ from tests.ui.helpers import notifications, settle, text
 
 # The demo snapshot's hosts are gpu-node-a … d.
 SPEC = parse_jobspec("""
-name = "demo"
+name = "demo-7b"  # the demo snapshot's job
 hosts = ["gpu-node-a", "gpu-node-b"]
 nnodes = "1:3"
 spares = ["gpu-node-d"]

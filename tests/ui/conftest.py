@@ -34,12 +34,22 @@ def no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
 class RecordingController:
     """Stands where the job-control layer's Controller goes; remembers every call."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: str = "demo-7b") -> None:
+        self.job = job
         self.calls: list[tuple[str, tuple, dict]] = []
+        self.forks: dict[str, RecordingController] = {}
+
+    def controller_for(self, job: str | None) -> RecordingController | None:
+        """As the real one: itself, a fork named as forks are (made on first use), or None."""
+        if job is None or job == self.job:
+            return self
+        if not job.startswith(self.job + "-fork-"):
+            return None
+        return self.forks.setdefault(job, RecordingController(job))
 
     def describe(self, action: str) -> str:
         self.calls.append(("describe", (action,), {}))
-        return f"{action}: signal ranks 0-15 on gpu-node-a, gpu-node-b"
+        return f"{action}: signal ranks 0-15 of {self.job} on gpu-node-a, gpu-node-b"
 
     def _record(self, name: str, *args: object, **kwargs: object) -> str:
         self.calls.append((name, args, kwargs))

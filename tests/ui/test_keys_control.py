@@ -9,6 +9,7 @@ without replay controls uses the static demo source.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 from textual.widgets import DataTable, Input
@@ -17,6 +18,7 @@ from cockpit.store.database import Store
 from cockpit.ui import job_control as jc
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.commands import CockpitCommands
+from cockpit.ui.demo_static import demo_details, demo_snapshot
 from cockpit.ui.keymap import KEYS
 from cockpit.ui.messages import ControlDone, ControlPlanned
 from cockpit.ui.replay_actions import SEEK_SECONDS, SPEEDS
@@ -143,6 +145,43 @@ async def test_checkpoint_and_eval_run_at_once(controlled_source: StaticSource,
         await pilot.press("r")
         await settle(pilot)
         assert controller.names() == ["checkpoint_now", "eval_now", "resume"]
+
+
+async def test_control_keys_act_on_the_job_on_screen(controller: RecordingController) -> None:
+    """With a fork shown (`j`), its controller gets the keys, the parent's nothing; a job
+    the cockpit cannot address is refused with the way out, never acted on."""
+    fork = "demo-7b-fork-a1b2c3"
+    shown = StaticSource(replace(demo_snapshot(), job=fork), demo_details(),
+                         controller=controller, label="LIVE")
+    app = make_app(shown)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("l")
+        await settle(pilot)
+        await pilot.press(*"0.5", "enter")
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert f"of {fork} on" in text(app, "#dialog-body")
+        await pilot.press("y")
+        await settle(pilot)
+        titles = [n.title for n in app._notifications]
+        assert titles.count(f"Job control · {fork}") == 2
+        assert controller.names() == []
+        assert controller.forks[fork].names() == ["adjust", "pause"]
+        assert controller.forks[fork].calls[0] == ("adjust", (), {"lr_scale": 0.5})
+    other = StaticSource(replace(demo_snapshot(), job="someone-elses"), demo_details(),
+                         controller=controller, label="LIVE")
+    app = make_app(other)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        for key in ("p", "l", "c"):
+            app.clear_notifications()
+            await pilot.press(key)
+            await settle(pilot)
+            assert notifications(app) == [jc.not_controlled("someone-elses", "demo-7b")], key
+            assert isinstance(app.screen, MainScreen), key
+    assert controller.names() == [] and list(controller.forks) == [fork]
 
 
 async def test_replay_keys_drive_the_recorded_replay(recorded_replay: OpenReplay) -> None:
