@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print the four instruments of a recording")
     report.add_argument("file", type=Path)
     report.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    report.add_argument("--job", metavar="NAME",
+                        help="the job to report (default: the one the screen shows at the "
+                             "end; the report names the others)")
 
     return parser
 
@@ -305,7 +308,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.report import render_report
 
     _require_file(args.file)
-    print(render_report(args.file, fmt=args.format))
+    print(render_report(args.file, fmt=args.format, job=args.job))
     return 0
 
 

@@ -10,7 +10,8 @@ keys may be added):
     report_version  int (1)
     recording       str — the file
     at, first_ts, last_ts   float — epoch seconds (report instant, recording span)
-    job             str | null
+    job             str | null — the job reported (`--job`, else the one the screen shows)
+    jobs            [str] — every job in the recording, in order of first appearance
     run             {total_steps, total_epochs, total_samples, total_tokens, world_size,
                      seed, data_version, git_commit, flops_per_step, peak_flops, stages,
                      tags, config, started}
@@ -62,7 +63,10 @@ NA = "n/a"
 ALERT_HEADER = ("severity", "kind", "code", "where", "what", "try")
 
 
-def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = None) -> str:
+def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = None,
+                  job: str | None = None) -> str:
+    """The report of `job` (None: the job the cockpit's screen would show at the end: of
+    a job and its forks training side by side, the one started last)."""
     if fmt not in FORMATS:
         raise CockpitError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
     try:
@@ -70,7 +74,7 @@ def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = 
     except StoreError as exc:
         raise CockpitError(str(exc)) from None
     try:
-        data = collect(StoreReader(store), str(path), until_ts)
+        data = collect(StoreReader(store), str(path), until_ts, job)
     finally:
         store.close()
     if fmt == "json":
@@ -78,10 +82,16 @@ def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = 
     return _render(_sections(data), markdown=fmt == "markdown", title=_title(data))
 
 
-def collect(reader: StoreReader, recording: str, until_ts: float | None) -> dict[str, Any]:
+def collect(reader: StoreReader, recording: str, until_ts: float | None,
+            job: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The report's data: the JSON form, from which text and Markdown are drawn too."""
     span = reader.time_range()
-    snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=BUCKETS)
+    jobs = reader.jobs(until_ts=until_ts)
+    if job is not None and job not in jobs:
+        raise CockpitError(f"{Path(recording).name} has no job {job!r}; its jobs: "
+                           f"{', '.join(jobs) or 'none'}")  # fmt: skip
+    snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=BUCKETS,
+                          job=job, pin_job=job is not None)
     run = reader.run_info(snap.job, until_ts=until_ts) if snap.job else {}
     first = span[0] if span else None
     checkpoints = reader.checkpoint_costs(snap.job, until_ts=until_ts) if snap.job else []
@@ -98,6 +108,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None) -> dict
         "first_ts": first,
         "last_ts": span[1] if span else None,
         "job": snap.job,
+        "jobs": jobs,
         "run": {k: run.get(k) for k in (
             "total_steps", "total_epochs", "total_samples", "total_tokens", "world_size",
             "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
@@ -214,6 +225,9 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         span = (f"{_when(d['first_ts'])} to {_when(d['last_ts'])} "
                 f"({duration(d['last_ts'] - d['first_ts'])})")
     overview: Rows = [("report at", _when(d["at"])), ("recording", span)]
+    others = [j for j in d["jobs"] if j != d["job"]]
+    if others:
+        overview.append(("other jobs", ", ".join(others) + " (report one with --job NAME)"))
     run = d["run"]
     for key in ("world_size", "seed", "data_version", "git_commit"):
         if run.get(key) is not None:

@@ -621,12 +621,14 @@ def build_snapshot(
     controllable: bool = False,
     now: float | None = None,
     job: str | None = None,
+    pin_job: bool = False,
 ) -> Snapshot:
     """The whole main screen at `until_ts` (None: everything recorded).
 
     `now` is the instant ages are measured from (time since the last step, stale hosts):
     by default the cursor, else the newest record; a live source may pass the wall clock.
-    `job` is the operator's pick among the jobs training side by side (`TrainTail.job`).
+    `job` is the operator's pick among the jobs training side by side (`TrainTail.job`);
+    with `pin_job` it is shown whether it trains or not (a report asked for that job).
     """
     fr = reader.frontiers(until_ts=until_ts)
     frontier = fr.newest
@@ -636,7 +638,8 @@ def build_snapshot(
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
     training = tail.training(fr, until_ts)
-    job = tail.job(fr, until_ts, prefer=job, training=training)
+    if not (pin_job and job is not None):
+        job = tail.job(fr, until_ts, prefer=job, training=training)
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     # The reads below do not depend on one another's answers: DuckDB runs them side by

@@ -10,7 +10,7 @@ from cockpit.report import REPORT_VERSION, render_report, sparkline
 from cockpit.store import Store
 from tests.read import synthetic as syn
 
-TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "run",
+TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "jobs", "run",
             "progress", "effect", "efficiency", "health", "interruptions", "alerts",
             "checkpoint"}
 
@@ -82,3 +82,29 @@ def test_the_report_lists_what_was_done_to_the_run(tmp_path: Path) -> None:
             f"{syn.ADJUST_STEP}") in text
     data = json.loads(render_report(path, fmt="json"))
     assert [m["kind"] for m in data["effect"]["markers"]] == ["restart", "adjust"]
+
+
+def test_a_recording_of_a_job_and_its_fork_reports_either(tmp_path: Path) -> None:
+    """By default the job the screen shows (the fork, started last); `job=` any job of
+    the recording, training or not; the report names the others, and refuses a job
+    the recording does not have, listing those it has."""
+    from tests.read.test_train_tail import steps, write_fork_beside_parent
+    from tests.store.wire import TS0
+
+    path = tmp_path / "fork.duckdb"
+    with Store(path) as store:
+        seq = write_fork_beside_parent(store)
+        store.ingest("h1", steps(101, 300, seq0=seq, job="parent"))  # the fork has stopped
+    default = json.loads(render_report(path, fmt="json", until_ts=TS0 + 110))
+    assert (default["job"], default["jobs"]) == ("fork", ["parent", "fork"])
+    assert default["progress"]["step"] == 80
+    parent = json.loads(render_report(path, fmt="json", until_ts=TS0 + 110, job="parent"))
+    assert parent["job"] == "parent" and parent["progress"]["step"] > 80
+    stopped = json.loads(render_report(path, fmt="json", job="fork"))  # not training at the end
+    assert stopped["job"] == "fork" and stopped["progress"]["step"] == 80
+    text = render_report(path, job="parent")
+    assert text.startswith("Training report: parent")
+    assert "other jobs  fork (report one with --job NAME)" in text
+    with pytest.raises(CockpitError, match=r"fork.duckdb has no job 'child'; its jobs: "
+                                           r"parent, fork"):
+        render_report(path, job="child")
