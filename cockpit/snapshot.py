@@ -181,6 +181,7 @@ class Snapshot:
     source_label: str  # "LIVE", "REPLAY 10x", ...
     job: str | None
     jobs_training: tuple[str, ...] = ()  # every job training now, oldest start first
+    jobs: tuple[str, ...] = ()  # every job of the recording, in order of first appearance
     progress: Progress = field(default_factory=Progress)
     effect: Effect = field(default_factory=Effect)
     efficiency: Efficiency = field(default_factory=Efficiency)

@@ -638,8 +638,13 @@ def build_snapshot(
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
     training = tail.training(fr, until_ts)
+    declared = reader.memo("jobs", fr.key("run", "event", "eval"),
+                           lambda: tuple(reader.jobs(until_ts=until_ts)))
+    jobs = (*declared, *(j for j in training if j not in declared))
     if not (pin_job and job is not None):
-        job = tail.job(fr, until_ts, prefer=job, training=training)
+        job = tail.job(fr, until_ts, prefer=job, training=training, known=jobs)
+    if job is not None and job not in jobs:
+        jobs = (*jobs, job)
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
                       lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     # The reads below do not depend on one another's answers: DuckDB runs them side by
@@ -739,6 +744,7 @@ def build_snapshot(
         source_label=label,
         job=job,
         jobs_training=training,
+        jobs=jobs,
         progress=progress,
         effect=found.effect,
         efficiency=efficiency,

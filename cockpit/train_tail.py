@@ -15,7 +15,7 @@ every `FULL_READ_EVERY`th refresh.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,15 +81,17 @@ class TrainTail:
         self._added: tuple[Frontiers, list[dict[str, Any]] | None] | None = None
 
     def job(self, fr: Frontiers, until_ts: float | None, prefer: str | None = None,
-            training: tuple[str, ...] | None = None) -> str | None:
-        """The job to show: `prefer` (the operator's pick) while it is training; else of
-        the jobs training now, the one started last (a fork beside its parent: the fork,
-        steadily, not whichever wrote the newest row); else the job that trained most
-        recently, else the most recently declared one. `training` is `self.training`'s
-        answer when the caller has it already."""
+            training: tuple[str, ...] | None = None, known: Collection[str] = ()
+            ) -> str | None:  # fmt: skip
+        """The job to show: `prefer` (the operator's pick) while it is training or one of
+        the `known` jobs (a pick stays put when its job pauses or ends: the operator may
+        want to resume it); else of the jobs training now, the one started last (a fork
+        beside its parent: the fork, steadily, not whichever wrote the newest row); else
+        the job that trained most recently, else the most recently declared one.
+        `training` is `self.training`'s answer when the caller has it already."""
         if training is None:
             training = self.training(fr, until_ts)
-        if prefer is not None and prefer in training:
+        if prefer is not None and (prefer in training or prefer in known):
             return prefer
         if len(training) > 1:
             return training[-1]

@@ -169,19 +169,23 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self._open(RunInfoScreen(self.snapshot))
 
     def action_next_job(self) -> None:
-        """Show the next of the jobs training side by side (a fork and its parent)."""
+        """Show the next job of the recording: those training first (a fork and its
+        parent side by side), then the others (a paused fork, to resume it)."""
         snapshot = self.snapshot
-        jobs = snapshot.jobs_training if snapshot is not None else ()
-        if len(jobs) < 2:
-            shown = snapshot.job if snapshot is not None and snapshot.job else "none"
-            self.notify(f"one job to show ({shown}): no other job is training now",
-                        title="Next job")
+        if snapshot is None:
             return
-        current = snapshot.job if snapshot is not None else None
+        training = snapshot.jobs_training
+        jobs = (*training, *(j for j in snapshot.jobs if j not in training))
+        if len(jobs) < 2:
+            self.notify(f"one job to show ({snapshot.job or 'none'}): the recording has no "
+                        "other", title="Next job")
+            return
+        current = snapshot.job
         following = jobs[(jobs.index(current) + 1) % len(jobs)] if current in jobs else jobs[0]
-        self.source.focus_job = following  # type: ignore[attr-defined]
-        self.notify(f"showing job {following} ({len(jobs)} training: {', '.join(jobs)})",
-                    title="Next job")
+        self.source.focus_job = following
+        state = "training" if following in training else "not training"
+        self.notify(f"showing job {following} ({state}; {len(training)} of {len(jobs)} jobs "
+                    "training)", title="Next job")
         self._request_refresh()
 
     def action_open_log(self) -> None:

@@ -167,3 +167,6 @@ def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> No
     store.ingest("h1", steps(131, 200, seq0=seq, job="parent"))
     fr = reader.frontiers(until_ts=None)
     assert tail.job(fr, None) == "parent"
+    # An operator's pick of a known job stays, training or not (to resume it, say).
+    assert tail.job(fr, None, prefer="fork", known=("parent", "fork")) == "fork"
+    assert tail.job(fr, None, prefer="gone", known=("parent", "fork")) == "parent"

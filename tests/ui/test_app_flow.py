@@ -399,6 +399,38 @@ async def test_j_switches_between_jobs_training_side_by_side(tmp_path: Path) -> 
         assert "showing job fork" in notifications(app)[-1]
 
 
+async def test_j_reaches_a_job_that_stopped_and_the_pick_stays(tmp_path: Path) -> None:
+    """A fork paused a while ago no longer trains: `j` still shows it (to resume it,
+    say), the header says it is not training, and the pick stays while the parent
+    trains on."""
+    from cockpit.replay import ReplaySource
+    from cockpit.store import Store
+    from tests.read.test_train_tail import steps, write_fork_beside_parent
+
+    with Store(tmp_path / "fork.duckdb") as store:
+        seq = write_fork_beside_parent(store)
+        store.ingest("h1", steps(101, 300, seq0=seq, job="parent"))
+    source = ReplaySource(tmp_path / "fork.duckdb", clock=ManualClock())
+    source.seek_to(1.0)
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert "parent" in text(app, "#status-bar") and "training)" not in text(
+            app, "#status-bar")
+        await pilot.press("j")
+        await wait_until(pilot, lambda: "fork (not training; 1 of 2 jobs training)" in text(
+            app, "#status-bar"), "the stopped fork")
+        assert "step 80 / n/a" in text(app, "#progress-position")
+        assert "showing job fork (not training; 1 of 2 jobs training)" in notifications(app)[-1]
+        end = app.snapshot.ts
+        source.seek_to(0.95)  # the parent trains on; the pick stays
+        await wait_until(pilot, lambda: app.snapshot.ts < end, "the seek")
+        assert "fork (not training" in text(app, "#status-bar")
+        await pilot.press("j")
+        await wait_until(pilot, lambda: text(app, "#status-bar").count("parent") == 1,
+                         "the parent again")
+
+
 async def test_j_with_one_job_says_there_is_no_other(recorded_replay: OpenReplay) -> None:
     app = make_app(recorded_replay())
     async with app.run_test(size=(160, 48)) as pilot:

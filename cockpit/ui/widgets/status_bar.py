@@ -42,11 +42,8 @@ class StatusBar(Widget):
         if self.paused and "PAUSED" not in label.upper():
             parts.append("[$warning]⏸ paused[/]")
         parts.append(f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]")
-        if snap is not None and len(snap.jobs_training) > 1:
-            # Side by side (a fork and its parent): which one this is, and how to switch.
-            place = (snap.jobs_training.index(snap.job) + 1
-                     if snap.job in snap.jobs_training else "?")
-            parts[-1] += f" [$text-muted]({place} of {len(snap.jobs_training)} training)[/]"
+        if snap is not None:
+            parts[-1] += job_place(snap)
         parts.append(f"data {fmt.clock(snap.ts if snap else None)}")
         parts.append(f"now {fmt.clock(wall_clock())}")
         if snap is not None:
@@ -56,3 +53,15 @@ class StatusBar(Widget):
             parts.append(f"{len(snap.alerts)} alerts")
             parts.append("controllable" if snap.controllable else "[$text-muted]read-only[/]")
         return Content.from_markup(" │ ".join(parts))
+
+
+def job_place(snap: Snapshot) -> str:
+    """Which of several jobs is shown (a fork and its parent side by side, or a job
+    picked with `j` that no longer trains), so the operator knows `j` leads elsewhere."""
+    training, jobs = snap.jobs_training, snap.jobs
+    if snap.job in training and len(training) > 1:
+        return f" [$text-muted]({training.index(snap.job) + 1} of {len(training)} training)[/]"
+    if snap.job is not None and snap.job not in training and len(jobs) > 1:
+        return (f" [$text-muted](not training; {len(training)} of {len(jobs)} jobs "
+                "training)[/]")
+    return ""
