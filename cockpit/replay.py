@@ -125,6 +125,11 @@ class ReplaySource:
         with self._lock:
             self._move_locked(self._position_locked() + seconds)
 
+    def seek_target(self, seconds: float) -> float:
+        """Where `seek(seconds)` would move the cursor now (clamped to the recording)."""
+        with self._lock:
+            return min(max(self._position_locked() + seconds, self.start_ts), self.end_ts)
+
     def seek_to(self, fraction: float) -> None:
         """Jump to a point of the recording, 0.0 = first record, 1.0 = last."""
         with self._lock:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from textual import work
 
+from cockpit.ui.screens.drill_down import DrillDownScreen
+
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
-REPLAY_METHODS = ("pause", "resume", "set_speed", "seek")
+REPLAY_METHODS = ("pause", "resume", "set_speed", "seek", "seek_target")
 REPLAY_ACTIONS = frozenset({"replay_toggle", "replay_speed", "replay_seek"})
 SEEK_SECONDS = 60.0  # recording time per seek press, scaled by the speed above 1x
 
@@ -45,4 +47,8 @@ class ReplayActions:
     def action_replay_seek(self, direction: int) -> None:
         """Move the replay cursor by recording seconds (`ReplaySource.seek` is relative)."""
         speed = float(getattr(self.source, "speed", 1.0) or 1.0)  # type: ignore[attr-defined]
-        self._replay_call("seek", direction * SEEK_SECONDS * max(1.0, speed))
+        seconds = direction * SEEK_SECONDS * max(1.0, speed)
+        screen = self.screen  # type: ignore[attr-defined]
+        if isinstance(screen, DrillDownScreen):
+            screen.expect_jump(self.source.seek_target(seconds))  # type: ignore[attr-defined]
+        self._replay_call("seek", seconds)

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Log
 
 from cockpit.snapshot import Marker, Snapshot
@@ -358,6 +359,26 @@ async def test_log_tail_follows_new_lines_unless_scrolled_up(
                          "the rest of the log again")
         await settle(pilot)
         assert log.scroll_y == 0
+
+
+async def test_a_seek_key_refreshes_a_drill_down_at_once(
+    recorded_replay: OpenReplay, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Details are re-fetched at most every few seconds, but a seek is the operator
+    asking for another moment: the log shows it without waiting for the next turn."""
+    monkeypatch.setattr("cockpit.ui.screens.drill_down.DETAILS_REFRESH_S", 3600.0)
+    source = recorded_replay(at=FACTS.mid_run)
+    app = make_app(source)
+    async with app.run_test(size=(120, 16)) as pilot:
+        await settle(pilot)
+        await pilot.press("L")
+        log = app.screen.query_one(Log)
+        await wait_until(pilot, lambda: log.line_count > 0, "the first log lines")
+        first = log.line_count
+        await settle(pilot)
+        app.action_replay_seek(1)  # what → does, whichever widget has the focus
+        await wait_until(pilot, lambda: log.line_count > first, "the log after the seek")
+        assert isinstance(app.screen, LogTailScreen)
 
 
 async def test_details_failure_is_reported_on_the_screen_that_asked() -> None:

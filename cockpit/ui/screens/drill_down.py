@@ -31,6 +31,7 @@ class DrillDownScreen(Screen):
         self._last_request: float | None = None
         self._ready = False  # composed and mounted: safe to query
         self._trailing: Timer | None = None  # a details request waiting for its turn
+        self._jump: tuple[float, float] | None = None  # (from, to) of a seek under way
 
     def details_params(self) -> dict[str, object]:
         return {}
@@ -47,10 +48,32 @@ class DrillDownScreen(Screen):
             self.show_snapshot(self.snapshot)
         self.request_details()
 
+    def expect_jump(self, target: float) -> None:
+        """The replay cursor is being moved to `target`: the first snapshot nearer it
+        than to the one shown gets its details at once, not at the next turn (a seek is
+        the operator asking to see another moment)."""
+        if self.snapshot is not None and target != self.snapshot.ts:
+            self._jump = (self.snapshot.ts, target)
+
+    def _landed(self, snapshot: Snapshot) -> bool:
+        if self._jump is None:
+            return False
+        origin, target = self._jump
+        if abs(snapshot.ts - target) >= abs(snapshot.ts - origin):
+            return False
+        self._jump = None
+        return True
+
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
         if snapshot is None or not self._ready:
             return
         self.show_snapshot(snapshot)
+        if self._landed(snapshot):
+            if self._trailing is not None:
+                self._trailing.stop()
+                self._trailing = None
+            self.request_details()
+            return
         if self._trailing is not None:
             return  # a request is already due for this snapshot
         wait = 0.0 if self._last_request is None else (
