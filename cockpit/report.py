@@ -9,7 +9,7 @@ keys may be added):
 
     report_version  int (1)
     recording       str — the file
-    at, first_ts, last_ts   float — epoch seconds (report instant, recording span)
+    at, first_ts, last_ts   float | null — epoch seconds (report instant, recording span)
     job             str | null — the job reported (`--job`, else the one the screen shows)
     jobs            [str] — every job in the recording, in order of first appearance
     run             {total_steps, total_epochs, total_samples, total_tokens, world_size,
@@ -104,7 +104,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
     return {
         "report_version": REPORT_VERSION,
         "recording": recording,
-        "at": snap.ts,
+        "at": snap.ts if span else None,  # an empty recording has no instant
         "first_ts": first,
         "last_ts": span[1] if span else None,
         "job": snap.job,

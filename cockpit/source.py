@@ -611,6 +611,20 @@ def _link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, 
     return "stale" if now - last > rules.STALE_AFTER_S else "streaming"
 
 
+def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
+                       host_states: Mapping[str, str] | None, controllable: bool,
+                       now: float | None) -> Snapshot:
+    """No record yet: the hosts and their links are all there is, and they matter most
+    then (a refused host key, a wrong port, a missing agent keep every record away)."""
+    at = now if now is not None else (until_ts or 0.0)
+    hosts = reader.hosts(until_ts=until_ts)
+    health = _health(hosts, (), (), (), (), host_states, at, replaying=until_ts is not None)
+    rows = [{**h, "state": s.state} for h, s in zip(hosts, health.hosts, strict=True)]
+    return Snapshot(ts=at, source_label=label, job=None, health=health,
+                    alerts=rules.merge(rules.host_alerts(rows, (), now=at)),
+                    controllable=controllable)
+
+
 def build_snapshot(
     reader: StoreReader,
     *,
@@ -633,8 +647,7 @@ def build_snapshot(
     fr = reader.frontiers(until_ts=until_ts)
     frontier = fr.newest
     if frontier is None:
-        return Snapshot(ts=until_ts or 0.0, source_label=label, job=None,
-                        controllable=controllable)
+        return _before_any_record(reader, until_ts, label, host_states, controllable, now)
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
     training = tail.training(fr, until_ts)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,24 @@ def test_a_recording_of_a_job_and_its_fork_reports_either(tmp_path: Path) -> Non
     assert stopped["job"] == "fork" and stopped["progress"]["step"] == 80
     text = render_report(path, job="parent")
     assert text.startswith("Training report: parent")
-    assert "other jobs  fork (report one with --job NAME)" in text
+    assert re.search(r"other jobs +fork \(report one with --job NAME\)", text)
     with pytest.raises(CockpitError, match=r"fork.duckdb has no job 'child'; its jobs: "
                                            r"parent, fork"):
         render_report(path, job="child")
+
+
+def test_a_recording_without_records_reports_its_hosts_and_why(tmp_path: Path) -> None:
+    """`cockpit watch --headless` against hosts that never streamed (a refused key): the
+    report says so rather than printing an empty page dated 1970."""
+    path = tmp_path / "refused.duckdb"
+    with Store(path) as store:
+        store.set_host_state("gpu1", "hostkey-unknown",
+                             "presented an unknown ssh-ed25519 host key SHA256:xJg5abc")
+    data = json.loads(render_report(path, fmt="json"))
+    assert data["at"] is None and data["job"] is None and data["jobs"] == []
+    assert [(h["host"], h["state"]) for h in data["health"]["hosts"]] == [
+        ("gpu1", "hostkey-unknown")]
+    assert [a["code"] for a in data["alerts"]] == ["host_hostkey_unknown"]
+    text = render_report(path)
+    assert re.search(r"report at +n/a", text) and "1970" not in text
+    assert "SHA256:xJg5abc" in text

@@ -132,6 +132,25 @@ def test_an_empty_recording_gives_an_empty_snapshot(tmp_path: Path) -> None:
     assert snap.job is None and snap.progress.state == "unknown" and snap.alerts == ()
 
 
+def test_before_any_record_the_links_and_their_faults_are_shown(tmp_path: Path) -> None:
+    """A refused host key (or a wrong port, a missing agent) keeps every record away:
+    the hosts and why they do not stream are then the whole screen."""
+    refused = ("presented an unknown ssh-ed25519 host key SHA256:xJg5abc; refused. "
+               "trust it with `ssh-keyscan -p 2222 127.0.0.2 >> ~/.ssh/known_hosts`")
+    with Store(tmp_path / "new.duckdb") as store:
+        store.set_host_state("gpu1", "hostkey-unknown", refused, address="127.0.0.2")
+        store.set_host_state("gpu2", "connecting", "", address="127.0.0.3")
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="LIVE", now=1e9,
+                              host_states={"gpu1": "hostkey-unknown", "gpu2": "unreachable"})
+    assert snap.job is None and snap.ts == 1e9
+    assert [(h.host, h.state) for h in snap.health.hosts] == [
+        ("gpu1", "hostkey-unknown"), ("gpu2", "unreachable")]
+    by_code = {a.code: a for a in snap.alerts}
+    assert set(by_code) == {"host_hostkey_unknown", "host_unreachable"}
+    assert "SHA256:xJg5abc" in by_code["host_hostkey_unknown"].what
+    assert by_code["host_hostkey_unknown"].severity == "critical"
+
+
 def test_details_host(reader: StoreReader) -> None:
     d = details(reader, "host", host="node-b", buckets=30)
     assert isinstance(d, HostDetail) and d.hostname == "node-b" and d.cpu_count == 16

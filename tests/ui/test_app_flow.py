@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Log
+from textual.widgets import DataTable, Log, Tab
 
 from cockpit.snapshot import Marker, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
-from cockpit.ui.demo_static import T0, demo_snapshot
+from cockpit.ui.demo_static import T0, demo_details, demo_snapshot
 from cockpit.ui.messages import DataArrived, DetailsReady, SnapshotReady
 from cockpit.ui.refresh_gate import RefreshGate
 from cockpit.ui.screens.alerts import AlertsScreen
@@ -268,6 +268,29 @@ async def test_host_detail_cycles_among_several_hosts(demo_source: StaticSource)
         await pilot.press("left_square_bracket")
         await settle(pilot)
         assert screen.host == first
+
+
+async def test_host_detail_opened_before_any_host_waits_for_them() -> None:
+    """Opened while no host has reported (links still coming up), the screen asks for
+    nothing and says so; the hosts get their tabs as they appear."""
+    source = StaticSource(Snapshot(ts=T0, source_label="LIVE", job=None),
+                          demo_details())
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        assert "Host detail: no hosts" in text(app, "#screen-title")
+        assert source.details_calls == [] and notifications(app) == []
+        source.set_snapshot(demo_snapshot())
+        names = [h.host for h in demo_snapshot().health.hosts]
+        await wait_until(pilot, lambda: app.screen.host == names[0], "the first host")
+        await settle(pilot)
+        assert source.details_calls[-1] == ("host", {"host": names[0]})
+        assert len(app.screen.query(Tab)) == len(names)
+        await pilot.press("right_square_bracket")
+        await settle(pilot)
+        assert app.screen.host == names[1] and notifications(app) == []
 
 
 async def test_alerts_screen_lists_the_recorded_events_and_filters(

@@ -50,6 +50,8 @@ class HostDetailScreen(DrillDownScreen):
         names = self.host_names()
         self.host = host if host in names else (names[0] if names else None)
         self._gpu_rows: list[tuple[str, ...]] | None = None  # what the GPU table shows
+        # Tab ids in order of appearance (a host that appears later may sort anywhere).
+        self._tab_ids = {name: f"host-{i}" for i, name in enumerate(names)}
 
     def host_names(self) -> list[str]:
         return [h.host for h in self.snapshot.health.hosts] if self.snapshot else []
@@ -57,9 +59,13 @@ class HostDetailScreen(DrillDownScreen):
     def details_params(self) -> dict[str, object]:
         return {"host": self.host}
 
+    def request_details(self) -> None:
+        if self.host is not None:  # no host yet: nothing to ask about
+            super().request_details()
+
     def compose(self) -> ComposeResult:
         yield Static("[b]Host detail[/b]", id="screen-title")
-        yield Tabs(*(Tab(name, id=f"host-{i}") for i, name in enumerate(self.host_names())))
+        yield Tabs(*(Tab(name, id=tab) for name, tab in self._tab_ids.items()))
         yield Static(id="host-summary")
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
         yield DetailView(id="host-details")
@@ -67,9 +73,8 @@ class HostDetailScreen(DrillDownScreen):
 
     def on_mount(self) -> None:
         self.query_one("#gpu-table", DataTable).add_columns(*GPU_COLUMNS)
-        names = self.host_names()
-        if self.host in names:
-            self.query_one(Tabs).active = f"host-{names.index(self.host)}"
+        if self.host in self._tab_ids:
+            self.query_one(Tabs).active = self._tab_ids[self.host]
         super().on_mount()
 
     def current(self) -> HostHealth | None:
@@ -78,6 +83,7 @@ class HostDetailScreen(DrillDownScreen):
         return next((h for h in self.snapshot.health.hosts if h.host == self.host), None)
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
+        self._add_new_hosts()
         host = self.current()
         title = f"[b]Host detail: {self.host or 'no hosts'}[/b]"
         update_text(self.query_one("#screen-title", Static), title)
@@ -91,6 +97,20 @@ class HostDetailScreen(DrillDownScreen):
         table.clear()
         for row in rows:
             table.add_row(*row)
+
+    def _add_new_hosts(self) -> None:
+        """Hosts that appeared since the screen opened (the first records of a host whose
+        link came up) get their tab; the first one is shown when none was."""
+        tabs = self.query_one(Tabs)
+        names = self.host_names()
+        for name in names:
+            if name not in self._tab_ids:
+                self._tab_ids[name] = f"host-{len(self._tab_ids)}"
+                tabs.add_tab(Tab(name, id=self._tab_ids[name]))
+        if self.host is None and names:
+            self.host = names[0]
+            tabs.active = self._tab_ids[self.host]
+            self.request_details()
 
     def watch_details(self, details: object) -> None:
         if self._ready:
@@ -116,4 +136,4 @@ class HostDetailScreen(DrillDownScreen):
             return
         index = names.index(self.host) if self.host in names else 0
         target = (index + step) % len(names)
-        self.query_one(Tabs).active = f"host-{target}"
+        self.query_one(Tabs).active = self._tab_ids[names[target]]
