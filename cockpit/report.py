@@ -19,7 +19,8 @@ keys may be added):
                      steps_per_second, eta_seconds, eta_low, eta_high, eta_note,
                      since_last_step, stalled, stall_cause, stall_detail}
     effect          {last_loss, last_val_loss, best_val_step, best_val_loss,
-                     divergence_step, spike_steps, nonfinite_steps, last_loss_scale,
+                     divergence_step, spike_steps, nonfinite_steps (the first 1000),
+                     nonfinite_count, nonfinite_last, last_loss_scale,
                      markers: [{step, kind, text}] (adjustments and restarts),
                      train_loss: {step, loss, ema}, val_loss: {step, loss}}
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
@@ -129,7 +130,8 @@ def _effect(snap: Snapshot) -> dict[str, Any]:
         "last_loss": e.last_loss, "last_val_loss": e.last_val_loss,
         "best_val_step": e.best_val_step, "best_val_loss": e.best_val_loss,
         "divergence_step": e.divergence_step, "spike_steps": list(e.spike_steps),
-        "nonfinite_steps": list(e.nonfinite_steps), "last_loss_scale": e.last_loss_scale,
+        "nonfinite_steps": list(e.nonfinite_steps), "nonfinite_count": e.nonfinite_count,
+        "nonfinite_last": e.nonfinite_last, "last_loss_scale": e.last_loss_scale,
         "train_loss": {"step": list(e.train_loss.x), "loss": list(e.train_loss.last),
                        "ema": list(e.train_loss_ema.last)},
         "val_loss": {"step": list(e.val_loss.x), "loss": list(e.val_loss.last)},
@@ -218,6 +220,16 @@ def _title(d: dict[str, Any]) -> str:
     return f"Training report: {d['job'] or 'no job'} ({Path(d['recording']).name})"
 
 
+def _nonfinite_text(e: dict[str, Any]) -> str:
+    steps, count, last = e["nonfinite_steps"], e["nonfinite_count"], e["nonfinite_last"]
+    if not steps:
+        return "none"
+    shown = ", ".join(f"{s:,}" for s in steps[:20])
+    if count <= 20:
+        return shown
+    return f"{count:,} steps, the newest {last:,}; first: {shown}, …"
+
+
 def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     p, e, f, h = d["progress"], d["effect"], d["efficiency"], d["health"]
     span = NA
@@ -265,7 +277,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("divergence", f"from step {e['divergence_step']:,} (val stopped improving while "
          "train kept improving)" if e["divergence_step"] is not None else "none"),
         ("loss spikes", ", ".join(f"{s:,}" for s in e["spike_steps"]) or "none"),
-        ("NaN/Inf steps", ", ".join(f"{s:,}" for s in e["nonfinite_steps"][:20]) or "none"),
+        ("NaN/Inf steps", _nonfinite_text(e)),
         ("loss scale", _num(e["last_loss_scale"], ".6g")),
         ("changes", "; ".join(f"{m['text'] if m['kind'] == 'adjust' else 'restart'} at step "
                               f"{m['step']:,}" for m in e["markers"]) or "none"),

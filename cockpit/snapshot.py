@@ -71,7 +71,9 @@ class Effect:
     best_val_loss: float | None = None
     divergence_step: int | None = None  # val stopped improving while train kept improving
     spike_steps: tuple[int, ...] = ()
-    nonfinite_steps: tuple[int, ...] = ()
+    nonfinite_steps: tuple[int, ...] = ()  # the first NONFINITE_LIMIT NaN/Inf steps
+    nonfinite_count: int = 0  # every step with a NaN/Inf loss, however many
+    nonfinite_last: int | None = None  # the newest of them
     last_loss_scale: float | None = None
     markers: tuple[Marker, ...] = ()  # adjustments and restarts, by step
 

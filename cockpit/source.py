@@ -70,7 +70,7 @@ from cockpit.snapshot import (
     Snapshot,
 )
 from cockpit.store.queries import Frontiers, StoreReader
-from cockpit.store.queries_train import NONFINITE_LIMIT
+from cockpit.store.queries_train import NonFinite
 from cockpit.train_tail import TrainTail, TrainView
 
 __all__ = [
@@ -149,26 +149,26 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     kind = last["kind"] if last else None
     if kind == "job_exited":
         return "exited"
-    if kind == "pause":
-        return "paused"
+    data = _event_data(last) if last else {}
+    if kind == "pause" and data.get("ok") is not False:
+        return "paused"  # a pause that failed (or a refused freeze) left the job running
     if kind == "interruption":
         return "recovering"
-    if kind == "job_adopted" and _adopted_running(last):
-        return "running"
-    if has_steps or kind in ("job_started", "resume", "recovery", "relaunch"):
+    if kind == "job_adopted" and data.get("running") is True:
+        return "running"  # a restarted agent found the job still running
+    if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
         return "running"
     return "unknown"
 
 
-def _adopted_running(event: Mapping[str, Any]) -> bool:
-    """Whether a restarted agent found the job still running (`data.running`)."""
+def _event_data(event: Mapping[str, Any]) -> dict[str, Any]:
     data = event.get("data")
     if isinstance(data, str):
         try:
             data = json.loads(data)
         except ValueError:
-            return False
-    return isinstance(data, dict) and data.get("running") is True
+            return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
@@ -224,9 +224,11 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
         eta_note = "done" if percent is not None and percent >= 1.0 else "exited before its end"
     elif state == "paused":
         eta_note = "paused"
+    shown_state = "stalled" if stall.stalled and state == "running" else state
+    if shown_state == "stalled":
+        eta_note = "stalled"  # the rate of its last steps says nothing of when it resumes
     if eta_note is not None:
         eta = dataclasses.replace(eta, seconds=None, low=None, high=None)
-    shown_state = "stalled" if stall.stalled and state == "running" else state
     return Progress(
         stage=newest.get("stage"),
         epoch=newest.get("epoch"),
@@ -323,7 +325,7 @@ def _train_series(reader: StoreReader, job: str | None, train: TrainView,
 
 def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: float | None,
             buckets: int, fr: Frontiers, series: Mapping[str, Series],
-            nonfinite: tuple[int, ...]) -> _EffectFindings:
+            nonfinite: NonFinite) -> _EffectFindings:
     if job is None:
         return _EffectFindings(Effect(), None, None)
     loss = series.get("loss", Series())
@@ -338,7 +340,7 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
                                   list(zip(smoothed.x, smoothed.last, strict=True)))
     lr_reason = lr_looks_too_high(
         list(zip(smoothed.x, smoothed.last, strict=True)), list(zip(lr.x, lr.last, strict=True)),
-        spike_steps=spikes, nonfinite_steps=nonfinite,
+        spike_steps=spikes, nonfinite_steps=nonfinite.steps,
     )
     markers = _markers(reader, job, until_ts, fr)
     # The figure must match the curve drawn: both come from the reference rank.
@@ -356,7 +358,9 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
         best_val_loss=divergence.best_loss,
         divergence_step=divergence.step,
         spike_steps=spikes,
-        nonfinite_steps=nonfinite,
+        nonfinite_steps=nonfinite.steps,
+        nonfinite_count=nonfinite.count,
+        nonfinite_last=nonfinite.last,
         last_loss_scale=newest.get("loss_scale"),
         markers=markers,
     )
@@ -379,19 +383,18 @@ def _markers(reader: StoreReader, job: str, until_ts: float | None,
 
 
 def _nonfinite(reader: StoreReader, job: str, until_ts: float | None,
-               fr: Frontiers) -> tuple[int, ...]:
+               fr: Frontiers) -> NonFinite:
     """NaN/Inf steps, found anew only in the rows added since the last answer when
     that is exact (`StoreReader.kept`): the full read scans the whole job."""
-    def extend(steps: tuple[int, ...], after: float) -> tuple[int, ...] | None:
+    def extend(held: NonFinite, after: float) -> NonFinite | None:
         added = reader.added_rows("train", after, until_ts, fr)
         if added is None:
             return None
-        new = {int(r["step"]) for r in added if r["job"] == job
-               and r["nonfinite"] is not None and r["step"] is not None}
-        return tuple(sorted({*steps, *new})[:NONFINITE_LIMIT])
+        return held.extended({int(r["step"]) for r in added if r["job"] == job
+                              and r["nonfinite"] is not None and r["step"] is not None})
 
     return reader.kept("nonfinite", job, "train", fr,
-                       lambda: tuple(reader.nonfinite_steps(job, until_ts=until_ts)), extend)
+                       lambda: reader.nonfinite_summary(job, until_ts=until_ts), extend)
 
 
 def _pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,
@@ -697,7 +700,7 @@ def build_snapshot(
     )
     progress = _progress(run, train, at, state, stall)
     found = _effect(reader, job, train, until_ts, buckets, fr, series,
-                    nonfinite_f.result() if nonfinite_f is not None else ())
+                    nonfinite_f.result() if nonfinite_f is not None else NonFinite())
     efficiency = _efficiency(train, figures, series, busy_f.result()[0],
                              _rank0_note(kept_from, world) if kept_from is not None else None)
     events_key = fr.key("event")
@@ -747,6 +750,8 @@ def build_snapshot(
         ),
         rules.parameter_alerts(
             nonfinite_steps=found.effect.nonfinite_steps,
+            nonfinite_count=found.effect.nonfinite_count,
+            nonfinite_last=found.effect.nonfinite_last,
             spike_steps=found.effect.spike_steps,
             divergence=found.divergence, lr_reason=found.lr_reason, now=at,
         ),

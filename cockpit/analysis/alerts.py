@@ -226,13 +226,19 @@ def data_alerts(
 def parameter_alerts(
     *, nonfinite_steps: Sequence[int], spike_steps: Sequence[float],
     divergence: Divergence | None, lr_reason: str | None, now: float,
+    nonfinite_count: int | None = None, nonfinite_last: int | None = None,
 ) -> list[Alert]:
+    """`nonfinite_steps` may be the first of many: `nonfinite_count` and
+    `nonfinite_last` then say how many and the newest."""
     out = []
     if nonfinite_steps:
         first = min(nonfinite_steps)
+        count = nonfinite_count or len(nonfinite_steps)
+        last = nonfinite_last if nonfinite_last is not None else max(nonfinite_steps)
+        span = f"first at step {first:,}" + (f", last at step {last:,}" if last != first else "")
         out.append(_alert(
             now, PARAMETER, CRITICAL, "nonfinite_loss", {"step": first},
-            f"loss was NaN/Inf at {len(nonfinite_steps)} steps, first at step {first}",
+            f"loss was NaN/Inf at {count:,} step(s), {span}",
             "roll back to the checkpoint before that step; lower the LR or enable gradient "
             "clipping; with AMP check the loss scale; inspect the batch at that step",
         ))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from cockpit.snapshot import Series
@@ -32,6 +33,30 @@ SAMPLE_COLUMNS = (
 NONFINITE_LIMIT = 1000
 # Seconds before the newest step record that `latest_train` looks at, widening in turn.
 LATEST_STEP_WINDOWS: tuple[float | None, ...] = (30.0, *WINDOWS)
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    steps: tuple[int, ...] = ()  # the first NONFINITE_LIMIT, in step order
+    count: int = 0
+    last: int | None = None
+
+    def extended(self, new_steps: set[int]) -> NonFinite | None:
+        """With the steps of rows added since, or None when that cannot be exact: a
+        repeated step (a relaunch) at or below the newest is new only if it was not
+        NaN before, which the first `steps` alone cannot tell once the limit is hit."""
+        if not new_steps:
+            return self
+        last = -1 if self.last is None else self.last
+        later = {s for s in new_steps if s > last}
+        earlier = new_steps - later
+        complete = self.count == len(self.steps)  # every NaN step is in `steps`
+        if earlier and not complete:
+            return None
+        known = set(self.steps)
+        fresh = later | (earlier - known)
+        merged = tuple(sorted(known | fresh)[:NONFINITE_LIMIT])
+        return NonFinite(merged, self.count + len(fresh), max(self.last or -1, *new_steps))
 
 
 class TrainQueries(ReaderBase):
@@ -332,6 +357,19 @@ class TrainQueries(ReaderBase):
                 [job, *args],
             )
         return [int(r["step"]) for r in rows if r["step"] is not None]
+
+    def nonfinite_summary(self, job: str, *, until_ts: float | None = None,
+                          limit: int = NONFINITE_LIMIT) -> NonFinite:
+        """The NaN/Inf steps of `job`: the first `limit` (to mark), how many in all and
+        the newest (a run that stays NaN for days must not read "1000, last 10,852")."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            count, last = cur.execute(
+                "SELECT count(DISTINCT step), max(step) FROM train WHERE job = ? "
+                f"AND nonfinite IS NOT NULL AND step IS NOT NULL{cond}", [job, *args]
+            ).fetchone() or (0, None)
+        steps = tuple(self.nonfinite_steps(job, until_ts=until_ts, limit=limit)) if count else ()
+        return NonFinite(steps, int(count or 0), None if last is None else int(last))
 
     def peak_step(
         self, job: str, rank: int | None, column: str, first: float, last: float, *,

@@ -114,6 +114,7 @@ def test_a_silent_job_is_stalled_and_hosts_go_stale(reader: StoreReader) -> None
     snap = build_snapshot(reader, until_ts=None, label="LIVE", now=later)
     assert snap.progress.stalled and snap.progress.state == "stalled"
     assert "no step for 15m" in (snap.progress.stall_detail or "")
+    assert (snap.progress.eta_seconds, snap.progress.eta_note) == (None, "stalled")
     assert {h.state for h in snap.health.hosts} == {"stale"}
     assert {"stall", "host_stale"} <= {a.code for a in snap.alerts}
 
@@ -192,6 +193,29 @@ def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
     assert p.state == kind.replace("job_", "").replace("pause", "paused")
     assert (p.eta_seconds, p.eta_low, p.eta_high, p.eta_note) == (None, None, None, note)
     assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown
+
+
+@pytest.mark.parametrize(("data", "state"), [
+    ({"mode": "checkpoint", "ok": False, "error": "no checkpoint_saved within 60 s"},
+     "running"),
+    ({"mode": "follow", "ok": False, "error": "still running after 60 s"}, "running"),
+    ({"mode": "freeze", "ok": False, "error": "job is paused"}, "running"),
+    ({"mode": "follow", "ok": True}, "paused"),
+])
+def test_a_pause_that_failed_leaves_the_job_running(
+        tmp_path: Path, data: dict, state: str) -> None:
+    """The agent says a pause failed (`data.ok: false`, "the job keeps running"): the
+    job is not shown paused while it trains."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6, {
+            "kind": "pause", "job": "job-1", "rank": None, "step": None,
+            "msg": "pause", "data": data}, ts=last + 1))
+    with Store(path, read_only=True) as store:
+        p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
+    assert p.state == state
+    assert (p.eta_note is None) == (state == "running")
 
 
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:

@@ -29,8 +29,9 @@ def warnings_line(e: Effect) -> str:
     if e.divergence_step is not None:
         notes.append(f"[$warning]diverging since step {e.divergence_step:,}[/]")
     if e.nonfinite_steps:
-        notes.append(f"[$error]NaN/Inf at {len(e.nonfinite_steps)} step(s), "
-                     f"last {e.nonfinite_steps[-1]:,}[/]")
+        count = e.nonfinite_count or len(e.nonfinite_steps)
+        last = e.nonfinite_last if e.nonfinite_last is not None else e.nonfinite_steps[-1]
+        notes.append(f"[$error]NaN/Inf at {count:,} step(s), last {last:,}[/]")
     if e.spike_steps:
         notes.append(f"[$warning]{len(e.spike_steps)} spike(s), last {e.spike_steps[-1]:,}[/]")
     return " · ".join(notes) or "[$success]no divergence, spikes or NaN/Inf[/]"

@@ -16,7 +16,8 @@ SLOWEST_SHOWN = 3
 
 
 # Job states in which nothing trains now: the step figures are those of its last steps.
-IDLE_STATES = {"paused": "before the pause", "exited": "before it exited"}
+IDLE_STATES = {"paused": "before the pause", "exited": "before it exited",
+               "stalled": "before the stall"}
 
 
 def throughput_line(e: Efficiency, state: str = "running") -> str:
