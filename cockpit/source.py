@@ -20,7 +20,6 @@ in a small pool (DuckDB releases the GIL while it executes).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +38,7 @@ from cockpit.analysis.divergence import (
 )
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
+from cockpit.analysis.lifecycle import event_data, paused
 from cockpit.analysis.lr import lr_looks_too_high
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
@@ -149,8 +149,8 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     kind = last["kind"] if last else None
     if kind == "job_exited":
         return "exited"
-    data = _event_data(last) if last else {}
-    if kind == "pause" and data.get("ok") is not False:
+    data = event_data(last) if last else {}
+    if last is not None and paused(last):
         return "paused"  # a pause that failed (or a refused freeze) left the job running
     if kind == "interruption":
         return "recovering"
@@ -159,16 +159,6 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
         return "running"
     return "unknown"
-
-
-def _event_data(event: Mapping[str, Any]) -> dict[str, Any]:
-    data = event.get("data")
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except ValueError:
-            return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],

@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cockpit.analysis.lifecycle import ended
 from cockpit.analysis.ranks import StepSample, step_wall_times
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_base import FULL_READ_EVERY
@@ -109,11 +110,18 @@ class TrainTail:
             lambda: self._reader.declared_job(until_ts=until_ts))
 
     def training(self, fr: Frontiers, until_ts: float | None) -> tuple[str, ...]:
-        """The jobs training now, in the order they started."""
-        training = self._training(fr, until_ts)
+        """The jobs training now, in the order they started: a step in the last minute,
+        and no exit or pause since it (a job that ended is not training, however
+        recent its last step)."""
+        reader = self._reader
+        events = fr.key("event")
+        training = [job for job, last_step in self._training(fr, until_ts).items()
+                    if not _ended_after(reader.memo(
+                        f"lifecycle:{job}", (job, events),
+                        lambda job=job: reader.lifecycle(job, until_ts=until_ts,
+                                                         frontiers=fr)), last_step)]
         if len(training) < 2:
             return tuple(training)
-        reader = self._reader
         started = {job: reader.memo(f"job_started:{job}", job,
                                     lambda job=job: reader.job_started_ts(job))
                    for job in training}
@@ -290,3 +298,7 @@ def _make_view(latest: list[dict[str, Any]], newest: dict[str, Any],
 def _total(values: Iterable[Any]) -> int | None:
     known = [v for v in values if v is not None]
     return int(sum(known)) if known else None
+
+
+def _ended_after(event: Mapping[str, Any] | None, last_step_ts: float) -> bool:
+    return ended(event) and float(event["ts"]) >= last_step_ts  # type: ignore[index]

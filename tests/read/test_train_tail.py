@@ -170,3 +170,25 @@ def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> No
     # An operator's pick of a known job stays, training or not (to resume it, say).
     assert tail.job(fr, None, prefer="fork", known=("parent", "fork")) == "fork"
     assert tail.job(fr, None, prefer="gone", known=("parent", "fork")) == "parent"
+
+
+@pytest.mark.parametrize(("kind", "data", "training"), [
+    ("job_exited", {"code": 0}, ("parent",)),
+    ("pause", {"mode": "checkpoint", "ok": True}, ("parent",)),
+    ("pause", {"mode": "checkpoint", "ok": False}, ("parent", "fork")),  # keeps running
+])
+def test_a_job_that_ended_is_not_training_however_recent_its_last_step(
+        store: Store, kind: str, data: dict, training: tuple[str, ...]) -> None:
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    seq = write_fork_beside_parent(store)
+    fr = reader.frontiers(until_ts=None)
+    assert tail.training(fr, None) == ("parent", "fork")
+    store.ingest("h2", encode("event", seq, {"kind": kind, "job": "fork", "rank": None,
+                                            "step": 80, "msg": kind, "data": data},
+                              ts=TS0 + 101))
+    fr = reader.frontiers(until_ts=None)
+    assert tail.training(fr, None) == training
+    assert TrainTail(StoreReader(store)).training(fr, None) == training
+    if training == ("parent",):
+        assert tail.job(fr, None) == "parent"
