@@ -187,11 +187,16 @@ class LiveSession:
 
 
 def _inventory_from(targets: Sequence[str]) -> Inventory:
-    if len(targets) == 1 and targets[0].endswith(".toml"):
+    """One target that is a file (whatever its name) or names a TOML file is an
+    inventory; anything else is `[user@]host[:port]` targets."""
+    if len(targets) == 1:
         path = Path(targets[0])
-        if not path.is_file():
-            raise CockpitError(f"{path}: no such inventory file")
-        return load_inventory(path)
+        if path.is_file():
+            return load_inventory(path)
+        if path.suffix.lower() == ".toml":
+            what = "a directory, not an inventory file" if path.is_dir() else \
+                "no such inventory file"
+            raise CockpitError(f"{path}: {what}")
     return parse_targets(targets)
 
 

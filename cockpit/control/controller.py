@@ -259,11 +259,12 @@ class Controller:
                       f"{self.spec.nproc_per_node} process(es)); output and checkpoints in "
                       f"{self.spec.run_dir}.{spares}",
             "scale": self._describe_scale(add, remove),
-            "pause": f"Ask rank 0 on {first} to write a checkpoint at the next step where "
-                     f"the ranks agree, then stop job {job} on {hosts}: no job process stays "
-                     f"on the GPUs. Steps after that checkpoint are discarded."
-                     + (f" {', '.join(others)} stop when rank 0's host does." if others
-                        else ""),
+            "pause": f"Ask rank 0 (wherever torchrun placed it; {first} writes the job's "
+                     f"control file) to write a checkpoint at the next step where the ranks "
+                     f"agree, then stop job {job} on {hosts}: no job process stays on the "
+                     f"GPUs. Steps after that checkpoint are discarded."
+                     + (f" {', '.join(others)} {'stops' if len(others) == 1 else 'stop'} "
+                        f"when {first}'s part does." if others else ""),
             "freeze": f"Stop every process of job {job} on {hosts} with SIGSTOP (GPU memory "
                       f"stays allocated) until resumed or the hold runs out.",
             "resume": f"Start job {job} again on {hosts} from its newest valid checkpoint "
@@ -273,10 +274,12 @@ class Controller:
             "fork": f"Copy job {job}'s newest valid checkpoint into a new run dir next to "
                     f"{self.spec.run_dir} and start a new job from it on {hosts} beside "
                     f"the running one.",
-            "adjust": f"Write the new setting to job {job}'s control file on {first}; rank 0 "
-                      f"applies it at the next step where the ranks agree, without a restart.",
-            "checkpoint": f"Ask rank 0 of job {job} on {first} to write a checkpoint at the "
-                          f"next step where the ranks agree.",
+            "adjust": f"Write the new setting to job {job}'s control file through {first}; "
+                      f"rank 0 applies it at the next step where the ranks agree, without a "
+                      f"restart.",
+            "checkpoint": f"Ask rank 0 of job {job} (through {first}, which writes its "
+                          f"control file) to write a checkpoint at the next step where the "
+                          f"ranks agree.",
             "eval": f"Ask job {job} on {first} to evaluate at the next step where the ranks "
                     f"agree.",
             "stop": f"Stop job {job} on {hosts}: SIGTERM, then SIGKILL after "

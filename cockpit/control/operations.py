@@ -222,6 +222,7 @@ def run_operation(
     # a spare that is down): the operation goes to those that take part.
     required = names if action == "launch" else [h for h in extra if h == kw.get("add")]
     with LiveSession(hosts, store_path, options) as session:
+        echo(f"connecting to {', '.join(names)} (up to {connect_timeout:g} s) …")
         missing = wait_streaming(session, required, connect_timeout,
                                  optional=[h for h in names if h not in required])
         for host, why in missing.items():

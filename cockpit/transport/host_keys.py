@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,15 @@ class KnownHosts:
                 handle.write(line)
         return path
 
+    def trust_file(self) -> Path:
+        """Where an operator adds a key to trust: the file they named (--known-hosts),
+        else their own known_hosts, else the cockpit's."""
+        if self.extra_files:
+            return Path(self.extra_files[0]).expanduser()
+        if self.use_user:
+            return USER_KNOWN_HOSTS.expanduser()
+        return Path(self.record_file).expanduser()
+
     def policy(self, host_label: str) -> paramiko.MissingHostKeyPolicy:
         return _Policy(self, host_label)
 
@@ -117,7 +127,9 @@ class _Policy(paramiko.MissingHostKeyPolicy):
         if self.known.accept_new:
             self.known.record(hostname, key)
             return
-        raise HostKeyUnknown(unknown_key_message(self.host_label, hostname, key))
+        raise HostKeyUnknown(unknown_key_message(
+            self.host_label, hostname, key, trust_in=self.known.trust_file(),
+            recorded_in=Path(self.known.record_file).expanduser()))
 
 
 def _split_name(name: str) -> tuple[str, int]:
@@ -127,15 +139,17 @@ def _split_name(name: str) -> tuple[str, int]:
     return name, 22
 
 
-def unknown_key_message(host_label: str, name: str, key: paramiko.PKey) -> str:
+def unknown_key_message(host_label: str, name: str, key: paramiko.PKey, *,
+                        trust_in: Path | None = None, recorded_in: Path | None = None) -> str:
     address, port = _split_name(name)
-    keyscan = f"ssh-keyscan -p {port} {address} >> ~/.ssh/known_hosts"
+    target = shlex.quote(str(trust_in)) if trust_in is not None else "~/.ssh/known_hosts"
+    keyscan = f"ssh-keyscan -p {port} {shlex.quote(address)} >> {target}"
     return (
         f"host {host_label} ({name}) presented an unknown {key.get_name()} host key "
         f"{fingerprint(key)}; refused. Check this fingerprint with the host's administrator "
         f"(on the host: ssh-keygen -lf /etc/ssh/ssh_host_{_short_type(key)}_key.pub), then "
         f"trust it with `{keyscan}` or start the cockpit with --accept-new-host-keys "
-        f"(records it in {cockpit_known_hosts()})"
+        f"(records it in {recorded_in or cockpit_known_hosts()})"
     )
 
 

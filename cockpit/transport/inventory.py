@@ -186,13 +186,16 @@ def parse_targets(targets: Iterable[str], defaults: Mapping[str, Any] | None = N
 
 
 _TARGET_RE = re.compile(
-    r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^@:\s\[\]]+))"
+    r"^(?:(?P<user>[^@\s/]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^@:\s\[\]/]+))"
     r"(?::(?P<port>[^:]*))?$"
 )
 
 
 def _split_target(target: str) -> tuple[str | None, str, int | None]:
     match = _TARGET_RE.match(target)
+    if not match and "/" in target:
+        raise InventoryError(f"{target!r} is neither an inventory file (no such file) nor a "
+                             "host target ([user@]host[:port])")
     if not match:
         raise InventoryError(
             f"bad host target {target!r}: expected [user@]host[:port] (IPv6: [addr]:port)"

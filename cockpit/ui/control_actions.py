@@ -40,15 +40,18 @@ class ControlActions:
             return
         op = jc.OPERATIONS[name]
         if op.destructive:
-            self._plan_operation(controller, name, kwargs or {})
+            snapshot = self.snapshot  # type: ignore[attr-defined]
+            links = {h.host: h.state for h in snapshot.health.hosts} if snapshot else {}
+            self._plan_operation(controller, name, kwargs or {},
+                                 jc.link_warning(getattr(controller, "hosts", ()), links))
         else:
             self._run_operation(controller, name, kwargs or {})
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
-    def _plan_operation(self, controller: object, name: str, kwargs: dict[str, object]
-                        ) -> None:  # fmt: skip
+    def _plan_operation(self, controller: object, name: str, kwargs: dict[str, object],
+                        warning: str = "") -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
-        text = jc.plan_text(controller, op, kwargs)
+        text = jc.plan_text(controller, op, kwargs) + warning
         self.post_message(ControlPlanned(name, kwargs, text, controller))  # type: ignore[attr-defined]
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
@@ -102,7 +105,9 @@ class ControlActions:
         self.request_operation("eval")
 
     def action_adjust_lr(self) -> None:
-        self._prompt("Change LR scale", "Multiply the learning rate by (1 = unchanged):",
+        low, high = jc.LR_SCALE_RANGE
+        self._prompt("Change LR scale", "LR scale relative to the configured schedule, "
+                     f"replacing the current one (1 = as configured, {low:g}–{high:g}):",
                      jc.parse_lr_scale,
                      lambda scale, c: self.request_operation("adjust", {"lr_scale": scale}, c))
 

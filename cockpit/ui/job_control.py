@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 import tomllib
 
+# An operator's LR scale, relative to the configured schedule: wide enough for any
+# rescue (a 1000x cut) or warm restart, narrow enough that a slip of the keyboard
+# (1e6 for 1e-6) is refused before it turns the weights into NaN.
+LR_SCALE_RANGE = (1e-3, 100.0)
 NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
 
 
@@ -60,6 +64,17 @@ def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> s
     return text
 
 
+def link_warning(hosts: Iterable[str], links: dict[str, str]) -> str:
+    """A line for the confirmation when some of the job's hosts cannot be reached now:
+    the operation will not get there, and their part of the job goes its own way."""
+    out = [f"{h} ({links[h]})" for h in hosts
+           if links.get(h, "streaming") not in ("streaming", "stale")]
+    if not out:
+        return ""
+    return (f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; "
+            "their part of the job carries on by itself until they are back.")
+
+
 def not_controlled(shown: str | None, controlled: str) -> str:
     return (f"Job {shown} is on screen, but this cockpit controls job {controlled} and its "
             f"forks only: press j to show job {controlled}, or start the cockpit with "
@@ -82,7 +97,12 @@ def parse_lr_scale(text: str) -> float:
         raise ValueError(
             f"{text.strip()!r} is not a number; enter a factor such as 0.5") from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError("the LR scale must be a positive, finite factor (1 = unchanged)")
+        raise ValueError("the LR scale must be a positive, finite factor (1 = as configured)")
+    if not LR_SCALE_RANGE[0] <= value <= LR_SCALE_RANGE[1]:
+        low, high = LR_SCALE_RANGE
+        raise ValueError(f"{value:g} is outside {low:g}–{high:g}: a factor that far from the "
+                         "configured schedule wrecks a run within steps (and the checkpoints "
+                         "written after it); change the config and relaunch instead")
     return value
 
 

@@ -9,7 +9,7 @@ import pytest
 from cockpit.control.controller import ControlError, Controller
 from cockpit.control.jobspec import parse_jobspec
 
-SPEC = parse_jobspec("""
+SPEC_TEXT = """
 name = "big"
 hosts = ["gpu1", "gpu2", "gpu3"]
 nproc_per_node = 8
@@ -17,7 +17,8 @@ script = "train.py"
 run_dir = "/runs/big"
 [rendezvous]
 endpoint = "gpu1:29400"
-""")
+"""
+SPEC = parse_jobspec(SPEC_TEXT)
 
 
 class Links:
@@ -147,6 +148,8 @@ def test_describe_names_hosts_for_every_ui_operation() -> None:
     for name in OPERATIONS:
         text = c.describe(name)
         assert "big" in text and "gpu1" in text, (name, text)
-    assert "gpu2, gpu3 stop when rank 0's host does" in c.describe("pause")
+    assert "gpu2, gpu3 stop when gpu1's part does" in c.describe("pause")
+    one_other = Controller(parse_jobspec(SPEC_TEXT.replace(', "gpu3"]', "]")), Links())
+    assert "gpu2 stops when gpu1's part does" in one_other.describe("pause")
     with pytest.raises(ValueError, match="unknown job operation"):
         c.describe("explode")

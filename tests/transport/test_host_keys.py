@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -42,6 +44,14 @@ def test_unknown_host_key_is_refused_with_fingerprint_and_remedy(
     assert not collector.saw_state(host.name, "streaming")
     assert not (tmp_path / "cockpit_known_hosts").exists()
     assert link.connections == 0
+    # The remedy, run exactly as printed, makes the next connection trust the host.
+    remedy = re.search(r"trust it with `([^`]+)`", detail)
+    assert remedy is not None and str(tmp_path / "cockpit_known_hosts") in remedy.group(1)
+    assert shutil.which("ssh-keyscan"), "ssh-keyscan comes with the OpenSSH the tests use"
+    subprocess.run(remedy.group(1), shell=True, check=True, capture_output=True, timeout=30)
+    start(HostLink(spec_for(host), lambda: 0, collector.on_chunk, collector.on_state,
+                   options), links)
+    assert collector.wait_for(lambda: collector.saw_state(host.name, "streaming"))
 
 
 def test_changed_host_key_is_refused_as_possible_mitm(

@@ -125,6 +125,8 @@ def test_command_line_targets() -> None:
         ("a@b@c", "expected [user@]host[:port]"),
         ("host:99999", "not 1-65535"),
         ("h:x", "not 1-65535"),
+        ("/tmp/cluster/inventory", "is neither an inventory file"),
+        ("me@./hosts", "neither an inventory file"),
     ],
 )
 def test_bad_command_line_targets(target: str, words: str) -> None:
@@ -135,3 +137,21 @@ def test_bad_command_line_targets(target: str, words: str) -> None:
 def test_repeated_target_is_refused() -> None:
     with pytest.raises(InventoryError, match="given twice"):
         parse_targets(["h1", "h1"])
+
+
+def test_one_target_that_is_a_file_is_an_inventory_whatever_its_name(tmp_path: Path) -> None:
+    """`cockpit watch ~/cluster/inventory` (no suffix, or .TOML) is read as the file it
+    is, never dialled as a host named after the path."""
+    from cockpit.errors import CockpitError
+    from cockpit.live import _inventory_from
+
+    for name in ("inventory", "INV.TOML"):
+        (tmp_path / name).write_text(GOOD)
+        assert _inventory_from([str(tmp_path / name)]).hosts[0].name == "gpu01"
+    (tmp_path / "d.toml").mkdir()
+    with pytest.raises(CockpitError, match=r"d\.toml: a directory, not an inventory file"):
+        _inventory_from([str(tmp_path / "d.toml")])
+    with pytest.raises(CockpitError, match=r"gone\.toml: no such inventory file"):
+        _inventory_from([str(tmp_path / "gone.toml")])
+    with pytest.raises(InventoryError, match="neither an inventory file"):
+        _inventory_from([str(tmp_path / "gone")])

@@ -48,9 +48,20 @@ def test_gauge_thresholds_work_both_ways() -> None:
 
 def test_lr_scale_parsing() -> None:
     assert jc.parse_lr_scale(" 0.5 ") == 0.5
-    for bad in ("abc", "0", "-1", "inf"):
+    assert jc.parse_lr_scale("1e-3") == 1e-3 and jc.parse_lr_scale("100") == 100
+    for bad in ("abc", "0", "-1", "inf", "nan"):
         with pytest.raises(ValueError):
             jc.parse_lr_scale(bad)
+    for slip in ("1e6", "0.0001", "101"):
+        with pytest.raises(ValueError, match=r"outside 0\.001–100"):
+            jc.parse_lr_scale(slip)
+
+
+def test_the_confirmation_names_the_hosts_an_operation_cannot_reach() -> None:
+    links = {"a": "streaming", "b": "unreachable", "c": "stale", "d": "auth-failed"}
+    assert jc.link_warning(["a", "c"], links) == ""
+    warning = jc.link_warning(["a", "b", "d", "e"], links)
+    assert "Not reachable now: b (unreachable), d (auth-failed)." in warning
 
 
 def test_override_parsing_reads_toml_values() -> None:
