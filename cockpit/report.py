@@ -30,7 +30,9 @@ keys may be added):
                      cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
                      last_seen, gpus: [{index, name, online, simulated, util, temp, power,
                      power_limit, mem_used, mem_total, ecc_unc, xid, throttle}]}]}
-    interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence}]
+    interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
+                      hosts}] — one per failure: the host that failed first, then the
+                      peers that saw it fail
     alerts          [{ts, kind, severity, code, where, what, hint}]
     checkpoint      {interval_s, cost_s, mtbf_s, current_interval_s, mtbf_is_lower_bound,
                      advice}
@@ -316,8 +318,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     )
     health_rows: Rows = [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")]
     interruptions: Table = (
-        ("detected", "cause", "recovered in", "steps lost", "restarts"),
-        [(_when(i["detected_at"]), i["cause"],
+        ("detected", "cause", "hosts", "recovered in", "steps lost", "restarts"),
+        [(_when(i["detected_at"]), i["cause"], ", ".join(i["hosts"]) or NA,
           duration(i["recovered_in"]) if i["recovered_in"] is not None else "not yet",
           _num(i["steps_lost"]), _num(i["restart_count"]))
          for i in d["interruptions"]],

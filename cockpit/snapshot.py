@@ -144,6 +144,7 @@ class Interruption:
     steps_lost: int | None
     restart_count: int | None = None
     evidence: str | None = None
+    hosts: tuple[str, ...] = ()  # the host that failed first, then the peers that saw it
 
 
 @dataclass(frozen=True)

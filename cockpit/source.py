@@ -38,6 +38,7 @@ from cockpit.analysis.divergence import (
 )
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
+from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.lifecycle import event_data, paused
 from cockpit.analysis.lr import lr_looks_too_high
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
@@ -584,6 +585,7 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
                 steps_lost=i.get("steps_lost"),
                 restart_count=i.get("restart_count"),
                 evidence=i.get("evidence"),
+                hosts=tuple(i.get("hosts") or ((i["host"],) if i.get("host") else ())),
             )
             for i in interruptions if i.get("detected_at") is not None
         ),
@@ -698,7 +700,7 @@ def build_snapshot(
                        lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))
     interruptions = reader.memo(
         "interruptions", (job, events_key),
-        lambda: reader.interruptions(job, until_ts=until_ts)) if job else []
+        lambda: merge_incidents(reader.interruptions(job, until_ts=until_ts))) if job else []
     health = _health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
                      replaying=until_ts is not None)
     if job is not None:

@@ -17,10 +17,20 @@ def interruption_line(item: Interruption) -> str:
     recovered = ("[$error]not recovered[/]" if item.recovered_in is None
                  else f"recovered in {fmt.duration(item.recovered_in)}")
     lost = fmt.na(item.steps_lost, "{:,}")
-    line = f"{fmt.clock(item.detected_at)} {escape(item.cause)} · {recovered} · {lost} steps lost"
+    line = f"{fmt.clock(item.detected_at)} {escape(item.cause)}{escape(where_text(item))} · " \
+        f"{recovered} · {lost} steps lost"
     if item.restart_count is not None:
         line += f" · restart #{item.restart_count}"
     return line
+
+
+def where_text(item: Interruption) -> str:
+    """" on gpu3", or " on gpu3 (+2 peers)" when other hosts saw the same failure."""
+    if not item.hosts:
+        return ""
+    peers = len(item.hosts) - 1
+    return f" on {item.hosts[0]}" + (f" (+{peers} peer{'s' if peers > 1 else ''})"
+                                     if peers else "")
 
 
 def log_markup(items: tuple[Interruption, ...]) -> str:
