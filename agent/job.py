@@ -173,6 +173,9 @@ class ManagedJob:
         state = self.state
         if action == "pause" and state not in (RUNNING, BACKOFF, STARTING):
             raise OpError("job %r is %s: only a running job can be paused" % (self.name, state))
+        if action == "pause" and state == BACKOFF and (args or {}).get("freeze"):
+            raise OpError("job %r is waiting to restart after a failure: it has no process "
+                          "to freeze (a pause without freeze cancels the restart)" % self.name)
         if action == "thaw" and state != FROZEN:
             raise OpError("job %r is %s, not frozen" % (self.name, state))
         if action == "resume" and state not in (*IDLE_STATES, FROZEN):
@@ -603,25 +606,47 @@ class ManagedJob:
             self._launch(checkpoint, reason="relaunch")
             return None
         if action == "stop":
-            self._stop_attempt(float(args.get("grace", self.spec.stop_grace)))
+            was = self.state
+            ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)))
             self.state = STOPPED
-            return None
+            if not ended:
+                self._stopped_idle(was)
+            return None  # no restart is pending any more: one due in a backoff is dropped
         if action == "scale":
             self.membership.scale(args)
             return retry_at
         return retry_at
 
-    def _stop_attempt(self, grace: Optional[float] = None) -> None:
+    def _stop_attempt(self, grace: Optional[float] = None) -> bool:
+        """Stop the attempt's processes; False when none was running."""
         sup = self.supervisor
-        if sup is not None and sup.running:
-            sup.stop(self.spec.stop_grace if grace is None else grace)
+        if sup is None or not sup.running:
+            return False
+        sup.stop(self.spec.stop_grace if grace is None else grace)
+        return True
+
+    def _stopped_idle(self, was: str) -> None:
+        """A stop that found no process to end (a job waiting to restart, paused, failed,
+        a spare) ends its life with the `job_exited` a stopped process journals: the
+        operator was told one follows the ack, and the cockpit reads a job's state from
+        its last lifecycle event, which would otherwise stay "recovering" or "paused"."""
+        sup = self.supervisor
+        seconds = None
+        if sup is not None and sup.started_at is not None and sup.ended_at is not None:
+            seconds = round(sup.ended_at - sup.started_at, 3)
+        code = sup.returncode if sup is not None else None
+        self._event("job_exited", "job %s stopped %s; %s" % (
+            self.name, "while waiting to restart after a failure: the restart is cancelled"
+            if was == BACKOFF else "(it was %s)" % was,
+            "its last attempt %s" % describe_status(code) if code is not None
+            else "no process of it was running"),
+            {"returncode": code, "pid": sup.pid if sup is not None else None,
+             "seconds": seconds})
 
     def _pause(self, args: dict, retry_at: Optional[float]) -> Optional[float]:
         if self.state == BACKOFF:
-            self.state = PAUSED
-            self._event("pause", "job %s paused while waiting to restart" % self.name,
-                        {"mode": "checkpoint", "ok": True, "checkpoint": None})
-            return None
+            self._pause_in_backoff()
+            return None  # the restart that was due is dropped
         timeout = float(args.get("timeout", self.spec.pause_timeout))
         if args.get("follow"):
             return self._pause_following(timeout, retry_at)
@@ -685,6 +710,22 @@ class ManagedJob:
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
         return None
+
+    def _pause_in_backoff(self) -> None:
+        """Paused between a failure and its restart: the processes are gone already, so
+        the pause only cancels the restart. The event says where a `resume` will start
+        (the newest valid checkpoint), as a pause of a running job does."""
+        newest, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+        step = newest.step if newest is not None else 0
+        last = self._failure.get("last_step")
+        self.state = PAUSED
+        self._event("pause", "job %s paused while waiting to restart after a failure: the "
+                    "restart is cancelled; a resume starts from %s" % (
+                        self.name, newest.path if newest is not None else "the start"), {
+                        "mode": "checkpoint", "ok": True,
+                        "checkpoint": str(newest.path) if newest is not None else None,
+                        "step": step, "steps_discarded": max(0, (last or step) - step),
+                        "restart_cancelled": True}, step=step)
 
     def _hold_at_reported_checkpoint(self, until: float) -> None:
         """Leave the job frozen (SIGSTOP) at a moment when the newest valid checkpoint's

@@ -21,7 +21,7 @@ import re
 import signal
 from collections import deque
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Causes, in the order they are checked: a GPU fault often surfaces as a CUDA error in
 # user code, and an OOM as an NCCL failure on the peers, so the specific ones go first.
@@ -63,6 +63,27 @@ _INDEX = re.compile(r"(?:sample|record|index|offset|line|row)[ =:#]+(\d+)", re.I
 _ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
 _SIGNAL_EXIT = re.compile(r"exitcode\s*:\s*(-\d+)|Signal (\d+) \(SIG\w+\) received", re.I)
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)", re.I)
+# What the interpreter itself says when the spec's code never got to run. These lines
+# come from the worker (or from torchrun's own python), written straight into torchrun's
+# stderr: no traceback, no `[rankN]:` prefix unless torchrun tees them.
+_LINE_START = r"^(?:\[\w*\d+\]:)?\s*"
+_PROGRAM = r"(?!\S*(?:Error|Exception|Warning):)(\S+)"  # argv[0], not an exception's name
+# The interpreter names itself (argv[0]: the worker's is torchrun's sys.executable), which
+# tells its own report from a trainer's log line that merely says "No module named".
+_PYTHON = r"(\S*python[\w.\-]*)"
+_NO_SCRIPT = re.compile(_LINE_START + _PYTHON + r": (?:can't open file '(.+)': \[Errno \d+\] (.+)|"
+                        r"can't find '__main__' module in '(.+)')$")
+_NO_MODULE = re.compile(_LINE_START + _PYTHON + r": (?:No module named (\S+)|Error while finding "
+                        r"module specification for '([^']+)' \((.+)\))$")
+_SOURCE_AT = re.compile(_LINE_START + r'File "(.+)", line (\d+)')
+_COMPILE_ERROR = re.compile(_LINE_START + r"((?:SyntaxError|IndentationError|TabError)\b.*)$")
+_USAGE = re.compile(_LINE_START + r"usage: ", re.I)
+_USAGE_ERROR = re.compile(_LINE_START + _PROGRAM + r": error: (.+)$")
+_IMPORT_ERROR = re.compile(r"\b(?:ModuleNotFoundError|ImportError)\b")
+# A shell's (or exec's) "command not found" and "not executable".
+_EXEC_CODES = {127: "not found", 126: "not executable"}
+_EXEC_SAYS = re.compile(r"not found|No such file or directory|Permission denied|"
+                        r"cannot execute")
 
 HINTS = {
     OOM: "the job runs out of memory at this size: lower the micro-batch (or sequence "
@@ -87,16 +108,18 @@ class Diagnosis:
     """A named cause and the lines that show it."""
 
     def __init__(self, cause: str, evidence: List[str], where: Optional[Dict[str, Any]] = None,
-                 signature: Optional[str] = None) -> None:
+                 signature: Optional[str] = None, hint: Optional[str] = None) -> None:
         self.cause = cause
         self.evidence = evidence
         self.where = where or {}
         # What must match for two failures to count as "the same one again".
         self.signature = signature if signature is not None else cause
+        # A cause's general advice, unless the failure named what to fix (a missing file).
+        self._hint = hint
 
     @property
     def hint(self) -> str:
-        return HINTS.get(self.cause, HINTS[UNKNOWN])
+        return self._hint or HINTS.get(self.cause, HINTS[UNKNOWN])
 
     def as_dict(self) -> dict:
         return {"cause": self.cause, "evidence": self.evidence, "where": self.where,
@@ -217,6 +240,12 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
         if error.get("traceback"):
             texts.extend(error["traceback"].splitlines()[-20:])
     texts.extend(tail)
+    root = root_cause(tail)
+    # A spec the code could not even start from fails the same way on every attempt,
+    # whatever else the host reports meanwhile: it is named first.
+    spec_error = _spec_error(returncode, root, texts)
+    if spec_error is not None:
+        return spec_error
     xids = [x for x in telemetry.get("xid") or [] if x]
     if xids or (telemetry.get("ecc_unc") or 0) > 0:
         evidence = []
@@ -226,7 +255,6 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
         if telemetry.get("ecc_unc"):
             evidence.append("uncorrectable ECC errors rose by %d" % telemetry["ecc_unc"])
         return Diagnosis(GPU_FAULT, evidence, {"gpu": telemetry.get("gpu")})
-    root = root_cause(tail)
     if root is not None:
         # The rank that failed first is the cause; its peers' errors (connection reset,
         # SIGTERM from the teardown) are consequences and must not win the vote.
@@ -248,8 +276,7 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
                 rank, root.get("pid"), _signal_name(-code))], where_rank)
         exceptions = [e for e in _exception_lines(own) if not _is_consequence(e)]
         if exceptions:
-            return Diagnosis(USER_CODE, _dedupe(exceptions)[:3], where_rank,
-                             "%s:%s" % (USER_CODE, _strip_rank(exceptions[0])))
+            return _user_exception(exceptions, where_rank)
     found = _by_pattern(texts)
     if found is not None:
         return found
@@ -257,13 +284,127 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
     real = [e for e in exceptions if not _is_consequence(e)]
     if real:
         # The first exception raised is the cause; later ones are peers tearing down.
-        return Diagnosis(USER_CODE, _dedupe(real)[:3], {}, "%s:%s" % (USER_CODE, _strip_rank(
-            real[0])))
+        return _user_exception(real, {})
     killed = _killed_by_signal(returncode, texts)
     if killed is not None:
         return Diagnosis(KILLED, [killed], {})
     evidence = ["torchrun exited with code %s" % returncode, *tail[-3:]]
     return Diagnosis(UNKNOWN, evidence, {})
+
+
+def _user_exception(exceptions: List[str], where: Dict[str, Any]) -> Diagnosis:
+    first = _strip_rank(exceptions[0])
+    hint = None
+    if _IMPORT_ERROR.search(first):
+        hint = ("the training code cannot import a module (%s): install it into the "
+                "environment of the job's `python`, or point `python` in the job spec at "
+                "one that has it, then launch again" % first)
+    return Diagnosis(USER_CODE, _dedupe(exceptions)[:3], where, "%s:%s" % (USER_CODE, first),
+                     hint)
+
+
+# A reason the spec's code never ran: (what, for the signature; hint; where; evidence).
+_SpecFault = Tuple[str, str, Dict[str, Any], List[str]]
+
+
+def _spec_error(returncode: Optional[int], root: Optional[Dict[str, Any]],
+                texts: Sequence[str]) -> Optional[Diagnosis]:
+    """The user's code never ran: the spec names a script, module or program this host
+    lacks, code that does not compile, or arguments the script rejects. No restart can
+    fix that, so it counts as the user's error (`user_code`), with a hint that names
+    what to fix, rather than as an unknown failure retried until the budget is gone."""
+    fault = None
+    for index, line in enumerate(texts):
+        fault = (_missing_script(line) or _missing_module(line)
+                 or _not_compiling(texts, index) or _rejected_args(texts, index))
+        if fault is not None:
+            break
+    else:
+        code = root.get("exitcode") if root is not None else None
+        fault = _exec_failure(code) or _exec_failure(returncode, texts)
+    if fault is None:
+        return None
+    what, hint, where, evidence = fault
+    if root is not None:
+        where = dict(where, rank=root["rank"])
+    return Diagnosis(USER_CODE, evidence, where, "%s:%s" % (USER_CODE, what), hint)
+
+
+def _missing_script(line: str) -> Optional[_SpecFault]:
+    match = _NO_SCRIPT.match(line)
+    if not match:
+        return None
+    path = match.group(2) or match.group(4)
+    why = match.group(3) or "a directory without a __main__.py"
+    return ("script:%s" % path,
+            "the job's script %s cannot be run on this host (%s): fix `script` in the job "
+            "spec (a relative path is read from `workdir`) or put the file there, then "
+            "launch again" % (path, why), {"file": path}, [_strip_rank(line).strip()])
+
+
+def _missing_module(line: str) -> Optional[_SpecFault]:
+    match = _NO_MODULE.match(line)
+    if not match:
+        return None
+    module = match.group(2) or match.group(3)
+    why = " (%s)" % match.group(4) if match.group(4) else ""
+    return ("module:%s" % module,
+            "%s cannot find the module %s%s: fix `module` or `python` in the job spec, or "
+            "install it into that environment, then launch again" % (
+                match.group(1), module, why), {}, [_strip_rank(line).strip()])
+
+
+def _not_compiling(texts: Sequence[str], index: int) -> Optional[_SpecFault]:
+    """The interpreter's report of a script it cannot compile: `File "…", line N`, the
+    source line and the error, with no traceback (one that has a traceback is an
+    exception of code that ran, e.g. an import, and is judged as such)."""
+    match = _COMPILE_ERROR.match(texts[index])
+    if not match or _in_traceback(texts, index):
+        return None
+    source = next((found for found in map(_SOURCE_AT.match, reversed(
+        texts[max(0, index - 4):index])) if found), None)
+    if source is None:
+        return None
+    path, number = source.group(1), int(source.group(2))
+    return ("compile:%s:%d" % (path, number),
+            "the job's script %s does not compile (%s, line %d): fix it, then launch "
+            "again" % (path, match.group(1), number), {"file": path},
+            [_strip_rank(source.group(0)).strip(), match.group(1)])
+
+
+def _rejected_args(texts: Sequence[str], index: int) -> Optional[_SpecFault]:
+    """argparse's `PROG: error: …` after its usage line: the spec's arguments (or the
+    override and resume templates that add to them) are wrong."""
+    match = _USAGE_ERROR.match(texts[index])
+    if not match or not any(map(_USAGE.match, texts[max(0, index - 20):index])):
+        return None
+    return ("usage:%s" % match.group(2),
+            "%s rejected its command line (%s): fix `args` (or `override_args`, "
+            "`resume.args`) in the job spec, then launch again" % (
+                match.group(1), match.group(2)), {}, [_strip_rank(texts[index]).strip()])
+
+
+def _exec_failure(code: Optional[int], texts: Sequence[str] = ()) -> Optional[_SpecFault]:
+    """Exit code 127 / 126: a shell or exec found no such program, or could not run it
+    (a `python` that is a wrapper script pointing at a removed environment)."""
+    if code not in _EXEC_CODES:
+        return None
+    what = _EXEC_CODES[code]
+    said = [line.strip() for line in texts if _EXEC_SAYS.search(line)][-3:]
+    return ("exec:%d" % code,
+            "a command of the job was %s (exit code %d): check `python` (and what it "
+            "runs) in the job spec on this host, then launch again" % (what, code), {},
+            ["exit code %d: a command was %s" % (code, what), *said])
+
+
+def _in_traceback(texts: Sequence[str], index: int) -> bool:
+    """Whether the exception line at `index` ends a traceback."""
+    for line in reversed(texts[max(0, index - 50):index]):
+        if _TRACEBACK.search(line):
+            return True
+        if _EXCEPTION_LINE.match(line.strip()):
+            return False
+    return False
 
 
 def _by_pattern(texts: Sequence[str]) -> Optional[Diagnosis]:
