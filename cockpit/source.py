@@ -154,6 +154,9 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     if last is not None and paused(last):
         return "paused"  # a pause that failed (or a refused freeze) left the job running
     if kind == "interruption":
+        decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+        if decision.get("retry") is False and not data.get("exclusion"):
+            return "failed"  # the agent gave up (a spec or code error, repeated OOM …)
         return "recovering"
     if kind == "job_adopted" and data.get("running") is True:
         return "running"  # a restarted agent found the job still running
@@ -213,8 +216,8 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
     eta_note = None
     if state == "exited":
         eta_note = "done" if percent is not None and percent >= 1.0 else "exited before its end"
-    elif state == "paused":
-        eta_note = "paused"
+    elif state in ("paused", "failed"):
+        eta_note = state
     shown_state = "stalled" if stall.stalled and state == "running" else state
     if shown_state == "stalled":
         eta_note = "stalled"  # the rate of its last steps says nothing of when it resumes
@@ -381,8 +384,10 @@ def _nonfinite(reader: StoreReader, job: str, until_ts: float | None,
         added = reader.added_rows("train", after, until_ts, fr)
         if added is None:
             return None
-        return held.extended({int(r["step"]) for r in added if r["job"] == job
-                              and r["nonfinite"] is not None and r["step"] is not None})
+        rows = [r for r in added if r["job"] == job and r["nonfinite"] is not None
+                and r["step"] is not None]
+        return held.extended({int(r["step"]) for r in rows},
+                             min((float(r["ts"]) for r in rows), default=None))
 
     return reader.kept("nonfinite", job, "train", fr,
                        lambda: reader.nonfinite_summary(job, until_ts=until_ts), extend)
@@ -606,6 +611,14 @@ def _link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, 
     return "stale" if now - last > rules.STALE_AFTER_S else "streaming"
 
 
+def _link_rows(hosts: Sequence[Mapping[str, Any]], health: Health) -> list[dict[str, Any]]:
+    """Host rows with the state shown, and since when where the store knows it (the
+    transport records each change of state)."""
+    return [{**h, "state": s.state,
+             "state_since": h.get("state_ts") if h.get("state") == s.state else None}
+            for h, s in zip(hosts, health.hosts, strict=True)]
+
+
 def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
                        host_states: Mapping[str, str] | None, controllable: bool,
                        now: float | None) -> Snapshot:
@@ -614,7 +627,7 @@ def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
     at = now if now is not None else (until_ts or 0.0)
     hosts = reader.hosts(until_ts=until_ts)
     health = _health(hosts, (), (), (), (), host_states, at, replaying=until_ts is not None)
-    rows = [{**h, "state": s.state} for h, s in zip(hosts, health.hosts, strict=True)]
+    rows = _link_rows(hosts, health)
     return Snapshot(ts=at, source_label=label, job=None, health=health,
                     alerts=rules.merge(rules.host_alerts(rows, (), now=at)),
                     controllable=controllable)
@@ -691,8 +704,8 @@ def build_snapshot(
         active=state in ACTIVE_STATES,
     )
     progress = _progress(run, train, at, state, stall)
-    found = _effect(reader, job, train, until_ts, buckets, fr, series,
-                    nonfinite_f.result() if nonfinite_f is not None else NonFinite())
+    nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
+    found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
     efficiency = _efficiency(train, figures, series, busy_f.result()[0],
                              _rank0_note(kept_from, world) if kept_from is not None else None)
     events_key = fr.key("event")
@@ -728,7 +741,7 @@ def build_snapshot(
         "alerts", fr.key("alert"),
         lambda: rules.stored_alerts(reader.alerts(until_ts=until_ts, frontiers=fr)))
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
-    link_rows = [{**h, "state": s.state} for h, s in zip(hosts, health.hosts, strict=True)]
+    link_rows = _link_rows(hosts, health)
     alerts = rules.merge(
         stored_alerts,
         rules.gpu_alerts(gpus),
@@ -744,10 +757,12 @@ def build_snapshot(
             nonfinite_steps=found.effect.nonfinite_steps,
             nonfinite_count=found.effect.nonfinite_count,
             nonfinite_last=found.effect.nonfinite_last,
+            nonfinite_since=nonfinite.since,
             spike_steps=found.effect.spike_steps,
             divergence=found.divergence, lr_reason=found.lr_reason, now=at,
         ),
-        rules.stall_alerts(stall, now=at),
+        rules.stall_alerts(stall, now=at,
+                           since=float(train.newest["ts"]) if train.newest else None),
     )
     return Snapshot(
         ts=at,

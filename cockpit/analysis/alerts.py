@@ -126,7 +126,9 @@ def xid_alerts(events: Iterable[Row]) -> list[Alert]:
 
 
 def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> list[Alert]:
-    """`hosts`: host rows with `state` and `last_seen`; `samples`: latest host samples."""
+    """`hosts`: host rows with `state`, `last_seen` and `state_since` (when the link
+    entered its state, if known); `samples`: latest host samples. An alert is dated when
+    its condition began where that is known, else `now`."""
     out = []
     for h in hosts:
         name = h.get("host")
@@ -135,14 +137,15 @@ def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> 
         if state in BAD_LINK_STATES:
             detail = h.get("detail") or h.get("last_error")
             out.append(_alert(
-                now, RESOURCE, BAD_LINK_STATES[state], "host_" + state.replace("-", "_"),
+                h.get("state_since") or now, RESOURCE, BAD_LINK_STATES[state],
+                "host_" + state.replace("-", "_"),
                 {"host": name},
                 f"link to host is {state}" + (f": {detail}" if detail else ""),
                 _link_hint(state),
             ))
         elif last is not None and now - last > STALE_AFTER_S:
             out.append(_alert(
-                now, RESOURCE, WARNING, "host_stale", {"host": name},
+                last, RESOURCE, WARNING, "host_stale", {"host": name},
                 f"no record from this host for {duration(now - last)}",
                 "check the host is up and the agent running (`cockpit-agent run`); "
                 "records are kept on the host and resent on reconnect",
@@ -227,6 +230,7 @@ def parameter_alerts(
     *, nonfinite_steps: Sequence[int], spike_steps: Sequence[float],
     divergence: Divergence | None, lr_reason: str | None, now: float,
     nonfinite_count: int | None = None, nonfinite_last: int | None = None,
+    nonfinite_since: float | None = None,
 ) -> list[Alert]:
     """`nonfinite_steps` may be the first of many: `nonfinite_count` and
     `nonfinite_last` then say how many and the newest."""
@@ -237,7 +241,7 @@ def parameter_alerts(
         last = nonfinite_last if nonfinite_last is not None else max(nonfinite_steps)
         span = f"first at step {first:,}" + (f", last at step {last:,}" if last != first else "")
         out.append(_alert(
-            now, PARAMETER, CRITICAL, "nonfinite_loss", {"step": first},
+            nonfinite_since or now, PARAMETER, CRITICAL, "nonfinite_loss", {"step": first},
             f"loss was NaN/Inf at {count:,} step(s), {span}",
             "roll back to the checkpoint before that step; lower the LR or enable gradient "
             "clipping; with AMP check the loss scale; inspect the batch at that step",
@@ -278,13 +282,16 @@ STALL_HINTS = {
 }
 
 
-def stall_alerts(verdict: StallVerdict, *, now: float) -> list[Alert]:
+def stall_alerts(verdict: StallVerdict, *, now: float, since: float | None = None
+                 ) -> list[Alert]:  # fmt: skip
+    """`since`: the last step's time, when the job stopped progressing."""
     if not verdict.stalled:
         return []
     kind = DATA if verdict.cause == DATA_STARVED else RESOURCE
     severity = CRITICAL if verdict.kind == "no progress" else WARNING
     code = "stall" if verdict.kind == "no progress" else "slowdown"
-    return [_alert(now, kind, severity, code, dict(verdict.where),
+    when = since if since is not None and verdict.kind == "no progress" else now
+    return [_alert(when, kind, severity, code, dict(verdict.where),
                    verdict.detail or "the job stopped progressing",
                    STALL_HINTS.get(verdict.cause, STALL_HINTS[None]))]
 

@@ -40,8 +40,10 @@ class NonFinite:
     steps: tuple[int, ...] = ()  # the first NONFINITE_LIMIT, in step order
     count: int = 0
     last: int | None = None
+    since: float | None = None  # when the first of them was recorded
 
-    def extended(self, new_steps: set[int]) -> NonFinite | None:
+    def extended(self, new_steps: set[int], first_ts: float | None = None
+                 ) -> NonFinite | None:  # fmt: skip
         """With the steps of rows added since, or None when that cannot be exact: a
         repeated step (a relaunch) at or below the newest is new only if it was not
         NaN before, which the first `steps` alone cannot tell once the limit is hit."""
@@ -56,7 +58,9 @@ class NonFinite:
         known = set(self.steps)
         fresh = later | (earlier - known)
         merged = tuple(sorted(known | fresh)[:NONFINITE_LIMIT])
-        return NonFinite(merged, self.count + len(fresh), max(self.last or -1, *new_steps))
+        since = self.since if self.since is not None else first_ts
+        return NonFinite(merged, self.count + len(fresh), max(self.last or -1, *new_steps),
+                         since)
 
 
 class TrainQueries(ReaderBase):
@@ -364,12 +368,13 @@ class TrainQueries(ReaderBase):
         the newest (a run that stays NaN for days must not read "1000, last 10,852")."""
         cond, args = until_clause(until_ts)
         with self._cur() as cur:
-            count, last = cur.execute(
-                "SELECT count(DISTINCT step), max(step) FROM train WHERE job = ? "
+            count, last, since = cur.execute(
+                "SELECT count(DISTINCT step), max(step), min(ts) FROM train WHERE job = ? "
                 f"AND nonfinite IS NOT NULL AND step IS NOT NULL{cond}", [job, *args]
-            ).fetchone() or (0, None)
+            ).fetchone() or (0, None, None)
         steps = tuple(self.nonfinite_steps(job, until_ts=until_ts, limit=limit)) if count else ()
-        return NonFinite(steps, int(count or 0), None if last is None else int(last))
+        return NonFinite(steps, int(count or 0), None if last is None else int(last),
+                         None if since is None else float(since))
 
     def peak_step(
         self, job: str, rank: int | None, column: str, first: float, last: float, *,

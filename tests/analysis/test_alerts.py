@@ -107,3 +107,25 @@ def test_merge_dedupes_and_orders_worst_first() -> None:
     merged = A.merge(stored, fresh)
     assert [a.code for a in merged] == ["ecc_uncorrected", "thermal_throttle", "note"]
     assert merged[1].ts == 5.0 and merged[2].where == "host b"
+
+
+def test_an_alert_is_dated_when_its_condition_began_where_that_is_known() -> None:
+    """Derived alerts are found again on every refresh; the time shown is when the
+    trouble started (a link's state change, the last record, the last step, the first
+    NaN), not the refresh, which is all `now` can say."""
+    now = 10_000.0
+    link, stale = A.host_alerts([
+        {"host": "a", "state": "unreachable", "state_since": 9_000.0, "last_seen": 8_990.0},
+        {"host": "b", "state": "streaming", "last_seen": 9_500.0},
+    ], [], now=now)
+    assert (link.code, link.ts) == ("host_unreachable", 9_000.0)
+    assert (stale.code, stale.ts) == ("host_stale", 9_500.0)
+    (unknown_since,) = A.host_alerts([{"host": "c", "state": "auth-failed"}], [], now=now)
+    assert unknown_since.ts == now
+    stalled = StallVerdict(True, "no progress", DATA_STARVED, "no step for 5m", {"rank": 1})
+    assert A.stall_alerts(stalled, now=now, since=9_700.0)[0].ts == 9_700.0
+    slow = StallVerdict(True, "slowdown", None, "steps 3x slower", {})
+    assert A.stall_alerts(slow, now=now, since=9_999.0)[0].ts == now  # still stepping
+    (nan,) = A.parameter_alerts(nonfinite_steps=[5, 6], spike_steps=[], divergence=None,
+                                lr_reason=None, now=now, nonfinite_since=9_100.0)
+    assert nan.ts == 9_100.0

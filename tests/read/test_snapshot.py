@@ -178,19 +178,30 @@ def test_details_events_run_log(reader: StoreReader) -> None:
         details(reader, "gpu")
 
 
-@pytest.mark.parametrize(("kind", "note"), [("pause", "paused"),
-                                            ("job_exited", "exited before its end")])
+GAVE_UP = {"cause": "user_code", "decision": {"retry": False, "reason": "twice"}}
+
+
+@pytest.mark.parametrize(("kind", "data", "state", "note"), [
+    ("pause", {}, "paused", "paused"),
+    ("job_exited", {}, "exited", "exited before its end"),
+    ("interruption", GAVE_UP, "failed", "failed"),  # the agent stopped retrying
+    ("interruption", {"decision": {"retry": True}}, "recovering", None),
+    ("interruption", {**GAVE_UP, "exclusion": {"host": "node-a"}}, "recovering", None),
+])
 def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
-        tmp_path: Path, kind: str, note: str) -> None:
+        tmp_path: Path, kind: str, data: dict, state: str, note: str | None) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     last = syn.step_ts(syn.STEPS - 1)
     with Store(path) as store:
         store.ingest("node-a", encode("event", 10**6, {
             "kind": kind, "job": "job-1", "rank": None, "step": syn.STEPS - 1,
-            "msg": kind, "data": {}}, ts=last + 1))
+            "msg": kind, "data": data}, ts=last + 1))
     with Store(path, read_only=True) as store:
         p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
-    assert p.state == kind.replace("job_", "").replace("pause", "paused")
+    assert p.state == state
+    if note is None:
+        assert p.eta_note is None
+        return
     assert (p.eta_seconds, p.eta_low, p.eta_high, p.eta_note) == (None, None, None, note)
     assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown
 
