@@ -38,6 +38,7 @@ class RecordingFacts:
     interruption: dict | None  # the interruption event: why the job died, and when
     seed: int
     tags: tuple[str, ...]
+    config: dict  # the trainer's whole config, as its run record declared it
 
     def step_at(self, ts: float) -> int | None:
         """The newest step a replay at `ts` may show (records after `ts` are unseen)."""
@@ -96,4 +97,5 @@ def recording_facts() -> RecordingFacts:
         interruption=next(iter(events("interruption")), None),
         seed=run["config"]["seed"],
         tags=tuple(run.get("tags") or ()),
+        config=run["config"],
     )

@@ -355,6 +355,33 @@ async def test_run_info_and_log_tail_of_the_recorded_run(recorded_replay: OpenRe
         assert all(shown.endswith(line) for shown, line in zip(log.lines, expected, strict=True))
 
 
+async def test_run_info_shows_the_whole_config_with_keys_as_written(
+        recorded_replay: OpenReplay) -> None:
+    """At 80x24 the config is longer than the screen: every key is there, spelt as an
+    override is (`train.max_steps`, not "train.max steps"), and the view scrolls to it."""
+    from cockpit.ui.widgets.detail_view import DetailView, cell, flatten
+
+    app = make_app(recorded_replay())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        rows = {str(t.get_row_at(r)[0]): str(t.get_row_at(r)[1])
+                for t in app.screen.query(DataTable) for r in range(t.row_count)
+                if len(t.get_row_at(r)) == 2}
+        config = flatten(FACTS.config)
+        assert len(config) > 20
+        missing = [key for key, _ in config if key not in rows]
+        assert not missing and "declared" not in rows
+        assert all(rows[key] == cell(value) for key, value in config)
+        view = app.screen.query_one(DetailView)
+        assert view.max_scroll_y > 0
+        view.scroll_end(animate=False, immediate=True)
+        await settle(pilot)
+        last = [t for t in app.screen.query(DataTable)][-1]
+        assert view.region.overlaps(last.region)  # the end of the config is on screen
+
+
 async def test_log_tail_follows_new_lines_unless_scrolled_up(
     recorded_replay: OpenReplay,
 ) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
+from cockpit.details import RunInfo
 from cockpit.ui.screens.drill_down import DrillDownScreen
-from cockpit.ui.widgets.detail_view import DetailView
+from cockpit.ui.widgets.detail_view import DetailView, as_mapping
 
 
 class RunInfoScreen(DrillDownScreen):
@@ -24,4 +25,15 @@ class RunInfoScreen(DrillDownScreen):
 
     def watch_details(self, details: object) -> None:
         if self._ready:
-            self.query_one(DetailView).data = details
+            self.query_one(DetailView).data = shown(details)
+
+
+def shown(details: object) -> object:
+    """Run info as an operator reads it: whether the trainer declared its run is a note
+    when it did not (then only what its steps show is known), not a `declared` flag."""
+    if not isinstance(details, RunInfo):
+        return details
+    data = dict(as_mapping(details) or {})
+    if data.pop("declared", True):
+        return data
+    return {"note": "no run record from the trainer: only what its steps show", **data}

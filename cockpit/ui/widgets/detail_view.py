@@ -34,6 +34,8 @@ KB_RATE_FIELDS = frozenset({"pcie_tx", "pcie_rx"})
 def cell(value: object) -> str:
     if value is None:
         return fmt.NA_TEXT
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as a config or `--set` writes it
     if isinstance(value, float):
         return f"{value:.4g}" if math.isfinite(value) else str(value)
     if isinstance(value, Mapping):
@@ -101,7 +103,9 @@ def is_record_list(value: object) -> bool:
 
 
 def title(name: str) -> str:
-    return name.replace("_", " ")
+    """A field name for reading; a dotted config key stays as written, so it can be
+    copied into an override (`--set data.max_bytes=…`)."""
+    return name if "." in name else name.replace("_", " ")
 
 
 _NOTHING_SHOWN = object()
