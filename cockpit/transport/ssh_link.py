@@ -8,6 +8,7 @@ happened and what to do, and the link keeps retrying with capped, jittered backo
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ from cockpit.transport.states import (
     HighWater,
     StateCallback,
 )
+
+# paramiko logs a failed handshake, traceback included, and with no handler of its own
+# Python prints that on stderr, over the cockpit's screen; the link reports every such
+# failure as its state instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 # paramiko's default 2 MiB window stalls a fast stream on long round trips.
 WINDOW_SIZE = 8 << 20
@@ -244,14 +250,27 @@ def _handshake(
         ) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
         client.close()
-        raise _ConnectFailed(
-            UNREACHABLE, f"{hop.label()}: {exc or type(exc).__name__}", slow=False
-        ) from exc
+        raise _ConnectFailed(UNREACHABLE, _unreachable_text(hop, exc), slow=False) from exc
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(int(max(1, options.keepalive)))
         transport.sock.settimeout(TRANSPORT_POLL)
     return client
+
+
+# What paramiko says when the port answered but no SSH server did (a web server, a
+# database, a port that closes at once): its own words name no cause.
+_NOT_SSH = ("protocol banner", "No existing session", "Error reading SSH")
+
+
+def _unreachable_text(hop: Endpoint, exc: BaseException) -> str:
+    said = str(exc) or type(exc).__name__
+    if isinstance(exc, paramiko.SSHException | EOFError) and (
+            isinstance(exc, EOFError) or any(s in said for s in _NOT_SSH)):
+        return (f"{hop.label()}: port {hop.port} answered but no SSH server spoke on it "
+                f"({said}); check the host's SSH port (`port` in the inventory, Port in "
+                "~/.ssh/config)")
+    return f"{hop.label()}: {said}"
 
 
 class HostLink(BaseLink):
