@@ -260,8 +260,9 @@ def parameter_alerts(
             f"validation loss has not improved for {divergence.evals_since_best} evaluations "
             f"since step {divergence.best_step} while train loss fell "
             f"{100 * (divergence.train_drop or 0):.0f}%",
-            f"the best model is near step {divergence.best_step}: stop or roll back to that "
-            "checkpoint; add regularisation, augmentation or data",
+            f"the best model is near step {divergence.best_step}: stop, or roll back to the "
+            "checkpoint nearest it if one is still kept (raise `keep` to hold more); add "
+            "regularisation, augmentation or data",
         ))
     if lr_reason:
         out.append(_alert(

@@ -298,6 +298,12 @@ class _Locator:
                 for number, line in enumerate(self.lines, start=1):
                     if header.match(line):
                         return number
+            else:
+                # A sub-table of this table (`[hosts.extra]` after a `[[hosts]]`).
+                sub = f"{table}.{key}"
+                for number, name, _array in self.headers:
+                    if name == sub and number >= start:
+                        return number
         return start if table is not None else None
 
 

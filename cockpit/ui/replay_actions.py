@@ -9,7 +9,14 @@ from cockpit.ui.screens.drill_down import DrillDownScreen
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 REPLAY_METHODS = ("pause", "resume", "set_speed", "seek", "seek_target")
 REPLAY_ACTIONS = frozenset({"replay_toggle", "replay_speed", "replay_seek"})
-SEEK_SECONDS = 60.0  # recording time per seek press, scaled by the speed above 1x
+SEEK_SECONDS = 60.0  # recording time per seek press at 1x (see `seek_seconds`)
+
+
+def seek_seconds(speed: float, span: float) -> float:
+    """Recording seconds one seek press moves: more at a higher speed (a minute of
+    screen time per press), but never more than a tenth of a recording longer than a
+    minute, so a short recording is not crossed in one press."""
+    return min(SEEK_SECONDS * max(1.0, speed), max(SEEK_SECONDS, span / 10))
 
 
 def next_speed(current: float, direction: int) -> float:
@@ -46,8 +53,9 @@ class ReplayActions:
 
     def action_replay_seek(self, direction: int) -> None:
         """Move the replay cursor by recording seconds (`ReplaySource.seek` is relative)."""
-        speed = float(getattr(self.source, "speed", 1.0) or 1.0)  # type: ignore[attr-defined]
-        seconds = direction * SEEK_SECONDS * max(1.0, speed)
+        source = self.source  # type: ignore[attr-defined]
+        speed = float(getattr(source, "speed", 1.0) or 1.0)
+        seconds = direction * seek_seconds(speed, source.end_ts - source.start_ts)
         screen = self.screen  # type: ignore[attr-defined]
         if isinstance(screen, DrillDownScreen):
             screen.expect_jump(self.source.seek_target(seconds))  # type: ignore[attr-defined]

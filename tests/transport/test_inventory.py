@@ -81,6 +81,7 @@ def test_good_inventory_applies_defaults_and_overrides(tmp_path: Path) -> None:
         ('[[hosts]]\naddress = "a"\nname = "bad name"\n', 3, ["may hold only"]),
         ('[[hosts]]\naddress = ""\n', 2, ["'address' is empty"]),
         ('[[host]]\naddress = "a"\n', 1, ["unknown top-level key 'host'"]),
+        ('[[hosts]]\naddress = "a"\n\n[hosts.extra]\nx = 1\n', 4, ["unknown field 'extra'"]),
     ],
 )
 def test_semantic_errors_name_file_line_and_field(

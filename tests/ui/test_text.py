@@ -125,3 +125,14 @@ def test_drill_down_sparklines_print_their_scale_in_units() -> None:
     assert range_text(used, series_value_text("gpu_mem_used")) == "now 2.0GiB · 2.0GiB–2.0GiB"
     assert range_text(Series(), series_value_text("cpu")) == "no data"
     assert range_text(history, series_value_text("grad_norm")) == "now 77.4 · 38–79"
+
+
+def test_a_seek_press_scales_with_speed_but_never_crosses_a_short_recording() -> None:
+    from cockpit.ui.replay_actions import SEEK_SECONDS, seek_seconds
+
+    day = 86_400.0
+    assert seek_seconds(1.0, day) == SEEK_SECONDS
+    assert seek_seconds(0.25, day) == SEEK_SECONDS
+    assert seek_seconds(100.0, day) == 100 * SEEK_SECONDS  # a long run: bigger steps
+    assert seek_seconds(20.0, 300.0) == SEEK_SECONDS  # 5 minutes at 20x: not 20 minutes
+    assert seek_seconds(20.0, 3_600.0) == 360.0  # a tenth of an hour
