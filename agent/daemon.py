@@ -192,6 +192,7 @@ class Daemon:
         grace = op.get("grace", self.config.stop_grace)
         if not isinstance(grace, (int, float)) or grace < 0:
             raise OpError("'grace' must be a number of seconds >= 0")
+        sup.ended_for = "stop"
         threading.Thread(target=sup.stop, args=(float(grace),), name="job-stop",
                          daemon=True).start()
         return {"pid": sup.pid, "grace": grace}
@@ -530,6 +531,7 @@ class Daemon:
         if self.supervisor is not None and self.supervisor.running:
             self.log("stopping job %s (SIGTERM, then SIGKILL after %g s)"
                      % (self.supervisor.job, self.config.stop_grace))
+            self.supervisor.ended_for = "shutdown"
             self.supervisor.stop(self.config.stop_grace)
         if self.supervisor is not None:
             try:  # stopped with the daemon: nothing for the next one to adopt

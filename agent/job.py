@@ -588,7 +588,7 @@ class ManagedJob:
             self._launch(checkpoint, reason="resume")
             return None
         if action == "relaunch":
-            self._stop_attempt()
+            self._stop_attempt(why="relaunch")
             if args.get("exclude_self"):
                 self.state = STOPPED
                 self._event("relaunch", "job %s: this host is excluded; its part stopped"
@@ -607,7 +607,8 @@ class ManagedJob:
             return None
         if action == "stop":
             was = self.state
-            ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)))
+            ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)),
+                                       why="stop")
             self.state = STOPPED
             if not ended:
                 self._stopped_idle(was)
@@ -617,11 +618,13 @@ class ManagedJob:
             return retry_at
         return retry_at
 
-    def _stop_attempt(self, grace: Optional[float] = None) -> bool:
-        """Stop the attempt's processes; False when none was running."""
+    def _stop_attempt(self, grace: Optional[float] = None, why: Optional[str] = None) -> bool:
+        """Stop the attempt's processes; False when none was running. `why` goes into
+        its `job_exited` (a stop for a pause exits non-zero, and is no failure)."""
         sup = self.supervisor
         if sup is None or not sup.running:
             return False
+        sup.ended_for = why
         sup.stop(self.spec.stop_grace if grace is None else grace)
         return True
 
@@ -694,7 +697,7 @@ class ManagedJob:
                          "error": "no checkpoint_saved within %g s" % timeout})
             return retry_at
         self._hold_at_reported_checkpoint(min(deadline, time.time() + PAUSE_STEP_WAIT))
-        self._stop_attempt()
+        self._stop_attempt(why="pause")
         self._settle_spool()
         with self._lock:
             last = self._cur_max
@@ -771,11 +774,13 @@ class ManagedJob:
         self.state = PAUSING
         sup = self.supervisor
         if sup is not None and sup.running:
+            sup.ended_for = "pause"  # its end, when rank 0's host stops, is the pause
             if self.spec.elastic:  # torchrun would regroup, not end: its workers' end is
                 self.membership.follow_end(timeout)
             else:
                 sup.wait(timeout)
         if sup is not None and sup.running:
+            sup.ended_for = None
             self.state = RUNNING
             self._event("pause", "job %s: pause failed: this host's part did not end within "
                         "%.0f s of the pause; it keeps running" % (self.name, timeout),

@@ -379,7 +379,7 @@ class Membership:
             return
         job.spec.with_hosts(list(hosts))
         if args.get("leave"):
-            job._stop_attempt()
+            job._stop_attempt(why="scale")
             job.state = EXCLUDED
             self.expect = self.between = self.regroup = None
             job._event("scale", "job %s: this host left; its part stopped, the other %d "

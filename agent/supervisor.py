@@ -68,6 +68,12 @@ def clip_line(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+# Why the agent ends an attempt itself, as its job_exited says it.
+ENDED_FOR = {"pause": "for a pause", "stop": "on a stop request",
+             "relaunch": "for a relaunch", "scale": "as this host left the job",
+             "shutdown": "as the agent shut down"}
+
+
 class TokenBucket:
     """`rate` lines/s on average, bursts up to `burst`: a chatty job cannot flood the
     journal, and the full output stays in the log files anyway."""
@@ -225,6 +231,9 @@ class Supervisor:
         self._exited = threading.Event()
         self._ranks = RankResolver()
         self.returncode: Optional[int] = None
+        # Why the agent is ending this attempt ("pause", "stop", "relaunch", "scale"), for
+        # its job_exited: such an exit is asked for, whatever its status says.
+        self.ended_for: Optional[str] = None
         self.started_at: Optional[float] = None
         self.ended_at: Optional[float] = None  # as the wrapper saw it (None: unknown)
         self.found_running = False  # adopted: the job was still running when found
@@ -577,12 +586,15 @@ class Supervisor:
             assert code is not None
             how = ("exited with code %d" % code if code >= 0
                    else "was killed by signal %d" % -code)
+        data = {"returncode": code, "pid": self._pid,
+                "seconds": None if self.started_at is None
+                else round(time.time() - self.started_at, 3)}
+        if self.ended_for:
+            how += " (ended by the agent %s)" % ENDED_FOR.get(self.ended_for, self.ended_for)
+            data["ended_for"] = self.ended_for
         self.journal.append("event", {
             "kind": "job_exited", "job": self.job, "rank": None, "step": None,
-            "msg": "job %s %s" % (self.job, how),
-            "data": {"returncode": code, "pid": self._pid,
-                     "seconds": None if self.started_at is None
-                     else round(time.time() - self.started_at, 3)},
+            "msg": "job %s %s" % (self.job, how), "data": data,
         })
         self._exited.set()
         if self.on_exit is not None:

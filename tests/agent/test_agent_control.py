@@ -74,6 +74,10 @@ def test_ping_adjust_stop_unknown_and_malformed_ops_are_acked(tmp_path: Path, pr
     assert malformed["ok"] is False and "not JSON" in malformed["error"]
     exited = next(r for r in lines if r.get("kind") == "job_exited")
     assert exited["job"] == "jobB" and exited["data"]["returncode"] == -15
+    # Asked for: the record says so, so that nobody reads the signal as a crash.
+    assert exited["data"]["ended_for"] == "stop"
+    assert exited["msg"] == ("job jobB was killed by signal 15 (ended by the agent on a stop "
+                             "request)")
     stream.stdin.close()
     assert stream.wait(10) == 0
     assert b"control line 12 is not JSON" in stream.stderr.read()

@@ -48,6 +48,9 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
         d.wait_for(lambda pid=pid: not process_alive(pid), 10, f"pid {pid} to exit")
     trained = max(t["step"] for t in d.train(NAME))
     assert paused["data"]["steps_discarded"] == trained - step
+    exits = d.events("job_exited", NAME)
+    assert exits and exits[-1]["data"]["ended_for"] == "pause"  # asked for, not a crash
+    assert "(ended by the agent for a pause)" in exits[-1]["msg"]
 
     # Resume: from the paused step's checkpoint, keeping the operator's LR scale.
     d.op("resume", job=NAME)
