@@ -94,7 +94,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         raise CockpitError(f"{Path(recording).name} has no job {job!r}; its jobs: "
                            f"{', '.join(jobs) or 'none'}")  # fmt: skip
     snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=BUCKETS,
-                          job=job, pin_job=job is not None)
+                          job=job)
     run = reader.run_info(snap.job, until_ts=until_ts) if snap.job else {}
     first = span[0] if span else None
     checkpoints = reader.checkpoint_costs(snap.job, until_ts=until_ts) if snap.job else []

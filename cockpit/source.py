@@ -151,8 +151,9 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     if kind == "job_exited":
         return "exited"
     data = event_data(last) if last else {}
+    # A pause that failed (or a refused freeze) left the job running: not "paused".
     if last is not None and paused(last):
-        return "paused"  # a pause that failed (or a refused freeze) left the job running
+        return "paused"
     if kind == "interruption":
         decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
         if decision.get("retry") is False and not data.get("exclusion"):
@@ -643,14 +644,13 @@ def build_snapshot(
     controllable: bool = False,
     now: float | None = None,
     job: str | None = None,
-    pin_job: bool = False,
 ) -> Snapshot:
     """The whole main screen at `until_ts` (None: everything recorded).
 
     `now` is the instant ages are measured from (time since the last step, stale hosts):
     by default the cursor, else the newest record; a live source may pass the wall clock.
-    `job` is the operator's pick among the jobs training side by side (`TrainTail.job`);
-    with `pin_job` it is shown whether it trains or not (a report asked for that job).
+    `job` is the operator's pick (`j`, `cockpit report --job`): shown while it is one of
+    the recording's jobs, training or not (`TrainTail.job`).
     """
     fr = reader.frontiers(until_ts=until_ts)
     frontier = fr.newest
@@ -662,8 +662,7 @@ def build_snapshot(
     declared = reader.memo("jobs", fr.key("run", "event", "eval"),
                            lambda: tuple(reader.jobs(until_ts=until_ts)))
     jobs = (*declared, *(j for j in training if j not in declared))
-    if not (pin_job and job is not None):
-        job = tail.job(fr, until_ts, prefer=job, training=training, known=jobs)
+    job = tail.job(fr, until_ts, prefer=job, training=training, known=jobs)
     if job is not None and job not in jobs:
         jobs = (*jobs, job)
     run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
