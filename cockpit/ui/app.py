@@ -24,11 +24,13 @@ from cockpit.ui.control_actions import ControlActions
 from cockpit.ui.messages import DataArrived, DetailsReady, DetailsRequested, SnapshotReady
 from cockpit.ui.replay_actions import REPLAY_ACTIONS, ReplayActions, is_replayable
 from cockpit.ui.screens.alerts import AlertsScreen
+from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.drill_down import DrillDownScreen
 from cockpit.ui.screens.help import HelpScreen
 from cockpit.ui.screens.host_detail import HostDetailScreen
 from cockpit.ui.screens.log_tail import LogTailScreen
 from cockpit.ui.screens.main import MainScreen
+from cockpit.ui.screens.prompt import PromptScreen
 from cockpit.ui.screens.run_info import RunInfoScreen
 from cockpit.ui.themes import ThemeSet
 
@@ -195,8 +197,17 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.push_screen(HelpScreen(self.keymap))
 
     async def run_keyed_action(self, spec_id: str) -> None:
-        """Run an action chosen in the command palette on the screen it belongs to."""
+        """Run an action chosen in the command palette on the screen it belongs to.
+
+        Never over an open dialog (a confirmation, a prompt): the palette must not stack
+        a second one on it, nor close it without an answer."""
         spec = keys.SPECS[spec_id]
+        dialog = next((s for s in self.screen_stack if isinstance(s, ConfirmScreen | PromptScreen)),
+                      None)
+        if dialog is not None:
+            self.notify(f"{spec.description}: answer or cancel (Esc) the open dialog first",
+                        severity="warning", timeout=4)
+            return
         if spec.scope == "main":
             while len(self.screen_stack) > 1:
                 self.pop_screen()

@@ -38,6 +38,13 @@ class ControlActions:
         controller = controller or self._controller()
         if controller is None:
             return
+        snapshot = self.snapshot  # type: ignore[attr-defined]
+        if snapshot is not None and snapshot.job == jc.job_of(controller):
+            why = jc.refusal(name, snapshot.job, snapshot.progress.state,
+                             snapshot.progress.eta_note)
+            if why is not None:
+                self.notify(why, title=jc.OPERATIONS[name].title, severity="warning")  # type: ignore[attr-defined]
+                return
         op = jc.OPERATIONS[name]
         if op.destructive:
             snapshot = self.snapshot  # type: ignore[attr-defined]
@@ -117,13 +124,18 @@ class ControlActions:
                      lambda o, c: self.request_operation("fork", {"overrides": o}, c))
 
     def action_relaunch_job(self) -> None:
+        controller = self._controller()
+        if controller is None:
+            return
         snapshot = self.snapshot  # type: ignore[attr-defined]
         hosts = [h for h in snapshot.health.hosts] if snapshot else []
         failing = " ".join(h.host for h in hosts if host_problem(h) == "error")
+        members = tuple(getattr(controller, "hosts", ()))
         self._prompt("Relaunch the job", "Hosts to exclude (space separated; prefilled "
                      "with failing hosts, empty: none):",
-                     lambda text: jc.parse_hosts(text, [h.host for h in hosts]),
-                     lambda ex, c: self.request_operation("relaunch", {"exclude": ex}, c), failing)
+                     lambda text: jc.parse_exclusions(text, [h.host for h in hosts], members),
+                     lambda ex, c: self.request_operation("relaunch", {"exclude": ex}, c),
+                     failing, controller=controller)
 
     def action_scale_job(self) -> None:
         controller = self._controller()

@@ -64,6 +64,28 @@ def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> s
     return text
 
 
+# Operations that need the job's processes running (or about to run again).
+NEEDS_PROCESSES = frozenset({"pause", "checkpoint", "eval"})
+LIVE_STATES = frozenset({"running", "stalled", "recovering", "unknown"})
+
+
+def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str | None:
+    """Why `op` cannot do anything for a job in `state`, or None: the operator is told
+    at once rather than by an acknowledgement that only says it was sent."""
+    if op in NEEDS_PROCESSES and state not in LIVE_STATES:
+        return (f"job {job} is {state}" + (f" ({eta_note})" if eta_note and eta_note != state
+                                           else "")
+                + f": no process to {op}" + ("; resume it first (r)" if state == "paused"
+                                             else ""))
+    if op in ("resume", "fork") and state == "exited" and eta_note == "done":
+        return (None if op == "fork" else
+                f"job {job} finished all its steps: resuming it would exit at once; fork it "
+                "(f) with new settings to train on")
+    if op == "resume" and state in ("running", "stalled"):
+        return f"job {job} is {state}: there is nothing to resume"
+    return None
+
+
 def link_warning(hosts: Iterable[str], links: dict[str, str]) -> str:
     """A line for the confirmation when some of the job's hosts cannot be reached now:
     the operation will not get there, and their part of the job goes its own way."""
@@ -132,6 +154,17 @@ def parse_hosts(text: str, known: Iterable[str]) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown host(s): {', '.join(unknown)}; known: "
                          f"{', '.join(sorted(known_set)) or 'none'}")
+    return names
+
+
+def parse_exclusions(text: str, known: Iterable[str], members: Iterable[str]
+                     ) -> tuple[str, ...]:  # fmt: skip
+    """Hosts to leave out of a relaunch: known hosts, and not every host of the job."""
+    names = parse_hosts(text, known)
+    members = tuple(members)
+    if members and set(members) <= set(names):
+        raise ValueError(f"excluding {', '.join(members)} leaves the job no host: relaunch "
+                         "without exclusions, or add a host first (s)")
     return names
 
 

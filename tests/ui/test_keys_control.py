@@ -144,7 +144,8 @@ async def test_checkpoint_and_eval_run_at_once(controlled_source: StaticSource,
         await settle(pilot)
         await pilot.press("r")
         await settle(pilot)
-        assert controller.names() == ["checkpoint_now", "eval_now", "resume"]
+        assert controller.names() == ["checkpoint_now", "eval_now"]
+        assert notifications(app)[-1] == "job demo-7b is running: there is nothing to resume"
 
 
 async def test_control_keys_act_on_the_job_on_screen(controller: RecordingController) -> None:
@@ -279,6 +280,25 @@ async def test_palette_lists_every_action_and_switches_themes(
         hits = [hit async for hit in provider.search("Log-y")]
         await run_hit(hits[0])
         assert app.main_screen.query_one("#effect").log_y
+
+
+async def test_the_palette_neither_stacks_on_nor_drops_an_open_dialog(
+        controlled_source: StaticSource, controller: RecordingController) -> None:
+    app = make_app(controlled_source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        for spec_id in ("relaunch_job", "alerts", "pause_job"):
+            await app.run_keyed_action(spec_id)
+            await settle(pilot)
+            assert isinstance(app.screen, ConfirmScreen), spec_id
+            assert "answer or cancel (Esc) the open dialog first" in notifications(app)[-1]
+        assert len([s for s in app.screen_stack if isinstance(s, ConfirmScreen)]) == 1
+        await pilot.press("y")  # the dialog still gets its answer
+        await settle(pilot)
+        assert controller.names() == ["pause"]
 
 
 async def test_q_quits_and_releases_the_recording(recorded_replay: OpenReplay,

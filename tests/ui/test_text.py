@@ -136,3 +136,27 @@ def test_a_seek_press_scales_with_speed_but_never_crosses_a_short_recording() ->
     assert seek_seconds(100.0, day) == 100 * SEEK_SECONDS  # a long run: bigger steps
     assert seek_seconds(20.0, 300.0) == SEEK_SECONDS  # 5 minutes at 20x: not 20 minutes
     assert seek_seconds(20.0, 3_600.0) == 360.0  # a tenth of an hour
+
+
+def test_operations_that_cannot_act_on_the_jobs_state_are_refused_at_once() -> None:
+    assert jc.refusal("pause", "j", "running", None) is None
+    assert jc.refusal("checkpoint", "j", "recovering", None) is None
+    assert jc.refusal("pause", "j", "exited", "done") == (
+        "job j is exited (done): no process to pause")
+    assert jc.refusal("checkpoint", "j", "paused", "paused") == (
+        "job j is paused: no process to checkpoint; resume it first (r)")
+    assert "finished all its steps" in (jc.refusal("resume", "j", "exited", "done") or "")
+    assert jc.refusal("resume", "j", "exited", "exited before its end") is None
+    assert jc.refusal("resume", "j", "paused", "paused") is None
+    assert jc.refusal("fork", "j", "exited", "done") is None
+    assert jc.refusal("adjust", "j", "paused", "paused") is None  # applies on resume
+    assert jc.refusal("resume", "j", "stalled", "stalled") == (
+        "job j is stalled: there is nothing to resume")
+
+
+def test_a_relaunch_cannot_exclude_every_host() -> None:
+    assert jc.parse_exclusions("b", ["a", "b"], ["a", "b"]) == ("b",)
+    with pytest.raises(ValueError, match="leaves the job no host"):
+        jc.parse_exclusions("a b", ["a", "b"], ["a", "b"])
+    with pytest.raises(ValueError, match="unknown host"):
+        jc.parse_exclusions("zz9", ["a", "b"], ["a", "b"])
