@@ -287,9 +287,8 @@ async def test_the_palette_neither_stacks_on_nor_drops_an_open_dialog(
     app = make_app(controlled_source)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("p")
-        await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
+        app.action_pause_job()  # what p does; the confirmation opens
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the dialog")
         for spec_id in ("relaunch_job", "alerts", "pause_job"):
             await app.run_keyed_action(spec_id)
             await settle(pilot)
