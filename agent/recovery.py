@@ -376,8 +376,20 @@ def _rejected_args(texts: Sequence[str], index: int) -> Optional[_SpecFault]:
     """argparse's `PROG: error: …` after its usage line: the spec's arguments (or the
     override and resume templates that add to them) are wrong."""
     match = _USAGE_ERROR.match(texts[index])
-    if not match or not any(map(_USAGE.match, texts[max(0, index - 20):index])):
+    if not match:
         return None
+    if not any(map(_USAGE.match, texts[max(0, index - 20):index])):
+        # No usage line: a trainer that checks its own config says `PROG: error: …` as
+        # its last words (the example trainer does, for an unknown `--set` key in a
+        # fork's overrides). Retrying cannot change that answer. Only when nothing else
+        # in the output names a cause: a library's "x: error:" line must not hide an OOM.
+        if (any(p.search(t) for _c, p in _PATTERNS for t in texts)
+                or not all(map(_is_consequence, _exception_lines(texts)))):
+            return None
+        return ("refused:%s" % match.group(2),
+                "%s refused to start (%s): fix the job's config or arguments (`args`, "
+                "`override_args`, a fork's overrides), then launch again" % (
+                    match.group(1), match.group(2)), {}, [_strip_rank(texts[index]).strip()])
     return ("usage:%s" % match.group(2),
             "%s rejected its command line (%s): fix `args` (or `override_args`, "
             "`resume.args`) in the job spec, then launch again" % (

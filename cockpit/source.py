@@ -760,6 +760,7 @@ def build_snapshot(
             spike_steps=found.effect.spike_steps,
             divergence=found.divergence, lr_reason=found.lr_reason, now=at,
         ),
+        rules.interruption_alerts(health.interruptions),
         rules.stall_alerts(stall, now=at,
                            since=float(train.newest["ts"]) if train.newest else None),
     )

@@ -14,7 +14,7 @@ from typing import Any
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
 from cockpit.analysis.text import duration, where_text
-from cockpit.snapshot import Alert
+from cockpit.snapshot import Alert, Interruption
 
 Row = Mapping[str, Any]
 
@@ -272,6 +272,24 @@ def parameter_alerts(
             "clipping",
         ))
     return out
+
+
+def interruption_alerts(interruptions: Sequence[Interruption]) -> list[Alert]:
+    """The newest interruption while it is not recovered: the job is down now, which
+    the interruption log shows but the alert count must say too."""
+    if not interruptions:
+        return []
+    newest = max(interruptions, key=lambda i: i.detected_at)
+    if newest.recovered_in is not None:
+        return []
+    where: dict[str, object] = {"host": newest.hosts[0]} if newest.hosts else {}
+    evidence = f": {newest.evidence}" if newest.evidence else ""
+    return [_alert(
+        newest.detected_at, RESOURCE, CRITICAL, "job_interrupted", where,
+        f"the job stopped ({newest.cause}){evidence}; not recovered yet",
+        "the agent restarts it from the newest valid checkpoint when its policy allows; "
+        "the job log (L) and the events (a) say what it is doing",
+    )]
 
 
 STALL_HINTS = {

@@ -53,6 +53,8 @@ NO_TORCH = ("/usr/bin/python3: Error while finding module specification for "
 NO_COMPILE = '  File "/src/train.py", line 7\n    def (\n        ^\nSyntaxError: invalid syntax'
 BAD_ARGS = ("usage: train.py [-h] [--steps STEPS]\n"
             "train.py: error: unrecognized arguments: --bogus")
+REFUSED = ("[rank0]: charlm: error: --set nosuch.key=1: unknown setting 'nosuch.key'; "
+           "known: data.max_bytes, train.max_steps")
 NO_PYTHON = "/opt/venv/bin/python: line 2: /gone/bin/python3: No such file or directory"
 NO_IMPORT = ('Traceback (most recent call last):\n  File "/src/train.py", line 1, in '
              "<module>\n    import nosuchmod\nModuleNotFoundError: No module named 'nosuchmod'")
@@ -66,6 +68,7 @@ SPEC_MISTAKES = {
     "script does not compile": (NO_COMPILE, 1, 1, {"file": "/src/train.py", "rank": 0},
                                 "/src/train.py"),
     "script rejects its args": (BAD_ARGS, 2, 1, {"rank": 0}, "--bogus"),
+    "trainer refuses its config": (REFUSED, 2, 1, {"rank": 0}, "nosuch.key"),
     "python without torch": (NO_TORCH, None, 1, {}, "No module named 'torch'"),
     "python not found": (NO_PYTHON, None, 127, {}, "exit code 127"),
     "import in the script": (NO_IMPORT, 1, 1, {}, "No module named 'nosuchmod'"),
@@ -94,6 +97,13 @@ def test_a_trainer_log_line_about_a_module_does_not_hide_the_real_cause() -> Non
     tail = ["Warning: No module named 'apex'",
             "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"]
     assert classify(1, tail).cause == "oom"
+    # Nor does a library's "PROG: error:" line, with or without a traceback after it.
+    for cause in ("[rank0]: torch.OutOfMemoryError: CUDA out of memory",
+                  'Traceback (most recent call last):\n  File "t.py", line 3\n'
+                  "ValueError: bad shape"):
+        tail = ["[rank0]: urllib3: error: retrying in 2 s", *cause.splitlines()]
+        assert classify(1, tail).cause != USER_CODE or "refused" not in classify(
+            1, tail).hint, cause
 
 
 # -- end to end: the daemon, real torchrun, tiny scripts -------------------------------

@@ -129,3 +129,16 @@ def test_an_alert_is_dated_when_its_condition_began_where_that_is_known() -> Non
     (nan,) = A.parameter_alerts(nonfinite_steps=[5, 6], spike_steps=[], divergence=None,
                                 lr_reason=None, now=now, nonfinite_since=9_100.0)
     assert nan.ts == 9_100.0
+
+
+def test_a_job_down_now_is_a_critical_alert_until_it_recovers() -> None:
+    from cockpit.snapshot import Interruption
+
+    down = Interruption("killed", 100.0, None, None, 1, "rank 1 (pid 9) killed by SIGKILL",
+                        hosts=("vm",))
+    (alert,) = A.interruption_alerts([Interruption("oom", 50.0, 6.0, 10, 1), down])
+    assert (alert.code, alert.severity, alert.ts, alert.where) == (
+        "job_interrupted", "critical", 100.0, "host vm")
+    assert "killed" in alert.what and "SIGKILL" in alert.what
+    recovered = Interruption("killed", 100.0, 5.0, 40, 1, hosts=("vm",))
+    assert A.interruption_alerts([recovered]) == [] and A.interruption_alerts([]) == []
