@@ -222,6 +222,12 @@ def _title(d: dict[str, Any]) -> str:
     return f"Training report: {d['job'] or 'no job'} ({Path(d['recording']).name})"
 
 
+def _idle_note(state: str) -> str:
+    """GPU busy is read at the report's instant: after the job ended its GPUs idle."""
+    return {"exited": " (now: the job has exited)", "paused": " (now: the job is paused)",
+            "failed": " (now: the job failed)"}.get(state, "")
+
+
 def _nonfinite_text(e: dict[str, Any]) -> str:
     steps, count, last = e["nonfinite_steps"], e["nonfinite_count"], e["nonfinite_last"]
     if not steps:
@@ -287,7 +293,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     slow = ", ".join(f"rank {r['rank']} ({r['host']}) {r['step_time']:.3g}s"
                      for r in f["slowest_ranks"]) or NA
     efficiency: Rows = [
-        ("GPU busy", _num(f["gpu_busy"], ".0f", "%")),
+        ("GPU busy", _num(f["gpu_busy"], ".0f", "%") + _idle_note(p["state"])),
         ("samples/s", _num(f["samples_per_s"], ",.1f")),
         ("tokens/s", _num(f["tokens_per_s"], ",.0f")),
         ("data wait", _num(f["data_wait_pct"], ".1f", "%")),

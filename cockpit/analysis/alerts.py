@@ -13,7 +13,7 @@ from typing import Any
 
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
-from cockpit.analysis.text import duration, where_text
+from cockpit.analysis.text import counted, duration, where_text
 from cockpit.snapshot import Alert, Interruption
 
 Row = Mapping[str, Any]
@@ -250,7 +250,8 @@ def parameter_alerts(
         steps = ", ".join(f"{s:.0f}" for s in spike_steps[-5:])
         out.append(_alert(
             now, PARAMETER, WARNING, "loss_spike", {"step": f"{spike_steps[-1]:.0f}"},
-            f"{len(spike_steps)} loss spikes (latest near steps {steps})",
+            f"{counted(len(spike_steps), 'loss spike')} (latest near "
+            f"{'step' if len(spike_steps) == 1 else 'steps'} {steps})",
             "inspect the batches at those steps for bad samples; clip gradients or lower "
             "the LR if spikes recur",
         ))

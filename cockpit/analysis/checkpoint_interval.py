@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cockpit.analysis.stats import finite, median
+from cockpit.analysis.text import counted
 
 
 def young_interval(cost: float, mtbf: float) -> float:
@@ -87,7 +88,8 @@ def advise(
     text = (
         f"{lead} {_minutes(interval)} (Daly; checkpoint cost {_duration(cost)}, MTBF "
         f"{'≥ ' if lower_bound else ''}{_hours(mtbf)}"
-        + (", no interruption seen yet" if lower_bound else f", {interruptions} interruptions")
+        + (", no interruption seen yet" if lower_bound
+           else f", {counted(interruptions, 'interruption')}")
         + ")"
     )
     if current is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from cockpit.analysis.text import counted
+
 MIN_POINTS = 10
 MIN_POINTS_AFTER_MIN = 3
 RISE_OF_RANGE = 0.2  # rise since the minimum, as a share of the drop before it
@@ -37,7 +39,8 @@ def lr_looks_too_high(
     unstable = len(spike_steps) + len(nonfinite_steps)
     if unstable >= UNSTABLE_EVENTS:
         return (
-            f"{len(spike_steps)} loss spikes and {len(nonfinite_steps)} non-finite losses "
+            f"{counted(len(spike_steps), 'loss spike')} and "
+            f"{counted(len(nonfinite_steps), 'non-finite loss', 'non-finite losses')} "
             "so far"
         )
     loss = _clean(loss_smoothed)

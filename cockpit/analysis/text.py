@@ -25,3 +25,8 @@ def where_text(where: dict[str, object]) -> str:
     parts = [f"{k} {where[k]}" for k in order if where.get(k) is not None]
     parts += [f"{k} {v}" for k, v in where.items() if k not in order and v is not None]
     return " / ".join(parts) if parts else "job"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 alert", "2 alerts": operators read these counts at a glance."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

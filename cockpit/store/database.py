@@ -287,8 +287,25 @@ class Store:
             row = cur.execute("SELECT max(version) FROM schema_version").fetchall()
         return int(row[0][0]) if row[0][0] is not None else 0
 
+    def _foreign_tables(self) -> list[str]:
+        """Tables of a database that has no schema_version: someone else's data."""
+        with self.cursor() as cur:
+            rows = cur.execute("SELECT table_name FROM information_schema.tables "
+                               "ORDER BY table_name").fetchall()
+        return [str(r[0]) for r in rows]
+
     def _migrate(self) -> None:
         version = self._version()
+        if version == 0:
+            foreign = self._foreign_tables()
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (" …" if len(foreign) > 5 else "")
+                raise StoreVersionError(
+                    f"{self.path} is a DuckDB database but not a cockpit recording (it holds "
+                    f"{shown}): give a recording, or a new file to record into")
+            if self.read_only:
+                raise StoreVersionError(f"{self.path} is not a cockpit recording: it is an "
+                                        "empty DuckDB database")
         if version > schema.SCHEMA_VERSION:
             raise StoreVersionError(
                 f"{self.path} was written by a newer cockpit (schema version {version}; this "

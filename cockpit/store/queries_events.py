@@ -174,6 +174,9 @@ def _number(value: Any) -> float | None:
 
 
 def _text(value: Any) -> str | None:
+    """Evidence as one line: the agent sends a list of findings, first the strongest."""
     if value is None or isinstance(value, str):
         return value
+    if isinstance(value, list | tuple):
+        return "; ".join(str(v) for v in value if v not in (None, "")) or None
     return str(value)

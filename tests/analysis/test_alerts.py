@@ -142,3 +142,14 @@ def test_a_job_down_now_is_a_critical_alert_until_it_recovers() -> None:
     assert "killed" in alert.what and "SIGKILL" in alert.what
     recovered = Interruption("killed", 100.0, 5.0, 40, 1, hosts=("vm",))
     assert A.interruption_alerts([recovered]) == [] and A.interruption_alerts([]) == []
+
+
+def test_counts_read_in_the_singular_for_one() -> None:
+    from cockpit.analysis.text import counted
+
+    assert (counted(1, "alert"), counted(0, "alert"), counted(2_000, "alert")) == (
+        "1 alert", "0 alerts", "2,000 alerts")
+    assert counted(1, "non-finite loss", "non-finite losses") == "1 non-finite loss"
+    (spike,) = A.parameter_alerts(nonfinite_steps=[], spike_steps=[794.0], divergence=None,
+                                  lr_reason=None, now=1.0)
+    assert spike.what == "1 loss spike (latest near step 794)"

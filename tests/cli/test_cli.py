@@ -74,6 +74,9 @@ def test_report_json_holds_the_four_instruments_of_the_recording(
     (cut,) = report["interruptions"]
     assert cut["cause"] == "killed" and cut["steps_lost"] == \
         facts.interruption["step"] - facts.resumed_step
+    # The agent's findings read as one line, strongest first, not a Python list.
+    assert cut["evidence"] == "; ".join(facts.interruption["data"]["evidence"])
+    assert cut["hosts"] == [facts.host]
     assert report["health"]["simulated"] is facts.simulated
     assert [h["host"] for h in report["health"]["hosts"]] == [facts.host]
     assert report["health"]["hosts"][0]["gpus_total"] == facts.gpu_count

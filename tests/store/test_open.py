@@ -65,6 +65,27 @@ def test_a_newer_schema_is_refused_with_a_clear_message(tmp_store_path: Path) ->
         Store(tmp_store_path)
 
 
+def test_a_duckdb_file_that_is_no_recording_is_named_so_and_left_untouched(
+        tmp_path: Path) -> None:
+    other = tmp_path / "sales.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE orders (id INTEGER)")
+    con.close()
+    for read_only in (True, False):  # replay / report, and watch --store
+        with pytest.raises(StoreVersionError, match=r"not a cockpit recording \(it holds "
+                                                    r"orders\)"):
+            Store(other, read_only=read_only)
+    con = duckdb.connect(str(other), read_only=True)
+    assert [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables")
+            .fetchall()] == ["orders"]  # no cockpit table was added to it
+    con.close()
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    with pytest.raises(StoreVersionError, match="empty DuckDB database"):
+        Store(empty, read_only=True)
+    Store(empty).close()  # a new, empty file is fine to record into
+
+
 def test_read_only_refuses_writes(tmp_store_path: Path) -> None:
     with Store(tmp_store_path) as store:
         store.ingest("a", trains(1, 3))

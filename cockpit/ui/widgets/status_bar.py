@@ -14,6 +14,7 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
 from cockpit.ui import format as fmt
 
@@ -50,7 +51,7 @@ class StatusBar(Widget):
             critical = sum(1 for a in snap.alerts if a.severity == "critical")
             if critical:
                 parts.append(f"[$error]⚠ {critical} critical[/]")
-            parts.append(f"{len(snap.alerts)} alerts")
+            parts.append(counted(len(snap.alerts), "alert"))
             parts.append("controllable" if snap.controllable else "[$text-muted]read-only[/]")
         return Content.from_markup(" │ ".join(parts))
 
