@@ -40,6 +40,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _replay_speed(text: str) -> float:
+    from cockpit.ui.replay_actions import SPEEDS
+
+    value = _positive_float(text)
+    if not SPEEDS[0] <= value <= SPEEDS[-1]:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is outside {SPEEDS[0]:g} to {SPEEDS[-1]:g}, the speeds `<` and `>` "
+            "step through")
+    return value
+
+
 _WINDOW_UNITS = {"m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
@@ -105,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="play a recording in the cockpit")
     replay.add_argument("file", type=Path)
-    replay.add_argument("--speed", type=_positive_float, default=10.0,
-                        help="playback speed (default 10x)")
+    replay.add_argument("--speed", type=_replay_speed, default=10.0,
+                        help="playback speed, 0.25 to 1000 (default 10x)")
     _add_theme(replay)
 
     report = sub.add_parser("report", help="print the four instruments of a recording")
@@ -313,6 +324,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _require_file(path: Path) -> None:
+    if path.is_dir():
+        raise CockpitError(f"{path} is a directory: give the recording file in it (a "
+                           "*.duckdb file, e.g. DIR/recording.duckdb)")
     if not path.is_file():
         raise CockpitError(f"{path}: no such recording (expected a DuckDB file)")
 

@@ -84,6 +84,9 @@ __all__ = [
 EVENTS_SHOWN = 50
 MAX_PINNED_SPIKES = 20
 ACTIVE_STATES = ("running",)
+# Lifecycle events after which the job's processes are starting: until its first step,
+# what the panes show is the previous attempt's.
+STARTING_KINDS = ("job_started", "resume", "relaunch")
 DATA_EVENT_KINDS = ("spool_error", "dropped")
 DATA_EVENTS_READ = 500
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
@@ -142,9 +145,10 @@ def _newest_per_host(*groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def _state(reader: StoreReader, job: str | None, until_ts: float | None,
-           has_steps: bool, fr: Frontiers) -> str:
+           newest_step_ts: float | None, fr: Frontiers) -> str:
     if job is None:
         return "unknown"
+    has_steps = newest_step_ts is not None
     last = reader.memo("lifecycle", (job, fr.key("event")),
                        lambda: reader.lifecycle(job, until_ts=until_ts, frontiers=fr))
     kind = last["kind"] if last else None
@@ -161,6 +165,9 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
         return "recovering"
     if kind == "job_adopted" and data.get("running") is True:
         return "running"  # a restarted agent found the job still running
+    if kind in STARTING_KINDS and (not has_steps or float(last["ts"]) > newest_step_ts):
+        # Launched (again) and no step since: the figures are the last attempt's.
+        return "starting"
     if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
         return "running"
     return "unknown"
@@ -217,7 +224,7 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
     eta_note = None
     if state == "exited":
         eta_note = "done" if percent is not None and percent >= 1.0 else "exited before its end"
-    elif state in ("paused", "failed"):
+    elif state in ("paused", "failed", "starting"):
         eta_note = state
     shown_state = "stalled" if stall.stalled and state == "running" else state
     if shown_state == "stalled":
@@ -690,7 +697,8 @@ def build_snapshot(
     host_samples = host_samples_f.result()
     hosts = reader.hosts(until_ts=until_ts, frontiers=fr,
                          recent=_newest_per_host(gpus, host_samples, train.latest))
-    state = _state(reader, job, until_ts, bool(train.latest), fr)
+    state = _state(reader, job, until_ts,
+                   float(train.newest["ts"]) if train.newest else None, fr)
     figures = reader.memo(
         "figures", (job, run.get("world_size"), run.get("flops_per_step"),
                     run.get("peak_flops"), fr.key("train", "gpu"), kept_from),

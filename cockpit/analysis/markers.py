@@ -60,3 +60,17 @@ def chart_markers(events: Iterable[Mapping[str, Any]],
     once, at most `MARKER_LIMIT` (the latest steps)."""
     found = {*held, *(m for m in map(marker_of, events) if m is not None)}
     return tuple(sorted(found, key=lambda m: (m.step, m.kind, m.text))[-MARKER_LIMIT:])
+
+
+def knob_in_force(markers: Iterable[Marker], name: str) -> str | None:
+    """The value of knob `name` the trainer last acknowledged (as written in its marker),
+    or None when the operator never set it: what a prompt to change it shows first."""
+    found = None
+    for marker in markers:  # by step: the newest applied last
+        if marker.kind != "adjust":
+            continue
+        for pair in marker.text.split(", "):
+            key, _, value = pair.partition("=")
+            if key == name:
+                found = value
+    return found

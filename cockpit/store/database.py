@@ -265,7 +265,12 @@ class Store:
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower():
+                # DuckDB names the holder as "in PROGRAM (PID n). See also URL": the
+                # program and its pid are what the operator needs.
                 holder = text.split("Conflicting lock is held in", 1)[-1].strip()
+                holder = holder.split(". See also", 1)[0].strip()
+                if holder.startswith("in "):
+                    holder = holder[3:]
                 raise StoreLockedError(
                     f"{self.path} is open for writing by another process ({holder}). "
                     "DuckDB lets no other process read a file while one writes it: close "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from textual import work
 
+from cockpit.analysis.markers import knob_in_force
 from cockpit.ui import job_control as jc
 from cockpit.ui.messages import ControlDone, ControlPlanned
 from cockpit.ui.screens.confirm import ConfirmScreen
@@ -113,8 +114,11 @@ class ControlActions:
 
     def action_adjust_lr(self) -> None:
         low, high = jc.LR_SCALE_RANGE
+        snapshot = self.snapshot  # type: ignore[attr-defined]
+        now = knob_in_force(snapshot.effect.markers, "lr_scale") if snapshot else None
         self._prompt("Change LR scale", "LR scale relative to the configured schedule, "
-                     f"replacing the current one (1 = as configured, {low:g}–{high:g}):",
+                     f"replacing the one in force (now {now or '1, as configured'}; "
+                     f"{low:g}–{high:g}):",
                      jc.parse_lr_scale,
                      lambda scale, c: self.request_operation("adjust", {"lr_scale": scale}, c))
 
@@ -140,6 +144,11 @@ class ControlActions:
     def action_scale_job(self) -> None:
         controller = self._controller()
         if controller is None:
+            return
+        spec = getattr(controller, "spec", None)
+        if spec is not None and not spec.elastic:  # said before anything is typed
+            self.notify(str(controller.describe("scale")), title="Scale the job",  # type: ignore[attr-defined]
+                        severity="warning")
             return
         snapshot = self.snapshot  # type: ignore[attr-defined]
         known = [h.host for h in snapshot.health.hosts] if snapshot else []

@@ -50,3 +50,13 @@ def test_held_markers_are_merged_and_the_newest_steps_kept() -> None:
     merged = mk.chart_markers([new], held=held)
     assert len(merged) == mk.MARKER_LIMIT
     assert merged[-1] == Marker(10_000, "adjust", "lr_scale=0.5") and merged[0].step == 1
+
+
+def test_the_knob_in_force_is_the_newest_acknowledged() -> None:
+    markers = (Marker(10, "adjust", "lr_scale=0.5"), Marker(20, "restart", "resumed"),
+               Marker(30, "adjust", "dropout=0.2, lr_scale=0.25"),
+               Marker(40, "adjust", "dropout=0.1"))
+    assert mk.knob_in_force(markers, "lr_scale") == "0.25"
+    assert mk.knob_in_force(markers, "dropout") == "0.1"
+    assert mk.knob_in_force(markers, "warmup") is None
+    assert mk.knob_in_force((), "lr_scale") is None

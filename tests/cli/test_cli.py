@@ -131,7 +131,12 @@ def test_bad_keymap_names_file_and_line(recorded_store: Path, tmp_path: Path,
     assert f"{keymap}:3:" in line and "'puase_job'" in line
 
 
-@pytest.mark.parametrize("speed", ["0", "-2", "fast"])
+def test_replay_of_a_directory_asks_for_the_file_in_it(tmp_path: Path) -> None:
+    line = one_clear_error(run("cockpit", "replay", tmp_path))
+    assert "is a directory: give the recording file in it" in line
+
+
+@pytest.mark.parametrize("speed", ["0", "-2", "fast", "1e9", "0.1"])
 def test_replay_refuses_a_bad_speed(recorded_store: Path, speed: str) -> None:
     result = run("cockpit", "replay", recorded_store, "--speed", speed)
     assert result.returncode == USAGE_ERROR

@@ -19,7 +19,7 @@ from cockpit.ui.static_source import StaticSource
 from tests.ui.helpers import notifications, settle, text
 
 # The demo snapshot's hosts are gpu-node-a … d.
-SPEC = parse_jobspec("""
+SPEC_TEXT = """
 name = "demo-7b"  # the demo snapshot's job
 hosts = ["gpu-node-a", "gpu-node-b"]
 nnodes = "1:3"
@@ -31,7 +31,8 @@ run_dir = "/runs/demo"
 newest_args = ["--resume", "auto"]
 [rendezvous]
 endpoint = "gpu-node-a:29400"
-""")
+"""
+SPEC = parse_jobspec(SPEC_TEXT)
 
 
 def _source() -> tuple[StaticSource, list[tuple[str, dict]]]:
@@ -95,3 +96,19 @@ async def test_scale_key_removes_a_host_or_cancels() -> None:
         await settle(pilot)
         assert isinstance(app.screen, MainScreen) and sent == []
         assert "Scale the job: cancelled" in notifications(app)
+
+
+async def test_scale_key_on_a_job_that_is_not_elastic_says_so_before_any_prompt() -> None:
+    fixed = parse_jobspec(SPEC_TEXT.replace('nnodes = "1:3"\n', "").replace(
+        'spares = ["gpu-node-d"]\n', ""))
+    sent: list = []
+    source = StaticSource(demo_snapshot(), demo_details(),
+                          controller=Controller(fixed, lambda h, op: sent.append(op)),
+                          label="LIVE")
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press(SPECS["scale_job"].key)
+        await settle(pilot)
+        assert isinstance(app.screen, MainScreen) and sent == []
+        assert "is not elastic" in notifications(app)[-1]

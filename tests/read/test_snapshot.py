@@ -187,6 +187,8 @@ GAVE_UP = {"cause": "user_code", "decision": {"retry": False, "reason": "twice"}
     ("interruption", GAVE_UP, "failed", "failed"),  # the agent stopped retrying
     ("interruption", {"decision": {"retry": True}}, "recovering", None),
     ("interruption", {**GAVE_UP, "exclusion": {"host": "node-a"}}, "recovering", None),
+    ("resume", {}, "starting", "starting"),  # no step since: the figures are the old ones
+    ("job_started", {}, "starting", "starting"),
 ])
 def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
         tmp_path: Path, kind: str, data: dict, state: str, note: str | None) -> None:

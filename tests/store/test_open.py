@@ -120,6 +120,10 @@ def test_read_only_while_another_process_writes_names_the_file(tmp_store_path: P
         assert str(tmp_store_path) in str(err.value)
         assert "another process" in str(err.value)
         assert f"{tmp_store_path.name}.wal" in str(err.value)
+        # The holder as "(PROGRAM (PID n))", no link, parentheses balanced.
+        said = str(err.value)
+        assert f"(PID {holder.pid}))" in said and "See also" not in said
+        assert said.count("(") == said.count(")")
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

@@ -17,7 +17,8 @@ SLOWEST_SHOWN = 3
 
 # Job states in which nothing trains now: the step figures are those of its last steps.
 IDLE_STATES = {"paused": "before the pause", "exited": "before it exited",
-               "stalled": "before the stall", "failed": "before it failed"}
+               "stalled": "before the stall", "failed": "before it failed",
+               "starting": "before the restart"}
 
 
 def throughput_line(e: Efficiency, state: str = "running") -> str:
