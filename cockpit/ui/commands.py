@@ -9,16 +9,19 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.keys import format_key
 
 from cockpit.ui.keymap import KEYS, effective_keys
+from cockpit.ui.replay_actions import is_replayable
 
 
 class CockpitCommands(Provider):
     def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
         app = self.app
         keys = effective_keys(getattr(app, "keymap", {}))
+        replaying = is_replayable(getattr(app, "source", None))
         commands = [
             (spec.description, f"{spec.id} · key {format_key(keys[spec.id].split(',')[0])}",
              partial(app.run_keyed_action, spec.id))  # type: ignore[attr-defined]
             for spec in KEYS
+            if replaying or spec.scope != "replay"  # play/seek mean nothing live
         ]
         for name in getattr(app, "theme_names", []):
             commands.append((f"Theme: {name}", "switch the colour theme",

@@ -235,6 +235,9 @@ async def test_replay_keys_are_off_for_other_sources(demo_source: StaticSource) 
         await pilot.press("space", "right")
         await settle(pilot)
         assert isinstance(app.screen, MainScreen)
+        titles = {title for title, _, _ in CockpitCommands(app.screen)._commands()}
+        replay_only = {spec.description for spec in KEYS if spec.scope == "replay"}
+        assert replay_only and not titles & replay_only  # nor offered in the palette
 
 
 async def test_help_lists_every_key_with_the_users_keymap(tmp_path: Path,
