@@ -294,10 +294,8 @@ class ManagedJob:
         try:  # a relaunch may bring a new host set, hence a new dir of this host's own
             self.spec.prepare_dirs()
         except (OpError, OSError) as exc:
-            self.state = FAILED
-            self._alert("resource", "critical", "launch_failed", "job %s: cannot prepare "
-                        "its run dir: %s" % (self.name, exc),
-                        "check the run dir %s on this host" % self.spec.shared_dir)
+            self._launch_failed("job %s: cannot prepare its run dir: %s" % (self.name, exc),
+                                "check the run dir %s on this host" % self.spec.shared_dir)
             return
         path = str(checkpoint.path) if checkpoint is not None else None
         argv = self.spec.argv(path, self.overrides)
@@ -328,13 +326,27 @@ class ManagedJob:
         try:
             sup.start()
         except RuntimeError as exc:
-            self.state = FAILED
-            self._alert("resource", "critical", "launch_failed", str(exc),
-                        "check the spec's python, script and workdir on this host")
+            self._launch_failed(str(exc), "check the spec's python, script and workdir on "
+                                "this host")
             self._save()
             return
         self.state = RUNNING
         self._save()
+
+    def _launch_failed(self, message: str, hint: str) -> None:
+        """No attempt could start: the job has failed, and says so in its lifecycle too
+        (an interruption the agent will not retry), or a cockpit would keep showing what
+        the previous event said ("recovering", "starting")."""
+        self.state = FAILED
+        self._alert("resource", "critical", "launch_failed", message, hint)
+        now = time.time()
+        self._event("interruption", "job %s could not start: %s; not restarting" % (
+            self.name, message), {
+            "cause": "launch_failed", "evidence": [message], "where": {}, "hint": hint,
+            "detected_at": now, "detection_latency": 0.0, "failure_at": now,
+            "attempt": self.attempt, "returncode": None, "last_step": self._cur_max,
+            "decision": {"retry": False, "delay": 0.0, "reason": "the launch itself failed",
+                         "hint": hint}})
 
     def _watch(self) -> Optional[float]:
         """One look at the running attempt; returns when to retry if it just failed."""

@@ -174,6 +174,21 @@ class TestUnderTheAgent:
         assert len(_events(daemon, "job_started", "nope")) == 2
         assert _job_state(daemon, "nope") == "failed"
 
+    def test_a_launch_that_cannot_start_ends_the_jobs_lifecycle_as_failed(
+        self, tmp_path: Path, daemon: Path
+    ) -> None:
+        spec = {**_spec(tmp_path, "nopython", tmp_path / "t.py"),
+                "python": str(tmp_path / "gone" / "python")}
+        _op(daemon, "launch", spec=spec)
+        (failed,) = _wait_events(daemon, "interruption", "nopython")
+        assert failed["data"]["cause"] == "launch_failed"
+        assert failed["data"]["decision"]["retry"] is False
+        assert "could not start" in failed["msg"]
+        alerts = [r for r in dump_journal(daemon) if r["t"] == "alert"
+                  and r["code"] == "launch_failed"]  # fmt: skip
+        assert alerts and alerts[0]["severity"] == "critical"
+        assert _job_state(daemon, "nopython") == "failed"
+
     def test_stop_while_waiting_to_restart_ends_the_job_as_a_stop_of_a_running_one_does(
         self, tmp_path: Path, daemon: Path
     ) -> None:
