@@ -14,6 +14,7 @@ import time
 from textual import on, work
 from textual.app import App
 from textual.screen import Screen
+from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from cockpit.snapshot import Snapshot
@@ -153,7 +154,9 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            return is_replayable(self.source)
+            # Text being typed keeps its arrows (a filter, a prompt): the seek keys
+            # come before the focused widget's, except there.
+            return is_replayable(self.source) and not isinstance(self.focused, Input)
         return True
 
     def _open(self, screen: Screen) -> None:

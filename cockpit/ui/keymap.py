@@ -30,6 +30,9 @@ class KeySpec:
     description: str
     scope: str  # "app", "main", "host", "filter" (alerts / log), "replay"
     show: bool = True
+    # Before the focused widget's own use of the key (a table or log scrolls sideways
+    # with ←/→): in a replay the arrows seek on every screen, as the help says.
+    priority: bool = False
 
 
 KEYS: tuple[KeySpec, ...] = (
@@ -57,8 +60,10 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("replay_toggle", "space", "replay_toggle", "Play/pause", "replay"),
     KeySpec("replay_slower", "less_than_sign", "replay_speed(-1)", "Slower", "replay"),
     KeySpec("replay_faster", "greater_than_sign", "replay_speed(1)", "Faster", "replay"),
-    KeySpec("seek_back", "left", "replay_seek(-1)", "Seek back", "replay", show=False),
-    KeySpec("seek_forward", "right", "replay_seek(1)", "Seek fwd", "replay", show=False),
+    KeySpec("seek_back", "left", "replay_seek(-1)", "Seek back", "replay", show=False,
+            priority=True),
+    KeySpec("seek_forward", "right", "replay_seek(1)", "Seek fwd", "replay", show=False,
+            priority=True),
     KeySpec("prev_host", "left_square_bracket", "cycle_host(-1)", "Prev host", "host"),
     KeySpec("next_host", "right_square_bracket", "cycle_host(1)", "Next host", "host"),
     KeySpec("filter", "slash", "filter", "Filter", "filter"),
@@ -81,7 +86,8 @@ class KeymapError(ValueError):
 def bindings(scope: str) -> list[Binding]:
     """Textual bindings for one scope, each carrying its id so keymaps can rebind it."""
     return [
-        Binding(spec.key, spec.action, spec.description, show=spec.show, id=spec.id)
+        Binding(spec.key, spec.action, spec.description, show=spec.show, id=spec.id,
+                priority=spec.priority)
         for spec in KEYS
         if spec.scope == scope
     ]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Log, Tab
+from textual.widgets import DataTable, Input, Log, Tab
 
 from cockpit.snapshot import Marker, Snapshot
 from cockpit.ui import format as fmt
@@ -430,6 +430,29 @@ async def test_a_seek_key_refreshes_a_drill_down_at_once(
         app.action_replay_seek(1)  # what → does, whichever widget has the focus
         await wait_until(pilot, lambda: log.line_count > first, "the log after the seek")
         assert isinstance(app.screen, LogTailScreen)
+
+
+async def test_in_a_replay_the_arrows_seek_on_every_screen_but_not_in_a_filter(
+        recorded_replay: OpenReplay) -> None:
+    """The help promises ←/→ seek in a replay; a focused table or log would otherwise
+    take them (it scrolls sideways), while text being typed keeps them."""
+    source = recorded_replay(at=FACTS.mid_run)
+    app = make_app(source)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        for key, arrow in (("h", "left"), ("L", "right")):
+            await pilot.press(key)
+            await settle(pilot)
+            before = source.position
+            await pilot.press(arrow)
+            await settle(pilot)
+            assert source.position != before, key
+        await pilot.press("slash", *"loss")
+        await settle(pilot)
+        before = source.position
+        await pilot.press("left", "left")
+        await settle(pilot)
+        assert source.position == before and app.screen.query_one(Input).cursor_position == 2
 
 
 async def test_details_failure_is_reported_on_the_screen_that_asked() -> None:
