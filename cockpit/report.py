@@ -52,6 +52,7 @@ from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.text import duration
+from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
 from cockpit.source import build_snapshot
@@ -319,7 +320,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
           _num(g["util"], ".0f", "%"), _num(g["temp"], ".0f", "°C"),
           f"{_num(g['power'], '.0f')} / {_num(g['power_limit'], '.0f', ' W')}",
           f"{_size(g['mem_used'])} / {_size(g['mem_total'])}", _num(g["ecc_unc"]),
-          _num(g["xid"], "d"), _num(g["throttle"], "#x"))
+          _num(g["xid"], "d"), throttle_text(g["throttle"]))
          for x in h["hosts"] for g in x["gpus"]],
     )
     health_rows: Rows = [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")]

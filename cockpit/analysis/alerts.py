@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
 from cockpit.analysis.text import counted, duration, where_text
@@ -23,10 +24,6 @@ INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITY_RANK = {CRITICAL: 0, WARNING: 1, INFO: 2}
 
 # NVML clocks-event-reason bits (nvmlClocksEventReason*).
-THROTTLE_SW_THERMAL = 0x20
-THROTTLE_HW_THERMAL = 0x40
-THROTTLE_HW_SLOWDOWN = 0x08
-THROTTLE_HW_POWER_BRAKE = 0x80
 
 DISK_WARN, DISK_CRIT = 0.90, 0.97
 MEM_WARN = 0.95
@@ -76,14 +73,14 @@ def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
         where = {"host": g.get("host"), "gpu": g.get("gpu")}
         ts = g.get("ts") or 0.0
         throttle = g.get("throttle") or 0
-        if throttle & (THROTTLE_HW_THERMAL | THROTTLE_SW_THERMAL):
+        if throttle & (throttle_bits.HW_THERMAL | throttle_bits.SW_THERMAL):
             out.append(_alert(
                 ts, RESOURCE, WARNING, "thermal_throttle", where,
                 f"GPU clocks throttled for temperature ({_num(g.get('temp'), '°C')})",
                 "check cooling, airflow and fan speed; one throttled GPU slows every rank "
                 "of a synchronous job",
             ))
-        if throttle & (THROTTLE_HW_POWER_BRAKE | THROTTLE_HW_SLOWDOWN):
+        if throttle & (throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN):
             out.append(_alert(
                 ts, RESOURCE, WARNING, "power_throttle", where,
                 f"GPU clocks cut by a hardware power brake/slowdown "

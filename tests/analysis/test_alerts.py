@@ -153,3 +153,12 @@ def test_counts_read_in_the_singular_for_one() -> None:
     (spike,) = A.parameter_alerts(nonfinite_steps=[], spike_steps=[794.0], divergence=None,
                                   lr_reason=None, now=1.0)
     assert spike.what == "1 loss spike (latest near step 794)"
+
+
+def test_throttle_reasons_read_as_words() -> None:
+    from cockpit.analysis.throttle import throttle_text
+
+    assert throttle_text(None) == "n/a" and throttle_text(0) == "none"
+    assert throttle_text(0x24) == "power cap, thermal (SW)"
+    assert throttle_text(0x1) == "idle"
+    assert throttle_text(0x80 | 0x8000) == "power brake, 0x8000"  # a bit newer than this table

@@ -6,6 +6,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static, Tab, Tabs
 
+from cockpit.analysis.throttle import throttle_text
 from cockpit.snapshot import HostHealth, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui import keymap
@@ -29,7 +30,7 @@ def gpu_rows(host: HostHealth) -> list[tuple[str, ...]]:
         memory = f"{fmt.size(c.mem_used)} / {fmt.size(c.mem_total)}"
         rows.append((str(c.index), c.name or fmt.NA_TEXT, state, fmt.percent(c.util),
                      fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc),
-                     fmt.na(c.xid), fmt.na(c.throttle, "{:#x}")))
+                     fmt.na(c.xid), throttle_text(c.throttle)))
     return rows
 
 

@@ -12,13 +12,12 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from cockpit.analysis.throttle import BENIGN
 from cockpit.snapshot import GpuCell, HostHealth
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.pane import update_text
 
 HOT_CELSIUS = 85.0
-# NVML throttle-reason bits that are not a problem: GPU idle, application clock setting.
-BENIGN_THROTTLE = 0x1 | 0x2
 LEGEND = ("[$success]●[/] ok  [$warning]▲[/] throttled/hot  [$error]✖[/] ECC/XID  "
           "[$error]○[/] offline")
 _LINK_OK = {"streaming", "local"}
@@ -29,7 +28,7 @@ def gpu_problem(cell: GpuCell) -> str | None:
     """"error", "warning" or None for one GPU, by what the operator must act on."""
     if not cell.online or cell.xid or (cell.ecc_unc or 0) > 0:
         return "error"
-    if (cell.throttle or 0) & ~BENIGN_THROTTLE or (cell.temp or 0) >= HOT_CELSIUS:
+    if (cell.throttle or 0) & ~BENIGN or (cell.temp or 0) >= HOT_CELSIUS:
         return "warning"
     return None
 
