@@ -7,8 +7,8 @@ tuples of records as tables, `Series` as sparklines.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cockpit.snapshot import EventRow, Series
@@ -131,6 +131,25 @@ def event_row(e: Mapping[str, Any]) -> EventRow:
                     msg=str(e.get("msg") or ""), step=e.get("step"))
 
 
+# Every rank reports its own stage change ("stage train started"): the same words from
+# one host within this many seconds are one event to an operator.
+SAME_EVENT_S = 5.0
+
+
+def event_rows(events: Iterable[Mapping[str, Any]]) -> tuple[EventRow, ...]:
+    """The events (in their order) as rows, repeats from several ranks folded into one."""
+    rows: list[EventRow] = []
+    for row in map(event_row, events):
+        last = rows[-1] if rows else None
+        if (last is not None and (last.host, last.kind, last.msg, last.step)
+                == (row.host, row.kind, row.msg, row.step)
+                and abs(row.ts - last.ts) <= SAME_EVENT_S):
+            rows[-1] = replace(last, count=last.count + 1)
+        else:
+            rows.append(row)
+    return tuple(rows)
+
+
 def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None,
                 buckets: int = 120) -> HostDetail:
     """Per-GPU latest values, GPU/CPU history and the job processes of one host."""
@@ -226,7 +245,7 @@ def events_timeline(reader: StoreReader, *, until_ts: float | None = None,
                     kinds: Sequence[str] | None = None, text: str | None = None,
                     limit: int = 500) -> EventsTimeline:
     rows = reader.events(until_ts=until_ts, kinds=kinds, text=text, limit=limit)
-    return EventsTimeline(events=tuple(event_row(e) for e in rows),
+    return EventsTimeline(events=event_rows(rows),
                           kinds=tuple(kinds or ()), text=text)
 
 

@@ -173,6 +173,7 @@ class EventRow:
     kind: str
     msg: str
     step: int | None = None
+    count: int = 1  # the same event from several ranks at once, shown once
 
 
 @dataclass(frozen=True)

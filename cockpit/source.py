@@ -51,7 +51,7 @@ from cockpit.details import (
     HostDetail,
     LogTail,
     RunInfo,
-    event_row,
+    event_rows,
     events_timeline,
     host_detail,
     log_tail,
@@ -783,6 +783,6 @@ def build_snapshot(
         efficiency=efficiency,
         health=health,
         alerts=alerts,
-        events=tuple(event_row(e) for e in events),  # oldest first
+        events=event_rows(events),  # oldest first
         controllable=controllable,
     )

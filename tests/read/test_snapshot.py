@@ -246,3 +246,17 @@ def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path)
     assert live == fresh == (
         Marker(syn.RESUME_STEP, "restart", f"resumed from ckpt-{syn.RESUME_STEP:08d}.pt"),
         Marker(syn.ADJUST_STEP, "adjust", "lr_scale=0.5"))
+
+
+def test_the_same_event_from_several_ranks_is_one_row() -> None:
+    from cockpit.details import event_rows
+
+    def ev(ts: float, msg: str, host: str = "vm", step: int | None = 0) -> dict:
+        return {"ts": ts, "host": host, "kind": "stage", "msg": msg, "step": step}
+
+    rows = event_rows([ev(1.0, "stage train started"), ev(1.2, "stage train started"),
+                       ev(1.3, "stage train started", host="vm2"),
+                       ev(9.0, "stage train started"), ev(9.1, "stage eval started")])
+    assert [(r.host, r.msg, r.count) for r in rows] == [
+        ("vm", "stage train started", 2), ("vm2", "stage train started", 1),
+        ("vm", "stage train started", 1), ("vm", "stage eval started", 1)]

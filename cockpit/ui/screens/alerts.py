@@ -32,7 +32,8 @@ def alert_markup(a: Alert) -> str:
 
 def event_text(e: EventRow) -> str:
     step = f" step {e.step:,}" if e.step is not None else ""
-    return f"{fmt.clock(e.ts)} {e.host} {e.kind}{step}: {e.msg}"
+    times = f" (×{e.count})" if e.count > 1 else ""
+    return f"{fmt.clock(e.ts)} {e.host} {e.kind}{step}: {e.msg}{times}"
 
 
 def event_rows(details: object, fallback: tuple[EventRow, ...]) -> list[EventRow]:
