@@ -160,3 +160,15 @@ def test_a_relaunch_cannot_exclude_every_host() -> None:
         jc.parse_exclusions("a b", ["a", "b"], ["a", "b"])
     with pytest.raises(ValueError, match="unknown host"):
         jc.parse_exclusions("zz9", ["a", "b"], ["a", "b"])
+
+
+def test_the_step_axis_reads_whole_round_steps_in_one_unit() -> None:
+    from cockpit.ui.widgets.loss_chart import step_labels, step_ticks
+
+    assert step_ticks(0, 398) == [0, 100, 200, 300]  # not 0.0 99.5 199.0 298.5
+    assert step_ticks(3, 3) == [3]  # one step so far: not -1.00 … 1.00
+    ticks = step_ticks(100, 12_000)
+    assert ticks == [2_500, 5_000, 7_500, 10_000]
+    assert step_labels(ticks) == ["2.5k", "5k", "7.5k", "10k"]
+    assert step_labels(step_ticks(0, 10_000_000))[:2] == ["0", "2M"]
+    assert all(isinstance(t, int) for t in step_ticks(0.4, 1_361.7))

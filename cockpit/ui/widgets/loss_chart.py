@@ -135,6 +135,30 @@ def matrix_strips(matrix: Any, ansi_theme: TerminalTheme, base: Style,
     return strips
 
 
+def step_ticks(lo: float, hi: float, count: int = 6) -> list[int]:
+    """Whole steps at a round spacing (1, 2, 2.5 or 5 × 10^k) across [lo, hi]: steps
+    are counted, and "340.2" or "-0.50" on a step axis only puzzle the reader."""
+    first, last = math.ceil(lo), math.floor(hi)
+    if last <= first:
+        return [round(lo)]
+    raw = (last - first) / max(1, count - 1)
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
+    spacing = next(s for s in (m * magnitude for m in (1, 2, 2.5, 5, 10))
+                   if s >= raw and float(s).is_integer())
+    start = math.ceil(first / spacing) * spacing
+    return list(range(int(start), last + 1, int(spacing)))
+
+
+def step_labels(ticks: list[int]) -> list[str]:
+    """"850", "12.5k", "1.25M", in one unit for the whole axis so it stays narrow and
+    reads evenly at any run length."""
+    top = max((abs(t) for t in ticks), default=0)
+    if top < 10_000:
+        return [str(t) for t in ticks]
+    factor, suffix = (1000, "k") if top < 1_000_000 else (1_000_000, "M")
+    return [f"{t / factor:.4g}{suffix}" if t else "0" for t in ticks]
+
+
 class LossChart(PlotextPlot):
     """Redrawn only when `effect` or `log_y` change (and on resize or theme change)."""
 
@@ -218,6 +242,11 @@ class LossChart(PlotextPlot):
         if val_x:
             # Points only: evaluations are sparse, and a joining line would hide the EMA.
             plt.scatter(val_x, val_y, color=rgb(variables, "accent"), marker="◆", label="val")
+        if raw_x or ema_x or val_x:
+            ticks = step_ticks(min(raw_x + ema_x + val_x), max(raw_x + ema_x + val_x))
+            plt.xticks(ticks, step_labels(ticks))
+            if len(ticks) == 1:  # one step so far: around it, not -1.00 … 1.00
+                plt.xlim(ticks[0] - 1, ticks[0] + 1)
         if not (raw_x or ema_x or val_x):
             plt.title("loss: no finite values yet")
         elif self.log_y:
