@@ -16,6 +16,14 @@ async def settle(pilot: Pilot, rounds: int = 3) -> None:
         await pilot.pause()
 
 
+async def answer(pilot: Pilot, *steps: str | tuple[str, ...]) -> None:
+    """Each step (a key, or keys typed in one go) pressed, then the app settled: what an
+    operator does at a dialog, one answer at a time."""
+    for step in steps:
+        await pilot.press(*((step,) if isinstance(step, str) else step))
+        await settle(pilot)
+
+
 def text(app: App, selector: str) -> str:
     """Plain text a widget shows right now."""
     return str(app.screen.query_one(selector).render())

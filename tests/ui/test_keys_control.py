@@ -28,7 +28,7 @@ from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.prompt import PromptScreen
 from cockpit.ui.static_source import StaticSource
 from tests.ui.conftest import OpenReplay, RecordingController
-from tests.ui.helpers import notifications, settle, text, wait_until
+from tests.ui.helpers import answer, notifications, settle, text, wait_until
 from tests.ui.recorded import recording_facts
 
 FACTS = recording_facts()
@@ -157,15 +157,9 @@ async def test_control_keys_act_on_the_job_on_screen(controller: RecordingContro
     app = make_app(shown)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("l")
-        await settle(pilot)
-        await pilot.press(*"0.5", "enter")
-        await settle(pilot)
-        await pilot.press("p")
-        await settle(pilot)
+        await answer(pilot, "l", (*"0.5", "enter"), "p")
         assert f"of {fork} on" in text(app, "#dialog-body")
-        await pilot.press("y")
-        await settle(pilot)
+        await answer(pilot, "y")
         titles = [n.title for n in app._notifications]
         assert titles.count(f"Job control · {fork}") == 2
         assert controller.names() == []
