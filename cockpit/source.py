@@ -72,7 +72,7 @@ from cockpit.snapshot import (
 )
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_train import NonFinite
-from cockpit.train_tail import TrainTail, TrainView
+from cockpit.train_tail import TrainTail, TrainView, job_lifecycle
 
 __all__ = [
     "DETAIL_KINDS",
@@ -149,8 +149,7 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     if job is None:
         return "unknown"
     has_steps = newest_step_ts is not None
-    last = reader.memo("lifecycle", (job, fr.key("event")),
-                       lambda: reader.lifecycle(job, until_ts=until_ts, frontiers=fr))
+    last = job_lifecycle(reader, job, fr, until_ts)
     kind = last["kind"] if last else None
     if kind == "job_exited":
         return "exited"

@@ -114,12 +114,8 @@ class TrainTail:
         and no exit or pause since it (a job that ended is not training, however
         recent its last step)."""
         reader = self._reader
-        events = fr.key("event")
         training = [job for job, last_step in self._training(fr, until_ts).items()
-                    if not _ended_after(reader.memo(
-                        f"lifecycle:{job}", (job, events),
-                        lambda job=job: reader.lifecycle(job, until_ts=until_ts,
-                                                         frontiers=fr)), last_step)]
+                    if not _ended_after(job_lifecycle(reader, job, fr, until_ts), last_step)]
         if len(training) < 2:
             return tuple(training)
         started = {job: reader.memo(f"job_started:{job}", job,
@@ -302,3 +298,11 @@ def _total(values: Iterable[Any]) -> int | None:
 
 def _ended_after(event: Mapping[str, Any] | None, last_step_ts: float) -> bool:
     return ended(event) and float(event["ts"]) >= last_step_ts  # type: ignore[index]
+
+
+def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,
+                  until_ts: float | None) -> Mapping[str, Any] | None:
+    """`job`'s newest lifecycle event, read once per change of the event table (the
+    training set and the job's state both ask)."""
+    return reader.memo(f"lifecycle:{job}", (job, fr.key("event")),
+                       lambda: reader.lifecycle(job, until_ts=until_ts, frontiers=fr))

@@ -77,9 +77,8 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
                                            else "")
                 + f": no process to {op}" + ("; resume it first (r)" if state == "paused"
                                              else ""))
-    if op in ("resume", "fork") and state == "exited" and eta_note == "done":
-        return (None if op == "fork" else
-                f"job {job} finished all its steps: resuming it would exit at once; fork it "
+    if op == "resume" and state == "exited" and eta_note == "done":
+        return (f"job {job} finished all its steps: resuming it would exit at once; fork it "
                 "(f) with new settings to train on")
     if op == "resume" and state in ("running", "stalled"):
         return f"job {job} is {state}: there is nothing to resume"
