@@ -17,7 +17,8 @@ keys may be added):
                      tags, config, started}
     progress        {state, stage, epoch, step, total_steps, percent, samples, tokens,
                      steps_per_second, eta_seconds, eta_low, eta_high, eta_note,
-                     since_last_step, stalled, stall_cause, stall_detail}
+                     since_last_step, stalled, stall_cause, stall_detail,
+                     resume_step (of a paused job: the checkpoint step a resume starts from)}
     effect          {last_loss, last_val_loss, best_val_step, best_val_loss,
                      divergence_step, spike_steps, nonfinite_steps (the first 1000),
                      nonfinite_count, nonfinite_last, last_loss_scale,
@@ -260,6 +261,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     if p["percent"] is not None:
         step += f" ({p['percent']:.1f}%)"
     eta = NA if p["eta_note"] is None else f"{NA} (job {p['eta_note']})"
+    if p["resume_step"] is not None:
+        eta += f"; a resume starts from the checkpoint of step {p['resume_step']:,}"
     if p["eta_seconds"] is not None:
         eta = (f"{duration(p['eta_seconds'])} (estimate; {duration(p['eta_low'])} to "
                f"{duration(p['eta_high'])})")

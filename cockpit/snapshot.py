@@ -47,6 +47,9 @@ class Progress:
     stall_cause: str | None = None  # "data starved", "resource contention", "straggler sync"...
     stall_detail: str | None = None
     state: str = "unknown"  # running, paused, stalled, exited, recovering, unknown
+    # Of a paused job: the step of the checkpoint a resume starts from. The steps trained
+    # after it (up to `step`) are discarded by the resume.
+    resume_step: int | None = None
 
 
 @dataclass(frozen=True)

@@ -197,11 +197,22 @@ def _frac(used: Any, total: Any) -> float | None:
     return used / total if used is not None and total else None
 
 
+def _resume_step(last: Mapping[str, Any] | None) -> int | None:
+    """The checkpoint step a paused job's resume starts from, as its pause event says."""
+    if last is None or not paused(last):
+        return None
+    step = event_data(last).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
-              stall: StallVerdict) -> Progress:
+              stall: StallVerdict, resume_step: int | None = None) -> Progress:
     newest = train.newest
+    if state != "paused":
+        resume_step = None
     if newest is None:
-        return Progress(state=state, total_steps=run.get("total_steps"))
+        return Progress(state=state, total_steps=run.get("total_steps"),
+                        resume_step=resume_step)
     step = int(newest["step"])
     total_steps = run.get("total_steps")
     # Seen so far, assuming the global batch of the newest step held throughout.
@@ -248,6 +259,7 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
         stall_cause=stall.cause,
         stall_detail=stall.detail,
         state=shown_state,
+        resume_step=resume_step,
     )
 
 
@@ -709,7 +721,9 @@ def build_snapshot(
         hosts=_pressure(hosts, host_samples, gpus),
         active=state in ACTIVE_STATES,
     )
-    progress = _progress(run, train, at, state, stall)
+    progress = _progress(run, train, at, state, stall,
+                         _resume_step(job_lifecycle(reader, job, fr, until_ts))
+                         if job is not None and state == "paused" else None)
     nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
     found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
     efficiency = _efficiency(train, figures, series, busy_f.result()[0],

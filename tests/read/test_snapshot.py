@@ -6,6 +6,7 @@ import pytest
 
 from agent.protocol import encode
 from cockpit.details import EventsTimeline, HostDetail, LogTail, RunInfo
+from cockpit.report import render_report
 from cockpit.snapshot import Marker, Snapshot
 from cockpit.source import build_snapshot, details
 from cockpit.store.database import Store
@@ -229,6 +230,26 @@ def test_a_pause_that_failed_leaves_the_job_running(
         p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
     assert p.state == state
     assert (p.eta_note is None) == (state == "running")
+
+
+def test_a_paused_job_says_which_checkpoint_a_resume_starts_from(tmp_path: Path) -> None:
+    """The position shows the newest step trained; a resume starts from the pause's
+    checkpoint, which is older: the steps between are trained again."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6, {
+            "kind": "pause", "job": "job-1", "rank": None, "step": 400,
+            "msg": "job job-1 paused at step 400", "data": {
+                "mode": "checkpoint", "ok": True, "checkpoint": "/ck/ckpt-400.pt",
+                "step": 400, "steps_discarded": syn.STEPS - 1 - 400}}, ts=last + 1))
+    with Store(path, read_only=True) as store:
+        reader = StoreReader(store)
+        p = build_snapshot(reader, until_ts=None, label="REPLAY").progress
+        before = build_snapshot(reader, until_ts=last, label="REPLAY").progress
+    assert (p.state, p.step, p.resume_step) == ("paused", syn.STEPS - 1, 400)
+    assert (before.state, before.resume_step) == ("running", None)
+    assert "a resume starts from the checkpoint of step 400" in render_report(path)
 
 
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:

@@ -32,6 +32,13 @@ def test_durations_and_scales() -> None:
     assert fmt.loss(float("nan")) == "nan"
 
 
+def test_a_paused_job_says_where_its_resume_starts() -> None:
+    paused = Progress(step=1680, eta_note="paused", state="paused", resume_step=1665)
+    assert eta_text(paused) == "ETA n/a: job paused; resumes from step 1,665 (15 steps redone)"
+    at_checkpoint = Progress(step=1665, eta_note="paused", state="paused", resume_step=1665)
+    assert eta_text(at_checkpoint) == "ETA n/a: job paused; resumes from step 1,665"
+
+
 def test_eta_is_always_called_an_estimate() -> None:
     assert "estimate" in eta_text(Progress(eta_seconds=100, eta_low=80, eta_high=130,
                                            steps_per_second=2))

@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.markup import escape
 from textual.widgets import ProgressBar, Static
 
+from cockpit.analysis.text import counted
 from cockpit.snapshot import Progress, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.pane import Pane, update_text
@@ -47,7 +48,7 @@ def bar_progress(percent: float | None) -> float:
 def eta_text(p: Progress) -> str:
     """ETA with its band, always labelled an estimate: it extrapolates recent speed."""
     if p.eta_note is not None:
-        return f"ETA n/a: job {p.eta_note}"
+        return f"ETA n/a: job {p.eta_note}{resume_text(p)}"
     if p.eta_seconds is None:
         return "ETA n/a (estimate needs a few steps and a known total)"
     band = ""
@@ -55,6 +56,17 @@ def eta_text(p: Progress) -> str:
         band = f" ({fmt.duration(p.eta_low)} – {fmt.duration(p.eta_high)})"
     speed = fmt.na(p.steps_per_second, "{:.2f}")
     return f"ETA ~{fmt.duration(p.eta_seconds)}{band} estimate, at {speed} steps/s"
+
+
+def resume_text(p: Progress) -> str:
+    """Where a paused job's resume starts, when that is before the newest step shown: the
+    steps between are trained again, and the position line alone would hide that."""
+    if p.resume_step is None:
+        return ""
+    if p.step is not None and p.step > p.resume_step:
+        redone = counted(p.step - p.resume_step, "step")
+        return f"; resumes from step {p.resume_step:,} ({redone} redone)"
+    return f"; resumes from step {p.resume_step:,}"
 
 
 def stall_text(p: Progress) -> str:
