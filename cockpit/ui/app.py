@@ -13,6 +13,7 @@ import time
 
 from textual import on, work
 from textual.app import App
+from textual.notifications import Notify
 from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
@@ -38,6 +39,9 @@ from cockpit.ui.themes import ThemeSet
 SNAPSHOT_BUCKETS = 120
 
 
+TOAST_REPAINT_DELAY = 0.1  # s after a toast's timeout: it has been removed by then
+
+
 class CockpitApp(ControlActions, ReplayActions, App):
     TITLE = "cockpit"
     # Replay keys first: they show only in a replay, where they are what the footer must
@@ -59,6 +63,14 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.gate = refresh_gate.RefreshGate()
         self.main_screen = MainScreen()
         self._frozen = False
+
+    def on_notify(self, event: Notify) -> None:
+        """Repaint the screen once the toast has gone: over a maximised pane Textual
+        removes an expired toast without repainting what it covered, so it stayed on
+        screen until something else redrew there (a paused replay: never)."""
+        timeout = event.notification.timeout
+        self.set_timer(timeout + TOAST_REPAINT_DELAY,
+                       lambda: self.screen.refresh(layout=True))
 
     def get_default_screen(self) -> Screen:
         return self.main_screen

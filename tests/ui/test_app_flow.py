@@ -547,3 +547,27 @@ async def test_a_replay_footer_lists_the_replay_keys_before_job_control(
         shown = [b.binding.key for b in app.screen.active_bindings.values()
                  if b.binding.show and b.enabled]
         assert shown.index("space") < shown.index("p")  # at 160 columns the tail is cut
+
+
+async def test_an_expired_toast_over_a_maximised_pane_is_painted_over(
+        demo_source: StaticSource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual removes the toast without repainting what it covered over a maximised
+    pane: with nothing else redrawing (a paused replay) it stayed up. The app asks for a
+    full repaint once the toast is gone."""
+    app = make_app(demo_source)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        await pilot.press("2", "m")
+        await settle(pilot)
+        screen = app.screen
+        layouts: list[bool] = []
+        real = screen.refresh
+
+        def spy(*args: object, layout: bool = False, **kwargs: object) -> object:
+            layouts.append(layout and not app._notifications)
+            return real(*args, layout=layout, **kwargs)
+
+        monkeypatch.setattr(screen, "refresh", spy)
+        app.notify("sent", timeout=0.2)
+        await wait_until(pilot, lambda: any(layouts), "a repaint after the toast expired")
+        assert screen.maximized is screen.query_one("#effect")
