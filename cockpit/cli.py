@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cockpit import __version__
+from cockpit.analysis.text import counted
 from cockpit.errors import CockpitError
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ) as demo:
         print(f"demo run in {demo.run_root}", file=sys.stderr)
         if demo.pruned:
-            print(f"removed {len(demo.pruned)} older demo run(s) from "
+            print(f"removed {counted(len(demo.pruned), 'older demo run')} from "
                   f"{demo.run_root.parent}, keeping the newest {DEMO_RUNS_KEPT}",
                   file=sys.stderr)
         _watch_or_record(demo, args)

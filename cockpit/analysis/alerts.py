@@ -239,7 +239,7 @@ def parameter_alerts(
         span = f"first at step {first:,}" + (f", last at step {last:,}" if last != first else "")
         out.append(_alert(
             nonfinite_since or now, PARAMETER, CRITICAL, "nonfinite_loss", {"step": first},
-            f"loss was NaN/Inf at {count:,} step(s), {span}",
+            f"loss was NaN/Inf at {counted(count, 'step')}, {span}",
             "roll back to the checkpoint before that step; lower the LR or enable gradient "
             "clipping; with AMP check the loss scale; inspect the batch at that step",
         ))

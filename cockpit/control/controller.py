@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from cockpit.analysis.text import counted
 from cockpit.control.jobspec import JobSpec
 
 Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
@@ -117,7 +118,8 @@ class Controller:
             raise ControlError(f"{remove} is not one of job {self.job}'s hosts "
                                f"({', '.join(self.hosts)})")  # fmt: skip
         if len(self.hosts) - 1 < int(spec.min_nodes or 0):
-            raise ControlError(f"removing {remove} would leave {len(self.hosts) - 1} node(s), "
+            left = counted(len(self.hosts) - 1, "node")
+            raise ControlError(f"removing {remove} would leave {left}, "
                                f"below the job's nnodes minimum {spec.min_nodes}")
         if remove == spec.store_host(self.hosts):
             raise ControlError(f"{remove} serves the rendezvous store of job {self.job}: the "
@@ -254,10 +256,11 @@ class Controller:
         others = [h for h in self.hosts if h != first]
         spares = (f" Spares {', '.join(self.spares)} wait in standby to replace a host "
                   f"excluded as faulty." if self.spares else "")
+        nodes = counted(len(self.hosts), "node")
+        procs = counted(self.spec.nproc_per_node, "process", "processes")
         texts = {
-            "launch": f"Start job {job} with torchrun on {hosts} ({len(self.hosts)} node(s) × "
-                      f"{self.spec.nproc_per_node} process(es)); output and checkpoints in "
-                      f"{self.spec.run_dir}.{spares}",
+            "launch": f"Start job {job} with torchrun on {hosts} ({nodes} × {procs}); output "
+                      f"and checkpoints in {self.spec.run_dir}.{spares}",
             "scale": self._describe_scale(add, remove),
             "pause": f"Ask rank 0 (wherever torchrun placed it; {first} writes the job's "
                      f"control file) to write a checkpoint at the next step where the ranks "
@@ -304,14 +307,14 @@ class Controller:
                     f"rendezvous ({spec.rdzv_endpoint}). The torchrun processes on {hosts} "
                     f"keep running and admit it at their next membership check; every "
                     f"worker restarts from the newest valid checkpoint, then "
-                    f"{len(self.hosts) + 1} node(s) train ({bounds}). Steps since that "
+                    f"{counted(len(self.hosts) + 1, 'node')} train ({bounds}). Steps since that "
                     f"checkpoint are trained again.")
         if remove is not None:
             rest = ", ".join(h for h in self.hosts if h != remove) or "no host"
             return (f"Remove {remove} from job {job}: its torchrun and ranks on {remove} "
                     f"are stopped (SIGTERM). The torchrun processes on {rest} keep running; "
                     f"their workers restart in a new rendezvous round from the newest valid "
-                    f"checkpoint with {len(self.hosts) - 1} node(s) ({bounds}).")
+                    f"checkpoint with {counted(len(self.hosts) - 1, 'node')} ({bounds}).")
         return (f"Add a host to job {job} or remove one of {hosts} ({bounds}); the torchrun "
                 f"processes of the others keep running.")
 

@@ -47,4 +47,4 @@ def test_a_run_that_stays_nan_is_counted_to_its_newest_step(tmp_path: Path) -> N
         last, last, effect.nonfinite_steps)
     alert = next(a for a in fresh.alerts if a.code == "nonfinite_loss")
     assert alert.ts == TS0 + 1  # when the first NaN was recorded, not the refresh
-    assert f"at {last:,} step(s), first at step 1, last at step {last:,}" in alert.what
+    assert f"at {last:,} steps, first at step 1, last at step {last:,}" in alert.what

@@ -6,6 +6,7 @@ from textual.app import ComposeResult
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from cockpit.analysis.text import counted
 from cockpit.snapshot import Effect, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.loss_chart import LossChart
@@ -31,9 +32,10 @@ def warnings_line(e: Effect) -> str:
     if e.nonfinite_steps:
         count = e.nonfinite_count or len(e.nonfinite_steps)
         last = e.nonfinite_last if e.nonfinite_last is not None else e.nonfinite_steps[-1]
-        notes.append(f"[$error]NaN/Inf at {count:,} step(s), last {last:,}[/]")
+        notes.append(f"[$error]NaN/Inf at {counted(count, 'step')}, last {last:,}[/]")
     if e.spike_steps:
-        notes.append(f"[$warning]{len(e.spike_steps)} spike(s), last {e.spike_steps[-1]:,}[/]")
+        spikes = counted(len(e.spike_steps), "spike")
+        notes.append(f"[$warning]{spikes}, last {e.spike_steps[-1]:,}[/]")
     return " · ".join(notes) or "[$success]no divergence, spikes or NaN/Inf[/]"
 
 

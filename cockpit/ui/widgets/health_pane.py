@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
+from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
 from cockpit.ui.widgets.gpu_grid import GpuGrid, host_problem
 from cockpit.ui.widgets.interruption_log import InterruptionLog
@@ -36,10 +37,10 @@ class HealthPane(Pane):
         online = sum(1 for c in gpus if c.online)
         bad = sum(1 for h in health.hosts if host_problem(h) == "error")
         n = len(health.hosts)
-        line = f"{n} host{'' if n == 1 else 's'} · GPUs {online}/{len(gpus)} online"
-        line += f" · [$error]{bad} host(s) failing[/]" if bad else " · [$success]ok[/]"
+        line = f"{counted(n, 'host')} · GPUs {online}/{len(gpus)} online"
+        line += f" · [$error]{counted(bad, 'host')} failing[/]" if bad else " · [$success]ok[/]"
         if health.interruptions:
-            line += f" · {len(health.interruptions)} interruption(s)"
+            line += f" · {counted(len(health.interruptions), 'interruption')}"
         if health.simulated:
             line += " · [$warning]SIM[/]"
         return line
