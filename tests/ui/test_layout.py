@@ -8,6 +8,8 @@ store's bucketing or the date the run was recorded.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cockpit.ui import format as fmt
@@ -82,3 +84,14 @@ def test_main_screen_snapshot(snap_compare, theme: str, size: tuple[int, int]) -
 
     app = make_app(demo_source(), theme=theme)
     assert snap_compare(app, terminal_size=size, run_before=wait_ready)
+
+
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
+def test_readme_screenshots_are_the_checked_snapshots(theme: str) -> None:
+    """The README shows the 160×48 snapshots: a change of the screen that updates them
+    must update what a reader sees too (copy them to docs/screenshots)."""
+    root = Path(__file__).resolve().parents[2]
+    snapshot = (Path(__file__).parent / "__snapshots__" / "test_layout"
+                / f"test_main_screen_snapshot[160x48-{theme}].svg")
+    shot = root / "docs" / "screenshots" / f"main-{theme}.svg"
+    assert shot.read_bytes() == snapshot.read_bytes(), f"copy {snapshot} to {shot}"

@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from cockpit.snapshot import Progress, Series
+from cockpit.snapshot import Effect, Marker, Progress, Series
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
 from cockpit.ui.widgets.detail_view import field_cell, series_value_text
 from cockpit.ui.widgets.gauge import level_style
-from cockpit.ui.widgets.loss_chart import nearest_y
+from cockpit.ui.widgets.loss_chart import legend, nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
 from cockpit.ui.widgets.sparkline_chart import range_text
 
@@ -179,3 +179,20 @@ def test_the_step_axis_reads_whole_round_steps_in_one_unit() -> None:
     assert step_labels(ticks) == ["2.5k", "5k", "7.5k", "10k"]
     assert step_labels(step_ticks(0, 10_000_000))[:2] == ["0", "2M"]
     assert all(isinstance(t, int) for t in step_ticks(0.4, 1_361.7))
+
+
+def test_the_loss_legend_names_only_what_the_chart_draws() -> None:
+    assert legend(None, False) == ""
+    plain = Effect(train_loss=Series((1.0, 2.0), (3.0, 2.5)),
+                   train_loss_ema=Series((1.0, 2.0), (3.0, 2.8)))
+    assert legend(plain, False) == "[$foreground-muted]•[/] train  [$primary]⠉⠒[/] EMA"
+    eventful = Effect(
+        train_loss=Series((1.0, 2.0), (3.0, -1.0)), val_loss=Series((2.0,), (-0.5,)),
+        best_val_step=2, best_val_loss=-0.5, spike_steps=(2,), nonfinite_steps=(5,),
+        divergence_step=2, markers=(Marker(2, "restart", "resumed"),))
+    shown = legend(eventful, False)
+    for label in ("train", "val", "best val", "spike", "NaN/Inf", "diverging", "restart"):
+        assert f"[/] {label}" in shown
+    assert "adjusted" not in shown and "EMA" not in shown
+    # On a log axis the non-positive val loss and best val are not drawn, nor named.
+    assert "val" not in legend(eventful, True).replace("NaN/Inf", "")

@@ -9,7 +9,7 @@ from textual.widgets import Static
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Effect, Snapshot
 from cockpit.ui import format as fmt
-from cockpit.ui.widgets.loss_chart import LossChart
+from cockpit.ui.widgets.loss_chart import LossChart, legend
 from cockpit.ui.widgets.pane import Pane, update_text
 
 
@@ -48,6 +48,7 @@ class EffectPane(Pane):
     def compose_body(self) -> ComposeResult:
         yield Static(id="effect-line")
         yield Static(id="effect-warnings")
+        yield Static(id="loss-legend")
         yield LossChart(id="loss-chart")
 
     def show(self, snapshot: Snapshot) -> None:
@@ -57,6 +58,7 @@ class EffectPane(Pane):
     def _update_lines(self, effect: Effect) -> None:
         update_text(self.query_one("#effect-line", Static), effect_line(effect, self.log_y))
         update_text(self.query_one("#effect-warnings", Static), warnings_line(effect))
+        update_text(self.query_one("#loss-legend", Static), legend(effect, self.log_y))
 
     def watch_log_y(self, log_y: bool) -> None:
         self.query_one(LossChart).log_y = log_y

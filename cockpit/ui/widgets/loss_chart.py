@@ -42,6 +42,29 @@ from cockpit.ui.widgets.line_cache import LineCache
 # How each kind of `Marker` is drawn: (kind, plotted marker, legend label).
 MARKER_STYLES = (("adjust", "▼", "adjusted"), ("restart", "↻", "restart"))
 
+def legend(effect: Effect | None, log_y: bool) -> str:
+    """What the chart draws, each in its marker and colour: a line of its own rather than
+    plotext's legend, which sits top left, where a loss curve starts."""
+    if effect is None:
+        return ""
+    drawn = [
+        (bool(finite_points(effect.train_loss, log_y)[0]), "•", "foreground-muted", "train"),
+        (bool(finite_points(effect.train_loss_ema, log_y)[0]), "⠉⠒", "primary", "EMA"),
+        (bool(finite_points(effect.val_loss, log_y)[0]), "◆", "accent", "val"),
+        (effect.best_val_step is not None and effect.best_val_loss is not None
+         and math.isfinite(effect.best_val_loss) and (effect.best_val_loss > 0 or not log_y),
+         "★", "success", "best val"),
+        (bool(effect.spike_steps), "▲", "warning", "spike"),
+        (bool(effect.nonfinite_steps), "✖", "error", "NaN/Inf"),
+        (effect.divergence_step is not None, "│", "warning", "diverging"),
+    ]
+    kinds = {m.kind for m in effect.markers}
+    drawn += [(kind in kinds, marker, "secondary", label)
+              for kind, marker, label in MARKER_STYLES]
+    return "  ".join(f"[${colour}]{marker}[/] {label}"
+                     for shown, marker, colour, label in drawn if shown)
+
+
 def finite_points(series: Series, positive: bool = False) -> tuple[list[float], list[float]]:
     """The plottable (x, y) pairs of a series: None, NaN and ±Inf dropped (and y <= 0
     when the axis is logarithmic, where they have no place)."""
@@ -234,14 +257,12 @@ class LossChart(PlotextPlot):
         ema_x, ema_y = finite_points(effect.train_loss_ema, positive)
         val_x, val_y = finite_points(effect.val_loss, positive)
         if raw_x:
-            plt.plot(raw_x, raw_y, color=rgb(variables, "foreground-muted"), marker="dot",
-                     label="train")
+            plt.plot(raw_x, raw_y, color=rgb(variables, "foreground-muted"), marker="dot")
         if ema_x:
-            plt.plot(ema_x, ema_y, color=rgb(variables, "primary"), marker="braille",
-                     label="train EMA")
+            plt.plot(ema_x, ema_y, color=rgb(variables, "primary"), marker="braille")
         if val_x:
             # Points only: evaluations are sparse, and a joining line would hide the EMA.
-            plt.scatter(val_x, val_y, color=rgb(variables, "accent"), marker="◆", label="val")
+            plt.scatter(val_x, val_y, color=rgb(variables, "accent"), marker="◆")
         if raw_x or ema_x or val_x:
             ticks = step_ticks(min(raw_x + ema_x + val_x), max(raw_x + ema_x + val_x))
             plt.xticks(ticks, step_labels(ticks))
@@ -263,21 +284,21 @@ class LossChart(PlotextPlot):
         if effect.nonfinite_steps:
             top = max(ys) if ys else 1.0
             plt.scatter(list(effect.nonfinite_steps), [top] * len(effect.nonfinite_steps),
-                        marker="✖", color=rgb(variables, "error"), label="NaN/Inf")
+                        marker="✖", color=rgb(variables, "error"))
         best = effect.best_val_loss
         if effect.best_val_step is not None and best is not None and math.isfinite(best) and (
             best > 0 or not self.log_y
         ):
             plt.scatter([effect.best_val_step], [best], marker="★",
-                        color=rgb(variables, "success"), label="best val")
+                        color=rgb(variables, "success"))
         if ys:
             # Along the bottom of the curve, so they never hide a loss point.
             bottom = min(ys)
-            for kind, marker, label in MARKER_STYLES:
+            for kind, marker, _label in MARKER_STYLES:
                 steps = [m.step for m in effect.markers if m.kind == kind]
                 if steps:
                     plt.scatter(steps, [bottom] * len(steps), marker=marker,
-                                color=rgb(variables, "secondary"), label=label)
+                                color=rgb(variables, "secondary"))
 
     def _scatter(self, steps: Iterable[int], xs: list[float], ys: list[float],
                  marker: str, color: tuple) -> None:
@@ -285,7 +306,7 @@ class LossChart(PlotextPlot):
         points = [(s, y) for s, y in points if y is not None]
         if points:
             self.plt.scatter([s for s, _ in points], [y for _, y in points], marker=marker,
-                             color=color, label="spike")
+                             color=color)
 
     def watch_effect(self) -> None:
         self._lines.forget()
