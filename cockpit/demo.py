@@ -27,6 +27,8 @@ from cockpit.control.jobspec import JobSpec
 from cockpit.control.operations import wait_streaming
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
+from cockpit.store import Store, StoreError
+from cockpit.store.queries import StoreReader
 from cockpit.transport.inventory import LOCAL_ADDRESS, HostSpec
 
 DEMO_JOB = "demo"
@@ -35,6 +37,7 @@ CONNECT_TIMEOUT_S = 60.0
 # Demo runs kept in the default place (each holds a recording and checkpoints, ~20 MB):
 # enough to replay the last few, without `make demo` filling a disk over the months.
 DEMO_RUNS_KEPT = 5
+RECORDING_NAME = "recording.duckdb"
 _STAMP = re.compile(r"\d{8}-\d{6}")
 
 
@@ -43,18 +46,38 @@ def prune_demo_runs(root: Path, keep: int = DEMO_RUNS_KEPT) -> list[Path]:
 
     Only directories named like a demo run's time stamp are candidates, and a run whose
     agent daemon still runs (another demo open in a second terminal) is never touched.
+    A run that recorded no training step (a demo quit while it started) goes whatever
+    its age: it would otherwise push a run worth replaying out of the `keep`.
     """
     if not root.is_dir():
         return []
     runs = sorted((p for p in root.iterdir() if p.is_dir() and _STAMP.fullmatch(p.name)),
                   key=lambda p: p.name, reverse=True)
     removed = []
-    for run in runs[keep:]:
+    kept = 0
+    for run in runs:
         if running_daemon(run / "agent") is not None:
+            continue
+        if kept < keep and _trained(run):
+            kept += 1
             continue
         shutil.rmtree(run, ignore_errors=True)
         removed.append(run)
     return removed
+
+
+def _trained(run: Path) -> bool:
+    """Whether the run's recording holds a training step. A recording that cannot be
+    read (another version's, damaged, open elsewhere) counts as trained: what cannot be
+    judged is not deleted for being empty."""
+    recording = run / RECORDING_NAME
+    if not recording.exists():
+        return False
+    try:
+        with Store(recording, read_only=True) as store:
+            return StoreReader(store).newest_train_row() is not None
+    except (StoreError, OSError):
+        return True
 
 
 def example_trainer() -> Path:
@@ -102,7 +125,7 @@ class DemoRun:
         self.run_root = Path(run_root).resolve()
         self.state_dir = self.run_root / "agent"
         self.run_dir = self.run_root / "run"
-        self.store_path = self.run_root / "recording.duckdb"
+        self.store_path = self.run_root / RECORDING_NAME
         self.steps = steps
         self.nproc = nproc
         self.simulate_gpus = (0 if nvml_available() else 2) if simulate_gpus is None \

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.lockfile import StateLock
-from cockpit.demo import prune_demo_runs
+from cockpit.demo import RECORDING_NAME, prune_demo_runs
+from cockpit.store import Store
+from tests.read import synthetic as syn
 
 
 def _run(root: Path, stamp: str) -> Path:
@@ -36,3 +38,20 @@ def test_nothing_to_prune(tmp_path: Path) -> None:
     assert prune_demo_runs(tmp_path / "absent") == []
     _run(tmp_path, "20261130-120000")
     assert prune_demo_runs(tmp_path, keep=1) == []
+
+
+def test_a_run_that_never_trained_is_not_kept(tmp_path: Path) -> None:
+    """A demo quit before its first step leaves a recording with no step: it goes, and
+    does not push out an older run that trained."""
+    trained = [tmp_path / f"20261130-12000{s}" for s in range(3)]
+    for run in trained:
+        run.mkdir()
+        syn.write_recording(run / RECORDING_NAME)
+    empty = tmp_path / "20261130-130000"
+    empty.mkdir()
+    Store(empty / RECORDING_NAME).close()  # a recording, no record in it
+    failed = tmp_path / "20261130-140000"
+    (failed / "agent").mkdir(parents=True)  # stopped before its recording was made
+    removed = prune_demo_runs(tmp_path, keep=3)
+    assert sorted(removed) == [empty, failed]
+    assert sorted(tmp_path.iterdir()) == trained
