@@ -121,6 +121,9 @@ class RunInfo:
     config: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)  # host -> environment fingerprint
     jobs: tuple[str, ...] = ()  # every job in the recording
+    # A git commit, data version or seed declared again with another value (a restart on
+    # other code): {field, old, new, ts, host}, oldest first.
+    changes: tuple[dict[str, Any], ...] = ()
 
 
 # --- building them from the store ------------------------------------------------------
@@ -286,4 +289,5 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
         config=info.get("config") if isinstance(info.get("config"), dict) else {},
         env=info.get("env") or {},
         jobs=jobs,
+        changes=tuple(info.get("changes") or ()),
     )

@@ -14,7 +14,8 @@ keys may be added):
     jobs            [str] — every job in the recording, in order of first appearance
     run             {total_steps, total_epochs, total_samples, total_tokens, world_size,
                      seed, data_version, git_commit, flops_per_step, peak_flops, stages,
-                     tags, config, started}
+                     tags, config, started, changes: [{field, old, new, ts, host}] (a git
+                     commit, data version or seed declared again with another value)}
     progress        {state, stage, epoch, step, total_steps, percent, samples, tokens,
                      steps_per_second, eta_seconds, eta_low, eta_high, eta_note,
                      since_last_step, stalled, stall_cause, stall_detail,
@@ -117,7 +118,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         "run": {k: run.get(k) for k in (
             "total_steps", "total_epochs", "total_samples", "total_tokens", "world_size",
             "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
-            "tags", "config", "started")},
+            "tags", "config", "started", "changes")},
         "progress": asdict(snap.progress),
         "effect": _effect(snap),
         "efficiency": _efficiency(snap),
@@ -254,6 +255,9 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     for key in ("world_size", "seed", "data_version", "git_commit"):
         if run.get(key) is not None:
             overview.append((key.replace("_", " "), str(run[key])))
+    for change in run.get("changes") or ():
+        overview.append((f"{change['field'].replace('_', ' ')} changed",
+                         f"{change['old']} → {change['new']} at {_when(change['ts'])}"))
     if run.get("tags"):
         overview.append(("tags", ", ".join(map(str, run["tags"]))))
 

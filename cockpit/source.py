@@ -782,6 +782,7 @@ def build_snapshot(
             divergence=found.divergence, lr_reason=found.lr_reason, now=at,
         ),
         rules.interruption_alerts(health.interruptions),
+        rules.run_change_alerts(run.get("changes") or ()),
         rules.stall_alerts(stall, now=at,
                            since=float(train.newest["ts"]) if train.newest else None),
     )

@@ -272,6 +272,25 @@ def parameter_alerts(
     return out
 
 
+_IDENTITY_WORDS = {"git_commit": "git commit", "data_version": "data version",
+                   "seed": "seed"}
+
+
+def run_change_alerts(changes: Iterable[Row]) -> list[Alert]:
+    """A job that restarted on other code, data or seed: its curves before and after that
+    moment compare two different runs, which nothing on the chart shows."""
+    out = []
+    for c in changes:
+        name = _IDENTITY_WORDS.get(str(c.get("field")), str(c.get("field")))
+        out.append(_alert(
+            float(c.get("ts") or 0.0), DATA, WARNING, "run_changed", {"host": c.get("host")},
+            f"the job's {name} changed from {c.get('old')} to {c.get('new')}",
+            "the steps after it train other code or data: compare the loss before and "
+            "after with care; if unintended, pause and resume from the intended version",
+        ))
+    return out
+
+
 def interruption_alerts(interruptions: Sequence[Interruption]) -> list[Alert]:
     """The newest interruption while it is not recovered: the job is down now, which
     the interruption log shows but the alert count must say too."""

@@ -20,6 +20,9 @@ RUN_FIELDS = (
     "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "world_size",
     "tags",
 )
+# Fields a job keeps for its whole life: a later `run` record (a restart) that declares
+# another value means the job now trains other code, data or randomness.
+RUN_IDENTITY = ("git_commit", "data_version", "seed")
 STEP_COLUMNS = (
     "host, seq, ts, rank, step, epoch, stage, loss, nonfinite, lr, samples, tokens, "
     "step_time, data_time, compute_time, comm_time, ckpt_time, loss_scale, grad_norm"
@@ -153,10 +156,22 @@ class TrainQueries(ReaderBase):
                 args,
             )
         info: dict[str, Any] = {"job": job, **{name: None for name in RUN_FIELDS}}
+        changes: list[dict[str, Any]] = []
+        declared: dict[tuple[Any, str], Any] = {}  # by rank: ranks may seed differently
         for record in runs:
             for name in RUN_FIELDS:
-                if record.get(name) is not None:
-                    info[name] = record[name]
+                value = record.get(name)
+                if value is None:
+                    continue
+                info[name] = value
+                if name not in RUN_IDENTITY:
+                    continue
+                before = declared.get((record.get("rank"), name))
+                if before is not None and before != value:
+                    changes.append({"field": name, "old": before, "new": value,
+                                    "ts": record["ts"], "host": record.get("host")})
+                declared[(record.get("rank"), name)] = value
+        info["changes"] = changes
         info["started"] = self.job_started_ts(job, until_ts=until_ts)
         info["declared"] = bool(runs)
         info["env"] = {

@@ -252,6 +252,32 @@ def test_a_paused_job_says_which_checkpoint_a_resume_starts_from(tmp_path: Path)
     assert "a resume starts from the checkpoint of step 400" in render_report(path)
 
 
+def test_a_restart_on_other_code_is_named_where_the_run_is_described(tmp_path: Path) -> None:
+    """A resume after a `git pull` trains other code under the same job: the run info,
+    an alert and the report say so, from when it happened."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    base = {"job": "job-1", "total_steps": syn.TOTAL_STEPS, "data_version": "v3"}
+    with Store(path) as store:
+        store.ingest("node-a", encode("run", 10**6, {
+            **base, "rank": 0, "seed": 7, "git_commit": "def456"}, ts=last + 2))
+        # Rank 1 declaring its own seed is not a change of rank 0's.
+        store.ingest("node-b", encode("run", 10**6, {
+            **base, "rank": 1, "seed": 8, "git_commit": "def456"}, ts=last + 2))
+    with Store(path, read_only=True) as store:
+        reader = StoreReader(store)
+        snap = build_snapshot(reader, until_ts=None, label="REPLAY")
+        info = details(reader, "run")
+        before = build_snapshot(reader, until_ts=last, label="REPLAY")
+    assert isinstance(info, RunInfo) and info.git_commit == "def456"
+    assert [(c["field"], c["old"], c["new"], c["ts"]) for c in info.changes] == [
+        ("git_commit", "abc123", "def456", last + 2)]
+    alert = next(a for a in snap.alerts if a.code == "run_changed")
+    assert alert.ts == last + 2 and "git commit changed from abc123 to def456" in alert.what
+    assert not any(a.code == "run_changed" for a in before.alerts)
+    assert "git commit changed  abc123 → def456" in render_report(path)
+
+
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     adjusted, resumed = syn.intervention_lines()

@@ -6,10 +6,12 @@ import random
 
 import pytest
 
+from cockpit.details import RunInfo
 from cockpit.snapshot import Effect, Marker, Progress, Series
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
+from cockpit.ui.screens.run_info import shown
 from cockpit.ui.widgets.detail_view import field_cell, series_value_text
 from cockpit.ui.widgets.gauge import level_style
 from cockpit.ui.widgets.loss_chart import legend, nearest_y
@@ -196,3 +198,12 @@ def test_the_loss_legend_names_only_what_the_chart_draws() -> None:
     assert "adjusted" not in shown and "EMA" not in shown
     # On a log axis the non-positive val loss and best val are not drawn, nor named.
     assert "val" not in legend(eventful, True).replace("NaN/Inf", "")
+
+
+def test_run_info_lists_what_changed_under_the_same_job() -> None:
+    info = RunInfo(job="j", declared=True, git_commit="def456", changes=(
+        {"field": "git_commit", "old": "abc123", "new": "def456", "ts": 0.0, "host": "a"},))
+    data = shown(info)
+    assert isinstance(data, dict) and "changes" not in data
+    assert data["changed"] == {f"git_commit ({fmt.timestamp(0.0)})": "abc123 → def456"}
+    assert "changed" not in shown(RunInfo(job="j", declared=True))

@@ -6,6 +6,7 @@ from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
 from cockpit.details import RunInfo
+from cockpit.ui import format as fmt
 from cockpit.ui.screens.drill_down import DrillDownScreen
 from cockpit.ui.widgets.detail_view import DetailView, as_mapping
 
@@ -34,6 +35,11 @@ def shown(details: object) -> object:
     if not isinstance(details, RunInfo):
         return details
     data = dict(as_mapping(details) or {})
+    changes = data.pop("changes", ())
+    if changes:
+        data["changed"] = {
+            f"{c['field']} ({fmt.timestamp(c['ts'])})": f"{c['old']} → {c['new']}"
+            for c in changes}
     if data.pop("declared", True):
         return data
     return {"note": "no run record from the trainer: only what its steps show", **data}
