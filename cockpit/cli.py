@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -251,8 +252,22 @@ def _build_app(source: object, args: argparse.Namespace) -> CockpitApp:
         raise CockpitError(str(exc)) from None
 
 
+def discard_typeahead(stream: Any = None) -> None:
+    """Drop keys typed before the app shows: while the demo prepared or hosts connected
+    they were echoed and ignored, and an app reading them later would act on them (a `q`
+    quits at once, a `p` pauses the job the operator has not seen yet)."""
+    stream = sys.stdin if stream is None else stream
+    try:
+        if stream is not None and stream.isatty():
+            termios.tcflush(stream.fileno(), termios.TCIFLUSH)
+    except (OSError, ValueError, termios.error):
+        pass  # not a terminal after all (closed, redirected): nothing was typed ahead
+
+
 def _run_app(source: object, args: argparse.Namespace) -> None:
-    _build_app(source, args).run()
+    app = _build_app(source, args)
+    discard_typeahead()
+    app.run()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -312,6 +327,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except CockpitError:
         source.stop()
         raise
+    discard_typeahead()
     app.run()
     return 0
 

@@ -1,0 +1,31 @@
+"""Keys typed while the cockpit prepared are dropped before the app reads its terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+
+from cockpit.cli import discard_typeahead
+
+
+def _typed_then_read(flush: bool) -> bytes:
+    controller, terminal = os.openpty()
+    try:
+        os.write(controller, b"qp")  # typed while the demo prepared
+        with os.fdopen(os.dup(terminal), "rb", buffering=0) as stdin:
+            if flush:
+                discard_typeahead(stdin)
+            os.write(controller, b"j\n")  # typed once the app shows
+            return stdin.read(16)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+def test_keys_typed_before_the_app_shows_are_dropped() -> None:
+    assert _typed_then_read(flush=False) == b"qpj\n"  # what the app would have read
+    assert _typed_then_read(flush=True) == b"j\n"
+
+
+def test_a_stream_that_is_no_terminal_is_left_alone() -> None:
+    discard_typeahead(io.BytesIO(b"q"))  # no error: not a terminal, nothing to drop
