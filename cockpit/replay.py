@@ -45,7 +45,11 @@ class ReplaySource:
         with self._store.cursor() as cur:
             cur.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         self._reader = StoreReader(self._store)
-        span = self._reader.time_range()
+        try:
+            span = self._reader.time_range()
+        except StoreError as exc:
+            self._store.close()
+            raise CockpitError(str(exc)) from None
         if span is None:
             self._store.close()
             raise CockpitError(f"{path}: the recording holds no records to replay")

@@ -81,6 +81,8 @@ def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = 
         raise CockpitError(str(exc)) from None
     try:
         data = collect(StoreReader(store), str(path), until_ts, job)
+    except StoreError as exc:
+        raise CockpitError(str(exc)) from None
     finally:
         store.close()
     if fmt == "json":

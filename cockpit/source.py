@@ -23,7 +23,7 @@ import dataclasses
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -697,37 +697,44 @@ def build_snapshot(
         reader.series_columns_held, "gpu_busy", "gpu", ("util",), where={}, x="ts",
         buckets=buckets, until_ts=until_ts, frontiers=fr)
     nonfinite_f = pool.submit(_nonfinite, reader, job, until_ts, fr) if job else None
-    world = run.get("world_size")
-    kept_from = _rank0_alone_until(reader, job, world, until_ts)
-    # Before the other ranks' kept steps, rank 0 is all there is to find.
-    train = tail.view(job, 1 if kept_from is not None else world, fr, until_ts)
-    if kept_from is not None:
-        train = _whole_job(train, world)
-    series = _train_series(reader, job, train, until_ts, buckets, fr)
-    gpus = gpus_f.result()
-    host_samples = host_samples_f.result()
-    hosts = reader.hosts(until_ts=until_ts, frontiers=fr,
-                         recent=_newest_per_host(gpus, host_samples, train.latest))
-    state = _state(reader, job, until_ts,
-                   float(train.newest["ts"]) if train.newest else None, fr)
-    figures = reader.memo(
-        "figures", (job, run.get("world_size"), run.get("flops_per_step"),
-                    run.get("peak_flops"), fr.key("train", "gpu"), kept_from),
-        lambda: _figures(run, train, gpus, world if kept_from is not None else None))
-    stall = detect_stall(
-        since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
-        recent_wall_times=train.walls,
-        ranks=figures.ranks,
-        hosts=_pressure(hosts, host_samples, gpus),
-        active=state in ACTIVE_STATES,
-    )
-    progress = _progress(run, train, at, state, stall,
-                         _resume_step(job_lifecycle(reader, job, fr, until_ts))
-                         if job is not None and state == "paused" else None)
-    nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
-    found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
-    efficiency = _efficiency(train, figures, series, busy_f.result()[0],
-                             _rank0_note(kept_from, world) if kept_from is not None else None)
+    reads = [f for f in (gpus_f, host_samples_f, busy_f, nonfinite_f) if f is not None]
+    try:
+        world = run.get("world_size")
+        kept_from = _rank0_alone_until(reader, job, world, until_ts)
+        # Before the other ranks' kept steps, rank 0 is all there is to find.
+        train = tail.view(job, 1 if kept_from is not None else world, fr, until_ts)
+        if kept_from is not None:
+            train = _whole_job(train, world)
+        series = _train_series(reader, job, train, until_ts, buckets, fr)
+        gpus = gpus_f.result()
+        host_samples = host_samples_f.result()
+        hosts = reader.hosts(until_ts=until_ts, frontiers=fr,
+                             recent=_newest_per_host(gpus, host_samples, train.latest))
+        state = _state(reader, job, until_ts,
+                       float(train.newest["ts"]) if train.newest else None, fr)
+        figures = reader.memo(
+            "figures", (job, run.get("world_size"), run.get("flops_per_step"),
+                        run.get("peak_flops"), fr.key("train", "gpu"), kept_from),
+            lambda: _figures(run, train, gpus, world if kept_from is not None else None))
+        stall = detect_stall(
+            since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
+            recent_wall_times=train.walls,
+            ranks=figures.ranks,
+            hosts=_pressure(hosts, host_samples, gpus),
+            active=state in ACTIVE_STATES,
+        )
+        progress = _progress(run, train, at, state, stall,
+                             _resume_step(job_lifecycle(reader, job, fr, until_ts))
+                             if job is not None and state == "paused" else None)
+        nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
+        found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
+        efficiency = _efficiency(train, figures, series, busy_f.result()[0],
+                                 _rank0_note(kept_from, world) if kept_from is not None else None)
+    except BaseException:
+        # The store cannot close while a read still runs (a damaged file fails one read
+        # and the caller closes it): let the others finish before passing the error on.
+        wait(reads)
+        raise
     events_key = fr.key("event")
     xids = reader.memo("xids", events_key,
                        lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))

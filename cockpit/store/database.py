@@ -113,6 +113,18 @@ class StoreLockedError(StoreError):
     pass
 
 
+class StoreDamagedError(StoreError):
+    """The file is a DuckDB database whose pages cannot all be read (cut short by a copy
+    or a full disk, or overwritten)."""
+
+
+def damaged(path: Path, exc: Exception) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (f"the recording {path} is damaged or truncated: DuckDB cannot read it "
+            f"({first}). If it was copied while a cockpit wrote it, copy it again together "
+            f"with its {path.name}.wal once that cockpit has quit.")
+
+
 class StoreReadOnlyError(StoreError):
     pass
 
@@ -239,6 +251,9 @@ class Store:
             self._marks = self._load_marks()
             # Rows parked by a process that ended without folding are folded first.
             self._pending = self._parked() if not read_only else {}
+        except duckdb.Error as exc:
+            self._con.close()
+            raise StoreDamagedError(damaged(self.path, exc)) from None
         except BaseException:
             self._con.close()
             raise
@@ -358,6 +373,9 @@ class Store:
         cur = self._con.cursor()
         try:
             yield cur
+        except duckdb.IOException as exc:
+            # A file cut short or overwritten: the pages a query needs are not there.
+            raise StoreDamagedError(damaged(self.path, exc)) from None
         finally:
             cur.close()
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.errors import CockpitError
+from cockpit.replay import ReplaySource
 from cockpit.report import REPORT_VERSION, render_report, sparkline
 from cockpit.store import Store
 from tests.read import synthetic as syn
@@ -66,6 +67,22 @@ def test_bad_format_and_missing_file_are_clear_errors(recording: Path, tmp_path:
         render_report(recording, fmt="html")
     with pytest.raises(CockpitError, match="does not exist"):
         render_report(tmp_path / "missing.duckdb")
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.5, 0.9])
+def test_a_truncated_recording_is_named_damaged_not_a_traceback(
+        recording: Path, tmp_path: Path, keep: float) -> None:
+    """A recording cut short (copied while written, a full disk) fails on opening or on
+    the first query that needs a missing page: either way the user reads what happened."""
+    data = recording.read_bytes()
+    cut = tmp_path / "cut.duckdb"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CockpitError, match="is damaged or truncated: DuckDB cannot read it"):
+        render_report(cut)
+    try:  # a replay opens what it can; its reads then fail with the same words
+        ReplaySource(cut).stop()
+    except CockpitError as exc:
+        assert "damaged or truncated" in str(exc) or "cannot open the recording" in str(exc)
 
 
 def test_sparkline_scales_to_the_range() -> None:
