@@ -146,9 +146,15 @@ def load_keymap(path: str | Path) -> dict[str, str]:
     """Read and validate a keymap file; return {binding id: key} for `App.set_keymap`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise KeymapError(f"{path}: cannot read keymap: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise KeymapError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}): "
+                          "save the keymap as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

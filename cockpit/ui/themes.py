@@ -93,6 +93,9 @@ def load_themes(directory: Path | None = None) -> ThemeSet:
         data = tomllib.loads(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ThemeError(f"{source}: cannot read themes: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ThemeError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ThemeError(f"{source}: not valid TOML: {exc}") from exc
     if not data:

@@ -72,6 +72,13 @@ def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
         load_keymap(path)
 
 
+def test_a_keymap_that_is_not_utf8_is_named_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    path.write_bytes(b'quit = "q"\npause_job = "\xff"\n')
+    with pytest.raises(KeymapError, match=r"keys.toml:2: not UTF-8 text \(byte 0xff\)"):
+        load_keymap(path)
+
+
 def test_missing_file_is_a_keymap_error(tmp_path: Path) -> None:
     with pytest.raises(KeymapError, match="cannot read keymap"):
         load_keymap(tmp_path / "nope.toml")

@@ -59,6 +59,13 @@ def test_bad_theme_files_are_explained(tmp_path: Path, toml: str, message: str) 
     assert str(folder / "themes.toml") in str(err.value)
 
 
+def test_a_themes_file_that_is_not_utf8_is_explained(tmp_path: Path) -> None:
+    folder = copy_themes(tmp_path, "")
+    (folder / "themes.toml").write_bytes(b'[mine]\nprimary = "\xff"\n')
+    with pytest.raises(ThemeError, match=r"themes\.toml: not UTF-8 text"):
+        load_themes(folder)
+
+
 def test_installed_layout_finds_themes_under_the_package(tmp_path: Path) -> None:
     """A wheel ships `themes/` as `cockpit/_themes` (pyproject force-include)."""
     site = tmp_path / "site"
