@@ -11,6 +11,7 @@ import argparse
 import re
 import sys
 import termios
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,18 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+    return parse
 
 
 def _replay_speed(text: str) -> float:
@@ -86,13 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="train the example model here under torchrun and watch it live"
     )
     demo.add_argument("--dir", type=Path, default=None, help="where to keep the demo run")
-    demo.add_argument("--steps", type=int, default=3000, help="training steps (default 3000)")
-    demo.add_argument("--nproc", type=int, default=2, help="ranks (default 2)")
+    demo.add_argument("--steps", type=_count(1), default=3000,
+                      help="training steps (default 3000)")
+    demo.add_argument("--nproc", type=_count(1), default=2, help="ranks (default 2)")
     demo.add_argument(
-        "--simulate-gpus", type=int, default=None,
+        "--simulate-gpus", type=_count(0), default=None,
         help="simulated GPUs (labelled SIM); default: 2 when no NVIDIA driver is found",
     )
-    demo.add_argument("--headless", type=float, default=None, metavar="SECONDS",
+    demo.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
                       help="no UI: record for SECONDS, then print the report")
     _add_theme(demo)
 
@@ -105,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "still refused)")
     watch.add_argument("--job", type=Path, default=None, metavar="JOB.toml",
                        help="the job spec: makes the job controllable from the UI")
-    watch.add_argument("--headless", type=float, default=None, metavar="SECONDS",
+    watch.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
                        help="no UI: record for SECONDS, then print the report")
     watch.add_argument("--keep-raw", type=_raw_window, default=None, metavar="DURATION",
                        help="how long raw GPU and host samples, and the steps of ranks "
@@ -282,7 +296,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                   f"{demo.run_root.parent}, keeping the newest {DEMO_RUNS_KEPT}",
                   file=sys.stderr)
         _watch_or_record(demo, args)
-    return _after_live(demo.store_path, args)
+    return _after_live(demo.store_path, args, demo.session.link_problems()
+                       if demo.session is not None else {})
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
@@ -297,7 +312,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         raw_window=args.keep_raw,
     ) as live:
         _watch_or_record(live, args)
-    return _after_live(live.store_path, args)
+    return _after_live(live.store_path, args, live.link_problems())
 
 
 def _watch_or_record(run: Any, args: argparse.Namespace) -> None:
@@ -308,13 +323,19 @@ def _watch_or_record(run: Any, args: argparse.Namespace) -> None:
         _run_app(run.source, args)
 
 
-def _after_live(store_path: Path, args: argparse.Namespace) -> int:
+def _after_live(store_path: Path, args: argparse.Namespace,
+                problems: dict[str, str]) -> int:
+    """The recording's name, and with --headless its report; a headless run whose
+    hosts did not all deliver fails (exit 1) and says why, on stderr."""
     _print_recording_hint(store_path)
-    if args.headless is not None:
-        from cockpit.report import render_report
+    if args.headless is None:
+        return 0
+    from cockpit.report import render_report
 
-        print(render_report(store_path, fmt="text"))
-    return 0
+    print(render_report(store_path, fmt="text"))
+    for host, problem in problems.items():
+        print(f"cockpit: host {host}: link {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

@@ -114,6 +114,8 @@ class DemoRun:
             )
         if steps < 1 or nproc < 1:
             raise CockpitError("--steps and --nproc must be at least 1")
+        if simulate_gpus is not None and simulate_gpus < 0:
+            raise CockpitError(f"--simulate-gpus must be 0 or more, not {simulate_gpus}")
         self.pruned: list[Path] = []  # older demo runs removed to make room for this one
         if run_root is None:
             from platformdirs import user_data_path
@@ -178,6 +180,7 @@ class DemoRun:
         try:
             self.session = LiveSession([host], self.store_path).start()
             wait_streaming(self.session, [host.name], CONNECT_TIMEOUT_S)
+            self._check_daemon()
             controller = Controller(self.job_spec(host.name), self.session.fleet.send)
             controller.launch()
             self.session.source.controller = controller
@@ -203,6 +206,21 @@ class DemoRun:
                 self.session.stop()
         finally:
             self._stop_daemon()
+
+    def _check_daemon(self) -> None:
+        """The agent daemon refused to start (its arguments, its state dir): its reason
+        is in agent.log, which the operator would otherwise never open."""
+        proc = self._daemon
+        if proc is None or proc.poll() is None:
+            return
+        log = self.run_root / "agent.log"
+        try:
+            tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        except OSError:
+            tail = []
+        why = "\n  ".join(tail) or "(agent.log is empty)"
+        raise CockpitError(f"the demo's agent daemon exited with status {proc.returncode} "
+                           f"before the job started; {log} ends:\n  {why}")
 
     def _stop_daemon(self) -> None:
         proc = self._daemon

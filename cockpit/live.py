@@ -33,6 +33,7 @@ from cockpit.transport.inventory import (
     parse_targets,
 )
 from cockpit.transport.link import LinkOptions
+from cockpit.transport.states import FAILED_STATES
 
 if TYPE_CHECKING:
     from cockpit.control.jobspec import JobSpec
@@ -146,6 +147,13 @@ class LiveSession:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def link_problems(self) -> dict[str, str]:
+        """Hosts whose link failed and did not recover (never connected, or lost), each
+        with its state and reason: what a headless run must not hide."""
+        return {name: f"{status.state}" + (f": {status.detail}" if status.detail else "")
+                for name, status in self.fleet.status().items()
+                if status.state in FAILED_STATES}
 
     def record_for(self, seconds: float) -> None:
         """Headless recording (no UI) for `seconds`, then a final flush."""

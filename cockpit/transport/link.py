@@ -20,6 +20,7 @@ from cockpit.transport.ssh_config import SshConfig
 from cockpit.transport.states import (
     AGENT_FAILED,
     CONNECTING,
+    FAILED_STATES,
     STALE,
     STOPPED,
     STREAMING,
@@ -249,4 +250,7 @@ class BaseLink(abc.ABC):
                 self._set_writer(None)
             if self._stopping.wait(delay):
                 break
-        self._set_state(STOPPED, "")
+        if self._state not in FAILED_STATES:
+            # A link that failed keeps its state and reason, in the recording too: why a
+            # host never connected (or was lost at the end) outlives the session.
+            self._set_state(STOPPED, "")

@@ -37,6 +37,8 @@ ALL_STATES = (
 )
 # States that will not fix themselves: retried only at the slowest pace.
 NEEDS_OPERATOR = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, AGENT_MISSING})
+# States of a link that is not delivering because something is wrong (not on its way).
+FAILED_STATES = NEEDS_OPERATOR | {UNREACHABLE, AGENT_FAILED}
 
 ChunkCallback = Callable[[str, bytes], None]
 StateCallback = Callable[[str, str, str], None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,33 @@ def test_watch_refuses_a_bad_retention_window(tmp_path: Path, window: str) -> No
 def test_watch_takes_a_retention_window_with_its_unit(window: str, seconds: float) -> None:
     args = cockpit_parser().parse_args(["watch", "gpu-1", "--keep-raw", window])
     assert args.keep_raw == seconds
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("demo", "--simulate-gpus", "-2"), "--simulate-gpus: must be 0 or more, got -2"),
+    (("demo", "--nproc", "0"), "--nproc: must be 1 or more, got 0"),
+    (("demo", "--headless", "nan"), "--headless: must be a positive number"),
+    (("watch", "gpu-1", "--headless", "-1"), "--headless: must be a positive number"),
+    (("watch", "gpu-1", "--headless", "inf"), "--headless: must be a positive number"),
+])
+def test_numbers_a_run_cannot_use_are_refused_up_front(args: tuple[str, ...],
+                                                       words: str) -> None:
+    result = run("cockpit", *args)
+    assert result.returncode == USAGE_ERROR and "Traceback" not in result.stderr
+    assert words in result.stderr.splitlines()[-1]
+
+
+def test_a_headless_watch_whose_host_never_connected_fails_and_says_why(
+        tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = tmp_path / "w.duckdb"
+    result = run("cockpit", "watch", f"me@127.0.0.1:{port}", "--headless", "2",
+                 "--store", store)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (f"cockpit: host 127.0.0.1:{port}: link unreachable: me@127.0.0.1:{port}: "
+            "cannot connect") in result.stderr
+    # The recording keeps the reason: its report shows the link as it was, not "stopped".
+    report = run("cockpit", "report", store).stdout
+    assert "host_unreachable" in report and "Connection refused" in report

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from agent.lockfile import StateLock
-from cockpit.demo import RECORDING_NAME, prune_demo_runs
+from cockpit.demo import RECORDING_NAME, DemoRun, prune_demo_runs
+from cockpit.errors import CockpitError
 from cockpit.store import Store
 from tests.read import synthetic as syn
 
@@ -55,3 +60,14 @@ def test_a_run_that_never_trained_is_not_kept(tmp_path: Path) -> None:
     removed = prune_demo_runs(tmp_path, keep=3)
     assert sorted(removed) == [empty, failed]
     assert sorted(tmp_path.iterdir()) == trained
+
+
+def test_a_daemon_that_refused_to_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    demo = DemoRun(run_root=tmp_path / "run", simulate_gpus=1)
+    demo.run_root.mkdir(parents=True)
+    (demo.run_root / "agent.log").write_text("cockpit-agent: error: bad --simulate-gpus\n")
+    demo._daemon = subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"])
+    demo._daemon.wait()
+    with pytest.raises(CockpitError, match="exited with status 2 before the job started") as err:
+        demo._check_daemon()
+    assert "cockpit-agent: error: bad --simulate-gpus" in str(err.value)

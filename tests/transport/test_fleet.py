@@ -46,7 +46,9 @@ def test_fleet_streams_every_host_and_routes_control(
     finally:
         for feeder in feeders:
             feeder.close()
-    assert {s.state for s in fleet.status().values()} == {"stopped"}
+    # A link that never connected keeps its reason; the others stop.
+    assert {n: s.state for n, s in fleet.status().items()} == {
+        "host1": "stopped", "host2": "stopped", "down": "unreachable"}
     with pytest.raises(ValueError, match="unique"):
         Fleet(specs + specs[:1], collector.high_water, collector.on_chunk)
 
