@@ -630,6 +630,16 @@ def _link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, 
     return "stale" if now - last > rules.STALE_AFTER_S else "streaming"
 
 
+def _first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],
+                       until_ts: float | None) -> dict[str, float]:
+    """Read only when a host has rejected records: almost never."""
+    bad = tuple(sorted(str(h["host"]) for h in hosts if h.get("malformed")))
+    if not bad:
+        return {}
+    return reader.memo("wire_errors", (bad, until_ts),
+                       lambda: reader.first_wire_errors(bad, until_ts=until_ts))
+
+
 def _link_rows(hosts: Sequence[Mapping[str, Any]], health: Health) -> list[dict[str, Any]]:
     """Host rows with the state shown, and since when where the store knows it (the
     transport records each change of state)."""
@@ -648,7 +658,8 @@ def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
     health = _health(hosts, (), (), (), (), host_states, at, replaying=until_ts is not None)
     rows = _link_rows(hosts, health)
     return Snapshot(ts=at, source_label=label, job=None, health=health,
-                    alerts=rules.merge(rules.host_alerts(rows, (), now=at)),
+                    alerts=rules.merge(rules.host_alerts(rows, (), now=at), rules.rejected_alerts(
+                        hosts, _first_wire_errors(reader, hosts, until_ts))),
                     controllable=controllable)
 
 
@@ -790,6 +801,7 @@ def build_snapshot(
         ),
         rules.interruption_alerts(health.interruptions),
         rules.run_change_alerts(run.get("changes") or ()),
+        rules.rejected_alerts(hosts, _first_wire_errors(reader, hosts, until_ts)),
         rules.stall_alerts(stall, now=at,
                            since=float(train.newest["ts"]) if train.newest else None),
     )

@@ -272,6 +272,27 @@ def parameter_alerts(
     return out
 
 
+def rejected_alerts(hosts: Iterable[Row], first_error: Mapping[str, float]) -> list[Alert]:
+    """Records a host sent that could not be stored: counted and sampled by the store,
+    but invisible unless said. `first_error`: when each host's first one arrived."""
+    out = []
+    for h in hosts:
+        name = str(h.get("host"))
+        count = h.get("malformed") or 0
+        if not count or name not in first_error:
+            continue
+        last = h.get("last_error")
+        out.append(_alert(
+            first_error[name], DATA, WARNING, "records_rejected", {"host": name},
+            f"{counted(int(count), 'record')} from this host could not be stored"
+            + (f"; the last: {last}" if last else ""),
+            "the first rejected lines are kept in the recording's wire_errors table; a "
+            "trainer reporting values out of range, or an agent newer than this cockpit, "
+            "are the usual causes",
+        ))
+    return out
+
+
 _IDENTITY_WORDS = {"git_commit": "git commit", "data_version": "data version",
                    "seed": "seed"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
@@ -76,6 +76,20 @@ class HealthQueries(ReaderBase):
                 "last_seen": seen.get(name),
             })
         return out
+
+    def first_wire_errors(self, hosts: Sequence[str], *,
+                          until_ts: float | None = None) -> dict[str, float]:
+        """When each host's first rejected record arrived (of those whose lines are kept,
+        the first ones), for hosts that had any by `until_ts`."""
+        if not hosts:
+            return {}
+        cond, args = until_clause(until_ts)
+        marks = ", ".join("?" for _ in hosts)
+        with self._cur() as cur:
+            rows = cur.execute(
+                f"SELECT host, min(ts) FROM wire_errors WHERE host IN ({marks}){cond} "
+                "GROUP BY host", [*hosts, *args]).fetchall()
+        return {str(host): float(ts) for host, ts in rows if ts is not None}
 
     def _links(self, cur: Any) -> dict[str, Row]:
         return {r["host"]: r for r in self.fetch(cur, "SELECT * FROM hosts")}

@@ -278,6 +278,22 @@ def test_a_restart_on_other_code_is_named_where_the_run_is_described(tmp_path: P
     assert "git commit changed  abc123 → def456" in render_report(path)
 
 
+def test_records_the_store_rejected_are_an_alert_not_a_secret(tmp_path: Path) -> None:
+    """Lines the store could not type are counted and sampled per host; the screen and
+    the report say so, with the newest reason."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:
+        store.ingest("node-b", b'{"t":"train","seq":1000001,"job":"job-1",\n'
+                               b'not json at all\n')
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    alert = next(a for a in snap.alerts if a.code == "records_rejected")
+    assert alert.where == "host node-b" and alert.severity == "warning"
+    assert alert.what.startswith("2 records from this host could not be stored; the last: ")
+    assert not any(a.code == "records_rejected" and "node-a" in a.where for a in snap.alerts)
+    assert "records_rejected" in render_report(path)
+
+
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     adjusted, resumed = syn.intervention_lines()
