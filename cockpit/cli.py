@@ -303,6 +303,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_watch(args: argparse.Namespace) -> int:
     from cockpit.live import open_watch
 
+    if args.store is not None and args.store.exists():
+        # Continuing a recording is how a restarted cockpit resumes each host's stream
+        # where it stopped; into another run's recording it mixes two runs. Say which.
+        print(f"appending to the existing recording {args.store} (its hosts resume from "
+              "their stored high-water marks; pass a new --store to start a new one)",
+              file=sys.stderr)
+
     with open_watch(
         args.targets,
         store_path=args.store,

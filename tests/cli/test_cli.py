@@ -205,3 +205,6 @@ def test_a_headless_watch_whose_host_never_connected_fails_and_says_why(
     # The recording keeps the reason: its report shows the link as it was, not "stopped".
     report = run("cockpit", "report", store).stdout
     assert "host_unreachable" in report and "Connection refused" in report
+    again = run("cockpit", "watch", f"me@127.0.0.1:{port}", "--headless", "1",
+                "--store", store)
+    assert f"appending to the existing recording {store}" in again.stderr
