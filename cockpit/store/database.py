@@ -118,6 +118,27 @@ class StoreDamagedError(StoreError):
     or a full disk, or overwritten)."""
 
 
+_MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK": "a zip archive", b"SQLite": "an SQLite database",
+          b"{": "JSON text", b"PAR1": "a Parquet file"}
+
+
+def _check_duckdb_header(path: Path) -> None:
+    """A DuckDB file says DUCK at byte 8. Anything else is named for what it looks like,
+    where DuckDB's own error would be about catalogs or in-memory databases."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return  # DuckDB's open says why
+    if len(head) < 12 or head[8:12] == b"DUCK":
+        return
+    kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+    raise StoreError(f"{path} is not a DuckDB recording" + (f": it is {kind}" if kind else "")
+                     + (" (wire records, perhaps: replay and report read the .duckdb file "
+                        "a watch or demo wrote)" if kind in ("gzip-compressed", "JSON text")
+                        else ""))
+
+
 def damaged(path: Path, exc: Exception) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (f"the recording {path} is damaged or truncated: DuckDB cannot read it "
@@ -236,6 +257,8 @@ class Store:
         self._closing = False
         if read_only and not self.path.exists():
             raise StoreError(f"no recording at {self.path}: the file does not exist")
+        if read_only:
+            _check_duckdb_header(self.path)
         self._con = self._connect()
         try:
             if not read_only:
@@ -324,8 +347,11 @@ class Store:
                     f"{self.path} is a DuckDB database but not a cockpit recording (it holds "
                     f"{shown}): give a recording, or a new file to record into")
             if self.read_only:
-                raise StoreVersionError(f"{self.path} is not a cockpit recording: it is an "
-                                        "empty DuckDB database")
+                raise StoreVersionError(
+                    f"{self.path} is not a cockpit recording: it is an empty DuckDB "
+                    f"database (a recording copied while a cockpit wrote it has its rows in "
+                    f"{self.path.name}.wal: copy that file beside it, or copy both again once "
+                    "the cockpit has quit)")
         if version > schema.SCHEMA_VERSION:
             raise StoreVersionError(
                 f"{self.path} was written by a newer cockpit (schema version {version}; this "

@@ -113,6 +113,12 @@ def test_report_of_a_file_that_is_not_a_recording(tmp_path: Path) -> None:
     assert str(bogus) in line and "DuckDB" in line
 
 
+def test_report_of_wire_records_says_what_the_file_is() -> None:
+    data = Path(__file__).resolve().parents[1] / "data" / "charlm-run.ndjson.gz"
+    line = one_clear_error(run("cockpit", "report", data))
+    assert "is not a DuckDB recording: it is gzip-compressed (wire records, perhaps" in line
+
+
 def test_replay_with_an_unknown_theme_names_the_choices(recorded_store: Path) -> None:
     line = one_clear_error(run("cockpit", "replay", recorded_store, "--theme", "neon"))
     assert "unknown theme 'neon'" in line
