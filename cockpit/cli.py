@@ -8,10 +8,11 @@ Every user-facing failure ends as one clear line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -257,11 +258,29 @@ def _cmd_job(args: argparse.Namespace) -> int:
 
 def _build_app(source: object, args: argparse.Namespace) -> CockpitApp:
     from cockpit.ui.app_factory import make_app
+
+    with _ui_errors():
+        return make_app(source, theme=args.theme, keymap_path=args.keymap)
+
+
+def _check_ui_options(args: argparse.Namespace) -> None:
+    """Theme and keymap checked before a demo starts training or hosts are dialled:
+    with --headless there is no UI, and they are not read."""
+    if args.headless is not None:
+        return
+    from cockpit.ui.app_factory import ui_options
+
+    with _ui_errors():
+        ui_options(theme=args.theme, keymap_path=args.keymap)
+
+
+@contextlib.contextmanager
+def _ui_errors() -> Iterator[None]:
     from cockpit.ui.keymap import KeymapError
     from cockpit.ui.themes import ThemeError
 
     try:
-        return make_app(source, theme=args.theme, keymap_path=args.keymap)
+        yield
     except (KeymapError, ThemeError) as exc:
         raise CockpitError(str(exc)) from None
 
@@ -287,6 +306,8 @@ def _run_app(source: object, args: argparse.Namespace) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cockpit.demo import DEMO_RUNS_KEPT, DemoRun
 
+    _check_ui_options(args)
+
     with DemoRun(
         run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus
     ) as demo:
@@ -302,6 +323,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_watch(args: argparse.Namespace) -> int:
     from cockpit.live import open_watch
+
+    _check_ui_options(args)
 
     if args.store is not None and args.store.exists():
         # Continuing a recording is how a restarted cockpit resumes each host's stream

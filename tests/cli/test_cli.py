@@ -214,3 +214,14 @@ def test_a_headless_watch_whose_host_never_connected_fails_and_says_why(
     again = run("cockpit", "watch", f"me@127.0.0.1:{port}", "--headless", "1",
                 "--store", store)
     assert f"appending to the existing recording {store}" in again.stderr
+
+
+@pytest.mark.parametrize("command", [("demo", "--dir", "DIR"), ("watch", "me@127.0.0.1:1")])
+def test_a_bad_theme_or_keymap_is_refused_before_anything_starts(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    args = [tmp_path / "run" if a == "DIR" else a for a in command]
+    line = one_clear_error(run("cockpit", *args, "--theme", "neon"))
+    assert "unknown theme 'neon'" in line
+    line = one_clear_error(run("cockpit", *args, "--keymap", tmp_path / "missing.toml"))
+    assert "missing.toml: cannot read keymap" in line
+    assert not (tmp_path / "run").exists()  # the demo did not start
