@@ -48,6 +48,8 @@ checked spec becomes, per host, the JSON the agent's `launch` op takes
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import re
 import shlex
 from collections.abc import Iterable
@@ -57,6 +59,8 @@ from typing import Any
 
 import tomllib
 
+from agent.control_inbox import OpError
+from agent.launch import check_job_name
 from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 
 _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
@@ -65,18 +69,28 @@ _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python",
 _TABLES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "env": {},
     "resume": {"args": (list, str), "env": str, "newest_args": (list, str)},
-    "rendezvous": {"endpoint": str, "backend": str, "id": str, "host": str, "last_call": int,
+    "rendezvous": {"endpoint": str, "backend": str, "host": str, "last_call": int,
                    "keep_alive": int},
     "recovery": {"restart_budget": int, "backoff": (int, float), "backoff_max": (int, float),
                  "exclude_on": list},
     "hang": {"k": (int, float), "floor": (int, float), "startup": (int, float)},
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENDPOINT = re.compile(r"^[^\s:]+:\d{1,5}$")
+_ENDPOINT = re.compile(r"^([^\s:\[\]]+):(\d+)$")
 _NNODES = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 CAUSES = (OOM, GPU_FAULT, NCCL, DATA, USER_CODE, HANG, KILLED, UNKNOWN)
 # torchrun's own restarts in an elastic job: each node leaving costs every other node one.
 ELASTIC_MAX_RESTARTS = 100
+# The rendezvous backends torchrun knows; an elastic job's store host, spares and
+# `is_host` setting are c10d's, so it must use that one.
+RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
+# The least value of each number the agent accepts (twin: `agent.launch.LaunchSpec`,
+# which re-checks them at launch, where a refusal names no file or line).
+_MINIMUM = {"pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0, "hang.k": 0.001,
+            "hang.floor": 0.001, "hang.startup": 0.001, "recovery.backoff": 0.0,
+            "recovery.backoff_max": 0.0}  # fmt: skip
+# What `override_args` is filled with, by plain string replacement (agent.launch.argv).
+_PLACEHOLDERS = ("{key}", "{value}")
 
 
 class JobSpecError(ValueError):
@@ -179,10 +193,15 @@ class JobSpec:
 
 
 class _Lines:
-    """Where each key was written: TOML parsers forget positions, error messages need them."""
+    """Where each key was written: TOML parsers forget positions, error messages need them.
+
+    A dotted key (`hang.floor = 5` at the top) is a table's key as much as one written
+    under `[hang]`, so it is found under the same name."""
 
     _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\s*(?:#.*)?$")
-    _KEY = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)\s*=")
+    _PART = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)"
+    _KEY = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=")
+    _SPLIT = re.compile(rf"\s*({_PART})\s*(?:\.|$)")
 
     def __init__(self, text: str) -> None:
         self.keys: dict[str, int] = {}
@@ -195,8 +214,10 @@ class _Lines:
                 continue
             key = self._KEY.match(line)
             if key:
-                name = key.group(1).strip("\"'")
-                self.keys.setdefault(f"{table}.{name}" if table else name, number)
+                parts = [p.strip("\"'") for p in self._SPLIT.findall(key.group(1))]
+                for end in range(1, len(parts) + 1):
+                    name = ".".join(parts[:end])
+                    self.keys.setdefault(f"{table}.{name}" if table else name, number)
 
     def line(self, dotted: str) -> int | None:
         while dotted:
@@ -221,6 +242,8 @@ def load_jobspec(path: Path | str, known_hosts: list[str] | tuple[str, ...] | No
 
 def parse_jobspec(text: str, source: str = "<spec>",
                   known_hosts: list[str] | tuple[str, ...] | None = None) -> JobSpec:
+    # Editors on Windows save a byte-order mark that TOML does not allow; it says nothing.
+    text = text.removeprefix("\ufeff")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -246,6 +269,9 @@ def parse_jobspec(text: str, source: str = "<spec>",
                     if not isinstance(sub_value, str):
                         raise fail(dotted, f"must be a string, got {_kind(sub_value)}")
                     continue
+                if dotted == "rendezvous.id":
+                    raise fail(dotted, "the rendezvous id is the job's name (torchrun's "
+                               "--rdzv-id NAME): remove it, or rename the job")
                 if sub not in allowed:
                     raise fail(dotted, f"unknown key; known: {', '.join(sorted(allowed))}")
                 want = allowed[sub]
@@ -261,7 +287,9 @@ def parse_jobspec(text: str, source: str = "<spec>",
                 raise JobSpecError(source, None, name, "missing (required)")
             return default
         value = data[name]
-        if isinstance(value, bool) and kind is not bool:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # bool is an int in Python, not in TOML: `nproc_per_node = true` is a mistake.
+        if isinstance(value, bool) and bool not in kinds:
             raise fail(name, f"must be {_type_name(kind)}, got a boolean")
         if not isinstance(value, kind):
             raise fail(name, f"must be {_type_name(kind)}, got {_kind(value)}")
@@ -278,16 +306,40 @@ def parse_jobspec(text: str, source: str = "<spec>",
         return tuple(value)
 
     def positive(name: str, value: float, allow_zero: bool = False) -> float:
+        # nan and inf pass every comparison below, then break the JSON of the launch op.
+        if not math.isfinite(value):
+            raise fail(name, "must be a finite number")
         if value < 0 or (value == 0 and not allow_zero):
-            raise fail(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+            raise fail(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
+        least = _MINIMUM.get(name, 0.0)
+        if value < least:
+            raise fail(name, f"must be at least {least:g}, got {value:g}")
         return float(value)
 
-    name = need("name", str)
-    if not name or name in (".", "..") or any(c in name for c in "/\\\0") or name[0] == "-":
-        raise fail("name", f"{name!r} cannot name a folder: no '/', '\\', NUL or leading '-'")
+    def folder_name(name: str, value: Any) -> str:
+        """The agent's rule for names it makes folders and files of, checked here."""
+        try:
+            check_job_name(value, name)
+        except OpError as exc:
+            raise fail(name, str(exc).removeprefix(f"{name} ")) from None
+        if any(not c.isprintable() for c in value):
+            raise fail(name, f"{_toml(value)} holds a control character (newline, tab…)")
+        return value
+
+    def path(name: str, default: str | None) -> str | None:
+        value = need(name, str, default)
+        if value is not None and not value.strip():
+            raise fail(name, "must not be empty")
+        if value is not None and "\0" in value:
+            raise fail(name, "holds a NUL byte")
+        return value
+
+    name = folder_name("name", need("name", str))
     hosts = need("hosts", list)
     if not hosts or not all(isinstance(h, str) and h for h in hosts):
         raise fail("hosts", "must be a non-empty list of host names")
+    for host in hosts:  # the agent makes a folder of each (RUN_DIR/nodes/HOST)
+        folder_name("hosts", host)
     if len(set(hosts)) != len(hosts):
         raise fail("hosts", "lists a host twice")
     if known_hosts is not None:
@@ -298,6 +350,8 @@ def parse_jobspec(text: str, source: str = "<spec>",
     spares = need("spares", list, [])
     if not all(isinstance(h, str) and h for h in spares):
         raise fail("spares", "must be a list of host names")
+    for host in spares:  # a spare that takes over is a host like the others
+        folder_name("spares", host)
     if len(set(spares)) != len(spares):
         raise fail("spares", "lists a host twice")
     both = [h for h in spares if h in hosts]
@@ -322,7 +376,8 @@ def parse_jobspec(text: str, source: str = "<spec>",
                 raise fail("nnodes", f"\"{min_nodes}:{max_nodes}\" must satisfy 1 <= MIN <= "
                            f"number of hosts ({len(hosts)}) <= MAX")  # fmt: skip
         else:
-            raise fail("nnodes", f"must be the number of hosts or \"MIN:MAX\", got {nnodes!r}")
+            raise fail("nnodes", f"must be the number of hosts or \"MIN:MAX\", got "
+                       f"{_toml(nnodes)}")
     elastic = min_nodes is not None
     if spares and not elastic:
         raise fail("spares", "a spare takes over inside torchrun's elastic rendezvous: give "
@@ -336,14 +391,12 @@ def parse_jobspec(text: str, source: str = "<spec>",
         if script is not None:
             raise fail("module", "give either 'script' or 'module', not both")
         script, is_module = module, True
-    else:
-        is_module = False
+    else:  # true: `script` names a module (torchrun --module)
+        is_module = bool(module)
     if not script:
         raise JobSpecError(source, None, "script", "missing: name the training script "
                            "('script = \"train.py\"') or module ('module = \"pkg.train\"')")
-    run_dir = need("run_dir", str)
-    if not run_dir:
-        raise fail("run_dir", "must not be empty")
+    run_dir = path("run_dir", ...)
     resume = data.get("resume", {})
     resume_args = str_list("resume.args", resume["args"]) if "args" in resume else ()
     if resume_args and not any("{checkpoint}" in a for a in resume_args):
@@ -353,10 +406,18 @@ def parse_jobspec(text: str, source: str = "<spec>",
         raise fail("resume.env", f"{resume_env!r} is not an environment variable name")
     override_args = str_list("override_args", need("override_args", (list, str),
                                                    ["--set", "{key}={value}"]))
+    _check_override_template(override_args, lambda what: fail("override_args", what))
     rdzv = data.get("rendezvous", {})
+    backend = rdzv.get("backend", "c10d")
+    if backend not in RDZV_BACKENDS:
+        raise fail("rendezvous.backend", f"{_toml(backend)} is not a torchrun rendezvous "
+                   f"backend; known: {', '.join(RDZV_BACKENDS)}")
+    if elastic and backend != "c10d":
+        raise fail("rendezvous.backend", "an elastic job needs \"c10d\": its store host, "
+                   "spares and membership changes are the c10d rendezvous's")
     endpoint = rdzv.get("endpoint")
-    if endpoint is not None and not _ENDPOINT.match(endpoint):
-        raise fail("rendezvous.endpoint", f"must be HOST:PORT, got {endpoint!r}")
+    if endpoint is not None:
+        _check_endpoint(endpoint, lambda what: fail("rendezvous.endpoint", what))
     if (len(hosts) > 1 or elastic) and endpoint is None:
         on = "an elastic job" if len(hosts) == 1 else f"a job on {len(hosts)} hosts"
         raise JobSpecError(source, lines.line("rendezvous"), "rendezvous.endpoint",
@@ -406,8 +467,10 @@ def parse_jobspec(text: str, source: str = "<spec>",
                        "go on without a host")
         bad = [c for c in exclude_on if c not in CAUSES]
         if bad:
-            raise fail("recovery.exclude_on", f"unknown cause(s) {bad}; known: "
+            raise fail("recovery.exclude_on", f"unknown cause(s) {_toml(bad)}; known: "
                        f"{', '.join(CAUSES)}")
+    if not all(isinstance(c, str) for c in exclude_on):
+        raise fail("recovery.exclude_on", "must be a list of cause names")
     max_restarts = need("max_restarts", int, ELASTIC_MAX_RESTARTS if elastic else 0)
     if max_restarts < 0:
         raise fail("max_restarts", f"must be >= 0, got {max_restarts}")
@@ -417,17 +480,21 @@ def parse_jobspec(text: str, source: str = "<spec>",
                    f"rendezvous round (default {ELASTIC_MAX_RESTARTS})")
     pg_timeout = positive("pg_timeout", need("pg_timeout", (int, float), 1800.0))
     hang_floor = positive("hang.floor", hang.get("floor", 10.0))
+    python = need("python", str, "python3")
+    if not python.strip():
+        raise fail("python", "must name the interpreter (default python3), not be empty")
+    checkpoint_dir = path("checkpoint_dir", "checkpoints")
     if hang_floor >= pg_timeout:
         raise fail("hang.floor", f"must be shorter than pg_timeout ({pg_timeout:g} s), or the "
                    "collective times out before the hang is noticed")  # fmt: skip
     return JobSpec(
         name=name, hosts=tuple(hosts), nproc_per_node=nproc, script=script,
-        run_dir=run_dir, python=need("python", str, "python3"), module=is_module,
+        run_dir=run_dir, python=python, module=is_module,
         args=str_list("args", need("args", (list, str), [])),
-        checkpoint_dir=need("checkpoint_dir", str, "checkpoints"),
-        workdir=need("workdir", str, None), env=dict(data.get("env", {})),
+        checkpoint_dir=checkpoint_dir,
+        workdir=path("workdir", None), env=dict(data.get("env", {})),
         resume_args=resume_args, resume_env=resume_env, override_args=override_args,
-        rdzv_endpoint=endpoint, rdzv_backend=rdzv.get("backend", "c10d"),
+        rdzv_endpoint=endpoint, rdzv_backend=backend,
         max_restarts=max_restarts, restart_budget=budget, backoff=backoff,
         backoff_max=backoff_max, hang_k=positive("hang.k", hang.get("k", 3.0)),
         hang_floor=hang_floor, hang_startup=positive("hang.startup", hang.get("startup", 600.0)),
@@ -448,6 +515,50 @@ def with_inventory_spares(spec: JobSpec, inventory_spares: Iterable[str]) -> Job
         return spec
     return dataclasses.replace(spec, spares=tuple(h for h in inventory_spares
                                                   if h not in spec.hosts))
+
+
+def _check_override_template(args: tuple[str, ...], fail: Any) -> None:
+    """A fork's overrides reach the trainer only through {key} and {value}: a template
+    without them drops the override unseen, a stray brace passes a broken argument."""
+    missing = [p for p in _PLACEHOLDERS if not any(p in a for a in args)]
+    if missing:
+        raise fail(f"must contain {' and '.join(missing)}, where each override's name "
+                   "and value go (default: [\"--set\", \"{key}={value}\"])")
+    for arg in args:
+        rest = arg
+        for placeholder in _PLACEHOLDERS:
+            rest = rest.replace(placeholder, "")
+        if "{" in rest or "}" in rest:
+            raise fail(f"{_toml(arg)} has a '{{' or '}}' that is not part of {{key}} or "
+                       "{value}")
+
+
+def _check_endpoint(endpoint: str, fail: Any) -> None:
+    """HOST:PORT as torchrun takes it; the port must be one a store can listen on."""
+    if endpoint.startswith("["):
+        raise fail(f"{_toml(endpoint)}: IPv6 literals are not supported; use a host name "
+                   "that resolves to the address")
+    match = _ENDPOINT.match(endpoint)
+    if not match:
+        raise fail(f"must be HOST:PORT, got {_toml(endpoint)}")
+    port = int(match.group(2))
+    if not 1 <= port <= 65535:
+        raise fail(f"port {port} is not 1-65535")
+
+
+def _toml(value: Any) -> str:
+    """A value as it is written in TOML (true, not True), for messages about the file."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _kind(value: Any) -> str:

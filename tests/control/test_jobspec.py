@@ -147,3 +147,117 @@ def test_shell_metacharacters_in_names_paths_and_args_stay_data(tmp_path: Path) 
 
 def _toml(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+MINIMAL = textwrap.dedent("""\
+    name = "job"
+    hosts = ["gpu1"]
+    nproc_per_node = 1
+    script = "train.py"
+    run_dir = "/data/runs/job"
+""")
+
+
+def _refused(text: str) -> JobSpecError:
+    with pytest.raises(JobSpecError) as info:
+        parse_jobspec(text, "job.toml")
+    return info.value
+
+
+@pytest.mark.parametrize("setting", [
+    "pg_timeout = inf", "pause_timeout = nan", "stop_grace = inf", "[hang]\nk = nan",
+    "[hang]\nfloor = inf", "[hang]\nstartup = -inf", "[recovery]\nbackoff = nan",
+    "[recovery]\nbackoff_max = inf",
+])
+def test_nan_and_inf_are_refused_with_the_field(setting: str) -> None:
+    err = _refused(MINIMAL + setting + "\n")
+    field = setting.replace("[", "").replace("]\n", ".").split(" =")[0]
+    assert str(err) == f"job.toml:{MINIMAL.count(chr(10)) + setting.count(chr(10)) + 1}: " \
+                       f"field '{field}': must be a finite number"
+
+
+@pytest.mark.parametrize(("setting", "field", "what"), [
+    ('name = " "', "name", "must be a non-empty string"),
+    (f'name = "{"a" * 129}"', "name", "longer than 128 characters"),
+    ('name = "a\\nb"', "name", "control character"),
+    ('python = ""', "python", "not be empty"),
+    ('checkpoint_dir = ""', "checkpoint_dir", "must not be empty"),
+    ('workdir = " "', "workdir", "must not be empty"),
+    ('hosts = ["a/b"]', "hosts", "cannot name a folder"),
+    ("pg_timeout = 0.5", "pg_timeout", "at least 1"),
+    ("pause_timeout = 0.01", "pause_timeout", "at least 0.1"),
+    ("[hang]\nk = 0.0001", "hang.k", "at least 0.001"),
+])
+def test_what_the_agent_would_refuse_is_refused_here_with_file_and_line(
+        setting: str, field: str, what: str) -> None:
+    text = MINIMAL.replace('name = "job"\n', "") if setting.startswith("name") else MINIMAL
+    text = text.replace('hosts = ["gpu1"]\n', "") if setting.startswith("hosts") else text
+    err = _refused(text + setting + "\n")
+    assert err.field == field and err.line is not None and what in err.what, str(err)
+
+
+def test_module_true_runs_the_script_as_a_module() -> None:
+    assert parse_jobspec(MINIMAL + "module = true\n").module is True
+    assert parse_jobspec(MINIMAL + "module = false\n").module is False
+    spec = parse_jobspec(MINIMAL.replace('script = "train.py"', 'module = "pkg.train"'))
+    assert (spec.module, spec.script) == (True, "pkg.train")
+    assert "--module" in LaunchSpec(spec.for_host("gpu1")).argv()
+
+
+def test_the_rendezvous_id_is_the_name_and_backends_are_torchruns() -> None:
+    err = _refused(MINIMAL + '[rendezvous]\nid = "other"\n')
+    assert (err.line, err.field) == (7, "rendezvous.id") and "job's name" in err.what
+    err = _refused(MINIMAL + '[rendezvous]\nbackend = "zookeeper"\n')
+    assert err.field == "rendezvous.backend"
+    assert "known: c10d, etcd, etcd-v2, static" in err.what
+    assert parse_jobspec(MINIMAL + '[rendezvous]\nbackend = "etcd"\n'
+                         ).for_host("gpu1")["rendezvous"]["backend"] == "etcd"
+    elastic = MINIMAL + ('nnodes = "1:2"\n[resume]\nnewest_args = []\n[rendezvous]\n'
+                         'endpoint = "gpu1:29400"\nbackend = "etcd"\n')
+    assert "c10d" in _refused(elastic).what
+
+
+@pytest.mark.parametrize(("setting", "field", "what"), [
+    ('override_args = ["--set"]', "override_args", "must contain {key} and {value}"),
+    ("override_args = []", "override_args", "must contain {key} and {value}"),
+    ('override_args = "--set {key}"', "override_args", "must contain {value}"),
+    ('override_args = "--set {key}={value"', "override_args", "must contain {value}"),
+    ('override_args = ["--{key}", "{value}}"]', "override_args", "not part of {key} or"),
+    ('override_args = ["--set", "{key}={value}", "{step}"]', "override_args", "not part of"),
+    ('[rendezvous]\nendpoint = "local:99999"', "rendezvous.endpoint", "port 99999 is not 1-"),
+    ('[rendezvous]\nendpoint = "local:0"', "rendezvous.endpoint", "port 0 is not 1-65535"),
+    ('[rendezvous]\nendpoint = "[::1]:29400"', "rendezvous.endpoint", "IPv6 literals are not"),
+    ('[rendezvous]\nendpoint = "local"', "rendezvous.endpoint", "must be HOST:PORT"),
+])
+def test_override_templates_and_endpoints_are_checked(setting: str, field: str,
+                                                      what: str) -> None:
+    """A template must place {key} and {value} (or a fork's override is lost); an
+    endpoint's port must be one a store can listen on."""
+    err = _refused(MINIMAL + setting + "\n")
+    line = 6 + setting.count("\n")
+    assert (err.line, err.field) == (line, field) and what in err.what, str(err)
+
+
+def test_override_templates_that_place_both_are_kept() -> None:
+    spec = parse_jobspec(MINIMAL + 'override_args = ["--{key}", "{value}"]\n')
+    argv = LaunchSpec(spec.for_host("gpu1")).argv(None, {"lr": 0.1})
+    assert argv[-2:] == ["--lr", "0.1"]
+
+
+def test_type_errors_spell_values_as_toml_and_dotted_keys_have_lines() -> None:
+    err = _refused(MINIMAL.replace('hosts = ["gpu1"]', 'hosts = ["gpu1", "gpu2"]')
+                   + "nnodes = true\n")
+    assert err.what.endswith("got true") and "True" not in str(err)
+    err = _refused(MINIMAL + "hang.floor = -5\n")
+    assert (err.line, err.field) == (6, "hang.floor")
+    err = _refused(MINIMAL + '[recovery]\nexclude_on = ["gpu_fault", true]\n')
+    assert "True" not in str(err)
+
+
+def test_a_byte_order_mark_is_not_a_toml_error(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + MINIMAL.encode())
+    assert load_jobspec(path).name == "job"
+    path.write_bytes(b"\xef\xbb\xbf" + MINIMAL.replace("= 1", "= 0").encode())
+    with pytest.raises(JobSpecError, match=r"job.toml:3: field 'nproc_per_node'"):
+        load_jobspec(path)
