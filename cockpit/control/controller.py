@@ -28,12 +28,14 @@ one with a `control_ack` event in the store).
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cockpit.analysis.text import counted
-from cockpit.control.jobspec import JobSpec
+from cockpit.control.jobspec import JobSpec, name_problem
+from cockpit.ui.job_control import LR_SCALE_RANGE
 
 Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
 FORK_INFIX = "-fork-"  # a fork's default name: the parent's, this, a short id
@@ -181,7 +183,16 @@ class Controller:
 
     def fork(self, overrides: dict[str, Any], name: str | None = None,
              step: int | None = None) -> Controller:  # fmt: skip
-        """Start a copy of the job from a checkpoint with `overrides`; returns its controller."""
+        """Start a copy of the job from a checkpoint with `overrides`; returns its controller.
+
+        The name and step are checked here, before anything is sent: the agents would
+        refuse them one by one, after some hosts may already have started the fork."""
+        problem = None if name is None else name_problem(name)
+        if problem is not None:
+            raise ControlError(f"fork name: {problem}")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                                 or step < 0):
+            raise ControlError(f"fork step must be a step number >= 0, got {step!r}")
         child = self.forked(name or f"{self.job}{FORK_INFIX}{self._new_id()[:6]}")
         ops = {}
         for host in self.hosts:
@@ -237,6 +248,8 @@ class Controller:
     def adjust(self, **knobs: Any) -> str:
         if not knobs:
             raise ControlError("adjust needs at least one knob, e.g. lr_scale=0.5")
+        if "lr_scale" in knobs:
+            check_lr_scale(knobs["lr_scale"])
         return self._each("adjust", {self.rank0_host: {"job": self.job, "knobs": knobs}})
 
     def checkpoint_now(self) -> str:
@@ -275,8 +288,8 @@ class Controller:
             "relaunch": f"Stop job {job} now on {hosts} and start it again from its newest "
                         f"valid checkpoint; steps since that checkpoint are lost.",
             "fork": f"Copy job {job}'s newest valid checkpoint into a new run dir next to "
-                    f"{self.spec.run_dir} and start a new job from it on {hosts} beside "
-                    f"the running one.",
+                    f"{self.spec.run_dir} and start a new job from it on {hosts}; job {job} "
+                    f"itself is left as it is.",
             "adjust": f"Write the new setting to job {job}'s control file through {first}; "
                       f"rank 0 applies it at the next step where the ranks agree, without a "
                       f"restart.",
@@ -336,6 +349,19 @@ class Controller:
                                f"({detail})" + (f"; sent to {', '.join(sent)}" if sent
                                                 else ""))  # fmt: skip
         return f"{op} sent to {', '.join(sent)} (op {op_id})"
+
+
+def check_lr_scale(value: Any) -> float:
+    """The LR scale the UI allows (LR_SCALE_RANGE), whatever path the knob came by: the
+    trainer multiplies its learning rate by it at once, so a negative, NaN or 1e6 factor
+    ruins the weights (and every checkpoint after) within steps."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ControlError(f"lr_scale must be a number, got {value!r}")
+    low, high = LR_SCALE_RANGE
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ControlError(f"lr_scale must be a finite factor within {low:g}–{high:g} "
+                           f"(1 = as configured), got {value:g}")
+    return float(value)
 
 
 def _move_endpoint(endpoint: str, old_host: str, new_host: str) -> str:

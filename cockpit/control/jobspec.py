@@ -317,13 +317,9 @@ def parse_jobspec(text: str, source: str = "<spec>",
         return float(value)
 
     def folder_name(name: str, value: Any) -> str:
-        """The agent's rule for names it makes folders and files of, checked here."""
-        try:
-            check_job_name(value, name)
-        except OpError as exc:
-            raise fail(name, str(exc).removeprefix(f"{name} ")) from None
-        if any(not c.isprintable() for c in value):
-            raise fail(name, f"{_toml(value)} holds a control character (newline, tab…)")
+        problem = name_problem(value)
+        if problem is not None:
+            raise fail(name, problem)
         return value
 
     def path(name: str, default: str | None) -> str | None:
@@ -515,6 +511,20 @@ def with_inventory_spares(spec: JobSpec, inventory_spares: Iterable[str]) -> Job
         return spec
     return dataclasses.replace(spec, spares=tuple(h for h in inventory_spares
                                                   if h not in spec.hosts))
+
+
+def name_problem(value: Any) -> str | None:
+    """What is wrong with a job or host name, or None: the agent's rule for the names it
+    makes folders and files of (`agent.launch.check_job_name`, applied here so the
+    mistake is named before anything starts), and no control character, which would
+    break the log lines and the screen that show the name."""
+    try:
+        check_job_name(value, "")
+    except OpError as exc:
+        return str(exc).strip()
+    if any(not c.isprintable() for c in value):
+        return f"{_toml(value)} holds a control character (newline, tab…)"
+    return None
 
 
 def _check_override_template(args: tuple[str, ...], fail: Any) -> None:

@@ -153,3 +153,35 @@ def test_describe_names_hosts_for_every_ui_operation() -> None:
     assert "gpu2 stops when gpu1's part does" in one_other.describe("pause")
     with pytest.raises(ValueError, match="unknown job operation"):
         c.describe("explode")
+
+
+@pytest.mark.parametrize(("name", "step", "what"), [
+    ("a/b", None, "fork name: 'a/b' cannot name a folder"),
+    ("-x", None, "cannot name a folder"),
+    (" ", None, "fork name: must be a non-empty string"),
+    ("a\nb", None, "control character"),
+    ("ok", -1, "step must be a step number >= 0, got -1"),
+    ("ok", True, "step must be a step number"),
+])
+def test_a_fork_the_agents_would_refuse_is_refused_before_anything_is_sent(
+        name: str, step, what: str) -> None:
+    links = Links()
+    with pytest.raises(ControlError, match=what):
+        _controller(links).fork({"lr": 1}, name=name, step=step)
+    assert links.sent == []
+
+
+def test_the_fork_description_is_true_whether_the_parent_runs_or_not() -> None:
+    text = _controller(Links()).describe("fork")
+    assert "running" not in text and "job big itself is left as it is" in text
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), 1e6, "2", True])
+def test_adjust_refuses_an_lr_scale_the_ui_would_refuse(value) -> None:
+    links = Links()
+    with pytest.raises(ControlError, match="lr_scale must be"):
+        _controller(links).adjust(lr_scale=value)
+    assert links.sent == []
+    _controller(links).adjust(lr_scale=0.001)
+    _controller(links).adjust(lr_scale=100)
+    assert [op["knobs"]["lr_scale"] for _h, op in links.sent] == [0.001, 100]
