@@ -12,6 +12,8 @@ agents of the spec's hosts and spares (`jobs`) who takes part now, and addresses
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +26,7 @@ from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_in
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
 from cockpit.store.queries import StoreReader
+from cockpit.transport.fleet import Fleet
 from cockpit.transport.inventory import (
     LOCAL_ADDRESS,
     HostSpec,
@@ -109,6 +112,57 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
             return {h: status[h].state + (f" ({status[h].detail})" if status[h].detail
                                           else "") for h in waiting}  # fmt: skip
         time.sleep(0.1)
+
+
+class DaemonWatch:
+    """Whether each host's agent daemon runs, as its stream header said on connecting.
+
+    Without a daemon the stream serves the journal but nothing takes the ops: they wait
+    in the host's inbox and expire unanswered, so a command would wait its whole ack
+    timeout for nothing. The header's `daemon` field says so at once (docs/protocol.md).
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._lock = threading.Lock()
+        self._daemon: dict[str, bool] = {}
+        for link in fleet.links.values():
+            link._on_chunk = self._wrap(link._on_chunk)
+
+    def _wrap(self, deliver: Callable[[str, bytes], None]) -> Callable[[str, bytes], None]:
+        def on_chunk(host: str, chunk: bytes) -> None:
+            self._look(host, chunk)
+            deliver(host, chunk)
+        return on_chunk
+
+    def _look(self, host: str, chunk: bytes) -> None:
+        # A connection's first line is its header: only a chunk's first line can be one.
+        first = chunk[: chunk.find(b"\n") + 1 or len(chunk)]
+        if b'"t":"stream"' not in first:
+            return
+        try:
+            header = json.loads(first)
+        except ValueError:
+            return
+        if isinstance(header, dict) and header.get("t") == "stream" and isinstance(
+                header.get("daemon"), bool):
+            with self._lock:
+                self._daemon[host] = header["daemon"]
+
+    def without_daemon(self, hosts: Sequence[str], wait: float = 5.0) -> list[str]:
+        """Of `hosts` (streaming), those whose header said no daemon runs; a header not
+        seen within `wait` s (an agent too old to say) counts as a daemon running."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                known = dict(self._daemon)
+            if all(h in known for h in hosts) or time.monotonic() > deadline:
+                return [h for h in hosts if known.get(h) is False]
+            time.sleep(0.05)
+
+
+def no_daemon_text(host: HostSpec) -> str:
+    return (f"no agent daemon is running on {host.name}: start one there with "
+            f"`cockpit-agent run --state-dir {host.state_dir}`")
 
 
 def _collect_acks(session: LiveSession, op_ids: list[str],
@@ -221,15 +275,30 @@ def run_operation(
     # Launching needs every host and spare; later, a host may be out (excluded as broken,
     # a spare that is down): the operation goes to those that take part.
     required = names if action == "launch" else [h for h in extra if h == kw.get("add")]
-    with LiveSession(hosts, store_path, options) as session:
+    session = LiveSession(hosts, store_path, options)
+    daemons = DaemonWatch(session.fleet)
+    with session:
         echo(f"connecting to {', '.join(names)} (up to {connect_timeout:g} s) …")
         missing = wait_streaming(session, required, connect_timeout,
                                  optional=[h for h in names if h not in required])
+        by_name = {h.name: h for h in hosts}
+        idle = daemons.without_daemon([h for h in names if h not in missing])
+        blocked = [h for h in idle if h in required]
+        if blocked:
+            raise CockpitError("; ".join(no_daemon_text(by_name[h]) for h in blocked)
+                               + f". Nothing was sent: {action} needs every host.")
         for host, why in missing.items():
             echo(f"warning: not connected to {host}: {why}")
-        controller = Controller(spec, session.fleet.send)
+        for host in idle:
+            echo(f"warning: {no_daemon_text(by_name[host])}")
+        def send(host: str, op: dict) -> None:
+            if host in idle:  # its op would only expire in the inbox, unanswered
+                raise ControlError(no_daemon_text(by_name[host]))
+            session.fleet.send(host, op)
+
+        controller = Controller(spec, send)
         if action != "launch":
-            streaming = [h for h in names if h not in missing]
+            streaming = [h for h in names if h not in missing and h not in idle]
             for warning in sync_membership(session, controller, streaming, ack_timeout):
                 echo(f"warning: {warning}")
         echo(controller.describe("freeze" if kw.get("freeze") else action,
