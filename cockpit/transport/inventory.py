@@ -7,6 +7,7 @@ line and column; for semantic errors the key's line is found by scanning the fil
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -109,6 +110,8 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
+    # Editors on Windows save a byte-order mark that TOML does not allow; it says nothing.
+    text = text.removeprefix("\ufeff")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -125,6 +128,11 @@ def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
     if not isinstance(defaults, dict):
         raise InventoryError(f"{locator.where(key='defaults')}: 'defaults' must be a table")
     for key, value in defaults.items():
+        if key not in _FIELDS:
+            raise InventoryError(
+                f"{locator.where('defaults', None, key)}: unknown field {key!r} in [defaults] "
+                f"(known: {', '.join(sorted(_DEFAULTABLE))})"
+            )
         if key not in _DEFAULTABLE:
             raise InventoryError(
                 f"{locator.where('defaults', None, key)}: field {key!r} cannot be a default "
@@ -132,6 +140,9 @@ def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
             )
         _check_value(locator, "defaults", None, key, value)
     hosts_raw = data.get("hosts")
+    if isinstance(hosts_raw, dict):
+        raise InventoryError(f"{locator.where(key='hosts')}: 'hosts' must be an array of "
+                             "tables: write [[hosts]], once per host")
     if not isinstance(hosts_raw, list) or not hosts_raw:
         raise InventoryError(f"{source}: no hosts: add at least one [[hosts]] table")
     hosts: list[HostSpec] = []
@@ -166,14 +177,22 @@ def parse_targets(targets: Iterable[str], defaults: Mapping[str, Any] | None = N
     """Hosts given on the command line as `[user@]host[:port]` (IPv6 as `[addr]:port`)."""
     defaults = dict(defaults or {})
     hosts: list[HostSpec] = []
-    seen: set[str] = set()
-    for raw in targets:
-        target = raw.strip()
-        user, address, port = _split_target(target)
+    split = [(raw.strip(), *_split_target(raw.strip())) for raw in targets]
+    # One host is one machine, named by its address; two users on it run two agents
+    # (each with its own state dir), so each is a host of its own, named user@address.
+    seen: dict[tuple[str, int | None, str | None], str] = {}
+    for target, user, address, port in split:
+        if (address, port, user) in seen:
+            raise InventoryError(f"host {target!r} is given twice on the command line "
+                                 f"(first as {seen[address, port, user]!r})")
+        seen[address, port, user] = target
+    for target, user, address, port in split:
         name = address if port is None else f"{address}:{port}"
-        if name in seen:
-            raise InventoryError(f"host {target!r} is given twice on the command line")
-        seen.add(name)
+        if user is not None and sum(k[:2] == (address, port) for k in seen) > 1:
+            name = f"{user}@{name}"
+        elif user is None and sum(k[:2] == (address, port) for k in seen) > 1:
+            raise InventoryError(f"host {target!r} is given with and without a user: give "
+                                 "each target on that host its user")
         fields: dict[str, Any] = {**defaults, "address": address, "name": name}
         if user is not None:
             fields["user"] = user
@@ -201,6 +220,9 @@ def _split_target(target: str) -> tuple[str | None, str, int | None]:
             f"bad host target {target!r}: expected [user@]host[:port] (IPv6: [addr]:port)"
         )
     address = match.group("v6") or match.group("host")
+    if address.startswith("-") or (match.group("user") or "").startswith("-"):
+        raise InventoryError(f"bad host target {target!r}: a user or host may not start with "
+                             "'-' (ssh would read it as an option)")
     port_text = match.group("port")
     port = None
     if port_text is not None:
@@ -225,9 +247,8 @@ def _check_value(locator: _Locator, table: str, index: int | None, key: str, val
     # bool is an int in Python: a port of `true` must still be refused.
     wrong_type = not isinstance(value, spec.kind) or (spec.kind is int and isinstance(value, bool))
     if wrong_type:
-        raise InventoryError(
-            f"{where}: field {key!r} must be {spec.describe}, got {type(value).__name__} {value!r}"
-        )
+        raise InventoryError(f"{where}: field {key!r} must be {spec.describe}, got "
+                             f"{_toml(value)}")
     if key == "port" and not 1 <= value <= 65535:
         raise InventoryError(f"{where}: field 'port' must be 1-65535, got {value}")
     if key == "run_dirs":
@@ -242,6 +263,28 @@ def _check_value(locator: _Locator, table: str, index: int | None, key: str, val
         )
     if isinstance(value, str) and ("\n" in value or "\x00" in value):
         raise InventoryError(f"{where}: field {key!r} holds a newline or NUL byte")
+    # Both reach ssh's command line and config: a space splits them, a leading '-' makes
+    # an option of them (-oProxyCommand=...), an '@' in a user names another host.
+    if key == "address" and (value.startswith("-") or any(c.isspace() for c in value)):
+        raise InventoryError(f"{where}: address {_toml(value)} may not hold whitespace or "
+                             "start with '-'")
+    if key == "user" and (value.startswith("-") or "@" in value
+                          or any(c.isspace() for c in value)):
+        raise InventoryError(f"{where}: user {_toml(value)} may not hold '@' or whitespace "
+                             "or start with '-'")
+
+
+def _toml(value: Any) -> str:
+    """A value as it is written in TOML (true, not True), for messages about the file."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "a table"
+    return str(value)
 
 
 class _Locator:

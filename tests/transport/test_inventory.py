@@ -82,6 +82,16 @@ def test_good_inventory_applies_defaults_and_overrides(tmp_path: Path) -> None:
         ('[[hosts]]\naddress = ""\n', 2, ["'address' is empty"]),
         ('[[host]]\naddress = "a"\n', 1, ["unknown top-level key 'host'"]),
         ('[[hosts]]\naddress = "a"\n\n[hosts.extra]\nx = 1\n', 4, ["unknown field 'extra'"]),
+        ('[hosts]\naddress = "a"\n', 1, ["'hosts' must be an array of tables", "[[hosts]]"]),
+        ('[[hosts]]\naddress = "not a host"\n', 2, ["address \"not a host\"", "whitespace"]),
+        ('[[hosts]]\naddress = "-oProxyCommand=touch x"\n', 2, ["start with '-'"]),
+        ('[[hosts]]\naddress = "h"\nuser = "root@evil"\n', 3, ["user \"root@evil\"", "'@'"]),
+        ('[[hosts]]\naddress = "h"\nuser = "-l"\n', 3, ["start with '-'"]),
+        ('[defaults]\nusr = "x"\n[[hosts]]\naddress = "h"\n', 2,
+         ["unknown field 'usr' in [defaults]", "known: agent, deploy_dir"]),
+        ('[defaults]\nname = "x"\n[[hosts]]\naddress = "h"\n', 2, ["cannot be a default"]),
+        ('[[hosts]]\naddress = "h"\nspare = "yes"\n', 3, ['got "yes"']),
+        ('[[hosts]]\naddress = "h"\nport = true\n', 3, ["got true"]),
     ],
 )
 def test_semantic_errors_name_file_line_and_field(
@@ -92,6 +102,7 @@ def test_semantic_errors_name_file_line_and_field(
         load_inventory(path)
     message = str(caught.value)
     assert message.startswith(f"{path}:{line}:"), message
+    assert "True" not in message and "bool" not in message  # TOML spells it true
     for word in words:
         assert word in message
 
@@ -156,3 +167,21 @@ def test_one_target_that_is_a_file_is_an_inventory_whatever_its_name(tmp_path: P
         _inventory_from([str(tmp_path / "gone.toml")])
     with pytest.raises(InventoryError, match="neither an inventory file"):
         _inventory_from([str(tmp_path / "gone")])
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    assert load_inventory(path).hosts[0].name == "gpu01"
+
+
+def test_two_users_on_one_host_are_two_hosts_and_options_are_not_targets() -> None:
+    inv = parse_targets(["alice@h", "bob@h", "other"])
+    assert [(h.name, h.user, h.address) for h in inv.hosts] == [
+        ("alice@h", "alice", "h"), ("bob@h", "bob", "h"), ("other", None, "other")]
+    with pytest.raises(InventoryError, match="given twice"):
+        parse_targets(["alice@h", "alice@h"])
+    with pytest.raises(InventoryError, match="with and without a user"):
+        parse_targets(["h", "alice@h"])
+    with pytest.raises(InventoryError, match="may not start with '-'"):
+        parse_targets(["-oProxyCommand=x"])
