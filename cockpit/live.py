@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cockpit.errors import CockpitError
 from cockpit.ingest.writer import StoreWriter
 from cockpit.snapshot import Snapshot
-from cockpit.source import build_snapshot, details
+from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.store.database import IngestResult, Store, StoreError
 from cockpit.store.queries import StoreReader
 from cockpit.store.retention import RetentionPolicy, apply_retention
@@ -59,7 +59,7 @@ class LiveSource:
     def start(self, on_data: Callable[[], None]) -> None:
         self._session.add_listener(on_data)
 
-    def snapshot(self, buckets: int = 120) -> Snapshot:
+    def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot:
         states = {name: st.state for name, st in self._session.fleet.status().items()}
         return build_snapshot(
             self._reader,
@@ -93,6 +93,7 @@ class LiveSession:
         except StoreError as exc:
             raise CockpitError(str(exc)) from None
         self._listeners: list[Callable[[], None]] = []
+        self._taps: list[Callable[[str, bytes], None]] = []
         self._lock = threading.Lock()
         self.retention = retention or RetentionPolicy()
         self._clustering: threading.Thread | None = None
@@ -102,7 +103,7 @@ class LiveSession:
         self.fleet = Fleet(
             hosts,
             high_water=self.writer.high_water,
-            on_chunk=self.writer.put,
+            on_chunk=self._on_chunk,
             on_state=self._on_state,
             options=options,
         )
@@ -185,6 +186,17 @@ class LiveSession:
             if host in self.fleet.links:
                 self.fleet.links[host].reconnect()
         self._notify()
+
+    def add_chunk_tap(self, fn: Callable[[str, bytes], None]) -> None:
+        """`fn(host, chunk)` sees every chunk before it is stored, on the link's thread:
+        for what a command needs from the stream itself (its header) before any flush.
+        Add taps before `start`."""
+        self._taps.append(fn)
+
+    def _on_chunk(self, host: str, chunk: bytes) -> None:
+        for tap in self._taps:
+            tap(host, chunk)
+        self.writer.put(host, chunk)
 
     def _on_state(self, host: str, state: str, detail: str) -> None:
         try:

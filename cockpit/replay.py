@@ -23,7 +23,7 @@ from typing import Any
 
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
-from cockpit.source import build_snapshot, details
+from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
@@ -158,7 +158,7 @@ class ReplaySource:
             if moved or self.playing:
                 on_data()
 
-    def snapshot(self, buckets: int = 120) -> Snapshot:
+    def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot:
         return build_snapshot(self._reader, until_ts=self.position, label=self.label,
                               buckets=buckets, controllable=False, job=self.focus_job)
 

@@ -57,13 +57,13 @@ from cockpit.analysis.text import duration
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
-from cockpit.source import build_snapshot
+from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot
 from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
 REPORT_VERSION = 1
 FORMATS = ("text", "markdown", "json")
-BUCKETS = 60
+SPARK_WIDTH = 60  # characters of a trend line
 SPARK = "▁▂▃▄▅▆▇█"
 NA = "n/a"
 ALERT_HEADER = ("severity", "kind", "code", "where", "what", "try")
@@ -98,7 +98,8 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
     if job is not None and job not in jobs:
         raise CockpitError(f"{Path(recording).name} has no job {job!r}; its jobs: "
                            f"{', '.join(jobs) or 'none'}")  # fmt: skip
-    snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=BUCKETS,
+    # The screen's resolution: its spike and divergence findings are the report's.
+    snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=SNAPSHOT_BUCKETS,
                           job=job)
     run = reader.run_info(snap.job, until_ts=until_ts) if snap.job else {}
     first = span[0] if span else None
@@ -214,10 +215,13 @@ def _size(value: float | int | None) -> str:
     return NA
 
 
-def sparkline(values: Sequence[float | None]) -> str:
+def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return ""
+    if len(vals) > width:  # every k-th point, the newest kept
+        stride = math.ceil(len(vals) / width)
+        vals = vals[::-1][::stride][::-1]
     lo, hi = min(vals), max(vals)
     scale = (len(SPARK) - 1) / (hi - lo) if hi > lo else 0.0
     return "".join(SPARK[round((v - lo) * scale)] for v in vals)

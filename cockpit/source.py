@@ -89,6 +89,9 @@ ACTIVE_STATES = ("running",)
 STARTING_KINDS = ("job_started", "resume", "relaunch")
 DATA_EVENT_KINDS = ("spool_error", "dropped")
 DATA_EVENTS_READ = 500
+# Points per chart series. The loss analysis (spikes, divergence, LR) reads the same
+# series, so the screen and the report must ask for the same number to agree.
+SNAPSHOT_BUCKETS = 120
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
 
 
@@ -105,7 +108,8 @@ class Source(Protocol):
 
     def start(self, on_data: Callable[[], None]) -> None: ...
 
-    def snapshot(self, buckets: int = 120) -> Snapshot: ...  # blocking: off the UI thread
+    # Blocking: called off the UI thread.
+    def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot: ...
 
     def stop(self) -> None: ...
 
@@ -668,7 +672,7 @@ def build_snapshot(
     *,
     until_ts: float | None,
     label: str,
-    buckets: int = 120,
+    buckets: int = SNAPSHOT_BUCKETS,
     host_states: Mapping[str, str] | None = None,
     controllable: bool = False,
     now: float | None = None,

@@ -35,7 +35,11 @@ from typing import Any
 
 from cockpit.analysis.text import counted
 from cockpit.control.jobspec import JobSpec, name_problem
-from cockpit.ui.job_control import LR_SCALE_RANGE
+
+# An operator's LR scale, relative to the configured schedule: wide enough for any
+# rescue (a 1000x cut) or warm restart, narrow enough that a slip of the keyboard
+# (1e6 for 1e-6) is refused before it turns the weights into NaN.
+LR_SCALE_RANGE = (1e-3, 100.0)
 
 Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
 FORK_INFIX = "-fork-"  # a fork's default name: the parent's, this, a short id

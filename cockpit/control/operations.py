@@ -26,7 +26,6 @@ from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_in
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
 from cockpit.store.queries import StoreReader
-from cockpit.transport.fleet import Fleet
 from cockpit.transport.inventory import (
     LOCAL_ADDRESS,
     HostSpec,
@@ -122,17 +121,10 @@ class DaemonWatch:
     timeout for nothing. The header's `daemon` field says so at once (docs/protocol.md).
     """
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, session: LiveSession) -> None:
         self._lock = threading.Lock()
         self._daemon: dict[str, bool] = {}
-        for link in fleet.links.values():
-            link._on_chunk = self._wrap(link._on_chunk)
-
-    def _wrap(self, deliver: Callable[[str, bytes], None]) -> Callable[[str, bytes], None]:
-        def on_chunk(host: str, chunk: bytes) -> None:
-            self._look(host, chunk)
-            deliver(host, chunk)
-        return on_chunk
+        session.add_chunk_tap(self._look)
 
     def _look(self, host: str, chunk: bytes) -> None:
         # A connection's first line is its header: only a chunk's first line can be one.
@@ -276,7 +268,7 @@ def run_operation(
     # a spare that is down): the operation goes to those that take part.
     required = names if action == "launch" else [h for h in extra if h == kw.get("add")]
     session = LiveSession(hosts, store_path, options)
-    daemons = DaemonWatch(session.fleet)
+    daemons = DaemonWatch(session)
     with session:
         echo(f"connecting to {', '.join(names)} (up to {connect_timeout:g} s) …")
         missing = wait_streaming(session, required, connect_timeout,

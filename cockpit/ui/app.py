@@ -19,6 +19,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from cockpit.snapshot import Snapshot
+from cockpit.source import SNAPSHOT_BUCKETS
 from cockpit.ui import keymap as keys
 from cockpit.ui import refresh_gate
 from cockpit.ui.commands import CockpitCommands
@@ -35,9 +36,6 @@ from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.prompt import PromptScreen
 from cockpit.ui.screens.run_info import RunInfoScreen
 from cockpit.ui.themes import ThemeSet
-
-SNAPSHOT_BUCKETS = 120
-
 
 TOAST_REPAINT_DELAY = 0.1  # s after a toast's timeout: it has been removed by then
 

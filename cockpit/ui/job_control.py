@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 import tomllib
 
-# An operator's LR scale, relative to the configured schedule: wide enough for any
-# rescue (a 1000x cut) or warm restart, narrow enough that a slip of the keyboard
-# (1e6 for 1e-6) is refused before it turns the weights into NaN.
-LR_SCALE_RANGE = (1e-3, 100.0)
+from cockpit.control.controller import LR_SCALE_RANGE
+
 NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
 
 

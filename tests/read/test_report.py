@@ -9,7 +9,9 @@ import pytest
 from cockpit.errors import CockpitError
 from cockpit.replay import ReplaySource
 from cockpit.report import REPORT_VERSION, render_report, sparkline
+from cockpit.source import build_snapshot
 from cockpit.store import Store
+from cockpit.store.queries import StoreReader
 from tests.read import synthetic as syn
 
 TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "jobs", "run",
@@ -83,6 +85,18 @@ def test_a_truncated_recording_is_named_damaged_not_a_traceback(
         ReplaySource(cut).stop()
     except CockpitError as exc:
         assert "damaged or truncated" in str(exc) or "cannot open the recording" in str(exc)
+
+
+def test_the_report_finds_what_the_screen_finds(recording: Path) -> None:
+    """Spikes and divergence are read from the downsampled loss: the report asks for the
+    screen's resolution, so one recording gets one verdict."""
+    data = json.loads(render_report(recording, fmt="json"))
+    with Store(recording, read_only=True) as store:
+        screen = build_snapshot(StoreReader(store), until_ts=None, label="LIVE").effect
+    assert data["effect"]["divergence_step"] == screen.divergence_step is not None
+    assert data["effect"]["spike_steps"] == list(screen.spike_steps)
+    assert len(data["effect"]["train_loss"]["step"]) == len(screen.train_loss.x)
+    assert len(sparkline([float(i) for i in range(500)])) <= 60
 
 
 def test_sparkline_scales_to_the_range() -> None:
