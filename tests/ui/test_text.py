@@ -17,6 +17,7 @@ from cockpit.ui.widgets.gauge import level_style
 from cockpit.ui.widgets.loss_chart import legend, nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
 from cockpit.ui.widgets.sparkline_chart import range_text
+from cockpit.ui.widgets.status_bar import fit_parts
 
 
 def test_missing_values_render_as_na() -> None:
@@ -207,3 +208,16 @@ def test_run_info_lists_what_changed_under_the_same_job() -> None:
     assert isinstance(data, dict) and "changes" not in data
     assert data["changed"] == {f"git_commit ({fmt.timestamp(0.0)})": "abc123 → def456"}
     assert "changed" not in shown(RunInfo(job="j", declared=True))
+
+
+def test_the_header_drops_the_clock_and_the_job_place_before_any_alert() -> None:
+    parts = [(" LIVE ", 0), ("demo", 0), (" (not training; 0 of 3 jobs training)", 4),
+             ("data 03:10:35", 2), ("now 03:10:36", 5), ("[$error]⚠ 1 critical[/]", 0),
+             ("2 alerts", 0), ("controllable", 3)]
+    wide = fit_parts(parts, 200).plain
+    assert wide == (" LIVE  │ demo (not training; 0 of 3 jobs training) │ data 03:10:35 │ "
+                    "now 03:10:36 │ ⚠ 1 critical │ 2 alerts │ controllable")
+    narrow = fit_parts(parts, 80).plain
+    assert narrow == " LIVE  │ demo │ data 03:10:35 │ ⚠ 1 critical │ 2 alerts │ controllable"
+    tiny = fit_parts(parts, 20).plain  # what is never dropped stays, even past the edge
+    assert tiny == " LIVE  │ demo │ ⚠ 1 critical │ 2 alerts"

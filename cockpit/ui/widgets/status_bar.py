@@ -37,23 +37,44 @@ class StatusBar(Widget):
         self.set_interval(1.0, self.refresh)
 
     def render(self) -> Content:
+        """The parts that fit the width, in their fixed order; what does not fit goes
+        least needed first (the clock, then the job's place), so the source, the job and
+        the alerts (above all a critical one) are on screen at 80 columns too."""
         snap = self.snapshot
         label = self.label or (snap.source_label if snap else "")
-        parts = [f"[b reverse $accent] {escape(label or 'NO SOURCE')} [/]"]
+        # (text, rank): rank 0 is always shown; higher ranks are dropped first.
+        parts: list[tuple[str, int]] = [
+            (f"[b reverse $accent] {escape(label or 'NO SOURCE')} [/]", 0)]
         if self.paused and "PAUSED" not in label.upper():
-            parts.append("[$warning]⏸ paused[/]")
-        parts.append(f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]")
-        if snap is not None:
-            parts[-1] += job_place(snap)
-        parts.append(f"data {fmt.clock(snap.ts if snap else None)}")
-        parts.append(f"now {fmt.clock(wall_clock())}")
+            parts.append(("[$warning]⏸ paused[/]", 0))
+        parts.append((f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]", 0))
+        if snap is not None and job_place(snap):
+            parts.append((job_place(snap), 4))  # starts with a space: glued to the job
+        parts.append((f"data {fmt.clock(snap.ts if snap else None)}", 2))
+        parts.append((f"now {fmt.clock(wall_clock())}", 5))
         if snap is not None:
             critical = sum(1 for a in snap.alerts if a.severity == "critical")
             if critical:
-                parts.append(f"[$error]⚠ {critical} critical[/]")
-            parts.append(counted(len(snap.alerts), "alert"))
-            parts.append("controllable" if snap.controllable else "[$text-muted]read-only[/]")
-        return Content.from_markup(" │ ".join(parts))
+                parts.append((f"[$error]⚠ {critical} critical[/]", 0))
+            parts.append((counted(len(snap.alerts), "alert"), 0))
+            parts.append(("controllable" if snap.controllable
+                          else "[$text-muted]read-only[/]", 3))
+        return fit_parts(parts, self.size.width or 10_000)
+
+
+def fit_parts(parts: list[tuple[str, int]], width: int) -> Content:
+    """`parts` joined by " │ " (a part starting with a space is glued to the one before),
+    dropping the highest ranks, rightmost first, until the line fits."""
+    shown = list(parts)
+    while True:
+        markup = "".join(text if i == 0 or text.startswith(" ") else f" │ {text}"
+                         for i, (text, _) in enumerate(shown))
+        line = Content.from_markup(markup)
+        droppable = [rank for _, rank in shown if rank > 0]
+        if line.cell_length <= width or not droppable:
+            return line
+        worst = max(droppable)
+        del shown[max(i for i, (_, rank) in enumerate(shown) if rank == worst)]
 
 
 def job_place(snap: Snapshot) -> str:
