@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ from agent import __version__
 from agent.protocol import PROTOCOL_VERSION
 
 PROG = "cockpit-agent"
+# Beyond threading.TIMEOUT_MAX (about 292 years) the sampler's wait overflows and its
+# thread dies; a day is already far past any useful sampling interval.
+MAX_INTERVAL = 86400.0
 
 
 def default_state_dir() -> Path:
@@ -32,24 +36,64 @@ class UsageError(Exception):
     """A problem with what the user asked for; printed as one line, exit code 2."""
 
 
-def _positive_interval(text: str) -> float:
+def _float(text: str) -> float:
+    """float() also takes nan and inf, which a seconds or days option turns into a busy
+    loop, a crashed thread or an emptied journal: every check on its result is written
+    so that nan fails it."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError("not a number: %r" % text) from None
-    if value < 0.25:
-        raise argparse.ArgumentTypeError("must be at least 0.25 s (got %s)" % text)
+
+
+def _positive_interval(text: str) -> float:
+    value = _float(text)
+    if not (math.isfinite(value) and value >= 0.25):
+        raise argparse.ArgumentTypeError(
+            "must be a finite number of seconds >= 0.25 (got %s)" % text)
+    if value > MAX_INTERVAL:
+        raise argparse.ArgumentTypeError("must be at most %d s, one day (got %s)"
+                                         % (MAX_INTERVAL, text))
     return value
+
+
+def _positive_number(text: str) -> float:
+    value = _float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError("must be a finite number > 0 (got %s)" % text)
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not an integer: %r" % text) from None
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not an integer: %r" % text) from None
+    value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0 (got %s)" % text)
     return value
+
+
+def _positive_int(text: str) -> int:
+    value = _integer(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0 (got %s)" % text)
+    return value
+
+
+def _job_name(text: str) -> str:
+    """The job id names the folders of its logs and spool, so it must be one folder name."""
+    from agent.control_inbox import OpError
+    from agent.launch import check_job_name
+
+    try:
+        return check_job_name(text, "job id")
+    except OpError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,15 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a run dir whose spool/ to tail (repeatable); the first one "
                      "also gets the job's logs/")
     run.add_argument("--interval", type=_positive_interval, default=1.0,
-                     help="sampling interval in seconds (default 1.0, minimum 0.25)")
+                     help="sampling interval in seconds (default 1.0, minimum 0.25, "
+                     "maximum 86400)")
     run.add_argument("--simulate-gpus", type=_non_negative_int, default=0, metavar="N",
                      help="report N simulated GPUs (labelled sim) instead of NVML")
-    run.add_argument("--job", default=None, help="job id for the supervised command")
-    run.add_argument("--max-journal-bytes", type=_non_negative_int, default=None,
+    run.add_argument("--job", type=_job_name, default=None,
+                     help="job id for the supervised command")
+    run.add_argument("--max-journal-bytes", type=_positive_int, default=None,
                      help="journal size cap (default 2 GiB)")
-    run.add_argument("--max-journal-days", type=float, default=None,
+    run.add_argument("--max-journal-days", type=_positive_number, default=None,
                      help="journal age cap in days (default 14)")
-    run.add_argument("--stop-grace", type=float, default=10.0,
+    run.add_argument("--stop-grace", type=_positive_number, default=10.0,
                      help="seconds between SIGTERM and SIGKILL when stopping the job")
 
     stream = sub.add_parser("stream", help="journal records after --from on stdout; "
@@ -114,8 +160,10 @@ def _cmd_run(args: argparse.Namespace, cmd: List[str]) -> int:
     config = DaemonConfig(
         state_dir=args.state_dir, run_dirs=args.run_dir, interval=args.interval,
         simulate_gpus=args.simulate_gpus, job=args.job, cmd=cmd,
-        max_bytes=args.max_journal_bytes if args.max_journal_bytes else DEFAULT_MAX_BYTES,
-        max_age=args.max_journal_days * 86400.0 if args.max_journal_days else DEFAULT_MAX_AGE,
+        max_bytes=DEFAULT_MAX_BYTES if args.max_journal_bytes is None
+        else args.max_journal_bytes,
+        max_age=DEFAULT_MAX_AGE if args.max_journal_days is None
+        else args.max_journal_days * 86400.0,
         stop_grace=args.stop_grace)
     return run_daemon(config)
 
@@ -196,3 +244,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.filename:
         return "%s: %s" % (exc.filename, exc.strerror or exc)
     return str(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,6 +7,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from agent.cli import build_parser
 from tests.harness.waiting import wait_for
 
 from .conftest import REPO, agent_cmd, agent_env
@@ -24,9 +27,37 @@ def test_help_lists_the_commands() -> None:
         assert command in result.stdout
 
 
+def test_module_cli_runs_when_executed_directly() -> None:
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "--help"], cwd=REPO,
+                            env=agent_env(), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and "build-zipapp" in result.stdout
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--interval", "nan", "finite number of seconds >= 0.25"),
+    ("--interval", "inf", "finite number of seconds >= 0.25"),
+    ("--interval", "1e10", "at most 86400 s"),
+    ("--max-journal-days", "-1", "finite number > 0"),
+    ("--max-journal-days", "0", "finite number > 0"),
+    ("--max-journal-days", "nan", "finite number > 0"),
+    ("--max-journal-bytes", "0", "must be > 0"),
+    ("--stop-grace", "-1", "finite number > 0"),
+    ("--stop-grace", "inf", "finite number > 0"),
+    ("--simulate-gpus", "-1", "must be >= 0"),
+    ("--job", "a/b", "job id 'a/b' cannot name a folder: no '/'"),
+])  # fmt: skip
+def test_bad_run_option_is_refused_naming_it(capsys, option: str, value: str,
+                                             message: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["run", f"{option}={value}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and message in err
+
+
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, procs) -> None:
     bad_interval = _run("run", "--state-dir", str(tmp_path), "--interval", "0.1")
-    assert bad_interval.returncode == 2 and "at least 0.25" in bad_interval.stderr
+    assert bad_interval.returncode == 2 and ">= 0.25" in bad_interval.stderr
     missing = _run("run", "--state-dir", str(tmp_path / "s1"), "--", "/no/such/binary")
     assert missing.returncode == 2
     assert missing.stderr.strip().count("\n") == 0 and "/no/such/binary" in missing.stderr
