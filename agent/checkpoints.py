@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -82,13 +83,24 @@ def _sha256(path: Path, size: int, mtime_ns: int) -> str:
 
 
 def inspect(path: Path) -> Tuple[Optional[Checkpoint], Optional[str]]:
-    """(the checkpoint, None) when `path` is complete and intact, else (None, why not)."""
+    """(the checkpoint, None) when `path` is complete and intact, else (None, why not).
+
+    Any OSError (a link loop, EIO, ESTALE on NFS, EACCES) makes this one file unusable,
+    not the search: the caller goes on to the previous checkpoint.
+    """
+    try:
+        return _inspect(path)
+    except OSError as exc:
+        return None, "unreadable: %s" % (exc.strerror or exc)
+
+
+def _inspect(path: Path) -> Tuple[Optional[Checkpoint], Optional[str]]:
     marker_file = marker_path(path)
     try:
         st = path.stat()
     except FileNotFoundError:
         return None, "file missing"
-    if not path.is_file():
+    if not stat.S_ISREG(st.st_mode):
         return None, "not a regular file"
     try:
         marker = json.loads(marker_file.read_text(encoding="utf-8"))

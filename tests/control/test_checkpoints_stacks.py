@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -47,6 +48,27 @@ def test_newest_valid_skips_torn_corrupt_and_unmarked_checkpoints(tmp_path: Path
     assert checkpoints.newest_valid(tmp_path / "absent") == (None, [])
     assert checkpoints.at_step(d, 10)[0].step == 10
     assert "checksum" in checkpoints.at_step(d, 40)[1]
+
+
+def test_an_unreadable_checkpoint_is_skipped_with_its_reason(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    d = tmp_path / "ck"
+    good = _save(d, 300, b"g" * 100)
+    failing = _save(d, 350, b"h" * 100)
+    (d / "ckpt-loop-400.pt").symlink_to(d / "ckpt-loop-400.pt")
+    sha256 = checkpoints._sha256
+
+    def io_error(path: Path, size: int, mtime_ns: int) -> str:
+        if path == failing:
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return sha256(path, size, mtime_ns)
+
+    monkeypatch.setattr(checkpoints, "_sha256", io_error)
+    found, skipped = checkpoints.newest_valid(d)
+    assert found is not None and found.path == good
+    reasons = {Path(p).name: why for p, why in skipped}
+    assert reasons == {"ckpt-loop-400.pt": "unreadable: Too many levels of symbolic links",
+                       "ckpt-00000350.pt": "unreadable: Input/output error"}
 
 
 def test_copy_to_keeps_the_checkpoint_verifiable(tmp_path: Path) -> None:
