@@ -11,9 +11,23 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Tuple
 
+# The cockpit stores counters as DuckDB BIGINT and parses lines with orjson, which reads a
+# longer integer as a double (2**70 then fails the BIGINT cast, 10**400 is infinity and
+# fails the whole line): such an integer is no number the cockpit can keep.
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
 
 class NotAScalar(ValueError):
-    """A reported value that cannot become one number (a string, a multi-element tensor)."""
+    """A reported value that cannot become one number the cockpit can store.
+
+    `problem` names the kind of problem (type, shape, nonfinite, range), so that a
+    warning is given once per field and kind, not once per field.
+    """
+
+    def __init__(self, message: str, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 def to_number(value: Any) -> Optional[float]:
@@ -28,6 +42,10 @@ def to_number(value: Any) -> Optional[float]:
         return value
     if kind is bool:
         return int(value)
+    if isinstance(value, (str, bytes, bytearray)):
+        # float("2.5") would parse it, but a string here is a bug in the caller's loop
+        # (a formatted value passed by mistake), and the docs promise null and a warning.
+        raise NotAScalar("is a %s, not a number" % kind.__name__, "type")
     item = getattr(value, "item", None)
     if item is not None:
         detach = getattr(value, "detach", None)
@@ -42,7 +60,8 @@ def to_number(value: Any) -> Optional[float]:
             shape = getattr(value, "shape", None)
             raise NotAScalar(
                 "has %s elements, not one (shape %s)"
-                % (getattr(value, "numel", lambda: "several")(), tuple(shape or ()))
+                % (getattr(value, "numel", lambda: "several")(), tuple(shape or ())),
+                "shape",
             ) from exc
         if type(value) is bool:
             return int(value)
@@ -50,14 +69,28 @@ def to_number(value: Any) -> Optional[float]:
     try:
         return float(value)
     except (TypeError, ValueError) as exc:
-        raise NotAScalar("is a %s, not a number" % kind.__name__) from exc
+        raise NotAScalar("is a %s, not a number" % kind.__name__, "type") from exc
 
 
-def finite_or_none(value: Optional[float]) -> Optional[float]:
-    """JSON has no NaN/Inf: non-finite floats become null (protocol: null = n/a)."""
-    if type(value) is float and not math.isfinite(value):
-        return None
-    return value
+def wire_number(value: Any, integer: bool = False, nonfinite: bool = False
+                ) -> Optional[float]:
+    """`to_number`, narrowed to what the cockpit can load; raises `NotAScalar` otherwise.
+
+    NaN/Inf are refused (JSON has no literal for them) unless `nonfinite` (the loss,
+    which has its own `nonfinite` field); `integer` truncates floats for counters.
+    """
+    number = to_number(value)
+    if type(number) is float:
+        if not math.isfinite(number):
+            if nonfinite:
+                return number
+            raise NotAScalar("is %s, not a finite number" % number, "nonfinite")
+        if integer:
+            number = int(number)
+    if type(number) is int and not INT64_MIN <= number <= INT64_MAX:
+        raise NotAScalar("is a %d-bit integer, outside the 64-bit range the cockpit stores"
+                         % number.bit_length(), "range")
+    return number
 
 
 def split_nonfinite(value: Optional[float]) -> Tuple[Optional[float], Optional[str]]:
@@ -67,12 +100,3 @@ def split_nonfinite(value: Optional[float]) -> Tuple[Optional[float], Optional[s
     if math.isnan(value):
         return None, "nan"
     return None, "inf" if value > 0 else "-inf"
-
-
-def as_int(value: Optional[float]) -> Optional[int]:
-    """Counters (step, samples, tokens) are integers on the wire."""
-    if value is None or type(value) is int:
-        return value
-    if not math.isfinite(value):
-        return None
-    return int(value)

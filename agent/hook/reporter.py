@@ -28,7 +28,7 @@ from agent.hook.control import (
     control_path,
     parse_line,
 )
-from agent.hook.lazy_values import NotAScalar, as_int, finite_or_none, split_nonfinite, to_number
+from agent.hook.lazy_values import NotAScalar, split_nonfinite, wire_number
 from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
 
 PHASES = ("data", "compute", "comm", "checkpoint")
@@ -267,6 +267,11 @@ class Reporter:
 
         Repeated calls accumulate: each `run` record carries everything declared so far.
         """
+        for name, names in (("stages", stages), ("tags", tags)):
+            if isinstance(names, (str, bytes)):
+                # Iterating it would declare one tag per character.
+                raise TypeError("declare(%s=...) must be a list of strings, not the string %r"
+                                % (name, names))
         given = {
             "total_steps": total_steps,
             "total_epochs": total_epochs,
@@ -312,6 +317,8 @@ class Reporter:
         self, path: str, step: Any, seconds: Optional[float], bytes: Optional[int] = None
     ) -> None:
         """A checkpoint is complete on disk (call after the rename, not before)."""
+        seconds = self._non_negative("checkpoint_saved seconds", seconds)
+        bytes = self._non_negative("checkpoint_saved bytes", bytes, integer=True)
         if bytes is None:
             try:
                 bytes = os.path.getsize(path)
@@ -540,6 +547,8 @@ class Reporter:
                 record = self._eval_record(item)
             else:
                 record = item[1]
+            if record is None:
+                return None
             line = encode_line(record)
         except Exception as exc:
             self._warn("encode:%s" % type(exc).__name__, "a record could not be encoded: %r" % exc)
@@ -553,43 +562,78 @@ class Reporter:
             return None
         return line
 
-    def _train_record(self, item: tuple) -> Dict[str, Any]:
+    def _train_record(self, item: tuple) -> Optional[Dict[str, Any]]:
         (_k, perf, wall, step, loss, lr, samples, tokens, loss_scale, grad_norm, epoch, stage,
          phases, extra) = item  # fmt: skip
         step_time = perf - self._prev_perf
         self._prev_perf = perf
+        step_value = self._record_step("train", step)
+        if step_value is None:
+            return None
         num = self._number
-        loss_value, nonfinite = split_nonfinite(num("loss", loss))
+        loss_value, nonfinite = split_nonfinite(num("loss", loss, nonfinite=True))
         record = {
             "t": "train", "ts": wall, "job": self.job, "rank": self.rank,
-            "step": as_int(num("step", step)), "epoch": finite_or_none(num("epoch", epoch)),
-            "stage": stage, "loss": loss_value, "nonfinite": nonfinite,
-            "lr": finite_or_none(num("lr", lr)),
-            "samples": as_int(num("samples", samples)), "tokens": as_int(num("tokens", tokens)),
-            "step_time": step_time,
+            "step": step_value, "epoch": num("epoch", epoch),
+            "stage": stage, "loss": loss_value, "nonfinite": nonfinite, "lr": num("lr", lr),
+            "samples": num("samples", samples, integer=True),
+            "tokens": num("tokens", tokens, integer=True), "step_time": step_time,
         }  # fmt: skip
         for i, name in enumerate(_PHASE_FIELDS):
             record[name] = None if phases is None else phases[i]
-        record["loss_scale"] = finite_or_none(num("loss_scale", loss_scale))
-        record["grad_norm"] = finite_or_none(num("grad_norm", grad_norm))
-        record["extra"] = {k: finite_or_none(num(k, v)) for k, v in extra.items()}
+        record["loss_scale"] = num("loss_scale", loss_scale)
+        record["grad_norm"] = num("grad_norm", grad_norm)
+        record["extra"] = {k: num(k, v) for k, v in extra.items()}
         return record
 
-    def _eval_record(self, item: tuple) -> Dict[str, Any]:
+    def _eval_record(self, item: tuple) -> Optional[Dict[str, Any]]:
         _k, wall, step, loss, metrics = item
+        step_value = self._record_step("eval", step)
+        if step_value is None:
+            return None
         num = self._number
         return {
             "t": "eval", "ts": wall, "job": self.job, "rank": self.rank,
-            "step": as_int(num("step", step)), "loss": finite_or_none(num("loss", loss)),
-            "metrics": {k: finite_or_none(num(k, v)) for k, v in metrics.items()},
+            "step": step_value, "loss": num("loss", loss),
+            "metrics": {k: num(k, v) for k, v in metrics.items()},
         }  # fmt: skip
 
-    def _number(self, field: str, value: Any) -> Optional[float]:
+    def _number(self, field: str, value: Any, integer: bool = False,
+                nonfinite: bool = False) -> Optional[float]:
         try:
-            return to_number(value)
+            return wire_number(value, integer, nonfinite)
         except NotAScalar as exc:
-            self._warn("field:%s" % field, "reported value %r %s; recorded as null" % (field, exc))
+            self._warn("field:%s:%s" % (field, exc.problem),
+                       "reported value %r %s; recorded as null" % (field, exc))
             return None
+
+    def _record_step(self, t: str, step: Any) -> Optional[int]:
+        """The step of a train or eval record, or None (warned) when it has none.
+
+        The protocol's step is an int and the cockpit places these records by it: one
+        with a null step would be stored where no chart or query finds it, so it is not
+        written at all.
+        """
+        try:
+            value = wire_number(step, integer=True)
+            problem, what = "missing", "is None"
+        except NotAScalar as exc:
+            value, problem, what = None, exc.problem, str(exc)
+        if value is None:
+            self._warn("%s:step:%s" % (t, problem),
+                       "reported value 'step' %s; the %s record was not written (it needs "
+                       "an integer step)" % (what, t))
+        return value
+
+    def _non_negative(self, field: str, value: Any, integer: bool = False
+                      ) -> Optional[float]:
+        """A duration or size the caller measured: unknown (None, warned) unless >= 0."""
+        number = self._number(field, value, integer)
+        if number is not None and number < 0:
+            self._warn("field:%s:negative" % field,
+                       "reported value %r is %s, below 0; recorded as null" % (field, number))
+            return None
+        return number
 
     # ------------------------------------------------------------------ helpers
 
@@ -602,12 +646,18 @@ class Reporter:
         if step is None:
             step = self._last_step
         try:
-            return as_int(to_number(step))
-        except NotAScalar:
+            return wire_number(step, integer=True)
+        except NotAScalar as exc:
+            self._warn("event:step:%s" % exc.problem,
+                       "an event's step %s; recorded as null" % exc)
             return None
 
     def _warn(self, key: str, message: str) -> None:
-        """Tell the user once per kind of problem, on stderr and in the spool."""
+        """Tell the user once per kind of problem, on stderr and in the spool.
+
+        `key` names the field and the problem both: a second, different problem with
+        the same field is news and is told too.
+        """
         if key in self._warned:
             return
         self._warned.add(key)

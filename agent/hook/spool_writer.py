@@ -14,9 +14,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 import uuid
 from typing import Any, List, Optional
+
+from agent.hook.lazy_values import INT64_MAX, INT64_MIN
 
 SPOOL_VERSION = 1
 DEFAULT_MAX_FILE_BYTES = 64 << 20
@@ -111,9 +114,16 @@ _encode = json.JSONEncoder(
 ).encode
 
 
+# Nineteen digits in a row: the shortest integer outside the 64-bit range (2**63) has
+# them, a float's repr never does; a match in a string only costs the slower encoding.
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
 def _finite(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        return None
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -125,10 +135,14 @@ def encode_line(record: dict) -> bytes:
     """One spool line: `t` first (the caller builds the dict in that order).
 
     JSON has no NaN/Inf: a record holding one (in a config, in event data) is written
-    with null there, the protocol's "n/a".
+    with null there, the protocol's "n/a". So is an integer outside the 64-bit range,
+    which the cockpit reads as a double (10**400: infinity, and the line is lost).
     """
     try:
         text = _encode(record)
-    except ValueError:
+    except ValueError:  # NaN/Inf, or an integer too long for str()
         text = _encode(_finite(record))
+    else:
+        if _LONG_DIGITS.search(text):
+            text = _encode(_finite(record))
     return (text + "\n").encode("utf-8")

@@ -260,6 +260,85 @@ def test_non_scalar_value_becomes_null_and_is_reported_once(make_reporter, spool
     assert capsys.readouterr().err.count("'loss'") == 1
 
 
+def _no_json_constant(name: str) -> None:
+    raise AssertionError(f"non-standard JSON literal {name} in a spool line")
+
+
+def _wire_ints(value: object) -> list[int]:
+    if isinstance(value, dict):
+        return [i for v in value.values() for i in _wire_ints(v)]
+    if isinstance(value, list):
+        return [i for v in value for i in _wire_ints(v)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
+
+
+def test_values_the_cockpit_cannot_load_become_null_with_a_warning(
+        make_reporter, spool, tmp_path, capsys) -> None:
+    rep = make_reporter()
+    rep.step(1, loss=1.0, samples=2**70, tokens=1e30, big=10**400, m=float("-inf"))
+    rep.step(2, loss="2.5", samples="8", lr=b"0.1")
+    rep.eval(2, loss=float("inf"), acc=10**20)
+    rep.event("custom", "x", answer=10**400, nested=[2**64, float("nan")])
+    rep.declare(config={"huge": -(2**63) - 1, "ok": 2**63 - 1})
+    rep.close()
+    for path in _files(tmp_path / "run"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line, parse_constant=_no_json_constant)
+            assert all(-(2**63) <= i < 2**63 for i in _wire_ints(record)), line
+    r1, r2 = spool("train")
+    assert (r1["samples"], r1["tokens"], r1["extra"]) == (None, None, {"big": None, "m": None})
+    assert (r2["loss"], r2["nonfinite"], r2["samples"], r2["lr"]) == (None, None, None, None)
+    (ev,) = spool("eval")
+    assert ev["loss"] is None and ev["metrics"] == {"acc": None}
+    custom = next(e for e in spool("event") if e["kind"] == "custom")
+    assert custom["data"] == {"answer": None, "nested": [None, None]}
+    assert spool("run")[-1]["config"] == {"huge": None, "ok": 2**63 - 1}
+    err = capsys.readouterr().err
+    assert "'samples' is a 71-bit integer, outside the 64-bit range" in err
+    assert "'big' is a 1329-bit integer" in err and "'m' is -inf, not a finite number" in err
+    assert "'loss' is a str, not a number" in err and "'lr' is a bytes" in err
+    # A second, different problem with a field is reported too; the same one only once.
+    assert "'samples' is a str, not a number" in err and err.count("'samples'") == 2
+    assert "'loss' is inf" in err and "'acc' is a 67-bit integer" in err
+
+
+@pytest.mark.parametrize(("step", "problem"), [
+    (None, "'step' is None"), (float("nan"), "'step' is nan, not a finite number"),
+    (10**20, "'step' is a 67-bit integer"), ("7", "'step' is a str"),
+])  # fmt: skip
+def test_a_step_record_without_a_usable_step_is_not_written(make_reporter, spool, capsys,
+                                                            step, problem) -> None:
+    rep = make_reporter()
+    rep.step(1, loss=1.0)
+    rep.step(step, loss=1.0)
+    rep.step(2, loss=1.0)
+    rep.eval(step, loss=0.5)
+    rep.flush()
+    assert [r["step"] for r in spool("train")] == [1, 2] and spool("eval") == []
+    err = capsys.readouterr().err
+    assert f"{problem}" in err
+    assert "the train record was not written" in err and "the eval record was not written" in err
+
+
+def test_declare_refuses_a_string_for_tags_or_stages(make_reporter) -> None:
+    rep = make_reporter()
+    with pytest.raises(TypeError, match=r"declare\(tags=...\) must be a list of strings"):
+        rep.declare(tags="notalist")
+    with pytest.raises(TypeError, match=r"declare\(stages=...\)"):
+        rep.declare(stages="pretrain")
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1.0, "soon"])
+def test_checkpoint_saved_with_unusable_seconds_says_unknown(make_reporter, spool, capsys,
+                                                             seconds) -> None:
+    rep = make_reporter()
+    rep.checkpoint_saved("/nowhere/ckpt.pt", 5, seconds)
+    rep.flush()
+    (saved,) = spool("event")
+    assert saved["msg"] == "checkpoint at step 5 saved" and saved["data"]["seconds"] is None
+    assert "'checkpoint_saved seconds'" in capsys.readouterr().err
+
+
 def test_closed_reporter_refuses_more_records(make_reporter) -> None:
     rep = make_reporter()
     rep.close()
