@@ -122,17 +122,21 @@ def _candidates(directory: Path) -> list[tuple[int, Path]]:
 def _prune(directory: Path, keep: int) -> None:
     """Keep the newest `keep` complete checkpoints; drop older ones and old debris.
 
-    Debris: files without a marker older than a complete checkpoint (torn by a crash,
-    never resumable) and temporary files left by a killed process.
+    Debris: checkpoints older than a complete one that can never be resumed (torn by a
+    crash before their marker, or cut short after it) and temporary files left by a
+    killed process. A torn checkpoint does not count toward `keep`: otherwise it would
+    push out an intact one and leave fewer than `keep` to resume from. Only the marker
+    and the size are checked here (hashing every kept file at every save would cost a
+    full read of each); a same-size corruption is found, and skipped, at resume.
     """
-    complete = [(s, p) for s, p in _candidates(directory) if _marker(p).exists()]
-    for _step, path in complete[keep:]:
-        _marker(path).unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
+    candidates = _candidates(directory)
+    complete = [(s, p) for s, p in candidates if problem(p, checksum=False) is None]
+    kept = {path for _step, path in complete[:keep]}
     if complete:
         newest = complete[0][0]
-        for step, path in _candidates(directory):
-            if step < newest and not _marker(path).exists():
+        for step, path in candidates:
+            if step < newest and path not in kept:
+                _marker(path).unlink(missing_ok=True)
                 path.unlink(missing_ok=True)
     own = f".{os.getpid()}.tmp"
     for entry in directory.glob(".ckpt-*.tmp"):
@@ -140,8 +144,11 @@ def _prune(directory: Path, keep: int) -> None:
             entry.unlink(missing_ok=True)
 
 
-def problem(path: Path) -> str | None:
-    """Why `path` is not a usable checkpoint, or None when it is complete and intact."""
+def problem(path: Path, checksum: bool = True) -> str | None:
+    """Why `path` is not a usable checkpoint, or None when it is complete and intact.
+
+    `checksum=False` checks the marker and the size only, without reading the file.
+    """
     marker_path = _marker(path)
     if not path.exists():
         return "file missing"
@@ -155,6 +162,8 @@ def problem(path: Path) -> str | None:
     size = path.stat().st_size
     if size != expected_size:
         return f"truncated or extended: {size} bytes on disk, {expected_size} recorded"
+    if not checksum:
+        return None
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -164,19 +173,42 @@ def problem(path: Path) -> str | None:
     return None
 
 
-def latest_valid(directory: Path, log: Callable[[str], None]) -> Path | None:
-    """The newest intact checkpoint in `directory`; each skipped one is logged with why."""
+def _load(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the state, None), or (None, why `path` cannot be resumed from)."""
+    why = problem(path)
+    if why is not None:
+        return None, why
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True), None
+    except Exception as exc:
+        # A marker vouches for the bytes, not for what they are: a file saved by another
+        # program, or damaged before its checksum was taken, fails in torch.load's
+        # unpickler with whatever error it meets first.
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return None, f"cannot be loaded ({type(exc).__name__}: {first})"
+
+
+def load_latest(directory: Path, log: Callable[[str], None]
+                ) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint in `directory` that is intact and loads, with its state;
+    each skipped one is logged with why."""
     for _step, path in _candidates(directory):
-        why = problem(path)
+        state, why = _load(path)
         if why is None:
-            return path
+            return path, state  # type: ignore[return-value]
         log(f"skipping checkpoint {path}: {why}")
     return None
 
 
+def latest_valid(directory: Path, log: Callable[[str], None]) -> Path | None:
+    """The newest intact, loadable checkpoint in `directory`; skipped ones are logged."""
+    found = load_latest(directory, log)
+    return None if found is None else found[0]
+
+
 def load(path: Path) -> dict[str, Any]:
     """Load a verified checkpoint as plain data (tensors, numbers, strings, containers)."""
-    why = problem(path)
+    state, why = _load(path)
     if why is not None:
         raise CheckpointError(f"checkpoint {path} is not usable: {why}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return state  # type: ignore[return-value]

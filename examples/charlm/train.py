@@ -299,13 +299,14 @@ def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
             rep.event("checkpoint_skipped", msg)
 
     if spec == "auto":
-        path = checkpoint.latest_valid(ckpt_dir, skipped)
-        if path is None:
+        found = checkpoint.load_latest(ckpt_dir, skipped)
+        if found is None:
             say(f"no intact checkpoint in {ckpt_dir}; starting from step 0")
             return 0
+        path, state = found
     else:
         path = Path(spec)
-    state = checkpoint.load(path)
+        state = checkpoint.load(path)
     try:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])

@@ -223,6 +223,37 @@ def test_killed_save_leaves_no_usable_checkpoint_and_debris_is_cleared(tmp_path)
                      "ckpt-00000030.pt", "ckpt-00000030.pt.done"]  # fmt: skip
 
 
+def _vouch_for(path: Path, data: bytes) -> None:
+    """Write `data` as `path` with a marker that matches it: intact bytes, any content."""
+    path.write_bytes(data)
+    marker = {"step": int(path.stem.split("-")[1]), "file": path.name, "bytes": len(data),
+              "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+    path.with_name(path.name + ".done").write_text(json.dumps(marker))
+
+
+def test_a_marked_checkpoint_that_does_not_load_is_skipped_with_its_reason(tmp_path) -> None:
+    checkpoint.save(tmp_path, 10, _state(10), keep=3)
+    garbage = tmp_path / "ckpt-00000020.pt"
+    _vouch_for(garbage, b"not a torch checkpoint at all")
+    logged: list[str] = []
+    path, state = checkpoint.load_latest(tmp_path, logged.append)
+    assert path == tmp_path / "ckpt-00000010.pt" and state["step"] == 10
+    assert len(logged) == 1 and "ckpt-00000020.pt: cannot be loaded" in logged[0]
+    with pytest.raises(checkpoint.CheckpointError, match=r"ckpt-00000020\.pt is not usable"):
+        checkpoint.load(garbage)
+
+
+def test_a_checkpoint_torn_after_its_marker_does_not_count_toward_keep(tmp_path) -> None:
+    for step in (10, 20):
+        checkpoint.save(tmp_path, step, _state(step), keep=2)
+    torn = tmp_path / "ckpt-00000020.pt"
+    torn.write_bytes(torn.read_bytes()[:100])
+    checkpoint.save(tmp_path, 30, _state(30), keep=2)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["ckpt-00000010.pt", "ckpt-00000010.pt.done",
+                     "ckpt-00000030.pt", "ckpt-00000030.pt.done"]  # fmt: skip
+
+
 def test_checkpoint_loading_refuses_code(tmp_path) -> None:
     """weights_only=True: a pickle that would run code is rejected, not executed."""
 
@@ -232,9 +263,6 @@ def test_checkpoint_loading_refuses_code(tmp_path) -> None:
 
     path = tmp_path / "ckpt-00000001.pt"
     torch.save({"x": Evil()}, path)
-    data = path.read_bytes()
-    marker = {"step": 1, "file": path.name, "bytes": len(data),
-              "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
-    path.with_name(path.name + ".done").write_text(json.dumps(marker))
+    _vouch_for(path, path.read_bytes())
     with pytest.raises(Exception, match=r"[Ww]eights only load failed"):
         checkpoint.load(path)
