@@ -254,7 +254,8 @@ class Controller:
             raise ControlError("adjust needs at least one knob, e.g. lr_scale=0.5")
         if "lr_scale" in knobs:
             check_lr_scale(knobs["lr_scale"])
-        return self._each("adjust", {self.rank0_host: {"job": self.job, "knobs": knobs}})
+        return self._each("adjust", {self.rank0_host: {"job": self.job, "knobs": knobs}},
+                          what=_adjust_words(knobs))
 
     def checkpoint_now(self) -> str:
         return self.adjust(checkpoint_now=True)
@@ -336,7 +337,11 @@ class Controller:
                 f"processes of the others keep running.")
 
     # -- sending ---------------------------------------------------------------------
-    def _each(self, op: str, per_host: dict[str, dict[str, Any]]) -> str:
+    def _each(self, op: str, per_host: dict[str, dict[str, Any]],
+              what: str | None = None) -> str:
+        """Send `op` to each host; `what` names it in the result and errors (an adjust
+        that asks for a checkpoint reads as a checkpoint request, not "adjust")."""
+        what = what or op
         op_id = self._new_id()
         failed: dict[str, str] = {}
         self.last_ops = {}
@@ -349,10 +354,19 @@ class Controller:
         sent = [h for h in per_host if h not in failed]
         if failed:
             detail = "; ".join(f"{h}: {why}" for h, why in failed.items())
-            raise ControlError(f"{op} of job {self.job} not sent to {', '.join(failed)} "
+            raise ControlError(f"{what} of job {self.job} not sent to {', '.join(failed)} "
                                f"({detail})" + (f"; sent to {', '.join(sent)}" if sent
                                                 else ""))  # fmt: skip
-        return f"{op} sent to {', '.join(sent)} (op {op_id})"
+        return f"{what} sent to {', '.join(sent)} (op {op_id})"
+
+
+def _adjust_words(knobs: Mapping[str, Any]) -> str:
+    """What an adjust asks, as the operator asked it."""
+    if set(knobs) == {"checkpoint_now"}:
+        return "checkpoint request"
+    if set(knobs) == {"eval_now"}:
+        return "evaluation request"
+    return "adjust (" + ", ".join(f"{k}={v}" for k, v in knobs.items()) + ")"
 
 
 def check_lr_scale(value: Any) -> float:

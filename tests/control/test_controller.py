@@ -65,9 +65,10 @@ def test_pause_checkpoints_on_rank0s_host_and_the_others_follow() -> None:
 def test_adjust_goes_to_rank0_only() -> None:
     links = Links()
     c = _controller(links)
-    c.adjust(lr_scale=0.5)
-    c.checkpoint_now()
-    c.eval_now()
+    # Each result says what was asked, not the op that carries it.
+    assert c.adjust(lr_scale=0.5) == "adjust (lr_scale=0.5) sent to gpu1 (op id0)"
+    assert c.checkpoint_now() == "checkpoint request sent to gpu1 (op id1)"
+    assert c.eval_now() == "evaluation request sent to gpu1 (op id2)"
     assert [(h, op["knobs"]) for h, op in links.sent] == [
         ("gpu1", {"lr_scale": 0.5}), ("gpu1", {"checkpoint_now": True}),
         ("gpu1", {"eval_now": True})]  # fmt: skip
