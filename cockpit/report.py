@@ -227,6 +227,16 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
     return "".join(SPARK[round((v - lo) * scale)] for v in vals)
 
 
+def _unrecovered(item: dict[str, Any], d: dict[str, Any]) -> str:
+    """Only the newest interruption of a job still recovering may yet recover."""
+    newest = max(d["interruptions"], key=lambda i: i["detected_at"])
+    if item is newest and d["progress"]["state"] == "recovering":
+        return "not yet"
+    if item is newest and d["progress"]["state"] == "failed":
+        return "no: the agent stopped retrying"
+    return "no"
+
+
 def _title(d: dict[str, Any]) -> str:
     return f"Training report: {d['job'] or 'no job'} ({Path(d['recording']).name})"
 
@@ -340,7 +350,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     interruptions: Table = (
         ("detected", "cause", "hosts", "recovered in", "steps lost", "restarts"),
         [(_when(i["detected_at"]), i["cause"], ", ".join(i["hosts"]) or NA,
-          duration(i["recovered_in"]) if i["recovered_in"] is not None else "not yet",
+          duration(i["recovered_in"]) if i["recovered_in"] is not None
+          else _unrecovered(i, d),
           _num(i["steps_lost"]), _num(i["restart_count"]))
          for i in d["interruptions"]],
     )

@@ -803,7 +803,7 @@ def build_snapshot(
             spike_steps=found.effect.spike_steps,
             divergence=found.divergence, lr_reason=found.lr_reason, now=at,
         ),
-        rules.interruption_alerts(health.interruptions),
+        rules.interruption_alerts(health.interruptions, gave_up=state == "failed"),
         rules.run_change_alerts(run.get("changes") or ()),
         rules.rejected_alerts(hosts, _first_wire_errors(reader, hosts, until_ts)),
         rules.stall_alerts(stall, now=at,

@@ -312,9 +312,11 @@ def run_change_alerts(changes: Iterable[Row]) -> list[Alert]:
     return out
 
 
-def interruption_alerts(interruptions: Sequence[Interruption]) -> list[Alert]:
+def interruption_alerts(interruptions: Sequence[Interruption], *,
+                        gave_up: bool = False) -> list[Alert]:
     """The newest interruption while it is not recovered: the job is down now, which
-    the interruption log shows but the alert count must say too."""
+    the interruption log shows but the alert count must say too. `gave_up`: the agent
+    stopped retrying (the job is "failed"), so no restart is coming."""
     if not interruptions:
         return []
     newest = max(interruptions, key=lambda i: i.detected_at)
@@ -322,6 +324,14 @@ def interruption_alerts(interruptions: Sequence[Interruption]) -> list[Alert]:
         return []
     where: dict[str, object] = {"host": newest.hosts[0]} if newest.hosts else {}
     evidence = f": {newest.evidence}" if newest.evidence else ""
+    if gave_up:
+        return [_alert(
+            newest.detected_at, RESOURCE, CRITICAL, "job_interrupted", where,
+            f"the job stopped ({newest.cause}){evidence}; the agent stopped retrying: it "
+            "stays down",
+            "fix what failed (the job log, L, and the events, a, say what), then resume (r) "
+            "or relaunch (R)",
+        )]
     return [_alert(
         newest.detected_at, RESOURCE, CRITICAL, "job_interrupted", where,
         f"the job stopped ({newest.cause}){evidence}; not recovered yet",

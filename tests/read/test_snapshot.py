@@ -209,6 +209,22 @@ def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
     assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown
 
 
+def test_a_job_the_agent_gave_up_on_is_not_promised_a_restart(tmp_path: Path) -> None:
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6, {
+            "kind": "interruption", "job": "job-1", "rank": None, "step": syn.STEPS - 1,
+            "msg": "user_code", "data": {**GAVE_UP, "cause": "user_code"}}, ts=last + 1))
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert snap.progress.state == "failed"
+    alert = next(a for a in snap.alerts if a.code == "job_interrupted")
+    assert "the agent stopped retrying: it stays down" in alert.what
+    assert "restarts it" not in alert.hint
+    assert "no: the agent stopped retrying" in render_report(path)
+
+
 @pytest.mark.parametrize(("data", "state"), [
     ({"mode": "checkpoint", "ok": False, "error": "no checkpoint_saved within 60 s"},
      "running"),

@@ -9,12 +9,13 @@ stall, alerts with hints, and sources that fail.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Log, Tab
+from textual.widgets import DataTable, Input, Log, ProgressBar, Tab
 
 from cockpit.snapshot import Marker, Snapshot
 from cockpit.ui import format as fmt
@@ -572,3 +573,17 @@ async def test_an_expired_toast_over_a_maximised_pane_is_painted_over(
         app.notify("sent", timeout=0.2)
         await wait_until(pilot, lambda: any(layouts), "a repaint after the toast expired")
         assert screen.maximized is screen.query_one("#effect")
+
+
+@pytest.mark.parametrize(("state", "moving"), [("running", True), ("failed", False),
+                                              ("paused", False), ("exited", False)])
+async def test_the_progress_bar_moves_only_while_the_job_works(state: str, moving: bool) -> None:
+    """With no known total the bar animates, which reads as "working": a failed or paused
+    job's bar stands still."""
+    snap = demo_snapshot()
+    progress = dataclasses.replace(snap.progress, percent=None, state=state)
+    app = make_app(StaticSource(dataclasses.replace(snap, progress=progress), demo_details()))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        bar = app.screen.query_one("#progress-bar", ProgressBar)
+        assert (bar.total is None) == moving

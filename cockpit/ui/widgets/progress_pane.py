@@ -94,8 +94,9 @@ class ProgressPane(Pane):
             f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"
         )
         bar = self.query_one("#progress-bar", ProgressBar)
-        bar.update(total=100 if p.percent is not None else None,
-                   progress=bar_progress(p.percent))
+        # An unknown total animates the bar, which says "working": only while it is.
+        moving = p.percent is None and p.state in ("running", "starting", "recovering")
+        bar.update(total=None if moving else 100, progress=bar_progress(p.percent))
         update_text(self.query_one("#progress-eta", Static), eta_text(p))
         style = _STATE_STYLE.get(p.state, "$text-muted")
         update_text(self.query_one("#progress-last", Static),
