@@ -47,10 +47,19 @@ def test_progress_fraction_prefers_steps_then_samples() -> None:
 def test_eta_band_comes_from_step_time_spread() -> None:
     times = [1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5]
     eta = estimate_eta(step=100, total_steps=200, recent_step_times=times)
-    assert eta.seconds == pytest.approx(100.0)
+    assert eta.seconds == pytest.approx(105.0)  # 100 steps at their mean, 1.05 s
     assert eta.low is not None and eta.high is not None
     assert eta.low < eta.seconds < eta.high
-    assert eta.steps_per_second == pytest.approx(1.0)
+    assert eta.steps_per_second == pytest.approx(1 / 1.05)
+
+
+def test_eta_counts_the_slow_steps_that_recur() -> None:
+    """A checkpoint every tenth step takes its time every tenth step: the median would
+    leave it out and promise the end early, and disagree with the throughput."""
+    times = [1.0] * 9 + [5.0]
+    eta = estimate_eta(step=0, total_steps=100, recent_step_times=times)
+    assert eta.seconds == pytest.approx(140.0)
+    assert eta.steps_per_second == pytest.approx(len(times) / sum(times))
 
 
 def test_eta_of_steady_job_has_narrow_band_and_unknown_total_gives_speed_only() -> None:
