@@ -246,8 +246,8 @@ def _processes(sample: Mapping[str, Any] | None,
 
 def events_timeline(reader: StoreReader, *, until_ts: float | None = None,
                     kinds: Sequence[str] | None = None, text: str | None = None,
-                    limit: int = 500) -> EventsTimeline:
-    rows = reader.events(until_ts=until_ts, kinds=kinds, text=text, limit=limit)
+                    limit: int = 500, job: str | None = None) -> EventsTimeline:
+    rows = reader.events(until_ts=until_ts, kinds=kinds, text=text, limit=limit, job=job)
     return EventsTimeline(events=event_rows(rows),
                           kinds=tuple(kinds or ()), text=text)
 

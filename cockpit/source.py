@@ -128,7 +128,8 @@ def details(
         return host_detail(reader, host, until_ts=until_ts, buckets=int(kw.get("buckets", 120)))
     if what == "events":
         return events_timeline(reader, until_ts=until_ts, kinds=kw.get("kinds"),
-                               text=kw.get("text"), limit=int(kw.get("limit", 500)))
+                               text=kw.get("text"), limit=int(kw.get("limit", 500)),
+                               job=kw.get("job"))
     if what == "run":
         return run_info(reader, until_ts=until_ts, job=kw.get("job"))
     if what == "log":

@@ -38,10 +38,11 @@ class EventQueries(ReaderBase):
         frontiers: Frontiers | None = None,
     ) -> list[Row]:
         """The newest `limit` events (optionally of some kinds, one job, containing a
-        text), oldest first."""
+        text), oldest first. Of one job: its events and those of no job (a host's XID, a
+        link), which concern every job on the host."""
         kind_sql, kind_args = _kinds_filter(kinds)
         text_sql, text_args = _text_filter("msg", text)
-        job_sql, job_args = (" AND job = ?", [job]) if job else ("", [])
+        job_sql, job_args = (" AND (job = ? OR job IS NULL)", [job]) if job else ("", [])
         with self._cur() as cur:
             rows = self.recent(
                 cur, "event", until_ts=until_ts, where=kind_sql + text_sql + job_sql,

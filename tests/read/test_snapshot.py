@@ -310,6 +310,38 @@ def test_records_the_store_rejected_are_an_alert_not_a_secret(tmp_path: Path) ->
     assert "records_rejected" in render_report(path)
 
 
+def test_a_jobs_log_and_events_are_its_own(tmp_path: Path) -> None:
+    """A fork training beside its parent writes to the same hosts: its lines and events
+    are not the parent's; a host's own events (no job) belong to both."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", b"".join([
+            encode("log", 10**6, {"job": "job-1-fork-1", "rank": 0, "stream": "stdout",
+                                  "line": "fork step 5"}, ts=last + 1),
+            encode("event", 10**6 + 1, {"kind": "checkpoint_saved", "job": "job-1-fork-1",
+                                        "rank": 0, "step": 5, "msg": "fork checkpoint",
+                                        "data": {}}, ts=last + 2),
+            encode("event", 10**6 + 2, {"kind": "xid", "job": None, "rank": None,
+                                        "step": None, "msg": "XID 79 on gpu 1",
+                                        "data": {}}, ts=last + 3),
+        ]))
+    with Store(path, read_only=True) as store:
+        reader = StoreReader(store)
+        log = details(reader, "log", job="job-1")
+        fork_log = details(reader, "log", job="job-1-fork-1")
+        events = details(reader, "events", job="job-1")
+        fork_events = details(reader, "events", job="job-1-fork-1")
+    assert isinstance(log, LogTail) and isinstance(fork_log, LogTail)
+    assert "fork step 5" not in [line.line for line in log.lines]
+    assert [line.line for line in fork_log.lines] == ["fork step 5"]
+    assert isinstance(events, EventsTimeline) and isinstance(fork_events, EventsTimeline)
+    assert "fork checkpoint" not in [e.msg for e in events.events]
+    assert "XID 79 on gpu 1" in [e.msg for e in events.events]
+    assert [e.msg for e in fork_events.events][-2:] == ["fork checkpoint", "XID 79 on gpu 1"]
+    assert all(e.kind == "xid" for e in fork_events.events[:-2])  # the hosts' own, earlier
+
+
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     adjusted, resumed = syn.intervention_lines()

@@ -36,6 +36,12 @@ class DrillDownScreen(Screen):
     def details_params(self) -> dict[str, object]:
         return {}
 
+    def job_params(self) -> dict[str, object]:
+        """The job the panes show (a fork beside its parent: the fork), for details that
+        belong to one job (its log, its events, its run): never a second guess."""
+        job = self.snapshot.job if self.snapshot is not None else None
+        return {"job": job} if job else {}
+
     def request_details(self) -> None:
         if not self.WHAT:
             return

@@ -17,6 +17,10 @@ def matches(text: str, query: str) -> bool:
 class FilterableScreen(DrillDownScreen):
     BINDINGS = [*DrillDownScreen.BINDINGS, *keymap.bindings("filter")]
 
+    def details_params(self) -> dict[str, object]:
+        # The log and the events of the job shown: a fork's lines are not its parent's.
+        return self.job_params()
+
     @property
     def query_text(self) -> str:
         return self.query_one("#filter", Input).value

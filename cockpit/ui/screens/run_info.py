@@ -15,9 +15,7 @@ class RunInfoScreen(DrillDownScreen):
     WHAT = "run"
 
     def details_params(self) -> dict[str, object]:
-        # The job the panes show (a fork beside its parent: the fork), not a second guess.
-        job = self.snapshot.job if self.snapshot is not None else None
-        return {"job": job} if job else {}
+        return self.job_params()
 
     def compose(self) -> ComposeResult:
         yield Static("[b]Run info[/b]", id="screen-title")
