@@ -746,6 +746,13 @@ def build_snapshot(
         found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
         efficiency = _efficiency(train, figures, series, busy_f.result()[0],
                                  _rank0_note(kept_from, world) if kept_from is not None else None)
+        others = [j for j in training if j != job]
+        if state in ("paused", "exited", "failed") and others:
+            # The hosts' GPUs now work for another job: their use is not this one's.
+            efficiency = dataclasses.replace(
+                efficiency, gpu_busy=None,
+                note=efficiency.note or f"GPU busy not shown: job {job} is {state} and the "
+                                        f"hosts' GPUs now serve {', '.join(others)}")
     except BaseException:
         # The store cannot close while a read still runs (a damaged file fails one read
         # and the caller closes it): let the others finish before passing the error on.

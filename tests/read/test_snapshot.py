@@ -342,6 +342,27 @@ def test_a_jobs_log_and_events_are_its_own(tmp_path: Path) -> None:
     assert all(e.kind == "xid" for e in fork_events.events[:-2])  # the hosts' own, earlier
 
 
+def test_a_paused_job_is_not_credited_with_its_hosts_gpus_serving_another(
+        tmp_path: Path) -> None:
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    lines = [encode("event", 10**6, {
+        "kind": "pause", "job": "job-1", "rank": None, "step": 590, "msg": "paused",
+        "data": {"mode": "checkpoint", "ok": True, "step": 590}}, ts=last + 1)]
+    lines += [encode("train", 10**6 + i, {
+        "job": "job-1-fork-1", "rank": 0, "step": i, "loss": 2.0, "samples": 8,
+        "step_time": 1.0}, ts=last + 2 + i) for i in range(1, 6)]
+    with Store(path) as store:
+        store.ingest("node-a", b"".join(lines))
+    with Store(path, read_only=True) as store:
+        reader = StoreReader(store)
+        paused = build_snapshot(reader, until_ts=None, label="REPLAY", job="job-1")
+        fork = build_snapshot(reader, until_ts=None, label="REPLAY", job="job-1-fork-1")
+    assert paused.progress.state == "paused" and paused.efficiency.gpu_busy is None
+    assert "hosts' GPUs now serve job-1-fork-1" in (paused.efficiency.note or "")
+    assert fork.efficiency.gpu_busy is not None
+
+
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     adjusted, resumed = syn.intervention_lines()
