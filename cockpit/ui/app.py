@@ -14,7 +14,7 @@ import time
 from textual import on, work
 from textual.app import App
 from textual.notifications import Notify
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
@@ -164,9 +164,10 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            # Text being typed keeps its arrows (a filter, a prompt): the seek keys
-            # come before the focused widget's, except there.
-            return is_replayable(self.source) and not isinstance(self.focused, Input)
+            # Text being typed keeps its arrows (a filter, a prompt), and a dialog its
+            # keys: the seek keys come before the focused widget's, except there.
+            return (is_replayable(self.source) and not isinstance(self.focused, Input)
+                    and not isinstance(self.screen, ModalScreen))
         return True
 
     def _open(self, screen: Screen) -> None:

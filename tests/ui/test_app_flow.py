@@ -587,3 +587,20 @@ async def test_the_progress_bar_moves_only_while_the_job_works(state: str, movin
         await settle(pilot)
         bar = app.screen.query_one("#progress-bar", ProgressBar)
         assert (bar.total is None) == moving
+
+
+async def test_the_help_reads_to_its_last_key_at_80x24(recorded_replay: OpenReplay) -> None:
+    """The key table scrolls inside its dialog (it was cut off by it), and in a replay the
+    arrows move through it rather than seeking the replay behind."""
+    source = recorded_replay(at=0.5)
+    app = make_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        at = source.position
+        await pilot.press("question_mark")
+        await settle(pilot)
+        table = app.screen.query_one("#help-table", DataTable)
+        assert table.max_scroll_y > 0 and table.region.bottom <= app.screen.region.bottom
+        await pilot.press(*["down"] * table.row_count, "right")
+        await settle(pilot)
+        assert table.scroll_y == table.max_scroll_y and source.position == at
