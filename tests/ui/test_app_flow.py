@@ -604,3 +604,24 @@ async def test_the_help_reads_to_its_last_key_at_80x24(recorded_replay: OpenRepl
         await pilot.press(*["down"] * table.row_count, "right")
         await settle(pilot)
         assert table.scroll_y == table.max_scroll_y and source.position == at
+
+
+async def test_host_detail_scrolls_by_keyboard_and_stays_put_on_new_data(
+        recorded_replay: OpenReplay) -> None:
+    """At 80x24 the processes and histories are below the first screen: End reaches
+    them, and new details (every few seconds, live) neither blank the view nor move it."""
+    app = make_app(recorded_replay())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        view = app.screen.query_one(DetailView)
+        assert app.screen.focused is view and view.max_scroll_y > 0
+        await pilot.press("end")
+        await settle(pilot)
+        bottom = view.scroll_y
+        assert bottom == view.max_scroll_y > 0
+        details = view.data
+        view.data = dataclasses.replace(details, last_seen=(details.last_seen or 0) + 1)
+        await wait_until(pilot, lambda: view.max_scroll_y == bottom, "the details' height")
+        assert view.scroll_y == bottom

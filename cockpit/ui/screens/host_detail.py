@@ -45,6 +45,9 @@ def host_summary(host: HostHealth) -> str:
 class HostDetailScreen(DrillDownScreen):
     BINDINGS = [*DrillDownScreen.BINDINGS, *keymap.bindings("host")]
     WHAT = "host"
+    # The details scroll with the keyboard (PageDown, End) from the start: the
+    # processes, histories and environment are below the first screen at 80x24.
+    AUTO_FOCUS = "#host-details"
 
     def __init__(self, snapshot: Snapshot | None = None, host: str | None = None) -> None:
         super().__init__(snapshot)

@@ -128,8 +128,11 @@ class DetailView(VerticalScroll):
         if self._shown is not _NOTHING_SHOWN and data == self._shown:
             return
         self._shown = data
-        await self.remove_children()
-        await self.mount_all(list(self.build(data)))
+        # Swapped in one repaint: host details change with every sample, and the view
+        # must not flash blank every few seconds.
+        with self.app.batch_update():
+            await self.remove_children()
+            await self.mount_all(list(self.build(data)))
 
     def build(self, data: object):
         if data is None:
