@@ -49,11 +49,17 @@ def append_op(state_dir: Path, entry: dict) -> None:
 
 def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
                job: object = None, extra: Optional[dict] = None) -> Tuple[str, dict]:
+    """The `control_ack` event of one op. A handler whose op is not complete when it
+    returns (an adjust kept for a job that is not running) says what happened instead of
+    "done" in `extra["outcome"]`: an operator reading "done" would expect it in force."""
     data = {"id": op_id, "op": op, "ok": ok, "error": error}
-    if extra:
-        data.update(extra)
+    extra = dict(extra or {})
+    outcome = extra.pop("outcome", None)
+    data.update(extra)
     name = op if isinstance(op, str) else "?"
-    msg = "control op %s %s" % (name, "done" if ok else "refused: %s" % error)
+    if not ok:
+        outcome = "refused: %s" % error
+    msg = "control op %s %s" % (name, outcome or "done")
     return ("event", {"kind": "control_ack", "job": job if isinstance(job, str) else None,
                       "rank": None, "step": None, "msg": msg, "data": data})
 

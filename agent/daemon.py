@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from agent import __version__, jobstate
 from agent.control_inbox import ControlInbox, OpError
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
-from agent.job import ADOPTABLE_STATES, ManagedJob
+from agent.job import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
 from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal
 from agent.launch import LaunchSpec, check_job_name
 from agent.lockfile import StateLock
@@ -38,6 +38,10 @@ POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s
 RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
 POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
 COMMAND_STATE = "command.json"  # the `run -- CMD` job's identity, for a restarted daemon
+# Managed-job states in which no trainer process reads the control file (a frozen one is
+# stopped by SIGSTOP until resumed), and the event that starts one that will.
+_ADJUST_APPLIES = {**{state: "resume" for state in (*IDLE_STATES, FROZEN)},
+                   BACKOFF: "restart"}
 
 
 class ObservedJournal:
@@ -175,7 +179,15 @@ class Daemon:
                           separators=(",", ":"), ensure_ascii=False, default=str)
         with open(str(path), "a", encoding="utf-8") as f:
             f.write(line + "\n")
-        return {"file": str(path)}
+        reply: Dict[str, Any] = {"file": str(path)}
+        managed = self.jobs.get(job)
+        applies = _ADJUST_APPLIES.get(managed.state) if managed is not None else None
+        if applies is not None:
+            # No process reads the file now: the next one applies and acknowledges it.
+            reply["applies_at"] = applies
+            reply["outcome"] = "stored: applies when the job %s" % (
+                "resumes" if applies == "resume" else "restarts")
+        return reply
 
     def _op_stop(self, op: dict) -> dict:
         if op.get("job") in self.jobs:

@@ -11,7 +11,15 @@ Knobs: `lr_scale` (a positive finite float the trainer multiplies its LR by),
 When a process starts, the file may already hold lines from an earlier process of the
 same job (a restart after a crash): their lasting knobs (`lr_scale`, user knobs) are
 restored, since they are the operator's current settings, while their one-shot requests
-are stale and dropped. Those lines were acknowledged by the process that applied them.
+are stale and dropped.
+
+Whether such a line still needs an acknowledgement depends on whether a process ever
+acknowledged it: one written while the job ran was, one written while it was paused or
+waiting to restart was not, and without an ack the cockpit never learns the knob is in
+force (no chart marker, a prompt showing the configured value). Rank 0 therefore keeps
+`control/JOB.acked.json`, the number of leading lines whose acknowledgement reached its
+spool; a starting process announces only the lines after it, so a knob set long ago is
+not announced again at every restart.
 """
 
 from __future__ import annotations
@@ -26,6 +34,37 @@ ONE_SHOT_KNOBS = ("checkpoint_now", "eval_now")
 
 def control_path(run_dir: str, job: str) -> str:
     return os.path.join(run_dir, "control", job + ".ndjson")
+
+
+def acked_path(control_file: str) -> str:
+    """The ledger of `control_file`'s acknowledged lines, beside it (shared like it)."""
+    return control_file[: -len(".ndjson")] + ".acked.json"
+
+
+def read_acked(path: str) -> int:
+    """How many leading lines of the control file were acknowledged; 0 when unknown.
+
+    An unreadable or damaged ledger counts as none acknowledged: announcing a knob twice
+    costs a redundant chart marker, while missing one hides a setting that is in force.
+    """
+    try:
+        with open(path, "rb") as f:
+            obj = json.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return 0
+    lines = obj.get("lines") if isinstance(obj, dict) else None
+    if isinstance(lines, bool) or not isinstance(lines, int) or lines < 0:
+        return 0
+    return lines
+
+
+def write_acked(path: str, lines: int) -> None:
+    """Record that lines 1..`lines` were acknowledged; replaced whole, so a reader never
+    sees half a ledger. Raises OSError."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"lines": int(lines)}) + "\n")
+    os.replace(tmp, path)
 
 
 class ControlFile:

@@ -22,11 +22,15 @@ from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from agent.hook.control import (
+    ONE_SHOT_KNOBS,
     ControlError,
     ControlFile,
     ControlState,
+    acked_path,
     control_path,
     parse_line,
+    read_acked,
+    write_acked,
 )
 from agent.hook.lazy_values import NotAScalar, split_nonfinite, wire_number
 from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
@@ -43,7 +47,8 @@ MAX_LINE_BYTES = 1 << 20
 # Buffer entry kinds (first tuple element).
 _TRAIN = 0
 _EVAL = 1
-_READY = 2  # a record dict that needs no resolution
+_READY = 2  # a record dict that needs no resolution; a third element, when present, is
+# the control-file line the record acknowledges (rank 0 ledgers it once it is written)
 
 # The newest this-many train records stay buffered for one more flush, so a value that
 # is still being computed on a device is read only once a later step has been issued.
@@ -163,10 +168,16 @@ class Reporter:
         self._control_state = ControlState()
         self._control_file: Optional[ControlFile] = None
         self._control_lock = threading.Lock()
-        self._incoming: Deque[Tuple[Optional[str], Any, str]] = deque()
+        self._incoming: Deque[Tuple[Optional[str], Any, str, int]] = deque()
+        # Lines found at start that no process acknowledged (set while the job had none):
+        # already in force, announced at the first step.
+        self._unannounced: List[Tuple[Optional[str], Any, str, int]] = []
         self._pending = False
+        self._acked_path: Optional[str] = None
+        self._acked_lines = 0
         if control:
             self._control_file = ControlFile(control_path(self.run_dir, self.job))
+            self._acked_path = acked_path(self._control_file.path)
             self._restore_controls()
 
         self._writer = SpoolWriter(self.run_dir, self.job, self.rank, max_file_bytes)
@@ -392,14 +403,38 @@ class Reporter:
         return self._apply_pending(self._last_step)
 
     def _restore_controls(self) -> None:
-        assert self._control_file is not None
-        for lineno, raw in self._control_file.read_new():
+        """Put the operator's lasting knobs in force before the first step.
+
+        Lines an earlier process acknowledged (the ledger says how many) are restored
+        silently; later ones were written while no process ran (an adjust during a pause),
+        so this process owes their acknowledgement, given at its first step.
+        """
+        control_file = self._control_file
+        assert control_file is not None and self._acked_path is not None
+        lines = control_file.read_new()
+        acked = read_acked(self._acked_path)
+        if lines and acked > lines[-1][0]:
+            acked = 0  # the ledger counts lines of a file since replaced
+        self._acked_lines = acked
+        for lineno, raw in lines:
+            where = "%s line %d" % (control_file.path, lineno)
             try:
-                _ident, knobs = parse_line(raw, "line %d" % lineno)
+                ident, knobs = parse_line(raw, where)
+            except ControlError as exc:
+                if lineno > acked:
+                    self._unannounced.append((exc.ident, exc, where, lineno))
+                continue  # else refused by the process that first read it, which said so
+            try:
                 self._control_state.apply(knobs, one_shots=False)
-            except ControlError:
-                # Refused by the process that first read it, which sent the refusal.
+            except ControlError as exc:
+                if lineno > acked:
+                    self._unannounced.append((ident, ControlError("%s: %s" % (where, exc)),
+                                              where, lineno))
                 continue
+            if lineno > acked:
+                self._unannounced.append((ident, knobs, where, lineno))
+        if self._unannounced:
+            self._pending = True
 
     def _read_control_file(self) -> None:
         control_file = self._control_file
@@ -412,18 +447,23 @@ class Reporter:
             try:
                 ident, knobs = parse_line(raw, where)
             except ControlError as exc:
-                self._incoming.append((exc.ident, exc, where))
+                self._incoming.append((exc.ident, exc, where, lineno))
             else:
-                self._incoming.append((ident, knobs, where))
+                self._incoming.append((ident, knobs, where, lineno))
         if lines:
             self._pending = True
 
     def _apply_pending(self, step: Any) -> List[Dict[str, Any]]:
         self._pending = False
+        if self._unannounced:
+            if step is None:
+                self._pending = True  # no step to place them at yet: the first step() will
+            else:
+                self._announce_restored(step)
         applied = []
         incoming = self._incoming
         while incoming:
-            ident, knobs, where = incoming.popleft()
+            ident, knobs, where, lineno = incoming.popleft()
             error = None
             if isinstance(knobs, ControlError):
                 error = str(knobs)
@@ -441,9 +481,53 @@ class Reporter:
             else:
                 data["error"] = error
                 msg = "refused control: %s" % error
-            self.event("control_ack", msg, step=step, **data)
+            self._ack(msg, step, lineno, data)
             applied.append({"id": ident, "knobs": knobs, "ok": error is None, "error": error})
         return applied
+
+    def _announce_restored(self, step: Any) -> None:
+        """Acknowledge, at `step`, the lines set while no process ran, exactly as a line
+        applied while running is: the cockpit's chart marker, the knob its prompt shows
+        and the report's adjustments all come from these acks.
+
+        Their one-shot requests were dropped (a checkpoint or eval asked of a process
+        that no longer runs is stale); the ack says so, so the request is not lost
+        without a word.
+        """
+        unannounced, self._unannounced = self._unannounced, []
+        for ident, knobs, _where, lineno in unannounced:
+            data: Dict[str, Any] = {"id": ident, "op": "adjust", "ok": False,
+                                    "applied_step": None, "at_start": True}
+            if isinstance(knobs, ControlError):
+                data["error"] = str(knobs)
+                self._ack("refused control: %s" % knobs, step, lineno, data)
+                continue
+            lasting = {k: v for k, v in knobs.items() if k not in ONE_SHOT_KNOBS}
+            dropped = sorted(k for k, v in knobs.items() if k in ONE_SHOT_KNOBS and v)
+            why = ("%s dropped: a one-shot request made while the job was not running is "
+                   "not carried over to its new start" % ", ".join(dropped))
+            if dropped:
+                data["dropped"] = dropped
+            if not lasting:
+                if dropped:
+                    data["error"] = why
+                    self._ack("refused control: %s" % why, step, lineno, data)
+                continue
+            data["ok"] = True
+            data["applied_step"] = self._step_value(step)
+            data["knobs"] = lasting
+            msg = "applied %s (set while the job was not running)" % ", ".join(
+                "%s=%s" % kv for kv in sorted(lasting.items()))
+            if dropped:
+                msg += "; " + why
+            self._ack(msg, step, lineno, data)
+
+    def _ack(self, msg: str, step: Any, lineno: int, data: Dict[str, Any]) -> None:
+        """A `control_ack` event that, once written, counts line `lineno` as acknowledged."""
+        record = self._base("event", kind="control_ack", step=self._step_value(step),
+                            msg=msg, data=data)
+        self._q.append((_READY, record, lineno))
+        self._wake.set()
 
     # ------------------------------------------------------------------ flushing
 
@@ -521,6 +605,7 @@ class Reporter:
                     q.appendleft(item)
                 del items[cut:]
             lines: List[bytes] = []
+            acked = None
             if self._dropped:
                 lines.append(encode_line(self._base(
                     "event", kind="dropped", step=None,
@@ -530,6 +615,8 @@ class Reporter:
                 line = self._encode(item)
                 if line is not None:
                     lines.append(line)
+                if item[0] == _READY and len(item) > 2:
+                    acked = item[2]  # acks are queued in line order: the last is the newest
             try:
                 self._writer.write_lines(lines)
             except OSError as exc:
@@ -538,6 +625,22 @@ class Reporter:
                 self._warn("write:%s" % exc.errno, self._drop_reason)
             else:
                 self._dropped = 0
+                if acked is not None:
+                    self._ledger(acked)
+
+    def _ledger(self, lines: int) -> None:
+        """Rank 0 records that lines 1..`lines` were acknowledged (their acks are in the
+        spool now), so the next process of the job does not announce them again."""
+        if self.rank != 0 or self._acked_path is None or lines == self._acked_lines:
+            return
+        try:
+            write_acked(self._acked_path, lines)
+        except OSError as exc:
+            self._warn("ledger:%s" % exc.errno,
+                       "cannot record acknowledged controls in %s: %s; the next start "
+                       "announces them again" % (self._acked_path, exc))
+            return
+        self._acked_lines = lines
 
     def _encode(self, item: tuple) -> Optional[bytes]:
         try:

@@ -220,6 +220,12 @@ class TestUnderTheAgent:
         assert data["checkpoint"] is None and data["step"] == 0  # a resume starts afresh
         assert _job_state(daemon, "held") == "paused"
         _no_restart_after(daemon, "held", crash)
+        # No process reads the knob now: the ack says when it takes effect, not "done".
+        adjust = _op(daemon, "adjust", job="held", knobs={"lr_scale": 0.5})
+        assert adjust["ok"] and adjust["applies_at"] == "resume", adjust
+        (said,) = [r["msg"] for r in _events(daemon, "control_ack", "held")
+                   if r["data"]["id"] == adjust["id"]]
+        assert said == "control op adjust stored: applies when the job resumes"
         # Stopped while paused: no process to end, and still the lifecycle's end.
         _op(daemon, "stop", job="held")
         (_process_exit, stopped) = _wait_events(daemon, "job_exited", "held", 2)

@@ -29,6 +29,16 @@ def test_recordings_without_knobs_in_the_ack_are_read_from_its_message() -> None
     assert mk.marker_of(ack(7, "applied checkpoint_now=True")) is None
 
 
+def test_a_knob_set_while_the_job_was_not_running_is_marked_where_it_took_effect() -> None:
+    at_start = ack(41, "applied lr_scale=0.5 (set while the job was not running); eval_now "
+                   "dropped: a one-shot request made while the job was not running is not "
+                   "carried over to its new start", knobs={"lr_scale": 0.5},
+                   applied_step=41, at_start=True, dropped=["eval_now"])
+    markers = mk.chart_markers([at_start])
+    assert markers == (Marker(41, "adjust", "lr_scale=0.5"),)
+    assert mk.knob_in_force(markers, "lr_scale") == "0.5"
+
+
 def test_what_is_not_an_intervention_in_the_curve() -> None:
     agent_side = ack(None, "control op adjust done", rank=None)  # sent, not yet applied
     refused = ack(9, "refused control: lr_scale must be positive", ok=False)

@@ -52,6 +52,13 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     assert exits and exits[-1]["data"]["ended_for"] == "pause"  # asked for, not a crash
     assert "(ended by the agent for a pause)" in exits[-1]["msg"]
 
+    # Adjust while paused (as in `cockpit demo`): no process reads it now, so the agent
+    # says when it applies rather than "done"; the same scale keeps the LR checks below.
+    stored = d.op("adjust", job=NAME, knobs={"lr_scale": 0.5})
+    assert stored["applies_at"] == "resume", stored
+    said = d.event("control_ack", lambda e: e["data"]["id"] == stored["id"])
+    assert said["msg"] == "control op adjust stored: applies when the job resumes"
+
     # Resume: from the paused step's checkpoint, keeping the operator's LR scale.
     d.op("resume", job=NAME)
     resume = d.event("resume", lambda e: e["job"] == NAME)
@@ -59,6 +66,15 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     d.wait_for(lambda: all(len([t for t in d.train(NAME) if t["ts"] > resume["ts"]
                                 and t["rank"] == rank]) >= 3 for rank in (0, 1)), 90,
                "steps of both ranks after the resume")  # fmt: skip
+    # The resumed trainer acknowledges the adjust made while paused at its first step
+    # (a chart marker, the knob the cockpit shows in force), and only that one: the
+    # adjust acknowledged before the pause is restored without a second marker.
+    announced = d.wait_for(lambda: [(e["data"]["id"], e["step"], e["msg"])
+                                    for e in d.events("control_ack", NAME)
+                                    if e["rank"] == 0 and e["ts"] > resume["ts"]], 30,
+                           "the resumed trainer's ack")  # fmt: skip
+    assert announced == [(stored["id"], step + 1,
+                          "applied lr_scale=0.5 (set while the job was not running)")]
     after = [t for t in d.train(NAME) if t["ts"] > resume["ts"]]
     for rank in (0, 1):
         steps = [t["step"] for t in after if t["rank"] == rank]

@@ -80,6 +80,11 @@ def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
     assert newest is not None
     resumed_step = int(newest.name[len("ckpt-") : -len(".pt")])
     assert resumed_step >= 20
+    # While no process runs (as in a pause), the operator halves the LR.
+    run.control_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(run.control_path, "a") as f:
+        f.write(json.dumps({"id": "op-paused", "ts": time.time(),
+                            "knobs": {"lr_scale": 0.5}}) + "\n")  # fmt: skip
 
     again = run_charlm(tmp_path, nproc=2, steps=resumed_step + 5, data_dir=charlm_data,
                         extra_args=[*settings, "--resume", "auto"],
@@ -96,6 +101,14 @@ def test_sigkill_then_resume_auto_continues_from_last_complete_checkpoint(
     assert [e["step"] for e in resumed] == [resumed_step]
     (mark,) = chart_markers(resumed)
     assert (mark.step, mark.kind) == (resumed_step, "restart") and "resumed" in mark.text
+    # The LR set while it was down is in force from the first step, and said so there.
+    events = [r for _h, recs in new_files for r in recs if r["t"] == "event"]
+    assert [(m.step, m.kind, m.text) for m in chart_markers(events) if m.kind == "adjust"] == [
+        (resumed_step + 1, "adjust", "lr_scale=0.5")]
+    cfg = load_config(None, [*FAST_SETTINGS, f"train.max_steps={resumed_step + 5}"])
+    for _header, records in new_files:
+        for t in (r for r in records if r["t"] == "train"):
+            assert t["lr"] == pytest.approx(lr_at(t["step"], cfg) * 0.5), t
 
 
 def test_truncated_newest_checkpoint_is_skipped_single_process(

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.analysis.markers import chart_markers, knob_in_force
+from cockpit.snapshot import Marker
+
 
 def _control_file(tmp_path: Path, job: str = "job-a") -> Path:
     path = tmp_path / "run" / "control" / f"{job}.ndjson"
@@ -119,16 +122,134 @@ def test_restart_restores_lasting_knobs_and_drops_stale_requests(
     make_reporter, spool, tmp_path
 ) -> None:
     path = _control_file(tmp_path)
+    first = make_reporter()
+    first.step(5, loss=1.0)
     _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.5, "checkpoint_now": True}})
     _append(path, {"id": "c2", "ts": 2.0, "knobs": {"tau": 3}})
+    assert len(first.poll_control()) == 2
+    first.close()
+    acked = len(_acks(spool))
     rep = make_reporter()
     assert rep.lr_scale == 0.5 and rep.knobs["tau"] == 3
     assert rep.take_request("checkpoint_now") is False
     assert rep.poll_control() == []
+    rep.step(6, loss=1.0)
     rep.flush()
-    assert _acks(spool) == []  # acknowledged by the process that applied them first
+    assert len(_acks(spool)) == acked  # acknowledged by the process that applied them first
     _append(path, {"id": "c3", "ts": 3.0, "knobs": {"lr_scale": 1.0}})
     assert [a["id"] for a in rep.poll_control()] == ["c3"]
+
+
+def test_a_knob_set_while_no_process_ran_is_acknowledged_at_the_first_step(
+    make_reporter, spool, tmp_path
+) -> None:
+    """An adjust during a pause: the resumed process trains with it from its first step
+    and says so there, or the cockpit never shows the knob in force."""
+    path = _control_file(tmp_path)
+    first = make_reporter()
+    first.step(40, loss=1.0)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"checkpoint_now": True}})  # the pause's
+    first.poll_control()
+    first.close()
+    _append(path, {"id": "c2", "ts": 2.0, "knobs": {"lr_scale": 0.5, "eval_now": True}})
+    rep = make_reporter()
+    assert rep.lr_scale == 0.5  # in force before the first step, not from a later one
+    assert rep.take_request("eval_now") is False
+    assert rep.poll_control() == []  # not applied now: in force since the start
+    rep.flush()
+    assert [a["data"]["id"] for a in _acks(spool)] == ["c1"]  # no step yet to place it at
+    rep.step(41, loss=1.0)
+    rep.flush()
+    ack = _acks(spool)[-1]
+    assert ack["step"] == 41 and ack["rank"] == 0
+    assert ack["msg"].startswith("applied lr_scale=0.5 (set while the job was not running)")
+    assert "eval_now dropped" in ack["msg"]
+    assert ack["data"] == {"id": "c2", "op": "adjust", "ok": True, "applied_step": 41,
+                           "at_start": True, "knobs": {"lr_scale": 0.5},
+                           "dropped": ["eval_now"]}
+    rep.step(42, loss=1.0)
+    rep.flush()
+    assert len(_acks(spool)) == 2  # once
+
+
+def test_the_cockpit_shows_a_knob_set_while_paused_in_force(make_reporter, spool,
+                                                            tmp_path) -> None:
+    """The pause/adjust/resume of `cockpit demo`: a marker at the resumed process's first
+    step, and the LR prompt's 'now' reads 0.5, not the configured value."""
+    path = _control_file(tmp_path)
+    running = make_reporter()
+    running.step(10, loss=1.0)
+    _append(path, {"id": "a1", "ts": 1.0, "knobs": {"lr_scale": 2.0}})
+    running.poll_control()
+    running.close()
+    _append(path, {"id": "a2", "ts": 2.0, "knobs": {"lr_scale": 0.5}})  # while paused
+    resumed = make_reporter()
+    resumed.step(11, loss=1.0)
+    resumed.close()
+    markers = chart_markers(spool("event"))
+    assert markers == (Marker(10, "adjust", "lr_scale=2.0"),
+                       Marker(11, "adjust", "lr_scale=0.5"))
+    assert knob_in_force(markers, "lr_scale") == "0.5"
+
+
+def test_a_knob_is_announced_by_one_start_only(make_reporter, spool, tmp_path) -> None:
+    """A restart long after the adjust restores the knob without a second chart marker."""
+    path = _control_file(tmp_path)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.25}})
+    resumed = make_reporter()
+    resumed.step(11, loss=1.0)
+    resumed.close()
+    for step in (21, 31):  # two crash restarts
+        again = make_reporter()
+        assert again.lr_scale == 0.25
+        again.step(step, loss=1.0)
+        again.close()
+    assert [(a["step"], a["data"]["id"]) for a in _acks(spool)] == [(11, "c1")]
+
+
+def test_only_rank0_keeps_the_ledger(make_reporter, spool, tmp_path) -> None:
+    path = _control_file(tmp_path)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.25}})
+    rank1 = make_reporter(rank=1)
+    rank1.step(11, loss=1.0)
+    rank1.close()
+    assert not path.with_name("job-a.acked.json").exists()
+    rank0 = make_reporter()
+    rank0.step(11, loss=1.0)
+    rank0.close()
+    assert json.loads(path.with_name("job-a.acked.json").read_text()) == {"lines": 1}
+
+
+@pytest.mark.parametrize("ledger", ["{broken", json.dumps({"lines": 9})])
+def test_a_damaged_or_stale_ledger_announces_rather_than_hides(
+    make_reporter, spool, tmp_path, ledger
+) -> None:
+    """A ledger counting more lines than the file has belongs to a replaced file."""
+    path = _control_file(tmp_path)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.25}})
+    path.with_name("job-a.acked.json").write_text(ledger)
+    rep = make_reporter()
+    rep.step(3, loss=1.0)
+    rep.flush()
+    assert [a["data"]["id"] for a in _acks(spool)] == ["c1"]
+
+
+def test_a_bad_line_written_while_no_process_ran_is_refused_at_the_first_step(
+    make_reporter, spool, tmp_path
+) -> None:
+    path = _control_file(tmp_path)
+    _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": -2}}, "{not json",
+            {"id": "c3", "ts": 1.0, "knobs": {"checkpoint_now": True}})
+    rep = make_reporter()
+    assert rep.lr_scale == 1.0
+    rep.step(7, loss=1.0)
+    rep.flush()
+    acks = _acks(spool)
+    assert [(a["data"]["id"], a["data"]["ok"]) for a in acks] == [
+        ("c1", False), (None, False), ("c3", False)]
+    assert "job-a.ndjson line 1: lr_scale must be a positive" in acks[0]["data"]["error"]
+    assert "job-a.ndjson line 2: not a JSON line" in acks[1]["data"]["error"]
+    assert acks[2]["data"]["error"].startswith("checkpoint_now dropped: a one-shot request")
 
 
 def test_replaced_control_file_is_read_from_the_top(make_reporter, tmp_path) -> None:
