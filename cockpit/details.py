@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cockpit.analysis.alerts import STALE_AFTER_S
 from cockpit.snapshot import EventRow, Series
 from cockpit.store.queries import StoreReader
 
@@ -194,7 +195,8 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
 
     return HostDetail(
         host=host,
-        state=facts.get("state"),
+        state=facts.get("state") if until_ts is None else link_state(
+            facts, None, until_ts, replaying=True),
         gpu_state=facts.get("gpu_state"),
         gpu_source=facts.get("gpu_source"),
         hostname=facts.get("hostname"),
@@ -213,6 +215,20 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
         util_per_gpu={f"gpu {c.gpu}": history("gpu", "util", gpu=c.gpu) for c in cells},
         env=facts.get("env") or {},
     )
+
+
+def link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, now: float,
+               replaying: bool) -> str:
+    """The live transport's word when there is one; in a replay, what the records say
+    (the stored state is the link's at the end of the recording, not at the cursor)."""
+    if host_states and host["host"] in host_states:
+        return host_states[host["host"]]
+    if not replaying and host.get("state"):
+        return str(host["state"])
+    last = host.get("last_seen")
+    if last is None:
+        return "unknown"
+    return "stale" if now - last > STALE_AFTER_S else "streaming"
 
 
 def _processes(sample: Mapping[str, Any] | None,

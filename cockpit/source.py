@@ -54,6 +54,7 @@ from cockpit.details import (
     event_rows,
     events_timeline,
     host_detail,
+    link_state,
     log_tail,
     run_info,
 )
@@ -592,7 +593,7 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
         s = by_host.get(name, {})
         out.append(HostHealth(
             host=name,
-            state=_link_state(h, host_states, now, replaying),
+            state=link_state(h, host_states, now, replaying),
             gpu_state=h.get("gpu_state") or "unknown",
             gpus=tuple(cells),
             cpu=s.get("cpu"),
@@ -620,19 +621,6 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
         ),
         simulated=simulated,
     )
-
-
-def _link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, now: float,
-                replaying: bool) -> str:
-    """The live transport's word when there is one; in a replay, what the records say."""
-    if host_states and host["host"] in host_states:
-        return host_states[host["host"]]
-    if not replaying and host.get("state"):
-        return str(host["state"])
-    last = host.get("last_seen")
-    if last is None:
-        return "unknown"
-    return "stale" if now - last > rules.STALE_AFTER_S else "streaming"
 
 
 def _first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],

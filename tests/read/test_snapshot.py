@@ -363,6 +363,20 @@ def test_a_paused_job_is_not_credited_with_its_hosts_gpus_serving_another(
     assert fork.efficiency.gpu_busy is not None
 
 
+def test_host_detail_in_a_replay_shows_the_link_at_the_cursor(tmp_path: Path) -> None:
+    """The stored link state is the one at the end of the recording ("stopped" once the
+    cockpit quit); at a cursor in the middle the records say the host was streaming."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:
+        store.set_host_state("node-a", "stopped", "")
+    with Store(path, read_only=True) as store:
+        reader = StoreReader(store)
+        middle = details(reader, "host", host="node-a", until_ts=syn.step_ts(300))
+        end = details(reader, "host", host="node-a")
+    assert isinstance(middle, HostDetail) and isinstance(end, HostDetail)
+    assert (middle.state, end.state) == ("streaming", "stopped")
+
+
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     adjusted, resumed = syn.intervention_lines()
