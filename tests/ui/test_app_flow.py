@@ -334,6 +334,13 @@ async def test_alerts_show_where_and_what_to_try(demo_source: StaticSource) -> N
         await pilot.pause()
         filtered = text(app, "#alerts-list")
         assert "gpu-xid" in filtered and "thermal" not in filtered.lower()
+        await pilot.press("escape")  # clears the filter, stays on the screen
+        await pilot.pause()
+        assert isinstance(app.screen, AlertsScreen) and "thermal" in text(
+            app, "#alerts-list").lower()
+        await pilot.press("escape")  # an empty filter: back
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
 
 
 async def test_run_info_and_log_tail_of_the_recorded_run(recorded_replay: OpenReplay) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual.binding import Binding
 from textual.widgets import Input
 
 from cockpit.ui import keymap
@@ -12,6 +13,19 @@ def matches(text: str, query: str) -> bool:
     """Every whitespace-separated word of the query appears in the text (any case)."""
     lowered = text.lower()
     return all(word in lowered for word in query.lower().split())
+
+
+class FilterInput(Input):
+    """Escape clears what was typed; on an empty filter it leaves the screen, as on the
+    rest of it (a reader who typed a filter wanted the list, not to be sent back)."""
+
+    BINDINGS = [Binding("escape", "clear_or_back", "Clear filter", show=False)]
+
+    def action_clear_or_back(self) -> None:
+        if self.value:
+            self.value = ""
+        else:
+            self.app.pop_screen()
 
 
 class FilterableScreen(DrillDownScreen):
@@ -26,7 +40,8 @@ class FilterableScreen(DrillDownScreen):
         return self.query_one("#filter", Input).value
 
     def filter_input(self) -> Input:
-        return Input(placeholder="filter: words that must all appear (esc: back)", id="filter")
+        return FilterInput(placeholder="filter: words that must all appear (esc: clear, "
+                                       "then back)", id="filter")
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
