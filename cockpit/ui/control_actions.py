@@ -47,11 +47,13 @@ class ControlActions:
                 self.notify(why, title=jc.OPERATIONS[name].title, severity="warning")  # type: ignore[attr-defined]
                 return
         op = jc.OPERATIONS[name]
-        if op.destructive:
-            snapshot = self.snapshot  # type: ignore[attr-defined]
+        shown_here = snapshot is not None and snapshot.job == jc.job_of(controller)
+        warning = jc.state_warning(name, snapshot.job, snapshot.progress.state) \
+            if shown_here else ""
+        if op.destructive or warning:
             links = {h.host: h.state for h in snapshot.health.hosts} if snapshot else {}
-            self._plan_operation(controller, name, kwargs or {},
-                                 jc.link_warning(getattr(controller, "hosts", ()), links))
+            self._plan_operation(controller, name, kwargs or {}, warning + jc.link_warning(
+                getattr(controller, "hosts", ()), links))
         else:
             self._run_operation(controller, name, kwargs or {})
 

@@ -94,6 +94,21 @@ def link_warning(hosts: Iterable[str], links: dict[str, str]) -> str:
             "their part of the job carries on by itself until they are back.")
 
 
+def state_warning(name: str, job: str | None, state: str) -> str:
+    """A line for the confirmation of starting again a job that is not running: a failed
+    one repeats its failure unless its cause was fixed, and a relaunch stops nothing."""
+    if name not in ("resume", "relaunch") or state not in ("failed", "paused", "exited"):
+        return ""
+    text = ""
+    if name == "relaunch":
+        text += f"\nJob {job} runs no process now ({state}): nothing is stopped."
+    if state == "failed":
+        text += (f"\nJob {job} failed and the agent stopped retrying: the same spec fails "
+                 "the same way unless its cause is fixed (the job log, L, says what it was; "
+                 "a fork with corrected settings, f, is the other way).")
+    return text
+
+
 def not_controlled(shown: str | None, controlled: str) -> str:
     return (f"Job {shown} is on screen, but this cockpit controls job {controlled} and its "
             f"forks only: press j to show job {controlled}, or start the cockpit with "

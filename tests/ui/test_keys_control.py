@@ -307,3 +307,23 @@ async def test_q_quits_and_releases_the_recording(recorded_replay: OpenReplay,
         assert app._exit
     with Store(recorded_store) as store:  # writable again: the replay closed its handle
         assert store.path == recorded_store
+
+
+async def test_starting_a_failed_job_again_is_confirmed_with_why_it_may_fail_again(
+        controller: RecordingController) -> None:
+    """A resume is sent at once, except for a job the agent gave up on: the same spec
+    fails the same way, which the operator is told before it is sent."""
+    snap = demo_snapshot()
+    failed = replace(snap, progress=replace(snap.progress, state="failed", eta_note="failed"))
+    app = make_app(StaticSource(failed, demo_details(), controller=controller, label="LIVE"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "the agent stopped retrying" in text(app, "#dialog-body")
+        await answer(pilot, "y")
+        await answer(pilot, "R", "enter")  # relaunch first asks which hosts to exclude
+        assert "runs no process now (failed): nothing is stopped" in text(app, "#dialog-body")
+        await answer(pilot, "y")
+    assert controller.names() == ["resume", "relaunch"]
