@@ -315,7 +315,11 @@ def plan(span: float, buckets: int, *, integer_x: bool, levels: bool) -> tuple[i
     """(level or None for raw rows, bucket width) for an x span shown in `buckets` points.
 
     The width is at least span / (buckets - 1), so buckets aligned to multiples of it
-    number at most `buckets`; with a level it is a multiple of that level's width.
+    number at most `buckets`. Over steps it is a power of two (with a level: the level's
+    width times 1, 2 or 4).
+    Powers of two keep the buckets where they are while the span grows, until it doubles
+    (each bucket then holds two of the old ones): the spikes and the divergence found in
+    these buckets do not come and go from one refresh to the next.
     """
     raw_width = span / max(buckets - 1, 1)
     if integer_x:
@@ -326,9 +330,12 @@ def plan(span: float, buckets: int, *, integer_x: bool, levels: bool) -> tuple[i
             if _level_width(level) <= raw_width:
                 best = level
     if best is None:
-        return None, (math.ceil(raw_width) if integer_x else _nice_width(raw_width))
+        if integer_x:
+            return None, float(1 << (math.ceil(raw_width) - 1).bit_length())
+        return None, _nice_width(raw_width)
     lw = _level_width(best)
-    return best, float(lw * max(1, math.ceil(raw_width / lw)))
+    multiple = max(1, math.ceil(raw_width / lw))
+    return best, float(lw * (1 << (multiple - 1).bit_length()))
 
 
 NICE_STEPS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -232,3 +233,14 @@ def test_columns_are_checked_before_anything_is_read(store) -> None:
             downsample_columns(cur, "train", ())
         with pytest.raises(ValueError, match="not a column"):
             downsample_columns(cur, "train", ("loss", "loss); DROP TABLE train; --"))
+
+
+def test_step_buckets_stay_put_while_a_run_grows() -> None:
+    """Over steps the bucket width is a power of two, changing only when the span has
+    doubled, and each width holds whole buckets of the one before: a spike or the
+    divergence found in old buckets does not come and go as steps arrive."""
+    widths = [plan(span, 120, integer_x=True, levels=True)[1] for span in range(50, 200_000, 7)]
+    assert all(w == 2 ** round(math.log2(w)) for w in widths)
+    assert all(b >= a and b % a == 0 for a, b in itertools.pairwise(widths))
+    changes = sum(1 for a, b in itertools.pairwise(widths) if b != a)
+    assert changes <= math.ceil(math.log2(200_000 / 50)) + 1
