@@ -221,3 +221,16 @@ def test_the_header_drops_the_clock_and_the_job_place_before_any_alert() -> None
     assert narrow == " LIVE  │ demo │ data 03:10:35 │ ⚠ 1 critical │ 2 alerts │ controllable"
     tiny = fit_parts(parts, 20).plain  # what is never dropped stays, even past the edge
     assert tiny == " LIVE  │ demo │ ⚠ 1 critical │ 2 alerts"
+
+
+def test_progress_summary_without_steps_or_with_a_repeated_state() -> None:
+    from cockpit.snapshot import Snapshot
+    from cockpit.ui.widgets.progress_pane import ProgressPane
+
+    pane = ProgressPane()
+    starting = Snapshot(ts=0.0, source_label="LIVE", job="j",
+                        progress=Progress(state="starting", eta_note="starting"))
+    assert pane.summary(starting) == "no step yet · starting"
+    paused = Snapshot(ts=0.0, source_label="LIVE", job="j", progress=Progress(
+        step=1680, percent=8.4, state="paused", eta_note="paused"))
+    assert pane.summary(paused) == "step 1,680 · 8.4% · paused"

@@ -74,6 +74,10 @@ class EfficiencyPane(Pane):
 
     def summary(self, snapshot: Snapshot) -> str:
         e = snapshot.efficiency
-        return (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s · "
+        line = (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s · "
                 f"data wait {fmt.percent(e.data_wait_pct)} · MFU "
                 f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")
+        when = IDLE_STATES.get(snapshot.progress.state)
+        if when and e.samples_per_s is not None:
+            line += f" [$text-muted]({when})[/]"  # as the full pane says
+        return line

@@ -269,7 +269,8 @@ class LossChart(PlotextPlot):
             if len(ticks) == 1:  # one step so far: around it, not -1.00 … 1.00
                 plt.xlim(ticks[0] - 1, ticks[0] + 1)
         if not (raw_x or ema_x or val_x):
-            plt.title("loss: no finite values yet")
+            plt.title("loss: no finite values yet" if effect.train_loss.x or effect.val_loss.x
+                      else "loss: no steps yet")
         elif self.log_y:
             # Only with points to place: plotext cannot lay out an empty log axis.
             plt.yscale("log")

@@ -99,9 +99,10 @@ class ProgressPane(Pane):
         bar.update(total=None if moving else 100, progress=bar_progress(p.percent))
         update_text(self.query_one("#progress-eta", Static), eta_text(p))
         style = _STATE_STYLE.get(p.state, "$text-muted")
+        last = "no step yet" if p.since_last_step is None else \
+            f"last step {fmt.duration(p.since_last_step)} ago"
         update_text(self.query_one("#progress-last", Static),
-            f"last step {fmt.duration(p.since_last_step)} ago · state [{style}]{escape(p.state)}[/]"
-        )
+                    f"{last} · state [{style}]{escape(p.state)}[/]")
         banner = self.query_one("#stall-banner", Static)
         banner.display = p.stalled
         if p.stalled:
@@ -109,8 +110,10 @@ class ProgressPane(Pane):
 
     def summary(self, snapshot: Snapshot) -> str:
         p = snapshot.progress
-        head = f"step {fmt.na(p.step, '{:,}')} · {fmt.percent(p.percent, 1)}"
+        if p.step is None:
+            return f"no step yet · {escape(p.state)}"
+        head = f"step {p.step:,} · {fmt.percent(p.percent, 1)}"
         head += f" · {p.eta_note}" if p.eta_note else f" · ETA ~{fmt.duration(p.eta_seconds)}"
         if p.stalled:
             return f"{head} · [$error]STALLED ({escape(p.stall_cause or 'cause unknown')})[/]"
-        return f"{head} · {escape(p.state)}"
+        return head if p.eta_note == p.state else f"{head} · {escape(p.state)}"
