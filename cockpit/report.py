@@ -122,7 +122,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
             "total_steps", "total_epochs", "total_samples", "total_tokens", "world_size",
             "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
             "tags", "config", "started", "changes")},
-        "progress": asdict(snap.progress),
+        "progress": _progress(snap),
         "effect": _effect(snap),
         "efficiency": _efficiency(snap),
         "health": _health(snap),
@@ -130,6 +130,13 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         "alerts": [asdict(a) for a in snap.alerts],
         "checkpoint": _checkpoint(advice),
     }
+
+
+def _progress(snap: Snapshot) -> dict[str, Any]:
+    row = asdict(snap.progress)
+    if row["percent"] is not None:  # a ratio times 100: 32.88, not 32.879999999999995
+        row["percent"] = round(row["percent"], 6)
+    return row
 
 
 def _effect(snap: Snapshot) -> dict[str, Any]:
@@ -140,9 +147,9 @@ def _effect(snap: Snapshot) -> dict[str, Any]:
         "divergence_step": e.divergence_step, "spike_steps": list(e.spike_steps),
         "nonfinite_steps": list(e.nonfinite_steps), "nonfinite_count": e.nonfinite_count,
         "nonfinite_last": e.nonfinite_last, "last_loss_scale": e.last_loss_scale,
-        "train_loss": {"step": list(e.train_loss.x), "loss": list(e.train_loss.last),
+        "train_loss": {"step": _steps(e.train_loss.x), "loss": list(e.train_loss.last),
                        "ema": list(e.train_loss_ema.last)},
-        "val_loss": {"step": list(e.val_loss.x), "loss": list(e.val_loss.last)},
+        "val_loss": {"step": _steps(e.val_loss.x), "loss": list(e.val_loss.last)},
         "markers": [asdict(m) for m in e.markers],
     }
 
@@ -174,6 +181,11 @@ def _checkpoint(a: CheckpointAdvice) -> dict[str, Any]:
     return {"interval_s": a.interval_s, "cost_s": a.cost_s, "mtbf_s": a.mtbf_s,
             "current_interval_s": a.current_interval_s,
             "mtbf_is_lower_bound": a.mtbf_is_lower_bound, "advice": a.text}
+
+
+def _steps(xs: Sequence[float]) -> list[int | float]:
+    """Steps are whole numbers; the downsampled series carries them as floats."""
+    return [int(x) if float(x).is_integer() else x for x in xs]
 
 
 def _json_safe(value: Any) -> Any:

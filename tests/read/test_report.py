@@ -96,6 +96,7 @@ def test_the_report_finds_what_the_screen_finds(recording: Path) -> None:
     assert data["effect"]["divergence_step"] == screen.divergence_step is not None
     assert data["effect"]["spike_steps"] == list(screen.spike_steps)
     assert len(data["effect"]["train_loss"]["step"]) == len(screen.train_loss.x)
+    assert all(isinstance(s, int) for s in data["effect"]["train_loss"]["step"])
     assert len(sparkline([float(i) for i in range(500)])) <= 60
 
 
