@@ -357,11 +357,15 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
                          find_spikes(loss.x, loss.last, loss.hi), until_ts)
     divergence = divergence_after(evals.best,
                                   list(zip(smoothed.x, smoothed.last, strict=True)))
+    markers = _markers(reader, job, until_ts, fr)
+    # A resume (a fork's start included: it resumes its parent's checkpoint) restarts
+    # the curve the LR rule reads.
+    restarts = [m.step for m in markers if m.kind == "restart"]
     lr_reason = lr_looks_too_high(
         list(zip(smoothed.x, smoothed.last, strict=True)), list(zip(lr.x, lr.last, strict=True)),
         spike_steps=spikes, nonfinite_steps=nonfinite.steps,
+        after_step=max(restarts) if restarts else None,
     )
-    markers = _markers(reader, job, until_ts, fr)
     # The figure must match the curve drawn: both come from the reference rank.
     newest = next((r for r in train.latest if r["rank"] == train.ref_rank), None) \
         or train.newest or {}

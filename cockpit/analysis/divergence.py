@@ -11,7 +11,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-PATIENCE = 3  # evaluations without a new best before val counts as "stopped improving"
+# Evaluations without a new best before val counts as "stopped improving": a small
+# validation set is noisy, and three evaluations of it said "diverging" too early.
+PATIENCE = 5
 # Relative train-loss fall since the best val that counts as "train still improving".
 MIN_TRAIN_DROP = 0.01
 MIN_VAL_GAIN = 0.0  # relative gain a val loss needs to count as a new best

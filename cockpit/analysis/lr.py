@@ -34,8 +34,11 @@ def lr_looks_too_high(
     *,
     spike_steps: Sequence[float] = (),
     nonfinite_steps: Sequence[float] = (),
+    after_step: float | None = None,
 ) -> str | None:
-    """The evidence as one sentence, or None."""
+    """The evidence as one sentence, or None. `after_step`: the newest restart (a resume,
+    a fork's start): the loss before it, and its settling after a reload, say nothing
+    of the LR now, so only the steps after it are read."""
     unstable = len(spike_steps) + len(nonfinite_steps)
     if unstable >= UNSTABLE_EVENTS:
         return (
@@ -45,6 +48,8 @@ def lr_looks_too_high(
         )
     loss = _clean(loss_smoothed)
     rates = _clean(lr)
+    if after_step is not None:
+        loss = [(x, y) for x, y in loss if x > after_step]
     if len(loss) < MIN_POINTS or not rates:
         return None
     low_i = min(range(len(loss)), key=lambda i: loss[i][1])

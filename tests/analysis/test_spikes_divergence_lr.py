@@ -64,11 +64,14 @@ def test_a_steep_trend_is_not_a_spike_either_way() -> None:
 
 def test_divergence_starts_after_the_best_val_while_train_improves() -> None:
     val = [(100, 1.0), (200, 0.8), (300, 0.7), (400, 0.72), (500, 0.75), (600, 0.8)]
-    train = [(float(s), 1.2 - s / 1000) for s in range(0, 601, 20)]
+    train = [(float(s), 1.2 - s / 1000) for s in range(0, 801, 20)]
+    # Three evaluations without a new best can be a noisy validation set: not yet.
+    assert find_divergence(val, train).step is None
+    val += [(700, 0.78), (800, 0.81)]
     d = find_divergence(val, train)
     assert d.best_step == 300 and d.best_loss == pytest.approx(0.7)
     assert d.step == 400
-    assert d.evals_since_best == 3
+    assert d.evals_since_best == 5
     assert d.train_drop is not None and d.train_drop > 0.2
 
 
@@ -93,6 +96,17 @@ def test_lr_too_high_when_loss_rises_at_steady_lr() -> None:
     lr = [(0.0, 1e-3), (15.0, 1e-3)]
     reason = lr_looks_too_high(loss, lr)
     assert reason is not None and "rose" in reason
+
+
+def test_lr_not_blamed_for_the_loss_around_a_restart() -> None:
+    """A resume or a fork's start reloads a checkpoint: the loss before it and its
+    settling after it are not evidence about the LR now."""
+    loss = [(float(i), 3.0 - 0.1 * i) for i in range(10)] + [
+        (float(10 + i), 2.1 + 0.1 * i) for i in range(6)
+    ]
+    lr = [(0.0, 1e-3), (15.0, 1e-3)]
+    assert lr_looks_too_high(loss, lr, after_step=9.0) is None
+    assert lr_looks_too_high(loss, lr, after_step=-1.0) is not None
 
 
 def test_lr_not_blamed_when_it_was_cut_or_loss_keeps_falling() -> None:
