@@ -8,6 +8,7 @@ next, not a restatement of the problem.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -68,8 +69,9 @@ def _frac(used: Any, total: Any) -> float | None:
 
 def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
     """From the latest sample of each GPU."""
-    out = []
+    out: list[Alert] = []
     for g in gpus:
+        found = len(out)
         where = {"host": g.get("host"), "gpu": g.get("gpu")}
         ts = g.get("ts") or 0.0
         throttle = g.get("throttle") or 0
@@ -100,6 +102,9 @@ def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
                 "a memory row remap is pending a GPU reset",
                 "reset the GPU at the next checkpoint boundary",
             ))
+        if g.get("sim"):  # a simulated GPU's alarm is a rehearsal: never unlabelled
+            out[found:] = [dataclasses.replace(a, what=f"SIM: {a.what} (simulated GPU)")
+                           for a in out[found:]]
     return out
 
 

@@ -118,6 +118,10 @@ class ControlActions:
         low, high = jc.LR_SCALE_RANGE
         snapshot = self.snapshot  # type: ignore[attr-defined]
         now = knob_in_force(snapshot.effect.markers, "lr_scale") if snapshot else None
+        try:  # as the prompt writes scales: 2, not 2.0 beside "1, as configured"
+            now = f"{float(now):g}" if now is not None else None
+        except ValueError:
+            pass
         self._prompt("Change LR scale", "LR scale relative to the configured schedule, "
                      f"replacing the one in force (now {now or '1, as configured'}; "
                      f"{low:g}–{high:g}):",

@@ -27,6 +27,14 @@ def test_gpu_rules_throttle_ecc_and_remap() -> None:
     assert all(a.kind == "resource" and a.hint for a in out)
 
 
+def test_a_simulated_gpus_alert_says_so() -> None:
+    gpus = [{"host": "a", "gpu": 0, "ts": 5.0, "throttle": 0x40, "temp": 91.0, "sim": True},
+            {"host": "a", "gpu": 1, "ts": 5.0, "throttle": 0x40, "temp": 90.0}]
+    sim, real = A.gpu_alerts(gpus)
+    assert sim.what.startswith("SIM: GPU clocks throttled") and "(simulated GPU)" in sim.what
+    assert "SIM" not in real.what
+
+
 def test_xid_severity_and_hint_from_catalogue() -> None:
     events = [{"kind": "xid", "host": "a", "ts": 3.0, "msg": "XID 79 on GPU 2",
                "data": {"gpu": 2, "xid": 79}},

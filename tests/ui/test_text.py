@@ -234,3 +234,8 @@ def test_progress_summary_without_steps_or_with_a_repeated_state() -> None:
     paused = Snapshot(ts=0.0, source_label="LIVE", job="j", progress=Progress(
         step=1680, percent=8.4, state="paused", eta_note="paused"))
     assert pane.summary(paused) == "step 1,680 · 8.4% · paused"
+
+
+def test_losses_keep_four_figures() -> None:
+    assert [fmt.loss(v) for v in (1.47, 1.496, 2.0, 0.000123)] == [
+        "1.470", "1.496", "2.000", "0.0001230"]
