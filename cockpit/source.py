@@ -59,6 +59,7 @@ from cockpit.details import (
     run_info,
 )
 from cockpit.snapshot import (
+    Alert,
     Effect,
     Efficiency,
     GpuCell,
@@ -627,6 +628,29 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
     )
 
 
+def _first_seen(reader: StoreReader, job: str | None, alerts: Sequence[Alert],
+                at: float) -> list[Alert]:
+    """Alerts dated now, for want of a better time (the loss findings: spikes, divergence,
+    LR), keep the time they were first found: re-dated at every refresh they read as
+    new. A condition that ends is forgotten, so one that comes back is dated anew; a
+    replay seeking back before a first finding dates it again."""
+    held = reader.recall("alerts_first_seen")
+    seen: dict[tuple[str, str], float] = dict(held[1]) if held and held[0] == job else {}
+    out = []
+    for alert in alerts:
+        key = (alert.code, alert.where)
+        if alert.ts == at:
+            first = seen.get(key)
+            if first is not None and first <= at:
+                alert = dataclasses.replace(alert, ts=first)
+            else:
+                seen[key] = at
+        out.append(alert)
+    live = {(a.code, a.where) for a in alerts}
+    reader.remember("alerts_first_seen", job, {k: v for k, v in seen.items() if k in live})
+    return out
+
+
 def _first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],
                        until_ts: float | None) -> dict[str, float]:
     """Read only when a host has rejected records: almost never."""
@@ -809,6 +833,7 @@ def build_snapshot(
         rules.stall_alerts(stall, now=at,
                            since=float(train.newest["ts"]) if train.newest else None),
     )
+    alerts = rules.merge(_first_seen(reader, job, alerts, at))
     return Snapshot(
         ts=at,
         source_label=label,

@@ -377,6 +377,20 @@ def test_host_detail_in_a_replay_shows_the_link_at_the_cursor(tmp_path: Path) ->
     assert (middle.state, end.state) == ("streaming", "stopped")
 
 
+def test_a_loss_finding_keeps_the_time_it_was_first_found(recording: Path) -> None:
+    """Spikes, divergence and the LR rule have no better time than the refresh that
+    found them: later refreshes keep that first time instead of re-dating them."""
+    with Store(recording, read_only=True) as store:
+        reader = StoreReader(store)
+        end = syn.step_ts(syn.STEPS - 1)
+        first = build_snapshot(reader, until_ts=None, label="LIVE", now=end + 10)
+        later = build_snapshot(reader, until_ts=None, label="LIVE", now=end + 70)
+    found = {a.code: a.ts for a in first.alerts}
+    again = {a.code: a.ts for a in later.alerts}
+    assert found["divergence"] == end + 10 and again["divergence"] == end + 10
+    assert again["loss_spike"] == found["loss_spike"]
+
+
 def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     adjusted, resumed = syn.intervention_lines()
