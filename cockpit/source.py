@@ -632,8 +632,8 @@ def _first_seen(reader: StoreReader, job: str | None, alerts: Sequence[Alert],
                 at: float) -> list[Alert]:
     """Alerts dated now, for want of a better time (the loss findings: spikes, divergence,
     LR), keep the time they were first found: re-dated at every refresh they read as
-    new. A condition that ends is forgotten, so one that comes back is dated anew; a
-    replay seeking back before a first finding dates it again."""
+    new. A condition that ends is forgotten, so one that comes back is dated anew. Live
+    only: a replay or a report dates them at its cursor, the same on every read."""
     held = reader.recall("alerts_first_seen")
     seen: dict[tuple[str, str], float] = dict(held[1]) if held and held[0] == job else {}
     out = []
@@ -833,7 +833,8 @@ def build_snapshot(
         rules.stall_alerts(stall, now=at,
                            since=float(train.newest["ts"]) if train.newest else None),
     )
-    alerts = rules.merge(_first_seen(reader, job, alerts, at))
+    if until_ts is None and not reader.static:  # live: a replay must read the same twice
+        alerts = rules.merge(_first_seen(reader, job, alerts, at))
     return Snapshot(
         ts=at,
         source_label=label,

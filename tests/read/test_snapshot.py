@@ -377,10 +377,11 @@ def test_host_detail_in_a_replay_shows_the_link_at_the_cursor(tmp_path: Path) ->
     assert (middle.state, end.state) == ("streaming", "stopped")
 
 
-def test_a_loss_finding_keeps_the_time_it_was_first_found(recording: Path) -> None:
+def test_a_loss_finding_keeps_the_time_it_was_first_found(tmp_path: Path) -> None:
     """Spikes, divergence and the LR rule have no better time than the refresh that
-    found them: later refreshes keep that first time instead of re-dating them."""
-    with Store(recording, read_only=True) as store:
+    found them: later live refreshes keep that first time instead of re-dating them."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:  # a live store, being written
         reader = StoreReader(store)
         end = syn.step_ts(syn.STEPS - 1)
         first = build_snapshot(reader, until_ts=None, label="LIVE", now=end + 10)
