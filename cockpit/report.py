@@ -360,7 +360,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     )
     health_rows: Rows = [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")]
     interruptions: Table = (
-        ("detected", "cause", "hosts", "recovered in", "steps lost", "restarts"),
+        ("detected", "cause", "hosts", "down (failure to next step)", "steps lost",
+         "restarts"),
         [(_when(i["detected_at"]), i["cause"], ", ".join(i["hosts"]) or NA,
           duration(i["recovered_in"]) if i["recovered_in"] is not None
           else _unrecovered(i, d),

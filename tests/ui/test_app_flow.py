@@ -75,7 +75,7 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         assert cut is not None and FACTS.resumed_step is not None
         shown = text(app, "#interruptions")
         assert "interruptions: 1" in shown
-        assert f"killed on {FACTS.host} · recovered in " in shown
+        assert f"killed on {FACTS.host} · recovered, down " in shown
         assert f"· {cut['step'] - FACTS.resumed_step} steps lost · restart #1" in shown
         header = text(app, "#status-bar")
         assert "REPLAY 10x PAUSED" in header  # the end of a recording pauses it

@@ -14,8 +14,10 @@ SHOWN = 5
 
 
 def interruption_line(item: Interruption) -> str:
+    # The time shown is when the failure was detected; the agent counts the time down
+    # from the failure itself (a hang: its last step) to the first new step.
     recovered = ("[$error]not recovered[/]" if item.recovered_in is None
-                 else f"recovered in {fmt.duration(item.recovered_in)}")
+                 else f"recovered, down {fmt.duration(item.recovered_in)}")
     lost = fmt.na(item.steps_lost, "{:,}")
     line = f"{fmt.clock(item.detected_at)} {escape(item.cause)}{escape(where_text(item))} · " \
         f"{recovered} · {lost} steps lost"
