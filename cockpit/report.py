@@ -27,7 +27,8 @@ keys may be added):
                      train_loss: {step, loss, ema}, val_loss: {step, loss}}
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
                      step_time_median, step_time_spread,
-                     slowest_ranks: [{rank, host, step_time}], note}
+                     slowest_ranks: [{rank, host, step_time (its own: less the
+                     communication wait)}], note}
     health          {simulated, hosts: [{host, state, gpu_state, gpus_online, gpus_total,
                      cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
                      last_seen, gpus: [{index, name, online, simulated, util, temp, power,
@@ -338,7 +339,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("step time", _num(f["step_time_median"], ".3g", " s (median)")),
         ("rank spread", _num(None if f["step_time_spread"] is None
                              else 100 * f["step_time_spread"], ".0f", "%")),
-        ("slowest ranks", slow),
+        ("slowest ranks", slow + (" (own time: step time less comm wait)"
+                                  if f["slowest_ranks"] else "")),
         *([("note", f["note"])] if f["note"] else []),
     ]
     host_table: Table = (

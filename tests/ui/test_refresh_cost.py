@@ -93,7 +93,7 @@ async def test_a_line_that_needs_more_rows_gets_them() -> None:
         slow = (RankTime(3, "gpu-node-a", 1.2),)
         await _show(pilot, dataclasses.replace(
             first, efficiency=dataclasses.replace(first.efficiency, slowest_ranks=slow)))
-        assert "slowest: r3@gpu-node-a" in text(app, "#stragglers")
+        assert "slowest, less comm wait: r3@gpu-node-a" in text(app, "#stragglers")
         assert stragglers.content_size.height == 2
         assert counts.layouts >= 1
 

@@ -39,7 +39,9 @@ def stragglers_line(e: Efficiency) -> str:
     if slowest:
         names = ", ".join(f"r{r.rank}@{escape(r.host)} {r.step_time:.3f}s" for r in slowest)
         style = "$warning" if (e.step_time_spread or 0) >= 0.2 else "$text-muted"
-        line += f"\n[{style}]slowest: {names}[/]"
+        # Their own time (step time less the wait for communication): the median step
+        # time above includes that wait, so it can read above every rank here.
+        line += f"\n[{style}]slowest, less comm wait: {names}[/]"
     if e.note:
         line += f"\n[$warning]{escape(e.note)}[/]"
     return line
