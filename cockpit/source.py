@@ -652,9 +652,11 @@ def _first_seen(reader: StoreReader, job: str | None, alerts: Sequence[Alert],
 
 
 def _first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],
-                       until_ts: float | None) -> dict[str, float]:
-    """Read only when a host has rejected records: almost never."""
-    bad = tuple(sorted(str(h["host"]) for h in hosts if h.get("malformed")))
+                       until_ts: float | None) -> dict[str, tuple[float, int]]:
+    """Read only when a host has had a record rejected or stored without some values:
+    almost never."""
+    bad = tuple(sorted(str(h["host"]) for h in hosts
+                       if h.get("malformed") or h.get("last_error")))
     if not bad:
         return {}
     return reader.memo("wire_errors", (bad, until_ts),

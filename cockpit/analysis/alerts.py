@@ -277,23 +277,34 @@ def parameter_alerts(
     return out
 
 
-def rejected_alerts(hosts: Iterable[Row], first_error: Mapping[str, float]) -> list[Alert]:
-    """Records a host sent that could not be stored: counted and sampled by the store,
-    but invisible unless said. `first_error`: when each host's first one arrived."""
+def rejected_alerts(hosts: Iterable[Row],
+                    wire_errors: Mapping[str, tuple[float, int]]) -> list[Alert]:
+    """Records a host sent that could not be stored whole: counted and sampled by the
+    store, but invisible unless said. `wire_errors`: per host, when the first arrived and
+    how many of the kept samples were stored without some values (the rest: rejected)."""
     out = []
     for h in hosts:
         name = str(h.get("host"))
-        count = h.get("malformed") or 0
-        if not count or name not in first_error:
+        if name not in wire_errors:
+            continue
+        first, repaired = wire_errors[name]
+        count = int(h.get("malformed") or 0)
+        parts = []
+        if count:
+            parts.append(f"{counted(count, 'record')} from this host could not be stored")
+        if repaired:
+            parts.append(f"{'at least ' if repaired >= 100 else ''}"
+                         f"{counted(repaired, 'record')} stored without values their columns "
+                         "cannot hold (shown n/a)")
+        if not parts:
             continue
         last = h.get("last_error")
         out.append(_alert(
-            first_error[name], DATA, WARNING, "records_rejected", {"host": name},
-            f"{counted(int(count), 'record')} from this host could not be stored"
-            + (f"; the last: {last}" if last else ""),
-            "the first rejected lines are kept in the recording's wire_errors table; a "
-            "trainer reporting values out of range, or an agent newer than this cockpit, "
-            "are the usual causes",
+            first, DATA, WARNING, "records_rejected", {"host": name},
+            "; ".join(parts) + (f"; the last: {last}" if last else ""),
+            "the first ones are kept in the recording's wire_errors table; a trainer "
+            "reporting values out of range, or an agent newer than this cockpit, are the "
+            "usual causes",
         ))
     return out
 

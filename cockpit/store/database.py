@@ -545,6 +545,7 @@ class Store:
                     load = load_type(cur, checker, self._scratch, wire_type, group)
                     for piece in group:
                         self._note_malformed(marks[piece.host], piece.result.malformed)
+                        self._note_repaired(marks[piece.host], piece.result.repaired)
                         by_host[piece.host] += piece.result.stored
                     if load.stored:
                         by_type[wire_type] += load.stored
@@ -608,7 +609,13 @@ class Store:
 
     def _note_malformed(self, mark: _HostMark, bad: list[Malformed]) -> None:
         mark.malformed += len(bad)
-        for item in bad:
+        self._note_repaired(mark, bad)
+
+    @staticmethod
+    def _note_repaired(mark: _HostMark, items: list[Malformed]) -> None:
+        """Kept among the host's samples (the newest as its last error). A record stored
+        without some values goes only here: it is not counted as malformed."""
+        for item in items:
             mark.notes.append((item.error, item.line[:_SAMPLE_BYTES].decode("utf-8", "replace")))
 
     def _write_hosts(self, cur: duckdb.DuckDBPyConnection, marks: dict[str, _HostMark]) -> None:

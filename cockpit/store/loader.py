@@ -40,6 +40,7 @@ import duckdb
 import orjson
 
 from cockpit.ingest.route import Malformed
+from cockpit.store.repair import repair
 from cockpit.store.schema import LEVEL_SERIES, RECORD_COLUMNS, TABLE_FOR_TYPE
 
 _KEY_TYPES = {"seq": "BIGINT", "ts": "DOUBLE"}
@@ -140,6 +141,8 @@ _FILE_NOISE = re.compile(r'^.*?in file "[^"]*",? ?(in line \d+: )?', re.S)
 class GroupResult:
     stored: int = 0
     malformed: list[Malformed] = field(default_factory=list)
+    # Stored without the values their columns cannot hold (`cockpit.store.repair`).
+    repaired: list[Malformed] = field(default_factory=list)
 
 
 @dataclass
@@ -361,6 +364,23 @@ def _drop_bad_lines(
     label = table or "record"
     for k, error in rejected.items():
         bad[where[k]] = f"{label} record does not fit its types: {error}"
+    for (i, j), error in list(bad.items()):
+        piece = pieces[i]
+        fixed = repair(piece.lines[j], table)
+        if fixed is None:
+            continue
+        line, dropped = fixed
+        refused: dict[int, str] = {}
+        candidate = _tag(i, piece) + line[1:] if tagged else line
+        _bisect(checker, scratch, query, [candidate], [0], refused)
+        if refused:
+            continue
+        piece.result.repaired.append(Malformed(
+            f"{label} record stored without {', '.join(dropped)} (a value its column "
+            f"cannot hold; {error})", piece.lines[j]))
+        piece.lines[j] = line
+        piece.data = None
+        del bad[(i, j)]
     for i, piece in enumerate(pieces):
         drop = sorted(j for (pi, j) in bad if pi == i)
         if not drop:

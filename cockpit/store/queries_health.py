@@ -78,18 +78,19 @@ class HealthQueries(ReaderBase):
         return out
 
     def first_wire_errors(self, hosts: Sequence[str], *,
-                          until_ts: float | None = None) -> dict[str, float]:
-        """When each host's first rejected record arrived (of those whose lines are kept,
-        the first ones), for hosts that had any by `until_ts`."""
+                          until_ts: float | None = None) -> dict[str, tuple[float, int]]:
+        """Per host with kept wire errors by `until_ts`: when the first arrived, and how
+        many of those kept are records stored without some values (`store.repair`)."""
         if not hosts:
             return {}
         cond, args = until_clause(until_ts)
         marks = ", ".join("?" for _ in hosts)
         with self._cur() as cur:
             rows = cur.execute(
-                f"SELECT host, min(ts) FROM wire_errors WHERE host IN ({marks}){cond} "
-                "GROUP BY host", [*hosts, *args]).fetchall()
-        return {str(host): float(ts) for host, ts in rows if ts is not None}
+                f"SELECT host, min(ts), count(*) FILTER (WHERE error LIKE '% stored without %')"
+                f" FROM wire_errors WHERE host IN ({marks}){cond} GROUP BY host",
+                [*hosts, *args]).fetchall()
+        return {str(host): (float(ts), int(n)) for host, ts, n in rows if ts is not None}
 
     def _links(self, cur: Any) -> dict[str, Row]:
         return {r["host"]: r for r in self.fetch(cur, "SELECT * FROM hosts")}

@@ -310,6 +310,19 @@ def test_records_the_store_rejected_are_an_alert_not_a_secret(tmp_path: Path) ->
     assert "records_rejected" in render_report(path)
 
 
+def test_records_stored_without_some_values_are_said_too(tmp_path: Path) -> None:
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:
+        store.ingest("node-a", b'{"t":"train","seq":1000001,"ts":%f,"job":"job-1","rank":0,'
+                               b'"step":600,"loss":1.5,"samples":%d}\n'
+                     % (syn.step_ts(syn.STEPS - 1) + 1, 2**70))
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    alert = next(a for a in snap.alerts if a.code == "records_rejected")
+    assert alert.what.startswith("1 record stored without values their columns cannot hold")
+    assert "could not be stored" not in alert.what
+
+
 def test_a_jobs_log_and_events_are_its_own(tmp_path: Path) -> None:
     """A fork training beside its parent writes to the same hosts: its lines and events
     are not the parent's; a host's own events (no job) belong to both."""

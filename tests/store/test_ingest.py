@@ -89,7 +89,7 @@ def test_malformed_lines_are_counted_sampled_and_the_rest_stored(store: Store) -
         b'{"t":"gpu","seq":"seven","ts":1}',
         b'{"seq":8,"ts":1}',
         b"[1,2,3]",
-        b'{"t":"gpu","seq":9,"ts":1,"util":"very busy"}',
+        b'{"t":"gpu","seq":9,"ts":1,"gpu":"first"}',
         b'{"t":"train","seq":10,"job":"j1"}',
         b'{"t":"gpu","seq":11,"ts":1,"util":',
     ]
