@@ -223,7 +223,8 @@ class Controller:
             endpoint = self.spec.rdzv_endpoint
             if endpoint is not None:  # the parent still holds its port
                 host, _, port = endpoint.rpartition(":")
-                endpoint = f"{host}:{int(port) + 1}"
+                # The next port, or the one below at the top of the range.
+                endpoint = f"{host}:{int(port) + 1 if int(port) < 65535 else 65534}"
             spec = dataclasses.replace(self.spec, name=name, run_dir=run_dir,
                                        rdzv_endpoint=endpoint, hosts=self.hosts,
                                        spares=self.spares)  # fmt: skip

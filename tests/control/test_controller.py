@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -100,6 +101,12 @@ def test_fork_derives_name_run_dir_and_port_and_returns_its_controller() -> None
     spec = ops["gpu2"]["spec"]
     assert spec["run_dir"] == "/runs/big-lr4" and spec["rendezvous"]["endpoint"] == "gpu1:29401"
     assert child.job == "big-lr4" and str(child) == "job big-lr4 on gpu1, gpu2, gpu3"
+
+
+def test_a_fork_of_a_job_on_the_last_port_takes_the_one_below() -> None:
+    top = dataclasses.replace(SPEC, rdzv_endpoint="gpu1:65535")
+    child = Controller(top, Links(), new_id=lambda: "id").forked("big-fork-1")
+    assert child.spec.rdzv_endpoint == "gpu1:65534"
 
 
 def test_the_controller_of_a_shown_job_is_the_parent_or_one_of_its_forks() -> None:
