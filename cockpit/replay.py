@@ -74,6 +74,9 @@ class ReplaySource:
             if pos >= self.end_ts:
                 pos = self.end_ts
                 self._anchor_pos, self._anchor_clock, self._playing = pos, self._clock(), False
+                # Whoever noticed the end first (a tick, a label read), the screen must
+                # still be shown the end, paused: not left on the tick before it.
+                self._dirty.set()
         return min(max(pos, self.start_ts), self.end_ts)
 
     def _move_locked(self, pos: float) -> None:

@@ -81,6 +81,38 @@ def test_reaching_the_end_pauses_and_resume_restarts(replay: ReplaySource,
     assert replay.position == syn.T0 and replay.playing
 
 
+def test_the_end_is_shown_once_reached_whoever_noticed_it(recording: Path,
+                                                        clock: FakeClock) -> None:
+    """At 200x a tick moves the cursor by 40 s: the tick that crosses the end must still
+    show the end, paused, even when a label read noticed it first. The screen stayed on
+    the tick before, marked playing, and space then restarted from the start."""
+    shown: list[float] = []
+    source = ReplaySource(recording, speed=200.0, clock=clock, tick=0.01)
+    try:
+        source.seek_to(0.99)
+        source.pause()
+        source.start(lambda: shown.append(source.position))
+        pause = threading.Event()
+        for _ in range(500):  # the seek shown: nothing left to show while paused
+            if len(shown) >= 2:
+                break
+            pause.wait(0.01)
+        source.resume()
+        for _ in range(500):  # the resume shown
+            if len(shown) >= 3:
+                break
+            pause.wait(0.01)
+        clock.now += 1e6  # the end passed between two ticks ...
+        assert "PAUSED" in source.label  # ... and noticed here, not by the clock thread
+        for _ in range(500):
+            if shown[-1] == source.end_ts:
+                break
+            pause.wait(0.01)
+        assert shown[-1] == source.end_ts
+    finally:
+        source.stop()
+
+
 def test_snapshot_and_details_see_only_up_to_the_cursor(replay: ReplaySource) -> None:
     replay.pause()
     replay.seek_to(0.0)
