@@ -196,8 +196,9 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     tokens_per_step = t["batch_size"] * m["block_size"]
     if d.rank == 0:
         rep.declare(
+            # No total_epochs: training ends at max_steps, most often inside an epoch,
+            # and a whole number would promise an epoch the run never finishes.
             total_steps=max_steps,
-            total_epochs=math.ceil(max_steps / sampler.steps_per_epoch),
             total_samples=max_steps * t["batch_size"] * d.world,
             total_tokens=max_steps * tokens_per_step * d.world,
             stages=["train"],
