@@ -199,9 +199,14 @@ class CockpitApp(ControlActions, ReplayActions, App):
         current = snapshot.job
         following = jobs[(jobs.index(current) + 1) % len(jobs)] if current in jobs else jobs[0]
         self.source.focus_job = following
-        state = "training" if following in training else "not training"
-        self.notify(f"showing job {following} ({state}; {len(training)} of {len(jobs)} jobs "
-                    "training)", title="Next job")
+        # In the header's words, which it shows once the job's snapshot arrives.
+        if following not in training:
+            place = f"not training; {len(training)} of {len(jobs)} jobs training"
+        elif len(training) > 1:
+            place = f"{training.index(following) + 1} of {len(training)} training"
+        else:
+            place = "training"
+        self.notify(f"showing job {following} ({place})", title="Next job")
         self._request_refresh()
 
     def action_open_log(self) -> None:

@@ -505,7 +505,7 @@ async def test_j_switches_between_jobs_training_side_by_side(tmp_path: Path) -> 
         await pilot.press("j")
         await wait_until(pilot, lambda: "fork (2 of 2 training)" in text(app, "#status-bar"),
                          "the fork again")
-        assert "showing job fork" in notifications(app)[-1]
+        assert "showing job fork (2 of 2 training)" in notifications(app)[-1]  # as the header
 
 
 async def test_j_reaches_a_job_that_stopped_and_the_pick_stays(tmp_path: Path) -> None:
