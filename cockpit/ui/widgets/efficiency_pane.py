@@ -76,10 +76,10 @@ class EfficiencyPane(Pane):
 
     def summary(self, snapshot: Snapshot) -> str:
         e = snapshot.efficiency
-        line = (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s · "
-                f"data wait {fmt.percent(e.data_wait_pct)} · MFU "
-                f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")
         when = IDLE_STATES.get(snapshot.progress.state)
-        if when and e.samples_per_s is not None:
-            line += f" [$text-muted]({when})[/]"  # as the full pane says
-        return line
+        # Beside the figure it qualifies, as the full pane says it: a narrow screen cuts
+        # the end of the line, which must not be the "before it exited".
+        note = f" [$text-muted]({when})[/]" if when and e.samples_per_s is not None else ""
+        return (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s"
+                f"{note} · data wait {fmt.percent(e.data_wait_pct)} · MFU "
+                f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")
