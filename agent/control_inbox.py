@@ -48,7 +48,8 @@ def append_op(state_dir: Path, entry: dict) -> None:
 
 
 def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
-               job: object = None, extra: Optional[dict] = None) -> Tuple[str, dict]:
+               job: object = None, extra: Optional[dict] = None,
+               what: Optional[str] = None) -> Tuple[str, dict]:
     """The `control_ack` event of one op. A handler whose op is not complete when it
     returns (an adjust kept for a job that is not running) says what happened instead of
     "done" in `extra["outcome"]`: an operator reading "done" would expect it in force."""
@@ -56,12 +57,33 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
     extra = dict(extra or {})
     outcome = extra.pop("outcome", None)
     data.update(extra)
-    name = op if isinstance(op, str) else "?"
+    name = what or (op if isinstance(op, str) else "?")
     if not ok:
         outcome = "refused: %s" % error
     msg = "control op %s %s" % (name, outcome or "done")
     return ("event", {"kind": "control_ack", "job": job if isinstance(job, str) else None,
                       "rank": None, "step": None, "msg": msg, "data": data})
+
+
+def op_job(entry: dict) -> Optional[str]:
+    """The job an op concerns: its `job`, or the name in a launch's spec. An ack without
+    one is shown under every job."""
+    job = entry.get("job")
+    if isinstance(job, str):
+        return job
+    spec = entry.get("spec")
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def op_words(entry: dict) -> Optional[str]:
+    """An adjust as the operator asked it: "adjust (checkpoint_now)", "adjust
+    (lr_scale=0.5)", not just "adjust" for a checkpoint request."""
+    knobs = entry.get("knobs")
+    if entry.get("op") != "adjust" or not isinstance(knobs, dict) or not knobs:
+        return None
+    parts = [k if v is True else "%s=%s" % (k, v) for k, v in sorted(knobs.items())]
+    return "adjust (%s)" % ", ".join(parts)
 
 
 class ControlInbox:
@@ -143,21 +165,22 @@ class ControlInbox:
             return ack_record(op_id, op, False, str(entry["_malformed"]))
         if not isinstance(op, str) or not op:
             return ack_record(op_id, op, False, "control op has no 'op' name")
+        job, what = op_job(entry), op_words(entry)
         received = entry.get("_rx")
         if isinstance(received, (int, float)) and self._clock() - received > self.max_age:
             return ack_record(op_id, op, False, "op %r expired: received %.0f s ago while no "
                               "agent daemon was running" % (op, self._clock() - received),
-                              entry.get("job"))
+                              job, what=what)
         handler = self.handlers.get(op)
         if handler is None:
             return ack_record(op_id, op, False, "op %r is not supported by this agent" % op,
-                              entry.get("job"))
+                              job, what=what)
         args = {k: v for k, v in entry.items() if not k.startswith("_")}
         try:
             extra = handler(args)
         except OpError as exc:
-            return ack_record(op_id, op, False, str(exc), entry.get("job"))
+            return ack_record(op_id, op, False, str(exc), job, what=what)
         except Exception as exc:  # a failing handler must still be answered
             return ack_record(op_id, op, False, "op %r failed: %s: %s"
-                              % (op, type(exc).__name__, exc), entry.get("job"))
-        return ack_record(op_id, op, True, None, entry.get("job"), extra)
+                              % (op, type(exc).__name__, exc), job, what=what)
+        return ack_record(op_id, op, True, None, job, extra, what=what)

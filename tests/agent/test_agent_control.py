@@ -123,3 +123,19 @@ def test_stream_exits_when_stdout_closes(tmp_path: Path, procs) -> None:
     wait_for(lambda: stream.poll() is not None, timeout=20, what="stream exit")
     assert stream.returncode == 0
     assert b"Traceback" not in stream.stderr.read()
+
+
+def test_an_ack_names_its_job_and_what_an_adjust_asked(tmp_path: Path) -> None:
+    """A launch's ack belongs to the job its spec names (else it shows under every job),
+    and a checkpoint request reads as one, not as a bare "adjust"."""
+    journal = Journal(tmp_path)
+    handlers = {"launch": lambda op: {}, "adjust": lambda op: {}}
+    append_op(tmp_path, {"op": "launch", "id": "l1", "spec": {"name": "fork-1"},
+                         "_rx": time.time()})
+    append_op(tmp_path, {"op": "adjust", "id": "a1", "job": "fork-1",
+                         "knobs": {"checkpoint_now": True}, "_rx": time.time()})
+    ControlInbox(journal, handlers).poll()
+    journal.close()
+    acks = [(r["job"], r["msg"]) for r in JournalReader(tmp_path).records()]
+    assert acks == [("fork-1", "control op launch done"),
+                    ("fork-1", "control op adjust (checkpoint_now) done")]

@@ -225,7 +225,7 @@ class TestUnderTheAgent:
         assert adjust["ok"] and adjust["applies_at"] == "resume", adjust
         (said,) = [r["msg"] for r in _events(daemon, "control_ack", "held")
                    if r["data"]["id"] == adjust["id"]]
-        assert said == "control op adjust stored: applies when the job resumes"
+        assert said == "control op adjust (lr_scale=0.5) stored: applies when the job resumes"
         # Stopped while paused: no process to end, and still the lifecycle's end.
         _op(daemon, "stop", job="held")
         (_process_exit, stopped) = _wait_events(daemon, "job_exited", "held", 2)

@@ -57,7 +57,8 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     stored = d.op("adjust", job=NAME, knobs={"lr_scale": 0.5})
     assert stored["applies_at"] == "resume", stored
     said = d.event("control_ack", lambda e: e["data"]["id"] == stored["id"])
-    assert said["msg"] == "control op adjust stored: applies when the job resumes"
+    assert said["msg"] == ("control op adjust (lr_scale=0.5) stored: applies when the job "
+                          "resumes")
 
     # Resume: from the paused step's checkpoint, keeping the operator's LR scale.
     d.op("resume", job=NAME)
