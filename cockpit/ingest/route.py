@@ -15,6 +15,7 @@ committed high-water mark, cost one integer comparison per line.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,13 @@ def _slow_route(line: bytes) -> tuple[str, int] | Malformed:
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        return Malformed(f"not JSON: {exc}", line)
+        # Python's reader takes what orjson refuses of otherwise sound records (an
+        # integer past 64 bits, Infinity): such a line goes on to the store, which keeps
+        # it without those values (`cockpit.store.repair`).
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return Malformed(f"not JSON: {exc}", line)
     if not isinstance(record, dict):
         return Malformed(f"not a JSON object but {type(record).__name__}", line)
     t = record.get("t")

@@ -55,3 +55,15 @@ def test_a_record_with_an_out_of_range_value_keeps_its_loss(tmp_path: Path) -> N
     assert any("stored without samples, tokens" in e for e in errors)
     assert any("stored without extra" in e for e in errors)
     assert sum("stored without" not in e for e in errors) == 1  # seq 3: no time
+
+
+def test_a_line_not_written_compactly_is_salvaged_too(tmp_path: Path) -> None:
+    """Another writer's line (spaces after colons) takes the slow route, where orjson
+    refuses the integer past 64 bits: it still reaches the store and keeps its loss."""
+    spaced = json.dumps({"t": "train", "seq": 1, "ts": 3.0, "job": "j", "rank": 0,
+                         "step": 1, "loss": 2.5, "samples": BIG}).encode() + b"\n"
+    with Store(tmp_path / "r.duckdb") as store:
+        result = store.ingest("h", HEADER + spaced)
+        with store.cursor() as cur:
+            rows = cur.execute("SELECT seq, loss, samples FROM train").fetchall()
+    assert (result.stored, result.malformed, rows) == (1, 0, [(1, 2.5, None)])
