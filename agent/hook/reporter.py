@@ -490,9 +490,11 @@ class Reporter:
         applied while running is: the cockpit's chart marker, the knob its prompt shows
         and the report's adjustments all come from these acks.
 
-        Their one-shot requests were dropped (a checkpoint or eval asked of a process
-        that no longer runs is stale); the ack says so, so the request is not lost
-        without a word.
+        Their one-shot requests are dropped (a checkpoint or eval asked of a process
+        that no longer runs is stale). Beside a lasting knob the ack says so; a line of
+        one-shot requests alone gets no ack: it is most often the pause's own checkpoint
+        request, done by the stopped process before it could write its ack, and the
+        cockpit refuses a one-shot request of a job with no process up front.
         """
         unannounced, self._unannounced = self._unannounced, []
         for ident, knobs, _where, lineno in unannounced:
@@ -504,14 +506,11 @@ class Reporter:
                 continue
             lasting = {k: v for k, v in knobs.items() if k not in ONE_SHOT_KNOBS}
             dropped = sorted(k for k, v in knobs.items() if k in ONE_SHOT_KNOBS and v)
-            why = ("%s dropped: a one-shot request made while the job was not running is "
-                   "not carried over to its new start" % ", ".join(dropped))
+            why = ("%s dropped: a one-shot request is not carried over to a new start"
+                   % ", ".join(dropped))
             if dropped:
                 data["dropped"] = dropped
             if not lasting:
-                if dropped:
-                    data["error"] = why
-                    self._ack("refused control: %s" % why, step, lineno, data)
                 continue
             data["ok"] = True
             data["applied_step"] = self._step_value(step)

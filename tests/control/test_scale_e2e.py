@@ -99,13 +99,12 @@ class JobView(StoreView):
     quiet_kinds = ("checkpoint_saved", "stage")
 
     def events(self, kind: str, after: float = 0.0) -> list[dict]:
-        # A launch op names its job inside its spec: its ack carries no job.
-        job = "job IS NULL" if kind == "control_ack" else "job = ?"
+        # Acks of ops that name no job (a ping) carry none; the others carry the job.
+        job = "(job = ? OR job IS NULL)" if kind == "control_ack" else "job = ?"
         return [{"host": h, "ts": ts, "step": step, "data": json.loads(d) if d else {}}
                 for h, ts, step, d in self.rows(
                     f"SELECT host, ts, step, data FROM event WHERE kind = ? AND {job} "
-                    "AND ts > ? ORDER BY ts",
-                    [kind, after] if kind == "control_ack" else [kind, NAME, after])]
+                    "AND ts > ? ORDER BY ts", [kind, NAME, after])]
 
     def placed(self, after: float) -> set[tuple[str, int]]:
         """(host, rank) of the train records after `after`."""

@@ -245,11 +245,12 @@ def test_a_bad_line_written_while_no_process_ran_is_refused_at_the_first_step(
     rep.step(7, loss=1.0)
     rep.flush()
     acks = _acks(spool)
+    # c3 asks only a one-shot checkpoint of a process that is gone: dropped without an
+    # ack (the pause's own request looks the same when its ack could not be written).
     assert [(a["data"]["id"], a["data"]["ok"]) for a in acks] == [
-        ("c1", False), (None, False), ("c3", False)]
+        ("c1", False), (None, False)]
     assert "job-a.ndjson line 1: lr_scale must be a positive" in acks[0]["data"]["error"]
     assert "job-a.ndjson line 2: not a JSON line" in acks[1]["data"]["error"]
-    assert acks[2]["data"]["error"].startswith("checkpoint_now dropped: a one-shot request")
 
 
 def test_replaced_control_file_is_read_from_the_top(make_reporter, tmp_path) -> None:
