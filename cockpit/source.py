@@ -655,12 +655,14 @@ def _first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],
                        until_ts: float | None) -> dict[str, tuple[float, int]]:
     """Read only when a host has had a record rejected or stored without some values:
     almost never."""
-    bad = tuple(sorted(str(h["host"]) for h in hosts
-                       if h.get("malformed") or h.get("last_error")))
+    bad = tuple(sorted((str(h["host"]), h.get("malformed"), h.get("last_error"))
+                       for h in hosts if h.get("malformed") or h.get("last_error")))
     if not bad:
         return {}
+    # Read again when a host's count or newest error changes: a new one arrived.
+    names = [host for host, _, _ in bad]
     return reader.memo("wire_errors", (bad, until_ts),
-                       lambda: reader.first_wire_errors(bad, until_ts=until_ts))
+                       lambda: reader.first_wire_errors(names, until_ts=until_ts))
 
 
 def _link_rows(hosts: Sequence[Mapping[str, Any]], health: Health) -> list[dict[str, Any]]:

@@ -321,6 +321,15 @@ def test_records_stored_without_some_values_are_said_too(tmp_path: Path) -> None
     alert = next(a for a in snap.alerts if a.code == "records_rejected")
     assert alert.what.startswith("1 record stored without values their columns cannot hold")
     assert "could not be stored" not in alert.what
+    with Store(path) as store:  # live: a second one arrives between two refreshes
+        reader = StoreReader(store)
+        build_snapshot(reader, until_ts=None, label="LIVE")
+        store.ingest("node-a", b'{"t":"train","seq":1000002,"ts":%f,"job":"job-1","rank":0,'
+                               b'"step":601,"loss":1.4,"tokens":%d}\n'
+                     % (syn.step_ts(syn.STEPS - 1) + 2, 2**71))
+        again = build_snapshot(reader, until_ts=None, label="LIVE")
+    alert = next(a for a in again.alerts if a.code == "records_rejected")
+    assert alert.what.startswith("2 records stored without")
 
 
 def test_a_jobs_log_and_events_are_its_own(tmp_path: Path) -> None:
