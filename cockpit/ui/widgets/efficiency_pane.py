@@ -21,12 +21,15 @@ IDLE_STATES = {"paused": "before the pause", "exited": "before it exited",
                "starting": "before the restart"}
 
 
-def throughput_line(e: Efficiency, state: str = "running") -> str:
-    line = f"throughput {fmt.si(e.samples_per_s)} samples/s · {fmt.si(e.tokens_per_s)} tokens/s"
+def idle_note(e: Efficiency, state: str) -> str:
+    """" (before it exited)" when nothing trains now and the throughput is its last."""
     when = IDLE_STATES.get(state)
-    if when and e.samples_per_s is not None:
-        line += f" [$text-muted]({when})[/]"
-    return line
+    return f" [$text-muted]({when})[/]" if when and e.samples_per_s is not None else ""
+
+
+def throughput_line(e: Efficiency, state: str = "running") -> str:
+    return (f"throughput {fmt.si(e.samples_per_s)} samples/s · "
+            f"{fmt.si(e.tokens_per_s)} tokens/s{idle_note(e, state)}")
 
 
 def stragglers_line(e: Efficiency) -> str:
@@ -76,10 +79,9 @@ class EfficiencyPane(Pane):
 
     def summary(self, snapshot: Snapshot) -> str:
         e = snapshot.efficiency
-        when = IDLE_STATES.get(snapshot.progress.state)
-        # Beside the figure it qualifies, as the full pane says it: a narrow screen cuts
-        # the end of the line, which must not be the "before it exited".
-        note = f" [$text-muted]({when})[/]" if when and e.samples_per_s is not None else ""
+        # The note beside the figure it qualifies: a narrow screen cuts the end of the
+        # line, which must not be the "before it exited".
         return (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s"
-                f"{note} · data wait {fmt.percent(e.data_wait_pct)} · MFU "
+                f"{idle_note(e, snapshot.progress.state)} · "
+                f"data wait {fmt.percent(e.data_wait_pct)} · MFU "
                 f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")
