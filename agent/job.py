@@ -503,10 +503,25 @@ class ManagedJob:
                 {"step": last_step, **{k: v for k, v in diagnosis.where.items()
                                        if v is not None}})
             return None
-        self._failure = {"failure_at": failure_at, "cause": diagnosis.cause,
-                         "last_step": last_step}
+        self._failure = self._outage(failure_at, diagnosis.cause, last_step)
         self.state = BACKOFF
         return time.time() + decision.delay
+
+    def _outage(self, failure_at: float, cause: str, last_step: Optional[int]) -> dict:
+        """The failure a recovery will be measured from. A restart that fails before its
+        first step does not end the outage: the recovery still counts from the first
+        failure and names its cause (the later ones, often a peer's rendezvous or
+        collective failing while the group re-forms, are listed after it)."""
+        with self._lock:
+            ongoing = self._pending_recovery is not None
+        first = self._failure if ongoing and self._failure else None
+        if first is None:
+            return {"failure_at": failure_at, "cause": cause, "last_step": last_step,
+                    "then": []}
+        steps = [x for x in (first.get("last_step"), last_step) if x is not None]
+        return {"failure_at": min(float(first["failure_at"]), failure_at),
+                "cause": first["cause"], "last_step": max(steps) if steps else None,
+                "then": [*(first.get("then") or []), cause]}
 
     def _restart_after_failure(self) -> None:
         checkpoint, skipped = self._newest_checkpoint()
@@ -518,7 +533,7 @@ class ManagedJob:
                 "checkpoint": str(checkpoint.path) if checkpoint is not None else None,
                 "checkpoint_step": checkpoint.step if checkpoint is not None else 0,
                 "restart_count": self.policy.restarts, "skipped": skipped,
-                "last_step": last,
+                "last_step": last, "then": list(failure.get("then") or []),
             }
         self._launch(checkpoint, reason="recovery")
 
@@ -528,13 +543,16 @@ class ManagedJob:
         self.policy.progressed()
         lost = max(0, last - pending["checkpoint_step"])
         seconds = round(ts - pending["failure_at"], 3)
-        self._event("recovery", "job %s recovered from %s in %.1f s at step %d (%d step(s) "
-                    "lost, restart %d)" % (self.name, pending["cause"], seconds, step, lost,
-                                           pending["restart_count"]), {
+        then = list(pending.get("then") or [])
+        self._event("recovery", "job %s recovered from %s%s in %.1f s at step %d (%d step(s) "
+                    "lost, restart %d)" % (
+                        self.name, pending["cause"],
+                        " (then %s on restart)" % ", ".join(then) if then else "", seconds,
+                        step, lost, pending["restart_count"]), {
             "cause": pending["cause"], "recovery_seconds": seconds, "steps_lost": lost,
             "restart_count": pending["restart_count"], "checkpoint": pending["checkpoint"],
             "checkpoint_step": pending["checkpoint_step"], "first_step": step,
-            "skipped": pending["skipped"]}, step=step)
+            "skipped": pending["skipped"], "failed_restarts": then}, step=step)
         self._save()  # now, not at the next look: a new agent must not journal it again
 
     def _fork_checkpoint(self, parent_dir: Path, step: Optional[int]

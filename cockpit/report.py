@@ -34,8 +34,9 @@ keys may be added):
                      last_seen, gpus: [{index, name, online, simulated, util, temp, power,
                      power_limit, mem_used, mem_total, ecc_unc, xid, throttle}]}]}
     interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
-                      hosts}] — one per failure: the host that failed first, then the
-                      peers that saw it fail
+                      hosts, failed_restarts}] — one per failure: the host that failed
+                      first, then the peers that saw it fail; failed_restarts: the causes
+                      of restarts that died before their first step
     alerts          [{ts, kind, severity, code, where, what, hint}]
     checkpoint      {interval_s, cost_s, mtbf_s, current_interval_s, mtbf_is_lower_bound,
                      advice}
@@ -54,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
-from cockpit.analysis.text import duration
+from cockpit.analysis.text import duration, failed_restarts_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
@@ -367,7 +368,9 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         [(_when(i["detected_at"]), i["cause"], ", ".join(i["hosts"]) or NA,
           duration(i["recovered_in"]) if i["recovered_in"] is not None
           else _unrecovered(i, d),
-          _num(i["steps_lost"]), _num(i["restart_count"]))
+          _num(i["steps_lost"]), _num(i["restart_count"]) + (
+              f" ({failed_restarts_text(i['failed_restarts'])})"
+              if i.get("failed_restarts") else ""))
          for i in d["interruptions"]],
     )
     alerts: Table = (

@@ -148,6 +148,8 @@ class Interruption:
     restart_count: int | None = None
     evidence: str | None = None
     hosts: tuple[str, ...] = ()  # the host that failed first, then the peers that saw it
+    # Causes of restarts that failed before their first step, within this one outage.
+    failed_restarts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

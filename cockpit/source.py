@@ -621,6 +621,7 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
                 restart_count=i.get("restart_count"),
                 evidence=i.get("evidence"),
                 hosts=tuple(i.get("hosts") or ((i["host"],) if i.get("host") else ())),
+                failed_restarts=tuple(i.get("failed_restarts") or ()),
             )
             for i in interruptions if i.get("detected_at") is not None
         ),

@@ -57,4 +57,7 @@ def _merged(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for key in ("steps_lost", "restart_count"):
         values = [g.get(key) for g in group if g.get(key) is not None]
         merged[key] = max(values) if values else None
+    # The host whose restarts failed most (each host retries the same group).
+    merged["failed_restarts"] = max((list(g.get("failed_restarts") or ()) for g in group),
+                                    key=len)
     return merged

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
 def duration(seconds: float | None) -> str:
@@ -30,3 +31,9 @@ def where_text(where: dict[str, object]) -> str:
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """"1 alert", "2 alerts": operators read these counts at a glance."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def failed_restarts_text(causes: Sequence[str]) -> str:
+    """"1 failed: nccl": the restarts of one outage that died before their first step
+    (often a peer's rendezvous failing while the group re-forms)."""
+    return f"{len(causes)} failed: {', '.join(causes)}"

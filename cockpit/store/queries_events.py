@@ -125,6 +125,13 @@ class EventQueries(ReaderBase):
         for e in self.rare_events(("interruption", "recovery"), job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
             if e["kind"] == "interruption":
+                ongoing = open_by_host.get(e["host"])
+                if ongoing is not None and ongoing["job"] == e["job"] and ongoing["retrying"]:
+                    # A restart that failed before its first step: the same outage, which
+                    # the agent's recovery will measure from its first failure.
+                    ongoing["failed_restarts"].append(data.get("cause") or "unknown")
+                    ongoing["retrying"] = _retrying(data)
+                    continue
                 item = {
                     "host": e["host"], "job": e["job"], "step": e["step"],
                     "cause": data.get("cause") or e["msg"] or "unknown",
@@ -132,7 +139,8 @@ class EventQueries(ReaderBase):
                     "detected_at": data.get("detected_at") or e["ts"],
                     "detection_latency": data.get("detection_latency"),
                     "recovered_in": None, "steps_lost": None, "restart_count": None,
-                    "checkpoint": None, "recovered_at": None,
+                    "checkpoint": None, "recovered_at": None, "failed_restarts": [],
+                    "retrying": _retrying(data),
                 }
                 out.append(item)
                 open_by_host[e["host"]] = item
@@ -144,7 +152,7 @@ class EventQueries(ReaderBase):
                     "host": e["host"], "job": e["job"], "step": e["step"],
                     "cause": data.get("cause") or "unknown", "evidence": None,
                     "detected_at": e["ts"] - (data.get("recovery_seconds") or 0.0),
-                    "detection_latency": None,
+                    "detection_latency": None, "failed_restarts": [],
                 }
                 out.append(item)
             item.update(
@@ -154,6 +162,8 @@ class EventQueries(ReaderBase):
             )
             if not item.get("cause") or item["cause"] == "unknown":
                 item["cause"] = data.get("cause") or "unknown"
+        for item in out:
+            item.pop("retrying", None)
         return out
 
     def checkpoint_costs(self, job: str | None = None, *,
@@ -172,6 +182,13 @@ class EventQueries(ReaderBase):
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
+
+
+def _retrying(data: dict[str, Any]) -> bool:
+    """Whether the agent decided to restart after this interruption: only then is a next
+    interruption of the same host, before any recovery, part of the same outage."""
+    decision = data.get("decision")
+    return isinstance(decision, dict) and decision.get("retry") is True
 
 
 def _text(value: Any) -> str | None:

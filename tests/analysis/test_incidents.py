@@ -48,3 +48,12 @@ def test_separate_failures_stay_separate() -> None:
 def test_only_consequences_keep_the_first_account() -> None:
     merged = merge_incidents([_item("b", "unknown", 2.0), _item("a", "nccl", 1.0)])
     assert (merged[0]["cause"], merged[0]["hosts"]) == ("nccl", ("a", "b"))
+
+
+def test_failed_restarts_of_the_host_that_retried_most_are_kept() -> None:
+    a = _item("a", "killed", 100.0, recovered_at=140.0, restart=2)
+    a["failed_restarts"] = ["nccl"]
+    b = _item("b", "nccl", 100.5, recovered_at=139.0)
+    b["failed_restarts"] = []
+    (one,) = merge_incidents([a, b])
+    assert one["failed_restarts"] == ["nccl"] and one["restart_count"] == 2

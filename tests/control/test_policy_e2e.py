@@ -1,6 +1,7 @@
 """The recovery policy and stack dumps through the real agent and torchrun, with tiny
 one-rank trainers: a repeated out-of-memory stops retrying with advice; a hang in a
-trainer that registered faulthandler has its stack dumped before the kill."""
+trainer that registered faulthandler has its stack dumped before the kill; a restart
+that fails before its first step does not end the outage."""
 
 from __future__ import annotations
 
@@ -36,6 +37,31 @@ for step in range(1, 4):
     rep.step(step, loss=1.0 / step)
 rep.flush()
 stuck_in_a_collective()
+"""
+
+
+# Attempt 1 trains and is killed; attempt 2 dies as a rank does when its peers' group is
+# still re-forming; attempt 3 trains to the end.
+KILLED_THEN_RESTART_FAILS = """
+import os, signal, sys, time
+from pathlib import Path
+from agent.hook import Reporter
+count = Path(os.environ["ATTEMPTS_FILE"])
+attempt = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(attempt))
+if attempt == 2:
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+          "[127.0.0.1]:29500", file=sys.stderr)
+    sys.exit(1)
+rep = Reporter(flush_interval=0.05)
+for step in range(1, 7):
+    time.sleep(0.05)
+    rep.step(step, loss=1.0 / step)
+rep.flush()
+time.sleep(0.5)
+if attempt == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
@@ -85,3 +111,24 @@ def test_hang_dumps_the_stack_of_a_rank_that_registered_faulthandler(
     assert any("stacks of ranks 0" in line for line in data["evidence"])
     d.wait_for(lambda: len(d.events("job_started", "hang")) == 2, 30, "the restart")
     d.op("stop", job="hang")
+
+
+def test_a_restart_that_fails_before_its_first_step_does_not_end_the_outage(
+    tmp_path: Path, agent_daemon: AgentDaemon
+) -> None:
+    d = agent_daemon
+    spec = _spec(tmp_path, "relapse", KILLED_THEN_RESTART_FAILS)
+    spec["env"]["ATTEMPTS_FILE"] = str(tmp_path / "attempts")
+    d.op("launch", spec=spec)
+    rec = d.wait_for(lambda: d.event("recovery", lambda e: e["job"] == "relapse"), 90,
+                     "the recovery")  # fmt: skip
+    cuts = d.events("interruption", "relapse")
+    assert [c["data"]["cause"] for c in cuts] == ["killed", "nccl"], cuts
+    data = rec["data"]
+    # Named and timed from the failure that started it, its failed restart listed.
+    assert data["cause"] == "killed" and data["failed_restarts"] == ["nccl"], data
+    assert data["restart_count"] == 2, data
+    first, failed = (c["data"]["failure_at"] for c in cuts)
+    assert data["recovery_seconds"] > failed - first, (data, cuts)
+    assert "recovered from killed (then nccl on restart)" in rec["msg"], rec
+    assert len(d.events("job_started", "relapse")) == 3

@@ -196,7 +196,8 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
                 assert data["cause"] == next(e["data"]["cause"] for e in interruptions
                                              if e["host"] == rec["host"])  # fmt: skip
                 assert data["recovery_seconds"] > 0 and data["steps_lost"] >= 0, data
-                assert data["restart_count"] == 1, data
+                # A restart may die while the peers' group re-forms: the same outage.
+                assert data["restart_count"] == 1 + len(data["failed_restarts"]), data
                 # From the shared dir's newest checkpoint: a periodic one, no older than the
                 # newest saved before this host restarted (rank 0 may save one more after
                 # the kill, before it notices, and die before it reports it).

@@ -68,6 +68,33 @@ def test_recent_steps_takes_the_newest_run_of_a_repeated_step(tmp_path: Path) ->
     assert [(r["step"], r["step_time"]) for r in rows] == [(1, 1.0), (2, 5.0), (3, 5.0)]
 
 
+def _event(seq: int, ts: float, kind: str, data: dict) -> bytes:
+    return encode("event", seq, {"kind": kind, "job": "j", "rank": None, "step": 40,
+                                 "msg": kind, "data": data}, ts=ts)
+
+
+def test_a_restart_that_fails_before_its_first_step_is_the_same_outage(tmp_path: Path) -> None:
+    """Killed, then the restart dies on the re-forming group, then the next one trains:
+    one interruption, recovered once, its failed restart named; an interruption after a
+    decision not to retry is a new one (the operator relaunched)."""
+    retry, stop = {"retry": True}, {"retry": False}
+    lines = [
+        _event(1, 100.0, "interruption", {"cause": "killed", "decision": retry}),
+        _event(2, 110.0, "interruption", {"cause": "nccl", "decision": retry}),
+        _event(3, 130.0, "recovery", {"cause": "killed", "recovery_seconds": 31.0,
+                                      "steps_lost": 4, "restart_count": 2,
+                                      "failed_restarts": ["nccl"]}),
+        _event(4, 200.0, "interruption", {"cause": "oom", "decision": stop}),
+        _event(5, 300.0, "interruption", {"cause": "user_code", "decision": retry}),
+    ]
+    with Store(tmp_path / "r.duckdb") as store:
+        store.ingest("h", b"".join(lines))
+        items = StoreReader(store).interruptions("j")
+    assert [(i["cause"], i["failed_restarts"], i["recovered_in"], i["restart_count"])
+            for i in items] == [("killed", ["nccl"], 31.0, 2), ("oom", [], None, None),
+                                ("user_code", [], None, None)]  # fmt: skip
+
+
 def test_latest_samples_only_see_the_past(reader: StoreReader) -> None:
     gpus = reader.latest_gpus()
     assert {(g["host"], g["gpu"]) for g in gpus} == {(h, i) for h in syn.HOSTS for i in (0, 1)}

@@ -7,13 +7,14 @@ import random
 import pytest
 
 from cockpit.details import RunInfo
-from cockpit.snapshot import Effect, Marker, Progress, Series
+from cockpit.snapshot import Effect, Interruption, Marker, Progress, Series
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
 from cockpit.ui.screens.run_info import shown
 from cockpit.ui.widgets.detail_view import field_cell, series_value_text
 from cockpit.ui.widgets.gauge import level_style
+from cockpit.ui.widgets.interruption_log import interruption_line
 from cockpit.ui.widgets.loss_chart import legend, nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
 from cockpit.ui.widgets.sparkline_chart import range_text
@@ -239,3 +240,11 @@ def test_progress_summary_without_steps_or_with_a_repeated_state() -> None:
 def test_losses_keep_four_figures() -> None:
     assert [fmt.loss(v) for v in (1.47, 1.496, 2.0, 0.000123)] == [
         "1.470", "1.496", "2.000", "0.0001230"]
+
+
+def test_an_outage_names_the_restarts_that_failed_within_it() -> None:
+    item = Interruption(cause="killed", detected_at=0.0, recovered_in=42.0, steps_lost=7,
+                        restart_count=2, hosts=("b", "a"), failed_restarts=("nccl",))
+    line = interruption_line(item)
+    assert "killed on b (+1 peer)" in line and "down 42s" in line
+    assert line.endswith("restart #2 (1 failed: nccl)"), line

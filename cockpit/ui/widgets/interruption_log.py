@@ -6,6 +6,7 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from cockpit.analysis.text import failed_restarts_text
 from cockpit.snapshot import Interruption
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.pane import update_text
@@ -23,6 +24,8 @@ def interruption_line(item: Interruption) -> str:
         f"{recovered} · {lost} steps lost"
     if item.restart_count is not None:
         line += f" · restart #{item.restart_count}"
+    if item.failed_restarts:
+        line += escape(f" ({failed_restarts_text(item.failed_restarts)})")
     return line
 
 
