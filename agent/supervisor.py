@@ -384,6 +384,7 @@ class Supervisor:
             return None
         tree = self.tree_pids()
         if not self._exited.is_set():
+            self._note_deliberate_stop()
             self.signal_tree(signal.SIGCONT, tree)  # a frozen job cannot act on SIGTERM
             self.signal_tree(signal.SIGTERM, tree)
             if not self._exited.wait(grace):
@@ -392,6 +393,20 @@ class Supervisor:
         # Stragglers that outlived the leader (ranks live in sessions of their own).
         self.signal_tree(signal.SIGKILL, [p for p in tree if alive(p)])
         return self.returncode
+
+    def _note_deliberate_stop(self) -> None:
+        """A line in the job's log before the agent's SIGTERM, when the stop was asked
+        for (pause, stop, relaunch): torchrun answers it with a SignalException traceback
+        and each rank may print its own, which read as a crash unless the log says what
+        came first. The output itself is kept as it is."""
+        if not self.ended_for:
+            return
+        self.journal.append_many([("log", {
+            "job": self.job, "rank": None, "stream": "stderr",
+            "line": "[cockpit-agent] stopping the job %s: SIGTERM to its processes; the "
+                    "shutdown output that follows (torchrun's SignalException traceback) is "
+                    "expected, not a failure" % ENDED_FOR.get(self.ended_for,
+                                                              self.ended_for)})])
 
     def _same_process(self, pid: Optional[int], ticks: Optional[int]) -> bool:
         """`pid` is still the process recorded (not a reused pid, not a zombie)."""

@@ -4,8 +4,11 @@ The ETA is an *estimate*: it assumes the next steps take as long as the recent o
 Its centre is their mean, not their median: the occasional slow step (a checkpoint, an
 evaluation) recurs and takes real time, and the mean is what the job's throughput (samples
 per second of wall time) reads too, so the two figures agree. Rather than pretend to
-precision, it comes with a band taken from the spread of recent step times (10th..90th
-percentile), so a jittery job shows a wide band and a steady one a narrow band.
+precision, it comes with a band: how fast the job went over recent stretches of steps
+(the 10th..90th percentile of the stretches' mean step times). A band from single steps
+would say "as if every step were as slow as the 90th-percentile one" and, when a rare slow
+step recurs (a checkpoint every 50 steps), leave the mean above its top. A job whose
+speed drifts (throttling, a slow rank) shows a wide band; a steady one a narrow band.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from cockpit.analysis.stats import finite, quantile
 
 BAND = (0.1, 0.9)
 MIN_SAMPLES_FOR_BAND = 3
+MIN_STRETCH = 3  # steps per stretch, at least: one step's time is no speed
+MAX_STRETCHES = 8
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,25 @@ def estimate_eta(
         return Eta(None, None, None, speed)
     remaining = max(total_steps - step, 0)
     central = remaining * typical
-    if len(times) < MIN_SAMPLES_FOR_BAND:
+    stretches = stretch_means(times)
+    if len(times) < MIN_SAMPLES_FOR_BAND or len(stretches) < 2:
         return Eta(central, central, central, speed)
-    low = remaining * quantile(times, BAND[0])
-    high = remaining * quantile(times, BAND[1])
+    low = remaining * quantile(stretches, BAND[0])
+    high = remaining * quantile(stretches, BAND[1])
     return Eta(central, min(low, central), max(high, central), speed)
+
+
+def stretch_means(times: Sequence[float]) -> list[float]:
+    """The mean step time of each of up to MAX_STRETCHES consecutive stretches of
+    `times`, each at least MIN_STRETCH steps long (the first ones one step longer when
+    they do not divide evenly)."""
+    count = min(MAX_STRETCHES, len(times) // MIN_STRETCH)
+    if count < 1:
+        return []
+    size, extra = divmod(len(times), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(sum(times[start:end]) / (end - start))
+        start = end
+    return out

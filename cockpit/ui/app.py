@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterable
 
 from textual import on, work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.notifications import Notify
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
@@ -61,6 +62,14 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.gate = refresh_gate.RefreshGate()
         self.main_screen = MainScreen()
         self._frozen = False
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's commands, less its theme picker: it lists Textual's own themes, which
+        the cockpit's per-theme CSS does not cover. `Theme: NAME` entries switch among the
+        cockpit's themes instead."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Theme":
+                yield command
 
     def on_notify(self, event: Notify) -> None:
         """Repaint the screen once the toast has gone: over a maximised pane Textual

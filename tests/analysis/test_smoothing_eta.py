@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from cockpit.analysis.eta import estimate_eta, progress_fraction
+from cockpit.analysis.eta import estimate_eta, progress_fraction, stretch_means
 from cockpit.analysis.smoothing import ema
 
 
@@ -60,6 +60,19 @@ def test_eta_counts_the_slow_steps_that_recur() -> None:
     eta = estimate_eta(step=0, total_steps=100, recent_step_times=times)
     assert eta.seconds == pytest.approx(140.0)
     assert eta.steps_per_second == pytest.approx(len(times) / sum(times))
+    # The band is of stretches' speeds: the estimate sits inside it, not on its top.
+    assert eta.low is not None and eta.high is not None
+    assert eta.low < eta.seconds < eta.high
+
+
+def test_eta_band_follows_a_drifting_speed_not_single_steps() -> None:
+    """Forty steps at 1 s then forty at 2 s (a GPU began to throttle): the band spans
+    both speeds; a steady job whose steps jitter around one speed gets a narrow band."""
+    drifting = estimate_eta(step=0, total_steps=100, recent_step_times=[1.0] * 40 + [2.0] * 40)
+    assert drifting.low == pytest.approx(100.0) and drifting.high == pytest.approx(200.0)
+    jitter = estimate_eta(step=0, total_steps=100, recent_step_times=[0.9, 1.1] * 40)
+    assert jitter.high - jitter.low < 1.0  # every stretch's mean is 1 s
+    assert stretch_means([1.0] * 7) == [1.0, 1.0] and stretch_means([1.0, 2.0]) == []
 
 
 def test_eta_of_steady_job_has_narrow_band_and_unknown_total_gives_speed_only() -> None:

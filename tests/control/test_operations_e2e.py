@@ -51,6 +51,11 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     exits = d.events("job_exited", NAME)
     assert exits and exits[-1]["data"]["ended_for"] == "pause"  # asked for, not a crash
     assert "(ended by the agent for a pause)" in exits[-1]["msg"]
+    # The job's log says the shutdown output is the pause's, before torchrun prints it.
+    logs = [r["line"] for r in d.records("log") if r.get("job") == NAME]
+    note = next(i for i, line in enumerate(logs)
+                if line.startswith("[cockpit-agent] stopping the job for a pause: SIGTERM"))
+    assert not any("SignalException" in line for line in logs[:note]), logs[:note]
 
     # Adjust while paused (as in `cockpit demo`): no process reads it now, so the agent
     # says when it applies rather than "done"; the same scale keeps the LR checks below.

@@ -277,6 +277,9 @@ async def test_palette_lists_every_action_and_switches_themes(
         hits = [hit async for hit in provider.search("Log-y")]
         await run_hit(hits[0])
         assert app.main_screen.query_one("#effect").log_y
+        # Textual's own theme picker (its themes, not the cockpit's) is not offered.
+        system = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Quit" in system and "Theme" not in system
 
 
 async def test_the_palette_neither_stacks_on_nor_drops_an_open_dialog(
