@@ -317,8 +317,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                   f"{demo.run_root.parent}, keeping the newest {DEMO_RUNS_KEPT}",
                   file=sys.stderr)
         _watch_or_record(demo, args)
-    return _after_live(demo.store_path, args, demo.session.link_problems()
-                       if demo.session is not None else {})
+    session = demo.session
+    return _after_live(demo.store_path, args,
+                       session.link_problems() if session is not None else {},
+                       session.store_problem() if session is not None else None)
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
@@ -342,7 +344,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         raw_window=args.keep_raw,
     ) as live:
         _watch_or_record(live, args)
-    return _after_live(live.store_path, args, live.link_problems())
+    return _after_live(live.store_path, args, live.link_problems(), live.store_problem())
 
 
 def _watch_or_record(run: Any, args: argparse.Namespace) -> None:
@@ -354,9 +356,10 @@ def _watch_or_record(run: Any, args: argparse.Namespace) -> None:
 
 
 def _after_live(store_path: Path, args: argparse.Namespace,
-                problems: dict[str, str]) -> int:
+                problems: dict[str, str], store_problem: str | None = None) -> int:
     """The recording's name, and with --headless its report; a headless run whose
-    hosts did not all deliver fails (exit 1) and says why, on stderr."""
+    hosts did not all deliver, or whose recording did not take all they sent, fails
+    (exit 1) and says why, on stderr."""
     _print_recording_hint(store_path)
     if args.headless is None:
         return 0
@@ -365,7 +368,9 @@ def _after_live(store_path: Path, args: argparse.Namespace,
     print(render_report(store_path, fmt="text"))
     for host, problem in problems.items():
         print(f"cockpit: host {host}: link {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    if store_problem is not None:
+        print(f"cockpit: {store_problem}", file=sys.stderr)
+    return 1 if problems or store_problem is not None else 0
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

@@ -13,12 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cockpit.analysis.alerts import CRITICAL, RESOURCE, merge
+from cockpit.analysis.text import counted
 from cockpit.errors import CockpitError
 from cockpit.ingest.writer import StoreWriter
-from cockpit.snapshot import Snapshot
+from cockpit.snapshot import Alert, Snapshot
 from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.store.database import IngestResult, Store, StoreError
 from cockpit.store.queries import StoreReader
@@ -61,7 +64,7 @@ class LiveSource:
 
     def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot:
         states = {name: st.state for name, st in self._session.fleet.status().items()}
-        return build_snapshot(
+        snapshot = build_snapshot(
             self._reader,
             until_ts=None,
             label=self.label,
@@ -71,6 +74,10 @@ class LiveSource:
             now=time.time(),
             job=self.focus_job,
         )
+        alert = self._session.store_alert()
+        if alert is None:
+            return snapshot
+        return replace(snapshot, alerts=merge(snapshot.alerts, [alert]))
 
     def details(self, what: str, **kw: Any) -> object:
         return details(self._reader, what, **kw)
@@ -97,7 +104,11 @@ class LiveSession:
         self._lock = threading.Lock()
         self.retention = retention or RetentionPolicy()
         self._clustering: threading.Thread | None = None
+        # Writes the recording could not take: (count, time and text of the latest).
+        self._store_failures = 0
+        self._store_failure: tuple[float, str] | None = None
         self.writer = StoreWriter(self.store, on_flush=self._on_flush,
+                                  on_error=self._on_store_error,
                                   maintenance=self._maintain,
                                   maintenance_every=maintenance_every)
         self.fleet = Fleet(
@@ -148,6 +159,40 @@ class LiveSession:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _on_store_error(self, exc: Exception) -> None:
+        """The writer thread's failures (a full disk, dropped lines): nothing else shows
+        them while the UI runs, so they are kept for the screen and the headless exit."""
+        log.error("store writer: %s", exc)
+        with self._lock:
+            self._store_failures += 1
+            self._store_failure = (time.time(), f"{type(exc).__name__}: {exc}")
+        self._notify()
+
+    def _store_failed(self) -> tuple[float, str] | None:
+        """(the time of the latest failed write, what went wrong so far), or None."""
+        with self._lock:
+            if self._store_failure is None:
+                return None
+            failures, (ts, text) = self._store_failures, self._store_failure
+        return ts, f"writing {self.store_path} failed {counted(failures, 'time')}; latest: {text}"
+
+    def store_problem(self) -> str | None:
+        """What went wrong writing the recording, or None: what a headless run must not
+        hide either."""
+        failed = self._store_failed()
+        return failed[1] if failed else None
+
+    def store_alert(self) -> Alert | None:
+        """The store's failures as an alert: the recording, and so the screen, may be
+        missing what the hosts sent."""
+        failed = self._store_failed()
+        if failed is None:
+            return None
+        return Alert(ts=failed[0], kind=RESOURCE, severity=CRITICAL, code="store-write",
+                     where=f"recording {self.store_path}", what=failed[1],
+                     hint="free space on the recording's disk (or check its permissions); "
+                          "queued lines are retried, and past the backlog limit dropped")
 
     def link_problems(self) -> dict[str, str]:
         """Hosts whose link failed and did not recover (never connected, or lost), each
@@ -201,8 +246,9 @@ class LiveSession:
     def _on_state(self, host: str, state: str, detail: str) -> None:
         try:
             self.store.set_host_state(host, state, detail)
-        except StoreError:
-            pass  # the store is closing; the state is only advisory
+        except Exception as exc:  # a full disk, say: the link goes on, the screen says so
+            self._on_store_error(exc)
+            return
         self._notify()
 
 

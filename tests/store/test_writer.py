@@ -1,13 +1,17 @@
-"""StoreWriter: batching from many threads, commit cadence, committed-only high water."""
+"""StoreWriter: batching from many threads, commit cadence, committed-only high water, and
+its failures shown to the operator of a live session."""
 
 from __future__ import annotations
 
+import argparse
 import threading
 
 import duckdb
 
+from cockpit.cli import _after_live
 from cockpit.ingest import writer as writer_module
 from cockpit.ingest.writer import StoreWriter, WriterBacklogError
+from cockpit.live import LiveSession
 from cockpit.store import IngestResult, Store
 from tests.store.wire import count, trains
 
@@ -127,3 +131,42 @@ def test_expensive_flushes_are_spaced_out_but_never_beyond_the_cap(store: Store)
     assert writer.next_wait() == 0.8
     writer._last_flush_s = 3.0
     assert writer.next_wait() == 1.0
+
+
+def test_a_live_session_shows_a_failing_store_as_a_critical_alert(tmp_path, capsys) -> None:
+    """The writer's failures happen on its thread, under the UI: the screen (an alert)
+    and a headless run's exit status are where the operator learns the recording has
+    gaps, since a log line is drawn over by the UI."""
+    session = LiveSession([], tmp_path / "live.duckdb")
+    try:
+        assert session.source.snapshot().alerts == ()
+        assert session.store_problem() is None
+
+        def failing(items):
+            raise duckdb.IOException("No space left on device")
+
+        session.store.ingest_many = failing  # type: ignore[method-assign]
+        session.writer.put("h1", trains(1, 5))
+        session.writer.flush()
+        (alert,) = [a for a in session.source.snapshot().alerts if a.code == "store-write"]
+        assert alert.severity == "critical" and "live.duckdb" in alert.where
+        assert "failed 1 time; latest: IOException: No space left on device" in alert.what
+    finally:
+        session.stop()
+    args = argparse.Namespace(headless=1.0)
+    assert _after_live(session.store_path, args, {}, session.store_problem()) == 1
+    assert "No space left on device" in capsys.readouterr().err
+
+
+def test_a_host_state_the_store_cannot_take_is_reported_not_dropped(tmp_path) -> None:
+    session = LiveSession([], tmp_path / "live.duckdb")
+    try:
+        def failing(*_args, **_kwargs):
+            raise duckdb.IOException("No space left on device")
+
+        session.store.set_host_state = failing  # type: ignore[method-assign]
+        session._on_state("h1", "streaming", "")
+        problem = session.store_problem()
+        assert problem is not None and "No space left on device" in problem
+    finally:
+        session.stop()
