@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -30,6 +31,8 @@ from cockpit.transport.states import (
     HighWater,
     StateCallback,
 )
+
+log = logging.getLogger(__name__)
 
 
 class LinkNotStreaming(RuntimeError):
@@ -168,8 +171,9 @@ class BaseLink(abc.ABC):
         self._state, self._detail = state, detail
         try:
             self._on_state(self.name, state, detail)
-        except Exception:  # a broken state listener must not take the link down
-            pass
+        except Exception as exc:  # a broken state listener must not take the link down
+            log.error("link %s: the state listener failed on %r: %s: %s",
+                      self.name, state, type(exc).__name__, exc)
 
     def _set_writer(self, writer) -> None:
         with self._send_lock:

@@ -78,3 +78,19 @@ def test_local_link_streams_and_restarts_a_dead_agent(
         feeder.close()
     assert collector.seqs["here"] == list(range(1, head + 1))
     assert "agent stream killed by signal 9" in collector.detail_of("here", "agent-failed")
+
+
+def test_a_failing_state_listener_is_logged_and_the_link_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(_host: str, _state: str, _detail: str) -> None:
+        raise RuntimeError("listener bug")
+
+    spec = HostSpec(name="here", address="local", state_dir=str(tmp_path / "state"))
+    link = LocalLink(spec, lambda: 0, lambda _host, _chunk: None, broken,
+                     options_for([], tmp_path))
+    with caplog.at_level("ERROR", logger="cockpit.transport.link"):
+        link._set_state("connecting", "starting")
+    assert link.state == "connecting"
+    assert "link here: the state listener failed on 'connecting': RuntimeError: listener bug" \
+        in caplog.text
