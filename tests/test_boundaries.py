@@ -1,4 +1,5 @@
-"""Architecture guard rails: the host agent and the cockpit core stay free of UI/heavy deps.
+"""Architecture guard rails: the host agent and the cockpit core stay free of UI/heavy deps,
+one package owns each outside library, widgets do no I/O, and colours come from the theme.
 
 Checked in fresh subprocesses so that whatever the test session already imported cannot
 hide a violation.
@@ -6,8 +7,10 @@ hide a violation.
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,26 +64,135 @@ def test_cockpit_core_imports_no_textual() -> None:
     assert not bad, f"cockpit core pulled in {bad}"
 
 
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level package) of every import in a file, those inside functions too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module.split(".")[0]))
+    return found
+
+
+def _imported_names(path: Path) -> list[tuple[int, str]]:
+    """(line, full dotted name) of every import in a file: `from a.b import c` gives
+    `a.b.c`, so a rule can name a subpackage."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _sources(*folders: str) -> list[Path]:
+    return sorted(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
+
+
 @pytest.mark.parametrize("package", ["agent", "cockpit"])
 def test_no_source_file_imports_across_the_boundary(package: str) -> None:
     """A static check too: lazy imports inside functions are violations as well."""
     forbidden = {
-        "agent": ("cockpit", "textual", "duckdb"),
+        "agent": ("cockpit", "textual", "textual_plotext", "duckdb"),
         "cockpit": ("textual", "textual_plotext"),
     }[package]
     problems = []
-    for path in (ROOT / package).rglob("*.py"):
+    for path in _sources(package):
         rel = path.relative_to(ROOT).as_posix()
         if package == "cockpit" and (rel.startswith("cockpit/ui/") or rel == "cockpit/cli.py"):
             continue
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            stripped = line.strip()
-            for name in forbidden:
-                if stripped.startswith((f"import {name}", f"from {name}")) and (
-                    stripped[len("import " if stripped.startswith("import") else "from "):]
-                    .split()[0]
-                    .split(".")[0]
-                    == name
-                ):
-                    problems.append(f"{rel}:{lineno}: {stripped}")
+        problems += [f"{rel}:{line}: imports {name}" for line, name in _imports(path)
+                     if name in forbidden]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(("library", "owner"), [
+    ("duckdb", "cockpit/store/"),
+    ("paramiko", "cockpit/transport/"),
+])
+def test_one_package_owns_each_outside_library(library: str, owner: str) -> None:
+    """Only the store touches DuckDB and only the transport speaks SSH: a second user
+    of either would need its own locking, error wording and tests."""
+    problems = []
+    for path in _sources("cockpit"):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith(owner):
+            problems += [f"{rel}:{line}: imports {library}" for line, name in _imports(path)
+                         if name == library]
+    assert not problems, "\n".join(problems)
+
+
+# What a widget or screen must not reach for: it draws what it is given and asks for
+# more with a message, so that a slow disk or host never freezes the screen.
+_IO_MODULES = ("duckdb", "paramiko", "subprocess", "socket", "urllib", "http", "shutil",
+               "sqlite3")
+_IO_PACKAGES = ("cockpit.store", "cockpit.transport", "cockpit.ingest", "cockpit.control",
+                "cockpit.live", "cockpit.replay")
+_IO_CALLS = ("open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir",
+             "unlink")
+
+
+def test_widgets_and_screens_do_no_io() -> None:
+    problems = []
+    for path in _sources("cockpit/ui/widgets", "cockpit/ui/screens"):
+        rel = path.relative_to(ROOT).as_posix()
+        for line, name in _imported_names(path):
+            if name.split(".")[0] in _IO_MODULES or name.startswith(_IO_PACKAGES):
+                problems.append(f"{rel}:{line}: imports {name}")
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.id if isinstance(func, ast.Name) else (
+                    func.attr if isinstance(func, ast.Attribute) else None)
+                if called in _IO_CALLS:
+                    problems.append(f"{rel}:{node.lineno}: calls {called}()")
+    assert not problems, "\n".join(problems)
+
+
+def _literal_colours(css: str) -> list[str]:
+    """Colour values written out in CSS (`#f00`, `rgb(…)`, `red`) rather than taken
+    from the theme (`$error`): they would look the same in every theme."""
+    from textual._color_constants import COLOR_NAME_TO_RGB
+
+    names = set(COLOR_NAME_TO_RGB) - {"transparent"}
+    found = []
+    for block in re.findall(r"\{([^}]*)\}", re.sub(r"/\*.*?\*/", "", css, flags=re.S)):
+        for declaration in block.split(";"):
+            _, colon, value = declaration.partition(":")
+            if not colon:
+                continue
+            value = value.strip()
+            if re.search(r"#[0-9a-fA-F]{3,8}\b|\b(rgb|rgba|hsl|hsla)\(", value) or (
+                    names & set(re.split(r"[\s,]+", value.lower()))):
+                found.append(declaration.strip())
+    return found
+
+
+def test_theme_css_uses_theme_variables_for_every_colour() -> None:
+    problems = [f"themes/{path.name}: {declaration}"
+                for path in sorted((ROOT / "themes").glob("*.tcss"))
+                for declaration in _literal_colours(path.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_python_carries_no_inline_css_and_no_literal_colours_in_default_css() -> None:
+    """Widgets may carry DEFAULT_CSS for their own layout, with theme colours only; any
+    other CSS belongs in themes/*.tcss, where a theme can override it."""
+    problems = []
+    for path in _sources("cockpit/ui"):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id == "CSS":
+                        problems.append(f"{rel}:{node.lineno}: CSS in Python")
+                    elif (isinstance(target, ast.Name) and target.id == "DEFAULT_CSS"
+                          and isinstance(node.value, ast.Constant)):
+                        problems += [f"{rel}:{node.lineno}: {declaration}"
+                                     for declaration in _literal_colours(node.value.value)]
+                    elif (isinstance(target, ast.Attribute) and isinstance(target.value,
+                          ast.Attribute) and target.value.attr == "styles"):
+                        problems.append(f"{rel}:{node.lineno}: sets .styles.{target.attr}")
     assert not problems, "\n".join(problems)
