@@ -26,7 +26,7 @@ from cockpit.control.controller import Controller
 from cockpit.control.jobspec import JobSpec
 from cockpit.control.operations import wait_streaming
 from cockpit.errors import CockpitError
-from cockpit.live import LiveSession
+from cockpit.live import LiveSession, LiveSource
 from cockpit.store import Store, StoreError
 from cockpit.store.queries import StoreReader
 from cockpit.transport.inventory import LOCAL_ADDRESS, HostSpec
@@ -192,7 +192,7 @@ class DemoRun:
         return self
 
     @property
-    def source(self):
+    def source(self) -> LiveSource:
         assert self.session is not None
         return self.session.source
 

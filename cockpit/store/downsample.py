@@ -361,7 +361,9 @@ def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) ->
     return cursor.execute(sql, {k: v for k, v in params.items() if k in used}).fetchall()
 
 
-def _raw_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
+def _raw_extent(cursor: duckdb.DuckDBPyConnection, table: str, x: str,
+                where: Mapping[str, Any], until_ts: float | None
+                ) -> tuple[float, float] | None:
     params: dict[str, Any] = {}
     cond = _where_sql(where, params)
     if until_ts is not None:
@@ -382,7 +384,9 @@ def _level_rows(table: str, columns: Sequence[str] = ()) -> str:
             f'SELECT {names} FROM "{levels_open_table(table)}")')
 
 
-def _level_extent(cursor, table, x, where, until_ts) -> tuple[float, float] | None:
+def _level_extent(cursor: duckdb.DuckDBPyConnection, table: str, x: str,
+                  where: Mapping[str, Any], until_ts: float | None
+                  ) -> tuple[float, float] | None:
     params: dict[str, Any] = {"top": LEVEL_COUNT - 1}
     cond = _where_sql(where, params)
     lv = _level_rows(table)
@@ -419,8 +423,9 @@ def _aggregates(columns: Sequence[str], x: str) -> str:
                      for c in columns)
 
 
-def _raw_query(cursor, table, columns, x, where, until_ts, x0, x1,
-               width) -> list[tuple[Any, ...]]:
+def _raw_query(cursor: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str], x: str,
+               where: Mapping[str, Any], until_ts: float | None, x0: float, x1: float,
+               width: float) -> list[tuple[Any, ...]]:
     params: dict[str, Any] = {"x0": x0, "x1": x1, "w": width}
     cond = _where_sql(where, params)
     if until_ts is not None:
@@ -448,7 +453,9 @@ def _raw_part(source: str, columns: Sequence[str], x: str, cond: str) -> str:
             f'WHERE "{x}" >= $x0 AND "{x}" <= $x1 AND {cond}')
 
 
-def _level_query(cursor, table, columns, x, where, until_ts, x0, x1, width, level, *,
+def _level_query(cursor: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str],
+                 x: str, where: Mapping[str, Any], until_ts: float | None, x0: float,
+                 x1: float, width: float, level: int, *,
                  clip: bool, integer_x: bool) -> list[tuple[Any, ...]]:
     lw = _level_width(level)
     mult = round(width / lw)

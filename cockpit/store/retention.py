@@ -39,6 +39,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import duckdb
+
 from cockpit.ingest.synthetic import synthetic_lines
 from cockpit.store.database import Store
 
@@ -93,7 +95,8 @@ _TRAIN_TRIM = ("DELETE FROM train WHERE ts < $cut AND rank IS NOT NULL AND rank 
                "AND nonfinite IS NULL")
 
 
-def _fold(cur, raw: str, rollup: str, agg: str, merge: str, keys: str, cut: float) -> int:
+def _fold(cur: duckdb.DuckDBPyConnection, raw: str, rollup: str, agg: str, merge: str,
+          keys: str, cut: float) -> int:
     cur.execute(f"CREATE OR REPLACE TEMP TABLE _new AS SELECT * FROM {rollup} LIMIT 0")
     cur.execute(f"INSERT INTO _new {agg}", {"cut": cut})
     added = cur.execute("SELECT coalesce(sum(n), 0) FROM _new").fetchone()
@@ -132,7 +135,7 @@ def apply_retention(
                            int(train[0]) if train else 0)
 
 
-def _table_bytes(cur, tables: list[str], path: str) -> int:
+def _table_bytes(cur: duckdb.DuckDBPyConnection, tables: list[str], path: str) -> int:
     """Bytes `tables` take once copied into a DuckDB file of their own (compressed as the
     store compresses them), less what an empty file takes."""
     cur.execute(f"ATTACH '{path}' AS sized")
@@ -147,7 +150,7 @@ def _table_bytes(cur, tables: list[str], path: str) -> int:
     return os.path.getsize(path) - empty
 
 
-def _per_row(cur, tmp: str, tables: list[str], per: str) -> float:
+def _per_row(cur: duckdb.DuckDBPyConnection, tmp: str, tables: list[str], per: str) -> float:
     """Bytes of `tables` per row of table `per`."""
     n = cur.execute(f'SELECT count(*) FROM "{per}"').fetchall()[0][0]
     return _table_bytes(cur, tables, os.path.join(tmp, f"{tables[0]}.duckdb")) / max(int(n), 1)

@@ -123,7 +123,8 @@ class _Policy(paramiko.MissingHostKeyPolicy):
         self.known = known
         self.host_label = host_label
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> None:
         if self.known.accept_new:
             self.known.record(hostname, key)
             return

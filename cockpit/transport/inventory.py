@@ -302,7 +302,8 @@ class _Locator:
             if match:
                 self.headers.append((number, match.group(1), line.lstrip().startswith("[[")))
 
-    def where(self, table: str | None = None, index: int | None = None, key: str | None = None):
+    def where(self, table: str | None = None, index: int | None = None,
+              key: str | None = None) -> str:
         line = self._find(table, index, key)
         return f"{self.source}:{line}" if line else self.source
 

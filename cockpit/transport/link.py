@@ -12,11 +12,12 @@ import abc
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cockpit.transport.host_keys import KnownHosts
 from cockpit.transport.inventory import HostSpec
-from cockpit.transport.pump import PumpResult, StderrTail, pump
+from cockpit.transport.pump import PumpResult, StderrTail, StreamSource, pump
 from cockpit.transport.ssh_config import SshConfig
 from cockpit.transport.states import (
     AGENT_FAILED,
@@ -93,7 +94,7 @@ class BaseLink(abc.ABC):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._send_lock = threading.Lock()
-        self._writer = None
+        self._writer: Callable[[bytes], None] | None = None
         self.stderr = StderrTail()
         self.bytes_received = 0
         self.connections = 0
@@ -175,7 +176,7 @@ class BaseLink(abc.ABC):
             log.error("link %s: the state listener failed on %r: %s: %s",
                       self.name, state, type(exc).__name__, exc)
 
-    def _set_writer(self, writer) -> None:
+    def _set_writer(self, writer: Callable[[bytes], None] | None) -> None:
         with self._send_lock:
             self._writer = writer
 
@@ -186,7 +187,7 @@ class BaseLink(abc.ABC):
         except Exception as exc:
             raise ConsumerError(f"consumer failed on a chunk from {self.name}: {exc!r}") from exc
 
-    def _pump(self, source, from_seq: int) -> PumpResult:
+    def _pump(self, source: StreamSource, from_seq: int) -> PumpResult:
         """Pump one connected source until it ends: the same for every kind of link."""
         self._set_writer(source.write)
         return pump(

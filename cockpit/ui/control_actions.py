@@ -6,6 +6,9 @@ controller the operator is told so plainly; nothing pretends to have happened.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from textual import work
 
 from cockpit.analysis.markers import knob_in_force
@@ -87,7 +90,8 @@ class ControlActions:
         title = f"Job control · {message.job}" if message.job else "Job control"
         self.notify(jc.result_text(op, message.result), title=title)  # type: ignore[attr-defined]
 
-    def _prompt(self, title: str, help_text: str, parse, then, value: str = "",
+    def _prompt(self, title: str, help_text: str, parse: Callable[[str], object],
+                then: Callable[[Any, object], None], value: str = "",
                 controller: object | None = None) -> None:
         """Ask, then `then(answer, controller)`: the controller is chosen before the
         prompt opens, so a refresh that changes the shown job meanwhile cannot redirect

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from cockpit.snapshot import Series
@@ -134,7 +135,7 @@ class DetailView(VerticalScroll):
             await self.remove_children()
             await self.mount_all(list(self.build(data)))
 
-    def build(self, data: object):
+    def build(self, data: object) -> Iterator[Widget]:
         if data is None:
             yield Static("[$text-muted]no details available[/]", classes="detail-empty")
             return
@@ -149,7 +150,7 @@ class DetailView(VerticalScroll):
             if not isinstance(value, SCALARS):
                 yield from self.section(name, value)
 
-    def section(self, name: str, value: object):
+    def section(self, name: str, value: object) -> Iterator[Widget]:
         if name:
             yield Static(f"[b]{title(name)}[/b]", classes="detail-heading")
         if isinstance(value, Series):
