@@ -21,6 +21,7 @@ from cockpit.analysis.text import counted
 from cockpit.errors import CockpitError
 
 if TYPE_CHECKING:
+    from cockpit.source import Source
     from cockpit.ui.app import CockpitApp
 
 
@@ -256,7 +257,7 @@ def _cmd_job(args: argparse.Namespace) -> int:
                          store_path=args.store, options=options, **kw)
 
 
-def _build_app(source: object, args: argparse.Namespace) -> CockpitApp:
+def _build_app(source: Source, args: argparse.Namespace) -> CockpitApp:
     from cockpit.ui.app_factory import make_app
 
     with _ui_errors():
@@ -297,7 +298,7 @@ def discard_typeahead(stream: Any = None) -> None:
         pass  # not a terminal after all (closed, redirected): nothing was typed ahead
 
 
-def _run_app(source: object, args: argparse.Namespace) -> None:
+def _run_app(source: Source, args: argparse.Namespace) -> None:
     app = _build_app(source, args)
     discard_typeahead()
     app.run()

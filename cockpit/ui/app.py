@@ -20,7 +20,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from cockpit.snapshot import Snapshot
-from cockpit.source import SNAPSHOT_BUCKETS
+from cockpit.source import SNAPSHOT_BUCKETS, Source
 from cockpit.ui import keymap as keys
 from cockpit.ui import refresh_gate
 from cockpit.ui.commands import CockpitCommands
@@ -48,7 +48,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
     BINDINGS = keys.bindings("replay") + keys.bindings("app")
     COMMANDS = App.COMMANDS | {CockpitCommands}
 
-    def __init__(self, source: object, theme_set: ThemeSet, theme: str,
+    def __init__(self, source: Source, theme_set: ThemeSet, theme: str,
                  keymap: dict[str, str] | None = None) -> None:
         super().__init__(css_path=list(theme_set.css_paths))
         self.source = source
@@ -84,11 +84,11 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def on_mount(self) -> None:
         self.refresh_label()
-        self.source.start(self._on_data)  # type: ignore[attr-defined]
+        self.source.start(self._on_data)
         self._request_refresh()
 
     def on_unmount(self) -> None:
-        self.source.stop()  # type: ignore[attr-defined]
+        self.source.stop()
         if self._frozen:
             gc.unfreeze()
 
@@ -127,7 +127,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
     def _build_snapshot(self) -> None:
-        snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)  # type: ignore[attr-defined]
+        snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)
         self.post_message(SnapshotReady(snapshot))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
@@ -158,7 +158,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="details")
     def _load_details(self, what: str, params: dict[str, object]) -> None:
-        details = self.source.details(what, **params)  # type: ignore[attr-defined]
+        details = self.source.details(what, **params)
         self.post_message(DetailsReady(what, params, details))
 
     def on_details_ready(self, message: DetailsReady) -> None:
@@ -167,7 +167,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
             screen.details = message.details
 
     def refresh_label(self) -> None:
-        label = str(getattr(self.source, "label", "") or "")
+        label = self.source.label or ""
         self.main_screen.label = label
         self.main_screen.paused = self.replay_paused
 
@@ -253,7 +253,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
             await self.run_action(spec.action)
 
 
-def make_app(source: object, **kwargs: object) -> CockpitApp:
+def make_app(source: Source, **kwargs: object) -> CockpitApp:
     """Shortcut to `cockpit.ui.app_factory.make_app` (validated themes and keymap)."""
     from cockpit.ui.app_factory import make_app as factory
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from textual.theme import BUILTIN_THEMES
 
+from cockpit.source import Source
 from cockpit.ui.app import CockpitApp
 from cockpit.ui.keymap import load_keymap
 from cockpit.ui.themes import DEFAULT_THEME, ThemeError, ThemeSet, load_themes
@@ -27,7 +28,7 @@ def ui_options(*, theme: str = DEFAULT_THEME, keymap_path: str | Path | None = N
     return theme_set, keymap
 
 
-def make_app(source: object, *, theme: str = DEFAULT_THEME,
+def make_app(source: Source, *, theme: str = DEFAULT_THEME,
              keymap_path: str | Path | None = None,
              themes_path: str | Path | None = None) -> CockpitApp:
     theme_set, keymap = ui_options(theme=theme, keymap_path=keymap_path,
