@@ -167,7 +167,8 @@ def changed_key_message(
         f"{fingerprint(presented)} but {expected.get_name()} {fingerprint(expected)} is recorded "
         f"in {where}. Someone may be intercepting the connection (man-in-the-middle), or "
         f"the host was reinstalled. Refused. If the change is expected, remove the old entry "
-        f"with `ssh-keygen -R '{name}'` (and from {cockpit_known_hosts()}) and trust the new key."
+        f"with `ssh-keygen -R {shlex.quote(name)}` (and from {cockpit_known_hosts()}) and "
+        "trust the new key."
     )
 
 

@@ -7,6 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import paramiko
+
+from cockpit.transport.host_keys import changed_key_message
 from cockpit.transport.ssh_link import HostLink
 from tests.transport.support import Collector, options_for, spec_for
 
@@ -115,3 +118,13 @@ def test_closed_port_reports_unreachable(
     assert collector.wait_for(lambda: collector.state_names(host.name).count("unreachable") >= 2)
     detail = collector.detail_of(host.name, "unreachable")
     assert "refused" in detail.lower()
+
+
+def test_the_changed_key_message_quotes_the_host_name_for_the_shell() -> None:
+    """The removal command is meant to be pasted into a shell: the name in it is one
+    word whatever it holds (`[host]:port` has shell globbing brackets)."""
+    key = paramiko.RSAKey.generate(1024)
+    message = changed_key_message("gpu-1", "[gpu-1]:2222", key, key, [])
+    assert "`ssh-keygen -R '[gpu-1]:2222'`" in message
+    odd = changed_key_message("gpu-1", "it's", key, key, [])
+    assert "`ssh-keygen -R 'it'\"'\"'s'`" in odd
