@@ -549,10 +549,7 @@ class Reporter:
         finally:
             self._q = _ClosedQueue()  # type: ignore[assignment]
             self._writer.close()
-            try:
-                atexit.unregister(self.close)
-            except Exception:
-                pass
+            atexit.unregister(self.close)
 
     def __enter__(self) -> Reporter:
         return self
