@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from cockpit.analysis.alerts import CRITICAL, RESOURCE, merge
 from cockpit.analysis.text import counted
 from cockpit.errors import CockpitError
-from cockpit.ingest.writer import StoreWriter
+from cockpit.ingest.writer import StoreWriter, WriterBacklogError
 from cockpit.snapshot import Alert, Snapshot
 from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.store.database import IngestResult, Store, StoreError
@@ -104,9 +104,13 @@ class LiveSession:
         self._lock = threading.Lock()
         self.retention = retention or RetentionPolicy()
         self._clustering: threading.Thread | None = None
-        # Writes the recording could not take: (count, time and text of the latest).
+        # Writes the recording could not take: how many, the latest while they are still
+        # being retried (cleared by the next write that succeeds), and the latest that
+        # lost lines for good (kept: the recording has a gap).
         self._store_failures = 0
         self._store_failure: tuple[float, str] | None = None
+        self._store_lost: tuple[float, str] | None = None
+        self._closed = False
         self.writer = StoreWriter(self.store, on_flush=self._on_flush,
                                   on_error=self._on_store_error,
                                   maintenance=self._maintain,
@@ -150,6 +154,7 @@ class LiveSession:
     def stop(self) -> None:
         self.fleet.stop()
         self.writer.stop()
+        self._closed = True  # a link's late state has nowhere to go now, and is no failure
         self.store.close()  # interrupts a re-clustering in progress
         if self._clustering is not None:
             self._clustering.join()
@@ -164,18 +169,29 @@ class LiveSession:
         """The writer thread's failures (a full disk, dropped lines): nothing else shows
         them while the UI runs, so they are kept for the screen and the headless exit."""
         log.error("store writer: %s", exc)
+        failure = (time.time(), f"{type(exc).__name__}: {exc}")
         with self._lock:
             self._store_failures += 1
-            self._store_failure = (time.time(), f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, WriterBacklogError):
+                self._store_lost = failure
+            else:
+                self._store_failure = failure
         self._notify()
 
     def _store_failed(self) -> tuple[float, str] | None:
-        """(the time of the latest failed write, what went wrong so far), or None."""
+        """(the time of the latest failed write, what went wrong so far), or None once
+        the failed writes went in on retry and nothing was given up."""
         with self._lock:
-            if self._store_failure is None:
-                return None
-            failures, (ts, text) = self._store_failures, self._store_failure
-        return ts, f"writing {self.store_path} failed {counted(failures, 'time')}; latest: {text}"
+            failures, lost, pending = (self._store_failures, self._store_lost,
+                                       self._store_failure)
+        latest = lost or pending
+        if latest is None:
+            return None
+        text = (f"writing {self.store_path} failed {counted(failures, 'time')}; "
+                f"latest: {latest[1]}")
+        if lost is not None and pending is not None:
+            text += f"; still failing: {pending[1]}"
+        return (pending or latest)[0], text
 
     def store_problem(self) -> str | None:
         """What went wrong writing the recording, or None: what a headless run must not
@@ -230,6 +246,8 @@ class LiveSession:
         for host in result.journal_resets:
             if host in self.fleet.links:
                 self.fleet.links[host].reconnect()
+        with self._lock:
+            self._store_failure = None  # the queued lines went in with this flush
         self._notify()
 
     def add_chunk_tap(self, fn: Callable[[str, bytes], None]) -> None:
@@ -244,6 +262,8 @@ class LiveSession:
         self.writer.put(host, chunk)
 
     def _on_state(self, host: str, state: str, detail: str) -> None:
+        if self._closed:
+            return
         try:
             self.store.set_host_state(host, state, detail)
         except Exception as exc:  # a full disk, say: the link goes on, the screen says so

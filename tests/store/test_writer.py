@@ -170,3 +170,32 @@ def test_a_host_state_the_store_cannot_take_is_reported_not_dropped(tmp_path) ->
         assert problem is not None and "No space left on device" in problem
     finally:
         session.stop()
+
+
+def test_a_store_failure_retried_with_success_clears_but_lost_lines_stay(tmp_path) -> None:
+    """A failed flush is retried with the next one: once that stores the queued lines,
+    nothing is missing and the alert goes; lines given up past the backlog limit are a gap
+    for good, and the alert stays."""
+    session = LiveSession([], tmp_path / "live.duckdb")
+    try:
+        real = session.store.ingest_many
+
+        def failing(items):
+            raise duckdb.IOException("No space left on device")
+
+        session.store.ingest_many = failing  # type: ignore[method-assign]
+        session.writer.put("h1", trains(1, 5))
+        session.writer.flush()
+        assert session.store_problem() is not None
+        session.store.ingest_many = real  # type: ignore[method-assign]
+        session.writer.put("h1", trains(6, 8))
+        session.writer.flush()
+        assert session.store.high_water("h1") == 8
+        assert session.store_problem() is None and session.store_alert() is None
+        session._on_store_error(WriterBacklogError("the store kept failing; dropped 5 lines"))
+        session.writer.put("h1", trains(9, 9))
+        session.writer.flush()
+        problem = session.store_problem()
+        assert problem is not None and "dropped 5 lines" in problem
+    finally:
+        session.stop()
