@@ -32,11 +32,12 @@ def mem_total(psutil_module: Any = None) -> Optional[int]:
 
 
 def _version(name: str) -> Optional[str]:
-    try:
-        from importlib import metadata
+    """The installed version, None when the package is not installed here."""
+    from importlib import metadata
 
+    try:
         return metadata.version(name)
-    except Exception:
+    except metadata.PackageNotFoundError:
         return None
 
 

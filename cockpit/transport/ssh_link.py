@@ -140,8 +140,8 @@ class Connection:
                     pass
             try:
                 client.close()
-            except Exception:
-                pass
+            except Exception:  # teardown of a link already given up:
+                pass  # nothing is left to tell, and the next connect starts afresh
 
 
 class _ConnectFailed(Exception):
