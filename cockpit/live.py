@@ -39,6 +39,7 @@ from cockpit.transport.link import LinkOptions
 from cockpit.transport.states import FAILED_STATES
 
 if TYPE_CHECKING:
+    from cockpit.control.controller import Controller, Send
     from cockpit.control.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -289,13 +290,31 @@ def _inventory_from(targets: Sequence[str]) -> Inventory:
 def watched_job(job_path: Path, inventory: Inventory) -> JobSpec:
     """The job `cockpit watch --job` controls, checked against the inventory, with the
     inventory's spares when it is elastic and names none (as the CLI operations do)."""
-    from cockpit.control.jobspec import JobSpecError, load_jobspec, with_inventory_spares
+    from cockpit.control.jobspec import JobSpecError
 
     try:
-        spec = load_jobspec(job_path, known_hosts=[h.name for h in inventory.hosts])
+        return _read_job(job_path, inventory)
     except JobSpecError as exc:
         raise CockpitError(str(exc)) from None
+
+
+def _read_job(job_path: Path, inventory: Inventory) -> JobSpec:
+    from cockpit.control.jobspec import load_jobspec, with_inventory_spares
+
+    spec = load_jobspec(job_path, known_hosts=[h.name for h in inventory.hosts])
     return with_inventory_spares(spec, [h.name for h in inventory.spares])
+
+
+def watch_controller(job_path: Path, inventory: Inventory, send: Send) -> Controller:
+    """The controller of `cockpit watch --job`: it reads the job file again when it
+    changed, so the screen's relaunch and fork start what `cockpit relaunch JOB.toml`
+    would, not the file as it was when the cockpit opened."""
+    from cockpit.control.controller import Controller
+    from cockpit.control.jobspec import JobFile
+
+    spec = watched_job(job_path, inventory)
+    job_file = JobFile(job_path, lambda path: _read_job(path, inventory))
+    return Controller(spec, send, reload=job_file.changed)
 
 
 @contextmanager
@@ -313,7 +332,9 @@ def open_watch(
         inventory = _inventory_from(targets)
     except InventoryError as exc:
         raise CockpitError(str(exc)) from None
-    spec = watched_job(job_path, inventory) if job_path is not None else None
+    # Checked before the session opens the store; the ops go out once it has a fleet.
+    controller = None if job_path is None else watch_controller(
+        job_path, inventory, lambda host, op: session.fleet.send(host, op))
     if store_path is None:
         store_path = default_recording_path("watch")
     extra = [known_hosts] if known_hosts else []
@@ -321,10 +342,8 @@ def open_watch(
                                                  accept_new=accept_new_host_keys))
     retention = RetentionPolicy(raw_window=raw_window) if raw_window else None
     session = LiveSession(inventory, store_path, options, retention=retention)
-    if spec is not None:
-        from cockpit.control.controller import Controller
-
-        session.source.controller = Controller(spec, session.fleet.send)
+    if controller is not None:
+        session.source.controller = controller
     with session:
         yield session
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from cockpit.analysis.text import counted
-from cockpit.control.jobspec import JobSpec, name_problem
+from cockpit.control.jobspec import JobSpec, JobSpecError, name_problem
 
 # An operator's LR scale, relative to the configured schedule: wide enough for any
 # rescue (a 1000x cut) or warm restart, narrow enough that a slip of the keyboard
@@ -45,6 +45,10 @@ Send = Callable[[str, dict], None]  # (host, op); raises when the host is not re
 FORK_INFIX = "-fork-"  # a fork's default name: the parent's, this, a short id
 # Agent job states of a host that is not (or no longer) one of the job's members.
 OUTSIDE_STATES = frozenset({"standby", "excluded"})
+# Operations that send the job's spec (its command, arguments, hosts) to the agents; the
+# others name the job only, and the agents use the spec it was started with. Only these
+# need the job file as it is now, so a file left broken mid-edit never blocks a pause.
+SPEC_OPERATIONS = frozenset({"launch", "relaunch", "fork", "scale"})
 
 
 class ControlError(RuntimeError):
@@ -52,11 +56,20 @@ class ControlError(RuntimeError):
 
 
 class Controller:
-    """Operations on one job; `send` is e.g. `Fleet.send`."""
+    """Operations on one job; `send` is e.g. `Fleet.send`.
 
-    def __init__(self, spec: JobSpec, send: Send, new_id: Callable[[], str] | None = None
-                 ) -> None:  # fmt: skip
+    `reload`, when given, is asked before each operation for the job spec as its file
+    says now (None: unchanged). A cockpit stays open for days while the operator edits
+    the file and launches or relaunches from the command line, which reads it afresh: an
+    operation from the screen must not restart the job with the arguments of the file as
+    it was when the cockpit opened (a checkpoint that no longer fits, a job that fails).
+    """
+
+    def __init__(self, spec: JobSpec, send: Send, new_id: Callable[[], str] | None = None,
+                 reload: Callable[[], JobSpec | None] | None = None) -> None:  # fmt: skip
         self.spec = spec
+        self._reload = reload
+        self._file_hosts: tuple[tuple[str, ...], tuple[str, ...]] = (spec.hosts, spec.spares)
         self.hosts: tuple[str, ...] = spec.hosts
         self.spares: tuple[str, ...] = spec.spares
         self._send = send
@@ -77,7 +90,32 @@ class Controller:
         return self.hosts[0]
 
     # -- operations ------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Adopt the job file's current contents, if it changed since it was last read.
+
+        The hosts this controller follows (a scale, a relaunch excluding a host, what the
+        agents reported) are kept unless the file's own hosts or spares changed: then the
+        file says where the job runs, as it does for the command line."""
+        if self._reload is None:
+            return
+        try:
+            spec = self._reload()
+        except JobSpecError as exc:
+            raise ControlError(f"the job file changed and no longer reads: {exc}") from None
+        if spec is None:
+            return
+        if spec.name != self.job:
+            raise ControlError(f"the job file now names job {spec.name}, not {self.job}: "
+                               f"start the cockpit again with it to control that job")
+        if (spec.hosts, spec.spares) != self._file_hosts:
+            self._file_hosts = (spec.hosts, spec.spares)
+            self.hosts, self.spares = spec.hosts, spec.spares
+            self.spec = spec
+        else:
+            self.spec = dataclasses.replace(spec, hosts=self.spec.hosts)
+
     def launch(self) -> str:
+        self.refresh()
         ops: dict[str, dict[str, Any]] = {h: {"spec": self.spec.for_host(h, self.hosts)}
                                           for h in self.hosts}  # fmt: skip
         for spare in self.spares:
@@ -86,6 +124,7 @@ class Controller:
 
     def scale(self, add: str | None = None, remove: str | None = None) -> str:
         """Add one host to the running job, or remove one; the others keep running."""
+        self.refresh()
         self.check_scale(add, remove)
         ops: dict[str, dict[str, Any]] = {}
         if add is not None:
@@ -163,6 +202,7 @@ class Controller:
         return self._each("resume", {h: {"job": self.job} for h in self.hosts})
 
     def relaunch(self, exclude: Iterable[str] = ()) -> str:
+        self.refresh()
         excluded = tuple(dict.fromkeys(exclude))
         unknown = [h for h in excluded if h not in self.hosts]
         if unknown:
@@ -191,6 +231,7 @@ class Controller:
 
         The name and step are checked here, before anything is sent: the agents would
         refuse them one by one, after some hosts may already have started the fork."""
+        self.refresh()
         problem = None if name is None else name_problem(name)
         if problem is not None:
             raise ControlError(f"fork name: {problem}")

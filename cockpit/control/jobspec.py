@@ -52,7 +52,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,34 @@ class _Lines:
                 return self.keys[dotted]
             dotted = dotted.rpartition(".")[0]
         return None
+
+
+class JobFile:
+    """A job spec file, read again when its contents changed.
+
+    `changed` returns the new spec, or None while the file says what it said when last
+    read; a file that no longer reads raises `JobSpecError` and is read again next time,
+    so fixing it is enough. The bytes are compared, not the modification time: an edit
+    of the same size within one tick of the file system's clock would go unseen."""
+
+    def __init__(self, path: Path | str, load: Callable[[Path], JobSpec]) -> None:
+        self.path = Path(path)
+        self._load = load
+        self._seen = self._contents()
+
+    def _contents(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except OSError:
+            return None
+
+    def changed(self) -> JobSpec | None:
+        contents = self._contents()
+        if contents == self._seen:
+            return None
+        spec = self._load(self.path)
+        self._seen = contents
+        return spec
 
 
 def load_jobspec(path: Path | str, known_hosts: list[str] | tuple[str, ...] | None = None

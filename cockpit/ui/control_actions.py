@@ -12,6 +12,7 @@ from typing import Any
 from textual import work
 
 from cockpit.analysis.markers import knob_in_force
+from cockpit.control.controller import SPEC_OPERATIONS
 from cockpit.ui import job_control as jc
 from cockpit.ui.messages import ControlDone, ControlPlanned
 from cockpit.ui.screens.confirm import ConfirmScreen
@@ -64,6 +65,9 @@ class ControlActions:
     def _plan_operation(self, controller: object, name: str, kwargs: dict[str, object],
                         warning: str = "") -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
+        refresh = getattr(controller, "refresh", None)
+        if refresh is not None and name in SPEC_OPERATIONS:  # say what will really start
+            refresh()
         text = jc.plan_text(controller, op, kwargs) + warning
         self.post_message(ControlPlanned(name, kwargs, text, controller))  # type: ignore[attr-defined]
 

@@ -193,3 +193,53 @@ def test_adjust_refuses_an_lr_scale_the_ui_would_refuse(value) -> None:
     _controller(links).adjust(lr_scale=0.001)
     _controller(links).adjust(lr_scale=100)
     assert [op["knobs"]["lr_scale"] for _h, op in links.sent] == [0.001, 100]
+
+
+def _watched(tmp_path, links: Links, text: str = SPEC_TEXT):
+    """A job file and the controller `cockpit watch --job` makes of it."""
+    from cockpit.live import watch_controller
+    from cockpit.transport.inventory import parse_inventory
+
+    inventory = parse_inventory("".join(f'[[hosts]]\nname = "{h}"\naddress = "{h}"\n'
+                                        for h in ("gpu1", "gpu2", "gpu3")))  # fmt: skip
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return path, watch_controller(path, inventory, links)
+
+
+def test_the_screens_relaunch_and_fork_start_the_job_file_as_it_is_now(tmp_path) -> None:
+    """The operator edits the file and launches from the command line while the cockpit
+    stays open: the screen's relaunch must not restart the job with the old arguments."""
+    links = Links()
+    path, controller = _watched(tmp_path, links)
+    controller.relaunch()
+    assert {op["spec"]["script"] for _h, op in links.sent} == {"train.py"}
+    path.write_text(SPEC_TEXT.replace('script = "train.py"',
+                                      'script = "train.py"\nargs = ["--d-model", "96"]'))
+    links.sent.clear()
+    controller.relaunch()
+    assert [op["spec"]["args"] for _h, op in links.sent] == [["--d-model", "96"]] * 3
+    links.sent.clear()
+    controller.fork({})
+    assert [op["spec"]["args"] for _h, op in links.sent] == [["--d-model", "96"]] * 3
+
+
+def test_a_job_file_broken_mid_edit_refuses_what_would_start_it_but_not_a_pause(
+    tmp_path,
+) -> None:
+    links = Links()
+    path, controller = _watched(tmp_path, links)
+    path.write_text(SPEC_TEXT.replace("nproc_per_node = 8", "nproc_per_node = 0"))
+    with pytest.raises(ControlError, match=rf"job file changed.*{path.name}.*nproc_per_node"):
+        controller.relaunch()
+    assert links.sent == []
+    controller.pause()
+    assert {h for h, _op in links.sent} == {"gpu1", "gpu2", "gpu3"}
+    path.write_text(SPEC_TEXT.replace('name = "big"', 'name = "other"'))
+    with pytest.raises(ControlError, match="now names job other, not big"):
+        controller.fork({})
+    path.write_text(SPEC_TEXT)
+    links.sent.clear()
+    controller.relaunch(exclude=["gpu3"])  # fixed: read again, and the exclusion holds
+    assert [h for h, _op in links.sent] == ["gpu3", "gpu1", "gpu2"]
+    assert controller.hosts == ("gpu1", "gpu2")
