@@ -91,6 +91,7 @@ ACTIVE_STATES = ("running",)
 STARTING_KINDS = ("job_started", "resume", "relaunch")
 DATA_EVENT_KINDS = ("spool_error", "dropped")
 DATA_EVENTS_READ = 500
+STARTS_READ = 500  # newest job starts read to tell which agent alerts a restart ended
 # Points per chart series. The loss analysis (spikes, divergence, LR) reads the same
 # series, so the screen and the report must ask for the same number to agree.
 SNAPSHOT_BUCKETS = 120
@@ -689,6 +690,19 @@ def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
                     controllable=controllable)
 
 
+def _operator_starts(started: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each job's newest start by the operator (a launch, resume, relaunch or fork), not
+    by the agents' own recovery: only such a start ends a "recovery stopped" alert (a
+    peer host's restart after one host gave up does not make the job whole)."""
+    out: dict[str, float] = {}
+    for e in started:
+        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        job = e.get("job")
+        if job and data.get("reason") != "recovery":
+            out[job] = max(out.get(job, 0.0), float(e.get("ts") or 0.0))
+    return out
+
+
 def build_snapshot(
     reader: StoreReader,
     *,
@@ -809,8 +823,11 @@ def build_snapshot(
         lambda: reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
                               limit=DATA_EVENTS_READ, frontiers=fr))
     stored_alerts = reader.memo(
-        "alerts", fr.key("alert"),
-        lambda: rules.stored_alerts(reader.alerts(until_ts=until_ts, frontiers=fr)))
+        "alerts", (fr.key("alert"), events_key),
+        lambda: rules.stored_alerts(reader.alerts(until_ts=until_ts, frontiers=fr),
+                                    _operator_starts(reader.events(
+                                        until_ts=until_ts, kinds=("job_started",),
+                                        limit=STARTS_READ, frontiers=fr))))
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
     link_rows = _link_rows(hosts, health)
     alerts = rules.merge(

@@ -379,10 +379,24 @@ def stall_alerts(verdict: StallVerdict, *, now: float, since: float | None = Non
                    STALL_HINTS.get(verdict.cause, STALL_HINTS[None]))]
 
 
-def stored_alerts(rows: Iterable[Row]) -> list[Alert]:
-    """Alerts the agents raised themselves (the `alert` table)."""
+# Agent alerts that say a job is down for good: true until the job starts again.
+ENDED_BY_A_START = frozenset({"recovery_stopped"})
+
+
+def stored_alerts(rows: Iterable[Row], started: Mapping[str, float] | None = None
+                  ) -> list[Alert]:  # fmt: skip
+    """Alerts the agents raised themselves (the `alert` table).
+
+    `started` maps a job to the time it last started (launch, resume, relaunch): a
+    "recovery stopped" alert raised before that is over, since the operator fixed and
+    restarted the job; still shown, it would keep a critical alert on a job that trains."""
+    started = started or {}
     out = []
     for r in rows:
+        began = started.get(r.get("job") or "")
+        if r.get("code") in ENDED_BY_A_START and began is not None and \
+                began > float(r.get("ts") or 0.0):
+            continue
         where = r.get("where")
         out.append(Alert(
             ts=float(r.get("ts") or 0.0),

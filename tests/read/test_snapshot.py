@@ -225,6 +225,38 @@ def test_a_job_the_agent_gave_up_on_is_not_promised_a_restart(tmp_path: Path) ->
     assert "no: the agent stopped retrying" in render_report(path)
 
 
+def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
+        tmp_path: Path) -> None:
+    """The agent gave up and said so (critical); the operator fixed the job and
+    relaunched it: it trains again, so the alert is over. A peer host's own recovery
+    restart after the alert does not end it."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+
+    def started(seq: int, reason: str, ts: float) -> bytes:
+        return encode("event", seq, {"kind": "job_started", "job": "job-1", "rank": None,
+                                     "step": None, "msg": "started",
+                                     "data": {"reason": reason, "attempt": 2}}, ts=ts)
+
+    with Store(path) as store:
+        store.ingest("node-a", encode("alert", 10**6, {
+            "job": "job-1", "rank": 0, "kind": "parameter", "severity": "critical",
+            "code": "recovery_stopped", "where": {"rank": 0},
+            "what": "job job-1 stopped after user_code", "hint": "fix it"}, ts=last + 1))
+        store.ingest("node-b", started(10**6, "recovery", last + 2))
+    with Store(path, read_only=True) as store:
+        gave_up = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert any(a.code == "recovery_stopped" for a in gave_up.alerts)
+    with Store(path) as store:
+        store.ingest("node-a", started(10**6 + 1, "relaunch", last + 3))
+    with Store(path, read_only=True) as store:
+        reader = StoreReader(store)
+        again = build_snapshot(reader, until_ts=None, label="REPLAY")
+        before = build_snapshot(reader, until_ts=last + 2.5, label="REPLAY")
+    assert not any(a.code == "recovery_stopped" for a in again.alerts)
+    assert any(a.code == "recovery_stopped" for a in before.alerts)
+
+
 @pytest.mark.parametrize(("data", "state"), [
     ({"mode": "checkpoint", "ok": False, "error": "no checkpoint_saved within 60 s"},
      "running"),
