@@ -44,12 +44,20 @@ def _check(cost: float, mtbf: float) -> None:
         )
 
 
+# "Now every" is the median of the newest gaps between checkpoints, not of the whole
+# recording: after a relaunch with another `checkpoint.every` (or a first run of the job
+# that checkpointed ten times as often) the whole run's median keeps the old cadence for
+# as long again, and the advice then compares the optimum with what the job no longer
+# does. Nine gaps: a pause's or a "checkpoint now" request's extra one does not move it.
+RECENT_GAPS = 9
+
+
 @dataclass(frozen=True)
 class CheckpointAdvice:
     interval_s: float | None  # recommended compute time between checkpoints
     cost_s: float | None  # median observed checkpoint write time
     mtbf_s: float | None  # observed (or lower bound when no failure yet)
-    current_interval_s: float | None  # median gap between observed checkpoints
+    current_interval_s: float | None  # median of the newest gaps between checkpoints
     mtbf_is_lower_bound: bool
     text: str
 
@@ -68,7 +76,7 @@ def advise(
     """
     costs = [c for c in finite(checkpoint_seconds) if c > 0]
     stamps = sorted(checkpoint_ts)
-    gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
+    gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a][-RECENT_GAPS:]
     current = median(gaps) if gaps else None
     cost = median(costs) if costs else None
     if cost is None:

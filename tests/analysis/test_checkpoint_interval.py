@@ -59,3 +59,14 @@ def test_advice_without_checkpoint_cost_says_why() -> None:
                     observed_seconds=HOUR)
     assert advice.interval_s is None
     assert "no checkpoint" in advice.text
+
+
+def test_now_is_the_recent_cadence_not_the_whole_runs() -> None:
+    """A first run checkpointed every 10 s for an hour; the relaunch every 2 min: "now"
+    says 2 min from its tenth checkpoint on, however long the first run was."""
+    old = [10.0 * i for i in range(360)]
+    new = [old[-1] + 120.0 * (i + 1) for i in range(10)]
+    advice = advise(checkpoint_seconds=[1.0] * 370, checkpoint_ts=old + new,
+                    interruptions=1, observed_seconds=2 * HOUR)
+    assert advice.current_interval_s == pytest.approx(120.0)
+    assert advice.text.endswith("now every 2 min")
