@@ -491,6 +491,21 @@ def _rank0_note(kept_from: float, world: int) -> str:
             f"throughput and totals are rank 0's x {world}, spread unknown")
 
 
+def _lagging_note(train: TrainView, figures: EfficiencyFigures, world: Any) -> str | None:
+    """Ranks that reported steps before but none among the recent ones (their host is
+    unreachable, or its records arrive late): the throughput, a sum over the ranks that
+    report, then counts only some of the job and reads as a slowdown it is not."""
+    recent = {r.rank for r in figures.ranks}
+    missing = sorted({r["rank"] for r in train.latest if r.get("rank") is not None} - recent)
+    if not recent or not missing:
+        return None
+    hosts = sorted({str(r["host"]) for r in train.latest if r.get("rank") in missing})
+    of = f" of {world}" if isinstance(world, int) and world >= len(recent) else ""
+    return (f"{'rank' if len(missing) == 1 else 'ranks'} {', '.join(map(str, missing))} "
+            f"({', '.join(hosts)}) not in the recent steps (records late or host "
+            f"unreachable): throughput counts {len(recent)}{of} ranks")
+
+
 def _figures(run: Mapping[str, Any], train: TrainView, gpus: Sequence[Mapping[str, Any]],
              rank0_for: int | None = None) -> EfficiencyFigures:
     """The efficiency figures of the ranks read; with `rank0_for`, rank 0 stands for that
@@ -780,7 +795,8 @@ def build_snapshot(
         nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
         found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
         efficiency = _efficiency(train, figures, series, busy_f.result()[0],
-                                 _rank0_note(kept_from, world) if kept_from is not None else None)
+                                 _rank0_note(kept_from, world) if kept_from is not None
+                                 else _lagging_note(train, figures, world))
         others = [j for j in training if j != job]
         if state in ("paused", "exited", "failed") and others:
             # The hosts' GPUs now work for another job: their use is not this one's.

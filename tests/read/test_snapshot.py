@@ -257,6 +257,30 @@ def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
     assert any(a.code == "recovery_stopped" for a in before.alerts)
 
 
+def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
+        tmp_path: Path) -> None:
+    """node-b's link is down: its ranks' steps arrive later, all at once. Meanwhile the
+    throughput sums node-a's ranks only; the pane and the report say so, or it reads as
+    the job running at half speed."""
+    from cockpit.train_tail import MAX_RECENT_STEPS
+
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:
+        for step in range(syn.STEPS, syn.STEPS + 2 * MAX_RECENT_STEPS):
+            for rank in (0, 1):
+                store.ingest("node-a", encode("train", 10**6 + 2 * step + rank, {
+                    "job": "job-1", "rank": rank, "step": step, "loss": 0.6,
+                    "samples": syn.SAMPLES_PER_RANK, "step_time": 1.0},
+                    ts=syn.step_ts(step) + 0.001 * rank))
+    with Store(path, read_only=True) as store:
+        efficiency = build_snapshot(StoreReader(store), until_ts=None, label="LIVE").efficiency
+    assert efficiency.samples_per_s == pytest.approx(2 * syn.SAMPLES_PER_RANK)
+    assert efficiency.note is not None
+    assert efficiency.note.startswith("ranks 2, 3 (node-b) not in the recent steps")
+    assert efficiency.note.endswith("throughput counts 2 of 4 ranks")
+    assert "ranks 2, 3 (node-b) not in the recent steps" in render_report(path)
+
+
 @pytest.mark.parametrize(("data", "state"), [
     ({"mode": "checkpoint", "ok": False, "error": "no checkpoint_saved within 60 s"},
      "running"),
