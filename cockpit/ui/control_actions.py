@@ -116,6 +116,9 @@ class ControlActions:
     def action_resume_job(self) -> None:
         self.request_operation("resume")
 
+    def action_stop_job(self) -> None:
+        self.request_operation("stop")
+
     def action_checkpoint_now(self) -> None:
         self.request_operation("checkpoint")
 

@@ -44,6 +44,9 @@ OPERATIONS = {
         Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),  # type: ignore[attr-defined]
         Operation("scale", "Scale the job", True,
                   lambda c, kw: c.scale(add=kw.get("add"), remove=kw.get("remove"))),  # type: ignore[attr-defined]
+        # On every host, whatever each one's state: a host that gave up and its peer
+        # that keeps restarting into a rendezvous nobody joins are both ended.
+        Operation("stop", "Stop the job", True, lambda c, kw: c.stop()),  # type: ignore[attr-defined]
     )
 }
 

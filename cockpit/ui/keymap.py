@@ -55,6 +55,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("eval_now", "e", "eval_now", "Eval", "app", show=False),
     KeySpec("adjust_lr", "l", "adjust_lr", "LR scale", "app", show=False),
     KeySpec("scale_job", "s", "scale_job", "Scale", "app", show=False),
+    KeySpec("stop_job", "S", "stop_job", "Stop job", "app", show=False),
     KeySpec("help", "question_mark", "help", "Help", "app"),
     KeySpec("quit", "q", "quit", "Quit", "app"),
     KeySpec("replay_toggle", "space", "replay_toggle", "Play/pause", "replay"),

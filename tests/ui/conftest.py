@@ -76,6 +76,9 @@ class RecordingController:
     def eval_now(self) -> str:
         return self._record("eval_now")
 
+    def stop(self) -> str:
+        return self._record("stop")
+
     def names(self) -> list[str]:
         return [name for name, _, _ in self.calls if name != "describe"]
 

@@ -68,6 +68,24 @@ async def test_pause_is_confirmed_with_the_controllers_description(
             ControlPlanned, ControlDone]
 
 
+async def test_stop_is_confirmed_then_sent(controlled_source: StaticSource,
+                                           controller: RecordingController) -> None:
+    """A job that failed on one host while another keeps restarting into a rendezvous
+    nobody joins has no process to pause: the stop key ends it everywhere."""
+    app = make_app(controlled_source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("S")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "stop: signal ranks" in text(app, "#dialog-body")
+        assert controller.names() == []
+        await pilot.press("y")
+        await settle(pilot)
+        assert controller.names() == ["stop"]
+        assert "Stop the job: stop accepted" in notifications(app)
+
+
 async def test_cancelled_confirmation_does_nothing(controlled_source: StaticSource,
                                                    controller: RecordingController) -> None:
     app = make_app(controlled_source)
