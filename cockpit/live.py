@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.analysis.alerts import CRITICAL, RESOURCE, merge
 from cockpit.analysis.text import counted
+from cockpit.control.acks import ack_outcome
 from cockpit.errors import CockpitError
 from cockpit.ingest.writer import StoreWriter, WriterBacklogError
 from cockpit.snapshot import Alert, Snapshot
@@ -82,6 +83,12 @@ class LiveSource:
 
     def details(self, what: str, **kw: Any) -> object:
         return details(self._reader, what, **kw)
+
+    def acks(self, op_ids: Sequence[str]) -> dict[str, tuple[bool, str]]:
+        """The stored acknowledgements of `op_ids` (id -> (accepted, what the agent
+        said)): an op the screen reported as sent may yet be refused by an agent."""
+        return {op_id: ack_outcome(ack)
+                for op_id, ack in self._reader.control_acks(list(op_ids)).items()}
 
     def stop(self) -> None:
         self._session.remove_listeners()

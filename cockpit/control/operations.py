@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.control.acks import ack_outcome
 from cockpit.control.controller import ControlError, Controller
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
 from cockpit.errors import CockpitError
@@ -181,11 +182,8 @@ def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> l
             outcomes.append(Outcome(host, False, f"no acknowledgement within {timeout:g} s: "
                                                   "is the agent daemon running there?"))
             continue
-        data = ack["data"]
-        detail = ack.get("msg") or ""
-        if not data.get("ok"):
-            detail = str(data.get("error") or detail or "refused")
-        outcomes.append(Outcome(host, bool(data.get("ok")), detail))
+        ok, detail = ack_outcome(ack)
+        outcomes.append(Outcome(host, ok, detail))
     return outcomes
 
 

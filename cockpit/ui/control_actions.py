@@ -1,11 +1,13 @@
-"""The app's job-control keys: p, r, R, f, c, e, l, s.
+"""The app's job-control keys: p, r, R, f, c, e, l, s, S.
 
 Each goes through `source.controller`, in a worker (controllers talk to hosts). With no
-controller the operator is told so plainly; nothing pretends to have happened.
+controller the operator is told so plainly; nothing pretends to have happened. "Sent" is
+not "done": the agents' answers are followed, and a refusal or silence is told too.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,11 +16,13 @@ from textual import work
 from cockpit.analysis.markers import knob_in_force
 from cockpit.control.controller import SPEC_OPERATIONS
 from cockpit.ui import job_control as jc
-from cockpit.ui.messages import ControlDone, ControlPlanned
+from cockpit.ui.messages import ControlAcked, ControlDone, ControlPlanned
 from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.prompt import PromptScreen
 from cockpit.ui.widgets.gpu_grid import host_problem
 
+ACK_WAIT_S = 30.0  # an agent answers within a second or two; its link may be reconnecting
+ACK_POLL_S = 0.5
 
 class ControlActions:
     """Mixed into the App; expects `source`, `snapshot`, `notify`, `push_screen`."""
@@ -76,7 +80,33 @@ class ControlActions:
                        ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
         result = op.call(controller, kwargs)
-        self.post_message(ControlDone(name, result, jc.job_of(controller)))  # type: ignore[attr-defined]
+        ops = dict(getattr(controller, "last_ops", None) or {})
+        self.post_message(ControlDone(name, result, jc.job_of(controller), ops))  # type: ignore[attr-defined]
+
+    @work(thread=True, exit_on_error=False, group="acks")
+    def _follow_acks(self, action: str, job: str | None, ops: dict[str, str]) -> None:
+        """Wait for the agents' answers to an op the screen said was sent: a refusal
+        ("job 'duo' is paused") or silence must reach the operator, not only the events
+        list. Reads through the source, like every other worker."""
+        acks = getattr(self.source, "acks", None)  # type: ignore[attr-defined]
+        if acks is None:
+            return
+        deadline = time.monotonic() + ACK_WAIT_S
+        found: dict[str, tuple[bool, str]] = {}
+        while True:
+            found = acks(list(ops.values()))
+            if len(found) == len(ops) or time.monotonic() > deadline:
+                break
+            time.sleep(ACK_POLL_S)
+        answers = {host: found.get(op_id) for host, op_id in ops.items()}
+        self.post_message(ControlAcked(action, job, answers))  # type: ignore[attr-defined]
+
+    def on_control_acked(self, message: ControlAcked) -> None:
+        text, severity = jc.ack_text(jc.OPERATIONS[message.action], message.answers,
+                                     ACK_WAIT_S)
+        if text:
+            title = f"Job control · {message.job}" if message.job else "Job control"
+            self.notify(text, title=title, severity=severity, timeout=8)  # type: ignore[attr-defined]
 
     def on_control_planned(self, message: ControlPlanned) -> None:
         op = jc.OPERATIONS[message.action]
@@ -93,6 +123,8 @@ class ControlActions:
         op = jc.OPERATIONS[message.action]
         title = f"Job control · {message.job}" if message.job else "Job control"
         self.notify(jc.result_text(op, message.result), title=title)  # type: ignore[attr-defined]
+        if message.ops:
+            self._follow_acks(message.action, message.job, message.ops)
 
     def _prompt(self, title: str, help_text: str, parse: Callable[[str], object],
                 then: Callable[[Any, object], None], value: str = "",

@@ -127,6 +127,23 @@ def result_text(op: Operation, result: object) -> str:
     return f"{op.title}: {result}" if result not in (None, "", True) else f"{op.title}: done"
 
 
+def ack_text(op: Operation, answers: dict[str, tuple[bool, str] | None],
+             waited: float) -> tuple[str, str]:
+    """(text, severity) of the agents' answers to a sent op; no text when every host
+    accepted (the "sent" toast said so, and the job's panes show the rest)."""
+    refused = [f"{host}: {answer[1]}" for host, answer in answers.items()
+               if answer is not None and not answer[0]]
+    silent = [host for host, answer in answers.items() if answer is None]
+    lines = []
+    if refused:
+        lines.append(f"{op.title}: refused by " + "; ".join(refused))
+    if silent:
+        lines.append(f"{op.title}: no answer from {', '.join(silent)} within {waited:g} s "
+                     "(its link or agent daemon may be down; the events list (a) shows a "
+                     "late answer)")
+    return "\n".join(lines), ("warning" if lines else "information")
+
+
 def parse_lr_scale(text: str) -> float:
     try:
         value = float(text.strip())

@@ -51,11 +51,25 @@ class ControlPlanned(Message):
 class ControlDone(Message):
     """A job-control action returned; `result` is what the controller answered."""
 
-    def __init__(self, action: str, result: object, job: str | None = None) -> None:
+    def __init__(self, action: str, result: object, job: str | None = None,
+                 ops: dict[str, str] | None = None) -> None:
         super().__init__()
         self.action = action
         self.result = result
         self.job = job  # the job it acted on
+        self.ops = ops or {}  # host -> id of the op sent there, for its acknowledgement
+
+
+class ControlAcked(Message):
+    """The agents answered a sent op, or some did not within the wait: `answers` maps
+    host -> (accepted, what it said), None for a host that has not answered."""
+
+    def __init__(self, action: str, job: str | None,
+                 answers: dict[str, tuple[bool, str] | None]) -> None:
+        super().__init__()
+        self.action = action
+        self.job = job
+        self.answers = answers
 
 
 class PaneFocused(Message):

@@ -12,9 +12,11 @@ import inspect
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Input
 
 from cockpit.store.database import Store
+from cockpit.ui import control_actions
 from cockpit.ui import job_control as jc
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.commands import CockpitCommands
@@ -164,6 +166,38 @@ async def test_checkpoint_and_eval_run_at_once(controlled_source: StaticSource,
         await settle(pilot)
         assert controller.names() == ["checkpoint_now", "eval_now"]
         assert notifications(app)[-1] == "job demo-7b is running: there is nothing to resume"
+
+
+class AnsweringSource(StaticSource):
+    """A live source whose agents answered as a test says (op id -> answer)."""
+
+    def __init__(self, answers: dict[str, tuple[bool, str]], **kw: object) -> None:
+        super().__init__(demo_snapshot(), demo_details(), label="LIVE", **kw)  # type: ignore[arg-type]
+        self.answers = answers
+
+    def acks(self, op_ids: list[str]) -> dict[str, tuple[bool, str]]:
+        return {i: self.answers[i] for i in op_ids if i in self.answers}
+
+
+async def test_a_refused_or_unanswered_op_is_told_after_sent(
+        controller: RecordingController, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Sent" is not "done": an agent's refusal, and a host that never answered, reach
+    the operator as a warning rather than only the events list."""
+    monkeypatch.setattr(control_actions, "ACK_WAIT_S", 0.3)
+    controller.last_ops = {"gpu-node-a": "op1-gpu-node-a", "gpu-node-b": "op1-gpu-node-b"}
+    source = AnsweringSource({"op1-gpu-node-a": (False, "job 'demo-7b' is paused")},
+                             controller=controller)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: any("refused" in n for n in notifications(app)),
+                         "the agents' answers")
+        said = next(n for n in notifications(app) if "refused" in n)
+        assert "Checkpoint now: refused by gpu-node-a: job 'demo-7b' is paused" in said
+        assert "no answer from gpu-node-b within 0.3 s" in said
+    accepted = jc.ack_text(jc.OPERATIONS["pause"], {"a": (True, "ok"), "b": (True, "ok")}, 30)
+    assert accepted == ("", "information")  # all accepted: the "sent" toast suffices
 
 
 async def test_control_keys_act_on_the_job_on_screen(controller: RecordingController) -> None:
