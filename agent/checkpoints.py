@@ -191,3 +191,32 @@ def copy_to(checkpoint: Checkpoint, directory: Path) -> Checkpoint:
     if copied is None:
         raise OSError("copy of %s to %s is not intact: %s" % (checkpoint.path, target, why))
     return copied
+
+
+def set_aside(directory: Path) -> Tuple[Optional[Path], List[str], List[Tuple[str, str]]]:
+    """Move every checkpoint of `directory` (with its marker) into a sibling folder named
+    for the newest step among them; returns (that folder or None when there was nothing,
+    the files moved, the (path, why) of each that could not be).
+
+    For a fresh start in a checkpoint dir an earlier run left behind: every restart takes
+    the newest valid checkpoint there, which would be the earlier run's (another step,
+    perhaps another model). Moved, not deleted. Agents of several hosts sharing the dir
+    may race to do it: a file another one moved first is simply gone from here."""
+    found = candidates(directory)
+    if not found:
+        return None, [], []
+    target = directory.parent / ("%s.earlier-run-to-step-%d" % (directory.name, found[0][0]))
+    moved: List[str] = []
+    failed: List[Tuple[str, str]] = []
+    for _step, path in found:
+        for item in (path, marker_path(path)):
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                os.replace(str(item), str(target / item.name))
+            except FileNotFoundError:
+                continue  # no marker (a torn file), or another host's agent moved it
+            except OSError as exc:
+                failed.append((str(item), exc.strerror or str(exc)))
+                continue
+            moved.append(str(item))
+    return target, moved, failed

@@ -255,6 +255,9 @@ class ManagedJob:
                     return
             elif use_newest:
                 checkpoint, _skipped = self._newest_checkpoint()
+            elif self.state != STANDBY and adopted is None and not self._fresh_start():
+                self.state = FAILED
+                return
             if self.state != STANDBY and adopted is None:
                 self._launch(checkpoint)
             retry_at: Optional[float] = retry_now
@@ -585,6 +588,39 @@ class ManagedJob:
             "checkpoint": str(copied.path), "source": str(source.path),
             "run_dir": str(self.spec.run_dir), "overrides": self.overrides}, step=source.step)
         return copied
+
+    def _fresh_start(self) -> bool:
+        """A launch from step 0 into a checkpoint dir that still holds checkpoints (an
+        earlier run under the same name): they are set aside first, or a recovery, pause
+        or fork of this run would restore the earlier run's newest step. False (and the
+        job is not started) when some could not be moved."""
+        directory = self.spec.checkpoint_dir
+        target, moved, failed = checkpoints.set_aside(directory)
+        if target is None or not (moved or failed):
+            return True
+        steps = sorted({s for s, p in checkpoints.candidates(target)})
+        where = "steps %d to %d" % (steps[0], steps[-1]) if len(steps) > 1 else (
+            "step %d" % steps[0] if steps else "no step")
+        data = {"ok": not failed, "from": str(directory), "to": str(target),
+                "moved": len(moved), "failed": [{"path": p, "error": w} for p, w in failed]}
+        if failed:
+            self._event("checkpoints_set_aside", "job %s not started: its checkpoint dir %s "
+                        "holds an earlier run's checkpoints and %d could not be moved to %s "
+                        "(%s: %s); a fresh start beside them would recover into them: move "
+                        "them away, or continue that run with resume" % (
+                            self.name, directory, len(failed), target, failed[0][0],
+                            failed[0][1]), data)
+            self._alert("resource", "critical", "launch_refused",
+                        "job %s not started: %d earlier checkpoint(s) in %s could not be "
+                        "moved aside (%s)" % (self.name, len(failed), directory,
+                                              failed[0][1]),
+                        "move the earlier run's checkpoints out of %s, or continue that run "
+                        "with resume" % directory)
+            return False
+        self._event("checkpoints_set_aside", "job %s starts afresh: the earlier run's "
+                    "checkpoints in %s (%s) were moved to %s, so that no restart of this run "
+                    "restores them" % (self.name, directory, where, target), data)
+        return True
 
     def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
         found, skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)

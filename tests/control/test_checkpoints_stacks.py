@@ -71,6 +71,21 @@ def test_an_unreadable_checkpoint_is_skipped_with_its_reason(tmp_path: Path,
                        "ckpt-00000350.pt": "unreadable: Input/output error"}
 
 
+def test_set_aside_moves_an_earlier_runs_checkpoints_with_their_markers(tmp_path: Path) -> None:
+    d = tmp_path / "run" / "checkpoints"
+    _save(d, 100, b"a" * 10)
+    _save(d, 2990, b"b" * 10)
+    _save(d, 3000, b"c" * 10, marker=False)  # torn: moved too, it is no less the old run's
+    (d / "notes.txt").write_text("kept")  # not a checkpoint: stays
+    target, moved, failed = checkpoints.set_aside(d)
+    assert target == tmp_path / "run" / "checkpoints.earlier-run-to-step-3000"
+    assert failed == [] and len(moved) == 5
+    assert checkpoints.newest_valid(d) == (None, [])
+    assert checkpoints.newest_valid(target)[0].step == 2990
+    assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
+    assert checkpoints.set_aside(d) == (None, [], [])  # nothing left: nothing to do
+
+
 def test_copy_to_keeps_the_checkpoint_verifiable(tmp_path: Path) -> None:
     source, _ = checkpoints.inspect(_save(tmp_path / "a", 7, os.urandom(5000)))
     copied = checkpoints.copy_to(source, tmp_path / "fork" / "checkpoints")

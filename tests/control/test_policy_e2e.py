@@ -5,6 +5,7 @@ that fails before its first step does not end the outage."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import textwrap
@@ -132,3 +133,27 @@ def test_a_restart_that_fails_before_its_first_step_does_not_end_the_outage(
     assert data["recovery_seconds"] > failed - first, (data, cuts)
     assert "recovered from killed (then nccl on restart)" in rec["msg"], rec
     assert len(d.events("job_started", "relapse")) == 3
+
+
+def test_a_fresh_launch_sets_an_earlier_runs_checkpoints_aside(
+    tmp_path: Path, agent_daemon: AgentDaemon
+) -> None:
+    """The same job name launched again from step 0 where an earlier run checkpointed to
+    step 2990: a recovery of the new run must not restore step 2990."""
+    d = agent_daemon
+    spec = _spec(tmp_path, "again", KILLED_THEN_RESTART_FAILS)
+    spec["env"]["ATTEMPTS_FILE"] = str(tmp_path / "attempts")
+    old = Path(spec["run_dir"]) / "checkpoints"
+    old.mkdir(parents=True)
+    payload = b"earlier model"
+    (old / "ckpt-00002990.pt").write_bytes(payload)
+    (old / "ckpt-00002990.pt.done").write_text(json.dumps({
+        "step": 2990, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}))
+    d.op("launch", spec=spec)
+    aside = d.wait_for(lambda: d.event("checkpoints_set_aside"), 30, "the set-aside")
+    assert aside["data"]["ok"] is True and aside["data"]["moved"] == 2, aside
+    assert "starts afresh" in aside["msg"] and "step 2990" in aside["msg"], aside
+    assert Path(aside["data"]["to"]).name == "checkpoints.earlier-run-to-step-2990"
+    rec = d.wait_for(lambda: d.event("recovery", lambda e: e["job"] == "again"), 90,
+                     "the recovery")  # fmt: skip
+    assert rec["data"]["checkpoint"] is None and rec["data"]["checkpoint_step"] == 0, rec
