@@ -47,6 +47,13 @@ def append_op(state_dir: Path, entry: dict) -> None:
         os.close(fd)
 
 
+# Ops the job's own thread carries out after the ack: the ack says they were accepted, and
+# the job's events (`pause`, `job_started`, `job_exited`, `fork`, `scale`) say when they
+# were done. "done" would have an operator read a pause as complete before its checkpoint.
+ACCEPTED_OPS = frozenset({"launch", "pause", "resume", "thaw", "relaunch", "fork", "stop",
+                          "scale"})
+
+
 def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
                job: object = None, extra: Optional[dict] = None,
                what: Optional[str] = None) -> Tuple[str, dict]:
@@ -60,7 +67,9 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
     name = what or (op if isinstance(op, str) else "?")
     if not ok:
         outcome = "refused: %s" % error
-    msg = "control op %s %s" % (name, outcome or "done")
+    if outcome is None:
+        outcome = "accepted" if op in ACCEPTED_OPS else "done"
+    msg = "control op %s %s" % (name, outcome)
     return ("event", {"kind": "control_ack", "job": job if isinstance(job, str) else None,
                       "rank": None, "step": None, "msg": msg, "data": data})
 

@@ -187,6 +187,33 @@ def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> l
     return outcomes
 
 
+def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: float,
+                timeout: float) -> list[Outcome]:
+    """Each host's `pause` event after `since`: an accepted pause is complete only once
+    the checkpoint is written and the processes are gone, which takes until the ranks
+    next agree on a step (the job's control cadence) and the save."""
+    reader = StoreReader(session.store)
+    deadline = time.monotonic() + timeout
+    found: dict[str, dict[str, Any]] = {}
+    while set(found) < set(hosts) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        session.writer.flush()
+        for e in reader.events(kinds=["pause"], job=job, limit=50):
+            if e["host"] in hosts and e["ts"] >= since:
+                found.setdefault(e["host"], e)
+    outcomes = []
+    for host in hosts:
+        event = found.get(host)
+        if event is None:
+            outcomes.append(Outcome(host, False, f"no pause event within {timeout:g} s: the "
+                                                 "job may still be reaching its checkpoint; "
+                                                 "the events list shows when it does"))
+            continue
+        data = event["data"] if isinstance(event["data"], dict) else {}
+        outcomes.append(Outcome(host, bool(data.get("ok")), str(event.get("msg") or "")))
+    return outcomes
+
+
 def sync_membership(session: LiveSession, controller: Controller, hosts: Sequence[str],
                     timeout: float) -> list[str]:
     """Ask each host's agent about the job (`jobs`) and let the controller adopt who takes
@@ -293,11 +320,18 @@ def run_operation(
                 echo(f"warning: {warning}")
         echo(controller.describe("freeze" if kw.get("freeze") else action,
                                  add=kw.get("add"), remove=kw.get("remove")))
+        sent_at = time.time()
         sender = perform(controller, action, **kw)
         ops = dict(controller.last_ops)
         outcomes = wait_acks(session, ops, ack_timeout)
-    for o in outcomes:
-        echo(f"{o.host}: {'ok' if o.ok else 'FAILED'}" + (f" — {o.detail}" if o.detail else ""))
+        for o in outcomes:
+            echo(f"{o.host}: {'ok' if o.ok else 'FAILED'}"
+                 + (f" — {o.detail}" if o.detail else ""))
+        if action == "pause":
+            accepted = [o.host for o in outcomes if o.ok]
+            outcomes += wait_paused(session, controller.job, accepted, sent_at, ack_timeout)
+            for o in outcomes[len(ops):]:
+                echo(f"{o.host}: {'paused' if o.ok else 'NOT PAUSED'} — {o.detail}")
     if action == "fork":
         echo(f"fork: job {sender.job} in {sender.spec.run_dir}")
     echo(f"recording: {store_path}")

@@ -137,5 +137,5 @@ def test_an_ack_names_its_job_and_what_an_adjust_asked(tmp_path: Path) -> None:
     ControlInbox(journal, handlers).poll()
     journal.close()
     acks = [(r["job"], r["msg"]) for r in JournalReader(tmp_path).records()]
-    assert acks == [("fork-1", "control op launch done"),
+    assert acks == [("fork-1", "control op launch accepted"),
                     ("fork-1", "control op adjust (checkpoint_now) done")]

@@ -71,6 +71,11 @@ def test_cli_operations_are_sent_and_acknowledged(
     assert paused.returncode == 0, paused.stderr + paused.stdout
     event = d.wait_for(lambda: d.event("pause", lambda e: e["job"] == "cli"), 60, "pause")
     assert event["data"]["ok"] is True
+    # Accepted is said as accepted; the command returns once the pause is complete, with
+    # its step and checkpoint.
+    assert "local: ok — control op pause accepted" in paused.stdout, paused.stdout
+    assert f"local: paused — job cli paused at step {event['data']['step']} (checkpoint " \
+        in paused.stdout, paused.stdout
 
     resumed = cockpit("resume", *common)
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
