@@ -158,18 +158,26 @@ def no_daemon_text(host: HostSpec) -> str:
             f"`cockpit-agent run --state-dir {host.state_dir}`")
 
 
+def _poll_store(session: LiveSession, look: Callable[[StoreReader], dict[str, Any]],
+                wanted: int, timeout: float) -> dict[str, Any]:
+    """What `look` finds in the store, looked at until it finds `wanted` items or
+    `timeout` passes: the writer is flushed on each look, so a record counts once stored."""
+    reader = StoreReader(session.store)
+    deadline = time.monotonic() + timeout
+    found: dict[str, Any] = {}
+    while len(found) < wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        session.writer.flush()
+        found = look(reader)
+    return found
+
+
 def _collect_acks(session: LiveSession, op_ids: list[str],
                   timeout: float) -> dict[str, dict[str, Any]]:
     """The stored acknowledgements of `op_ids` (id -> ack event), as many as arrive
-    within `timeout`: the writer is flushed on each look, so an ack counts once stored."""
-    reader = StoreReader(session.store)
-    deadline = time.monotonic() + timeout
-    acks: dict[str, dict[str, Any]] = {}
-    while len(acks) < len(op_ids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        session.writer.flush()
-        acks = reader.control_acks(op_ids)
-    return acks
+    within `timeout`."""
+    return _poll_store(session, lambda reader: reader.control_acks(op_ids), len(op_ids),
+                       timeout)
 
 
 def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> list[Outcome]:
@@ -192,15 +200,14 @@ def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: flo
     """Each host's `pause` event after `since`: an accepted pause is complete only once
     the checkpoint is written and the processes are gone, which takes until the ranks
     next agree on a step (the job's control cadence) and the save."""
-    reader = StoreReader(session.store)
-    deadline = time.monotonic() + timeout
-    found: dict[str, dict[str, Any]] = {}
-    while set(found) < set(hosts) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        session.writer.flush()
+    def look(reader: StoreReader) -> dict[str, Any]:
+        found: dict[str, Any] = {}
         for e in reader.events(kinds=["pause"], job=job, limit=50):
             if e["host"] in hosts and e["ts"] >= since:
                 found.setdefault(e["host"], e)
+        return found
+
+    found = _poll_store(session, look, len(set(hosts)), timeout)
     outcomes = []
     for host in hosts:
         event = found.get(host)
