@@ -246,6 +246,11 @@ async def test_host_detail_fetches_the_recorded_hosts_details(
         assert screen.query_one("#gpu-table", DataTable).row_count == FACTS.gpu_count
         tables = screen.query_one(DetailView).query(DataTable)
         assert any(t.row_count == FACTS.world_size for t in tables)  # one process per rank
+        # Link state and last seen are the header line's, fresh with every snapshot; the
+        # details table (re-fetched every few seconds) does not repeat an older time.
+        keys = {str(t.get_row_at(i)[0]) for t in tables if t.columns
+                for i in range(t.row_count)}  # fmt: skip
+        assert "hostname" in keys and not keys & {"last seen", "last_seen", "state"}, keys
         await pilot.press("right_square_bracket")  # one host only: cycling stays on it
         await settle(pilot)
         assert screen.host == FACTS.host

@@ -72,7 +72,7 @@ class HostDetailScreen(DrillDownScreen):
         yield Tabs(*(Tab(name, id=tab) for name, tab in self._tab_ids.items()))
         yield Static(id="host-summary")
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
-        yield DetailView(id="host-details")
+        yield DetailView(id="host-details", omit=frozenset({"state", "last_seen"}))
         yield Footer()
 
     def on_mount(self) -> None:

@@ -122,6 +122,14 @@ class DetailView(VerticalScroll):
     data: reactive[object] = reactive(None, always_update=True, init=False)
     _shown: object = _NOTHING_SHOWN
 
+    def __init__(self, *, omit: frozenset[str] = frozenset(), id: str | None = None) -> None:
+        """`omit`: top-level fields the screen shows elsewhere, fresher (the host header
+        line's link state and last-seen time follow every snapshot; the details are
+        re-fetched every few seconds, and two different times side by side read as a
+        fault)."""
+        super().__init__(id=id)
+        self.omit = omit
+
     def compose(self) -> ComposeResult:
         yield Static("[$text-muted]loading…[/]", classes="detail-empty")
 
@@ -143,6 +151,7 @@ class DetailView(VerticalScroll):
         if mapping is None:
             yield from self.section("", data)
             return
+        mapping = {k: v for k, v in mapping.items() if k not in self.omit}
         scalars = [(k, v) for k, v in mapping.items() if isinstance(v, SCALARS)]
         if scalars:
             yield self.key_values(scalars)
