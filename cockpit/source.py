@@ -39,7 +39,7 @@ from cockpit.analysis.divergence import (
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.incidents import merge_incidents
-from cockpit.analysis.lifecycle import event_data, paused
+from cockpit.analysis.lifecycle import event_data, gave_up, hosts_given_up, paused
 from cockpit.analysis.lr import lr_looks_too_high
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
@@ -165,10 +165,9 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     # A pause that failed (or a refused freeze) left the job running: not "paused".
     if last is not None and paused(last):
         return "paused"
+    if last is not None and (gave_up(last) or _hosts_given_up(reader, job, fr, until_ts)):
+        return "failed"  # an agent gave up (a spec or code error, repeated OOM …)
     if kind == "interruption":
-        decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
-        if decision.get("retry") is False and not data.get("exclusion"):
-            return "failed"  # the agent gave up (a spec or code error, repeated OOM …)
         return "recovering"
     if kind == "job_adopted" and data.get("running") is True:
         return "running"  # a restarted agent found the job still running
@@ -178,6 +177,14 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
         return "running"
     return "unknown"
+
+
+def _hosts_given_up(reader: StoreReader, job: str, fr: Frontiers,
+                    until_ts: float | None) -> list[str]:
+    """Hosts of `job` whose agent stopped retrying, read once per change of the event
+    table (starts and interruptions: tens of events, not millions)."""
+    return reader.memo(f"given-up:{job}", (job, fr.key("event")), lambda: hosts_given_up(
+        reader.rare_events(("interruption", "job_started"), job, until_ts)))
 
 
 def _pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],

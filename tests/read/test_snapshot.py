@@ -225,6 +225,34 @@ def test_a_job_the_agent_gave_up_on_is_not_promised_a_restart(tmp_path: Path) ->
     assert "no: the agent stopped retrying" in render_report(path)
 
 
+def test_a_job_one_host_gave_up_on_is_failed_while_its_peer_restarts(tmp_path: Path) -> None:
+    """node-a's agent stopped retrying; node-b's keeps restarting its part into a
+    rendezvous node-a will never join. The newest event is node-b's start, but the job
+    is failed, not "starting", until the operator starts it again everywhere."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+
+    def started(seq: int, reason: str, ts: float) -> bytes:
+        return encode("event", seq, {"kind": "job_started", "job": "job-1", "rank": None,
+                                     "step": None, "msg": "started",
+                                     "data": {"reason": reason, "attempt": 2}}, ts=ts)
+
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6, {
+            "kind": "interruption", "job": "job-1", "rank": None, "step": syn.STEPS - 1,
+            "msg": "user_code", "data": {**GAVE_UP, "cause": "user_code"}}, ts=last + 1))
+        store.ingest("node-b", started(10**6, "recovery", last + 2))
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert snap.progress.state == "failed"
+    with Store(path) as store:
+        store.ingest("node-a", started(10**6 + 1, "relaunch", last + 3))
+        store.ingest("node-b", started(10**6 + 1, "relaunch", last + 3))
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert snap.progress.state == "starting"
+
+
 def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
         tmp_path: Path) -> None:
     """The agent gave up and said so (critical); the operator fixed the job and
