@@ -225,6 +225,13 @@ def test_a_job_the_agent_gave_up_on_is_not_promised_a_restart(tmp_path: Path) ->
     assert "no: the agent stopped retrying" in render_report(path)
 
 
+def _started(seq: int, reason: str, ts: float) -> bytes:
+    """An agent's `job_started` of job-1, for a `reason` (recovery, relaunch …)."""
+    return encode("event", seq, {"kind": "job_started", "job": "job-1", "rank": None,
+                                 "step": None, "msg": "started",
+                                 "data": {"reason": reason, "attempt": 2}}, ts=ts)
+
+
 def test_a_job_one_host_gave_up_on_is_failed_while_its_peer_restarts(tmp_path: Path) -> None:
     """node-a's agent stopped retrying; node-b's keeps restarting its part into a
     rendezvous node-a will never join. The newest event is node-b's start, but the job
@@ -232,22 +239,17 @@ def test_a_job_one_host_gave_up_on_is_failed_while_its_peer_restarts(tmp_path: P
     path = syn.write_recording(tmp_path / "r.duckdb")
     last = syn.step_ts(syn.STEPS - 1)
 
-    def started(seq: int, reason: str, ts: float) -> bytes:
-        return encode("event", seq, {"kind": "job_started", "job": "job-1", "rank": None,
-                                     "step": None, "msg": "started",
-                                     "data": {"reason": reason, "attempt": 2}}, ts=ts)
-
     with Store(path) as store:
         store.ingest("node-a", encode("event", 10**6, {
             "kind": "interruption", "job": "job-1", "rank": None, "step": syn.STEPS - 1,
             "msg": "user_code", "data": {**GAVE_UP, "cause": "user_code"}}, ts=last + 1))
-        store.ingest("node-b", started(10**6, "recovery", last + 2))
+        store.ingest("node-b", _started(10**6, "recovery", last + 2))
     with Store(path, read_only=True) as store:
         snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
     assert snap.progress.state == "failed"
     with Store(path) as store:
-        store.ingest("node-a", started(10**6 + 1, "relaunch", last + 3))
-        store.ingest("node-b", started(10**6 + 1, "relaunch", last + 3))
+        store.ingest("node-a", _started(10**6 + 1, "relaunch", last + 3))
+        store.ingest("node-b", _started(10**6 + 1, "relaunch", last + 3))
     with Store(path, read_only=True) as store:
         snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
     assert snap.progress.state == "starting"
@@ -261,22 +263,17 @@ def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
     path = syn.write_recording(tmp_path / "r.duckdb")
     last = syn.step_ts(syn.STEPS - 1)
 
-    def started(seq: int, reason: str, ts: float) -> bytes:
-        return encode("event", seq, {"kind": "job_started", "job": "job-1", "rank": None,
-                                     "step": None, "msg": "started",
-                                     "data": {"reason": reason, "attempt": 2}}, ts=ts)
-
     with Store(path) as store:
         store.ingest("node-a", encode("alert", 10**6, {
             "job": "job-1", "rank": 0, "kind": "parameter", "severity": "critical",
             "code": "recovery_stopped", "where": {"rank": 0},
             "what": "job job-1 stopped after user_code", "hint": "fix it"}, ts=last + 1))
-        store.ingest("node-b", started(10**6, "recovery", last + 2))
+        store.ingest("node-b", _started(10**6, "recovery", last + 2))
     with Store(path, read_only=True) as store:
         gave_up = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
     assert any(a.code == "recovery_stopped" for a in gave_up.alerts)
     with Store(path) as store:
-        store.ingest("node-a", started(10**6 + 1, "relaunch", last + 3))
+        store.ingest("node-a", _started(10**6 + 1, "relaunch", last + 3))
     with Store(path, read_only=True) as store:
         reader = StoreReader(store)
         again = build_snapshot(reader, until_ts=None, label="REPLAY")
