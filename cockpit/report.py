@@ -59,7 +59,7 @@ from cockpit.analysis.text import duration, failed_restarts_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
-from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot
+from cockpit.source import RUNNING_KINDS, SNAPSHOT_BUCKETS, build_snapshot, observed_seconds
 from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
@@ -110,7 +110,9 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         checkpoint_seconds=[c["seconds"] for c in checkpoints],
         checkpoint_ts=[c["ts"] for c in checkpoints],
         interruptions=len(snap.health.interruptions),
-        observed_seconds=(snap.ts - (run.get("started") or first or snap.ts)),
+        observed_seconds=observed_seconds(
+            reader.rare_events(RUNNING_KINDS, snap.job, until_ts) if snap.job else [],
+            snap.job or "", run.get("started") or first or snap.ts, snap.ts),
     )
     return {
         "report_version": REPORT_VERSION,

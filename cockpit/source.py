@@ -39,7 +39,7 @@ from cockpit.analysis.divergence import (
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.incidents import merge_incidents
-from cockpit.analysis.lifecycle import event_data, gave_up, hosts_given_up, paused
+from cockpit.analysis.lifecycle import event_data, gave_up, hosts_given_up, paused, running_seconds
 from cockpit.analysis.lr import lr_looks_too_high
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
@@ -81,6 +81,7 @@ __all__ = [
     "Source",
     "build_snapshot",
     "details",
+    "observed_seconds",
 ]
 
 EVENTS_SHOWN = 50
@@ -90,6 +91,8 @@ ACTIVE_STATES = ("running",)
 # what the panes show is the previous attempt's.
 STARTING_KINDS = ("job_started", "resume", "relaunch")
 DATA_EVENT_KINDS = ("spool_error", "dropped")
+# Lifecycle events that start or stop a job's processes: the run time its MTBF counts.
+RUNNING_KINDS = ("job_started", "job_exited", "pause", "resume", "job_adopted")
 DATA_EVENTS_READ = 500
 STARTS_READ = 500  # newest job starts read to tell which agent alerts a restart ended
 # Points per chart series. The loss analysis (spikes, divergence, LR) reads the same
@@ -725,6 +728,16 @@ def _operator_starts(started: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
+def observed_seconds(lifecycle: Sequence[Mapping[str, Any]], job: str, since: float,
+                     at: float) -> float:
+    """The run time a job's MTBF is measured over: while its processes ran, not the
+    pauses nor the recording's time after it exited (`running_seconds`); the span
+    since `since` when no lifecycle event says more."""
+    running = running_seconds((e for e in lifecycle if e.get("job") == job),
+                              since=since, until=at)
+    return at - since if running is None else running
+
+
 def build_snapshot(
     reader: StoreReader,
     *,
@@ -831,11 +844,14 @@ def build_snapshot(
         started = run.get("started") if isinstance(run, dict) else None
         first = reader.memo("first_ts", (job, fr.key("hello")),
                             lambda: (reader.time_range() or (at, at))[0])
+        lifecycle = reader.memo(
+            "running_events", (job, events_key),
+            lambda: reader.rare_events(RUNNING_KINDS, job, until_ts))
         advice = advise(
             checkpoint_seconds=[c["seconds"] for c in checkpoints],
             checkpoint_ts=[c["ts"] for c in checkpoints],
             interruptions=len(health.interruptions),
-            observed_seconds=at - (started or first or at),
+            observed_seconds=observed_seconds(lifecycle, job, started or first or at, at),
         )
         health = dataclasses.replace(health, checkpoint_advice=advice.text)
     events = reader.memo(

@@ -53,3 +53,53 @@ def hosts_given_up(events: Iterable[Mapping[str, Any]]) -> list[str]:
         if event.get("kind") in ("interruption", "job_started") and event.get("host"):
             newest[str(event["host"])] = event
     return sorted(host for host, event in newest.items() if gave_up(event))
+
+
+# Lifecycle kinds after which a host runs the job's processes (a resume also thaws a
+# frozen job, which has no start of its own).
+STARTING_KINDS = frozenset({"job_started", "resume"})
+
+
+def running_seconds(events: Iterable[Mapping[str, Any]], *, since: float,
+                    until: float) -> float | None:
+    """How long the job's processes ran between `since` and `until`, from its lifecycle
+    events (any host's, oldest first); None when there are none to tell.
+
+    Failures strike a running job only: the time it sat paused, or had exited while the
+    recording went on, is no exposure to them, and counted into the MTBF it stretches
+    the advised checkpoint interval. A host whose first event ends the job had it
+    running from `since` (the recording began mid-run); a job adopted running by a
+    restarted agent runs on.
+    """
+    changes: list[tuple[float, str, bool]] = []
+    for e in events:
+        kind = e.get("kind")
+        if kind == "job_adopted":
+            starts = event_data(e).get("running") is True
+        elif kind in STARTING_KINDS:
+            starts = True
+        elif ended(e):
+            starts = False
+        else:
+            continue
+        ts = min(max(float(e.get("ts") or since), since), until)
+        changes.append((ts, str(e.get("host")), starts))
+    if not changes:
+        return None
+    running: dict[str, bool] = {}
+    for _, host, starts in changes:
+        running.setdefault(host, not starts)  # ran before the first event it has
+    started_at = since if any(running.values()) else None
+    total = 0.0
+    for ts, host, starts in changes:
+        was_any = any(running.values())
+        running[host] = starts
+        now_any = any(running.values())
+        if now_any and not was_any:
+            started_at = ts
+        elif was_any and not now_any and started_at is not None:
+            total += ts - started_at
+            started_at = None
+    if started_at is not None:
+        total += until - started_at
+    return max(total, 0.0)

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from cockpit.analysis.checkpoint_interval import advise, daly_interval, young_interval
+from cockpit.analysis.lifecycle import running_seconds
 
 MIN, HOUR = 60.0, 3600.0
 
@@ -70,3 +71,27 @@ def test_now_is_the_recent_cadence_not_the_whole_runs() -> None:
                     interruptions=1, observed_seconds=2 * HOUR)
     assert advice.current_interval_s == pytest.approx(120.0)
     assert advice.text.endswith("now every 2 min")
+
+
+def _event(ts: float, kind: str, host: str = "a", **data: object) -> dict[str, object]:
+    return {"ts": ts, "kind": kind, "host": host, "job": "j", "data": data}
+
+
+def test_mtbf_counts_the_time_the_job_ran_not_its_pause_nor_after_its_exit() -> None:
+    # Ran 100 s, paused 500 s, ran 100 s more and exited; the recording went on 1000 s.
+    events = [_event(0.0, "job_started"), _event(100.0, "job_exited"),
+              _event(100.0, "pause", ok=True), _event(600.0, "resume"),
+              _event(600.0, "job_started"), _event(700.0, "job_exited")]
+    assert running_seconds(events, since=0.0, until=1700.0) == pytest.approx(200.0)
+
+
+def test_mtbf_run_time_of_a_job_running_at_the_end_or_before_the_first_event() -> None:
+    assert running_seconds([_event(50.0, "job_started")], since=0.0,
+                           until=80.0) == pytest.approx(30.0)
+    # Two hosts: the job runs while either does; one was running when recording began.
+    events = [_event(10.0, "job_exited", host="a"), _event(20.0, "job_exited", host="b"),
+              _event(30.0, "job_started", host="a")]
+    assert running_seconds(events, since=0.0, until=40.0) == pytest.approx(30.0)
+    assert running_seconds([], since=0.0, until=40.0) is None
+    failed_pause = [_event(0.0, "job_started"), _event(5.0, "pause", ok=False)]
+    assert running_seconds(failed_pause, since=0.0, until=40.0) == pytest.approx(40.0)
