@@ -17,6 +17,12 @@ RISE_OF_RANGE = 0.2  # rise since the minimum, as a share of the drop before it
 MIN_RELATIVE_RISE = 0.02
 LR_KEPT = 0.9  # LR now is at least this share of the LR at the loss minimum
 UNSTABLE_EVENTS = 3
+# The rise must stand out of the curve's own jitter: the median size of its second
+# differences (a trend, straight or not, barely moves them; noise does). The curve is a
+# light EMA (weight 0.6) of one step's loss per chart bucket, and on a flat stretch (after
+# a resume or a fork's start, the drop before it is gone) its minimum and its last point
+# alone lie up to about five such units apart: a rise of that size is noise.
+NOISE_RISES = 8.0
 
 
 def _clean(points: Sequence[tuple[float, float | None]]) -> list[tuple[float, float]]:
@@ -26,6 +32,16 @@ def _clean(points: Sequence[tuple[float, float | None]]) -> list[tuple[float, fl
 def _value_at(points: list[tuple[float, float]], x: float) -> float | None:
     before = [y for px, y in points if px <= x]
     return before[-1] if before else (points[0][1] if points else None)
+
+
+def _jitter(values: Sequence[float]) -> float:
+    """The median absolute second difference: the point-to-point noise of a curve."""
+    diffs = sorted(abs(values[i + 1] - 2.0 * values[i] + values[i - 1])
+                   for i in range(1, len(values) - 1))
+    if not diffs:
+        return 0.0
+    mid = len(diffs) // 2
+    return diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2.0
 
 
 def lr_looks_too_high(
@@ -59,6 +75,8 @@ def lr_looks_too_high(
     drop = first - low
     rise = last - low
     if rise <= 0 or rise < RISE_OF_RANGE * drop or rise < MIN_RELATIVE_RISE * abs(low):
+        return None
+    if rise < NOISE_RISES * _jitter([y for _, y in loss]):
         return None
     lr_then = _value_at(rates, low_x)
     lr_now = _value_at(rates, last_x)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from cockpit.analysis.divergence import find_divergence
 from cockpit.analysis.lr import lr_looks_too_high
+from cockpit.analysis.smoothing import ema
 from cockpit.analysis.spikes import find_spikes, robust_z
 
 
@@ -122,3 +124,19 @@ def test_lr_not_blamed_when_it_was_cut_or_loss_keeps_falling() -> None:
 def test_lr_too_high_on_repeated_instability() -> None:
     reason = lr_looks_too_high([], [], spike_steps=[10, 20], nonfinite_steps=[30])
     assert reason is not None and "2 loss spikes" in reason
+
+
+def test_lr_not_blamed_for_noise_on_a_flat_loss_after_a_restart() -> None:
+    """After a fork's start the curve is flat and noisy (the chart's EMA of one step's
+    loss per bucket): its lowest point and its last one lie apart by noise alone,
+    however small the drop before."""
+    noise = random.Random(7)
+    raw = [1.6 - 0.0005 * i + noise.gauss(0.0, 0.15) for i in range(100)]
+    xs = [600.0 + 7 * i for i in range(100)]
+    lr = [(600.0, 2.7e-3), (1300.0, 2.6e-3)]
+    flat = list(zip(xs, ema(raw), strict=True))
+    assert lr_looks_too_high(flat, lr, after_step=600.0) is None
+    # The same curve climbing well past its jitter is blamed.
+    climbing = [y + 0.03 * max(i - 60, 0) for i, y in enumerate(raw)]
+    assert lr_looks_too_high(list(zip(xs, ema(climbing), strict=True)), lr,
+                             after_step=600.0) is not None
