@@ -15,7 +15,9 @@ keys may be added):
     run             {total_steps, total_epochs, total_samples, total_tokens, world_size,
                      seed, data_version, git_commit, flops_per_step, peak_flops, stages,
                      tags, config, started, changes: [{field, old, new, ts, host}] (a git
-                     commit, data version or seed declared again with another value)}
+                     commit, data version or seed declared again with another value),
+                     forked_from: {job, step} | null (a fork: its parent and the step of
+                     the parent's checkpoint it started from)}
     progress        {state, stage, epoch, step, total_steps, percent, samples, tokens,
                      steps_per_second, eta_seconds, eta_low, eta_high, eta_note,
                      since_last_step, stalled, stall_cause, stall_detail,
@@ -125,7 +127,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         "run": {k: run.get(k) for k in (
             "total_steps", "total_epochs", "total_samples", "total_tokens", "world_size",
             "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
-            "tags", "config", "started", "changes")},
+            "tags", "config", "started", "changes", "forked_from")},
         "progress": _progress(snap),
         "effect": _effect(snap),
         "efficiency": _efficiency(snap),
@@ -284,6 +286,9 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     if others:
         overview.append(("other jobs", ", ".join(others) + " (report one with --job NAME)"))
     run = d["run"]
+    parent = run.get("forked_from")
+    if parent:
+        overview.append(("forked from", f"{parent['job']} at step {_num(parent['step'])}"))
     for key in ("world_size", "seed", "data_version", "git_commit"):
         if run.get(key) is not None:
             overview.append((key.replace("_", " "), str(run[key])))

@@ -121,6 +121,24 @@ class TrainQueries(ReaderBase):
                 [job, *args, job, *args])
         return None if found is None else float(found)
 
+    def forked_from(self, job: str, *, until_ts: float | None = None) -> dict[str, Any] | None:
+        """The parent job and step a fork started from, as the agent's `fork` event says:
+        a fork's curve starts at that step, and without it reads as a job that restarted
+        from a checkpoint of its own."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            rows = self.fetch(
+                cur, f"SELECT data FROM event WHERE job = ? AND kind = 'fork'{cond} "
+                "ORDER BY ts DESC, seq DESC", [job, *args])
+        for row in rows:
+            data = row["data"] if isinstance(row["data"], dict) else {}
+            if data.get("ok") is not False and isinstance(data.get("parent"), str):
+                step = data.get("parent_step")
+                return {"job": data["parent"],
+                        "step": step if isinstance(step, int) and not isinstance(step, bool)
+                        else None}
+        return None
+
     def declared_job(self, *, until_ts: float | None = None) -> str | None:
         """The job most recently declared by a `run` record or lifecycle event."""
         cond, args = until_clause(until_ts)
@@ -173,6 +191,7 @@ class TrainQueries(ReaderBase):
                 declared[(record.get("rank"), name)] = value
         info["changes"] = changes
         info["started"] = self.job_started_ts(job, until_ts=until_ts)
+        info["forked_from"] = self.forked_from(job, until_ts=until_ts)
         info["declared"] = bool(runs)
         info["env"] = {
             h["host"]: {

@@ -158,3 +158,23 @@ def test_a_recording_without_records_reports_its_hosts_and_why(tmp_path: Path) -
     text = render_report(path)
     assert re.search(r"report at +n/a", text) and "1970" not in text
     assert "SHA256:xJg5abc" in text
+
+
+def test_a_forks_report_names_its_parent_and_the_step_it_started_from(tmp_path: Path) -> None:
+    """The agent's `fork` event says both (as a demo fork recorded it); without them the
+    fork's first step reads as a restart of a job of its own."""
+    from tests.read.test_train_tail import write_fork_beside_parent
+    from tests.store.wire import TS0, encode
+
+    path = tmp_path / "fork.duckdb"
+    with Store(path) as store:
+        seq = write_fork_beside_parent(store)
+        store.ingest("h2", encode("event", seq, {
+            "kind": "fork", "job": "fork", "rank": None, "step": 50,
+            "msg": "job fork forked from parent at step 50",
+            "data": {"ok": True, "parent": "parent", "parent_step": 50,
+                     "checkpoint": "/runs/fork/checkpoints/ckpt-00000050.pt"}}, ts=TS0 + 49))
+    fork = json.loads(render_report(path, fmt="json", job="fork"))
+    assert fork["run"]["forked_from"] == {"job": "parent", "step": 50}
+    assert json.loads(render_report(path, fmt="json", job="parent"))["run"]["forked_from"] is None
+    assert re.search(r"forked from +parent at step 50\n", render_report(path, job="fork"))
