@@ -25,7 +25,9 @@ keys may be added):
     effect          {last_loss, last_val_loss, best_val_step, best_val_loss,
                      divergence_step, spike_steps, nonfinite_steps (the first 1000),
                      nonfinite_count, nonfinite_last, last_loss_scale,
-                     markers: [{step, kind, text}] (adjustments and restarts),
+                     markers: [{step, kind, text, why}] (adjustments and restarts; why:
+                     of a restart, "resume after a pause", "recovery from CAUSE",
+                     "fork of PARENT", "relaunch", or null when not journaled),
                      train_loss: {step, loss, ema}, val_loss: {step, loss}}
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
                      step_time_median, step_time_spread,
@@ -70,6 +72,8 @@ FORMATS = ("text", "markdown", "json")
 SPARK_WIDTH = 60  # characters of a trend line
 SPARK = "▁▂▃▄▅▆▇█"
 NA = "n/a"
+# Agent events that say why a job restarted from a checkpoint (`_restart_causes`).
+RESTART_KINDS = ("resume", "recovery", "fork", "relaunch")
 ALERT_HEADER = ("severity", "kind", "code", "where", "what", "try")
 
 
@@ -129,7 +133,9 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
             "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
             "tags", "config", "started", "changes", "forked_from")},
         "progress": _progress(snap),
-        "effect": _effect(snap),
+        "effect": _effect(snap, _restart_causes(
+            reader.rare_events(RESTART_KINDS, snap.job, until_ts) if snap.job else [],
+            snap.job)),
         "efficiency": _efficiency(snap),
         "health": _health(snap),
         "interruptions": [asdict(i) for i in snap.health.interruptions],
@@ -145,7 +151,33 @@ def _progress(snap: Snapshot) -> dict[str, Any]:
     return row
 
 
-def _effect(snap: Snapshot) -> dict[str, Any]:
+def _restart_causes(events: Sequence[dict[str, Any]], job: str | None) -> dict[int, str]:
+    """Why the job restarted from each checkpoint step, as the agent journaled it: an
+    operator's resume after a pause, a crash's recovery and a fork's start all mark
+    the chart alike, and a report that calls each a "restart" hides which was which."""
+    causes: dict[int, str] = {}
+    for e in events:
+        if e.get("job") != job:
+            continue
+        data = e["data"] if isinstance(e.get("data"), dict) else {}
+        kind = e.get("kind")
+        if kind == "resume":
+            step, why = data.get("step", e.get("step")), "resume after a pause"
+        elif kind == "recovery":
+            cause = data.get("cause") or "a failure"
+            step, why = data.get("checkpoint_step"), f"recovery from {cause}"
+        elif kind == "fork":
+            step, why = data.get("parent_step", e.get("step")), f"fork of {data.get('parent')}"
+        elif kind == "relaunch" and not data.get("excluded"):
+            step, why = data.get("step"), "relaunch"
+        else:
+            continue
+        if isinstance(step, int) and not isinstance(step, bool):
+            causes[step] = why
+    return causes
+
+
+def _effect(snap: Snapshot, causes: dict[int, str]) -> dict[str, Any]:
     e = snap.effect
     return {
         "last_loss": e.last_loss, "last_val_loss": e.last_val_loss,
@@ -156,7 +188,8 @@ def _effect(snap: Snapshot) -> dict[str, Any]:
         "train_loss": {"step": _steps(e.train_loss.x), "loss": list(e.train_loss.last),
                        "ema": list(e.train_loss_ema.last)},
         "val_loss": {"step": _steps(e.val_loss.x), "loss": list(e.val_loss.last)},
-        "markers": [asdict(m) for m in e.markers],
+        "markers": [{**asdict(m), "why": causes.get(m.step) if m.kind == "restart" else None}
+                    for m in e.markers],
     }
 
 
@@ -333,7 +366,8 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("NaN/Inf steps", _nonfinite_text(e)),
         ("loss scale", _num(e["last_loss_scale"], ".6g")),
         ("changes", "; ".join(f"{m['text'] if m['kind'] == 'adjust' else 'restart'} at step "
-                              f"{m['step']:,}" for m in e["markers"]) or "none"),
+                              f"{m['step']:,}" + (f" ({m['why']})" if m.get("why") else "")
+                              for m in e["markers"]) or "none"),
     ]
     slow = ", ".join(f"rank {r['rank']} ({r['host']}) {r['step_time']:.3g}s"
                      for r in f["slowest_ranks"]) or NA

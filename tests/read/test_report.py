@@ -178,3 +178,25 @@ def test_a_forks_report_names_its_parent_and_the_step_it_started_from(tmp_path: 
     assert fork["run"]["forked_from"] == {"job": "parent", "step": 50}
     assert json.loads(render_report(path, fmt="json", job="parent"))["run"]["forked_from"] is None
     assert re.search(r"forked from +parent at step 50\n", render_report(path, job="fork"))
+
+
+@pytest.mark.parametrize(("kind", "data", "why"), [
+    ("resume", {"checkpoint": "ckpt.pt", "step": syn.RESUME_STEP}, "resume after a pause"),
+    ("recovery", {"cause": "killed", "checkpoint_step": syn.RESUME_STEP, "steps_lost": 5},
+     "recovery from killed"),
+])
+def test_the_report_says_why_the_run_restarted(tmp_path: Path, kind: str,
+                                               data: dict[str, object], why: str) -> None:
+    """An operator's resume and a crash's recovery mark the chart alike; the agent's
+    event before the restart tells them apart."""
+    from tests.store.wire import encode
+
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6 - 1, {
+            "kind": kind, "job": "job-1", "rank": None, "step": syn.RESUME_STEP,
+            "msg": kind, "data": data}, ts=last + 1) + b"".join(syn.intervention_lines()))
+    assert f"restart at step {syn.RESUME_STEP} ({why})" in render_report(path)
+    markers = json.loads(render_report(path, fmt="json"))["effect"]["markers"]
+    assert [m["why"] for m in markers] == [why, None]
