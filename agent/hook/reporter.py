@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 import time
@@ -192,6 +193,7 @@ class Reporter:
         self._thread.start()
         if register_atexit:
             atexit.register(self.close)
+            self._flush_on_sigterm()
 
     # ------------------------------------------------------------------ hot path
 
@@ -536,13 +538,16 @@ class Reporter:
 
     def close(self) -> None:
         """Flush and close the spool file; also run at interpreter exit."""
+        self._close(join_timeout=10.0)
+
+    def _close(self, join_timeout: float) -> None:
         if self._closed or os.getpid() != self._pid:
             return  # a forked child (e.g. a DataLoader worker) does not own the spool
         self._closed = True
         self._stop = True
         self._wake.set()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=10.0)
+            self._thread.join(timeout=join_timeout)
         try:
             self._drain(holdback=False)
             self._drain(holdback=False)  # whatever the last drain itself had to report
@@ -550,6 +555,36 @@ class Reporter:
             self._q = _ClosedQueue()  # type: ignore[assignment]
             self._writer.close()
             atexit.unregister(self.close)
+
+    def _flush_on_sigterm(self) -> None:
+        """Flush before a SIGTERM ends the process, then die of it as before.
+
+        torchrun stops its workers with SIGTERM (a pause, a stop, a relaunch, a peer's
+        failure), and the default action ends the process without running atexit: the
+        last buffered steps and the `checkpoint_saved` of the checkpoint a pause waited
+        for were lost, so the cockpit showed a pause at a step it never saw saved. Only
+        the default action is replaced: a trainer with its own handler keeps it (and a
+        handler that exits normally runs atexit, which flushes)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # no signals here (an embedded interpreter)
+            return
+
+    def _on_sigterm(self, signum: int, _frame: Any) -> None:
+        # The main thread may itself be inside a flush (holding the write lock): then
+        # the handler cannot flush without deadlocking, and ends the process as before.
+        if self._write_lock.acquire(timeout=2.0):
+            self._write_lock.release()
+            try:
+                self._close(join_timeout=2.0)  # the stopper's grace is short
+            except Exception as exc:  # dying anyway: say why the records may be short
+                sys.stderr.write("cockpit reporter: flush at SIGTERM failed: %r\n" % exc)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     def __enter__(self) -> Reporter:
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -397,3 +398,25 @@ def test_exit_flushes_without_close_and_never_imports_torch(tmp_path) -> None:
     records = _lines(path)
     assert [r["step"] for r in records if r["t"] == "train"] == [1, 2, 3, 4, 5]
     assert [r["loss"] for r in records if r["t"] == "eval"] == [0.5]
+
+
+def test_a_sigterm_flushes_what_was_buffered_then_ends_the_process(tmp_path) -> None:
+    """torchrun stops its workers with SIGTERM (a pause): the steps and the checkpoint
+    event still buffered reach the spool, and the process still dies of the signal."""
+    code = (
+        "import os, signal\n"
+        "from agent.hook import Reporter\n"
+        f"rep = Reporter(run_dir={str(tmp_path)!r}, job='stopped', rank=0,"
+        " flush_interval=3600.0)\n"
+        "for i in range(1, 6):\n"
+        "    rep.step(i, loss=1.0 / i)\n"
+        "rep.checkpoint_saved('ckpt-00000005.pt', 5, seconds=0.1)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "raise SystemExit('not reached: the signal ends the process')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
+    assert done.returncode == -signal.SIGTERM
+    (path,) = (tmp_path / "spool" / "stopped").glob("rank-0.*.ndjson")
+    records = _lines(path)
+    assert [r["step"] for r in records if r["t"] == "train"] == [1, 2, 3, 4, 5]
+    assert [r["kind"] for r in records if r["t"] == "event"] == ["checkpoint_saved"]
