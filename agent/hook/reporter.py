@@ -136,6 +136,7 @@ class Reporter:
         control_interval: float = 0.5,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         register_atexit: bool = True,
+        control_every: int = 1,
     ) -> None:
         generated = False
         if job is None:
@@ -148,6 +149,13 @@ class Reporter:
         self.run_dir = os.path.abspath(run_dir)
         if flush_interval <= 0 or control_interval <= 0:
             raise ValueError("flush_interval and control_interval must be positive")
+        if isinstance(control_every, bool) or not isinstance(control_every, int) or (
+                control_every < 1):
+            raise ValueError("control_every must be a whole number of steps >= 1")
+        # A trainer that adopts controls only every N steps (agreeing them across ranks
+        # there) has them applied, and acknowledged, at those steps: an ack at the step
+        # it arrived would put the chart's marker up to N-1 steps before the change.
+        self._control_every = control_every
 
         self._flush_interval = float(flush_interval)
         self._flush_records = max(1, int(flush_records))
@@ -224,7 +232,11 @@ class Reporter:
         )  # fmt: skip
         self._last_step = step
         if self._pending:
-            self._apply_pending(step)
+            if self._unannounced and step is not None:  # restored at start: in force
+                self._announce_restored(step)
+            if self._control_every == 1 or (isinstance(step, int)
+                                            and step % self._control_every == 0):
+                self._apply_pending(step)
         if len(self._q) >= self._flush_records:
             self._wake.set()
 

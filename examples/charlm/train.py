@@ -154,6 +154,7 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
         job=args.job or os.environ.get("COCKPIT_JOB") or cfg["run"]["job"],
         world_size=d.world,
         control=d.rank == 0,  # rank 0 reads operator controls and broadcasts them
+        control_every=cfg["control"]["every"],  # where the ranks agree on them
     )
     ckpt_dir = Path(rep.run_dir) / cfg["checkpoint"]["dir"]
 

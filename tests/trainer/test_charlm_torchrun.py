@@ -55,9 +55,10 @@ def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run
     applied = ack["data"]["applied_step"]
     cfg = load_config(None, [*FAST_SETTINGS, "train.max_steps=300"])
     every = cfg["control"]["every"]
-    # Rank 0 applied it in step(applied); ranks agree at the first multiple of `every`
-    # from there on (that same step included), and use it from the following step.
-    agreed = -(-applied // every) * every
+    # Rank 0's Reporter applies it at a step where the ranks agree (a multiple of
+    # `every`), and the ranks use it from the following step: the ack names that step.
+    assert applied % every == 0, applied
+    agreed = applied
     assert any(e["step"] == agreed for e in evals), "eval_now did not trigger an evaluation"
     # The loss chart marks the lasting change where it took effect, not the one-shot eval.
     assert chart_markers(run.records("event")) == (Marker(applied, "adjust", "lr_scale=0.5"),)

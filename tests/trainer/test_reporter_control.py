@@ -57,6 +57,32 @@ def test_controls_apply_at_a_step_boundary_without_polling(make_reporter, tmp_pa
     assert rep.lr_scale == 2.0
 
 
+def test_a_trainer_that_agrees_controls_every_n_steps_has_them_acked_there(
+        make_reporter, spool, tmp_path) -> None:
+    """charlm adopts controls where its ranks agree (every 5 steps): an LR scale that
+    arrived at step 492 is in force from 496, and its marker belongs at 495, not 492.
+    A knob restored at start is in force from the first step whatever its number."""
+    path = _control_file(tmp_path)
+    rep = make_reporter(control_every=5, control_interval=3600.0)
+    rep.step(491, loss=1.0)
+    _append(path, {"id": "c1", "ts": time.time(), "knobs": {"lr_scale": 0.5}})
+    rep._read_control_file()  # as the flusher would, between two steps
+    for step in range(492, 497):
+        rep.step(step, loss=1.0)
+        assert rep.lr_scale == (0.5 if step >= 495 else 1.0), step
+    rep.close()
+    (ack,) = _acks(spool)
+    assert ack["step"] == 495 and ack["data"]["applied_step"] == 495
+    _append(path, {"id": "c2", "ts": time.time(), "knobs": {"lr_scale": 0.25}})  # paused
+    again = make_reporter(control_every=5)
+    assert again.lr_scale == 0.25
+    again.step(497, loss=1.0)
+    again.flush()
+    assert [(a["data"]["id"], a["step"]) for a in _acks(spool)] == [("c1", 495), ("c2", 497)]
+    with pytest.raises(ValueError, match="control_every"):
+        make_reporter(control_every=0)
+
+
 def test_one_shot_requests_are_taken_once(make_reporter, tmp_path) -> None:
     path = _control_file(tmp_path)
     rep = make_reporter()
