@@ -125,6 +125,8 @@ class RunInfo:
     # A git commit, data version or seed declared again with another value (a restart on
     # other code): {field, old, new, ts, host}, oldest first.
     changes: tuple[dict[str, Any], ...] = ()
+    # A fork: its parent job and the step of the checkpoint it started from.
+    forked_from: dict[str, Any] | None = None
 
 
 # --- building them from the store ------------------------------------------------------
@@ -306,4 +308,5 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
         env=info.get("env") or {},
         jobs=jobs,
         changes=tuple(info.get("changes") or ()),
+        forked_from=info.get("forked_from"),
     )

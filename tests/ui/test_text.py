@@ -211,6 +211,13 @@ def test_run_info_lists_what_changed_under_the_same_job() -> None:
     assert "changed" not in shown(RunInfo(job="j", declared=True))
 
 
+def test_run_info_of_a_fork_names_its_parent_first() -> None:
+    data = shown(RunInfo(job="j-fork-1", declared=True,
+                         forked_from={"job": "j", "step": 1200}))
+    assert isinstance(data, dict) and next(iter(data)) == "forked from"
+    assert data["forked from"] == "j at step 1,200" and "forked_from" not in data
+
+
 def test_the_header_drops_the_clock_and_the_job_place_before_any_alert() -> None:
     parts = [(" LIVE ", 0), ("demo", 0), (" (not training; 0 of 3 jobs training)", 4),
              ("data 03:10:35", 2), ("now 03:10:36", 5), ("[$error]⚠ 1 critical[/]", 0),

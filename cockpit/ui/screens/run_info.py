@@ -34,6 +34,11 @@ def shown(details: object) -> object:
         return details
     data = dict(as_mapping(details) or {})
     changes = data.pop("changes", ())
+    parent = data.pop("forked_from", None)
+    if isinstance(parent, dict):  # first: what this run is a branch of
+        step = parent.get("step")
+        where = f" at step {step:,}" if isinstance(step, int) else ""
+        data = {"forked from": f"{parent.get('job')}{where}", **data}
     if changes:
         data["changed"] = {
             f"{c['field']} ({fmt.timestamp(c['ts'])})": f"{c['old']} → {c['new']}"
