@@ -175,6 +175,10 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--store", type=Path, default=None,
                        help="recording to append to (default: one per job)")
         _ssh_options(p)
+        if action not in ("launch", "fork"):
+            p.add_argument("--fork-of-job", dest="target", metavar="FORK", default=None,
+                           help="act on this fork of the spec's job (as `cockpit fork` "
+                                "named it: JOB-fork-…), which has no spec file of its own")
         if action == "pause":
             p.add_argument("--freeze", action="store_true",
                            help="SIGSTOP the processes instead (GPU memory stays allocated)")
@@ -253,6 +257,9 @@ def _cmd_job(args: argparse.Namespace) -> int:
         kw = {"grace": args.grace}
     elif args.command == "scale":
         kw = {"add": args.add, "remove": args.remove}
+    target = getattr(args, "target", None)
+    if target is not None:
+        kw["target"] = target
     return run_operation(args.command, args.job, inventory_path=args.inventory,
                          store_path=args.store, options=options, **kw)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.control.acks import ack_outcome
-from cockpit.control.controller import ControlError, Controller
+from cockpit.control.controller import FORK_INFIX, ControlError, Controller
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
@@ -250,6 +250,17 @@ def sync_membership(session: LiveSession, controller: Controller, hosts: Sequenc
     return warnings
 
 
+def check_fork_target(spec: JobSpec, target: str) -> None:
+    """Refuse, before any host is dialled, a `--fork-of-job` that the spec's job cannot
+    address: only its forks (named JOB-fork-… by `cockpit fork` or the screen) share
+    its hosts and run dir layout, so only they can be operated without a spec file."""
+    probe = Controller(spec, lambda _host, _op: None)
+    if target == spec.name or probe.controller_for(target) is None:
+        raise CockpitError(f"--fork-of-job {target}: not a fork of job {spec.name} (its forks "
+                           f"are named {spec.name}{FORK_INFIX}…); give that job's own spec "
+                           "file instead")
+
+
 def perform(controller: Controller, action: str, **kw: Any) -> Controller:
     """Send one operation; returns the controller of the job it concerns (a fork's own)."""
     try:
@@ -294,6 +305,9 @@ def run_operation(
 
     extra = [h for h in (kw.get("add"), kw.get("remove")) if h] if action == "scale" else []
     spec, hosts = job_hosts(spec_path, inventory_path, extra)
+    target = kw.pop("target", None)
+    if target is not None:
+        check_fork_target(spec, target)
     store_path = store_path or default_recording_path(f"job-{spec.name}")
     names = [h.name for h in hosts]
     # Launching needs every host and spare; later, a host may be out (excluded as broken,
@@ -321,6 +335,8 @@ def run_operation(
             session.fleet.send(host, op)
 
         controller = Controller(spec, send)
+        if target is not None:
+            controller = controller.controller_for(target) or controller
         if action != "launch":
             streaming = [h for h in names if h not in missing and h not in idle]
             for warning in sync_membership(session, controller, streaming, ack_timeout):

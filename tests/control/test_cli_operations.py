@@ -79,6 +79,16 @@ def test_cli_operations_are_sent_and_acknowledged(
 
     resumed = cockpit("resume", *common)
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    # A fork has no spec file of its own: it is operated through its parent's.
+    forked = cockpit("fork", *common, "--name", "cli-fork-a")
+    assert forked.returncode == 0, forked.stderr + forked.stdout
+    d.wait_for(lambda: d.event("job_started", lambda e: e["job"] == "cli-fork-a"), 60,
+               "the fork's start")  # fmt: skip
+    fork_stopped = cockpit("stop", *common, "--fork-of-job", "cli-fork-a")
+    assert fork_stopped.returncode == 0, fork_stopped.stderr + fork_stopped.stdout
+    assert "Stop job cli-fork-a" in fork_stopped.stdout, fork_stopped.stdout
+    d.wait_for(lambda: d.event("job_exited", lambda e: e["job"] == "cli-fork-a"), 60,
+               "the fork's exit")  # fmt: skip
     stopped = cockpit("stop", *common)
     assert stopped.returncode == 0, stopped.stderr + stopped.stdout
 
@@ -97,6 +107,16 @@ def test_cli_operations_are_sent_and_acknowledged(
     ops = [op for op, ok in acks if ok]
     for op in ("launch", "adjust", "pause", "resume", "stop"):
         assert op in ops, acks
+
+
+def test_a_fork_target_that_is_not_a_fork_of_the_spec_job_is_refused(tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "x"\nhosts = ["local"]\nnproc_per_node = 1\nscript = "t.py"\n'
+                   f'run_dir = {json.dumps(str(tmp_path / "runs"))}\n')
+    done = cockpit("stop", str(job), "--fork-of-job", "other-fork-1")
+    assert done.returncode != 0
+    assert "--fork-of-job other-fork-1: not a fork of job x" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_bad_job_spec_is_reported_with_file_and_line(tmp_path: Path) -> None:
