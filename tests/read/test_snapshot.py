@@ -209,13 +209,18 @@ def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
     assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown
 
 
+def _gave_up(ts: float) -> bytes:
+    """node-a's agent's interruption of job-1 after which it stopped retrying."""
+    return encode("event", 10**6, {
+        "kind": "interruption", "job": "job-1", "rank": None, "step": syn.STEPS - 1,
+        "msg": "user_code", "data": {**GAVE_UP, "cause": "user_code"}}, ts=ts)
+
+
 def test_a_job_the_agent_gave_up_on_is_not_promised_a_restart(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     last = syn.step_ts(syn.STEPS - 1)
     with Store(path) as store:
-        store.ingest("node-a", encode("event", 10**6, {
-            "kind": "interruption", "job": "job-1", "rank": None, "step": syn.STEPS - 1,
-            "msg": "user_code", "data": {**GAVE_UP, "cause": "user_code"}}, ts=last + 1))
+        store.ingest("node-a", _gave_up(last + 1))
     with Store(path, read_only=True) as store:
         snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
     assert snap.progress.state == "failed"
@@ -240,9 +245,7 @@ def test_a_job_one_host_gave_up_on_is_failed_while_its_peer_restarts(tmp_path: P
     last = syn.step_ts(syn.STEPS - 1)
 
     with Store(path) as store:
-        store.ingest("node-a", encode("event", 10**6, {
-            "kind": "interruption", "job": "job-1", "rank": None, "step": syn.STEPS - 1,
-            "msg": "user_code", "data": {**GAVE_UP, "cause": "user_code"}}, ts=last + 1))
+        store.ingest("node-a", _gave_up(last + 1))
         store.ingest("node-b", _started(10**6, "recovery", last + 2))
     with Store(path, read_only=True) as store:
         snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")

@@ -51,41 +51,29 @@ async def test_control_keys_on_a_recording_say_there_is_no_job_to_control(
         assert not any(isinstance(m, ControlPlanned | ControlDone) for m in messages)
 
 
-async def test_pause_is_confirmed_with_the_controllers_description(
-        controlled_source: StaticSource, controller: RecordingController) -> None:
+# Stop: a job failed on one host while another keeps restarting into a rendezvous nobody
+# joins has no process to pause; the stop key ends it everywhere.
+@pytest.mark.parametrize(("key", "op", "title"), [("p", "pause", "Pause the job"),
+                                                  ("S", "stop", "Stop the job")])
+async def test_a_destructive_key_is_confirmed_with_the_controllers_description(
+        controlled_source: StaticSource, controller: RecordingController, key: str, op: str,
+        title: str) -> None:
     messages: list = []
     app = make_app(controlled_source)
     async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
         await settle(pilot)
-        await pilot.press("p")
+        await pilot.press(key)
         await settle(pilot)
         assert isinstance(app.screen, ConfirmScreen)
-        assert "on gpu-node-a, gpu-node-b" in text(app, "#dialog-body")
+        assert f"{op}: signal ranks 0-15 of demo-7b on gpu-node-a, gpu-node-b" in text(
+            app, "#dialog-body")
         assert controller.names() == []  # nothing happens before the answer
         await pilot.press("y")
         await settle(pilot)
-        assert controller.names() == ["pause"]
-        assert "Pause the job: pause accepted" in notifications(app)
+        assert controller.names() == [op]
+        assert f"{title}: {op} accepted" in notifications(app)
         assert [type(m) for m in messages if isinstance(m, ControlPlanned | ControlDone)] == [
             ControlPlanned, ControlDone]
-
-
-async def test_stop_is_confirmed_then_sent(controlled_source: StaticSource,
-                                           controller: RecordingController) -> None:
-    """A job that failed on one host while another keeps restarting into a rendezvous
-    nobody joins has no process to pause: the stop key ends it everywhere."""
-    app = make_app(controlled_source)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("S")
-        await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
-        assert "stop: signal ranks" in text(app, "#dialog-body")
-        assert controller.names() == []
-        await pilot.press("y")
-        await settle(pilot)
-        assert controller.names() == ["stop"]
-        assert "Stop the job: stop accepted" in notifications(app)
 
 
 async def test_cancelled_confirmation_does_nothing(controlled_source: StaticSource,
