@@ -168,7 +168,8 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     # A pause that failed (or a refused freeze) left the job running: not "paused".
     if last is not None and paused(last):
         return "paused"
-    if last is not None and (gave_up(last) or _hosts_given_up(reader, job, fr, until_ts)):
+    if last is not None and (gave_up(last) or hosts_given_up(
+            _lifecycle_events(reader, job, fr, until_ts))):
         return "failed"  # an agent gave up (a spec or code error, repeated OOM …)
     if kind == "interruption":
         return "recovering"
@@ -182,12 +183,15 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     return "unknown"
 
 
-def _hosts_given_up(reader: StoreReader, job: str, fr: Frontiers,
-                    until_ts: float | None) -> list[str]:
-    """Hosts of `job` whose agent stopped retrying, read once per change of the event
-    table (starts and interruptions: tens of events, not millions)."""
-    return reader.memo(f"given-up:{job}", (job, fr.key("event")), lambda: hosts_given_up(
-        reader.rare_events(("interruption", "job_started"), job, until_ts)))
+def _lifecycle_events(reader: StoreReader, job: str, fr: Frontiers,
+                      until_ts: float | None) -> list[Mapping[str, Any]]:
+    """`job`'s starts, exits, pauses, resumes and interruptions (tens of events, not
+    millions), read once per change of the event table: the state (which hosts gave
+    up) and the MTBF (how long the job ran) both read them."""
+    return reader.memo(f"lifecycle-events:{job}", (job, fr.key("event")),
+                       lambda: reader.rare_events((*RUNNING_KINDS, "interruption"), job,
+                                                  until_ts))
+
 
 
 def _pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
@@ -844,9 +848,7 @@ def build_snapshot(
         started = run.get("started") if isinstance(run, dict) else None
         first = reader.memo("first_ts", (job, fr.key("hello")),
                             lambda: (reader.time_range() or (at, at))[0])
-        lifecycle = reader.memo(
-            "running_events", (job, events_key),
-            lambda: reader.rare_events(RUNNING_KINDS, job, until_ts))
+        lifecycle = _lifecycle_events(reader, job, fr, until_ts)
         advice = advise(
             checkpoint_seconds=[c["seconds"] for c in checkpoints],
             checkpoint_ts=[c["ts"] for c in checkpoints],
