@@ -196,6 +196,9 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     max_steps = t["max_steps"]
     tokens_per_step = t["batch_size"] * m["block_size"]
     if d.rank == 0:
+        # The config as run: job and run dir are the ones in effect (the agent's
+        # environment or the command line), not the file's defaults.
+        cfg["run"].update(job=rep.job, dir=str(rep.run_dir))
         rep.declare(
             # No total_epochs: training ends at max_steps, most often inside an epoch,
             # and a whole number would promise an epoch the run never finishes.
