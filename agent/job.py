@@ -28,9 +28,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from agent import checkpoints, jobstate
+from agent import checkpoints, jobstate, peer_give_up
 from agent.control_inbox import OpError
 from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
@@ -133,6 +133,9 @@ class ManagedJob:
         self._saved_at = 0.0
         self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
         self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
+        self._operator_start = time.time()  # the latest launch, resume or relaunch here
+        self._peers_checked = 0.0
+        self._peer_problems: Set[str] = set()
 
     # -- inputs from the daemon -------------------------------------------------------
     def on_train(self, record: dict) -> None:
@@ -195,6 +198,7 @@ class ManagedJob:
         a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest);
         or, for a spare, wait in standby until it takes over from an excluded host."""
         self.spec.prepare_dirs()
+        self._started_by_operator()
         if standby:
             self.state = STANDBY
             self.membership.standby()
@@ -272,7 +276,9 @@ class ManagedJob:
                         break
                     retry_at = self._operate(action, args, retry_at)
                     continue
-                if self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
+                if self.state in (RUNNING, BACKOFF) and self._peer_gave_up():
+                    retry_at = None  # no restart: the job cannot form without that host
+                elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
                     retry_at = None
                     self._restart_after_failure()
                 elif self.state == FROZEN and self._freeze_until is not None and (
@@ -341,6 +347,7 @@ class ManagedJob:
         (an interruption the agent will not retry), or a cockpit would keep showing what
         the previous event said ("recovering", "starting")."""
         self.state = FAILED
+        self._announce_give_up("launch_failed", message)
         self._alert("resource", "critical", "launch_failed", message, hint)
         now = time.time()
         self._event("interruption", "job %s could not start: %s; not restarting" % (
@@ -500,6 +507,7 @@ class ManagedJob:
             return None
         if not decision.retry:
             self.state = FAILED
+            self._announce_give_up(diagnosis.cause, decision.reason)
             self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
                         "recovery_stopped", "job %s stopped after %s: %s" % (
                 self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
@@ -645,6 +653,7 @@ class ManagedJob:
                 return retry_at
             checkpoint, skipped = self._newest_checkpoint()
             self.policy.progressed()
+            self._started_by_operator()
             self._event("resume", "job %s resumed from %s" % (
                 self.name, checkpoint.path if checkpoint else "the start (no valid "
                 "checkpoint)"), {"checkpoint": str(checkpoint.path) if checkpoint else None,
@@ -655,6 +664,7 @@ class ManagedJob:
             return None
         if action == "relaunch":
             self._stop_attempt(why="relaunch")
+            self._started_by_operator()  # or left out of the job: its give-up is over
             if args.get("exclude_self"):
                 self.state = STOPPED
                 self._event("relaunch", "job %s: this host is excluded; its part stopped"
@@ -886,6 +896,53 @@ class ManagedJob:
         self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
                     {"mode": "thaw", "reason": why})
 
+    # -- the other hosts of a multi-host job (agent.peer_give_up) ----------------------
+    def _started_by_operator(self) -> None:
+        """This host's part starts again at the operator's word: a give-up of its own is
+        taken back, and only the other hosts' give-ups from now on stop it."""
+        self._operator_start = time.time()
+        self._peers_checked = self._operator_start + peer_give_up.SETTLE - peer_give_up.CHECK_EVERY
+        peer_give_up.clear(self.spec)
+
+    def _announce_give_up(self, cause: str, reason: str) -> None:
+        error = peer_give_up.announce(self.spec, cause, reason)
+        if error is not None:
+            self._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
+                        "host gave up (%s); their torchrun waits until its rendezvous times "
+                        "out" % (self.name, error), {"job_state": self.state})
+
+    def _peer_gave_up(self) -> bool:
+        """Stop this host's part when another host of a fixed-size job gave up: its
+        torchrun would wait in the rendezvous for that host, restart, and wait again."""
+        now = time.time()
+        if not peer_give_up.applies(self.spec) or (
+                now - self._peers_checked < peer_give_up.CHECK_EVERY):
+            return False
+        self._peers_checked = now
+        peers, problems = peer_give_up.peers_given_up(
+            self.spec, self._operator_start - peer_give_up.CLOCK_SKEW)
+        for problem in problems:
+            if problem not in self._peer_problems:
+                self._peer_problems.add(problem)
+                self._event("sampler_error", "job %s: a give-up marker of another host "
+                            "cannot be read, so it is not acted on: %s" % (self.name, problem),
+                            {"job_state": self.state})
+        if not peers:
+            return False
+        peer = peers[0]
+        was = self.state
+        self._event("peer_gave_up", "job %s: host %s gave up (%s: %s); this host's part "
+                    "stops, as a job of %d nodes cannot run without it" % (
+                        self.name, peer.host, peer.cause, peer.reason, self.spec.nnodes),
+                    {"host": peer.host, "cause": peer.cause, "reason": peer.reason,
+                     "at": peer.at, "state": was}, step=self._cur_max)
+        ended = self._stop_attempt(why="peer")
+        self.state = FAILED
+        if not ended:
+            self._stopped_idle(was)
+        self._save()
+        return True
+
     # -- adoption (agent.jobstate) ----------------------------------------------------
     def _snapshot(self, state: Optional[str] = None) -> dict:
         sup = self.supervisor
@@ -901,6 +958,7 @@ class ManagedJob:
             "policy": self.policy.state(), "failure": self._failure,
             "freeze_until": self._freeze_until,
             "standby_since": self.membership.standby_since,
+            "operator_start": self._operator_start,
             "process": sup.identity() if sup is not None else None,
             "agent_pid": os.getpid(), "saved_at": time.time(),
             "journal_head": self.journal.head,
@@ -953,6 +1011,9 @@ class ManagedJob:
         self.attempt = int(saved.get("attempt") or 0)
         self.policy.restore(saved.get("policy") or {})
         self._failure = dict(saved.get("failure") or {})
+        started = saved.get("operator_start")
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            self._operator_start = float(started)  # the peers' give-ups it must heed
         with self._lock:
             self._attempt_started = float(saved.get("attempt_started") or 0.0)
             self._prev_max, self._cur_max = saved.get("prev_max"), saved.get("cur_max")

@@ -71,7 +71,8 @@ def clip_line(raw: bytes) -> str:
 # Why the agent ends an attempt itself, as its job_exited says it.
 ENDED_FOR = {"pause": "for a pause", "stop": "on a stop request",
              "relaunch": "for a relaunch", "scale": "as this host left the job",
-             "shutdown": "as the agent shut down"}
+             "shutdown": "as the agent shut down",
+             "peer": "as another host of the job gave up"}
 
 
 class TokenBucket:

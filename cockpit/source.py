@@ -162,15 +162,17 @@ def _state(reader: StoreReader, job: str | None, until_ts: float | None,
     has_steps = newest_step_ts is not None
     last = job_lifecycle(reader, job, fr, until_ts)
     kind = last["kind"] if last else None
+    if last is not None and (gave_up(last) or hosts_given_up(
+            _lifecycle_events(reader, job, fr, until_ts))):
+        # An agent gave up (a spec or code error, repeated OOM …); the other hosts'
+        # parts then end too (the job cannot form without it): failed, not "exited".
+        return "failed"
     if kind == "job_exited":
         return "exited"
     data = event_data(last) if last else {}
     # A pause that failed (or a refused freeze) left the job running: not "paused".
     if last is not None and paused(last):
         return "paused"
-    if last is not None and (gave_up(last) or hosts_given_up(
-            _lifecycle_events(reader, job, fr, until_ts))):
-        return "failed"  # an agent gave up (a spec or code error, repeated OOM …)
     if kind == "interruption":
         return "recovering"
     if kind == "job_adopted" and data.get("running") is True:

@@ -1,7 +1,8 @@
 """The recovery policy and stack dumps through the real agent and torchrun, with tiny
 one-rank trainers: a repeated out-of-memory stops retrying with advice; a hang in a
 trainer that registered faulthandler has its stack dumped before the kill; a restart
-that fails before its first step does not end the outage."""
+that fails before its first step does not end the outage; when one host of a two-host
+job gives up, the other stops its part instead of waiting in the rendezvous."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from agent.supervisor import alive
+from tests.harness.job_hosts import free_port
 
 from .conftest import REPO, AgentDaemon
 
@@ -157,3 +161,48 @@ def test_a_fresh_launch_sets_an_earlier_runs_checkpoints_aside(
     rec = d.wait_for(lambda: d.event("recovery", lambda e: e["job"] == "again"), 90,
                      "the recovery")  # fmt: skip
     assert rec["data"]["checkpoint"] is None and rec["data"]["checkpoint_step"] == 0, rec
+
+
+TRAINS_FOREVER = """
+import time
+from agent.hook import Reporter
+rep = Reporter(flush_interval=0.1)
+step = 0
+while True:
+    step += 1
+    time.sleep(0.1)
+    rep.step(step, loss=1.0 / step)
+"""
+
+
+def test_when_one_host_of_a_job_gives_up_the_other_stops_its_part(tmp_path: Path) -> None:
+    """Host b's torchrun waits in the rendezvous for host a, whose launch cannot start
+    (no such python): b's agent must stop its part on a's word, not wait for the
+    rendezvous to time out and restart into another wait."""
+    base = _spec(tmp_path, "pair", TRAINS_FOREVER, hosts=["a", "b"], nnodes=2,
+                 rendezvous={"endpoint": f"127.0.0.1:{free_port()}"})
+    daemons = {}
+    for host in ("a", "b"):
+        (tmp_path / host).mkdir()
+        daemons[host] = AgentDaemon(tmp_path / host / "state")
+    a, b = daemons["a"], daemons["b"]
+    try:
+        b.op("launch", spec={**base, "host": "b"})
+        b.wait_for(lambda: b.event("job_started"), 30, "b's torchrun to start")
+        a.op("launch", spec={**base, "host": "a", "python": str(tmp_path / "no-python")})
+        cut = a.wait_for(lambda: a.event("interruption"), 30, "a's launch to fail")
+        assert cut["data"]["cause"] == "launch_failed", cut
+        assert cut["data"]["decision"]["retry"] is False, cut
+        told = b.wait_for(lambda: b.event("peer_gave_up"), 30, "b to hear of a's give-up")
+        assert told["data"]["host"] == "a" and told["data"]["cause"] == "launch_failed", told
+        assert "this host's part stops" in told["msg"], told
+        exited = b.wait_for(lambda: b.event("job_exited"), 30, "b's torchrun to end")
+        assert exited["data"]["ended_for"] == "peer", exited
+        assert "another host of the job gave up" in exited["msg"], exited
+        (job,) = b.op("jobs")["jobs"]
+        assert job["state"] == "failed", job
+        assert not alive(b.event("job_started")["data"]["pid"])
+        assert len(b.events("job_started")) == 1  # no restart into another wait
+    finally:
+        for daemon in daemons.values():
+            daemon.close()

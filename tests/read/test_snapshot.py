@@ -258,6 +258,24 @@ def test_a_job_one_host_gave_up_on_is_failed_while_its_peer_restarts(tmp_path: P
     assert snap.progress.state == "starting"
 
 
+def test_a_job_whose_peer_stopped_its_part_after_a_give_up_reads_failed(tmp_path: Path) -> None:
+    """node-a's agent gave up; node-b's agent stopped its part on hearing of it
+    (`peer_gave_up`, then its torchrun's `job_exited`). The newest lifecycle event is
+    that exit, but the job failed: it did not merely exit."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", _gave_up(last + 1))
+        store.ingest("node-b", encode("event", 10**6, {
+            "kind": "job_exited", "job": "job-1", "rank": None, "step": None,
+            "msg": "job job-1 exited with code -15 (ended by the agent as another host of "
+                   "the job gave up)", "data": {"returncode": -15, "ended_for": "peer"}},
+            ts=last + 6))
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert snap.progress.state == "failed"
+
+
 def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
         tmp_path: Path) -> None:
     """The agent gave up and said so (critical); the operator fixed the job and
