@@ -294,7 +294,8 @@ def _title(d: dict[str, Any]) -> str:
 
 def _idle_note(state: str) -> str:
     """GPU busy is read at the report's instant: after the job ended its GPUs idle."""
-    return {"exited": " (now: the job has exited)", "paused": " (now: the job is paused)",
+    return {"exited": " (now: the job has exited)", "finished": " (now: the job has finished)",
+            "paused": " (now: the job is paused)",
             "failed": " (now: the job failed)"}.get(state, "")
 
 

@@ -40,13 +40,13 @@ class Progress:
     eta_seconds: float | None = None  # central estimate
     eta_low: float | None = None  # band from recent speed spread
     eta_high: float | None = None
-    eta_note: str | None = None  # why there is no ETA although steps are known ("done")
+    eta_note: str | None = None  # why there is no ETA although steps are known ("finished")
     steps_per_second: float | None = None
     since_last_step: float | None = None  # seconds, relative to snapshot time
     stalled: bool = False
     stall_cause: str | None = None  # "data starved", "resource contention", "straggler sync"...
     stall_detail: str | None = None
-    state: str = "unknown"  # running, paused, stalled, exited, recovering, unknown
+    state: str = "unknown"  # running, paused, stalled, finished, exited, failed, recovering…
     # Of a paused job: the step of the checkpoint a resume starts from. The steps trained
     # after it (up to `step`) are discarded by the resume.
     resume_step: int | None = None

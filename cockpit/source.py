@@ -39,7 +39,14 @@ from cockpit.analysis.divergence import (
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.incidents import merge_incidents
-from cockpit.analysis.lifecycle import event_data, gave_up, hosts_given_up, paused, running_seconds
+from cockpit.analysis.lifecycle import (
+    event_data,
+    exit_reading,
+    gave_up,
+    hosts_given_up,
+    paused,
+    running_seconds,
+)
 from cockpit.analysis.lr import lr_looks_too_high
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
@@ -230,13 +237,18 @@ def _resume_step(last: Mapping[str, Any] | None) -> int | None:
 
 
 def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
-              stall: StallVerdict, resume_step: int | None = None) -> Progress:
+              stall: StallVerdict, resume_step: int | None = None,
+              lifecycle: Sequence[Mapping[str, Any]] = ()) -> Progress:
+    """`lifecycle`: the job's lifecycle events, which say how an exited job ended."""
     newest = train.newest
     if state != "paused":
         resume_step = None
     if newest is None:
+        note = None
+        if state == "exited":
+            state, note = exit_reading(lifecycle, None)
         return Progress(state=state, total_steps=run.get("total_steps"),
-                        resume_step=resume_step)
+                        resume_step=resume_step, eta_note=note)
     step = int(newest["step"])
     total_steps = run.get("total_steps")
     # Seen so far, assuming the global batch of the newest step held throughout.
@@ -257,7 +269,7 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
     # A job that is not running has no time left to estimate, only a reason why.
     eta_note = None
     if state == "exited":
-        eta_note = "done" if percent is not None and percent >= 1.0 else "exited before its end"
+        state, eta_note = exit_reading(lifecycle, percent)
     elif state in ("paused", "failed", "starting"):
         eta_note = state
     shown_state = "stalled" if stall.stalled and state == "running" else state
@@ -817,19 +829,21 @@ def build_snapshot(
         )
         progress = _progress(run, train, at, state, stall,
                              _resume_step(job_lifecycle(reader, job, fr, until_ts))
-                             if job is not None and state == "paused" else None)
+                             if job is not None and state == "paused" else None,
+                             _lifecycle_events(reader, job, fr, until_ts)
+                             if job is not None and state == "exited" else ())
         nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
         found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
         efficiency = _efficiency(train, figures, series, busy_f.result()[0],
                                  _rank0_note(kept_from, world) if kept_from is not None
                                  else _lagging_note(train, figures, world))
         others = [j for j in training if j != job]
-        if state in ("paused", "exited", "failed") and others:
+        if progress.state in ("paused", "exited", "finished", "failed") and others:
             # The hosts' GPUs now work for another job: their use is not this one's.
             efficiency = dataclasses.replace(
                 efficiency, gpu_busy=None,
-                note=efficiency.note or f"GPU busy not shown: job {job} is {state} and the "
-                                        f"hosts' GPUs now serve {', '.join(others)}")
+                note=efficiency.note or f"GPU busy not shown: job {job} is {progress.state} "
+                                        f"and the hosts' GPUs now serve {', '.join(others)}")
     except BaseException:
         # The store cannot close while a read still runs (a damaged file fails one read
         # and the caller closes it): let the others finish before passing the error on.

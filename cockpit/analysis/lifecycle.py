@@ -34,6 +34,56 @@ def ended(event: Mapping[str, Any] | None) -> bool:
     return event.get("kind") == "job_exited" or paused(event)
 
 
+def exit_reading(events: Iterable[Mapping[str, Any]],
+                 percent: float | None) -> tuple[str, str]:
+    """(state, note) of a job whose newest lifecycle event is an exit, from each host's
+    newest event and how far the job got (`percent`, 0..1, None: no known total).
+
+    The state and the reason beside it come from one place, so that no pane nor the
+    report reads "exited" beside "done" for one job: a job that ran to its end and
+    exited cleanly on every host is "finished"; an exit with an error, a signal or a
+    stop says which, so that a failure never reads as a finished job.
+    """
+    newest: dict[str, Mapping[str, Any]] = {}
+    for event in sorted(events, key=_order):
+        newest[str(event.get("host"))] = event
+    exits = sorted((e for e in newest.values() if e.get("kind") == "job_exited"), key=_order)
+    early = percent is not None and percent < 1.0
+    troubled = [e for e in exits if not _clean_exit(e)]
+    causes = [cause for cause in map(_exit_cause, troubled) if cause]
+    if causes:  # the first host to end badly says why the job ended
+        return "exited", causes[0]
+    if early:
+        return "exited", "exited before its end"
+    if troubled or not exits:
+        return "exited", "exited, its exit status unknown"
+    return "finished", "finished"
+
+
+def _order(event: Mapping[str, Any]) -> tuple[float, int]:
+    return float(event.get("ts") or 0.0), int(event.get("seq") or 0)
+
+
+def _clean_exit(event: Mapping[str, Any]) -> bool:
+    """Exit code 0, and not an attempt the agent ended itself (a stop, a relaunch…)."""
+    data = event_data(event)
+    return data.get("returncode") == 0 and not data.get("ended_for")
+
+
+def _exit_cause(event: Mapping[str, Any]) -> str | None:
+    """Why a host's processes ended other than cleanly; None when its event cannot tell."""
+    data = event_data(event)
+    ended_for = data.get("ended_for")
+    if ended_for == "stop":
+        return "stopped on request"
+    if isinstance(ended_for, str) and ended_for:
+        return f"ended by its agent ({ended_for})"
+    code = data.get("returncode")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None
+    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
 def gave_up(event: Mapping[str, Any]) -> bool:
     """An interruption after which the agent stopped retrying (a host excluded from an
     elastic job is not one: the others go on without it)."""

@@ -68,6 +68,8 @@ def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> s
 # Operations that need the job's processes running (or about to run again).
 NEEDS_PROCESSES = frozenset({"pause", "checkpoint", "eval"})
 LIVE_STATES = frozenset({"running", "stalled", "recovering", "unknown"})
+# States of a job that runs no process and will not start one by itself.
+IDLE_STATES = frozenset({"failed", "paused", "exited", "finished"})
 
 
 def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str | None:
@@ -78,9 +80,9 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
                                            else "")
                 + f": no process to {op}" + ("; resume it first (r)" if state == "paused"
                                              else ""))
-    if op == "resume" and state == "exited" and eta_note == "done":
-        return (f"job {job} finished all its steps: resuming it would exit at once; fork it "
-                "(f) with new settings to train on")
+    if op == "resume" and state == "finished":
+        return (f"job {job} finished: resuming it would exit at once; fork it (f) with new "
+                "settings to train on")
     if op == "resume" and state in ("running", "stalled"):
         return f"job {job} is {state}: there is nothing to resume"
     return None
@@ -100,7 +102,7 @@ def link_warning(hosts: Iterable[str], links: dict[str, str]) -> str:
 def state_warning(name: str, job: str | None, state: str) -> str:
     """A line for the confirmation of starting again a job that is not running: a failed
     one repeats its failure unless its cause was fixed, and a relaunch stops nothing."""
-    if name not in ("resume", "relaunch") or state not in ("failed", "paused", "exited"):
+    if name not in ("resume", "relaunch") or state not in IDLE_STATES:
         return ""
     text = ""
     if name == "relaunch":

@@ -1,8 +1,9 @@
-"""Which hosts of a job their agent gave up on, from their newest starts and failures."""
+"""What a job's lifecycle events say: which hosts their agent gave up on, and how a job
+that exited ended."""
 
 from __future__ import annotations
 
-from cockpit.analysis.lifecycle import hosts_given_up
+from cockpit.analysis.lifecycle import exit_reading, hosts_given_up
 
 
 def _event(host: str, kind: str, ts: float, retry: bool | None = None,
@@ -27,3 +28,36 @@ def test_an_excluded_host_is_not_a_failed_job() -> None:
     """An elastic job goes on without a host it excluded as faulty."""
     events = [_event("a", "interruption", 5, retry=False, exclusion={"host": "a"})]
     assert hosts_given_up(events) == []
+
+
+def _exit(host: str, ts: float, **data: object) -> dict:
+    return {"host": host, "kind": "job_exited", "ts": ts, "seq": int(ts), "data": data}
+
+
+def test_a_clean_exit_at_the_end_is_finished_and_reads_so_in_state_and_note() -> None:
+    events = [_event("a", "job_started", 1), _event("b", "job_started", 1),
+              _exit("a", 9, returncode=0), _exit("b", 10, returncode=0)]
+    assert exit_reading(events, 1.0) == ("finished", "finished")
+    assert exit_reading(events, None) == ("finished", "finished")  # no total declared
+    assert exit_reading(events, 0.6) == ("exited", "exited before its end")
+
+
+def test_an_exit_with_an_error_is_never_finished() -> None:
+    """Whatever the steps say: the first host to end badly says how the job ended."""
+    events = [_exit("a", 9, returncode=1), _exit("b", 10, returncode=-15)]
+    assert exit_reading(events, 1.0) == ("exited", "exited with code 1")
+    assert exit_reading([_exit("b", 10, returncode=-9)], 1.0) == (
+        "exited", "killed by signal 9")
+    assert exit_reading([_exit("a", 9, returncode=0), _exit("b", 10, returncode=2)], 1.0) == (
+        "exited", "exited with code 2")
+    assert exit_reading([_exit("a", 9, returncode=0, ended_for="stop")], 1.0) == (
+        "exited", "stopped on request")
+    assert exit_reading([_exit("a", 9, returncode=None)], 1.0) == (
+        "exited", "exited, its exit status unknown")
+
+
+def test_only_each_hosts_newest_event_counts() -> None:
+    """A host that failed once and then ran to a clean end finished."""
+    events = [_exit("a", 5, returncode=1), _event("a", "job_started", 6),
+              _exit("a", 9, returncode=0)]
+    assert exit_reading(events, 1.0) == ("finished", "finished")

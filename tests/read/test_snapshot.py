@@ -209,6 +209,31 @@ def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
     assert p.steps_per_second == pytest.approx(1.0)  # the speed it last had stays shown
 
 
+@pytest.mark.parametrize(("returncode", "state", "note"), [
+    (0, "finished", "finished"),
+    (1, "exited", "exited with code 1"),
+    (-9, "exited", "killed by signal 9"),
+])
+def test_a_job_that_ran_to_its_end_reads_finished_unless_it_exited_with_an_error(
+        tmp_path: Path, returncode: int, state: str, note: str) -> None:
+    """State and ETA note say one thing: never "exited" beside "done"."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        # The run declared a total it has now reached, and its processes exited.
+        store.ingest("node-a", encode("run", 10**6, {
+            "job": "job-1", "rank": 0, "total_steps": syn.STEPS - 1}, ts=last + 0.5)
+            + encode("event", 10**6 + 1, {
+                "kind": "job_exited", "job": "job-1", "rank": None, "step": None,
+                "msg": "job job-1 exited", "data": {"returncode": returncode}}, ts=last + 1))
+    with Store(path, read_only=True) as store:
+        p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
+    assert (p.percent, p.state, p.eta_note) == (100.0, state, note)
+    report = render_report(path)
+    assert f"state         {state}\n" in report and f"n/a (job {note})" in report
+    assert "(job done)" not in report
+
+
 def _gave_up(ts: float) -> bytes:
     """node-a's agent's interruption of job-1 after which it stopped retrying."""
     return encode("event", 10**6, {

@@ -52,10 +52,11 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         ready = [m.snapshot for m in messages if isinstance(m, SnapshotReady)]
         assert ready and any(isinstance(m, DataArrived) for m in messages)
         assert step_line(FACTS.last_step) in text(app, "#progress-position")
-        # The run trained to its end and exited: no time left to estimate.
+        # The run trained to its end and exited cleanly: finished, in the state as in
+        # the reason there is no ETA.
         assert FACTS.last_step == FACTS.total_steps and FACTS.exit_code == 0
-        assert text(app, "#progress-eta") == "ETA n/a: job done"
-        assert "state exited" in text(app, "#progress-last")
+        assert text(app, "#progress-eta") == "ETA n/a: job finished"
+        assert "state finished" in text(app, "#progress-last")
         assert not app.screen.query_one("#stall-banner").display
         effect = text(app, "#effect-line")
         last_val = FACTS.eval_points[-1][1]
@@ -66,7 +67,7 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         assert "no divergence, spikes or NaN/Inf" in text(app, "#effect-warnings")
         assert app.screen.query_one(LossChart).effect == ready[-1].effect
         assert "n/a" not in text(app, "#throughput")
-        assert text(app, "#throughput").endswith("(before it exited)")  # not training now
+        assert text(app, "#throughput").endswith("(before it finished)")  # not training now
         assert f"@{FACTS.host}" in text(app, "#stragglers")
         grid = text(app, "#gpu-grid")
         assert f"{FACTS.host} streaming  {FACTS.gpu_count}/{FACTS.gpu_count}" in grid
@@ -166,7 +167,7 @@ async def test_seeking_replaces_the_shown_snapshot(recorded_replay: OpenReplay) 
         source.seek_to(1.0)
         await wait_until(pilot, lambda: step_line(FACTS.last_step)
                          in text(app, "#progress-position"), "the snapshot at the end")
-        assert text(app, "#progress-eta") == "ETA n/a: job done"
+        assert text(app, "#progress-eta") == "ETA n/a: job finished"
 
 
 async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
@@ -588,7 +589,8 @@ async def test_an_expired_toast_over_a_maximised_pane_is_painted_over(
 
 
 @pytest.mark.parametrize(("state", "moving"), [("running", True), ("failed", False),
-                                              ("paused", False), ("exited", False)])
+                                              ("paused", False), ("exited", False),
+                                              ("finished", False)])
 async def test_the_progress_bar_moves_only_while_the_job_works(state: str, moving: bool) -> None:
     """With no known total the bar animates, which reads as "working": a failed or paused
     job's bar stands still."""

@@ -152,14 +152,18 @@ def test_a_seek_press_scales_with_speed_but_never_crosses_a_short_recording() ->
 def test_operations_that_cannot_act_on_the_jobs_state_are_refused_at_once() -> None:
     assert jc.refusal("pause", "j", "running", None) is None
     assert jc.refusal("checkpoint", "j", "recovering", None) is None
-    assert jc.refusal("pause", "j", "exited", "done") == (
-        "job j is exited (done): no process to pause")
+    assert jc.refusal("pause", "j", "finished", "finished") == (
+        "job j is finished: no process to pause")
+    assert jc.refusal("pause", "j", "exited", "exited with code 1") == (
+        "job j is exited (exited with code 1): no process to pause")
     assert jc.refusal("checkpoint", "j", "paused", "paused") == (
         "job j is paused: no process to checkpoint; resume it first (r)")
-    assert "finished all its steps" in (jc.refusal("resume", "j", "exited", "done") or "")
+    assert "resuming it would exit at once" in (
+        jc.refusal("resume", "j", "finished", "finished") or "")
     assert jc.refusal("resume", "j", "exited", "exited before its end") is None
     assert jc.refusal("resume", "j", "paused", "paused") is None
-    assert jc.refusal("fork", "j", "exited", "done") is None
+    assert jc.refusal("resume", "j", "exited", "exited with code 1") is None
+    assert jc.refusal("fork", "j", "finished", "finished") is None
     assert jc.refusal("adjust", "j", "paused", "paused") is None  # applies on resume
     assert jc.refusal("resume", "j", "stalled", "stalled") == (
         "job j is stalled: there is nothing to resume")

@@ -17,6 +17,7 @@ SLOWEST_SHOWN = 3
 
 # Job states in which nothing trains now: the step figures are those of its last steps.
 IDLE_STATES = {"paused": "before the pause", "exited": "before it exited",
+               "finished": "before it finished",
                "stalled": "before the stall", "failed": "before it failed",
                "starting": "before the restart"}
 

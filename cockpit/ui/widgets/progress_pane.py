@@ -18,6 +18,7 @@ _STATE_STYLE = {
     "paused": "$warning",
     "stalled": "$error",
     "recovering": "$warning",
+    "finished": "$success",
     "exited": "$text-muted",
 }
 
