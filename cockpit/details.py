@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cockpit.analysis.alerts import STALE_AFTER_S
+from cockpit.analysis.lifecycle import current_run_started
 from cockpit.snapshot import EventRow, Series
 from cockpit.store.queries import StoreReader
 
@@ -106,7 +107,10 @@ class LogTail:
 class RunInfo:
     job: str | None
     declared: bool = False  # a `run` record was seen (else only what the steps show)
-    started: float | None = None
+    started: float | None = None  # its first launch
+    # When the run the panes show started: its newest start (a recovery, a relaunch, a
+    # resume), `started` when it never started again.
+    run_started: float | None = None
     total_steps: int | None = None
     total_epochs: int | None = None
     total_samples: int | None = None
@@ -288,10 +292,14 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
     if job is None:
         return RunInfo(job=None, jobs=jobs)
     info = reader.run_info(job, until_ts=until_ts)
+    current = current_run_started(
+        e for e in reader.rare_events(("job_started", "job_exited"), job, until_ts)
+        if e.get("job") == job)
     return RunInfo(
         job=job,
         declared=bool(info.get("declared")),
         started=info.get("started"),
+        run_started=info.get("started") if current is None else current,
         total_steps=info.get("total_steps"),
         total_epochs=info.get("total_epochs"),
         total_samples=info.get("total_samples"),

@@ -60,6 +60,31 @@ def exit_reading(events: Iterable[Mapping[str, Any]],
     return "finished", "finished"
 
 
+def current_run_started(events: Iterable[Mapping[str, Any]]) -> float | None:
+    """When the job's current run started, from its `job_started` and `job_exited`
+    events (any host's); None when no start is known.
+
+    Every start (a recovery, a relaunch, a resume) begins a run of its own, and it is
+    the one whose figures the panes show: its first launch may lie days back. On several
+    hosts the run began with the first of their newest starts (the others joined its
+    rendezvous), counting only the hosts still running it (one that left an elastic
+    job keeps an older start), or every host once none runs.
+    """
+    newest_start: dict[str, float] = {}
+    running: dict[str, bool] = {}
+    for event in sorted(events, key=_order):
+        host, kind = str(event.get("host")), event.get("kind")
+        if kind == "job_started":
+            newest_start[host] = float(event.get("ts") or 0.0)
+            running[host] = True
+        elif kind == "job_exited":
+            running[host] = False
+    if not newest_start:
+        return None
+    now_running = [ts for host, ts in newest_start.items() if running.get(host)]
+    return min(now_running or newest_start.values())
+
+
 def _order(event: Mapping[str, Any]) -> tuple[float, int]:
     return float(event.get("ts") or 0.0), int(event.get("seq") or 0)
 

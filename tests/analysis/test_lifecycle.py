@@ -3,7 +3,7 @@ that exited ended."""
 
 from __future__ import annotations
 
-from cockpit.analysis.lifecycle import exit_reading, hosts_given_up
+from cockpit.analysis.lifecycle import current_run_started, exit_reading, hosts_given_up
 
 
 def _event(host: str, kind: str, ts: float, retry: bool | None = None,
@@ -61,3 +61,21 @@ def test_only_each_hosts_newest_event_counts() -> None:
     events = [_exit("a", 5, returncode=1), _event("a", "job_started", 6),
               _exit("a", 9, returncode=0)]
     assert exit_reading(events, 1.0) == ("finished", "finished")
+
+
+def test_the_current_run_started_with_the_newest_start_not_the_first_launch() -> None:
+    launch = [_event("a", "job_started", 1), _event("b", "job_started", 2)]
+    assert current_run_started(launch) == 1  # b joined the rendezvous a opened
+    assert current_run_started([]) is None
+    recovered = [*launch, _exit("a", 50, returncode=1), _exit("b", 50, returncode=-15),
+                 _event("a", "job_started", 60), _event("b", "job_started", 61)]
+    assert current_run_started(recovered) == 60
+    finished = [*recovered, _exit("a", 90, returncode=0), _exit("b", 90, returncode=0)]
+    assert current_run_started(finished) == 60  # the run that ran last
+
+
+def test_a_host_that_left_the_job_keeps_its_old_start_out_of_the_current_run() -> None:
+    events = [_event("a", "job_started", 1), _event("b", "job_started", 1),
+              _exit("b", 40, returncode=0, ended_for="scale"),
+              _exit("a", 40, returncode=-15, ended_for="scale"), _event("a", "job_started", 45)]
+    assert current_run_started(events) == 45

@@ -31,7 +31,8 @@ class RecordingFacts:
     checkpoint_steps: tuple[int, ...]
     log_lines: tuple[str, ...]  # every trainer output line (blank ones too), in order
     train_times: tuple[tuple[float, int], ...]  # (ts, step) of every train record
-    job_started_ts: float | None
+    job_started_ts: float | None  # its first launch
+    restarted_ts: float | None  # its newest start (the recovery's), when it started again
     exit_code: int | None  # of the job's last attempt, when the recording saw it exit
     adjust: tuple[int, str] | None  # (step, "knob=value") of the operator's change
     resumed_step: int | None  # the checkpoint step the job restarted from
@@ -90,6 +91,7 @@ def recording_facts() -> RecordingFacts:
         train_times=tuple((r["ts"], r["step"]) for r in train),
         job_started_ts=next((r["ts"] for r in by_type["event"] if r["kind"] == "job_started"),
                             None),
+        restarted_ts=([r["ts"] for r in events("job_started")][1:] or [None])[-1],
         exit_code=([r["data"]["returncode"] for r in events("job_exited")] or [None])[-1],
         adjust=next(((r["step"], r["msg"].removeprefix("applied "))
                      for r in events("control_ack") if r["rank"] is not None), None),

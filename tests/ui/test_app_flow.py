@@ -362,7 +362,12 @@ async def test_run_info_and_log_tail_of_the_recorded_run(recorded_replay: OpenRe
         assert rows["seed"] == str(FACTS.seed)
         assert rows["total steps"] == str(FACTS.total_steps)
         assert rows["world size"] == str(FACTS.world_size)
-        assert rows["started"] == fmt.timestamp(FACTS.job_started_ts)  # a date, not 1.8e+09
+        # The agent recovered the job: the run on screen started then, not at the first
+        # launch, which is shown beside it. Dates, not 1.8e+09.
+        assert FACTS.restarted_ts is not None and FACTS.job_started_ts is not None
+        assert fmt.timestamp(FACTS.restarted_ts) != fmt.timestamp(FACTS.job_started_ts)
+        assert rows["started"] == fmt.timestamp(FACTS.restarted_ts)
+        assert rows["first launch"] == fmt.timestamp(FACTS.job_started_ts)
         await pilot.press("L")
         await settle(pilot)
         assert isinstance(app.screen, LogTailScreen)

@@ -33,6 +33,7 @@ def shown(details: object) -> object:
     if not isinstance(details, RunInfo):
         return details
     data = dict(as_mapping(details) or {})
+    data = _starts(data, data.pop("run_started", None))
     changes = data.pop("changes", ())
     parent = data.pop("forked_from", None)
     if isinstance(parent, dict):  # first: what this run is a branch of
@@ -46,3 +47,17 @@ def shown(details: object) -> object:
     if data.pop("declared", True):
         return data
     return {"note": "no run record from the trainer: only what its steps show", **data}
+
+
+def _starts(data: dict[str, object], run_started: object) -> dict[str, object]:
+    """`started` is when the run on screen started (a restart begins a new one): after a
+    recovery or a relaunch the first launch, shown beside it, may be days older."""
+    first = data.get("started")
+    if not isinstance(run_started, int | float) or run_started == first:
+        return data
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        out[key] = run_started if key == "started" else value
+        if key == "started" and isinstance(first, int | float):
+            out["first launch"] = fmt.timestamp(first)
+    return out
