@@ -170,6 +170,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         label = self.source.label or ""
         self.main_screen.label = label
         self.main_screen.paused = self.replay_paused
+        self.main_screen.replaying = is_replayable(self.source)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:

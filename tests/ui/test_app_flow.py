@@ -109,6 +109,26 @@ async def test_replay_shows_only_what_the_clock_has_reached(
         assert steps == sorted(steps, key=lambda s: -1 if s is None else s)  # never back
 
 
+async def test_a_replays_header_shows_the_recordings_time_not_todays_clock(
+        recorded_replay: OpenReplay) -> None:
+    """The wall clock beside a recording's time read as a live session's."""
+    source = recorded_replay(at=FACTS.mid_run)
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        header = text(app, "#status-bar")
+        assert f"recorded {fmt.timestamp(source.position)}" in header  # with its date
+        assert "now " not in header and fmt.clock(T0 + 7) not in header  # the frozen clock
+        source.seek_to(1.0)
+        expected = f"recorded {fmt.timestamp(FACTS.last_ts)}"
+        await wait_until(pilot, lambda: expected in text(app, "#status-bar"),
+                         f"the header at the end of the recording to read {expected!r}")
+    live = make_app(StaticSource(demo_snapshot(), demo_details(), label="LIVE"))
+    async with live.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        assert f"now {fmt.clock(T0 + 7)}" in text(live, "#status-bar")  # live: the clock
+
+
 async def test_missing_fields_show_na_and_no_sim_badge() -> None:
     # Edge case no real run produces: a snapshot with every field unknown.
     source = StaticSource(Snapshot(ts=T0, source_label="LIVE", job=None))

@@ -35,6 +35,7 @@ class MainScreen(Screen):
     snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
     label: reactive[str] = reactive("", repaint=False)
     paused: reactive[bool] = reactive(False, repaint=False)
+    replaying: reactive[bool] = reactive(False, repaint=False)
     _found: tuple[StatusBar | Pane, ...] = ()  # filled on first use once mounted
 
     def compose(self) -> ComposeResult:
@@ -72,10 +73,14 @@ class MainScreen(Screen):
     def watch_paused(self) -> None:
         self._update_status()
 
+    def watch_replaying(self) -> None:
+        self._update_status()
+
     def _update_status(self) -> None:
         for bar in self.query(StatusBar):
             bar.label = self.label
             bar.paused = self.paused
+            bar.replaying = self.replaying
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         pane = next((n for n in event.widget.ancestors_with_self if isinstance(n, Pane)), None)

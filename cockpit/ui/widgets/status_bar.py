@@ -1,8 +1,9 @@
 """The top line: where the data comes from (LIVE / REPLAY 10x), which job, and when.
 
-The source label is the only place live and replay differ on screen, so it is always
-shown first and inverted. The clock ticks on its own; the data time says how fresh the
-snapshot behind every pane is.
+The source label is always shown first and inverted. Live, the clock ticks on its own
+and the data time says how fresh the snapshot behind every pane is. A replay has no
+"now": the time shown is the recording's at the replay cursor, with its date (a
+recording is seldom of today), and today's clock beside it would read as live.
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ class StatusBar(Widget):
     snapshot: reactive[Snapshot | None] = reactive(None)
     label: reactive[str] = reactive("")
     paused: reactive[bool] = reactive(False)
+    replaying: reactive[bool] = reactive(False)
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self.refresh)
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        if not self.replaying:  # the clock: a replay's time moves with its snapshots
+            self.refresh()
 
     def render(self) -> Content:
         """The parts that fit the width, in their fixed order; what does not fit goes
@@ -50,8 +56,11 @@ class StatusBar(Widget):
         parts.append((f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]", 0))
         if snap is not None and job_place(snap):
             parts.append((job_place(snap), 4))  # starts with a space: glued to the job
-        parts.append((f"data {fmt.clock(snap.ts if snap else None)}", 2))
-        parts.append((f"now {fmt.clock(wall_clock())}", 5))
+        if self.replaying:
+            parts.append((f"recorded {fmt.timestamp(snap.ts if snap else None)}", 2))
+        else:
+            parts.append((f"data {fmt.clock(snap.ts if snap else None)}", 2))
+            parts.append((f"now {fmt.clock(wall_clock())}", 5))
         if snap is not None:
             critical = sum(1 for a in snap.alerts if a.severity == "critical")
             if critical:
