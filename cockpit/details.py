@@ -202,7 +202,7 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
     return HostDetail(
         host=host,
         state=facts.get("state") if until_ts is None else link_state(
-            facts, None, until_ts, replaying=True),
+            facts, None, until_ts, replaying=True, ended=recording_ended(reader, until_ts)),
         gpu_state=facts.get("gpu_state"),
         gpu_source=facts.get("gpu_source"),
         hostname=facts.get("hostname"),
@@ -224,17 +224,29 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
 
 
 def link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, now: float,
-               replaying: bool) -> str:
-    """The live transport's word when there is one; in a replay, what the records say
-    (the stored state is the link's at the end of the recording, not at the cursor)."""
+               replaying: bool, *, ended: bool = False) -> str:
+    """The live transport's word when there is one; in a replay, what the records say,
+    except at the recording's end (`ended`): the stored state is the link's there, as
+    the report reads it (a session that closed its links stored "stopped"), and a
+    recording that ended is not "streaming"."""
     if host_states and host["host"] in host_states:
         return host_states[host["host"]]
-    if not replaying and host.get("state"):
+    if (not replaying or ended) and host.get("state"):
         return str(host["state"])
     last = host.get("last_seen")
     if last is None:
         return "unknown"
     return "stale" if now - last > STALE_AFTER_S else "streaming"
+
+
+def recording_ended(reader: StoreReader, until_ts: float | None) -> bool:
+    """Whether a cursor at `until_ts` has reached the recording's last record (None:
+    the whole recording is read, as at its end)."""
+    if until_ts is None:
+        return True
+    span = (reader.memo("time_range", None, reader.time_range) if reader.static
+            else reader.time_range())  # a read-only store's span cannot change
+    return span is not None and until_ts >= span[1]
 
 
 def _processes(sample: Mapping[str, Any] | None,

@@ -63,6 +63,7 @@ from cockpit.details import (
     host_detail,
     link_state,
     log_tail,
+    recording_ended,
     run_info,
 )
 from cockpit.snapshot import (
@@ -603,7 +604,7 @@ def _per(units: float, seconds: float | None) -> float | None:
 def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
             samples: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
             interruptions: Sequence[Mapping[str, Any]], host_states: Mapping[str, str] | None,
-            now: float, replaying: bool) -> Health:
+            now: float, replaying: bool, ended: bool = False) -> Health:
     by_gpu = {(g["host"], g["gpu"]): g for g in gpus}
     by_host = {s["host"]: s for s in samples}
     newest_xid: dict[tuple[str, Any], int] = {}
@@ -642,7 +643,7 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
         s = by_host.get(name, {})
         out.append(HostHealth(
             host=name,
-            state=link_state(h, host_states, now, replaying),
+            state=link_state(h, host_states, now, replaying, ended=ended),
             gpu_state=h.get("gpu_state") or "unknown",
             gpus=tuple(cells),
             cpu=s.get("cpu"),
@@ -856,7 +857,8 @@ def build_snapshot(
         "interruptions", (job, events_key),
         lambda: merge_incidents(reader.interruptions(job, until_ts=until_ts))) if job else []
     health = _health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
-                     replaying=until_ts is not None)
+                     replaying=until_ts is not None,
+                     ended=until_ts is not None and recording_ended(reader, until_ts))
     if job is not None:
         checkpoints = reader.memo(
             "checkpoint_costs", (job, events_key),

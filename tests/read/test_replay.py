@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 
 from cockpit.errors import CockpitError
 from cockpit.replay import ReplaySource
+from cockpit.report import render_report
 from cockpit.store.database import Store
 from tests.read import synthetic as syn
 
@@ -152,3 +154,26 @@ def test_a_replay_caps_the_database_memory(replay: ReplaySource) -> None:
     with replay._store.cursor() as cur:
         (actual,) = cur.execute("SELECT current_setting('memory_limit')").fetchone()
     assert actual == capped != default
+
+
+def test_at_its_end_a_replay_shows_the_links_as_the_report_does(tmp_path: Path) -> None:
+    """The session that recorded the run closed its links ("stopped"): a replay that
+    reached the end reads that too, not "streaming" as if the hosts still sent."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    with Store(path) as store:
+        for host in syn.HOSTS:
+            store.set_host_state(host, "stopped", "the cockpit closed the link")
+    reported = {h["host"]: h["state"]
+                for h in json.loads(render_report(path, fmt="json"))["health"]["hosts"]}
+    assert reported == dict.fromkeys(syn.HOSTS, "stopped")
+    source = ReplaySource(path, speed=10.0, clock=FakeClock())
+    try:
+        source.seek_to(0.5)  # mid-recording: what the records say
+        assert {h.state for h in source.snapshot().health.hosts} == {"streaming"}
+        source.seek_to(1.0)
+        shown = {h.host: h.state for h in source.snapshot().health.hosts}
+        assert shown == reported
+        assert source.details("host", host=syn.HOSTS[0]).state == "stopped"
+        assert not any(a.code.startswith("host_") for a in source.snapshot().alerts)
+    finally:
+        source.stop()

@@ -7,13 +7,14 @@ import random
 import pytest
 
 from cockpit.details import RunInfo
-from cockpit.snapshot import Effect, Interruption, Marker, Progress, Series
+from cockpit.snapshot import Effect, GpuCell, HostHealth, Interruption, Marker, Progress, Series
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
 from cockpit.ui.screens.run_info import shown
 from cockpit.ui.widgets.detail_view import field_cell, series_value_text
 from cockpit.ui.widgets.gauge import level_style
+from cockpit.ui.widgets.gpu_grid import host_line, host_problem
 from cockpit.ui.widgets.interruption_log import interruption_line
 from cockpit.ui.widgets.loss_chart import legend, nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
@@ -259,3 +260,14 @@ def test_an_outage_names_the_restarts_that_failed_within_it() -> None:
     line = interruption_line(item)
     assert "killed on b (+1 peer)" in line and "down 42s" in line
     assert line.endswith("restart #2 (1 failed: nccl)"), line
+
+
+def test_a_link_closed_at_the_end_of_a_recording_is_no_fault() -> None:
+    """"stopped" (the cockpit closed the link) is shown muted and sorts with the healthy
+    hosts; a link that cannot connect is still an error."""
+    gpus = (GpuCell(index=0, online=True, simulated=False),)
+    stopped = HostHealth(host="a", state="stopped", gpu_state="ok", gpus=gpus)
+    assert host_problem(stopped) is None
+    assert "[$text-muted]stopped" in host_line(stopped, 4)
+    unreachable = HostHealth(host="a", state="unreachable", gpu_state="ok", gpus=gpus)
+    assert host_problem(unreachable) == "error"

@@ -22,6 +22,8 @@ LEGEND = ("[$success]●[/] ok  [$warning]▲[/] throttled/hot  [$error]✖[/] E
           "[$error]○[/] offline")
 _LINK_OK = {"streaming", "local"}
 _LINK_WAIT = {"connecting", "stale", "deploying"}
+# A link the cockpit closed itself (the end of a recording): no fault, nothing streams.
+_LINK_ENDED = {"stopped"}
 
 
 def gpu_problem(cell: GpuCell) -> str | None:
@@ -46,7 +48,7 @@ def gpu_glyph(cell: GpuCell) -> str:
 
 def host_problem(host: HostHealth) -> str | None:
     problems = [gpu_problem(cell) for cell in host.gpus]
-    if host.state not in _LINK_OK | _LINK_WAIT or "error" in problems:
+    if host.state not in _LINK_OK | _LINK_WAIT | _LINK_ENDED or "error" in problems:
         return "error"
     if host.state in _LINK_WAIT or "warning" in problems:
         return "warning"
@@ -66,8 +68,9 @@ def _sum(values: list[float | None]) -> float | None:
 def host_line(host: HostHealth, name_width: int) -> str:
     cells = host.gpus
     online = sum(1 for c in cells if c.online)
-    link_style = "$success" if host.state in _LINK_OK else (
-        "$warning" if host.state in _LINK_WAIT else "$error")
+    link_style = ("$success" if host.state in _LINK_OK else "$warning"
+                  if host.state in _LINK_WAIT else "$text-muted"
+                  if host.state in _LINK_ENDED else "$error")
     glyphs = "".join(gpu_glyph(c) for c in cells) or "[$text-muted]-[/]"
     temp = fmt.na(_max([c.temp for c in cells]), "{:.0f}°C")
     power = fmt.na(_sum([c.power for c in cells]), "{:.0f}W")
