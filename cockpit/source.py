@@ -807,7 +807,8 @@ def build_snapshot(
         world = run.get("world_size")
         kept_from = _rank0_alone_until(reader, job, world, until_ts)
         # Before the other ranks' kept steps, rank 0 is all there is to find.
-        train = tail.view(job, 1 if kept_from is not None else world, fr, until_ts)
+        train = (tail.view(job, 1, fr, until_ts) if kept_from is not None
+                 else tail.view(job, world, fr, until_ts, run.get("world_since")))
         if kept_from is not None:
             train = _whole_job(train, world)
         series = _train_series(reader, job, train, until_ts, buckets, fr)
@@ -818,8 +819,9 @@ def build_snapshot(
         state = _state(reader, job, until_ts,
                        float(train.newest["ts"]) if train.newest else None, fr)
         figures = reader.memo(
-            "figures", (job, run.get("world_size"), run.get("flops_per_step"),
-                        run.get("peak_flops"), fr.key("train", "gpu"), kept_from),
+            "figures", (job, run.get("world_size"), run.get("world_since"),
+                        run.get("flops_per_step"), run.get("peak_flops"),
+                        fr.key("train", "gpu"), kept_from),
             lambda: _figures(run, train, gpus, world if kept_from is not None else None))
         stall = detect_stall(
             since_last_step=(at - float(train.newest["ts"])) if train.newest else None,

@@ -27,6 +27,7 @@ from cockpit.store.queries_train import (
     LATEST_STEP_WINDOWS,
     STEP_COLUMNS,
     newest_per_rank_step,
+    of_world,
 )
 
 RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
@@ -59,6 +60,7 @@ class _Held:
     newest_row: tuple[float, int, str] | None  # (ts, seq, job) of the newest record
     job: str | None = None
     world: int | None = None
+    world_since: float | None = None  # run_info's: ranks a scale-down took are left out
     by_rank: dict[Any, dict[str, Any]] = field(default_factory=dict)
     # by_rank holds every rank whose newest record is newer than this (-inf: all).
     complete_after: float = -math.inf
@@ -144,12 +146,15 @@ class TrainTail:
                                                         frontiers=fr), extend)
 
     def view(self, job: str | None, world: int | None, fr: Frontiers,
-             until_ts: float | None) -> TrainView:
+             until_ts: float | None, world_since: float | None = None) -> TrainView:
+        """`job`'s steps, of the ranks of its current world of `world` ranks when
+        `world_since` says since when it has had it (`world_clause`)."""
         held = self._held
         if job is None:
             self._held = None
             return TrainView()
-        if held is not None and held.job == job and held.world == world:
+        if (held is not None and held.job == job and held.world == world
+                and held.world_since == world_since):
             if held.fr.key("train") == fr.key("train"):
                 return held.view
             added = self._rows_added(fr, until_ts)
@@ -158,7 +163,7 @@ class TrainTail:
                 if extended is not None:
                     self._held = extended
                     return extended.view
-        self._held = self._full_read(job, world, fr, until_ts)
+        self._held = self._full_read(job, world, world_since, fr, until_ts)
         return self._held.view
 
     def _rows_added(self, fr: Frontiers, until_ts: float | None) -> list[dict[str, Any]] | None:
@@ -180,14 +185,15 @@ class TrainTail:
         self._added = (fr, rows)
         return rows
 
-    def _full_read(self, job: str, world: int | None, fr: Frontiers,
-                   until_ts: float | None) -> _Held:
+    def _full_read(self, job: str, world: int | None, world_since: float | None,
+                   fr: Frontiers, until_ts: float | None) -> _Held:
         reader = self._reader
         newest_row = reader.newest_train_row(until_ts=until_ts, frontiers=fr)
         held = _Held(fr, None if newest_row is None else
-                     (newest_row["ts"], newest_row["seq"], newest_row["job"]), job, world)
+                     (newest_row["ts"], newest_row["seq"], newest_row["job"]), job, world,
+                     world_since)
         latest = reader.latest_train(job, until_ts=until_ts, expected_ranks=world,
-                                     frontiers=fr)
+                                     world_since=world_since, frontiers=fr)
         if not latest:
             return held
         held.by_rank = {r["rank"]: r for r in latest}
@@ -197,7 +203,8 @@ class TrainTail:
         last_step = int(newest["step"])
         held.low = last_step - held.steps
         held.window = [StepSample(*r) for r in reader.recent_step_samples(
-            job, held.steps, until_ts=until_ts, last_step=last_step, bounded=False)]
+            job, held.steps, until_ts=until_ts, last_step=last_step, bounded=False,
+            world=world, world_since=world_since)]
         held.view = _make_view(latest, newest, held.window)
         return held
 
@@ -245,8 +252,10 @@ def _extend(held: _Held, added: list[dict[str, Any]], fr: Frontiers) -> _Held | 
     end = fr.ts.get("train")
     if end is None:
         return None
-    # Shaped as `latest_train` rows (which do not repeat the job).
-    rows = [{k: v for k, v in r.items() if k != "job"} for r in added if r["job"] == held.job]
+    # Shaped as `latest_train` rows (which do not repeat the job), of the current world.
+    rows = [{k: v for k, v in r.items() if k != "job"} for r in added
+            if r["job"] == held.job
+            and of_world(r["rank"], r["ts"], held.world, held.world_since)]
     by_rank = dict(held.by_rank)
     for r in rows:
         old = by_rank.get(r["rank"])
@@ -267,8 +276,8 @@ def _extend(held: _Held, added: list[dict[str, Any]], fr: Frontiers) -> _Held | 
     merged = sorted([*(s for s in held.window if s.step > low), *fresh],
                     key=lambda s: (s.step, s.rank, s.ts if s.ts is not None else -math.inf))
     window = newest_per_rank_step(merged)  # type: ignore[arg-type]
-    return _Held(fr, newest_row, held.job, held.world, by_rank, held.complete_after,
-                 window, low, steps, _make_view(latest, newest, window),
+    return _Held(fr, newest_row, held.job, held.world, held.world_since, by_rank,
+                 held.complete_after, window, low, steps, _make_view(latest, newest, window),
                  held.extensions + 1)
 
 

@@ -66,6 +66,27 @@ class NonFinite:
                          since)
 
 
+def world_clause(world: int | None, since: float | None) -> tuple[str, list[Any]]:
+    """The step records of the job's current world of `world` ranks, held since `since`
+    (`run_info`'s `world_since`).
+
+    torchrun numbers a world's ranks from 0, so when a scale-down shrinks it the ranks
+    numbered `world` or more are gone, yet their steps stay in the store. A rank's step
+    counts for the current world when the rank is numbered below `world` or the step was
+    taken since the world changed: a rank past a declared world that still trains (a
+    trainer that declared a smaller world than it runs) is still shown.
+    """
+    if world is None or since is None:
+        return "", []
+    return " AND (rank IS NULL OR rank < ? OR ts >= ?)", [world, since]
+
+
+def of_world(rank: Any, ts: float, world: int | None, since: float | None) -> bool:
+    """`world_clause` for one record already read."""
+    return (world is None or since is None or rank is None or rank < world
+            or ts >= since)
+
+
 class TrainQueries(ReaderBase):
     def jobs(self, *, until_ts: float | None = None) -> list[str]:
         """Every job the recording knows of, in order of first appearance.
@@ -176,11 +197,14 @@ class TrainQueries(ReaderBase):
         info: dict[str, Any] = {"job": job, **{name: None for name in RUN_FIELDS}}
         changes: list[dict[str, Any]] = []
         declared: dict[tuple[Any, str], Any] = {}  # by rank: ranks may seed differently
+        world_since = None
         for record in runs:
             for name in RUN_FIELDS:
                 value = record.get(name)
                 if value is None:
                     continue
+                if name == "world_size" and value != info[name]:
+                    world_since = record["ts"]
                 info[name] = value
                 if name not in RUN_IDENTITY:
                     continue
@@ -190,6 +214,9 @@ class TrainQueries(ReaderBase):
                                     "ts": record["ts"], "host": record.get("host")})
                 declared[(record.get("rank"), name)] = value
         info["changes"] = changes
+        # Since when the job has had its current world: the ranks numbered past a world
+        # that shrank and silent since then are gone (`world_clause`).
+        info["world_since"] = world_since
         info["started"] = self.job_started_ts(job, until_ts=until_ts)
         info["forked_from"] = self.forked_from(job, until_ts=until_ts)
         info["declared"] = bool(runs)
@@ -204,14 +231,19 @@ class TrainQueries(ReaderBase):
 
     def latest_train(
         self, job: str, *, until_ts: float | None = None, expected_ranks: int | None = None,
-        frontiers: Frontiers | None = None,
+        world_since: float | None = None, frontiers: Frontiers | None = None,
     ) -> list[Row]:
-        """Per rank, its newest step record (newest by time, so a rollback shows).
+        """Per rank of the job's current world, its newest step record (newest by time,
+        so a rollback shows).
 
         Probed in widening windows before the newest train record until `expected_ranks`
         ranks are found; `arg_max` per rank costs half the window function it replaces.
+        With `world_since`, the ranks a scale-down took away are left out
+        (`world_clause`): else they would fill the count in place of a current rank that
+        lags, and be named as lagging themselves for as long as their steps are kept.
         """
         want = expected_ranks or 1
+        world, world_args = world_clause(expected_ranks, world_since)
         with self._cur() as cur:
             end = (frontiers.ts.get("train") if frontiers is not None
                    else self.table_frontier(cur, "train", until_ts))
@@ -220,8 +252,8 @@ class TrainQueries(ReaderBase):
             rows: list[Row] = []
             for window in LATEST_STEP_WINDOWS:
                 sql = (f"SELECT arg_max(struct_pack({STEP_COLUMNS}), (ts, seq)) FROM train "
-                       "WHERE job = ? AND ts <= ?")
-                args: list[Any] = [job, end]
+                       f"WHERE job = ? AND ts <= ?{world}")
+                args: list[Any] = [job, end, *world_args]
                 if window is not None:
                     sql += " AND ts > ?"
                     args.append(end - window)
@@ -263,19 +295,23 @@ class TrainQueries(ReaderBase):
 
     def recent_step_samples(
         self, job: str, n: int, *, until_ts: float | None, last_step: int,
-        bounded: bool = True,
+        bounded: bool = True, world: int | None = None, world_since: float | None = None,
     ) -> list[tuple[Any, ...]]:
         """`recent_steps` as plain tuples of `SAMPLE_COLUMNS`: a refresh reads a few
         thousand of them, and the analysis rules need no dict per row. With `bounded`
         false, steps past `last_step` (a rank ahead of the newest record, or the steps
-        a rolled-back job has yet to redo) are included too."""
+        a rolled-back job has yet to redo) are included too. With `world` and
+        `world_since`, the steps of ranks a scale-down took away are not: a job that
+        goes on from an earlier checkpoint repeats their steps, and they would count in
+        its throughput as if those ranks still trained (`world_clause`)."""
         cond, args = until_clause(until_ts)
         upper = " AND step <= ?" if bounded else ""
+        of_world, world_args = world_clause(world, world_since)
         with self._cur() as cur:
             rows = cur.execute(
                 f"SELECT {SAMPLE_COLUMNS} FROM train WHERE job = ? AND step > ?{upper}"
-                f"{cond} ORDER BY step, rank, ts, seq",
-                [job, last_step - n, *([last_step] if bounded else []), *args],
+                f"{cond}{of_world} ORDER BY step, rank, ts, seq",
+                [job, last_step - n, *([last_step] if bounded else []), *args, *world_args],
             ).fetchall()
         return newest_per_rank_step(rows)
 

@@ -352,6 +352,46 @@ def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
     assert "ranks 2, 3 (node-b) not in the recent steps" in render_report(path)
 
 
+def test_ranks_a_scale_down_took_away_are_neither_counted_nor_named(tmp_path: Path) -> None:
+    """node-b leaves the job (a scale-down); node-a's two ranks go on from the step 400
+    checkpoint as a world of two. node-b's ranks 2 and 3 keep their steps in the store,
+    but they are no longer ranks of the job: the throughput sums ranks 0 and 1 alone,
+    and when rank 1's records then fall behind, it alone is named."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    restart_ts = syn.step_ts(syn.STEPS - 1) + 20.0
+    seq = 10**6
+
+    def steps(first: int, last: int, ranks: tuple[int, ...]) -> bytes:
+        nonlocal seq
+        lines = []
+        for step in range(first, last + 1):
+            for rank in ranks:
+                seq += 1
+                lines.append(encode("train", seq, {
+                    "job": "job-1", "rank": rank, "step": step, "loss": 0.6,
+                    "samples": syn.SAMPLES_PER_RANK, "step_time": 1.0},
+                    ts=restart_ts + (step - 400) + 0.001 * rank))
+        return b"".join(lines)
+
+    with Store(path) as store:
+        seq += 1
+        store.ingest("node-a", encode("run", seq, {"job": "job-1", "rank": 0,
+                                                   "world_size": 2}, ts=restart_ts))
+        store.ingest("node-a", steps(401, 420, (0, 1)))
+    with Store(path, read_only=True) as store:
+        efficiency = build_snapshot(StoreReader(store), until_ts=None, label="LIVE").efficiency
+    assert efficiency.samples_per_s == pytest.approx(2 * syn.SAMPLES_PER_RANK)
+    assert efficiency.note is None
+
+    with Store(path) as store:
+        store.ingest("node-a", steps(421, 700, (0, 1)))
+        store.ingest("node-a", steps(701, 1000, (0,)))
+    with Store(path, read_only=True) as store:
+        efficiency = build_snapshot(StoreReader(store), until_ts=None, label="LIVE").efficiency
+    assert efficiency.note == ("rank 1 (node-a) not in the recent steps (records late or "
+                               "host unreachable): throughput counts 1 of 2 ranks")
+
+
 @pytest.mark.parametrize(("data", "state"), [
     ({"mode": "checkpoint", "ok": False, "error": "no checkpoint_saved within 60 s"},
      "running"),

@@ -44,16 +44,16 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def check(reader: StoreReader, tail: TrainTail, until_ts: float | None,
-          world: int | None = RANKS) -> int:
+          world: int | None = RANKS, world_since: float | None = None) -> int:
     """Compare with a full read at the same cursor; the held tail's extension count."""
     fr = reader.frontiers(until_ts=until_ts)
     job = tail.job(fr, until_ts)
-    view = tail.view(job, world, fr, until_ts)
+    view = tail.view(job, world, fr, until_ts, world_since)
     fresh = TrainTail(StoreReader(reader._store))
     fr2 = fresh._reader.frontiers(until_ts=until_ts)
     job2 = fresh.job(fr2, until_ts)
     assert job == job2
-    assert view == fresh.view(job2, world, fr2, until_ts)
+    assert view == fresh.view(job2, world, fr2, until_ts, world_since)
     return tail._held.extensions if tail._held else 0
 
 
@@ -130,6 +130,48 @@ def test_the_global_batch_counts_ranks_a_few_steps_behind(store: Store) -> None:
     store.ingest("h1", steps(54, 55, seq0=2000, skip=(3,)))  # the incremental path too
     assert check(reader, tail, None) == 1
     assert tail._held is not None and tail._held.view.global_samples == 8 * RANKS
+
+
+def test_the_ranks_a_scale_down_took_stay_out_as_steps_arrive(store: Store) -> None:
+    """Ranks 2 and 3 leave at step 100; ranks 0 and 1 go on from the step 80 checkpoint
+    as a world of two. Neither the held view nor a full read has ranks 2 and 3 again,
+    not even when a late record of theirs arrives."""
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    store.ingest("h1", steps(1, 100, seq0=1))
+    since = TS0 + 120
+    store.ingest("h1", encode("run", 1000, {"job": "j1", "rank": 0, "world_size": 2},
+                              ts=since))
+    assert StoreReader(store).run_info("j1")["world_since"] == since
+    after = {"ranks": 2, "ts_of": lambda s, r: since + s + r * 0.01}
+    store.ingest("h1", steps(81, 90, seq0=1001, **after))
+    assert check(reader, tail, None, 2, since) == 0
+    seq = 2000
+    for first in range(91, 131, 10):
+        store.ingest("h1", steps(first, first + 9, seq0=seq, **after))
+        seq += 100
+        assert check(reader, tail, None, 2, since) > 0
+    # Rank 3's host was unreachable: its last steps, stamped before the scale-down.
+    store.ingest("h2", steps(101, 105, seq0=1, ts_of=lambda s, r: TS0 + s + 0.5, skip=(0, 1, 2)))
+    store.ingest("h1", steps(131, 131, seq0=seq, **after))
+    check(reader, tail, None, 2, since)
+    assert tail._held is not None
+    view = tail._held.view
+    assert [r["rank"] for r in view.latest] == [0, 1]
+    assert {s.rank for s in view.samples} == {0, 1}
+    assert view.global_samples == 8 * 2
+
+
+def test_ranks_past_a_declared_world_that_train_since_are_kept(store: Store) -> None:
+    """A trainer that declares a smaller world than it runs (a rank given to the
+    Reporter, no WORLD_SIZE): its other ranks are not taken for ranks a scale-down took."""
+    reader = StoreReader(store)
+    tail = TrainTail(reader)
+    store.ingest("h1", encode("run", 1, {"job": "j1", "rank": 0, "world_size": 1}, ts=TS0))
+    store.ingest("h1", steps(1, 50, seq0=2))
+    check(reader, tail, None, 1, TS0)
+    assert tail._held is not None
+    assert [r["rank"] for r in tail._held.view.latest] == list(range(RANKS))
 
 
 def write_fork_beside_parent(store: Store) -> int:
