@@ -222,9 +222,10 @@ def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: flo
 
 
 def sync_membership(session: LiveSession, controller: Controller, hosts: Sequence[str],
-                    timeout: float) -> list[str]:
+                    timeout: float) -> tuple[list[str], list[str]]:
     """Ask each host's agent about the job (`jobs`) and let the controller adopt who takes
-    part now; returns warnings (hosts that did not answer, members out of reach)."""
+    part now; returns warnings (hosts that did not answer, members out of reach) and the
+    members out of reach, which the operation misses."""
     ids: dict[str, str] = {}
     warnings = []
     for host in hosts:
@@ -244,10 +245,25 @@ def sync_membership(session: LiveSession, controller: Controller, hosts: Sequenc
         jobs = (ack["data"] or {}).get("jobs") or []
         views[host] = next((j for j in jobs if isinstance(j, dict)
                             and j.get("job") == controller.job), None)  # fmt: skip
-    for host in controller.sync(views):
-        warnings.append(f"{host} takes part in job {controller.job} but is neither a host nor "
-                        "a spare of its spec: this command cannot reach it")
-    return warnings
+    unreached = controller.sync(views)
+    warnings += [out_of_reach_text(controller, host) for host in unreached]
+    return warnings, unreached
+
+
+def out_of_reach_text(controller: Controller, host: str) -> str:
+    """Why a host the agents count among the job's members gets nothing from this command.
+
+    A host of the spec (or a spare) that is merely not connected now is not "neither a
+    host nor a spare": its part keeps running on its own (after a pause, it fails on the
+    lost peers and restarts), so the operator must send the operation again once it is
+    back."""
+    spec = controller.spec
+    if host in (*spec.hosts, *spec.spares):
+        return (f"{host} takes part in job {controller.job} but is not connected: the "
+                "operation is not sent there and its part of the job goes on without it; "
+                "run the command again once it is back")
+    return (f"{host} takes part in job {controller.job} but is neither a host nor a spare "
+            "of its spec: this command cannot reach it")
 
 
 def check_fork_target(spec: JobSpec, target: str) -> None:
@@ -337,9 +353,11 @@ def run_operation(
         controller = Controller(spec, send)
         if target is not None:
             controller = controller.controller_for(target) or controller
+        unreached: list[str] = []
         if action != "launch":
             streaming = [h for h in names if h not in missing and h not in idle]
-            for warning in sync_membership(session, controller, streaming, ack_timeout):
+            warnings, unreached = sync_membership(session, controller, streaming, ack_timeout)
+            for warning in warnings:
                 echo(f"warning: {warning}")
         echo(controller.describe("freeze" if kw.get("freeze") else action,
                                  add=kw.get("add"), remove=kw.get("remove")))
@@ -355,6 +373,10 @@ def run_operation(
             outcomes += wait_paused(session, controller.job, accepted, sent_at, ack_timeout)
             for o in outcomes[len(ops):]:
                 echo(f"{o.host}: {'paused' if o.ok else 'NOT PAUSED'} — {o.detail}")
+        # A member the operation never reached still runs its part: not a success.
+        for host in unreached:
+            echo(f"{host}: NOT SENT — not connected; {action} it again once it is back")
+            outcomes.append(Outcome(host, False, "not connected"))
     if action == "fork":
         echo(f"fork: job {sender.job} in {sender.spec.run_dir}")
     echo(f"recording: {store_path}")

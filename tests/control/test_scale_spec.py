@@ -254,6 +254,21 @@ def test_scale_refuses_what_torchrun_could_not_do() -> None:
     assert len(links.sent) == 3  # only the one scale that was allowed went out
 
 
+def test_a_member_that_is_only_not_connected_is_not_called_a_stranger_to_the_spec() -> None:
+    """gpu2 runs its part but its link is down: the command says it is not connected and
+    must be sent the operation again, not that the spec does not know it."""
+    from cockpit.control.operations import out_of_reach_text
+
+    c = _controller(Links())
+    unreachable = c.sync({"gpu1": {"job": "el", "state": "running",
+                                   "hosts": ["gpu1", "gpu2", "gpu4"]}})
+    assert unreachable == ["gpu2", "gpu4"]
+    assert out_of_reach_text(c, "gpu2") == (
+        "gpu2 takes part in job el but is not connected: the operation is not sent there "
+        "and its part of the job goes on without it; run the command again once it is back")
+    assert "neither a host nor a spare" in out_of_reach_text(c, "gpu4")
+
+
 def test_sync_adopts_the_membership_the_agents_report() -> None:
     c = _controller(Links())
     unreachable = c.sync({
