@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from agent import checkpoints, jobstate, peer_give_up
+from agent import checkpoints, jobstate, peer_end
 from agent.control_inbox import OpError
 from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
@@ -276,8 +276,8 @@ class ManagedJob:
                         break
                     retry_at = self._operate(action, args, retry_at)
                     continue
-                if self.state in (RUNNING, BACKOFF) and self._peer_gave_up():
-                    retry_at = None  # no restart: the job cannot form without that host
+                if self.state in (RUNNING, BACKOFF) and self._peer_ended():
+                    retry_at = None  # no restart: the job cannot run without that host
                 elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
                     retry_at = None
                     self._restart_after_failure()
@@ -347,7 +347,7 @@ class ManagedJob:
         (an interruption the agent will not retry), or a cockpit would keep showing what
         the previous event said ("recovering", "starting")."""
         self.state = FAILED
-        self._announce_give_up("launch_failed", message)
+        self._announce_end(peer_end.GAVE_UP, "launch_failed", message)
         self._alert("resource", "critical", "launch_failed", message, hint)
         now = time.time()
         self._event("interruption", "job %s could not start: %s; not restarting" % (
@@ -507,7 +507,7 @@ class ManagedJob:
             return None
         if not decision.retry:
             self.state = FAILED
-            self._announce_give_up(diagnosis.cause, decision.reason)
+            self._announce_end(peer_end.GAVE_UP, diagnosis.cause, decision.reason)
             self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
                         "recovery_stopped", "job %s stopped after %s: %s" % (
                 self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
@@ -688,6 +688,7 @@ class ManagedJob:
             self.state = STOPPED
             if not ended:
                 self._stopped_idle(was)
+            self._announce_end(peer_end.STOPPED, "operator", "stopped by the operator")
             return None  # no restart is pending any more: one due in a backoff is dropped
         if action == "scale":
             self.membership.scale(args)
@@ -704,7 +705,7 @@ class ManagedJob:
         sup.stop(self.spec.stop_grace if grace is None else grace)
         return True
 
-    def _stopped_idle(self, was: str) -> None:
+    def _stopped_idle(self, was: str, why: str = "stop") -> None:
         """A stop that found no process to end (a job waiting to restart, paused, failed,
         a spare) ends its life with the `job_exited` a stopped process journals: the
         operator was told one follows the ack, and the cockpit reads a job's state from
@@ -720,7 +721,7 @@ class ManagedJob:
             "its last attempt %s" % describe_status(code) if code is not None
             else "no process of it was running"),
             {"returncode": code, "pid": sup.pid if sup is not None else None,
-             "seconds": seconds})
+             "seconds": seconds, "ended_for": why})
 
     def _pause(self, args: dict, retry_at: Optional[float]) -> Optional[float]:
         if self.state == BACKOFF:
@@ -788,6 +789,7 @@ class ManagedJob:
                     "exited" % (self.name, step, path), {
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
+        self._announce_end(peer_end.PAUSED, "operator", "paused by the operator", step, path)
         return None
 
     def _pause_in_backoff(self) -> None:
@@ -805,6 +807,8 @@ class ManagedJob:
                         "checkpoint": str(newest.path) if newest is not None else None,
                         "step": step, "steps_discarded": max(0, (last or step) - step),
                         "restart_cancelled": True}, step=step)
+        self._announce_end(peer_end.PAUSED, "operator", "paused by the operator", step,
+                           str(newest.path) if newest is not None else None)
 
     def _hold_at_reported_checkpoint(self, until: float) -> None:
         """Leave the job frozen (SIGSTOP) at a moment when the newest valid checkpoint's
@@ -869,6 +873,9 @@ class ManagedJob:
                     {"mode": "follow", "ok": True,
                      "checkpoint": str(checkpoint.path) if checkpoint else None,
                      "step": checkpoint.step if checkpoint else None})
+        self._announce_end(peer_end.PAUSED, "operator", "paused by the operator",
+                           checkpoint.step if checkpoint else None,
+                           str(checkpoint.path) if checkpoint else None)
         return None
 
     def _freeze(self, args: dict) -> None:
@@ -896,50 +903,71 @@ class ManagedJob:
         self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
                     {"mode": "thaw", "reason": why})
 
-    # -- the other hosts of a multi-host job (agent.peer_give_up) ----------------------
+    # -- the other hosts of a multi-host job (agent.peer_end) ---------------------------
     def _started_by_operator(self) -> None:
-        """This host's part starts again at the operator's word: a give-up of its own is
-        taken back, and only the other hosts' give-ups from now on stop it."""
+        """This host's part starts again at the operator's word: an earlier end of its
+        own is taken back, and only the other hosts' ends from now on end it."""
         self._operator_start = time.time()
-        self._peers_checked = self._operator_start + peer_give_up.SETTLE - peer_give_up.CHECK_EVERY
-        peer_give_up.clear(self.spec)
+        self._peers_checked = self._operator_start + peer_end.SETTLE - peer_end.CHECK_EVERY
+        peer_end.clear(self.spec)
 
-    def _announce_give_up(self, cause: str, reason: str) -> None:
-        error = peer_give_up.announce(self.spec, cause, reason)
+    def _announce_end(self, why: str, cause: str, reason: str, step: Optional[int] = None,
+                      checkpoint: Optional[str] = None) -> None:
+        error = peer_end.announce(self.spec, why, cause, reason, step, checkpoint)
         if error is not None:
             self._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
-                        "host gave up (%s); their torchrun waits until its rendezvous times "
-                        "out" % (self.name, error), {"job_state": self.state})
+                        "host's part ended (%s); their part goes on until it fails by "
+                        "itself" % (self.name, error), {"job_state": self.state})
 
-    def _peer_gave_up(self) -> bool:
-        """Stop this host's part when another host of a fixed-size job gave up: its
-        torchrun would wait in the rendezvous for that host, restart, and wait again."""
+    def _peer_ended(self) -> bool:
+        """End this host's part as another host's part ended (gave up, stopped, paused)
+        when this one runs or waits to restart: it would otherwise wait in the
+        rendezvous for that host, restart, and wait again, or train on alone."""
         now = time.time()
-        if not peer_give_up.applies(self.spec) or (
-                now - self._peers_checked < peer_give_up.CHECK_EVERY):
+        if now - self._peers_checked < peer_end.CHECK_EVERY:
             return False
         self._peers_checked = now
-        peers, problems = peer_give_up.peers_given_up(
-            self.spec, self._operator_start - peer_give_up.CLOCK_SKEW)
+        peers, problems = peer_end.peers_ended(
+            self.spec, self._operator_start - peer_end.CLOCK_SKEW)
         for problem in problems:
             if problem not in self._peer_problems:
                 self._peer_problems.add(problem)
-                self._event("sampler_error", "job %s: a give-up marker of another host "
+                self._event("sampler_error", "job %s: a marker of another host's part ending "
                             "cannot be read, so it is not acted on: %s" % (self.name, problem),
                             {"job_state": self.state})
         if not peers:
             return False
         peer = peers[0]
         was = self.state
-        self._event("peer_gave_up", "job %s: host %s gave up (%s: %s); this host's part "
-                    "stops, as a job of %d nodes cannot run without it" % (
-                        self.name, peer.host, peer.cause, peer.reason, self.spec.nnodes),
-                    {"host": peer.host, "cause": peer.cause, "reason": peer.reason,
+        happened = {
+            peer_end.GAVE_UP: "gave up (%s: %s); this host's part stops, as the job cannot "
+                              "run without it" % (peer.cause, peer.reason),
+            peer_end.STOPPED: "was stopped; this host's part, which the stop did not reach, "
+                              "stops too",
+            peer_end.PAUSED: "was paused%s; this host's part, which the pause did not reach, "
+                             "stops too" % ("" if peer.step is None else " at step %d"
+                                            % peer.step),
+        }[peer.why]
+        self._event("peer_ended", "job %s: host %s %s" % (self.name, peer.host, happened),
+                    {"host": peer.host, "why": peer.why, "cause": peer.cause,
+                     "reason": peer.reason, "step": peer.step, "checkpoint": peer.checkpoint,
                      "at": peer.at, "state": was}, step=self._cur_max)
-        ended = self._stop_attempt(why="peer")
-        self.state = FAILED
-        if not ended:
-            self._stopped_idle(was)
+        if peer.why == peer_end.PAUSED:
+            self._stop_attempt(why="pause")
+            checkpoint, _skipped = self._newest_checkpoint()
+            self.state = PAUSED
+            self._event("pause", "job %s paused as host %s was; this host's processes have "
+                        "exited" % (self.name, peer.host), {
+                            "mode": "peer", "ok": True, "peer": peer.host,
+                            "checkpoint": str(checkpoint.path) if checkpoint else None,
+                            "step": checkpoint.step if checkpoint else None},
+                        step=checkpoint.step if checkpoint else None)
+        else:
+            why = "stop" if peer.why == peer_end.STOPPED else "peer"
+            ended = self._stop_attempt(why=why)
+            self.state = STOPPED if peer.why == peer_end.STOPPED else FAILED
+            if not ended:
+                self._stopped_idle(was, why)
         self._save()
         return True
 

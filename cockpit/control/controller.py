@@ -49,6 +49,9 @@ OUTSIDE_STATES = frozenset({"standby", "excluded"})
 # others name the job only, and the agents use the spec it was started with. Only these
 # need the job file as it is now, so a file left broken mid-edit never blocks a pause.
 SPEC_OPERATIONS = frozenset({"launch", "relaunch", "fork", "scale"})
+# Operations whose end of a host's part the job's other hosts' agents follow by
+# themselves, through its shared run dir (agent.peer_end), reachable from here or not.
+FOLLOWED_OPS = frozenset({"pause", "stop"})
 
 
 class ControlError(RuntimeError):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.control.acks import ack_outcome
-from cockpit.control.controller import FORK_INFIX, ControlError, Controller
+from cockpit.control.controller import FOLLOWED_OPS, FORK_INFIX, ControlError, Controller
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
@@ -222,7 +222,7 @@ def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: flo
 
 
 def sync_membership(session: LiveSession, controller: Controller, hosts: Sequence[str],
-                    timeout: float) -> tuple[list[str], list[str]]:
+                    timeout: float, action: str = "") -> tuple[list[str], list[str]]:
     """Ask each host's agent about the job (`jobs`) and let the controller adopt who takes
     part now; returns warnings (hosts that did not answer, members out of reach) and the
     members out of reach, which the operation misses."""
@@ -246,18 +246,23 @@ def sync_membership(session: LiveSession, controller: Controller, hosts: Sequenc
         views[host] = next((j for j in jobs if isinstance(j, dict)
                             and j.get("job") == controller.job), None)  # fmt: skip
     unreached = controller.sync(views)
-    warnings += [out_of_reach_text(controller, host) for host in unreached]
+    warnings += [out_of_reach_text(controller, host, action) for host in unreached]
     return warnings, unreached
 
 
-def out_of_reach_text(controller: Controller, host: str) -> str:
+def out_of_reach_text(controller: Controller, host: str, action: str = "") -> str:
     """Why a host the agents count among the job's members gets nothing from this command.
 
     A host of the spec (or a spare) that is merely not connected now is not "neither a
-    host nor a spare": its part keeps running on its own (after a pause, it fails on the
-    lost peers and restarts), so the operator must send the operation again once it is
-    back."""
+    host nor a spare". Its agent follows a pause or a stop of the others by itself, from
+    the job's shared run dir (agent.peer_end), which this command cannot confirm; any
+    other operation it does not get at all, so the operator must send it again once the
+    host is back."""
     spec = controller.spec
+    if host in (*spec.hosts, *spec.spares) and action in FOLLOWED_OPS:
+        return (f"{host} takes part in job {controller.job} but is not connected: the "
+                f"{action} is not sent there; its agent ends its part the same way once it "
+                "sees the others' end in the job's shared run dir (check it once it is back)")
     if host in (*spec.hosts, *spec.spares):
         return (f"{host} takes part in job {controller.job} but is not connected: the "
                 "operation is not sent there and its part of the job goes on without it; "
@@ -356,7 +361,8 @@ def run_operation(
         unreached: list[str] = []
         if action != "launch":
             streaming = [h for h in names if h not in missing and h not in idle]
-            warnings, unreached = sync_membership(session, controller, streaming, ack_timeout)
+            warnings, unreached = sync_membership(session, controller, streaming, ack_timeout,
+                                                  action)
             for warning in warnings:
                 echo(f"warning: {warning}")
         echo(controller.describe("freeze" if kw.get("freeze") else action,
@@ -375,7 +381,9 @@ def run_operation(
                 echo(f"{o.host}: {'paused' if o.ok else 'NOT PAUSED'} — {o.detail}")
         # A member the operation never reached still runs its part: not a success.
         for host in unreached:
-            echo(f"{host}: NOT SENT — not connected; {action} it again once it is back")
+            echo(f"{host}: NOT SENT — not connected; " + (
+                "its agent follows the others from the shared run dir: check it once it is "
+                "back" if action in FOLLOWED_OPS else f"{action} it again once it is back"))
             outcomes.append(Outcome(host, False, "not connected"))
     if action == "fork":
         echo(f"fork: job {sender.job} in {sender.spec.run_dir}")

@@ -61,7 +61,7 @@ class ControlActions:
         if op.destructive or warning:
             links = {h.host: h.state for h in snapshot.health.hosts} if snapshot else {}
             self._plan_operation(controller, name, kwargs or {}, warning + jc.link_warning(
-                getattr(controller, "hosts", ()), links))
+                getattr(controller, "hosts", ()), links, name))
         else:
             self._run_operation(controller, name, kwargs or {})
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import tomllib
 
-from cockpit.control.controller import LR_SCALE_RANGE
+from cockpit.control.controller import FOLLOWED_OPS, LR_SCALE_RANGE
 
 NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
 
@@ -88,15 +88,18 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
     return None
 
 
-def link_warning(hosts: Iterable[str], links: dict[str, str]) -> str:
+def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> str:
     """A line for the confirmation when some of the job's hosts cannot be reached now:
-    the operation will not get there, and their part of the job goes its own way."""
+    the operation will not get there; their agents follow a pause or a stop of the
+    others by themselves, and any other operation not at all."""
     out = [f"{h} ({links[h]})" for h in hosts
            if links.get(h, "streaming") not in ("streaming", "stale")]
     if not out:
         return ""
-    return (f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; "
-            "their part of the job carries on by itself until they are back.")
+    then = ("their agents end their part the same way once they see, in the job's shared "
+            "run dir, that the others' ended" if op in FOLLOWED_OPS
+            else "their part of the job carries on by itself until they are back")
+    return f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; {then}."
 
 
 def state_warning(name: str, job: str | None, state: str) -> str:

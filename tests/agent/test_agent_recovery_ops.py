@@ -197,8 +197,10 @@ class TestUnderTheAgent:
         (process_exit, stopped) = _wait_events(daemon, "job_exited", "waits", 2)
         assert stopped["seq"] > max(r["seq"] for r in _events(daemon, "control_ack")
                                     if r["data"]["id"] == ack["id"])  # fmt: skip
-        # The same event as a stopped process's: the cockpit's lifecycle ends there.
-        assert stopped["data"].keys() == process_exit["data"].keys()
+        # The same event as a stopped process's: the cockpit's lifecycle ends there, and
+        # reads it as a stop (not as the clean end the last exit code might suggest).
+        assert stopped["data"].keys() == {*process_exit["data"].keys(), "ended_for"}
+        assert stopped["data"]["ended_for"] == "stop"
         assert stopped["data"]["pid"] == process_exit["data"]["pid"]
         assert stopped["data"]["returncode"] == process_exit["data"]["returncode"] == 1
         assert "restart is cancelled" in stopped["msg"]

@@ -164,8 +164,10 @@ def test_a_fresh_launch_sets_an_earlier_runs_checkpoints_aside(
 
 
 TRAINS_FOREVER = """
-import time
+import os, sys, time
 from agent.hook import Reporter
+if os.environ.get("FAIL_HERE"):
+    sys.exit(3)
 rep = Reporter(flush_interval=0.1)
 step = 0
 while True:
@@ -175,17 +177,22 @@ while True:
 """
 
 
+def _pair(tmp_path: Path, **extra: object) -> tuple[dict, AgentDaemon, AgentDaemon]:
+    """The spec of a two-host job, and an agent daemon for each pretend host (a, b)."""
+    base = _spec(tmp_path, "pair", TRAINS_FOREVER, hosts=["a", "b"], nnodes=2,
+                 rendezvous={"endpoint": f"127.0.0.1:{free_port()}"}, **extra)
+    daemons = []
+    for host in ("a", "b"):
+        (tmp_path / host).mkdir()
+        daemons.append(AgentDaemon(tmp_path / host / "state"))
+    return base, daemons[0], daemons[1]
+
+
 def test_when_one_host_of_a_job_gives_up_the_other_stops_its_part(tmp_path: Path) -> None:
     """Host b's torchrun waits in the rendezvous for host a, whose launch cannot start
     (no such python): b's agent must stop its part on a's word, not wait for the
     rendezvous to time out and restart into another wait."""
-    base = _spec(tmp_path, "pair", TRAINS_FOREVER, hosts=["a", "b"], nnodes=2,
-                 rendezvous={"endpoint": f"127.0.0.1:{free_port()}"})
-    daemons = {}
-    for host in ("a", "b"):
-        (tmp_path / host).mkdir()
-        daemons[host] = AgentDaemon(tmp_path / host / "state")
-    a, b = daemons["a"], daemons["b"]
+    base, a, b = _pair(tmp_path)
     try:
         b.op("launch", spec={**base, "host": "b"})
         b.wait_for(lambda: b.event("job_started"), 30, "b's torchrun to start")
@@ -193,9 +200,10 @@ def test_when_one_host_of_a_job_gives_up_the_other_stops_its_part(tmp_path: Path
         cut = a.wait_for(lambda: a.event("interruption"), 30, "a's launch to fail")
         assert cut["data"]["cause"] == "launch_failed", cut
         assert cut["data"]["decision"]["retry"] is False, cut
-        told = b.wait_for(lambda: b.event("peer_gave_up"), 30, "b to hear of a's give-up")
-        assert told["data"]["host"] == "a" and told["data"]["cause"] == "launch_failed", told
-        assert "this host's part stops" in told["msg"], told
+        told = b.wait_for(lambda: b.event("peer_ended"), 30, "b to hear of a's give-up")
+        assert told["data"]["host"] == "a" and told["data"]["why"] == "gave_up", told
+        assert told["data"]["cause"] == "launch_failed", told
+        assert "the job cannot run without it" in told["msg"], told
         exited = b.wait_for(lambda: b.event("job_exited"), 30, "b's torchrun to end")
         assert exited["data"]["ended_for"] == "peer", exited
         assert "another host of the job gave up" in exited["msg"], exited
@@ -204,5 +212,38 @@ def test_when_one_host_of_a_job_gives_up_the_other_stops_its_part(tmp_path: Path
         assert not alive(b.event("job_started")["data"]["pid"])
         assert len(b.events("job_started")) == 1  # no restart into another wait
     finally:
-        for daemon in daemons.values():
-            daemon.close()
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("op", ["pause", "stop"])
+def test_a_host_the_operators_pause_or_stop_did_not_reach_follows_the_others(
+    tmp_path: Path, op: str
+) -> None:
+    """The pause (or stop) reached host a, not host b (its link was down): b's part,
+    left running alone, ends the same way as soon as its agent sees a's marker. Host a
+    is between a crash and its restart, where a pause or stop takes effect at once."""
+    base, a, b = _pair(tmp_path, recovery={"restart_budget": 5, "backoff": 60,
+                                           "backoff_max": 60})
+    try:
+        b.op("launch", spec={**base, "host": "b"})
+        a.op("launch", spec={**base, "host": "a", "env": {**base["env"], "FAIL_HERE": "1"}})
+        a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
+        b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
+        a.op(op, job="pair")
+        told = b.wait_for(lambda: b.event("peer_ended"), 30, f"b to hear of a's {op}")
+        assert told["data"]["host"] == "a", told
+        assert told["data"]["why"] == {"pause": "paused", "stop": "stopped"}[op], told
+        assert f"which the {op} did not reach, stops too" in told["msg"], told
+        exited = b.wait_for(lambda: b.event("job_exited"), 30, "b's torchrun to end")
+        assert exited["data"]["ended_for"] == op, exited
+        (job,) = b.op("jobs")["jobs"]
+        assert job["state"] == {"pause": "paused", "stop": "stopped"}[op], job
+        if op == "pause":
+            paused = b.event("pause")
+            assert paused["data"]["ok"] is True and paused["data"]["mode"] == "peer", paused
+            assert paused["data"]["peer"] == "a", paused
+        assert not alive(b.event("job_started")["data"]["pid"])
+    finally:
+        a.close()
+        b.close()

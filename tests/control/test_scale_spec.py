@@ -267,6 +267,8 @@ def test_a_member_that_is_only_not_connected_is_not_called_a_stranger_to_the_spe
         "gpu2 takes part in job el but is not connected: the operation is not sent there "
         "and its part of the job goes on without it; run the command again once it is back")
     assert "neither a host nor a spare" in out_of_reach_text(c, "gpu4")
+    # Its agent follows a pause of the others by itself, which the command cannot confirm.
+    assert "its agent ends its part the same way" in out_of_reach_text(c, "gpu2", "pause")
 
 
 def test_sync_adopts_the_membership_the_agents_report() -> None:

@@ -74,6 +74,10 @@ def test_the_confirmation_names_the_hosts_an_operation_cannot_reach() -> None:
     assert jc.link_warning(["a", "c"], links) == ""
     warning = jc.link_warning(["a", "b", "d", "e"], links)
     assert "Not reachable now: b (unreachable), d (auth-failed)." in warning
+    assert "carries on by itself" in warning
+    # Their agents follow a pause or stop of the others through the shared run dir.
+    assert "end their part the same way" in jc.link_warning(["b"], links, "pause")
+    assert "end their part the same way" not in jc.link_warning(["b"], links, "relaunch")
 
 
 def test_override_parsing_reads_toml_values() -> None:
