@@ -14,7 +14,7 @@ from typing import Any
 from textual import work
 
 from cockpit.analysis.markers import knob_in_force
-from cockpit.control.controller import SPEC_OPERATIONS
+from cockpit.control.controller import SPEC_OPERATIONS, ControlError
 from cockpit.ui import job_control as jc
 from cockpit.ui.messages import ControlAcked, ControlDone, ControlPlanned
 from cockpit.ui.screens.confirm import ConfirmScreen
@@ -79,7 +79,15 @@ class ControlActions:
     def _run_operation(self, controller: object, name: str, kwargs: dict[str, object]
                        ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
-        result = op.call(controller, kwargs)
+        try:
+            result = op.call(controller, kwargs)
+        except ControlError as exc:
+            # Sent to some hosts only: the others' answers must still be followed, or a
+            # refusal there would go unseen behind the error about the hosts it missed.
+            ops = dict(getattr(controller, "last_ops", None) or {})
+            self.post_message(ControlDone(name, str(exc), jc.job_of(controller), ops,  # type: ignore[attr-defined]
+                                          failed=True))
+            return
         ops = dict(getattr(controller, "last_ops", None) or {})
         self.post_message(ControlDone(name, result, jc.job_of(controller), ops))  # type: ignore[attr-defined]
 
@@ -122,7 +130,11 @@ class ControlActions:
     def on_control_done(self, message: ControlDone) -> None:
         op = jc.OPERATIONS[message.action]
         title = f"Job control · {message.job}" if message.job else "Job control"
-        self.notify(jc.result_text(op, message.result), title=title)  # type: ignore[attr-defined]
+        if message.failed:
+            self.notify(f"{op.title}: {message.result}", title=title, severity="error",  # type: ignore[attr-defined]
+                        timeout=10)
+        else:
+            self.notify(jc.result_text(op, message.result), title=title)  # type: ignore[attr-defined]
         if message.ops:
             self._follow_acks(message.action, message.job, message.ops)
 

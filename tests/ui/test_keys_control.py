@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input
 
+from cockpit.control.controller import ControlError
 from cockpit.store.database import Store
 from cockpit.ui import control_actions
 from cockpit.ui import job_control as jc
@@ -186,6 +187,32 @@ async def test_a_refused_or_unanswered_op_is_told_after_sent(
         assert "no answer from gpu-node-b within 0.3 s" in said
     accepted = jc.ack_text(jc.OPERATIONS["pause"], {"a": (True, "ok"), "b": (True, "ok")}, 30)
     assert accepted == ("", "information")  # all accepted: the "sent" toast suffices
+
+
+class HalfSentController(RecordingController):
+    """Its checkpoint request reached gpu-node-a only: gpu-node-b's link is down."""
+
+    def checkpoint_now(self) -> str:
+        self.last_ops = {"gpu-node-a": "op2-gpu-node-a"}
+        raise ControlError("checkpoint request of job demo-7b not sent to gpu-node-b "
+                           "(link unreachable); sent to gpu-node-a")
+
+
+async def test_an_op_sent_to_some_hosts_only_says_so_and_still_follows_their_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(control_actions, "ACK_WAIT_S", 0.3)
+    source = AnsweringSource({"op2-gpu-node-a": (False, "job 'demo-7b' is paused")},
+                             controller=HalfSentController())
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: any("refused" in n for n in notifications(app)),
+                         "gpu-node-a's answer")
+        said = notifications(app)
+        assert any("not sent to gpu-node-b (link unreachable); sent to gpu-node-a" in n
+                   for n in said), said
+        assert any("refused by gpu-node-a: job 'demo-7b' is paused" in n for n in said), said
 
 
 async def test_control_keys_act_on_the_job_on_screen(controller: RecordingController) -> None:
