@@ -168,13 +168,9 @@ class AnsweringSource(StaticSource):
         return {i: self.answers[i] for i in op_ids if i in self.answers}
 
 
-async def test_a_refused_or_unanswered_op_is_told_after_sent(
-        controller: RecordingController, monkeypatch: pytest.MonkeyPatch) -> None:
-    """"Sent" is not "done": an agent's refusal, and a host that never answered, reach
-    the operator as a warning rather than only the events list."""
-    monkeypatch.setattr(control_actions, "ACK_WAIT_S", 0.3)
-    controller.last_ops = {"gpu-node-a": "op1-gpu-node-a", "gpu-node-b": "op1-gpu-node-b"}
-    source = AnsweringSource({"op1-gpu-node-a": (False, "job 'demo-7b' is paused")},
+async def _checkpoint_refused_by_node_a(controller: RecordingController, op: str) -> list[str]:
+    """The notifications after `c`, once gpu-node-a refused op `op` ("is paused")."""
+    source = AnsweringSource({f"{op}-gpu-node-a": (False, "job 'demo-7b' is paused")},
                              controller=controller)
     app = make_app(source)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -182,9 +178,19 @@ async def test_a_refused_or_unanswered_op_is_told_after_sent(
         await pilot.press("c")
         await wait_until(pilot, lambda: any("refused" in n for n in notifications(app)),
                          "the agents' answers")
-        said = next(n for n in notifications(app) if "refused" in n)
-        assert "Checkpoint now: refused by gpu-node-a: job 'demo-7b' is paused" in said
-        assert "no answer from gpu-node-b within 0.3 s" in said
+        return notifications(app)
+
+
+async def test_a_refused_or_unanswered_op_is_told_after_sent(
+        controller: RecordingController, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Sent" is not "done": an agent's refusal, and a host that never answered, reach
+    the operator as a warning rather than only the events list."""
+    monkeypatch.setattr(control_actions, "ACK_WAIT_S", 0.3)
+    controller.last_ops = {"gpu-node-a": "op1-gpu-node-a", "gpu-node-b": "op1-gpu-node-b"}
+    said = await _checkpoint_refused_by_node_a(controller, "op1")
+    refused = next(n for n in said if "refused" in n)
+    assert "Checkpoint now: refused by gpu-node-a: job 'demo-7b' is paused" in refused
+    assert "no answer from gpu-node-b within 0.3 s" in refused
     accepted = jc.ack_text(jc.OPERATIONS["pause"], {"a": (True, "ok"), "b": (True, "ok")}, 30)
     assert accepted == ("", "information")  # all accepted: the "sent" toast suffices
 
@@ -201,18 +207,10 @@ class HalfSentController(RecordingController):
 async def test_an_op_sent_to_some_hosts_only_says_so_and_still_follows_their_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(control_actions, "ACK_WAIT_S", 0.3)
-    source = AnsweringSource({"op2-gpu-node-a": (False, "job 'demo-7b' is paused")},
-                             controller=HalfSentController())
-    app = make_app(source)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("c")
-        await wait_until(pilot, lambda: any("refused" in n for n in notifications(app)),
-                         "gpu-node-a's answer")
-        said = notifications(app)
-        assert any("not sent to gpu-node-b (link unreachable); sent to gpu-node-a" in n
-                   for n in said), said
-        assert any("refused by gpu-node-a: job 'demo-7b' is paused" in n for n in said), said
+    said = await _checkpoint_refused_by_node_a(HalfSentController(), "op2")
+    assert any("not sent to gpu-node-b (link unreachable); sent to gpu-node-a" in n
+               for n in said), said
+    assert any("refused by gpu-node-a: job 'demo-7b' is paused" in n for n in said), said
 
 
 async def test_control_keys_act_on_the_job_on_screen(controller: RecordingController) -> None:
