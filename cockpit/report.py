@@ -14,7 +14,9 @@ keys may be added):
     jobs            [str] — every job in the recording, in order of first appearance
     run             {total_steps, total_epochs, total_samples, total_tokens, world_size,
                      seed, data_version, git_commit, flops_per_step, peak_flops, stages,
-                     tags, config, started, changes: [{field, old, new, ts, host}] (a git
+                     tags, config, started (the first launch), run_started (the current
+                     run: the newest start, a recovery, resume or relaunch), changes:
+                     [{field, old, new, ts, host}] (a git
                      commit, data version or seed declared again with another value),
                      forked_from: {job, step} | null (a fork: its parent and the step of
                      the parent's checkpoint it started from)}
@@ -59,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
+from cockpit.analysis.lifecycle import current_run_started
 from cockpit.analysis.text import duration, failed_restarts_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
@@ -110,6 +113,8 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
     snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=SNAPSHOT_BUCKETS,
                           job=job)
     run = reader.run_info(snap.job, until_ts=until_ts) if snap.job else {}
+    lifecycle = reader.rare_events(RUNNING_KINDS, snap.job, until_ts) if snap.job else []
+    run_started = current_run_started(e for e in lifecycle if e.get("job") == snap.job)
     first = span[0] if span else None
     checkpoints = reader.checkpoint_costs(snap.job, until_ts=until_ts) if snap.job else []
     advice = advise(
@@ -117,8 +122,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         checkpoint_ts=[c["ts"] for c in checkpoints],
         interruptions=len(snap.health.interruptions),
         observed_seconds=observed_seconds(
-            reader.rare_events(RUNNING_KINDS, snap.job, until_ts) if snap.job else [],
-            snap.job or "", run.get("started") or first or snap.ts, snap.ts),
+            lifecycle, snap.job or "", run.get("started") or first or snap.ts, snap.ts),
     )
     return {
         "report_version": REPORT_VERSION,
@@ -128,10 +132,12 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         "last_ts": span[1] if span else None,
         "job": snap.job,
         "jobs": jobs,
-        "run": {k: run.get(k) for k in (
+        "run": {**{k: run.get(k) for k in (
             "total_steps", "total_epochs", "total_samples", "total_tokens", "world_size",
             "seed", "data_version", "git_commit", "flops_per_step", "peak_flops", "stages",
             "tags", "config", "started", "changes", "forked_from")},
+            # The run the figures are of, as run info shows it (details.RunInfo).
+            "run_started": run_started if run_started is not None else run.get("started")},
         "progress": _progress(snap),
         "effect": _effect(snap, _restart_causes(
             reader.rare_events(RESTART_KINDS, snap.job, until_ts) if snap.job else [],
@@ -320,6 +326,10 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     if others:
         overview.append(("other jobs", ", ".join(others) + " (report one with --job NAME)"))
     run = d["run"]
+    if run.get("run_started") is not None:
+        overview.append(("run started", _when(run["run_started"])))
+    if run.get("started") is not None and run["started"] != run.get("run_started"):
+        overview.append(("first launch", _when(run["started"])))
     parent = run.get("forked_from")
     if parent:
         overview.append(("forked from", f"{parent['job']} at step {_num(parent['step'])}"))

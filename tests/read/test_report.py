@@ -200,3 +200,18 @@ def test_the_report_says_why_the_run_restarted(tmp_path: Path, kind: str,
     assert f"restart at step {syn.RESUME_STEP} ({why})" in render_report(path)
     markers = json.loads(render_report(path, fmt="json"))["effect"]["markers"]
     assert [m["why"] for m in markers] == [why, None]
+
+
+def test_the_report_names_when_the_run_it_reports_started(recorded_store: Path) -> None:
+    """The recorded run was recovered by its agent: the figures are of the run that
+    started then, and the first launch is named beside it, as run info shows them."""
+    from tests.ui.recorded import recording_facts
+
+    facts = recording_facts()
+    assert facts.restarted_ts is not None and facts.job_started_ts is not None
+    run = json.loads(render_report(recorded_store, fmt="json"))["run"]
+    assert run["run_started"] == pytest.approx(facts.restarted_ts)
+    assert run["started"] == pytest.approx(facts.job_started_ts)
+    text = render_report(recorded_store)
+    assert re.search(r"run started +\d{4}-\d\d-\d\d", text), text
+    assert re.search(r"first launch +\d{4}-\d\d-\d\d", text), text
