@@ -80,6 +80,7 @@ from cockpit.snapshot import (
     Series,
     Snapshot,
 )
+from cockpit.store.earlier_runs import is_earlier_run
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_train import NonFinite
 from cockpit.train_tail import TrainTail, TrainView, job_lifecycle
@@ -883,9 +884,12 @@ def build_snapshot(
         "data_events", events_key,
         lambda: reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
                               limit=DATA_EVENTS_READ, frontiers=fr))
+    # An earlier run filed away by a fresh launch of its name is over: its alerts do not
+    # stand against the new run (they stay in its own report).
     stored_alerts = reader.memo(
-        "alerts", (fr.key("alert"), events_key),
-        lambda: rules.stored_alerts(reader.alerts(until_ts=until_ts, frontiers=fr),
+        "alerts", (fr.key("alert"), events_key, job),
+        lambda: rules.stored_alerts([a for a in reader.alerts(until_ts=until_ts, frontiers=fr)
+                                     if a.get("job") == job or not is_earlier_run(a.get("job"))],
                                     _operator_starts(reader.events(
                                         until_ts=until_ts, kinds=("job_started",),
                                         limit=STARTS_READ, frontiers=fr))))

@@ -49,6 +49,7 @@ import duckdb
 from agent.protocol import PROTOCOL_VERSION
 from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
 from cockpit.store import schema
+from cockpit.store.earlier_runs import file_earlier_run, fresh_starts
 from cockpit.store.levels import (
     CLUSTER_MIN_NEW_ROWS,
     clustered_copy,
@@ -161,6 +162,9 @@ class IngestResult:
     by_type: dict[str, int] = field(default_factory=dict)
     by_host: dict[str, int] = field(default_factory=dict)  # lines stored per host
     journal_resets: tuple[str, ...] = ()  # hosts whose stream must restart from 0
+    # (job, the name its earlier run was filed under) for each job launched afresh over
+    # an earlier run (`cockpit.store.earlier_runs`).
+    filed_runs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -539,8 +543,15 @@ class Store:
         now = time.monotonic()
         pending = dict(self._pending)
         fold = now - self._last_fold >= self.fold_interval or _backlog_due(pieces, pending)
+        filed: list[tuple[str, str]] = []
         try:
             with _transaction(cur):
+                # Before the flush's own rows: those of a fresh start are the new run's.
+                events = (line for piece in pieces.get("event", ()) for line in piece.lines)
+                for job, start in fresh_starts(events):
+                    name = file_earlier_run(cur, job, start)
+                    if name is not None:
+                        filed.append((job, name))
                 for wire_type, group in pieces.items():
                     load = load_type(cur, checker, self._scratch, wire_type, group)
                     for piece in group:
@@ -577,6 +588,7 @@ class Store:
             by_type=dict(by_type),
             by_host={h: by_host[h] for h in marks},
             journal_resets=tuple(h for h, m in marks.items() if m.reset),
+            filed_runs=tuple(filed),
         )
         return result, marks
 

@@ -1,0 +1,98 @@
+"""A job launched afresh under a name that already has a recorded run: the earlier run is
+filed under a name of its own, so the new run's charts and figures start clean.
+
+Charts read a job's steps by (job, rank) and step (`cockpit.store.levels`): a run that
+starts again from step 0 under the same name would be drawn over the earlier run's
+curve, its throughput and ETA mixed with the earlier run's steps, and the earlier run's
+critical alerts would still stand against the new one. Operators do reuse names (edit
+the spec, launch again), so when the agent journals a fresh start of a job — a
+`job_started` of an operator's `launch` from no checkpoint — whose name has steps
+recorded before it, the store renames everything of that job recorded before the start
+to `JOB (earlier run N)`, in the flush's own transaction and before the flush's own rows
+are stored. Nothing is deleted; a report or replay names both jobs.
+
+Job names in the agent's records cannot hold the parentheses' meaning by accident, but
+the number is taken past any name already in the store all the same.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import duckdb
+import orjson
+
+from cockpit.store.schema import LEVEL_SERIES, levels_open_table, levels_table, pending_table
+
+# Tables whose rows belong to a job's run, renamed up to the fresh start by their ts.
+RUN_TABLES = ("train", "eval", "run", "event", "log", "alert")
+# Events journaled just before the start that belong to it: the launch's
+# acknowledgement and the setting aside of the earlier run's checkpoints.
+LAUNCH_EVENT_KINDS = ("control_ack", "checkpoints_set_aside")
+LAUNCH_EVENT_WINDOW_S = 60.0
+_EARLIER = re.compile(r".+ \(earlier run \d+\)")
+
+
+def earlier_run_name(job: str, number: int) -> str:
+    return f"{job} (earlier run {number})"
+
+
+def is_earlier_run(job: object) -> bool:
+    """Whether `job` names a run filed away by a fresh launch of its name: it is over."""
+    return isinstance(job, str) and _EARLIER.fullmatch(job) is not None
+
+
+def fresh_starts(lines: Iterable[bytes]) -> list[tuple[str, float]]:
+    """(job, ts) of each fresh start among event lines: the agent's `job_started` of a
+    `launch` that restores no checkpoint (a launch from the newest checkpoint continues
+    the earlier run and is not one). Lines that do not parse are left to the loader,
+    which reports them."""
+    found = []
+    for line in lines:
+        if b'"job_started"' not in line:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        data = record.get("data") if isinstance(record, dict) else None
+        job, ts = record.get("job"), record.get("ts")
+        if (record.get("kind") == "job_started" and isinstance(data, dict)
+                and data.get("reason") == "launch" and data.get("checkpoint") is None
+                and isinstance(job, str) and isinstance(ts, (int, float))):
+            found.append((job, float(ts)))
+    return found
+
+
+def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> str | None:
+    """Rename what `job` recorded before its fresh start at `start`; the name it was filed
+    under, or None when the job has no steps before it (its first launch, or a second
+    host's start of the same launch, after the first host's filed the earlier run)."""
+    earlier = cur.execute("SELECT 1 FROM train WHERE job = ? AND ts < ? LIMIT 1",
+                          [job, start]).fetchone()
+    if earlier is None:
+        return None
+    prefix = earlier_run_name(job, 0)[:-2]
+    taken = {row[0] for row in cur.execute(
+        "SELECT DISTINCT job FROM run WHERE starts_with(job, ?) UNION "
+        "SELECT DISTINCT job FROM train WHERE starts_with(job, ?)", [prefix, prefix]).fetchall()}
+    number = 1
+    while earlier_run_name(job, number) in taken:
+        number += 1
+    name = earlier_run_name(job, number)
+    for table in RUN_TABLES:
+        keep = (f" AND NOT (kind IN ({', '.join('?' for _ in LAUNCH_EVENT_KINDS)}) "
+                "AND ts >= ?)" if table == "event" else "")
+        args: list[object] = [name, job, start]
+        if table == "event":
+            args += [*LAUNCH_EVENT_KINDS, start - LAUNCH_EVENT_WINDOW_S]
+        cur.execute(f'UPDATE "{table}" SET job = ? WHERE job = ? AND ts < ?{keep}', args)
+    # The level rows of the job are all the earlier run's: the flush's own rows are
+    # stored after this, and none of the new run's came before its start.
+    for table, spec in LEVEL_SERIES.items():
+        if "job" not in spec["keys"]:  # type: ignore[operator]
+            continue
+        for levels in (levels_table(table), levels_open_table(table), pending_table(table)):
+            cur.execute(f'UPDATE "{levels}" SET job = ? WHERE job = ?', [name, job])
+    return name

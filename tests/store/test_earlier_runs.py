@@ -1,0 +1,117 @@
+"""A job launched afresh under a name with a recorded run: the earlier run is filed under
+a name of its own (cockpit.store.earlier_runs), so the new run's chart starts clean."""
+
+from __future__ import annotations
+
+from agent.protocol import encode
+from cockpit.store import Store
+from cockpit.store.queries import StoreReader
+from tests.store.wire import TS0, count, header, train
+
+EARLIER = "j1 (earlier run 1)"
+
+
+def _event(seq: int, kind: str, ts: float, **data: object) -> bytes:
+    return encode("event", seq, {"kind": kind, "job": "j1", "rank": None, "step": None,
+                                 "msg": kind, "data": data}, ts=ts)
+
+
+def _earlier_run(store: Store) -> int:
+    """Steps 1-200 of job j1, an alert against it and its exit; returns the next seq."""
+    lines = [encode("run", 1, {"job": "j1", "rank": 0, "total_steps": 200}, ts=TS0)]
+    lines += [train(1 + s, s, loss=5.0) for s in range(1, 201)]
+    lines.append(encode("alert", 202, {"job": "j1", "rank": 0, "kind": "parameter",
+                                       "severity": "critical", "code": "nonfinite_loss",
+                                       "what": "NaN", "hint": "lower the LR"}, ts=TS0 + 201))
+    lines.append(_event(203, "job_exited", TS0 + 202, returncode=0))
+    store.ingest("h1", header() + b"".join(lines))
+    return 204
+
+
+def _fresh_launch(seq: int, at: float, checkpoint: str | None = None) -> bytes:
+    """The launch's acknowledgement, the set-aside and the start, as an agent journals a
+    launch; `checkpoint`: a launch from the newest checkpoint, not a fresh one."""
+    return (_event(seq, "control_ack", at - 0.2, op="launch", ok=True)
+            + _event(seq + 1, "checkpoints_set_aside", at - 0.1, ok=True)
+            + _event(seq + 2, "job_started", at, reason="launch", checkpoint=checkpoint,
+                     attempt=1))
+
+
+def test_a_fresh_launch_files_the_earlier_run_and_the_chart_starts_clean(store: Store) -> None:
+    seq = _earlier_run(store)
+    start = TS0 + 1000
+    # The start and the new run's first steps arrive in one flush (a backlog).
+    new_steps = b"".join(train(seq + 3 + s, s, loss=1.0, ts=start + s) for s in range(1, 51))
+    result = store.ingest("h1", _fresh_launch(seq, start) + new_steps)
+    assert result.filed_runs == (("j1", EARLIER),)
+    assert count(store, "train", "job = 'j1'") == 50
+    assert count(store, "train", f"job = '{EARLIER}'") == 200
+    assert count(store, "alert", f"job = '{EARLIER}'") == 1
+    assert count(store, "alert", "job = 'j1'") == 0  # the new run has no NaN against it
+    assert count(store, "run", f"job = '{EARLIER}'") == 1
+    # The launch's own events stay with the new run; the earlier exit goes with the old.
+    with store.cursor() as cur:
+        kinds = {k for (k,) in cur.execute("SELECT kind FROM event WHERE job = 'j1'").fetchall()}
+    assert kinds == {"control_ack", "checkpoints_set_aside", "job_started"}
+    store.fold_levels()
+    reader = StoreReader(store)
+    new = reader.series("train", "loss", where={"job": "j1", "rank": 0})
+    assert max(new.x) <= 50 and {*new.lo, *new.hi} == {1.0}
+    old = reader.series("train", "loss", where={"job": EARLIER, "rank": 0})
+    assert max(old.x) == 200 and {*old.lo, *old.hi} == {5.0}
+    assert set(reader.jobs()) == {"j1", EARLIER}
+
+
+def test_each_fresh_launch_files_its_own_earlier_run_and_a_resume_files_none(
+    store: Store,
+) -> None:
+    seq = _earlier_run(store)
+    # From the newest checkpoint: the earlier run goes on.
+    store.ingest("h1", _fresh_launch(seq, TS0 + 500, checkpoint="/ckpt/200.pt")
+                 + train(seq + 3, 201, ts=TS0 + 501))
+    assert count(store, "train", "job = 'j1'") == 201
+    seq += 4
+    store.ingest("h1", _fresh_launch(seq, TS0 + 1000) + train(seq + 3, 1, ts=TS0 + 1001))
+    seq += 4
+    result = store.ingest("h1", _fresh_launch(seq, TS0 + 2000) + train(seq + 3, 1, ts=TS0 + 2001))
+    assert result.filed_runs == (("j1", "j1 (earlier run 2)"),)
+    assert count(store, "train", f"job = '{EARLIER}'") == 201
+    assert count(store, "train", "job = 'j1 (earlier run 2)'") == 1
+    assert count(store, "train", "job = 'j1'") == 1
+
+
+def test_a_second_hosts_start_of_the_same_launch_files_nothing_more(store: Store) -> None:
+    seq = _earlier_run(store)
+    store.ingest("h1", _fresh_launch(seq, TS0 + 1000))
+    store.ingest("h1", train(seq + 3, 1, ts=TS0 + 1010))
+    result = store.ingest("h2", header() + _fresh_launch(1, TS0 + 1001))
+    assert result.filed_runs == ()
+    assert count(store, "train", "job = 'j1'") == 1
+
+
+def test_a_live_view_held_across_the_fresh_launch_shows_only_the_new_run(store: Store) -> None:
+    """The screen read the earlier run before the launch (its steps held for the next
+    refresh, `cockpit.train_tail`); after it, the new run's figures must not be mixed
+    with what was held."""
+    from cockpit.source import build_snapshot
+
+    seq = _earlier_run(store)
+    reader = StoreReader(store)
+    before = build_snapshot(reader, until_ts=None, label="LIVE")
+    assert before.job == "j1" and before.progress.step == 200
+    start = TS0 + 1000
+    store.ingest("h1", _fresh_launch(seq, start) + b"".join(
+        train(seq + 3 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)))
+    after = build_snapshot(reader, until_ts=None, label="LIVE")
+    assert after.job == "j1" and after.progress.step == 30
+    assert after.progress.total_steps is None  # the earlier run's declaration went with it
+    assert not [a for a in after.alerts if a.code == "nonfinite_loss"]
+    assert max(after.effect.train_loss.x) <= 30
+
+
+def test_only_a_filed_runs_name_reads_as_an_earlier_run() -> None:
+    from cockpit.store.earlier_runs import earlier_run_name, is_earlier_run
+
+    assert is_earlier_run(earlier_run_name("llama (7b)", 12))
+    assert not is_earlier_run("j1") and not is_earlier_run("j1 (earlier run x)")
+    assert not is_earlier_run(None)
