@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.protocol import encode
 from agent.supervisor import alive
+from cockpit.store import Store
+from cockpit.store.queries import StoreReader
 from tests.harness.job_hosts import free_port
 
 from .conftest import REPO, AgentDaemon
@@ -161,6 +164,17 @@ def test_a_fresh_launch_sets_an_earlier_runs_checkpoints_aside(
     rec = d.wait_for(lambda: d.event("recovery", lambda e: e["job"] == "again"), 90,
                      "the recovery")  # fmt: skip
     assert rec["data"]["checkpoint"] is None and rec["data"]["checkpoint_step"] == 0, rec
+    # The cockpit files the earlier run's steps away on the agent's start of this one.
+    with Store(tmp_path / "rec.duckdb") as store:
+        store.ingest("local", b"".join(
+            encode("train", seq, {"job": "again", "rank": 0, "step": 2990 - seq, "loss": 3.0},
+                   ts=1.0 + seq) for seq in range(1, 4)))
+        journal = [r for r in d.records() if r["t"] != "stream"]
+        result = store.ingest("local", b"".join(
+            encode(r["t"], 10 + r["seq"], r, ts=r["ts"]) for r in journal))
+        assert result.filed_runs == (("again", "again (earlier run 1)"),), result
+        reader = StoreReader(store)
+        assert reader.latest_train("again")[0]["step"] < 10
 
 
 TRAINS_FOREVER = """
