@@ -471,6 +471,11 @@ class ManagedJob:
         assert sup is not None
         if sup.running:
             sup.wait(CRASH_EXIT_WAIT)
+        # Ranks of a multi-host job fail on their peers as soon as another host's part
+        # ends: when that host was paused or stopped, or gave up, this exit is its
+        # consequence, not an interruption to diagnose, count and restart from.
+        if self._peer_ended(at_once=True):
+            return None
         if diagnosis is None:
             error = read_error_file(self.spec.run_dir / "logs" / ("%s.error.json" % self.name))
             with self._lock:
@@ -683,12 +688,13 @@ class ManagedJob:
             return None
         if action == "stop":
             was = self.state
+            # Told before the processes end, as for a pause (see _pause).
+            self._announce_end(peer_end.STOPPED, "operator", "stopped by the operator")
             ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)),
                                        why="stop")
             self.state = STOPPED
             if not ended:
                 self._stopped_idle(was)
-            self._announce_end(peer_end.STOPPED, "operator", "stopped by the operator")
             return None  # no restart is pending any more: one due in a backoff is dropped
         if action == "scale":
             self.membership.scale(args)
@@ -774,6 +780,12 @@ class ManagedJob:
                          "error": "no checkpoint_saved within %g s" % timeout})
             return retry_at
         self._hold_at_reported_checkpoint(min(deadline, time.time() + PAUSE_STEP_WAIT))
+        # Told before the processes end: the other hosts' ranks fail on this host's as
+        # soon as they do, and their agents must read that failure as this pause.
+        frozen_at, _skipped = self._newest_checkpoint()
+        if frozen_at is not None:
+            self._announce_end(peer_end.PAUSED, "operator", "paused by the operator",
+                               frozen_at.step, str(frozen_at.path))
         self._stop_attempt(why="pause")
         self._settle_spool()
         with self._lock:
@@ -789,7 +801,9 @@ class ManagedJob:
                     "exited" % (self.name, step, path), {
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
-        self._announce_end(peer_end.PAUSED, "operator", "paused by the operator", step, path)
+        if frozen_at is None or (frozen_at.step, str(frozen_at.path)) != (step, path):
+            self._announce_end(peer_end.PAUSED, "operator", "paused by the operator", step,
+                               path)
         return None
 
     def _pause_in_backoff(self) -> None:
@@ -919,12 +933,17 @@ class ManagedJob:
                         "host's part ended (%s); their part goes on until it fails by "
                         "itself" % (self.name, error), {"job_state": self.state})
 
-    def _peer_ended(self) -> bool:
+    def _peer_ended(self, at_once: bool = False) -> bool:
         """End this host's part as another host's part ended (gave up, stopped, paused)
         when this one runs or waits to restart: it would otherwise wait in the
-        rendezvous for that host, restart, and wait again, or train on alone."""
+        rendezvous for that host, restart, and wait again, or train on alone. `at_once`:
+        look now (this host's part just failed), not only every CHECK_EVERY; never
+        before SETTLE, while an earlier marker may still await its host's clearing."""
         now = time.time()
-        if now - self._peers_checked < peer_end.CHECK_EVERY:
+        if at_once:
+            if now < self._operator_start + peer_end.SETTLE:
+                return False
+        elif now - self._peers_checked < peer_end.CHECK_EVERY:
             return False
         self._peers_checked = now
         peers, problems = peer_end.peers_ended(

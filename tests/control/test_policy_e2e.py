@@ -10,10 +10,13 @@ import hashlib
 import json
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from agent import peer_end
+from agent.launch import LaunchSpec
 from agent.protocol import encode
 from agent.supervisor import alive
 from cockpit.store import Store
@@ -191,9 +194,32 @@ while True:
 """
 
 
-def _pair(tmp_path: Path, **extra: object) -> tuple[dict, AgentDaemon, AgentDaemon]:
+# Trains until host a's part ends, then fails as a rank whose collectives lose their
+# peers does.
+FAILS_WHEN_A_ENDS = """
+import os, sys, time
+from pathlib import Path
+from agent.hook import Reporter
+if os.environ.get("FAIL_HERE"):
+    sys.exit(3)
+ended = Path(os.environ["A_ENDED"])
+rep = Reporter(flush_interval=0.1)
+step = 0
+while not ended.exists():
+    step += 1
+    rep.step(step, loss=1.0)
+    time.sleep(0.05)
+rep.flush()
+print("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+      "[127.0.0.1]:29500", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def _pair(tmp_path: Path, body: str = TRAINS_FOREVER, **extra: object
+          ) -> tuple[dict, AgentDaemon, AgentDaemon]:  # fmt: skip
     """The spec of a two-host job, and an agent daemon for each pretend host (a, b)."""
-    base = _spec(tmp_path, "pair", TRAINS_FOREVER, hosts=["a", "b"], nnodes=2,
+    base = _spec(tmp_path, "pair", body, hosts=["a", "b"], nnodes=2,
                  rendezvous={"endpoint": f"127.0.0.1:{free_port()}"}, **extra)
     daemons = []
     for host in ("a", "b"):
@@ -258,6 +284,36 @@ def test_a_host_the_operators_pause_or_stop_did_not_reach_follows_the_others(
             assert paused["data"]["ok"] is True and paused["data"]["mode"] == "peer", paused
             assert paused["data"]["peer"] == "a", paused
         assert not alive(b.event("job_started")["data"]["pid"])
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("op", ["pause", "stop"])
+def test_a_part_that_fails_on_the_lost_peers_of_a_paused_or_stopped_host_follows_it(
+    tmp_path: Path, op: str
+) -> None:
+    """Host b's ranks fail the moment host a's part ends (as collectives on lost peers
+    do), before b's agent would next look at the markers: that failure is a's pause (or
+    stop) reaching b, not an interruption to report, count and restart from."""
+    base, a, b = _pair(tmp_path, FAILS_WHEN_A_ENDS,
+                       recovery={"restart_budget": 5, "backoff": 60, "backoff_max": 60})
+    base["env"]["A_ENDED"] = str(peer_end.marker_dir(LaunchSpec({**base, "host": "a"}))
+                                 / "a.json")
+    try:
+        b.op("launch", spec={**base, "host": "b"})
+        a.op("launch", spec={**base, "host": "a", "env": {**base["env"], "FAIL_HERE": "1"}})
+        a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
+        b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
+        time.sleep(peer_end.SETTLE)  # b acts on no marker this soon after its launch
+        a.op(op, job="pair")
+        b.wait_for(lambda: b.event("job_exited"), 30, "b's ranks to fail on a's end")
+        told = b.wait_for(lambda: b.event("peer_ended"), 30, f"b to hear of a's {op}")
+        assert told["data"]["why"] == {"pause": "paused", "stop": "stopped"}[op], told
+        (job,) = b.op("jobs")["jobs"]
+        assert job["state"] == {"pause": "paused", "stop": "stopped"}[op], job
+        assert b.events("interruption") == []
+        assert job["restarts"] == 0 and len(b.events("job_started")) == 1
     finally:
         a.close()
         b.close()
