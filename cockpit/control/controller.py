@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cockpit.analysis.text import counted
@@ -55,7 +55,17 @@ FOLLOWED_OPS = frozenset({"pause", "stop"})
 
 
 class ControlError(RuntimeError):
-    """An operation that could not be sent (or only partly); the message says to whom."""
+    """An operation that could not be sent (or only partly); the message says to whom.
+
+    `sent` names the hosts it did reach and `unsent` why each other one was missed, so
+    that a caller can still follow what was sent, and tell what the missed hosts do
+    meanwhile, rather than report the whole operation as failed."""
+
+    def __init__(self, message: str, sent: Sequence[str] = (),
+                 unsent: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.sent = tuple(sent)
+        self.unsent = dict(unsent or {})
 
 
 class Controller:
@@ -401,7 +411,7 @@ class Controller:
             detail = "; ".join(f"{h}: {why}" for h, why in failed.items())
             raise ControlError(f"{what} of job {self.job} not sent to {', '.join(failed)} "
                                f"({detail})" + (f"; sent to {', '.join(sent)}" if sent
-                                                else ""))  # fmt: skip
+                                                else ""), sent, failed)  # fmt: skip
         return f"{what} sent to {', '.join(sent)} (op {op_id})"
 
 

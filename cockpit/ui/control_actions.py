@@ -79,17 +79,17 @@ class ControlActions:
     def _run_operation(self, controller: object, name: str, kwargs: dict[str, object]
                        ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
+        severity = "information"
         try:
             result = op.call(controller, kwargs)
         except ControlError as exc:
-            # Sent to some hosts only: the others' answers must still be followed, or a
-            # refusal there would go unseen behind the error about the hosts it missed.
-            ops = dict(getattr(controller, "last_ops", None) or {})
-            self.post_message(ControlDone(name, str(exc), jc.job_of(controller), ops,  # type: ignore[attr-defined]
-                                          failed=True))
-            return
+            if not exc.sent:
+                raise
+            # Sent to some hosts: their answers are followed like any others', and the
+            # operator learns what the missed hosts do meanwhile, not "control failed".
+            result, severity = jc.partly_sent_text(name, exc.sent, exc.unsent), "warning"
         ops = dict(getattr(controller, "last_ops", None) or {})
-        self.post_message(ControlDone(name, result, jc.job_of(controller), ops))  # type: ignore[attr-defined]
+        self.post_message(ControlDone(name, result, jc.job_of(controller), ops, severity))  # type: ignore[attr-defined]
 
     @work(thread=True, exit_on_error=False, group="acks")
     def _follow_acks(self, action: str, job: str | None, ops: dict[str, str]) -> None:
@@ -130,11 +130,9 @@ class ControlActions:
     def on_control_done(self, message: ControlDone) -> None:
         op = jc.OPERATIONS[message.action]
         title = f"Job control · {message.job}" if message.job else "Job control"
-        if message.failed:
-            self.notify(f"{op.title}: {message.result}", title=title, severity="error",  # type: ignore[attr-defined]
-                        timeout=10)
-        else:
-            self.notify(jc.result_text(op, message.result), title=title)  # type: ignore[attr-defined]
+        longer = {"timeout": 8} if message.severity == "warning" else {}
+        self.notify(jc.result_text(op, message.result), title=title,  # type: ignore[attr-defined]
+                    severity=message.severity, **longer)
         if message.ops:
             self._follow_acks(message.action, message.job, message.ops)
 

@@ -10,7 +10,7 @@ hosts to exclude, the host to add or remove) is parsed here, each parser raising
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import tomllib
@@ -100,6 +100,26 @@ def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> s
             "run dir, that the others' ended" if op in FOLLOWED_OPS
             else "their part of the job carries on by itself until they are back")
     return f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; {then}."
+
+
+def partly_sent_text(op: str, sent: Iterable[str], unsent: Mapping[str, str]) -> str:
+    """What an operation that reached some of the job's hosts only did, and what each
+    missed host's part does meanwhile: a pause or a stop it follows by itself, through
+    the job's shared run dir; any other operation it never gets."""
+    missed = ", ".join(unsent)
+    one = len(unsent) == 1
+    its, it = ("its", "it") if one else ("their", "they")
+    if op in FOLLOWED_OPS:
+        verb = ("pauses" if one else "pause") if op == "pause" else ("stops" if one else "stop")
+        then = (f"{its} {'agent' if one else 'agents'} {verb} {its} part the same way once "
+                f"{'it sees' if one else 'they see'} in the job's shared run dir that the "
+                f"other hosts' parts ended; check {'it' if one else 'them'} once {it} "
+                f"{'is' if one else 'are'} back")
+    else:
+        then = (f"{its} part of the job is left as it was; send the {op} again once {it} "
+                f"{'is' if one else 'are'} back")
+    why = "; ".join(f"{host}: {reason}" for host, reason in unsent.items())
+    return f"sent to {', '.join(sent)}; not to {missed} ({why}): {then}"
 
 
 def state_warning(name: str, job: str | None, state: str) -> str:

@@ -52,14 +52,13 @@ class ControlDone(Message):
     """A job-control action returned; `result` is what the controller answered."""
 
     def __init__(self, action: str, result: object, job: str | None = None,
-                 ops: dict[str, str] | None = None, failed: bool = False) -> None:
+                 ops: dict[str, str] | None = None, severity: str = "information") -> None:
         super().__init__()
         self.action = action
         self.result = result
         self.job = job  # the job it acted on
         self.ops = ops or {}  # host -> id of the op sent there, for its acknowledgement
-        # Not sent to every host (`result` says which and why); `ops` holds those it was.
-        self.failed = failed
+        self.severity = severity  # "warning": sent to some of the job's hosts only
 
 
 class ControlAcked(Message):
