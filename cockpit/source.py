@@ -735,17 +735,22 @@ def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
                     controllable=controllable)
 
 
-def _operator_starts(started: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _operator_starts(started: Sequence[Mapping[str, Any]]
+                     ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:  # fmt: skip
     """Each job's newest start by the operator (a launch, resume, relaunch or fork), not
-    by the agents' own recovery: only such a start ends a "recovery stopped" alert (a
-    peer host's restart after one host gave up does not make the job whole)."""
+    by the agents' own recovery, and each (job, host)'s: only such a start ends a
+    "recovery stopped" or "launch failed" alert (a peer host's restart after one host
+    gave up does not make the job whole)."""
     out: dict[str, float] = {}
+    on: dict[tuple[str, str], float] = {}
     for e in started:
         data = e.get("data") if isinstance(e.get("data"), dict) else {}
-        job = e.get("job")
+        job, ts = e.get("job"), float(e.get("ts") or 0.0)
         if job and data.get("reason") != "recovery":
-            out[job] = max(out.get(job, 0.0), float(e.get("ts") or 0.0))
-    return out
+            out[job] = max(out.get(job, 0.0), ts)
+            key = (job, str(e.get("host") or ""))
+            on[key] = max(on.get(key, 0.0), ts)
+    return out, on
 
 
 def observed_seconds(lifecycle: Sequence[Mapping[str, Any]], job: str, since: float,
@@ -890,7 +895,7 @@ def build_snapshot(
         "alerts", (fr.key("alert"), events_key, job),
         lambda: rules.stored_alerts([a for a in reader.alerts(until_ts=until_ts, frontiers=fr)
                                      if a.get("job") == job or not is_earlier_run(a.get("job"))],
-                                    _operator_starts(reader.events(
+                                    *_operator_starts(reader.events(
                                         until_ts=until_ts, kinds=("job_started",),
                                         limit=STARTS_READ, frontiers=fr))))
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)

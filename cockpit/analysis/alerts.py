@@ -381,21 +381,29 @@ def stall_alerts(verdict: StallVerdict, *, now: float, since: float | None = Non
 
 # Agent alerts that say a job is down for good: true until the job starts again.
 ENDED_BY_A_START = frozenset({"recovery_stopped"})
+# ... or until the host that raised it starts its part again: the other hosts of the
+# same launch start beside (and often after) a host whose launch failed.
+ENDED_BY_ITS_HOSTS_START = frozenset({"launch_failed"})
 
 
-def stored_alerts(rows: Iterable[Row], started: Mapping[str, float] | None = None
+def stored_alerts(rows: Iterable[Row], started: Mapping[str, float] | None = None,
+                  started_on: Mapping[tuple[str, str], float] | None = None
                   ) -> list[Alert]:  # fmt: skip
     """Alerts the agents raised themselves (the `alert` table).
 
-    `started` maps a job to the time it last started (launch, resume, relaunch): a
-    "recovery stopped" alert raised before that is over, since the operator fixed and
+    `started` maps a job to the time it last started (launch, resume, relaunch), and
+    `started_on` a (job, host) to the time that host's part did: an alert that the job
+    is down for good, raised before that, is over, since the operator fixed and
     restarted the job; still shown, it would keep a critical alert on a job that trains."""
-    started = started or {}
+    started, started_on = started or {}, started_on or {}
     out = []
     for r in rows:
+        code, at = r.get("code"), float(r.get("ts") or 0.0)
         began = started.get(r.get("job") or "")
-        if r.get("code") in ENDED_BY_A_START and began is not None and \
-                began > float(r.get("ts") or 0.0):
+        if code in ENDED_BY_A_START and began is not None and began > at:
+            continue
+        began = started_on.get((r.get("job") or "", r.get("host") or ""))
+        if code in ENDED_BY_ITS_HOSTS_START and began is not None and began > at:
             continue
         where = r.get("where")
         out.append(Alert(

@@ -328,6 +328,31 @@ def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
     assert any(a.code == "recovery_stopped" for a in before.alerts)
 
 
+def test_a_launch_failed_alert_ends_when_that_hosts_part_starts_again(
+        tmp_path: Path) -> None:
+    """node-b's launch failed (its run dir was broken) while node-a's part of the same
+    relaunch started, after it: the job failed, and the alert stays. Once the operator
+    fixed node-b and relaunched, node-b's part starts and the alert is over."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+
+    with Store(path) as store:
+        store.ingest("node-b", encode("alert", 10**6, {
+            "job": "job-1", "rank": None, "kind": "resource", "severity": "critical",
+            "code": "launch_failed", "where": {},
+            "what": "job job-1: cannot prepare its run dir", "hint": "check it"},
+            ts=last + 1))
+        store.ingest("node-a", _started(10**6, "relaunch", last + 1.5))
+    with Store(path, read_only=True) as store:
+        failed = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert any(a.code == "launch_failed" for a in failed.alerts)
+    with Store(path) as store:
+        store.ingest("node-b", _started(10**6 + 1, "relaunch", last + 3))
+    with Store(path, read_only=True) as store:
+        again = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    assert not any(a.code == "launch_failed" for a in again.alerts)
+
+
 def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
         tmp_path: Path) -> None:
     """node-b's link is down: its ranks' steps arrive later, all at once. Meanwhile the
