@@ -228,15 +228,23 @@ def _pair(tmp_path: Path, body: str = TRAINS_FOREVER, **extra: object
     return base, daemons[0], daemons[1]
 
 
+def _on(base: dict, host: str, **env: str) -> dict:
+    """`base` as launched on `host`. Host b serves the rendezvous store: were it a's
+    torchrun, a's part failing at its start would take b's part down with it (its store
+    gone), and b would not be the part left running alone that these tests need."""
+    return {**base, "host": host, "env": {**base["env"], **env},
+            "rendezvous": {**base["rendezvous"], "is_host": host == "b"}}
+
+
 def test_when_one_host_of_a_job_gives_up_the_other_stops_its_part(tmp_path: Path) -> None:
     """Host b's torchrun waits in the rendezvous for host a, whose launch cannot start
     (no such python): b's agent must stop its part on a's word, not wait for the
     rendezvous to time out and restart into another wait."""
     base, a, b = _pair(tmp_path)
     try:
-        b.op("launch", spec={**base, "host": "b"})
+        b.op("launch", spec=_on(base, "b"))
         b.wait_for(lambda: b.event("job_started"), 30, "b's torchrun to start")
-        a.op("launch", spec={**base, "host": "a", "python": str(tmp_path / "no-python")})
+        a.op("launch", spec={**_on(base, "a"), "python": str(tmp_path / "no-python")})
         cut = a.wait_for(lambda: a.event("interruption"), 30, "a's launch to fail")
         assert cut["data"]["cause"] == "launch_failed", cut
         assert cut["data"]["decision"]["retry"] is False, cut
@@ -266,8 +274,8 @@ def test_a_host_the_operators_pause_or_stop_did_not_reach_follows_the_others(
     base, a, b = _pair(tmp_path, recovery={"restart_budget": 5, "backoff": 60,
                                            "backoff_max": 60})
     try:
-        b.op("launch", spec={**base, "host": "b"})
-        a.op("launch", spec={**base, "host": "a", "env": {**base["env"], "FAIL_HERE": "1"}})
+        b.op("launch", spec=_on(base, "b"))
+        a.op("launch", spec=_on(base, "a", FAIL_HERE="1"))
         a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
         b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
         a.op(op, job="pair")
@@ -301,8 +309,8 @@ def test_a_part_that_fails_on_the_lost_peers_of_a_paused_or_stopped_host_follows
     base["env"]["A_ENDED"] = str(peer_end.marker_dir(LaunchSpec({**base, "host": "a"}))
                                  / "a.json")
     try:
-        b.op("launch", spec={**base, "host": "b"})
-        a.op("launch", spec={**base, "host": "a", "env": {**base["env"], "FAIL_HERE": "1"}})
+        b.op("launch", spec=_on(base, "b"))
+        a.op("launch", spec=_on(base, "a", FAIL_HERE="1"))
         a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
         b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
         time.sleep(peer_end.SETTLE)  # b acts on no marker this soon after its launch
