@@ -40,9 +40,11 @@ keys may be added):
                      last_seen, gpus: [{index, name, online, simulated, util, temp, power,
                      power_limit, mem_used, mem_total, ecc_unc, xid, throttle}]}]}
     interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
-                      hosts, failed_restarts}] — one per failure: the host that failed
-                      first, then the peers that saw it fail; failed_restarts: the causes
-                      of restarts that died before their first step
+                      hosts, failed_restarts, ended_by}] — one per failure: the host that
+                      failed first, then the peers that saw it fail; failed_restarts: the
+                      causes of restarts that died before their first step; ended_by: of
+                      one not recovered but over, "pause", "stop", "launch", "resume",
+                      "relaunch" (the operator's) or "peer" (another host's part ended)
     alerts          [{ts, kind, severity, code, where, what, hint}]
     checkpoint      {interval_s, cost_s, mtbf_s, current_interval_s, mtbf_is_lower_bound,
                      advice}
@@ -62,7 +64,7 @@ from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.lifecycle import current_run_started
-from cockpit.analysis.text import duration, failed_restarts_text
+from cockpit.analysis.text import duration, ended_text, failed_restarts_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
@@ -286,6 +288,8 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
 
 def _unrecovered(item: dict[str, Any], d: dict[str, Any]) -> str:
     """Only the newest interruption of a job still recovering may yet recover."""
+    if item.get("ended_by"):
+        return f"no: {ended_text(item['ended_by'])}"
     newest = max(d["interruptions"], key=lambda i: i["detected_at"])
     if item is newest and d["progress"]["state"] == "recovering":
         return "not yet"

@@ -150,6 +150,9 @@ class Interruption:
     hosts: tuple[str, ...] = ()  # the host that failed first, then the peers that saw it
     # Causes of restarts that failed before their first step, within this one outage.
     failed_restarts: tuple[str, ...] = ()
+    # Not recovered but over: "pause", "stop", "launch", "resume", "relaunch" (the
+    # operator's) or "peer" (another host's part ended); `ended_text` says it.
+    ended_by: str | None = None
 
 
 @dataclass(frozen=True)

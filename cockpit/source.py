@@ -668,6 +668,7 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
                 evidence=i.get("evidence"),
                 hosts=tuple(i.get("hosts") or ((i["host"],) if i.get("host") else ())),
                 failed_restarts=tuple(i.get("failed_restarts") or ()),
+                ended_by=i.get("ended_by"),
             )
             for i in interruptions if i.get("detected_at") is not None
         ),

@@ -336,8 +336,8 @@ def interruption_alerts(interruptions: Sequence[Interruption], *,
     if not interruptions:
         return []
     newest = max(interruptions, key=lambda i: i.detected_at)
-    if newest.recovered_in is not None:
-        return []
+    if newest.recovered_in is not None or newest.ended_by is not None:
+        return []  # recovered, or over by the operator's (or a peer's) end of the job
     where: dict[str, object] = {"host": newest.hosts[0]} if newest.hosts else {}
     evidence = f": {newest.evidence}" if newest.evidence else ""
     if gave_up:

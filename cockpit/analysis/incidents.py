@@ -57,6 +57,9 @@ def _merged(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for key in ("steps_lost", "restart_count"):
         values = [g.get(key) for g in group if g.get(key) is not None]
         merged[key] = max(values) if values else None
+    # Not recovered: what ended it instead, as the first host that says so tells.
+    merged["ended_by"] = None if merged["recovered_in"] is not None else next(
+        (g.get("ended_by") for g in group if g.get("ended_by")), None)
     # The host whose restarts failed most (each host retries the same group).
     merged["failed_restarts"] = max((list(g.get("failed_restarts") or ()) for g in group),
                                     key=len)

@@ -33,6 +33,16 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+ENDED_BY = {"pause": "the operator's pause", "stop": "the operator's stop",
+            "launch": "a new launch", "resume": "the operator's resume",
+            "relaunch": "a relaunch", "peer": "the end of another host's part"}
+
+
+def ended_text(ended_by: str) -> str:
+    """"ended by the operator's pause": an outage that is over without a recovery."""
+    return f"ended by {ENDED_BY.get(ended_by, ended_by)}"
+
+
 def failed_restarts_text(causes: Sequence[str]) -> str:
     """"1 failed: nccl": the restarts of one outage that died before their first step
     (often a peer's rendezvous failing while the group re-forms)."""

@@ -119,11 +119,23 @@ class EventQueries(ReaderBase):
 
     def interruptions(self, job: str | None = None, *,
                       until_ts: float | None = None) -> list[Row]:
-        """Each interruption paired with the recovery that followed it (if any yet)."""
+        """Each interruption paired with the recovery that followed it (if any yet), or
+        with what ended it instead (`ended_by`: the operator paused, stopped or started
+        the job again while the agent waited to restart it or had given up; another
+        host's part ended): such an outage is over without a recovery, and a later
+        failure is an interruption of its own, not a restart of that outage."""
         out: list[Row] = []
         open_by_host: dict[str, Row] = {}
-        for e in self.rare_events(("interruption", "recovery"), job, until_ts):
+        kinds = ("interruption", "recovery", "pause", "job_exited", "job_started")
+        for e in self.rare_events(kinds, job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
+            if e["kind"] not in ("interruption", "recovery"):
+                ongoing = open_by_host.get(e["host"])
+                end = _ended_by(e["kind"], data)
+                if ongoing is not None and end is not None and ongoing["job"] == e["job"]:
+                    ongoing["ended_by"] = end
+                    del open_by_host[e["host"]]
+                continue
             if e["kind"] == "interruption":
                 ongoing = open_by_host.get(e["host"])
                 if ongoing is not None and ongoing["job"] == e["job"] and ongoing["retrying"]:
@@ -140,7 +152,7 @@ class EventQueries(ReaderBase):
                     "detection_latency": data.get("detection_latency"),
                     "recovered_in": None, "steps_lost": None, "restart_count": None,
                     "checkpoint": None, "recovered_at": None, "failed_restarts": [],
-                    "retrying": _retrying(data),
+                    "retrying": _retrying(data), "ended_by": None,
                 }
                 out.append(item)
                 open_by_host[e["host"]] = item
@@ -152,7 +164,7 @@ class EventQueries(ReaderBase):
                     "host": e["host"], "job": e["job"], "step": e["step"],
                     "cause": data.get("cause") or "unknown", "evidence": None,
                     "detected_at": e["ts"] - (data.get("recovery_seconds") or 0.0),
-                    "detection_latency": None, "failed_restarts": [],
+                    "detection_latency": None, "failed_restarts": [], "ended_by": None,
                 }
                 out.append(item)
             item.update(
@@ -182,6 +194,24 @@ class EventQueries(ReaderBase):
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
+
+
+# The end of a host's part, other than a recovery, that ends an outage: a pause or stop
+# (the agent says it ended its processes for it, or a pause cancelled the restart), the
+# operator's start of the job, or the end of another host's part (agent.peer_end).
+_ENDS_FOR = {"pause": "pause", "stop": "stop", "relaunch": "relaunch", "peer": "peer"}
+_OPERATOR_STARTS = ("launch", "resume", "relaunch")
+
+
+def _ended_by(kind: str, data: dict[str, Any]) -> str | None:
+    if kind == "pause":
+        return "pause" if data.get("ok") is not False and data.get("mode") != "freeze" \
+            else None
+    if kind == "job_exited":
+        return _ENDS_FOR.get(str(data.get("ended_for")))
+    if kind == "job_started" and data.get("reason") in _OPERATOR_STARTS:
+        return str(data["reason"])
+    return None
 
 
 def _retrying(data: dict[str, Any]) -> bool:

@@ -150,6 +150,9 @@ def test_a_job_down_now_is_a_critical_alert_until_it_recovers() -> None:
     assert "killed" in alert.what and "SIGKILL" in alert.what
     recovered = Interruption("killed", 100.0, 5.0, 40, 1, hosts=("vm",))
     assert A.interruption_alerts([recovered]) == [] and A.interruption_alerts([]) == []
+    # Paused by the operator while the agent waited to restart: over, not down.
+    paused = Interruption("killed", 100.0, None, None, 1, hosts=("vm",), ended_by="pause")
+    assert A.interruption_alerts([paused]) == []
 
 
 def test_counts_read_in_the_singular_for_one() -> None:

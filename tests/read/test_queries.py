@@ -95,6 +95,39 @@ def test_a_restart_that_fails_before_its_first_step_is_the_same_outage(tmp_path:
                                 ("user_code", [], None, None)]  # fmt: skip
 
 
+def test_an_outage_the_operator_ended_is_over_and_a_later_failure_is_its_own(
+    tmp_path: Path,
+) -> None:
+    """Killed; while the agent waited to restart, the operator paused (the restart is
+    cancelled), then resumed. The outage is over, by the pause, not "not recovered" for
+    ever; the failure after the resume is an interruption of its own, not a failed
+    restart of the old one. A stop, or a relaunch after a give-up, ends one the same
+    way; a freeze or a pause that failed does not."""
+    retry, stop = {"retry": True}, {"retry": False}
+    lines = [
+        _event(1, 100.0, "interruption", {"cause": "killed", "decision": retry}),
+        _event(2, 101.0, "pause", {"mode": "checkpoint", "ok": True,
+                                   "restart_cancelled": True}),
+        _event(3, 200.0, "job_started", {"reason": "resume"}),
+        _event(4, 300.0, "interruption", {"cause": "oom", "decision": retry}),
+        _event(5, 301.0, "pause", {"mode": "freeze", "ok": True}),
+        _event(6, 302.0, "pause", {"mode": "checkpoint", "ok": False}),
+        _event(7, 303.0, "job_exited", {"returncode": -15, "ended_for": "stop"}),
+        _event(8, 400.0, "job_started", {"reason": "launch"}),
+        _event(9, 500.0, "interruption", {"cause": "user_code", "decision": stop}),
+        _event(10, 600.0, "job_started", {"reason": "relaunch"}),
+        _event(11, 700.0, "interruption", {"cause": "hang", "decision": retry}),
+        _event(12, 701.0, "job_started", {"reason": "recovery"}),
+    ]
+    with Store(tmp_path / "r.duckdb") as store:
+        store.ingest("h", b"".join(lines))
+        items = StoreReader(store).interruptions("j")
+    assert [(i["cause"], i["failed_restarts"], i["recovered_in"], i["ended_by"])
+            for i in items] == [("killed", [], None, "pause"), ("oom", [], None, "stop"),
+                                ("user_code", [], None, "relaunch"),
+                                ("hang", [], None, None)]  # fmt: skip
+
+
 def test_latest_samples_only_see_the_past(reader: StoreReader) -> None:
     gpus = reader.latest_gpus()
     assert {(g["host"], g["gpu"]) for g in gpus} == {(h, i) for h in syn.HOSTS for i in (0, 1)}

@@ -266,6 +266,16 @@ def test_an_outage_names_the_restarts_that_failed_within_it() -> None:
     assert line.endswith("restart #2 (1 failed: nccl)"), line
 
 
+def test_an_outage_the_operator_ended_reads_as_over_not_as_unrecovered() -> None:
+    item = Interruption(cause="killed", detected_at=0.0, recovered_in=None, steps_lost=None,
+                        hosts=("a",), ended_by="pause")
+    line = interruption_line(item)
+    assert "ended by the operator's pause" in line and "not recovered" not in line
+    down = interruption_line(Interruption(cause="killed", detected_at=0.0, recovered_in=None,
+                                          steps_lost=None))
+    assert "not recovered" in down
+
+
 def test_a_link_closed_at_the_end_of_a_recording_is_no_fault() -> None:
     """"stopped" (the cockpit closed the link) is shown muted and sorts with the healthy
     hosts; a link that cannot connect is still an error."""

@@ -6,7 +6,7 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from cockpit.analysis.text import failed_restarts_text
+from cockpit.analysis.text import ended_text, failed_restarts_text
 from cockpit.snapshot import Interruption
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.pane import update_text
@@ -17,8 +17,12 @@ SHOWN = 5
 def interruption_line(item: Interruption) -> str:
     # The time shown is when the failure was detected; the agent counts the time down
     # from the failure itself (a hang: its last step) to the first new step.
-    recovered = ("[$error]not recovered[/]" if item.recovered_in is None
-                 else f"recovered, down {fmt.duration(item.recovered_in)}")
+    if item.recovered_in is not None:
+        recovered = f"recovered, down {fmt.duration(item.recovered_in)}"
+    elif item.ended_by is not None:
+        recovered = f"[$text-muted]{escape(ended_text(item.ended_by))}[/]"
+    else:
+        recovered = "[$error]not recovered[/]"
     lost = fmt.na(item.steps_lost, "{:,}")
     line = f"{fmt.clock(item.detected_at)} {escape(item.cause)}{escape(where_text(item))} · " \
         f"{recovered} · {lost} steps lost"
