@@ -42,6 +42,7 @@ from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.lifecycle import (
     event_data,
     exit_reading,
+    failure_reading,
     gave_up,
     hosts_given_up,
     paused,
@@ -241,7 +242,8 @@ def _resume_step(last: Mapping[str, Any] | None) -> int | None:
 def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
               stall: StallVerdict, resume_step: int | None = None,
               lifecycle: Sequence[Mapping[str, Any]] = ()) -> Progress:
-    """`lifecycle`: the job's lifecycle events, which say how an exited job ended."""
+    """`lifecycle`: the job's lifecycle events, which say how an exited or failed job
+    ended."""
     newest = train.newest
     if state != "paused":
         resume_step = None
@@ -249,6 +251,8 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
         note = None
         if state == "exited":
             state, note = exit_reading(lifecycle, None)
+        elif state == "failed":
+            note = failure_reading(lifecycle)
         return Progress(state=state, total_steps=run.get("total_steps"),
                         resume_step=resume_step, eta_note=note)
     step = int(newest["step"])
@@ -272,7 +276,9 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
     eta_note = None
     if state == "exited":
         state, eta_note = exit_reading(lifecycle, percent)
-    elif state in ("paused", "failed", "starting"):
+    elif state == "failed":
+        eta_note = failure_reading(lifecycle)
+    elif state in ("paused", "starting"):
         eta_note = state
     shown_state = "stalled" if stall.stalled and state == "running" else state
     if shown_state == "stalled":
@@ -841,7 +847,7 @@ def build_snapshot(
                              _resume_step(job_lifecycle(reader, job, fr, until_ts))
                              if job is not None and state == "paused" else None,
                              _lifecycle_events(reader, job, fr, until_ts)
-                             if job is not None and state == "exited" else ())
+                             if job is not None and state in ("exited", "failed") else ())
         nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
         found = _effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
         efficiency = _efficiency(train, figures, series, busy_f.result()[0],

@@ -119,6 +119,26 @@ def gave_up(event: Mapping[str, Any]) -> bool:
     return decision.get("retry") is False and not data.get("exclusion")
 
 
+def failure_reading(events: Iterable[Mapping[str, Any]]) -> str:
+    """"failed (gpu2 gave up after oom: repeated 2 times without progress)": which
+    host's agent stopped retrying, first, and why; the main screen says it where the
+    ETA would be, so the operator need not look for it in the events."""
+    newest: dict[str, Mapping[str, Any]] = {}
+    for event in sorted(events, key=_order):
+        if event.get("kind") in ("interruption", "job_started") and event.get("host"):
+            newest[str(event["host"])] = event
+    given_up = sorted((e for e in newest.values() if gave_up(e)), key=_order)
+    if not given_up:
+        return "failed"
+    first = given_up[0]
+    data = event_data(first)
+    decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+    reason = f": {decision['reason']}" if decision.get("reason") else ""
+    others = f" (and {len(given_up) - 1} more)" if len(given_up) > 1 else ""
+    return (f"failed ({first['host']}{others} gave up after {data.get('cause') or 'a failure'}"
+            f"{reason})")
+
+
 def hosts_given_up(events: Iterable[Mapping[str, Any]]) -> list[str]:
     """Hosts whose newest start-or-interruption is one their agent gave up after. On a
     multi-host job the job's newest event can be another host's restart into a

@@ -76,8 +76,9 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
     """Why `op` cannot do anything for a job in `state`, or None: the operator is told
     at once rather than by an acknowledgement that only says it was sent."""
     if op in NEEDS_PROCESSES and state not in LIVE_STATES:
-        return (f"job {job} is {state}" + (f" ({eta_note})" if eta_note and eta_note != state
-                                           else "")
+        why = eta_note if eta_note and eta_note.startswith(state) else state + (
+            f" ({eta_note})" if eta_note and eta_note != state else "")
+        return (f"job {job} is {why}"
                 + f": no process to {op}" + ("; resume it first (r)" if state == "paused"
                                              else ""))
     if op == "resume" and state == "finished":
@@ -96,9 +97,14 @@ def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> s
            if links.get(h, "streaming") not in ("streaming", "stale")]
     if not out:
         return ""
-    then = ("their agents end their part the same way once they see, in the job's shared "
-            "run dir, that the others' ended" if op in FOLLOWED_OPS
-            else "their part of the job carries on by itself until they are back")
+    if len(out) == 1:
+        then = ("its agent ends its part the same way once it sees, in the job's shared run "
+                "dir, that the other hosts' parts ended" if op in FOLLOWED_OPS
+                else "its part of the job carries on by itself until it is back")
+    else:
+        then = ("their agents end their part the same way once they see, in the job's "
+                "shared run dir, that the other hosts' parts ended" if op in FOLLOWED_OPS
+                else "their part of the job carries on by itself until they are back")
     return f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; {then}."
 
 

@@ -185,7 +185,8 @@ GAVE_UP = {"cause": "user_code", "decision": {"retry": False, "reason": "twice"}
 @pytest.mark.parametrize(("kind", "data", "state", "note"), [
     ("pause", {}, "paused", "paused"),
     ("job_exited", {}, "exited", "exited before its end"),
-    ("interruption", GAVE_UP, "failed", "failed"),  # the agent stopped retrying
+    # The agent stopped retrying: which host, after what, and why, where the ETA goes.
+    ("interruption", GAVE_UP, "failed", "failed (node-a gave up after user_code: twice)"),
     ("interruption", {"decision": {"retry": True}}, "recovering", None),
     ("interruption", {**GAVE_UP, "exclusion": {"host": "node-a"}}, "recovering", None),
     ("resume", {}, "starting", "starting"),  # no step since: the figures are the old ones

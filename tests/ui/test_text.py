@@ -74,10 +74,11 @@ def test_the_confirmation_names_the_hosts_an_operation_cannot_reach() -> None:
     assert jc.link_warning(["a", "c"], links) == ""
     warning = jc.link_warning(["a", "b", "d", "e"], links)
     assert "Not reachable now: b (unreachable), d (auth-failed)." in warning
-    assert "carries on by itself" in warning
-    # Their agents follow a pause or stop of the others through the shared run dir.
-    assert "end their part the same way" in jc.link_warning(["b"], links, "pause")
-    assert "end their part the same way" not in jc.link_warning(["b"], links, "relaunch")
+    assert "their part of the job carries on by itself until they are back" in warning
+    # An agent follows a pause or stop of the others through the shared run dir.
+    assert "its agent ends its part the same way" in jc.link_warning(["b"], links, "pause")
+    assert "ends its part" not in jc.link_warning(["b"], links, "relaunch")
+    assert "their agents end their part" in jc.link_warning(["b", "d"], links, "stop")
 
 
 def test_override_parsing_reads_toml_values() -> None:
@@ -160,7 +161,11 @@ def test_operations_that_cannot_act_on_the_jobs_state_are_refused_at_once() -> N
     assert jc.refusal("pause", "j", "finished", "finished") == (
         "job j is finished: no process to pause")
     assert jc.refusal("pause", "j", "exited", "exited with code 1") == (
-        "job j is exited (exited with code 1): no process to pause")
+        "job j is exited with code 1: no process to pause")
+    assert jc.refusal("pause", "j", "failed", "failed (a gave up after oom: twice)") == (
+        "job j is failed (a gave up after oom: twice): no process to pause")
+    assert jc.refusal("pause", "j", "exited", "killed by signal 9") == (
+        "job j is exited (killed by signal 9): no process to pause")
     assert jc.refusal("checkpoint", "j", "paused", "paused") == (
         "job j is paused: no process to checkpoint; resume it first (r)")
     assert "resuming it would exit at once" in (

@@ -117,4 +117,5 @@ class ProgressPane(Pane):
         head += f" · {p.eta_note}" if p.eta_note else f" · ETA ~{fmt.duration(p.eta_seconds)}"
         if p.stalled:
             return f"{head} · [$error]STALLED ({escape(p.stall_cause or 'cause unknown')})[/]"
-        return head if p.eta_note == p.state else f"{head} · {escape(p.state)}"
+        said = p.eta_note is not None and p.eta_note.startswith(p.state)
+        return head if said else f"{head} · {escape(p.state)}"
