@@ -35,7 +35,13 @@ from cockpit.transport.inventory import (
     load_inventory,
 )
 from cockpit.transport.link import LinkOptions
-from cockpit.transport.states import AUTH_FAILED, HOSTKEY_CHANGED, HOSTKEY_UNKNOWN, STREAMING
+from cockpit.transport.states import (
+    AUTH_FAILED,
+    FAILED_STATES,
+    HOSTKEY_CHANGED,
+    HOSTKEY_UNKNOWN,
+    STREAMING,
+)
 
 # States no retry can fix (a missing agent is pushed, so it is not among them).
 _HOPELESS = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED})
@@ -89,7 +95,12 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
                    optional: Sequence[str] = ()) -> dict[str, str]:
     """Block until every host streams; fail early on states only the operator can fix.
     Hosts in `optional` may stay out (a host excluded as broken, a spare that is down):
-    returns those that did not connect, each with why."""
+    returns those that did not connect, each with why.
+
+    Once the required hosts and at least one other stream, an optional host whose
+    connection has failed (unreachable, no agent …) is not waited for until the timeout:
+    a pause must not wait a minute for a host that is down (its agent follows the others'
+    pause by itself, docs/control.md), and the link keeps retrying in the background."""
     deadline = time.monotonic() + timeout
     while True:
         status = session.fleet.status()
@@ -100,7 +111,10 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
         if not waiting:
             return {}
         missing = [h for h in waiting if h not in optional]
-        if time.monotonic() > deadline or (not missing and optional and all(
+        settled = not missing and optional and all(
+            status[h].state in FAILED_STATES for h in waiting) and any(
+            status[h].state == STREAMING for h in (*hosts, *optional))
+        if time.monotonic() > deadline or settled or (not missing and optional and all(
                 status[h].state in _HOPELESS for h in waiting)):
             if missing:
                 raise CockpitError(

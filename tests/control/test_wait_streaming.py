@@ -1,0 +1,40 @@
+"""How long a command waits for the job's hosts to connect before it sends an operation
+(`cockpit.control.operations.wait_streaming`), on a fleet double whose link states the
+test sets."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from cockpit.control.operations import wait_streaming
+from cockpit.errors import CockpitError
+from cockpit.transport.fleet import HostStatus
+
+pytestmark = pytest.mark.timeout(60)  # a wait that never ends fails instead of hanging
+
+
+def _session(**states: str) -> SimpleNamespace:
+    status = {h: HostStatus(h, s, "Connection refused" if s == "unreachable" else "", False)
+              for h, s in states.items()}
+    return SimpleNamespace(fleet=SimpleNamespace(status=lambda: dict(status)))
+
+
+def test_a_pause_does_not_wait_the_whole_timeout_for_a_host_that_is_down() -> None:
+    session = _session(a="streaming", b="unreachable")
+    assert wait_streaming(session, [], 3600, optional=["a", "b"]) == {
+        "b": "unreachable (Connection refused)"}
+
+
+def test_a_host_still_connecting_or_no_host_streaming_is_waited_for() -> None:
+    assert wait_streaming(_session(a="streaming", b="connecting"), [], 0.3,
+                          optional=["a", "b"]) == {"b": "connecting"}
+    assert wait_streaming(_session(a="unreachable", b="unreachable"), [], 0.3,
+                          optional=["a", "b"]) == {"a": "unreachable (Connection refused)",
+                                                   "b": "unreachable (Connection refused)"}
+
+
+def test_a_required_host_that_is_down_fails_the_command_after_the_timeout() -> None:
+    with pytest.raises(CockpitError, match=r"not connected after 0\.3 s: b is unreachable"):
+        wait_streaming(_session(a="streaming", b="unreachable"), ["a", "b"], 0.3)
