@@ -276,7 +276,7 @@ class ManagedJob:
                         break
                     retry_at = self._operate(action, args, retry_at)
                     continue
-                if self.state in (RUNNING, BACKOFF) and self._peer_ended():
+                if self.state in (RUNNING, BACKOFF, PAUSED) and self._peer_ended():
                     retry_at = None  # no restart: the job cannot run without that host
                 elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
                     retry_at = None
@@ -954,6 +954,12 @@ class ManagedJob:
                 self._event("sampler_error", "job %s: a marker of another host's part ending "
                             "cannot be read, so it is not acted on: %s" % (self.name, problem),
                             {"job_state": self.state})
+        if self.state == PAUSED:
+            # Paused, this part follows a stop only (a paused job's processes are gone
+            # already), and only one the stop itself has had time to reach here: the
+            # operator's stop of the whole job reaches every host at about the same time.
+            peers = [p for p in peers if p.why == peer_end.STOPPED
+                     and p.at <= now - peer_end.SETTLE]
         if not peers:
             return False
         peer = peers[0]

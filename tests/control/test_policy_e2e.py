@@ -6,11 +6,13 @@ job gives up, the other stops its part instead of waiting in the rendezvous."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -236,6 +238,28 @@ def _on(base: dict, host: str, **env: str) -> dict:
             "rendezvous": {**base["rendezvous"], "is_host": host == "b"}}
 
 
+@contextlib.contextmanager
+def _b_left_running(tmp_path: Path, body: str = TRAINS_FOREVER, tell_b_of_a: bool = False
+                    ) -> Iterator[tuple[AgentDaemon, AgentDaemon]]:  # fmt: skip
+    """A two-host job whose part on host a failed at its start and waits a minute to
+    restart (where a pause or stop takes effect at once), while b's part trains alone.
+    `tell_b_of_a`: b's trainer learns where a's end marker appears (FAILS_WHEN_A_ENDS)."""
+    base, a, b = _pair(tmp_path, body,
+                       recovery={"restart_budget": 5, "backoff": 60, "backoff_max": 60})
+    if tell_b_of_a:
+        base["env"]["A_ENDED"] = str(peer_end.marker_dir(LaunchSpec({**base, "host": "a"}))
+                                     / "a.json")
+    try:
+        b.op("launch", spec=_on(base, "b"))
+        a.op("launch", spec=_on(base, "a", FAIL_HERE="1"))
+        a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
+        b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
 def test_when_one_host_of_a_job_gives_up_the_other_stops_its_part(tmp_path: Path) -> None:
     """Host b's torchrun waits in the rendezvous for host a, whose launch cannot start
     (no such python): b's agent must stop its part on a's word, not wait for the
@@ -271,13 +295,7 @@ def test_a_host_the_operators_pause_or_stop_did_not_reach_follows_the_others(
     """The pause (or stop) reached host a, not host b (its link was down): b's part,
     left running alone, ends the same way as soon as its agent sees a's marker. Host a
     is between a crash and its restart, where a pause or stop takes effect at once."""
-    base, a, b = _pair(tmp_path, recovery={"restart_budget": 5, "backoff": 60,
-                                           "backoff_max": 60})
-    try:
-        b.op("launch", spec=_on(base, "b"))
-        a.op("launch", spec=_on(base, "a", FAIL_HERE="1"))
-        a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
-        b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
+    with _b_left_running(tmp_path) as (a, b):
         a.op(op, job="pair")
         told = b.wait_for(lambda: b.event("peer_ended"), 30, f"b to hear of a's {op}")
         assert told["data"]["host"] == "a", told
@@ -292,9 +310,6 @@ def test_a_host_the_operators_pause_or_stop_did_not_reach_follows_the_others(
             assert paused["data"]["ok"] is True and paused["data"]["mode"] == "peer", paused
             assert paused["data"]["peer"] == "a", paused
         assert not alive(b.event("job_started")["data"]["pid"])
-    finally:
-        a.close()
-        b.close()
 
 
 @pytest.mark.parametrize("op", ["pause", "stop"])
@@ -304,15 +319,7 @@ def test_a_part_that_fails_on_the_lost_peers_of_a_paused_or_stopped_host_follows
     """Host b's ranks fail the moment host a's part ends (as collectives on lost peers
     do), before b's agent would next look at the markers: that failure is a's pause (or
     stop) reaching b, not an interruption to report, count and restart from."""
-    base, a, b = _pair(tmp_path, FAILS_WHEN_A_ENDS,
-                       recovery={"restart_budget": 5, "backoff": 60, "backoff_max": 60})
-    base["env"]["A_ENDED"] = str(peer_end.marker_dir(LaunchSpec({**base, "host": "a"}))
-                                 / "a.json")
-    try:
-        b.op("launch", spec=_on(base, "b"))
-        a.op("launch", spec=_on(base, "a", FAIL_HERE="1"))
-        a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
-        b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
+    with _b_left_running(tmp_path, FAILS_WHEN_A_ENDS, tell_b_of_a=True) as (a, b):
         time.sleep(peer_end.SETTLE)  # b acts on no marker this soon after its launch
         a.op(op, job="pair")
         b.wait_for(lambda: b.event("job_exited"), 30, "b's ranks to fail on a's end")
@@ -322,6 +329,21 @@ def test_a_part_that_fails_on_the_lost_peers_of_a_paused_or_stopped_host_follows
         assert job["state"] == {"pause": "paused", "stop": "stopped"}[op], job
         assert b.events("interruption") == []
         assert job["restarts"] == 0 and len(b.events("job_started")) == 1
-    finally:
-        a.close()
-        b.close()
+
+
+def test_a_paused_host_the_stop_did_not_reach_is_stopped_with_the_others(
+    tmp_path: Path,
+) -> None:
+    """The job was paused everywhere; the stop then reached host a only: b's part, paused
+    with no process, ends stopped too, so that the hosts do not disagree on the job."""
+    with _b_left_running(tmp_path) as (a, b):
+        a.op("pause", job="pair")
+        b.wait_for(lambda: b.event("pause"), 30, "b to follow a's pause")
+        a.op("stop", job="pair")
+        told = b.wait_for(lambda: b.event("peer_ended", lambda e: e["data"]["why"] == "stopped"),
+                          30, "b to hear of a's stop")
+        assert told["data"]["state"] == "paused", told
+        (job,) = b.op("jobs")["jobs"]
+        assert job["state"] == "stopped", job
+        stopped = [e for e in b.events("job_exited") if e["data"].get("ended_for") == "stop"]
+        assert len(stopped) == 1 and "(it was paused)" in stopped[0]["msg"], stopped
