@@ -251,6 +251,9 @@ class Store:
         self.fold_interval = fold_interval
         self._last_fold = -math.inf
         self._pending: dict[str, int] = {}  # level table -> rows parked
+        # Earlier runs filed under names of their own (`earlier_runs`): the one write that
+        # changes rows a reader may hold answers about, which readers check for.
+        self.renames = 0
         # Level table -> its rows when this process last re-clustered it.
         self.clustered_levels: dict[str, int] = {}
         # Folds that merged late rows into a table's closed level rows in place: a
@@ -492,6 +495,7 @@ class Store:
                 mark.segment_offsets = []
                 mark.reset = mark.touched = False
                 self._marks[host] = mark
+            self.renames += len(result.filed_runs)
         return result
 
     def _write(

@@ -84,6 +84,7 @@ class ReaderBase:
         self._frontier_hint: tuple[Frontiers, Mapping[str, float | None]] | None = None
         self._added_locks: dict[str, threading.Lock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
+        self._renames_seen = 0  # the store's `renames` when the held answers were read
 
     @property
     def static(self) -> bool:
@@ -212,6 +213,13 @@ class ReaderBase:
         the cursor may have moved: a table's stays put while the cursor is at or after
         it and before the table's next row (`probe_next`).
         """
+        renames = getattr(self._store, "renames", 0)
+        if renames != self._renames_seen:
+            # Rows already read were renamed (an earlier run filed away): no answer held
+            # about them still holds, and no frontier says so (counts and times stay).
+            with self._memo_lock:
+                self._memo.clear()
+            self._renames_seen = renames
         static = self.static
         held = self._frontier_hint
         if static and until_ts is not None and held is not None:

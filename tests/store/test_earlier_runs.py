@@ -115,3 +115,24 @@ def test_only_a_filed_runs_name_reads_as_an_earlier_run() -> None:
     assert is_earlier_run(earlier_run_name("llama (7b)", 12))
     assert not is_earlier_run("j1") and not is_earlier_run("j1 (earlier run x)")
     assert not is_earlier_run(None)
+
+
+def test_the_earlier_runs_nan_steps_and_evals_do_not_follow_the_new_run(store: Store) -> None:
+    """What the screen keeps up to date from the rows added since (the NaN/Inf steps,
+    the evaluations) must be read afresh for the new run, not extended."""
+    from cockpit.source import build_snapshot
+
+    nan = encode("train", 1, {"job": "j1", "rank": 0, "step": 150, "loss": None,
+                              "nonfinite": "nan"}, ts=TS0 + 150.5)
+    ev = encode("eval", 2, {"job": "j1", "rank": 0, "step": 100, "loss": 9.0}, ts=TS0 + 100.5)
+    store.ingest("h2", header() + nan + ev)
+    seq = _earlier_run(store)
+    reader = StoreReader(store)
+    before = build_snapshot(reader, until_ts=None, label="LIVE")
+    assert before.effect.nonfinite_steps == (150,) and before.effect.last_val_loss == 9.0
+    start = TS0 + 1000
+    store.ingest("h1", _fresh_launch(seq, start) + b"".join(
+        train(seq + 3 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)))
+    after = build_snapshot(reader, until_ts=None, label="LIVE")
+    assert after.progress.step == 30
+    assert after.effect.nonfinite_steps == () and after.effect.last_val_loss is None
