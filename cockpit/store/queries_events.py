@@ -126,6 +126,10 @@ class EventQueries(ReaderBase):
         failure is an interruption of its own, not a restart of that outage."""
         out: list[Row] = []
         open_by_host: dict[str, Row] = {}
+        # Per host, the outage the operator ended: the agent still reports its recovery
+        # at the first step after a resume or relaunch (its restart had begun), and that
+        # recovery is of this outage, not one of its own.
+        ended_by_host: dict[str, Row] = {}
         kinds = ("interruption", "recovery", "pause", "job_exited", "job_started")
         for e in self.rare_events(kinds, job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
@@ -134,9 +138,10 @@ class EventQueries(ReaderBase):
                 end = _ended_by(e["kind"], data)
                 if ongoing is not None and end is not None and ongoing["job"] == e["job"]:
                     ongoing["ended_by"] = end
-                    del open_by_host[e["host"]]
+                    ended_by_host[e["host"]] = open_by_host.pop(e["host"])
                 continue
             if e["kind"] == "interruption":
+                ended_by_host.pop(e["host"], None)
                 ongoing = open_by_host.get(e["host"])
                 if ongoing is not None and ongoing["job"] == e["job"] and ongoing["retrying"]:
                     # A restart that failed before its first step: the same outage, which
@@ -158,6 +163,9 @@ class EventQueries(ReaderBase):
                 open_by_host[e["host"]] = item
                 continue
             item = open_by_host.pop(e["host"], None)
+            ended = ended_by_host.pop(e["host"], None)
+            if item is None and ended is not None and ended["job"] == e["job"]:
+                continue  # that outage is over already, by the operator's end of it
             if item is None:
                 # A recovery whose interruption was never seen (e.g. retained away).
                 item = {

@@ -177,3 +177,26 @@ def test_interruption_paired_with_its_recovery(reader: StoreReader) -> None:
     assert item["steps_lost"] == 10 and item["restart_count"] == 1
     during = reader.interruptions("job-1", until_ts=syn.step_ts(syn.INTERRUPT_AFTER_STEP) + 10)
     assert len(during) == 1 and during[0]["recovered_in"] is None
+
+
+def test_the_recovery_an_agent_reports_after_the_operator_ended_its_outage_adds_none(
+    tmp_path: Path,
+) -> None:
+    """Killed and restarted, then paused before the restart's first step and resumed: the
+    agent still reports the recovery at the first step after the resume. The outage was
+    ended by the pause; its late recovery is not a second outage of its own."""
+    lines = [
+        _event(1, 100.0, "interruption", {"cause": "killed", "decision": {"retry": True}}),
+        _event(2, 105.0, "job_started", {"reason": "recovery"}),
+        _event(3, 110.0, "pause", {"mode": "checkpoint", "ok": True}),
+        _event(4, 200.0, "job_started", {"reason": "resume"}),
+        _event(5, 230.0, "recovery", {"cause": "killed", "recovery_seconds": 130.0,
+                                      "steps_lost": 4, "restart_count": 1}),
+        _event(6, 300.0, "recovery", {"cause": "hang", "recovery_seconds": 20.0}),
+    ]
+    with Store(tmp_path / "r.duckdb") as store:
+        store.ingest("h", b"".join(lines))
+        items = StoreReader(store).interruptions("j")
+    # The last recovery, with no outage before it that it could be of, is still listed.
+    assert [(i["cause"], i["recovered_in"], i["ended_by"]) for i in items] == [
+        ("killed", None, "pause"), ("hang", 20.0, None)]
