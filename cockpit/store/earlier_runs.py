@@ -31,6 +31,10 @@ RUN_TABLES = ("train", "eval", "run", "event", "log", "alert")
 # acknowledgement and the setting aside of the earlier run's checkpoints.
 LAUNCH_EVENT_KINDS = ("control_ack", "checkpoints_set_aside")
 LAUNCH_EVENT_WINDOW_S = 60.0
+# s between two fresh starts of a job that are one launch: each host journals its own
+# start, on its own clock (the agents allow 30 s of skew, `agent.peer_end`), and the new
+# run's first steps may be stamped before a later host's start.
+SAME_LAUNCH_S = 60.0
 _EARLIER = re.compile(r".+ \(earlier run \d+\)")
 
 
@@ -69,6 +73,13 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
     """Rename what `job` recorded before its fresh start at `start`; the name it was filed
     under, or None when the job has no steps before it (its first launch, or a second
     host's start of the same launch, after the first host's filed the earlier run)."""
+    same_launch = cur.execute(
+        "SELECT 1 FROM event WHERE job = ? AND kind = 'job_started' AND ts BETWEEN ? AND ? "
+        "AND json_extract_string(data, '$.reason') = 'launch' "
+        "AND json_extract_string(data, '$.checkpoint') IS NULL LIMIT 1",
+        [job, start - SAME_LAUNCH_S, start + SAME_LAUNCH_S]).fetchone()
+    if same_launch is not None:
+        return None  # another host's start of this launch filed the earlier run already
     earlier = cur.execute("SELECT 1 FROM train WHERE job = ? AND ts < ? LIMIT 1",
                           [job, start]).fetchone()
     if earlier is None:

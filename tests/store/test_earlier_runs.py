@@ -136,3 +136,15 @@ def test_the_earlier_runs_nan_steps_and_evals_do_not_follow_the_new_run(store: S
     after = build_snapshot(reader, until_ts=None, label="LIVE")
     assert after.progress.step == 30
     assert after.effect.nonfinite_steps == () and after.effect.last_val_loss is None
+
+
+def test_a_second_hosts_start_with_a_clock_ahead_files_nothing_more(store: Store) -> None:
+    """The hosts' clocks differ: the second host's start of the same launch is stamped
+    after the new run's first steps, whose rows must stay the new run's."""
+    seq = _earlier_run(store)
+    store.ingest("h1", _fresh_launch(seq, TS0 + 1000) + b"".join(
+        train(seq + 3 + s, s, ts=TS0 + 1000 + s) for s in range(1, 11)))
+    result = store.ingest("h2", header() + _fresh_launch(1, TS0 + 1015))
+    assert result.filed_runs == ()
+    assert count(store, "train", "job = 'j1'") == 10
+    assert count(store, "train", "job = 'j1 (earlier run 2)'") == 0
