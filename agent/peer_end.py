@@ -19,9 +19,10 @@ and end it the same way at once (failed, stopped, or paused at the step and chec
 the marker names), saying which host ended and why.
 
 A marker older than a host's latest start by the operator (launch, resume, relaunch) is
-an earlier attempt's and is not acted on; a host clears its own when the operator starts
-it again. An elastic job (`nnodes = "MIN:MAX"`) goes on without a host that gave up
-(torchrun regroups without it), so only its pauses and stops are followed.
+an earlier attempt's and is not acted on, and so is one of a host that is neither a host
+nor a spare of the job any more (a relaunch left it out); a host clears its own when the
+operator starts it again. An elastic job (`nnodes = "MIN:MAX"`) goes on without a host
+that gave up (torchrun regroups without it), so only its pauses and stops are followed.
 """
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ def peers_ended(spec: LaunchSpec, since: float) -> Tuple[List[PeerEnded], List[s
         except (OSError, ValueError) as exc:
             problems.append("%s: %s" % (path, exc))
             continue
-        if peer.at >= since and peer.host != spec.host and applies(spec, peer.why):
+        # A host the job no longer has (a relaunch left it out, maybe while it could not
+        # be reached to take its marker back) ends nothing of the job any more.
+        member = not spec.hosts or peer.host in (*spec.hosts, *spec.spares)
+        if peer.at >= since and peer.host != spec.host and member and applies(spec, peer.why):
             found.append(peer)
     found.sort(key=lambda p: (FINALITY.index(p.why), p.at))
     return found, problems

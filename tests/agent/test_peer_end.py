@@ -85,3 +85,14 @@ def test_a_marker_that_cannot_be_written_is_an_error_the_agent_reports(tmp_path:
     (tmp_path / "shared" / "control").write_text("a file where the control dir should be")
     error = peer_end.announce(a, peer_end.STOPPED, "operator", "stopped")
     assert error is not None and "pair.ended" in error
+
+
+def test_a_host_relaunched_out_of_the_job_is_not_followed(tmp_path: Path) -> None:
+    """Host c gave up; the operator relaunched the job without it at once, while c could
+    not be reached to take its marker back: the others' new part must not end on it."""
+    c = _spec(tmp_path, "c")
+    before = time.time()
+    assert peer_end.announce(c, peer_end.GAVE_UP, "gpu_fault", "xid 79") is None
+    b = _spec(tmp_path, "b")
+    b.with_hosts(["a", "b"])
+    assert peer_end.peers_ended(b, since=before - peer_end.CLOCK_SKEW) == ([], [])
