@@ -21,6 +21,7 @@ from typing import Any
 
 from cockpit.analysis.lifecycle import ended
 from cockpit.analysis.ranks import StepSample, step_wall_times
+from cockpit.store.earlier_runs import launched_again_as
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_base import FULL_READ_EVERY
 from cockpit.store.queries_train import (
@@ -106,7 +107,10 @@ class TrainTail:
             return newest[2]
         row = self._reader.newest_train_row(until_ts=until_ts, frontiers=fr)
         if row is not None:
-            return str(row["job"])
+            # A run filed away by a fresh launch of its name is over: until the new run's
+            # first step, the new run (starting) is the job to show, not the old one.
+            again = launched_again_as(str(row["job"]))
+            return again if again is not None and again in known else str(row["job"])
         return self._reader.memo(
             "declared_job", fr.key("run", "event"),
             lambda: self._reader.declared_job(until_ts=until_ts))

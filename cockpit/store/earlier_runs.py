@@ -35,7 +35,7 @@ LAUNCH_EVENT_WINDOW_S = 60.0
 # start, on its own clock (the agents allow 30 s of skew, `agent.peer_end`), and the new
 # run's first steps may be stamped before a later host's start.
 SAME_LAUNCH_S = 60.0
-_EARLIER = re.compile(r".+ \(earlier run \d+\)")
+_EARLIER = re.compile(r"(.+) \(earlier run \d+\)")
 
 
 def earlier_run_name(job: str, number: int) -> str:
@@ -45,6 +45,13 @@ def earlier_run_name(job: str, number: int) -> str:
 def is_earlier_run(job: object) -> bool:
     """Whether `job` names a run filed away by a fresh launch of its name: it is over."""
     return isinstance(job, str) and _EARLIER.fullmatch(job) is not None
+
+
+def launched_again_as(job: str) -> str | None:
+    """The name a filed run's job was launched again under (its own before the filing),
+    or None for any other job."""
+    found = _EARLIER.fullmatch(job)
+    return found.group(1) if found else None
 
 
 def fresh_starts(lines: Iterable[bytes]) -> list[tuple[str, float]]:

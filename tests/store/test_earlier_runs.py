@@ -148,3 +148,19 @@ def test_a_second_hosts_start_with_a_clock_ahead_files_nothing_more(store: Store
     assert result.filed_runs == ()
     assert count(store, "train", "job = 'j1'") == 10
     assert count(store, "train", "job = 'j1 (earlier run 2)'") == 0
+
+
+def test_a_live_view_shows_the_new_run_starting_before_its_first_step(store: Store) -> None:
+    """The start arrives alone (a new run loads for minutes before its first step): what
+    was read of the job before it is the earlier run's, and the job to show is the new
+    run, starting, as a fresh reader sees it."""
+    from cockpit.source import build_snapshot
+
+    seq = _earlier_run(store)
+    reader = StoreReader(store)
+    assert build_snapshot(reader, until_ts=None, label="LIVE").progress.step == 200
+    store.ingest("h1", _fresh_launch(seq, TS0 + 1000))
+    after = build_snapshot(reader, until_ts=None, label="LIVE")
+    afresh = build_snapshot(StoreReader(store), until_ts=None, label="LIVE")
+    assert (after.job, after.progress.step, after.progress.state) == (
+        afresh.job, afresh.progress.step, afresh.progress.state) == ("j1", None, "starting")
