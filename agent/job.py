@@ -920,7 +920,13 @@ class ManagedJob:
     # -- the other hosts of a multi-host job (agent.peer_end) ---------------------------
     def _started_by_operator(self) -> None:
         """This host's part starts again at the operator's word: an earlier end of its
-        own is taken back, and only the other hosts' ends from now on end it."""
+        own is taken back, and only the other hosts' ends from now on end it. An outage
+        still awaiting its recovery is over too: the operator ended it (a pause, a stop, a
+        relaunch), and a recovery journaled at this start's first step would time it
+        with the pause in it, as if the agent had brought the job back."""
+        with self._lock:
+            self._pending_recovery = None
+            self._failure = {}
         self._operator_start = time.time()
         self._peers_checked = self._operator_start + peer_end.SETTLE - peer_end.CHECK_EVERY
         peer_end.clear(self.spec)

@@ -96,3 +96,18 @@ def test_a_host_relaunched_out_of_the_job_is_not_followed(tmp_path: Path) -> Non
     b = _spec(tmp_path, "b")
     b.with_hosts(["a", "b"])
     assert peer_end.peers_ended(b, since=before - peer_end.CLOCK_SKEW) == ([], [])
+
+
+def test_the_operators_start_ends_an_outage_still_awaiting_its_recovery(tmp_path: Path) -> None:
+    """Killed, restarted, paused before the restart's first step, resumed: the resume's
+    first step is no recovery of the agent's (the cockpit shows that outage ended by the
+    pause), and a failure after it starts an outage of its own."""
+    from agent.job import ManagedJob
+    from agent.journal import Journal
+
+    job = ManagedJob(_spec(tmp_path, "a"), Journal(tmp_path / "state"))
+    job._failure = {"failure_at": 1.0, "cause": "killed", "last_step": 40, "then": []}
+    job._pending_recovery = {"failure_at": 1.0, "cause": "killed", "restart_count": 1}
+    job._started_by_operator()
+    assert job._pending_recovery is None and job._failure == {}
+    assert job._outage(5.0, "oom", 50)["cause"] == "oom"
