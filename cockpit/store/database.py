@@ -49,7 +49,7 @@ import duckdb
 from agent.protocol import PROTOCOL_VERSION
 from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
 from cockpit.store import schema
-from cockpit.store.earlier_runs import file_earlier_run, fresh_starts
+from cockpit.store.earlier_runs import file_earlier_run, fresh_starts, rename_earlier_rows
 from cockpit.store.levels import (
     CLUSTER_MIN_NEW_ROWS,
     clustered_copy,
@@ -547,15 +547,16 @@ class Store:
         now = time.monotonic()
         pending = dict(self._pending)
         fold = now - self._last_fold >= self.fold_interval or _backlog_due(pieces, pending)
-        filed: list[tuple[str, str]] = []
+        filing: list[tuple[str, str, float]] = []
         try:
             with _transaction(cur):
-                # Before the flush's own rows: those of a fresh start are the new run's.
+                # The chart levels before the flush's own rows, which are the new run's;
+                # the rows by time after them (the flush may hold the earlier run's last).
                 events = (line for piece in pieces.get("event", ()) for line in piece.lines)
                 for job, start in fresh_starts(events):
                     name = file_earlier_run(cur, job, start)
                     if name is not None:
-                        filed.append((job, name))
+                        filing.append((job, name, start))
                 for wire_type, group in pieces.items():
                     load = load_type(cur, checker, self._scratch, wire_type, group)
                     for piece in group:
@@ -568,6 +569,8 @@ class Store:
                         if table in schema.LEVEL_SERIES and _keep_levels(
                                 cur, table, load, fold, pending):
                             self._late_merges[table] += 1
+                for job, name, start in filing:
+                    rename_earlier_rows(cur, job, name, start)
                 if any(n >= FOLD_MAX_PENDING for n in pending.values()):
                     fold = True
                 if fold:
@@ -592,7 +595,7 @@ class Store:
             by_type=dict(by_type),
             by_host={h: by_host[h] for h in marks},
             journal_resets=tuple(h for h, m in marks.items() if m.reset),
-            filed_runs=tuple(filed),
+            filed_runs=tuple((job, name) for job, name, _ in filing),
         )
         return result, marks
 

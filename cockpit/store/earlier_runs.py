@@ -27,9 +27,11 @@ from cockpit.store.schema import LEVEL_SERIES, levels_open_table, levels_table, 
 
 # Tables whose rows belong to a job's run, renamed up to the fresh start by their ts.
 RUN_TABLES = ("train", "eval", "run", "event", "log", "alert")
-# Events journaled just before the start that belong to it: the launch's
-# acknowledgement and the setting aside of the earlier run's checkpoints.
-LAUNCH_EVENT_KINDS = ("control_ack", "checkpoints_set_aside")
+# Events journaled just before the start that belong to it: the setting aside of the
+# earlier run's checkpoints and the launch's acknowledgement (not another operation's: a
+# stop acknowledged just before the launch is the earlier run's).
+_LAUNCH_EVENTS = ("(kind = 'checkpoints_set_aside' OR (kind = 'control_ack' AND "
+                  "json_extract_string(data, '$.op') = 'launch'))")
 LAUNCH_EVENT_WINDOW_S = 60.0
 # s between two fresh starts of a job that are one launch: each host journals its own
 # start, on its own clock (the agents allow 30 s of skew, `agent.peer_end`), and the new
@@ -58,8 +60,9 @@ def fresh_starts(lines: Iterable[bytes]) -> list[tuple[str, float]]:
     """(job, ts) of each fresh start among event lines: the agent's `job_started` of a
     `launch` that restores no checkpoint (a launch from the newest checkpoint continues
     the earlier run and is not one). Lines that do not parse are left to the loader,
-    which reports them."""
-    found = []
+    which reports them. Of the starts of one job within `SAME_LAUNCH_S` of each other
+    (every host's start of one launch, often in one flush), the first only."""
+    found: list[tuple[str, float]] = []
     for line in lines:
         if b'"job_started"' not in line:
             continue
@@ -73,13 +76,19 @@ def fresh_starts(lines: Iterable[bytes]) -> list[tuple[str, float]]:
                 and data.get("reason") == "launch" and data.get("checkpoint") is None
                 and isinstance(job, str) and isinstance(ts, (int, float))):
             found.append((job, float(ts)))
-    return found
+    first: list[tuple[str, float]] = []
+    for job, ts in sorted(found, key=lambda f: f[1]):
+        if not any(j == job and ts - t <= SAME_LAUNCH_S for j, t in first):
+            first.append((job, ts))
+    return first
 
 
 def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> str | None:
-    """Rename what `job` recorded before its fresh start at `start`; the name it was filed
-    under, or None when the job has no steps before it (its first launch, or a second
-    host's start of the same launch, after the first host's filed the earlier run)."""
+    """The name `job`'s run before its fresh start at `start` is filed under, its chart
+    levels renamed (before a flush stores the new run's rows); None when the job has no
+    steps before it (its first launch, or a second host's start of the same launch,
+    after the first host's filed the earlier run). `rename_earlier_rows` renames the
+    rest once the flush's rows are stored."""
     same_launch = cur.execute(
         "SELECT 1 FROM event WHERE job = ? AND kind = 'job_started' AND ts BETWEEN ? AND ? "
         "AND json_extract_string(data, '$.reason') = 'launch' "
@@ -99,13 +108,6 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
     while earlier_run_name(job, number) in taken:
         number += 1
     name = earlier_run_name(job, number)
-    for table in RUN_TABLES:
-        keep = (f" AND NOT (kind IN ({', '.join('?' for _ in LAUNCH_EVENT_KINDS)}) "
-                "AND ts >= ?)" if table == "event" else "")
-        args: list[object] = [name, job, start]
-        if table == "event":
-            args += [*LAUNCH_EVENT_KINDS, start - LAUNCH_EVENT_WINDOW_S]
-        cur.execute(f'UPDATE "{table}" SET job = ? WHERE job = ? AND ts < ?{keep}', args)
     # The level rows of the job are all the earlier run's: the flush's own rows are
     # stored after this, and none of the new run's came before its start.
     for table, spec in LEVEL_SERIES.items():
@@ -114,3 +116,15 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
         for levels in (levels_table(table), levels_open_table(table), pending_table(table)):
             cur.execute(f'UPDATE "{levels}" SET job = ? WHERE job = ?', [name, job])
     return name
+
+
+def rename_earlier_rows(cur: duckdb.DuckDBPyConnection, job: str, name: str,
+                        start: float) -> None:
+    """File `job`'s rows from before its fresh start at `start` under `name`, those of the
+    flush that brought the start included, except the launch's own events."""
+    for table in RUN_TABLES:
+        keep = f" AND NOT ({_LAUNCH_EVENTS} AND ts >= ?)" if table == "event" else ""
+        args: list[object] = [name, job, start]
+        if table == "event":
+            args.append(start - LAUNCH_EVENT_WINDOW_S)
+        cur.execute(f'UPDATE "{table}" SET job = ? WHERE job = ? AND ts < ?{keep}', args)

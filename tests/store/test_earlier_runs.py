@@ -30,10 +30,12 @@ def _earlier_run(store: Store) -> int:
 
 def _fresh_launch(seq: int, at: float, checkpoint: str | None = None) -> bytes:
     """The launch's acknowledgement, the set-aside and the start, as an agent journals a
-    launch; `checkpoint`: a launch from the newest checkpoint, not a fresh one."""
-    return (_event(seq, "control_ack", at - 0.2, op="launch", ok=True)
-            + _event(seq + 1, "checkpoints_set_aside", at - 0.1, ok=True)
-            + _event(seq + 2, "job_started", at, reason="launch", checkpoint=checkpoint,
+    launch, and just before them the acknowledgement of the earlier run's stop;
+    `checkpoint`: a launch from the newest checkpoint, not a fresh one."""
+    return (_event(seq, "control_ack", at - 5.0, op="stop", ok=True)
+            + _event(seq + 1, "control_ack", at - 0.2, op="launch", ok=True)
+            + _event(seq + 2, "checkpoints_set_aside", at - 0.1, ok=True)
+            + _event(seq + 3, "job_started", at, reason="launch", checkpoint=checkpoint,
                      attempt=1))
 
 
@@ -41,7 +43,7 @@ def test_a_fresh_launch_files_the_earlier_run_and_the_chart_starts_clean(store: 
     seq = _earlier_run(store)
     start = TS0 + 1000
     # The start and the new run's first steps arrive in one flush (a backlog).
-    new_steps = b"".join(train(seq + 3 + s, s, loss=1.0, ts=start + s) for s in range(1, 51))
+    new_steps = b"".join(train(seq + 4 + s, s, loss=1.0, ts=start + s) for s in range(1, 51))
     result = store.ingest("h1", _fresh_launch(seq, start) + new_steps)
     assert result.filed_runs == (("j1", EARLIER),)
     assert count(store, "train", "job = 'j1'") == 50
@@ -51,8 +53,10 @@ def test_a_fresh_launch_files_the_earlier_run_and_the_chart_starts_clean(store: 
     assert count(store, "run", f"job = '{EARLIER}'") == 1
     # The launch's own events stay with the new run; the earlier exit goes with the old.
     with store.cursor() as cur:
-        kinds = {k for (k,) in cur.execute("SELECT kind FROM event WHERE job = 'j1'").fetchall()}
-    assert kinds == {"control_ack", "checkpoints_set_aside", "job_started"}
+        kinds = {(k, op) for (k, op) in cur.execute(
+            "SELECT kind, data->>'op' FROM event WHERE job = 'j1'").fetchall()}
+    assert kinds == {("control_ack", "launch"), ("checkpoints_set_aside", None),
+                     ("job_started", None)}
     store.fold_levels()
     reader = StoreReader(store)
     new = reader.series("train", "loss", where={"job": "j1", "rank": 0})
@@ -68,12 +72,12 @@ def test_each_fresh_launch_files_its_own_earlier_run_and_a_resume_files_none(
     seq = _earlier_run(store)
     # From the newest checkpoint: the earlier run goes on.
     store.ingest("h1", _fresh_launch(seq, TS0 + 500, checkpoint="/ckpt/200.pt")
-                 + train(seq + 3, 201, ts=TS0 + 501))
+                 + train(seq + 4, 201, ts=TS0 + 501))
     assert count(store, "train", "job = 'j1'") == 201
-    seq += 4
-    store.ingest("h1", _fresh_launch(seq, TS0 + 1000) + train(seq + 3, 1, ts=TS0 + 1001))
-    seq += 4
-    result = store.ingest("h1", _fresh_launch(seq, TS0 + 2000) + train(seq + 3, 1, ts=TS0 + 2001))
+    seq += 5
+    store.ingest("h1", _fresh_launch(seq, TS0 + 1000) + train(seq + 4, 1, ts=TS0 + 1001))
+    seq += 5
+    result = store.ingest("h1", _fresh_launch(seq, TS0 + 2000) + train(seq + 4, 1, ts=TS0 + 2001))
     assert result.filed_runs == (("j1", "j1 (earlier run 2)"),)
     assert count(store, "train", f"job = '{EARLIER}'") == 201
     assert count(store, "train", "job = 'j1 (earlier run 2)'") == 1
@@ -83,7 +87,7 @@ def test_each_fresh_launch_files_its_own_earlier_run_and_a_resume_files_none(
 def test_a_second_hosts_start_of_the_same_launch_files_nothing_more(store: Store) -> None:
     seq = _earlier_run(store)
     store.ingest("h1", _fresh_launch(seq, TS0 + 1000))
-    store.ingest("h1", train(seq + 3, 1, ts=TS0 + 1010))
+    store.ingest("h1", train(seq + 4, 1, ts=TS0 + 1010))
     result = store.ingest("h2", header() + _fresh_launch(1, TS0 + 1001))
     assert result.filed_runs == ()
     assert count(store, "train", "job = 'j1'") == 1
@@ -101,7 +105,7 @@ def test_a_live_view_held_across_the_fresh_launch_shows_only_the_new_run(store: 
     assert before.job == "j1" and before.progress.step == 200
     start = TS0 + 1000
     store.ingest("h1", _fresh_launch(seq, start) + b"".join(
-        train(seq + 3 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)))
+        train(seq + 4 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)))
     after = build_snapshot(reader, until_ts=None, label="LIVE")
     assert after.job == "j1" and after.progress.step == 30
     assert after.progress.total_steps is None  # the earlier run's declaration went with it
@@ -132,7 +136,7 @@ def test_the_earlier_runs_nan_steps_and_evals_do_not_follow_the_new_run(store: S
     assert before.effect.nonfinite_steps == (150,) and before.effect.last_val_loss == 9.0
     start = TS0 + 1000
     store.ingest("h1", _fresh_launch(seq, start) + b"".join(
-        train(seq + 3 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)))
+        train(seq + 4 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)))
     after = build_snapshot(reader, until_ts=None, label="LIVE")
     assert after.progress.step == 30
     assert after.effect.nonfinite_steps == () and after.effect.last_val_loss is None
@@ -143,7 +147,7 @@ def test_a_second_hosts_start_with_a_clock_ahead_files_nothing_more(store: Store
     after the new run's first steps, whose rows must stay the new run's."""
     seq = _earlier_run(store)
     store.ingest("h1", _fresh_launch(seq, TS0 + 1000) + b"".join(
-        train(seq + 3 + s, s, ts=TS0 + 1000 + s) for s in range(1, 11)))
+        train(seq + 4 + s, s, ts=TS0 + 1000 + s) for s in range(1, 11)))
     result = store.ingest("h2", header() + _fresh_launch(1, TS0 + 1015))
     assert result.filed_runs == ()
     assert count(store, "train", "job = 'j1'") == 10
@@ -164,3 +168,13 @@ def test_a_live_view_shows_the_new_run_starting_before_its_first_step(store: Sto
     afresh = build_snapshot(StoreReader(store), until_ts=None, label="LIVE")
     assert (after.job, after.progress.step, after.progress.state) == (
         afresh.job, afresh.progress.step, afresh.progress.state) == ("j1", None, "starting")
+
+
+def test_every_hosts_start_of_one_launch_in_one_flush_files_the_earlier_run_once(
+    store: Store,
+) -> None:
+    seq = _earlier_run(store)
+    result = store.ingest_many([("h1", _fresh_launch(seq, TS0 + 1000)),
+                                ("h2", header() + _fresh_launch(1, TS0 + 1000.4))])
+    assert result.filed_runs == (("j1", EARLIER),)
+    assert count(store, "train", f"job = '{EARLIER}'") == 200
