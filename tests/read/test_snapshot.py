@@ -302,6 +302,20 @@ def test_a_job_whose_peer_stopped_its_part_after_a_give_up_reads_failed(tmp_path
     assert snap.progress.state == "failed"
 
 
+def _agent_alert(code: str, kind: str, rank: int | None, what: str, ts: float) -> bytes:
+    """A critical alert of job-1 as an agent raises it."""
+    return encode("alert", 10**6, {"job": "job-1", "rank": rank, "kind": kind,
+                                   "severity": "critical", "code": code,
+                                   "where": {} if rank is None else {"rank": rank},
+                                   "what": what, "hint": "fix it"}, ts=ts)
+
+
+def _alert_codes(path: Path, until_ts: float | None = None) -> set[str]:
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=until_ts, label="REPLAY")
+    return {a.code for a in snap.alerts}
+
+
 def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
         tmp_path: Path) -> None:
     """The agent gave up and said so (critical); the operator fixed the job and
@@ -311,22 +325,14 @@ def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
     last = syn.step_ts(syn.STEPS - 1)
 
     with Store(path) as store:
-        store.ingest("node-a", encode("alert", 10**6, {
-            "job": "job-1", "rank": 0, "kind": "parameter", "severity": "critical",
-            "code": "recovery_stopped", "where": {"rank": 0},
-            "what": "job job-1 stopped after user_code", "hint": "fix it"}, ts=last + 1))
+        store.ingest("node-a", _agent_alert("recovery_stopped", "parameter", 0,
+                                            "job job-1 stopped after user_code", last + 1))
         store.ingest("node-b", _started(10**6, "recovery", last + 2))
-    with Store(path, read_only=True) as store:
-        gave_up = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
-    assert any(a.code == "recovery_stopped" for a in gave_up.alerts)
+    assert "recovery_stopped" in _alert_codes(path)
     with Store(path) as store:
         store.ingest("node-a", _started(10**6 + 1, "relaunch", last + 3))
-    with Store(path, read_only=True) as store:
-        reader = StoreReader(store)
-        again = build_snapshot(reader, until_ts=None, label="REPLAY")
-        before = build_snapshot(reader, until_ts=last + 2.5, label="REPLAY")
-    assert not any(a.code == "recovery_stopped" for a in again.alerts)
-    assert any(a.code == "recovery_stopped" for a in before.alerts)
+    assert "recovery_stopped" not in _alert_codes(path)
+    assert "recovery_stopped" in _alert_codes(path, until_ts=last + 2.5)
 
 
 def test_a_launch_failed_alert_ends_when_that_hosts_part_starts_again(
@@ -338,20 +344,13 @@ def test_a_launch_failed_alert_ends_when_that_hosts_part_starts_again(
     last = syn.step_ts(syn.STEPS - 1)
 
     with Store(path) as store:
-        store.ingest("node-b", encode("alert", 10**6, {
-            "job": "job-1", "rank": None, "kind": "resource", "severity": "critical",
-            "code": "launch_failed", "where": {},
-            "what": "job job-1: cannot prepare its run dir", "hint": "check it"},
-            ts=last + 1))
+        store.ingest("node-b", _agent_alert("launch_failed", "resource", None,
+                                            "job job-1: cannot prepare its run dir", last + 1))
         store.ingest("node-a", _started(10**6, "relaunch", last + 1.5))
-    with Store(path, read_only=True) as store:
-        failed = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
-    assert any(a.code == "launch_failed" for a in failed.alerts)
+    assert "launch_failed" in _alert_codes(path)
     with Store(path) as store:
         store.ingest("node-b", _started(10**6 + 1, "relaunch", last + 3))
-    with Store(path, read_only=True) as store:
-        again = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
-    assert not any(a.code == "launch_failed" for a in again.alerts)
+    assert "launch_failed" not in _alert_codes(path)
 
 
 def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
