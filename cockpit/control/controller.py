@@ -54,6 +54,20 @@ SPEC_OPERATIONS = frozenset({"launch", "relaunch", "fork", "scale"})
 FOLLOWED_OPS = frozenset({"pause", "stop"})
 
 
+def missed_hosts_text(op: str, count: int) -> str:
+    """What the part of each of `count` hosts an operation could not reach does
+    meanwhile, said alike by the confirmation, the screen's result and the command line:
+    a pause or a stop it follows by itself; any other operation it never gets."""
+    one = count == 1
+    if op in FOLLOWED_OPS:
+        return (("its agent ends its part the same way once it sees" if one else
+                  "their agents end their part the same way once they see")
+                 + " in the job's shared run dir that the other hosts' parts ended; check "
+                 + ("it once it is back" if one else "them once they are back"))
+    return (f"{'its' if one else 'their'} part of the job is left as it was; send the "
+            f"{op or 'operation'} again once {'it is' if one else 'they are'} back")
+
+
 class ControlError(RuntimeError):
     """An operation that could not be sent (or only partly); the message says to whom.
 

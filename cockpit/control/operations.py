@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.control.acks import ack_outcome
-from cockpit.control.controller import FOLLOWED_OPS, FORK_INFIX, ControlError, Controller
+from cockpit.control.controller import (
+    FORK_INFIX,
+    ControlError,
+    Controller,
+    missed_hosts_text,
+)
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
@@ -273,14 +278,9 @@ def out_of_reach_text(controller: Controller, host: str, action: str = "") -> st
     other operation it does not get at all, so the operator must send it again once the
     host is back."""
     spec = controller.spec
-    if host in (*spec.hosts, *spec.spares) and action in FOLLOWED_OPS:
-        return (f"{host} takes part in job {controller.job} but is not connected: the "
-                f"{action} is not sent there; its agent ends its part the same way once it "
-                "sees the others' end in the job's shared run dir (check it once it is back)")
     if host in (*spec.hosts, *spec.spares):
         return (f"{host} takes part in job {controller.job} but is not connected: the "
-                "operation is not sent there and its part of the job goes on without it; "
-                "run the command again once it is back")
+                f"{action or 'operation'} is not sent there; {missed_hosts_text(action, 1)}")
     return (f"{host} takes part in job {controller.job} but is neither a host nor a spare "
             "of its spec: this command cannot reach it")
 
@@ -395,9 +395,7 @@ def run_operation(
                 echo(f"{o.host}: {'paused' if o.ok else 'NOT PAUSED'} — {o.detail}")
         # A member the operation never reached still runs its part: not a success.
         for host in unreached:
-            echo(f"{host}: NOT SENT — not connected; " + (
-                "its agent follows the others from the shared run dir: check it once it is "
-                "back" if action in FOLLOWED_OPS else f"{action} it again once it is back"))
+            echo(f"{host}: NOT SENT — not connected; {missed_hosts_text(action, 1)}")
             outcomes.append(Outcome(host, False, "not connected"))
     if action == "fork":
         echo(f"fork: job {sender.job} in {sender.spec.run_dir}")

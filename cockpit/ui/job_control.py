@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import tomllib
 
-from cockpit.control.controller import FOLLOWED_OPS, LR_SCALE_RANGE
+from cockpit.control.controller import LR_SCALE_RANGE, missed_hosts_text
 
 NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
 
@@ -97,35 +97,17 @@ def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> s
            if links.get(h, "streaming") not in ("streaming", "stale")]
     if not out:
         return ""
-    if len(out) == 1:
-        then = ("its agent ends its part the same way once it sees, in the job's shared run "
-                "dir, that the other hosts' parts ended" if op in FOLLOWED_OPS
-                else "its part of the job carries on by itself until it is back")
-    else:
-        then = ("their agents end their part the same way once they see, in the job's "
-                "shared run dir, that the other hosts' parts ended" if op in FOLLOWED_OPS
-                else "their part of the job carries on by itself until they are back")
-    return f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; {then}."
+    return (f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; "
+            f"{missed_hosts_text(op, len(out))}.")
 
 
 def partly_sent_text(op: str, sent: Iterable[str], unsent: Mapping[str, str]) -> str:
     """What an operation that reached some of the job's hosts only did, and what each
     missed host's part does meanwhile: a pause or a stop it follows by itself, through
     the job's shared run dir; any other operation it never gets."""
-    missed = ", ".join(unsent)
-    one = len(unsent) == 1
-    its, it = ("its", "it") if one else ("their", "they")
-    if op in FOLLOWED_OPS:
-        verb = ("pauses" if one else "pause") if op == "pause" else ("stops" if one else "stop")
-        then = (f"{its} {'agent' if one else 'agents'} {verb} {its} part the same way once "
-                f"{'it sees' if one else 'they see'} in the job's shared run dir that the "
-                f"other hosts' parts ended; check {'it' if one else 'them'} once {it} "
-                f"{'is' if one else 'are'} back")
-    else:
-        then = (f"{its} part of the job is left as it was; send the {op} again once {it} "
-                f"{'is' if one else 'are'} back")
     why = "; ".join(f"{host}: {reason}" for host, reason in unsent.items())
-    return f"sent to {', '.join(sent)}; not to {missed} ({why}): {then}"
+    return (f"sent to {', '.join(sent)}; not to {', '.join(unsent)} ({why}): "
+            f"{missed_hosts_text(op, len(unsent))}")
 
 
 def state_warning(name: str, job: str | None, state: str) -> str:

@@ -264,8 +264,8 @@ def test_a_member_that_is_only_not_connected_is_not_called_a_stranger_to_the_spe
                                    "hosts": ["gpu1", "gpu2", "gpu4"]}})
     assert unreachable == ["gpu2", "gpu4"]
     assert out_of_reach_text(c, "gpu2") == (
-        "gpu2 takes part in job el but is not connected: the operation is not sent there "
-        "and its part of the job goes on without it; run the command again once it is back")
+        "gpu2 takes part in job el but is not connected: the operation is not sent there; "
+        "its part of the job is left as it was; send the operation again once it is back")
     assert "neither a host nor a spare" in out_of_reach_text(c, "gpu4")
     # Its agent follows a pause of the others by itself, which the command cannot confirm.
     assert "its agent ends its part the same way" in out_of_reach_text(c, "gpu2", "pause")

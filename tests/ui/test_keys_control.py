@@ -207,8 +207,8 @@ class PartlyReachingController(RecordingController):
 
 
 @pytest.mark.parametrize(("key", "title", "then"), [
-    ("p", "Pause the job", "its agent pauses its part the same way"),
-    ("S", "Stop the job", "its agent stops its part the same way")])
+    ("p", "Pause the job", "its agent ends its part the same way"),
+    ("S", "Stop the job", "its agent ends its part the same way")])
 async def test_a_pause_or_stop_that_misses_a_host_says_what_that_host_does(
         monkeypatch: pytest.MonkeyPatch, key: str, title: str, then: str) -> None:
     """Sent to one host, missed on another: not "control failed" (the host it reached

@@ -74,7 +74,7 @@ def test_the_confirmation_names_the_hosts_an_operation_cannot_reach() -> None:
     assert jc.link_warning(["a", "c"], links) == ""
     warning = jc.link_warning(["a", "b", "d", "e"], links)
     assert "Not reachable now: b (unreachable), d (auth-failed)." in warning
-    assert "their part of the job carries on by itself until they are back" in warning
+    assert "their part of the job is left as it was; send the operation again" in warning
     # An agent follows a pause or stop of the others through the shared run dir.
     assert "its agent ends its part the same way" in jc.link_warning(["b"], links, "pause")
     assert "ends its part" not in jc.link_warning(["b"], links, "relaunch")
