@@ -945,6 +945,8 @@ class ManagedJob:
         rendezvous for that host, restart, and wait again, or train on alone. `at_once`:
         look now (this host's part just failed), not only every CHECK_EVERY; never
         before SETTLE, while an earlier marker may still await its host's clearing."""
+        if not peer_end.applies(self.spec, peer_end.PAUSED):
+            return False  # a single host has no other part to follow
         now = time.time()
         if at_once:
             if now < self._operator_start + peer_end.SETTLE:

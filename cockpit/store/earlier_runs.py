@@ -8,11 +8,10 @@ critical alerts would still stand against the new one. Operators do reuse names 
 the spec, launch again), so when the agent journals a fresh start of a job — a
 `job_started` of an operator's `launch` from no checkpoint — whose name has steps
 recorded before it, the store renames everything of that job recorded before the start
-to `JOB (earlier run N)`, in the flush's own transaction and before the flush's own rows
-are stored. Nothing is deleted; a report or replay names both jobs.
-
-Job names in the agent's records cannot hold the parentheses' meaning by accident, but
-the number is taken past any name already in the store all the same.
+to `JOB (earlier run N)`, in the flush's own transaction: the chart levels before the
+flush's rows are folded into them (they are the new run's), the rows by time after the
+flush's are stored (its own may include the earlier run's last). Nothing is deleted; a
+report or replay names both jobs. N is taken past any such name already in the store.
 """
 
 from __future__ import annotations
