@@ -123,11 +123,7 @@ def failure_reading(events: Iterable[Mapping[str, Any]]) -> str:
     """"failed (gpu2 gave up after oom: repeated 2 times without progress)": which
     host's agent stopped retrying, first, and why; the main screen says it where the
     ETA would be, so the operator need not look for it in the events."""
-    newest: dict[str, Mapping[str, Any]] = {}
-    for event in sorted(events, key=_order):
-        if event.get("kind") in ("interruption", "job_started") and event.get("host"):
-            newest[str(event["host"])] = event
-    given_up = sorted((e for e in newest.values() if gave_up(e)), key=_order)
+    given_up = _given_up(events)
     if not given_up:
         return "failed"
     first = given_up[0]
@@ -143,11 +139,17 @@ def hosts_given_up(events: Iterable[Mapping[str, Any]]) -> list[str]:
     """Hosts whose newest start-or-interruption is one their agent gave up after. On a
     multi-host job the job's newest event can be another host's restart into a
     rendezvous the failed host will never join: the job is failed all the same."""
+    return sorted(str(e["host"]) for e in _given_up(events))
+
+
+def _given_up(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each host's newest start-or-interruption that its agent gave up after, oldest
+    first."""
     newest: dict[str, Mapping[str, Any]] = {}
-    for event in sorted(events, key=lambda e: (float(e.get("ts") or 0.0), e.get("seq") or 0)):
+    for event in sorted(events, key=_order):
         if event.get("kind") in ("interruption", "job_started") and event.get("host"):
             newest[str(event["host"])] = event
-    return sorted(host for host, event in newest.items() if gave_up(event))
+    return sorted((e for e in newest.values() if gave_up(e)), key=_order)
 
 
 # Lifecycle kinds after which a host runs the job's processes (a resume also thaws a
