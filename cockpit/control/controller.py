@@ -45,6 +45,8 @@ Send = Callable[[str, dict], None]  # (host, op); raises when the host is not re
 FORK_INFIX = "-fork-"  # a fork's default name: the parent's, this, a short id
 # Agent job states of a host that is not (or no longer) one of the job's members.
 OUTSIDE_STATES = frozenset({"standby", "excluded"})
+# Agent job states of a host whose part has ended: its agent takes a new launch there.
+ENDED_STATES = frozenset({"finished", "failed", "stopped", "excluded"})
 # Operations that send the job's spec (its command, arguments, hosts) to the agents; the
 # others name the job only, and the agents use the spec it was started with. Only these
 # need the job file as it is now, so a file left broken mid-edit never blocks a pause.
@@ -59,6 +61,12 @@ def missed_hosts_text(op: str, count: int) -> str:
     meanwhile, said alike by the confirmation, the screen's result and the command line:
     a pause or a stop it follows by itself; any other operation it never gets."""
     one = count == 1
+    if op == "launch":
+        # Sent again, a launch would start the missed part afresh, setting aside the
+        # checkpoints the started part writes meanwhile (check_launch refuses it).
+        return (f"{'its' if one else 'their'} part of the job is not started; once "
+                f"{'it is' if one else 'they are'} back, add {'it' if one else 'them'} with "
+                "scale --add (an elastic job), or stop the job and launch it again")
     if op in FOLLOWED_OPS:
         return (("its agent ends its part the same way once it sees" if one else
                   "their agents end their part the same way once they see")
@@ -148,6 +156,32 @@ class Controller:
         for spare in self.spares:
             ops[spare] = {"spec": self.spec.for_host(spare, self.hosts), "standby": True}
         return self._each("launch", ops)
+
+    def check_launch(self, views: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Refuse (ControlError, nothing sent) a launch of a job whose part some hosts'
+        agents still run: `views` as for `sync`.
+
+        Each agent refuses a launch of a job it runs, but a host that missed the first
+        launch would take it: its part would start afresh and set aside, in the run dir
+        the parts share, the checkpoints the running part writes, so that the next
+        restart of the job would begin again from step 0."""
+        live = {h: str(v.get("state")) for h, v in views.items()
+                if v and v.get("state") not in ENDED_STATES | OUTSIDE_STATES}
+        if not live:
+            return
+        where = ", ".join(f"{h} ({state})" for h, state in live.items())
+        idle = [h for h in self.hosts if h not in live]
+        if not idle:
+            raise ControlError(f"job {self.job} already runs on {where}: stop it to launch "
+                               "it afresh, or relaunch it to restart every part from its "
+                               "newest checkpoint")
+        add = (f"add {idle[0]} to the running job with scale --add {idle[0]}, or "
+               if self.spec.elastic and len(idle) == 1 else "")
+        raise ControlError(
+            f"job {self.job} already runs on {where} but not on {', '.join(idle)}: a launch "
+            f"would start {'its' if len(idle) == 1 else 'their'} part afresh and set aside "
+            f"the checkpoints the running part writes in {self.spec.run_dir}; {add}stop the "
+            "job and launch it again")
 
     def scale(self, add: str | None = None, remove: str | None = None) -> str:
         """Add one host to the running job, or remove one; the others keep running."""

@@ -240,11 +240,10 @@ def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: flo
     return outcomes
 
 
-def sync_membership(session: LiveSession, controller: Controller, hosts: Sequence[str],
-                    timeout: float, action: str = "") -> tuple[list[str], list[str]]:
-    """Ask each host's agent about the job (`jobs`) and let the controller adopt who takes
-    part now; returns warnings (hosts that did not answer, members out of reach) and the
-    members out of reach, which the operation misses."""
+def ask_jobs(session: LiveSession, job: str, hosts: Sequence[str], timeout: float
+             ) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+    """Ask each host's agent about `job` (`jobs`): its entry for the job, None where it
+    has none, for the hosts that answered; and warnings naming those that did not."""
     ids: dict[str, str] = {}
     warnings = []
     for host in hosts:
@@ -253,17 +252,26 @@ def sync_membership(session: LiveSession, controller: Controller, hosts: Sequenc
             session.fleet.send(host, {"op": "jobs", "id": op_id})
             ids[host] = op_id
         except Exception as exc:  # a link that is down: the others still count
-            warnings.append(f"{host}: not asked who runs job {controller.job} ({exc})")
+            warnings.append(f"{host}: not asked who runs job {job} ({exc})")
     acks = _collect_acks(session, list(ids.values()), timeout)
     views: dict[str, dict[str, Any] | None] = {}
     for host, op_id in ids.items():
         ack = acks.get(op_id)
         if ack is None:
-            warnings.append(f"{host}: no answer about job {controller.job} within {timeout:g} s")
+            warnings.append(f"{host}: no answer about job {job} within {timeout:g} s")
             continue
         jobs = (ack["data"] or {}).get("jobs") or []
         views[host] = next((j for j in jobs if isinstance(j, dict)
-                            and j.get("job") == controller.job), None)  # fmt: skip
+                            and j.get("job") == job), None)  # fmt: skip
+    return views, warnings
+
+
+def sync_membership(session: LiveSession, controller: Controller, hosts: Sequence[str],
+                    timeout: float, action: str = "") -> tuple[list[str], list[str]]:
+    """Let the controller adopt who takes part now, as the agents say (`ask_jobs`);
+    returns warnings (hosts that did not answer, members out of reach) and the members
+    out of reach, which the operation misses."""
+    views, warnings = ask_jobs(session, controller.job, hosts, timeout)
     unreached = controller.sync(views)
     warnings += [out_of_reach_text(controller, host, action) for host in unreached]
     return warnings, unreached
@@ -373,12 +381,18 @@ def run_operation(
         if target is not None:
             controller = controller.controller_for(target) or controller
         unreached: list[str] = []
-        if action != "launch":
-            streaming = [h for h in names if h not in missing and h not in idle]
+        streaming = [h for h in names if h not in missing and h not in idle]
+        if action == "launch":
+            views, warnings = ask_jobs(session, controller.job, streaming, ack_timeout)
+            try:
+                controller.check_launch(views)
+            except ControlError as exc:
+                raise CockpitError(f"{exc}. Nothing was sent.") from None
+        else:
             warnings, unreached = sync_membership(session, controller, streaming, ack_timeout,
                                                   action)
-            for warning in warnings:
-                echo(f"warning: {warning}")
+        for warning in warnings:
+            echo(f"warning: {warning}")
         echo(controller.describe("freeze" if kw.get("freeze") else action,
                                  add=kw.get("add"), remove=kw.get("remove")))
         sent_at = time.time()

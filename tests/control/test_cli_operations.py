@@ -79,6 +79,12 @@ def test_cli_operations_are_sent_and_acknowledged(
 
     resumed = cockpit("resume", *common)
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    # A second launch of the running job is refused before anything is sent (a host that
+    # missed the first would start afresh and set the running part's checkpoints aside).
+    again = cockpit("launch", *common)
+    assert again.returncode != 0, again.stdout + again.stderr
+    assert "job cli already runs on local (running): stop it to launch it afresh" in \
+        again.stderr and "Nothing was sent." in again.stderr, again.stdout + again.stderr
     # A fork has no spec file of its own: it is operated through its parent's.
     forked = cockpit("fork", *common, "--name", "cli-fork-a")
     assert forked.returncode == 0, forked.stderr + forked.stdout

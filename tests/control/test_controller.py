@@ -243,3 +243,31 @@ def test_a_job_file_broken_mid_edit_refuses_what_would_start_it_but_not_a_pause(
     controller.relaunch(exclude=["gpu3"])  # fixed: read again, and the exclusion holds
     assert [h for h, _op in links.sent] == ["gpu3", "gpu1", "gpu2"]
     assert controller.hosts == ("gpu1", "gpu2")
+
+
+def test_a_launch_is_refused_while_some_hosts_run_the_job() -> None:
+    """A host that missed the first launch must not start its part afresh beside the
+    running one: its fresh start would set the running part's checkpoints aside."""
+    controller = _controller(Links())
+    ended = {"gpu1": {"job": "big", "state": "failed"}, "gpu2": None,
+             "gpu3": {"job": "big", "state": "stopped"}}
+    controller.check_launch(ended)  # a job over everywhere launches again
+    with pytest.raises(ControlError) as refused:
+        controller.check_launch({"gpu1": {"job": "big", "state": "running"},
+                                 "gpu2": {"job": "big", "state": "paused"}, "gpu3": None})
+    assert str(refused.value) == (
+        "job big already runs on gpu1 (running), gpu2 (paused) but not on gpu3: a launch "
+        "would start its part afresh and set aside the checkpoints the running part writes "
+        "in /runs/big; stop the job and launch it again")
+    with pytest.raises(ControlError, match=r"already runs on gpu1 \(running\), gpu2 "
+                       r"\(running\), gpu3 \(backoff\): stop it to launch it afresh"):
+        controller.check_launch({h: {"job": "big", "state": s} for h, s in
+                                 zip(SPEC.hosts, ("running", "running", "backoff"), strict=True)})
+    elastic_text = SPEC_TEXT.replace("nproc", 'nnodes = "2:3"\nnproc')
+    elastic = Controller(parse_jobspec(elastic_text + "[resume]\nnewest_args = []\n"), Links())
+    with pytest.raises(ControlError, match="add gpu3 to the running job with scale --add "
+                       "gpu3, or stop the job"):
+        elastic.check_launch({"gpu1": {"job": "big", "state": "running"},
+                              "gpu2": {"job": "big", "state": "running"}})
+    # A spare in standby runs no part of its own.
+    elastic.check_launch({"gpu1": {"job": "big", "state": "standby"}})
