@@ -10,8 +10,9 @@ the spec, launch again), so when the agent journals a fresh start of a job — a
 recorded before it, the store renames everything of that job recorded before the start
 to `JOB (earlier run N)`, in the flush's own transaction: the chart levels before the
 flush's rows are folded into them (they are the new run's), the rows by time after the
-flush's are stored (its own may include the earlier run's last). Nothing is deleted; a
-report or replay names both jobs. N is taken past any such name already in the store.
+flush's are stored (its own may include the earlier run's last); forks made of it name
+it as their parent. Nothing is deleted; a report or replay names both jobs. N is taken
+past any such name already in the store.
 """
 
 from __future__ import annotations
@@ -120,10 +121,17 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
 def rename_earlier_rows(cur: duckdb.DuckDBPyConnection, job: str, name: str,
                         start: float) -> None:
     """File `job`'s rows from before its fresh start at `start` under `name`, those of the
-    flush that brought the start included, except the launch's own events."""
+    flush that brought the start included, except the launch's own events.
+
+    A fork made before the start is the earlier run's fork: its `fork` event names its
+    parent by the job's name, which now means the new run, so it is made to name the
+    filed one (a fork's curve and report compare it with the run it came from)."""
     for table in RUN_TABLES:
         keep = f" AND NOT ({_LAUNCH_EVENTS} AND ts >= ?)" if table == "event" else ""
         args: list[object] = [name, job, start]
         if table == "event":
             args.append(start - LAUNCH_EVENT_WINDOW_S)
         cur.execute(f'UPDATE "{table}" SET job = ? WHERE job = ? AND ts < ?{keep}', args)
+    cur.execute("UPDATE event SET data = json_merge_patch(data, json_object('parent', ?)) "
+                "WHERE kind = 'fork' AND ts < ? AND json_extract_string(data, '$.parent') = ?",
+                [name, start, job])

@@ -178,3 +178,23 @@ def test_every_hosts_start_of_one_launch_in_one_flush_files_the_earlier_run_once
                                 ("h2", header() + _fresh_launch(1, TS0 + 1000.4))])
     assert result.filed_runs == (("j1", EARLIER),)
     assert count(store, "train", f"job = '{EARLIER}'") == 200
+
+
+def test_a_fork_of_the_earlier_run_names_the_filed_run_as_its_parent(store: Store) -> None:
+    seq = _earlier_run(store)
+    fork = encode("event", seq, {"kind": "fork", "job": "j1-fork-a", "rank": None,
+                                 "step": 100, "msg": "fork", "data": {
+                                     "ok": True, "parent": "j1", "parent_step": 100}},
+                  ts=TS0 + 300)
+    store.ingest("h1", fork + _fresh_launch(seq + 1, TS0 + 1000)
+                 + train(seq + 5, 1, loss=1.0, ts=TS0 + 1001))
+    reader = StoreReader(store)
+    assert reader.forked_from("j1-fork-a") == {"job": EARLIER, "step": 100}
+    # A fork of the new run keeps the job's own name for its parent.
+    later = encode("event", seq + 6, {"kind": "fork", "job": "j1-fork-b", "rank": None,
+                                      "step": 1, "msg": "fork", "data": {
+                                          "ok": True, "parent": "j1", "parent_step": 1}},
+                   ts=TS0 + 1100)
+    store.ingest("h1", later)
+    assert reader.forked_from("j1-fork-b") == {"job": "j1", "step": 1}
+    assert reader.forked_from("j1-fork-a") == {"job": EARLIER, "step": 100}
