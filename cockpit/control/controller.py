@@ -59,21 +59,33 @@ FOLLOWED_OPS = frozenset({"pause", "stop"})
 def missed_hosts_text(op: str, count: int) -> str:
     """What the part of each of `count` hosts an operation could not reach does
     meanwhile, said alike by the confirmation, the screen's result and the command line:
-    a pause or a stop it follows by itself; any other operation it never gets."""
+    a pause or a stop it follows by itself; any other operation it never gets, and what
+    to do once it is back depends on what the operation left the others doing."""
     one = count == 1
+    back = f"once {'it is' if one else 'they are'} back"
     if op == "launch":
         # Sent again, a launch would start the missed part afresh, setting aside the
         # checkpoints the started part writes meanwhile (check_launch refuses it).
-        return (f"{'its' if one else 'their'} part of the job is not started; once "
-                f"{'it is' if one else 'they are'} back, add {'it' if one else 'them'} with "
-                "scale --add (an elastic job), or stop the job and launch it again")
+        return (f"{'its' if one else 'their'} part of the job is not started; {back}, add "
+                f"{'it' if one else 'them'} with scale --add (an elastic job), or stop the "
+                "job and launch it again")
+    if op in ("resume", "relaunch"):
+        # The started parts wait for it in torchrun's rendezvous (or, elastic, train on
+        # without it): a second resume finds the job running and is refused, and a paused
+        # part cannot join by a scale; a relaunch restarts every part together.
+        return (f"{'its' if one else 'their'} part is left as it was, and the others wait "
+                f"for it in the rendezvous (an elastic job trains on without it); {back}, "
+                "relaunch the job: every part starts again from the newest checkpoint")
+    if op == "fork":
+        return (f"{'its' if one else 'their'} part of the fork is not started; {back}, "
+                "stop the fork and fork again")
     if op in FOLLOWED_OPS:
         return (("its agent ends its part the same way once it sees" if one else
                   "their agents end their part the same way once they see")
                  + " in the job's shared run dir that the other hosts' parts ended; check "
-                 + ("it once it is back" if one else "them once they are back"))
+                 + f"{'it' if one else 'them'} {back}")
     return (f"{'its' if one else 'their'} part of the job is left as it was; send the "
-            f"{op or 'operation'} again once {'it is' if one else 'they are'} back")
+            f"{op or 'operation'} again {back}")
 
 
 class ControlError(RuntimeError):

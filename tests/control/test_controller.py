@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from cockpit.control.controller import ControlError, Controller
+from cockpit.control.controller import ControlError, Controller, missed_hosts_text
 from cockpit.control.jobspec import parse_jobspec
 
 SPEC_TEXT = """
@@ -271,3 +271,23 @@ def test_a_launch_is_refused_while_some_hosts_run_the_job() -> None:
                               "gpu2": {"job": "big", "state": "running"}})
     # A spare in standby runs no part of its own.
     elastic.check_launch({"gpu1": {"job": "big", "state": "standby"}})
+
+
+@pytest.mark.parametrize(("op", "count", "advice"), [
+    ("pause", 1, "its agent ends its part the same way once it sees in the job's shared run "
+                 "dir that the other hosts' parts ended; check it once it is back"),
+    ("launch", 2, "their part of the job is not started; once they are back, add them with "
+                  "scale --add (an elastic job), or stop the job and launch it again"),
+    ("resume", 1, "its part is left as it was, and the others wait for it in the rendezvous "
+                  "(an elastic job trains on without it); once it is back, relaunch the job: "
+                  "every part starts again from the newest checkpoint"),
+    ("fork", 1, "its part of the fork is not started; once it is back, stop the fork and "
+                "fork again"),
+    ("adjust", 1, "its part of the job is left as it was; send the adjust again once it is "
+                  "back"),
+])
+def test_what_to_do_for_a_missed_host_fits_what_the_operation_left(
+        op: str, count: int, advice: str) -> None:
+    """Sending a launch or a resume again would not help (a second launch is refused while
+    a part runs, a second resume finds the job running): the advice names what does."""
+    assert missed_hosts_text(op, count) == advice
