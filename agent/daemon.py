@@ -26,6 +26,7 @@ from agent.job import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
 from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal
 from agent.launch import LaunchSpec, check_job_name
 from agent.lockfile import StateLock
+from agent.peer_end import Generations
 from agent.protocol import PROTOCOL_VERSION
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
@@ -232,15 +233,17 @@ class Daemon:
     def _start_job(self, spec: LaunchSpec, overrides: Optional[dict] = None,
                    use_newest: bool = False,
                    fork_from: Optional[Tuple[Path, Optional[int]]] = None,
-                   standby: bool = False) -> ManagedJob:
+                   standby: bool = False, op_id: object = None) -> ManagedJob:
         current = self.jobs.get(spec.name)
         if current is not None and current.state not in ("finished", "failed", "stopped",
                                                          "excluded"):
             raise OpError("job %r is already %s on this host" % (spec.name, current.state))
         job = ManagedJob(spec, self.journal, overrides, log=self.log)
+        if current is not None:  # its parts' markers are earlier parts' to the new one
+            job.generations = Generations.restore(current.generations.state())
         self.jobs[spec.name] = job
         self.spools.add_run_dir(spec.run_dir)
-        job.start(use_newest, fork_from, standby=standby)
+        job.start(use_newest, fork_from, standby=standby, op_id=op_id)
         return job
 
     def _op_launch(self, op: dict) -> dict:
@@ -252,7 +255,7 @@ class Daemon:
         if standby and not spec.elastic:
             raise OpError("only an elastic job (nnodes \"MIN:MAX\") has spares in standby")
         job = self._start_job(spec, overrides, use_newest=bool(op.get("resume", False)),
-                              standby=standby)
+                              standby=standby, op_id=op.get("id"))
         return {"job": job.name, "run_dir": str(spec.run_dir), "state": job.state}
 
     def _op_pause(self, op: dict) -> dict:
@@ -267,14 +270,15 @@ class Daemon:
         return self._managed(op).request("pause", args)
 
     def _op_resume(self, op: dict) -> dict:
-        return self._managed(op).request("resume")
+        return self._managed(op).request("resume", {"id": op.get("id")})
 
     def _op_thaw(self, op: dict) -> dict:
         return self._managed(op).request("thaw")
 
     def _op_relaunch(self, op: dict) -> dict:
         job = self._managed(op)
-        args: Dict[str, Any] = {"exclude_self": bool(op.get("exclude_self", False))}
+        args: Dict[str, Any] = {"exclude_self": bool(op.get("exclude_self", False)),
+                                "id": op.get("id")}
         if op.get("spec") is not None:
             spec = LaunchSpec(op["spec"])
             if spec.name != job.name:
@@ -297,7 +301,7 @@ class Daemon:
                 raise OpError("job %r is not elastic (nnodes is not \"MIN:MAX\")" % spec.name)
             job = self.jobs.get(spec.name)
             if job is None or job.state in ("finished", "failed", "stopped", "excluded"):
-                job = self._start_job(spec, standby=True)
+                job = self._start_job(spec, standby=True, op_id=op.get("id"))
             return job.request("scale", {"id": op.get("id"), "join": spec, "change": "add",
                                          "host": spec.host, "hosts": spec.hosts})
         change = op.get("change")
@@ -336,7 +340,8 @@ class Daemon:
             raise OpError("a fork needs its own run dir (%s is the parent's)" % spec.run_dir)
         # Finding, verifying and copying the checkpoint can take minutes for a big model:
         # the fork's own thread does it, so spool tailing here never stalls.
-        job = self._start_job(spec, overrides, fork_from=(parent.spec.checkpoint_dir, step))
+        job = self._start_job(spec, overrides, fork_from=(parent.spec.checkpoint_dir, step),
+                              op_id=op.get("id"))
         return {"job": job.name, "parent": parent.name, "run_dir": str(spec.run_dir)}
 
     def _op_jobs(self, op: dict) -> dict:

@@ -134,8 +134,12 @@ class ManagedJob:
         self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
         self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
         self._operator_start = time.time()  # the latest launch, resume or relaunch here
+        self.generations = peer_end.Generations()  # of this part, and the parts it left
+        self._shared = peer_end.Shared()  # the marker dir, never waited on for long
+        self._shared_stalled: Optional[float] = None  # since when it has not answered
         self._peers_checked = 0.0
         self._peer_problems: Set[str] = set()
+        self._stops_seen: Dict[Tuple[str, float], float] = {}  # (host, at): first seen
 
     # -- inputs from the daemon -------------------------------------------------------
     def on_train(self, record: dict) -> None:
@@ -193,12 +197,13 @@ class ManagedJob:
     # -- life ------------------------------------------------------------------------
     def start(self, use_newest: bool = False,
               fork_from: Optional[Tuple[Path, Optional[int]]] = None,
-              standby: bool = False) -> None:
+              standby: bool = False, op_id: object = None) -> None:
         """Start the first attempt: from scratch, from the newest valid checkpoint, or as
         a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest);
-        or, for a spare, wait in standby until it takes over from an excluded host."""
+        or, for a spare, wait in standby until it takes over from an excluded host.
+        `op_id`: the operator's op that starts it (its generation, agent.peer_end)."""
         self.spec.prepare_dirs()
-        self._started_by_operator()
+        self._started_by_operator(op_id)
         if standby:
             self.state = STANDBY
             self.membership.standby()
@@ -658,7 +663,7 @@ class ManagedJob:
                 return retry_at
             checkpoint, skipped = self._newest_checkpoint()
             self.policy.progressed()
-            self._started_by_operator()
+            self._started_by_operator(args.get("id"))
             self._event("resume", "job %s resumed from %s" % (
                 self.name, checkpoint.path if checkpoint else "the start (no valid "
                 "checkpoint)"), {"checkpoint": str(checkpoint.path) if checkpoint else None,
@@ -669,7 +674,7 @@ class ManagedJob:
             return None
         if action == "relaunch":
             self._stop_attempt(why="relaunch")
-            self._started_by_operator()  # or left out of the job: its give-up is over
+            self._started_by_operator(args.get("id"))  # or left out: its give-up is over
             if args.get("exclude_self"):
                 self.state = STOPPED
                 self._event("relaunch", "job %s: this host is excluded; its part stopped"
@@ -918,22 +923,28 @@ class ManagedJob:
                     {"mode": "thaw", "reason": why})
 
     # -- the other hosts of a multi-host job (agent.peer_end) ---------------------------
-    def _started_by_operator(self) -> None:
-        """This host's part starts again at the operator's word: an earlier end of its
-        own is taken back, and only the other hosts' ends from now on end it. An outage
-        still awaiting its recovery is over too: the operator ended it (a pause, a stop, a
-        relaunch), and a recovery journaled at this start's first step would time it
-        with the pause in it, as if the agent had brought the job back."""
+    def _started_by_operator(self, op_id: object = None) -> None:
+        """This host's part starts again at the operator's word (`op_id`, the op that
+        says so): an earlier end of its own is taken back, and only the other hosts' ends
+        of the part begun now end it. An outage still awaiting its recovery is over too:
+        the operator ended it (a pause, a stop, a relaunch), and a recovery journaled at
+        this start's first step would time it with the pause in it, as if the agent had
+        brought the job back."""
         with self._lock:
             self._pending_recovery = None
             self._failure = {}
         self._operator_start = time.time()
-        self._peers_checked = self._operator_start + peer_end.SETTLE - peer_end.CHECK_EVERY
-        peer_end.clear(self.spec)
+        self.generations.begin(peer_end.generation(op_id, self.spec.host))
+        self._peers_checked = self._operator_start
+        self._stops_seen = {}
+        self._shared.clear(self.spec)  # not answering: the next look says so
 
     def _announce_end(self, why: str, cause: str, reason: str, step: Optional[int] = None,
                       checkpoint: Optional[str] = None) -> None:
-        error = peer_end.announce(self.spec, why, cause, reason, step, checkpoint)
+        error = self._shared.announce(self.spec, why, cause, reason, step, checkpoint,
+                                      self.generations.current)
+        if self._shared.hung and self._shared_stalled is None:
+            self._shared_stalled = time.time()  # said here: the next look need not say it
         if error is not None:
             self._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
                         "host's part ended (%s); their part goes on until it fails by "
@@ -943,19 +954,23 @@ class ManagedJob:
         """End this host's part as another host's part ended (gave up, stopped, paused)
         when this one runs or waits to restart: it would otherwise wait in the
         rendezvous for that host, restart, and wait again, or train on alone. `at_once`:
-        look now (this host's part just failed), not only every CHECK_EVERY; never
-        before SETTLE, while an earlier marker may still await its host's clearing."""
+        look now (this host's part just failed), not only every CHECK_EVERY. A marker the
+        generations cannot place counts only from SETTLE after the operator's start, when
+        an earlier one may no longer await its host's clearing."""
         if not peer_end.applies(self.spec, peer_end.PAUSED):
             return False  # a single host has no other part to follow
         now = time.time()
-        if at_once:
-            if now < self._operator_start + peer_end.SETTLE:
-                return False
-        elif now - self._peers_checked < peer_end.CHECK_EVERY:
+        if not at_once and now - self._peers_checked < peer_end.CHECK_EVERY:
             return False
         self._peers_checked = now
-        peers, problems = peer_end.peers_ended(
-            self.spec, self._operator_start - peer_end.CLOCK_SKEW)
+        since = (self._operator_start - peer_end.CLOCK_SKEW
+                 if now >= self._operator_start + peer_end.SETTLE else None)
+        looked = self._shared.look(self.spec, since, self.generations)
+        if not self._shared_answered(looked is not None):
+            return False
+        assert looked is not None
+        peers, problems = looked
+        now = time.time()
         for problem in problems:
             if problem not in self._peer_problems:
                 self._peer_problems.add(problem)
@@ -966,8 +981,11 @@ class ManagedJob:
             # Paused, this part follows a stop only (a paused job's processes are gone
             # already), and only one the stop itself has had time to reach here: the
             # operator's stop of the whole job reaches every host at about the same time.
+            # Timed from when this host first saw it, on its own clock.
+            for p in peers:
+                self._stops_seen.setdefault((p.host, p.at), now)
             peers = [p for p in peers if p.why == peer_end.STOPPED
-                     and p.at <= now - peer_end.SETTLE]
+                     and now - self._stops_seen[(p.host, p.at)] >= peer_end.SETTLE]
         if not peers:
             return False
         peer = peers[0]
@@ -1004,6 +1022,31 @@ class ManagedJob:
         self._save()
         return True
 
+    def _shared_answered(self, answered: bool) -> bool:
+        """Say once that the shared dir stopped answering, and once that it answers
+        again: a look every CHECK_EVERY would otherwise say it every time."""
+        if not answered:
+            if self._shared_stalled is None:
+                self._shared_stalled = time.time() - self._shared.within
+                self._event("sampler_error", "job %s: %s (a hung network mount?); until it "
+                            "answers, this host's part does not follow the ends of the job's "
+                            "other hosts' parts" % (self.name,
+                                                    self._shared.unanswered(self.spec)), {
+                                "job_state": self.state, "answered": False,
+                                "dir": str(peer_end.marker_dir(self.spec)),
+                                "within": self._shared.within})
+            return False
+        if self._shared_stalled is not None:
+            seconds = time.time() - self._shared_stalled
+            self._shared_stalled = None
+            self._event("sampler_error", "job %s: the shared dir %s answers again, after about "
+                        "%.0f s; the ends of the job's other hosts' parts are followed again"
+                        % (self.name, peer_end.marker_dir(self.spec), seconds), {
+                            "job_state": self.state, "answered": True,
+                            "dir": str(peer_end.marker_dir(self.spec)),
+                            "seconds": round(seconds, 1)})
+        return True
+
     # -- adoption (agent.jobstate) ----------------------------------------------------
     def _snapshot(self, state: Optional[str] = None) -> dict:
         sup = self.supervisor
@@ -1020,6 +1063,7 @@ class ManagedJob:
             "freeze_until": self._freeze_until,
             "standby_since": self.membership.standby_since,
             "operator_start": self._operator_start,
+            "generations": self.generations.state(),
             "process": sup.identity() if sup is not None else None,
             "agent_pid": os.getpid(), "saved_at": time.time(),
             "journal_head": self.journal.head,
@@ -1075,6 +1119,7 @@ class ManagedJob:
         started = saved.get("operator_start")
         if isinstance(started, (int, float)) and not isinstance(started, bool):
             self._operator_start = float(started)  # the peers' give-ups it must heed
+        self.generations = peer_end.Generations.restore(saved.get("generations"))
         with self._lock:
             self._attempt_started = float(saved.get("attempt_started") or 0.0)
             self._prev_max, self._cur_max = saved.get("prev_max"), saved.get("cur_max")

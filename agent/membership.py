@@ -76,9 +76,10 @@ def takeover_dir(spec: LaunchSpec) -> Path:
     return spec.shared_dir / "control" / ("%s.takeover" % spec.name)
 
 
-def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str]
-                ) -> Optional[str]:
-    """Take the first spare nobody has claimed: O_EXCL on a shared file is the lock."""
+def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str],
+                generation: Optional[str] = None) -> Optional[str]:
+    """Take the first spare nobody has claimed: O_EXCL on a shared file is the lock. The
+    spare's part is the replaced host's: of its `generation` (agent.peer_end)."""
     folder = takeover_dir(spec)
     folder.mkdir(parents=True, exist_ok=True)
     for spare in spec.spares:
@@ -86,6 +87,8 @@ def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str
             continue
         claim = {"spare": spare, "replaced": replaced, "cause": cause, "ts": time.time(),
                  "hosts": [spare if h == replaced else h for h in hosts]}
+        if generation is not None:
+            claim["generation"] = generation
         try:
             fd = os.open(str(folder / ("%s.json" % spare)),
                          os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -442,6 +445,9 @@ class Membership:
         hosts = claim.get("hosts")
         if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
             job.spec.with_hosts(hosts)
+        generation = claim.get("generation")
+        job.generations.take_over(generation if isinstance(generation, str) and generation
+                                  else None)
         checkpoint, skipped = job._newest_checkpoint()
         job._event("takeover", "job %s: spare %s takes over from %s (%s)" % (
             job.name, me, claim.get("replaced"), claim.get("cause")), {
@@ -468,7 +474,8 @@ class Membership:
             return None
         me = str(spec.host)
         remaining = [h for h in spec.hosts if h != me]
-        spare = claim_spare(spec, me, diagnosis.cause, spec.hosts)
+        spare = claim_spare(spec, me, diagnosis.cause, spec.hosts,
+                            self.job.generations.current)
         if spare is None and len(remaining) < spec.min_nodes:
             return None
         hosts = [spare if h == me else h for h in spec.hosts] if spare else remaining

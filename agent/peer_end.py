@@ -18,20 +18,39 @@ way; the other hosts' agents look for markers while their part runs or waits to 
 and end it the same way at once (failed, stopped, or paused at the step and checkpoint
 the marker names), saying which host ended and why.
 
-A marker older than a host's latest start by the operator (launch, resume, relaunch) is
-an earlier attempt's and is not acted on, and so is one of a host that is neither a host
-nor a spare of the job any more (a relaunch left it out); a host clears its own when the
-operator starts it again. An elastic job (`nnodes = "MIN:MAX"`) goes on without a host
-that gave up (torchrun regroups without it), so only its pauses and stops are followed.
+Which markers are an earlier part's is decided without the clocks where it can be. Every
+start of a part by the operator (launch, resume, relaunch, fork, a scale that adds a
+host) comes from one cockpit operation, sent to each host as `BASE-HOST`: BASE is the
+part's *generation*, the same on every host it reached. A restart after a failure keeps
+it; a spare that takes over gets it from the excluded host's claim; a restarted agent
+reads it back with the job's state. A marker carries the generation of the part it ends
+and counts, at once, for a host whose part began with the same one; it is an earlier
+part's, and never counts, for a host that has since been started again. A marker
+without one (an older agent's), or a host started without one (an older cockpit, a
+hand-made op), or a generation this host never took part in (a host added by scale, a
+start that missed this host) falls back to the clocks: such a marker counts only if not
+older than this host's latest operator start, less CLOCK_SKEW, and only from SETTLE
+after that start, when a host started by the same operation has cleared its own.
+
+A marker of a host that is neither a host nor a spare of the job any more (a relaunch
+left it out) is not acted on either; a host clears its own when the operator starts it
+again. An elastic job (`nnodes = "MIN:MAX"`) goes on without a host that gave up
+(torchrun regroups without it), so only its pauses and stops are followed.
+
+The markers live on a shared filesystem, often a network mount; a hard-mounted NFS
+whose server stopped answering blocks every listing, read and write in the kernel until
+it is back. `Shared` runs them off the job's thread and waits ANSWER_WITHIN at most, so
+the job's recovery loop goes on meanwhile (without the markers).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple, TypeVar
 
 from agent.launch import LaunchSpec
 
@@ -39,12 +58,20 @@ GAVE_UP, STOPPED, PAUSED = "gave_up", "stopped", "paused"
 # When several hosts ended differently, the most final ending is followed.
 FINALITY = (GAVE_UP, STOPPED, PAUSED)
 CHECK_EVERY = 2.0  # s between looks at the markers (a listing of a small shared dir)
-# s after an operator's start before the first look: a host started by the same operation
-# has cleared its own earlier marker by then.
+# s after an operator's start before a marker without a generation in common counts: a
+# host started by the same operation has cleared its own earlier marker by then. A paused
+# host also waits this long after it first sees a stop before following it.
 SETTLE = 5.0
-# s a marker may predate the operator's start and still count: the hosts' clocks differ,
-# and a host that fails to launch gives up within a second of the start.
+# s a marker without a generation in common may predate the operator's start and still
+# count: the hosts' clocks differ, and a host that fails to launch gives up at once.
 CLOCK_SKEW = 30.0
+# s a look at or a write into the shared marker dir may take before the job goes on
+# without it: a local or healthy network filesystem answers in milliseconds.
+ANSWER_WITHIN = 5.0
+# Generations a host remembers having left: a marker of an older one is long cleared.
+KEEP = 16
+
+T = TypeVar("T")
 
 
 class PeerEnded(NamedTuple):
@@ -55,6 +82,70 @@ class PeerEnded(NamedTuple):
     step: Optional[int]
     checkpoint: Optional[str]
     at: float
+    generation: Optional[str] = None  # the operator start that began the part it ends
+
+
+def generation(op_id: object, host: Optional[str]) -> Optional[str]:
+    """The generation an operator start's op brings: the cockpit sends one operation to
+    each host as `BASE-HOST`, so BASE is what every host it reached has in common. An id
+    of any other shape (an older cockpit, a hand-made op) brings none: the clocks judge."""
+    if not isinstance(op_id, str) or not host:
+        return None
+    suffix = "-%s" % host
+    if len(op_id) > len(suffix) and op_id.endswith(suffix):
+        return op_id[:-len(suffix)]
+    return None
+
+
+class Generations:
+    """The generation of this host's part, and those of its parts the operator has since
+    started again: a marker of one of those is an earlier part's, whatever its time."""
+
+    def __init__(self, current: Optional[str] = None, past: Tuple[str, ...] = ()) -> None:
+        self.current = current
+        self.past = list(past)[-KEEP:]
+
+    def begin(self, new: Optional[str]) -> None:
+        """The operator starts this host's part again, with the generation `new`."""
+        old = self.current
+        if old is not None and old != new:
+            kept = [g for g in self.past if g != old and g != new]
+            self.past = [*kept[-(KEEP - 1):], old]
+        elif new in self.past:
+            self.past.remove(new)  # current again (an op sent twice): not an earlier part
+        self.current = new
+
+    def take_over(self, new: Optional[str]) -> None:
+        """A spare joins the part another host started: its generation, when the claim
+        names one. A claim without one (an older agent's) leaves the clocks to judge, and
+        the spare's own launch is no earlier part: the others may still run it."""
+        if new is None:
+            self.current = None
+        else:
+            self.begin(new)
+
+    def judge(self, marker: Optional[str]) -> Optional[bool]:
+        """Whether a marker of generation `marker` counts here; None: the clocks decide."""
+        if marker is None:
+            return None
+        if marker == self.current:
+            return True
+        return False if marker in self.past else None
+
+    def state(self) -> dict:
+        return {"current": self.current, "past": list(self.past)}
+
+    @classmethod
+    def restore(cls, saved: object) -> "Generations":
+        """As `state` left it; nothing usable (a state saved by an older agent): none
+        known, so the clocks judge as they did."""
+        if not isinstance(saved, dict):
+            return cls()
+        current = saved.get("current")
+        past = saved.get("past")
+        return cls(current if isinstance(current, str) else None,
+                   tuple(g for g in past if isinstance(g, str)) if isinstance(past, list)
+                   else ())
 
 
 def applies(spec: LaunchSpec, why: str) -> bool:
@@ -72,18 +163,22 @@ def _marker(spec: LaunchSpec) -> Path:
 
 
 def announce(spec: LaunchSpec, why: str, cause: str, reason: str,
-             step: Optional[int] = None, checkpoint: Optional[str] = None) -> Optional[str]:
-    """Leave this host's marker; the error, when it cannot be written (the caller
-    journals it: the other hosts then find out the slow way)."""
+             step: Optional[int] = None, checkpoint: Optional[str] = None,
+             generation: Optional[str] = None) -> Optional[str]:
+    """Leave this host's marker, of the part begun with `generation`; the error, when it
+    cannot be written (the caller journals it: the other hosts then find out the slow
+    way)."""
     if not spec.host or not applies(spec, why):
         return None
     path = _marker(spec)
     tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
+    marker = {"host": spec.host, "why": why, "cause": cause, "reason": reason, "step": step,
+              "checkpoint": checkpoint, "at": time.time()}
+    if generation is not None:
+        marker["generation"] = generation  # absent, not null: as an older agent's reads
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"host": spec.host, "why": why, "cause": cause,
-                                   "reason": reason, "step": step, "checkpoint": checkpoint,
-                                   "at": time.time()}))
+        tmp.write_text(json.dumps(marker))
         os.replace(str(tmp), str(path))
     except OSError as exc:
         return "cannot write %s: %s" % (path, exc)
@@ -112,20 +207,28 @@ def _read(path: Path) -> PeerEnded:
         raise ValueError("field 'at' missing or not a number")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
         raise ValueError("field 'step' is not an integer")
-    checkpoint = data.get("checkpoint")
+    checkpoint, gen = data.get("checkpoint"), data.get("generation")
     return PeerEnded(host, why, str(data.get("cause") or "unknown"),
                      str(data.get("reason") or ""), step,
-                     checkpoint if isinstance(checkpoint, str) else None, float(at))
+                     checkpoint if isinstance(checkpoint, str) else None, float(at),
+                     gen if isinstance(gen, str) and gen else None)
 
 
-def peers_ended(spec: LaunchSpec, since: float) -> Tuple[List[PeerEnded], List[str]]:
-    """The other hosts whose part ended at or after `since` in a way this host's part
-    must follow, the most final first; and the markers that could not be read (path and
-    why), which the caller reports rather than acts on."""
+def _listing(folder: Path) -> List[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def peers_ended(spec: LaunchSpec, since: Optional[float],
+                generations: Optional[Generations] = None
+                ) -> Tuple[List[PeerEnded], List[str]]:
+    """The other hosts whose part ended in a way this host's part must follow, the most
+    final first: of this part's generation, or, where `generations` cannot tell, at or
+    after `since` (None: not yet); and the markers that could not be read (path and why),
+    which the caller reports rather than acts on."""
     found: List[PeerEnded] = []
     problems: List[str] = []
     try:
-        paths = sorted(marker_dir(spec).glob("*.json"))
+        paths = _listing(marker_dir(spec))
     except OSError as exc:
         return [], ["cannot list %s: %s" % (marker_dir(spec), exc)]
     for path in paths:
@@ -139,7 +242,82 @@ def peers_ended(spec: LaunchSpec, since: float) -> Tuple[List[PeerEnded], List[s
         # A host the job no longer has (a relaunch left it out, maybe while it could not
         # be reached to take its marker back) ends nothing of the job any more.
         member = not spec.hosts or peer.host in (*spec.hosts, *spec.spares)
-        if peer.at >= since and peer.host != spec.host and member and applies(spec, peer.why):
+        counts = generations.judge(peer.generation) if generations is not None else None
+        if counts is None:
+            counts = since is not None and peer.at >= since
+        if counts and peer.host != spec.host and member and applies(spec, peer.why):
             found.append(peer)
     found.sort(key=lambda p: (FINALITY.index(p.why), p.at))
     return found, problems
+
+
+class Shared:
+    """The marker dir's file operations, one at a time, each waited for ANSWER_WITHIN at
+    most: a filesystem that stopped answering must not stall the job's thread, which
+    also watches and restarts its processes. An operation that did not answer goes on
+    on a thread of its own; until it returns, no other is started (each would hang as
+    well, one more thread at every look), and every call reports no answer at once."""
+
+    def __init__(self, within: float = ANSWER_WITHIN) -> None:
+        self.within = within
+        self._lock = threading.Lock()
+        self._pending: Optional[threading.Thread] = None
+
+    @property
+    def hung(self) -> bool:
+        """Whether an operation that did not answer in time is still waiting."""
+        pending = self._pending
+        return pending is not None and pending.is_alive()
+
+    def call(self, what: Callable[[], T]) -> Tuple[bool, Optional[T]]:
+        """(True, what returned), or (False, None) when the dir did not answer in time;
+        what raised is raised here."""
+        with self._lock:
+            if self.hung:
+                return False, None
+            done: List[T] = []
+            failed: List[BaseException] = []
+
+            def work() -> None:
+                try:
+                    done.append(what())
+                except BaseException as exc:  # handed to the caller, whatever it is
+                    failed.append(exc)
+
+            thread = threading.Thread(target=work, name="shared-markers", daemon=True)
+            self._pending = thread
+            thread.start()
+            thread.join(self.within)
+            if thread.is_alive():
+                return False, None
+        if failed:
+            raise failed[0]
+        return True, done[0]
+
+    def unanswered(self, spec: LaunchSpec) -> str:
+        return "the shared dir %s did not answer within %g s" % (marker_dir(spec), self.within)
+
+    def announce(self, spec: LaunchSpec, why: str, cause: str, reason: str,
+                 step: Optional[int] = None, checkpoint: Optional[str] = None,
+                 generation: Optional[str] = None) -> Optional[str]:
+        """As `announce`. A write that did not answer may still land later, once the dir
+        answers again; with its generation it is then an earlier part's to the others."""
+        answered, error = self.call(lambda: announce(spec, why, cause, reason, step,
+                                                     checkpoint, generation))
+        if not answered:
+            return "cannot write %s: %s" % (_marker(spec), self.unanswered(spec))
+        return error
+
+    def clear(self, spec: LaunchSpec) -> bool:
+        """As `clear`; False when the dir did not answer (the marker may be left: its
+        generation, if it has one, tells the others it is an earlier part's)."""
+        return self.call(lambda: clear(spec))[0]
+
+    def look(self, spec: LaunchSpec, since: Optional[float],
+             generations: Optional[Generations] = None
+             ) -> Optional[Tuple[List[PeerEnded], List[str]]]:
+        """As `peers_ended`; None when the dir did not answer."""
+        # A copy: a look left hanging must not read what a later operator start changes.
+        mine = None if generations is None else Generations.restore(generations.state())
+        answered, found = self.call(lambda: peers_ended(spec, since, mine))
+        return found if answered else None

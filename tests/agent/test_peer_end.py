@@ -4,11 +4,17 @@ a host's part ends (agent.peer_end): what counts, what is ignored, what is repor
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from agent import peer_end
+from agent.job import ManagedJob
+from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
+from agent.membership import claim_spare
 
 
 def _spec(tmp_path: Path, host: str, nnodes: object = 2) -> LaunchSpec:
@@ -102,12 +108,188 @@ def test_the_operators_start_ends_an_outage_still_awaiting_its_recovery(tmp_path
     """Killed, restarted, paused before the restart's first step, resumed: the resume's
     first step is no recovery of the agent's (the cockpit shows that outage ended by the
     pause), and a failure after it starts an outage of its own."""
-    from agent.job import ManagedJob
-    from agent.journal import Journal
-
     job = ManagedJob(_spec(tmp_path, "a"), Journal(tmp_path / "state"))
     job._failure = {"failure_at": 1.0, "cause": "killed", "last_step": 40, "then": []}
     job._pending_recovery = {"failure_at": 1.0, "cause": "killed", "restart_count": 1}
     job._started_by_operator()
     assert job._pending_recovery is None and job._failure == {}
     assert job._outage(5.0, "oom", 50)["cause"] == "oom"
+
+
+# -- generations: which markers are an earlier part's, whatever the clocks say ------------
+
+def _job(tmp_path: Path, host: str, op_id: object = None, nnodes: object = 2) -> ManagedJob:
+    """A host's job as the operator's start left it (`op_id`: the op that started it),
+    its part running; no process is needed to look at the markers."""
+    job = ManagedJob(_spec(tmp_path, host, nnodes), Journal(tmp_path / host))
+    job._started_by_operator(op_id)
+    job.state = "running"
+    return job
+
+
+def _events(job: ManagedJob, kind: str) -> list:
+    return [r for r in JournalReader(job.journal.state_dir).records()
+            if r.get("t") == "event" and r.get("kind") == kind]
+
+
+def test_the_generation_is_what_the_ops_the_cockpit_sent_each_host_have_in_common() -> None:
+    assert peer_end.generation("5f2e9c-gpu1", "gpu1") == "5f2e9c"
+    assert peer_end.generation("5f2e9c-node-2", "node-2") == "5f2e9c"
+    assert peer_end.generation("5f2e9c", "gpu1") is None  # an older cockpit's, a hand-made op
+    assert peer_end.generation("-gpu1", "gpu1") is None
+    assert peer_end.generation(None, "gpu1") is None
+    assert peer_end.generation("5f2e9c-gpu1", None) is None
+
+
+def test_a_marker_left_from_before_a_resume_never_ends_the_resumed_part(tmp_path: Path) -> None:
+    """Paused and resumed within half a minute; host a takes longer than the settling
+    time to clear its marker of the pause: b's resumed part must not end on it."""
+    a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
+    a._announce_end(peer_end.PAUSED, "operator", "paused by the operator", 40, "/ckpt/40")
+    b._started_by_operator("resume2-b")
+    b._operator_start -= 2 * peer_end.SETTLE  # the resume was a while ago; a is slow
+    assert b._peer_ended(at_once=True) is False
+    assert b.state == "running" and _events(b, "peer_ended") == []
+
+
+def test_a_marker_of_the_same_start_is_followed_at_once_and_whatever_the_clocks(
+    tmp_path: Path,
+) -> None:
+    """Host a's clock is two minutes behind b's, and a gave up a moment after the launch
+    both hosts took: b follows at once, neither waiting nor misjudging the marker's age."""
+    a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
+    a._announce_end(peer_end.GAVE_UP, "launch_failed", "no such python")
+    marker = peer_end.marker_dir(a.spec) / "a.json"
+    data = json.loads(marker.read_text())
+    assert data["generation"] == "launch1"
+    marker.write_text(json.dumps({**data, "at": data["at"] - 120.0}))
+    assert b._peer_ended(at_once=True) is True
+    assert b.state == "failed"
+    (told,) = _events(b, "peer_ended")
+    assert told["data"]["host"] == "a" and told["data"]["why"] == "gave_up"
+
+
+def test_without_a_generation_in_common_the_clocks_still_judge(tmp_path: Path) -> None:
+    """An older cockpit's launch (ids without the host), or an older agent's marker (no
+    generation): a marker counts only from SETTLE after the start, and only if not older
+    than the start less CLOCK_SKEW, as before generations."""
+    for a_id, b_id in (("launch1-a", "x"), ("x", "launch1-b")):
+        shared = tmp_path / b_id
+        a, b = _job(shared, "a", a_id), _job(shared, "b", b_id)
+        a._announce_end(peer_end.GAVE_UP, "oom", "repeated 2 times")
+        assert b._peer_ended(at_once=True) is False  # too soon after b's start
+        marker = peer_end.marker_dir(a.spec) / "a.json"
+        data = json.loads(marker.read_text())
+        b._operator_start -= 2 * peer_end.SETTLE
+        marker.write_text(json.dumps({**data, "at": b._operator_start - 2 * peer_end.CLOCK_SKEW}))
+        assert b._peer_ended(at_once=True) is False  # an earlier attempt's
+        marker.write_text(json.dumps(data))
+        assert b._peer_ended(at_once=True) is True, (a_id, b_id)
+
+
+def test_a_host_started_anew_keeps_the_generations_it_left(tmp_path: Path) -> None:
+    """Stopped, then launched afresh: the new part is a new ManagedJob, yet a marker of the
+    first launch is still an earlier part's to it, and after an agent restart too."""
+    gens = peer_end.Generations()
+    for n in range(peer_end.KEEP + 3):
+        gens.begin(f"op{n}")
+    assert gens.current == f"op{peer_end.KEEP + 2}" and len(gens.past) == peer_end.KEEP
+    assert gens.judge(gens.current) is True and gens.judge(gens.past[0]) is False
+    assert gens.judge("op0") is None and gens.judge(None) is None  # long gone: the clocks
+    b = _job(tmp_path, "b", "launch1-b")
+    b._started_by_operator("resume2-b")
+    adopted = ManagedJob(b.spec, Journal(tmp_path / "b"))
+    adopted._restore(b._snapshot())
+    assert adopted.generations.state() == {"current": "resume2", "past": ["launch1"]}
+    older = dict(b._snapshot())
+    del older["generations"]  # saved by an older agent
+    adopted._restore(older)
+    assert adopted.generations.state() == {"current": None, "past": []}
+
+
+def test_a_spare_that_takes_over_runs_the_replaced_hosts_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spare was launched with the job, which was paused and resumed since (the spare
+    in standby took no part): the excluded host's claim says which part the spare joins."""
+    spec = {"name": "pair", "script": "train.py", "hosts": ["a", "b"], "spares": ["c"],
+            "nnodes": "1:2", "run_dir": str(tmp_path / "shared"),
+            "rendezvous": {"endpoint": "127.0.0.1:29400"},
+            "resume": {"newest_args": ["--resume", "auto"]}}
+    spare = ManagedJob(LaunchSpec({**spec, "host": "c"}), Journal(tmp_path / "c"))
+    spare._started_by_operator("launch1-c")
+    spare.state = "standby"
+    spare.membership.standby()
+    monkeypatch.setattr(spare, "_launch", lambda checkpoint, reason: None)
+    assert claim_spare(LaunchSpec({**spec, "host": "b"}), "b", "gpu_fault", ["a", "b"],
+                       "resume2") == "c"
+    spare.membership.poll_takeover()
+    assert spare.generations.state() == {"current": "resume2", "past": ["launch1"]}
+    without = peer_end.Generations("launch1")
+    without.take_over(None)  # an older agent's claim: the others may still run launch1
+    assert without.state() == {"current": None, "past": []}
+
+
+# -- a shared dir that stops answering ----------------------------------------------------
+
+def test_a_marker_dir_that_does_not_answer_is_said_once_and_never_waited_on_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hard-mounted NFS whose server went away: the look at the markers hangs in the
+    kernel. The job's thread goes on; the stall is journaled once, with the dir, no second
+    look is started while the first hangs, and the return of the dir is said too."""
+    b = _job(tmp_path, "b", "launch1-b")
+    answer = threading.Event()
+    listings = []
+
+    def hung(folder: Path) -> list:
+        listings.append(folder)
+        answer.wait(60)
+        return []
+
+    monkeypatch.setattr(peer_end, "_listing", hung)
+    b._shared.within = 0.05  # the hung look never answers: no race with this allowance
+    assert b._peer_ended(at_once=True) is False
+    assert b._peer_ended(at_once=True) is False
+    b._announce_end(peer_end.STOPPED, "operator", "stopped by the operator")
+    assert len(listings) == 1 and b._shared.hung
+    stalls = _events(b, "sampler_error")
+    assert len(stalls) == 2, stalls
+    where = str(peer_end.marker_dir(b.spec))
+    assert where in stalls[0]["msg"] and "did not answer within 0.05 s" in stalls[0]["msg"]
+    assert stalls[0]["data"]["answered"] is False and stalls[0]["data"]["dir"] == where
+    assert "cannot tell the job's other hosts" in stalls[1]["msg"]
+    assert str(peer_end.marker_dir(b.spec) / "b.json") in stalls[1]["msg"]
+    answer.set()
+    pending = b._shared._pending
+    assert pending is not None
+    pending.join(30)
+    b._shared.within = 30.0
+    assert b._peer_ended(at_once=True) is False
+    assert len(listings) == 2
+    again = _events(b, "sampler_error")[2:]
+    assert len(again) == 1 and again[0]["data"]["answered"] is True, again
+    assert where in again[0]["msg"] and "answers again" in again[0]["msg"]
+    assert b._peer_ended(at_once=True) is False
+    assert len(_events(b, "sampler_error")) == 3
+
+
+def test_a_write_into_a_dir_that_does_not_answer_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a = _spec(tmp_path, "a")
+    answer = threading.Event()
+    monkeypatch.setattr(peer_end, "announce", lambda *args: answer.wait(60))
+    shared = peer_end.Shared(within=0.05)
+    error = shared.announce(a, peer_end.PAUSED, "operator", "paused", 10, None, "g1")
+    assert error is not None and str(peer_end.marker_dir(a) / "a.json") in error
+    assert "did not answer within 0.05 s" in error
+    assert shared.look(a, 0.0) is None and shared.clear(a) is False  # none started
+    answer.set()
+    assert shared._pending is not None
+    shared._pending.join(30)
+    shared.within = 30.0
+    assert shared.look(a, 0.0) == ([], [])
+    monkeypatch.setattr(peer_end, "_listing", lambda folder: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # a bug is the caller's to see, not a stall
+        shared.look(a, 0.0)

@@ -38,9 +38,10 @@ class AgentDaemon:
                                       str(state_dir), "--stop-grace", "5"], cwd=REPO, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
 
-    def op(self, op: str, /, **args: Any) -> dict:
-        """Send one op and wait for its ack; returns the ack's data (fails if refused)."""
-        op_id = secrets.token_hex(6)
+    def op(self, op: str, /, *, op_id: str | None = None, **args: Any) -> dict:
+        """Send one op and wait for its ack; returns the ack's data (fails if refused).
+        `op_id`: the id a cockpit would give it (`BASE-HOST`); a random one by default."""
+        op_id = op_id or secrets.token_hex(6)
         append_op(self.state_dir, {"op": op, "id": op_id, "_rx": time.time(), **args})
         ack = self.wait_for(lambda: self.event("control_ack", lambda e: e["data"]["id"] == op_id),
                             20, f"ack of {op}")  # fmt: skip

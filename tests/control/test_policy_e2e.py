@@ -11,7 +11,6 @@ import hashlib
 import json
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -249,9 +248,9 @@ def _b_left_running(tmp_path: Path, body: str = TRAINS_FOREVER, tell_b_of_a: boo
     if tell_b_of_a:
         base["env"]["A_ENDED"] = str(peer_end.marker_dir(LaunchSpec({**base, "host": "a"}))
                                      / "a.json")
-    try:
-        b.op("launch", spec=_on(base, "b"))
-        a.op("launch", spec=_on(base, "a", FAIL_HERE="1"))
+    try:  # one launch, as a cockpit sends it: both parts are of its generation
+        b.op("launch", op_id="launch1-b", spec=_on(base, "b"))
+        a.op("launch", op_id="launch1-a", spec=_on(base, "a", FAIL_HERE="1"))
         a.wait_for(lambda: a.event("interruption"), 60, "a's part to fail")
         b.wait_for(lambda: b.train("pair"), 60, "b's part to train")
         yield a, b
@@ -320,8 +319,7 @@ def test_a_part_that_fails_on_the_lost_peers_of_a_paused_or_stopped_host_follows
     do), before b's agent would next look at the markers: that failure is a's pause (or
     stop) reaching b, not an interruption to report, count and restart from."""
     with _b_left_running(tmp_path, FAILS_WHEN_A_ENDS, tell_b_of_a=True) as (a, b):
-        time.sleep(peer_end.SETTLE)  # b acts on no marker this soon after its launch
-        a.op(op, job="pair")
+        a.op(op, job="pair")  # at once: a's marker is of the launch b's part began with
         b.wait_for(lambda: b.event("job_exited"), 30, "b's ranks to fail on a's end")
         told = b.wait_for(lambda: b.event("peer_ended"), 30, f"b to hear of a's {op}")
         assert told["data"]["why"] == {"pause": "paused", "stop": "stopped"}[op], told
