@@ -1062,6 +1062,7 @@ class ManagedJob:
             "policy": self.policy.state(), "failure": self._failure,
             "freeze_until": self._freeze_until,
             "standby_since": self.membership.standby_since,
+            "membership": self.membership.state(),
             "operator_start": self._operator_start,
             "generations": self.generations.state(),
             "process": sup.identity() if sup is not None else None,
@@ -1116,6 +1117,7 @@ class ManagedJob:
         self.attempt = int(saved.get("attempt") or 0)
         self.policy.restore(saved.get("policy") or {})
         self._failure = dict(saved.get("failure") or {})
+        self.membership.restore(saved.get("membership"))
         started = saved.get("operator_start")
         if isinstance(started, (int, float)) and not isinstance(started, bool):
             self._operator_start = float(started)  # the peers' give-ups it must heed

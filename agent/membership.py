@@ -197,6 +197,7 @@ class Membership:
                 old = set(job._ranks) | {p for _o, p, _r, _s in ended}
                 self.between = {"since": seen, "old": old}
                 self._new_generation(seen)
+                job._save()
             return True
         with job._lock:
             telemetry = {"xid": list(job._xids)}
@@ -233,6 +234,7 @@ class Membership:
                 "ok": False, "id": expect["id"], "change": expect["change"],
                 "host": expect["host"], "hosts": job.spec.hosts,
                 "error": "no membership change within %g s" % expect["window"]})
+            job._save()
 
     def _expected(self, now: float) -> Optional[dict]:
         expect = self.expect
@@ -260,6 +262,7 @@ class Membership:
         self.regroup = {"since": since, "why": why, "pid": sup.pid if sup else None,
                         "last_step": last}
         self._offset = self._err_size()
+        job._save()
         return True
 
     def _new_generation(self, since: float) -> Optional[int]:
@@ -339,6 +342,7 @@ class Membership:
             job._event("takeover", "job %s: the spare %s trains from step %d with %s node(s)"
                        % (job.name, job.spec.host, step, facts["nodes"]),
                        dict(data, spare=job.spec.host, started=True), step=step)
+        job._save()  # said: an agent restarted from here on must not say it again
 
     def _hosts_after_takeovers(self) -> List[str]:
         hosts = list(self.job.spec.hosts)
@@ -375,6 +379,7 @@ class Membership:
                 self.expect = self._window(args, now)
                 self.regroup = {"since": now, "why": "scale", "pid": job.supervisor.pid
                                 if job.supervisor else None, "last_step": None}
+                job._save()
             else:
                 job._event("scale", "job %s: this host could not join" % job.name, {
                     "ok": False, "id": args.get("id"), "change": "add", "host": spec.host,
@@ -391,6 +396,7 @@ class Membership:
                            "host": job.spec.host, "left": True, "hosts": list(hosts)})
             return
         self.expect = self._window(args, now)
+        job._save()  # an agent restarted in the window still knows the change is expected
 
     def _window(self, args: dict, now: float) -> dict:
         # A regroup shows its first step within the start-up allowance of an attempt.
@@ -416,6 +422,37 @@ class Membership:
             time.sleep(0.1)
 
     # -- spares and exclusion ----------------------------------------------------------
+    # -- adoption (agent.jobstate) ----------------------------------------------------
+    def state(self) -> dict:
+        """What a change under way needs after an agent restart: the announced scale (its
+        op id and window), the workers gone with torchrun's next move awaited, and the
+        regroup awaiting its first step. Without them the adopting agent would diagnose
+        the regroup as a failure and never say the scale was done."""
+        between = self.between
+        return {"expect": self.expect, "regroup": self.regroup,
+                "between": None if between is None else {
+                    "since": between["since"], "old": sorted(between["old"])}}
+
+    def restore(self, saved: object) -> None:
+        """As `state` left it; anything unusable (a state saved by an older agent) is
+        taken as no change under way. A window that ran out meanwhile is closed at the
+        next look (`tick`), with the event the operator waits for."""
+        if not isinstance(saved, dict):
+            return
+        expect = saved.get("expect")
+        if isinstance(expect, dict) and isinstance(expect.get("until"), (int, float)) and (
+                isinstance(expect.get("window"), (int, float))):
+            self.expect = dict(expect)
+        regroup = saved.get("regroup")
+        if isinstance(regroup, dict) and isinstance(regroup.get("since"), (int, float)) and (
+                isinstance(regroup.get("why"), str)):
+            self.regroup = dict(regroup)
+        between = saved.get("between")
+        if isinstance(between, dict) and isinstance(between.get("since"), (int, float)) and (
+                isinstance(between.get("old"), list)):
+            self.between = {"since": float(between["since"]),
+                            "old": {p for p in between["old"] if isinstance(p, int)}}
+
     @property
     def standby_since(self) -> float:
         """When this spare started waiting: claims made since then are for it."""

@@ -21,7 +21,7 @@ from tests.harness.waiting import wait_for
 NAME = "el"
 
 
-def spare_spec(tmp_path: Path) -> dict:
+def spare_spec(tmp_path: Path, host: str = "c") -> dict:
     text = textwrap.dedent(f"""\
         name = "{NAME}"
         hosts = ["a", "b"]
@@ -40,7 +40,7 @@ def spare_spec(tmp_path: Path) -> dict:
         exclude_on = ["gpu_fault"]
     """)
     (tmp_path / "train.py").write_text("")
-    return parse_jobspec(text, str(tmp_path / "job.toml")).for_host("c")
+    return parse_jobspec(text, str(tmp_path / "job.toml")).for_host(host)
 
 
 def standby_then_agent_killed(journal: Journal, spec: dict) -> dict:
