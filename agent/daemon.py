@@ -240,7 +240,7 @@ class Daemon:
             raise OpError("job %r is already %s on this host" % (spec.name, current.state))
         job = ManagedJob(spec, self.journal, overrides, log=self.log)
         if current is not None:  # its parts' markers are earlier parts' to the new one
-            job.generations = Generations.restore(current.generations.state())
+            job.peers.generations = Generations.restore(current.peers.generations.state())
         self.jobs[spec.name] = job
         self.spools.add_run_dir(spec.run_dir)
         job.start(use_newest, fork_from, standby=standby, op_id=op_id)

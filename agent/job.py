@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent import checkpoints, jobstate, peer_end
 from agent.control_inbox import OpError
@@ -133,13 +133,7 @@ class ManagedJob:
         self._saved_at = 0.0
         self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
         self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
-        self._operator_start = time.time()  # the latest launch, resume or relaunch here
-        self.generations = peer_end.Generations()  # of this part, and the parts it left
-        self._shared = peer_end.Shared()  # the marker dir, never waited on for long
-        self._shared_stalled: Optional[float] = None  # since when it has not answered
-        self._peers_checked = 0.0
-        self._peer_problems: Set[str] = set()
-        self._stops_seen: Dict[Tuple[str, float], float] = {}  # (host, at): first seen
+        self.peers = peer_end.Peers(self)  # multi-host jobs: the other hosts' parts' ends
 
     # -- inputs from the daemon -------------------------------------------------------
     def on_train(self, record: dict) -> None:
@@ -352,7 +346,7 @@ class ManagedJob:
         (an interruption the agent will not retry), or a cockpit would keep showing what
         the previous event said ("recovering", "starting")."""
         self.state = FAILED
-        self._announce_end(peer_end.GAVE_UP, "launch_failed", message)
+        self.peers.announce(peer_end.GAVE_UP, "launch_failed", message)
         self._alert("resource", "critical", "launch_failed", message, hint)
         now = time.time()
         self._event("interruption", "job %s could not start: %s; not restarting" % (
@@ -517,7 +511,7 @@ class ManagedJob:
             return None
         if not decision.retry:
             self.state = FAILED
-            self._announce_end(peer_end.GAVE_UP, diagnosis.cause, decision.reason)
+            self.peers.announce(peer_end.GAVE_UP, diagnosis.cause, decision.reason)
             self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
                         "recovery_stopped", "job %s stopped after %s: %s" % (
                 self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
@@ -694,7 +688,7 @@ class ManagedJob:
         if action == "stop":
             was = self.state
             # Told before the processes end, as for a pause (see _pause).
-            self._announce_end(peer_end.STOPPED, "operator", "stopped by the operator")
+            self.peers.announce(peer_end.STOPPED, "operator", "stopped by the operator")
             ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)),
                                        why="stop")
             self.state = STOPPED
@@ -789,8 +783,8 @@ class ManagedJob:
         # soon as they do, and their agents must read that failure as this pause.
         frozen_at, _skipped = self._newest_checkpoint()
         if frozen_at is not None:
-            self._announce_end(peer_end.PAUSED, "operator", "paused by the operator",
-                               frozen_at.step, str(frozen_at.path))
+            self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
+                                frozen_at.step, str(frozen_at.path))
         self._stop_attempt(why="pause")
         self._settle_spool()
         with self._lock:
@@ -807,8 +801,8 @@ class ManagedJob:
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
         if frozen_at is None or (frozen_at.step, str(frozen_at.path)) != (step, path):
-            self._announce_end(peer_end.PAUSED, "operator", "paused by the operator", step,
-                               path)
+            self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", step,
+                                path)
         return None
 
     def _pause_in_backoff(self) -> None:
@@ -826,8 +820,8 @@ class ManagedJob:
                         "checkpoint": str(newest.path) if newest is not None else None,
                         "step": step, "steps_discarded": max(0, (last or step) - step),
                         "restart_cancelled": True}, step=step)
-        self._announce_end(peer_end.PAUSED, "operator", "paused by the operator", step,
-                           str(newest.path) if newest is not None else None)
+        self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", step,
+                            str(newest.path) if newest is not None else None)
 
     def _hold_at_reported_checkpoint(self, until: float) -> None:
         """Leave the job frozen (SIGSTOP) at a moment when the newest valid checkpoint's
@@ -892,9 +886,9 @@ class ManagedJob:
                     {"mode": "follow", "ok": True,
                      "checkpoint": str(checkpoint.path) if checkpoint else None,
                      "step": checkpoint.step if checkpoint else None})
-        self._announce_end(peer_end.PAUSED, "operator", "paused by the operator",
-                           checkpoint.step if checkpoint else None,
-                           str(checkpoint.path) if checkpoint else None)
+        self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
+                            checkpoint.step if checkpoint else None,
+                            str(checkpoint.path) if checkpoint else None)
         return None
 
     def _freeze(self, args: dict) -> None:
@@ -925,84 +919,24 @@ class ManagedJob:
     # -- the other hosts of a multi-host job (agent.peer_end) ---------------------------
     def _started_by_operator(self, op_id: object = None) -> None:
         """This host's part starts again at the operator's word (`op_id`, the op that
-        says so): an earlier end of its own is taken back, and only the other hosts' ends
-        of the part begun now end it. An outage still awaiting its recovery is over too:
-        the operator ended it (a pause, a stop, a relaunch), and a recovery journaled at
-        this start's first step would time it with the pause in it, as if the agent had
-        brought the job back."""
+        says so). An outage still awaiting its recovery is over too: the operator ended
+        it (a pause, a stop, a relaunch), and a recovery journaled at this start's first
+        step would time it with the pause in it, as if the agent had brought the job
+        back."""
         with self._lock:
             self._pending_recovery = None
             self._failure = {}
-        self._operator_start = time.time()
-        self.generations.begin(peer_end.generation(op_id, self.spec.host))
-        self._peers_checked = self._operator_start
-        self._stops_seen = {}
-        self._shared.clear(self.spec)  # not answering: the next look says so
-
-    def _announce_end(self, why: str, cause: str, reason: str, step: Optional[int] = None,
-                      checkpoint: Optional[str] = None) -> None:
-        error = self._shared.announce(self.spec, why, cause, reason, step, checkpoint,
-                                      self.generations.current)
-        if self._shared.hung and self._shared_stalled is None:
-            self._shared_stalled = time.time()  # said here: the next look need not say it
-        if error is not None:
-            self._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
-                        "host's part ended (%s); their part goes on until it fails by "
-                        "itself" % (self.name, error), {"job_state": self.state})
+        self.peers.started(op_id)
 
     def _peer_ended(self, at_once: bool = False) -> bool:
         """End this host's part as another host's part ended (gave up, stopped, paused)
         when this one runs or waits to restart: it would otherwise wait in the
         rendezvous for that host, restart, and wait again, or train on alone. `at_once`:
-        look now (this host's part just failed), not only every CHECK_EVERY. A marker the
-        generations cannot place counts only from SETTLE after the operator's start, when
-        an earlier one may no longer await its host's clearing."""
-        if not peer_end.applies(self.spec, peer_end.PAUSED):
-            return False  # a single host has no other part to follow
-        now = time.time()
-        if not at_once and now - self._peers_checked < peer_end.CHECK_EVERY:
+        look now (this host's part just failed), not only every CHECK_EVERY."""
+        peer = self.peers.to_follow(at_once)
+        if peer is None:
             return False
-        self._peers_checked = now
-        since = (self._operator_start - peer_end.CLOCK_SKEW
-                 if now >= self._operator_start + peer_end.SETTLE else None)
-        looked = self._shared.look(self.spec, since, self.generations)
-        if not self._shared_answered(looked is not None):
-            return False
-        assert looked is not None
-        peers, problems = looked
-        now = time.time()
-        for problem in problems:
-            if problem not in self._peer_problems:
-                self._peer_problems.add(problem)
-                self._event("sampler_error", "job %s: a marker of another host's part ending "
-                            "cannot be read, so it is not acted on: %s" % (self.name, problem),
-                            {"job_state": self.state})
-        if self.state == PAUSED:
-            # Paused, this part follows a stop only (a paused job's processes are gone
-            # already), and only one the stop itself has had time to reach here: the
-            # operator's stop of the whole job reaches every host at about the same time.
-            # Timed from when this host first saw it, on its own clock.
-            for p in peers:
-                self._stops_seen.setdefault((p.host, p.at), now)
-            peers = [p for p in peers if p.why == peer_end.STOPPED
-                     and now - self._stops_seen[(p.host, p.at)] >= peer_end.SETTLE]
-        if not peers:
-            return False
-        peer = peers[0]
         was = self.state
-        happened = {
-            peer_end.GAVE_UP: "gave up (%s: %s); this host's part stops, as the job cannot "
-                              "run without it" % (peer.cause, peer.reason),
-            peer_end.STOPPED: "was stopped; this host's part, which the stop did not reach, "
-                              "stops too",
-            peer_end.PAUSED: "was paused%s; this host's part, which the pause did not reach, "
-                             "stops too" % ("" if peer.step is None else " at step %d"
-                                            % peer.step),
-        }[peer.why]
-        self._event("peer_ended", "job %s: host %s %s" % (self.name, peer.host, happened),
-                    {"host": peer.host, "why": peer.why, "cause": peer.cause,
-                     "reason": peer.reason, "step": peer.step, "checkpoint": peer.checkpoint,
-                     "at": peer.at, "state": was}, step=self._cur_max)
         if peer.why == peer_end.PAUSED:
             self._stop_attempt(why="pause")
             checkpoint, _skipped = self._newest_checkpoint()
@@ -1022,31 +956,6 @@ class ManagedJob:
         self._save()
         return True
 
-    def _shared_answered(self, answered: bool) -> bool:
-        """Say once that the shared dir stopped answering, and once that it answers
-        again: a look every CHECK_EVERY would otherwise say it every time."""
-        if not answered:
-            if self._shared_stalled is None:
-                self._shared_stalled = time.time() - self._shared.within
-                self._event("sampler_error", "job %s: %s (a hung network mount?); until it "
-                            "answers, this host's part does not follow the ends of the job's "
-                            "other hosts' parts" % (self.name,
-                                                    self._shared.unanswered(self.spec)), {
-                                "job_state": self.state, "answered": False,
-                                "dir": str(peer_end.marker_dir(self.spec)),
-                                "within": self._shared.within})
-            return False
-        if self._shared_stalled is not None:
-            seconds = time.time() - self._shared_stalled
-            self._shared_stalled = None
-            self._event("sampler_error", "job %s: the shared dir %s answers again, after about "
-                        "%.0f s; the ends of the job's other hosts' parts are followed again"
-                        % (self.name, peer_end.marker_dir(self.spec), seconds), {
-                            "job_state": self.state, "answered": True,
-                            "dir": str(peer_end.marker_dir(self.spec)),
-                            "seconds": round(seconds, 1)})
-        return True
-
     # -- adoption (agent.jobstate) ----------------------------------------------------
     def _snapshot(self, state: Optional[str] = None) -> dict:
         sup = self.supervisor
@@ -1063,8 +972,7 @@ class ManagedJob:
             "freeze_until": self._freeze_until,
             "standby_since": self.membership.standby_since,
             "membership": self.membership.state(),
-            "operator_start": self._operator_start,
-            "generations": self.generations.state(),
+            **self.peers.state(),
             "process": sup.identity() if sup is not None else None,
             "agent_pid": os.getpid(), "saved_at": time.time(),
             "journal_head": self.journal.head,
@@ -1118,10 +1026,7 @@ class ManagedJob:
         self.policy.restore(saved.get("policy") or {})
         self._failure = dict(saved.get("failure") or {})
         self.membership.restore(saved.get("membership"))
-        started = saved.get("operator_start")
-        if isinstance(started, (int, float)) and not isinstance(started, bool):
-            self._operator_start = float(started)  # the peers' give-ups it must heed
-        self.generations = peer_end.Generations.restore(saved.get("generations"))
+        self.peers.restore(saved)
         with self._lock:
             self._attempt_started = float(saved.get("attempt_started") or 0.0)
             self._prev_max, self._cur_max = saved.get("prev_max"), saved.get("cur_max")

@@ -483,8 +483,8 @@ class Membership:
         if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
             job.spec.with_hosts(hosts)
         generation = claim.get("generation")
-        job.generations.take_over(generation if isinstance(generation, str) and generation
-                                  else None)
+        job.peers.generations.take_over(
+            generation if isinstance(generation, str) and generation else None)
         checkpoint, skipped = job._newest_checkpoint()
         job._event("takeover", "job %s: spare %s takes over from %s (%s)" % (
             job.name, me, claim.get("replaced"), claim.get("cause")), {
@@ -512,7 +512,7 @@ class Membership:
         me = str(spec.host)
         remaining = [h for h in spec.hosts if h != me]
         spare = claim_spare(spec, me, diagnosis.cause, spec.hosts,
-                            self.job.generations.current)
+                            self.job.peers.generations.current)
         if spare is None and len(remaining) < spec.min_nodes:
             return None
         hosts = [spare if h == me else h for h in spec.hosts] if spare else remaining

@@ -50,9 +50,12 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable, List, NamedTuple, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, TypeVar
 
 from agent.launch import LaunchSpec
+
+if TYPE_CHECKING:
+    from agent.job import ManagedJob
 
 GAVE_UP, STOPPED, PAUSED = "gave_up", "stopped", "paused"
 # When several hosts ended differently, the most final ending is followed.
@@ -321,3 +324,137 @@ class Shared:
         mine = None if generations is None else Generations.restore(generations.state())
         answered, found = self.call(lambda: peers_ended(spec, since, mine))
         return found if answered else None
+
+
+class Peers:
+    """The other hosts of one multi-host `ManagedJob`, as its part sees them and tells
+    them of its own end; runs on the job's thread. It decides which other host's end the
+    part follows; what the part then does (its processes stopped or paused, its state)
+    stays the job's, as for the operator's own stop or pause."""
+
+    def __init__(self, job: ManagedJob) -> None:
+        self.job = job
+        self.operator_start = time.time()  # the latest launch, resume or relaunch here
+        self.generations = Generations()  # of this part, and the parts it left
+        self.shared = Shared()  # the marker dir, never waited on for long
+        self._stalled: Optional[float] = None  # since when it has not answered
+        self._checked = 0.0
+        self._problems: Set[str] = set()
+        self._stops_seen: Dict[Tuple[str, float], float] = {}  # (host, at): first seen
+
+    def started(self, op_id: object) -> None:
+        """The operator starts this host's part again (`op_id`, the op that says so): an
+        earlier end of its own is taken back, and only the other hosts' ends of the part
+        begun now end it."""
+        spec = self.job.spec
+        self.operator_start = time.time()
+        self.generations.begin(generation(op_id, spec.host))
+        self._checked = self.operator_start
+        self._stops_seen = {}
+        self.shared.clear(spec)  # not answering: the next look says so
+
+    def announce(self, why: str, cause: str, reason: str, step: Optional[int] = None,
+                 checkpoint: Optional[str] = None) -> None:
+        job = self.job
+        error = self.shared.announce(job.spec, why, cause, reason, step, checkpoint,
+                                     self.generations.current)
+        if self.shared.hung and self._stalled is None:
+            self._stalled = time.time()  # said here: the next look need not say it
+        if error is not None:
+            job._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
+                       "host's part ended (%s); their part goes on until it fails by "
+                       "itself" % (job.name, error), {"job_state": job.state})
+
+    def to_follow(self, at_once: bool = False) -> Optional[PeerEnded]:
+        """The other host whose part's end this part must follow now, said in the journal;
+        None when there is none, or no look is due. `at_once`: look now, not only every
+        CHECK_EVERY. A marker the generations cannot place counts only from SETTLE after
+        the operator's start, when an earlier one may no longer await its host's
+        clearing."""
+        job = self.job
+        if not applies(job.spec, PAUSED):
+            return None  # a single host has no other part to follow
+        now = time.time()
+        if not at_once and now - self._checked < CHECK_EVERY:
+            return None
+        self._checked = now
+        since = (self.operator_start - CLOCK_SKEW
+                 if now >= self.operator_start + SETTLE else None)
+        looked = self.shared.look(job.spec, since, self.generations)
+        if not self._answered(looked is not None):
+            return None
+        assert looked is not None
+        peers, problems = looked
+        now = time.time()
+        for problem in problems:
+            if problem not in self._problems:
+                self._problems.add(problem)
+                job._event("sampler_error", "job %s: a marker of another host's part ending "
+                           "cannot be read, so it is not acted on: %s" % (job.name, problem),
+                           {"job_state": job.state})
+        if job.state == "paused":
+            # Paused, this part follows a stop only (a paused job's processes are gone
+            # already), and only one the stop itself has had time to reach here: the
+            # operator's stop of the whole job reaches every host at about the same time.
+            # Timed from when this host first saw it, on its own clock.
+            for p in peers:
+                self._stops_seen.setdefault((p.host, p.at), now)
+            peers = [p for p in peers if p.why == STOPPED
+                     and now - self._stops_seen[(p.host, p.at)] >= SETTLE]
+        if not peers:
+            return None
+        peer = peers[0]
+        happened = {
+            GAVE_UP: "gave up (%s: %s); this host's part stops, as the job cannot "
+                     "run without it" % (peer.cause, peer.reason),
+            STOPPED: "was stopped; this host's part, which the stop did not reach, "
+                     "stops too",
+            PAUSED: "was paused%s; this host's part, which the pause did not reach, "
+                    "stops too" % ("" if peer.step is None else " at step %d" % peer.step),
+        }[peer.why]
+        job._event("peer_ended", "job %s: host %s %s" % (job.name, peer.host, happened),
+                   {"host": peer.host, "why": peer.why, "cause": peer.cause,
+                    "reason": peer.reason, "step": peer.step, "checkpoint": peer.checkpoint,
+                    "at": peer.at, "state": job.state}, step=job._cur_max)
+        return peer
+
+    def _answered(self, answered: bool) -> bool:
+        """Say once that the shared dir stopped answering, and once that it answers
+        again: a look every CHECK_EVERY would otherwise say it every time."""
+        job = self.job
+        if not answered:
+            if self._stalled is None:
+                self._stalled = time.time() - self.shared.within
+                job._event("sampler_error", "job %s: %s (a hung network mount?); until it "
+                           "answers, this host's part does not follow the ends of the job's "
+                           "other hosts' parts" % (job.name,
+                                                   self.shared.unanswered(job.spec)), {
+                               "job_state": job.state, "answered": False,
+                               "dir": str(marker_dir(job.spec)),
+                               "within": self.shared.within})
+            return False
+        if self._stalled is not None:
+            seconds = time.time() - self._stalled
+            self._stalled = None
+            job._event("sampler_error", "job %s: the shared dir %s answers again, after about "
+                       "%.0f s; the ends of the job's other hosts' parts are followed again"
+                       % (job.name, marker_dir(job.spec), seconds), {
+                           "job_state": job.state, "answered": True,
+                           "dir": str(marker_dir(job.spec)),
+                           "seconds": round(seconds, 1)})
+        return True
+
+    # -- adoption (agent.jobstate) ----------------------------------------------------
+    def state(self) -> dict:
+        """Kept at the top level of the job's saved state, where older agents saved them
+        and newer ones read them."""
+        return {"operator_start": self.operator_start,
+                "generations": self.generations.state()}
+
+    def restore(self, saved: dict) -> None:
+        """As `state` left them in the job's saved state; a state saved by an older agent
+        may lack either."""
+        started = saved.get("operator_start")
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            self.operator_start = float(started)  # the peers' give-ups it must heed
+        self.generations = Generations.restore(saved.get("generations"))

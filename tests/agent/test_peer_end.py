@@ -145,9 +145,9 @@ def test_a_marker_left_from_before_a_resume_never_ends_the_resumed_part(tmp_path
     """Paused and resumed within half a minute; host a takes longer than the settling
     time to clear its marker of the pause: b's resumed part must not end on it."""
     a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
-    a._announce_end(peer_end.PAUSED, "operator", "paused by the operator", 40, "/ckpt/40")
+    a.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", 40, "/ckpt/40")
     b._started_by_operator("resume2-b")
-    b._operator_start -= 2 * peer_end.SETTLE  # the resume was a while ago; a is slow
+    b.peers.operator_start -= 2 * peer_end.SETTLE  # the resume was a while ago; a is slow
     assert b._peer_ended(at_once=True) is False
     assert b.state == "running" and _events(b, "peer_ended") == []
 
@@ -158,7 +158,7 @@ def test_a_marker_of_the_same_start_is_followed_at_once_and_whatever_the_clocks(
     """Host a's clock is two minutes behind b's, and a gave up a moment after the launch
     both hosts took: b follows at once, neither waiting nor misjudging the marker's age."""
     a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
-    a._announce_end(peer_end.GAVE_UP, "launch_failed", "no such python")
+    a.peers.announce(peer_end.GAVE_UP, "launch_failed", "no such python")
     marker = peer_end.marker_dir(a.spec) / "a.json"
     data = json.loads(marker.read_text())
     assert data["generation"] == "launch1"
@@ -176,12 +176,13 @@ def test_without_a_generation_in_common_the_clocks_still_judge(tmp_path: Path) -
     for a_id, b_id in (("launch1-a", "x"), ("x", "launch1-b")):
         shared = tmp_path / b_id
         a, b = _job(shared, "a", a_id), _job(shared, "b", b_id)
-        a._announce_end(peer_end.GAVE_UP, "oom", "repeated 2 times")
+        a.peers.announce(peer_end.GAVE_UP, "oom", "repeated 2 times")
         assert b._peer_ended(at_once=True) is False  # too soon after b's start
         marker = peer_end.marker_dir(a.spec) / "a.json"
         data = json.loads(marker.read_text())
-        b._operator_start -= 2 * peer_end.SETTLE
-        marker.write_text(json.dumps({**data, "at": b._operator_start - 2 * peer_end.CLOCK_SKEW}))
+        b.peers.operator_start -= 2 * peer_end.SETTLE
+        earlier = b.peers.operator_start - 2 * peer_end.CLOCK_SKEW
+        marker.write_text(json.dumps({**data, "at": earlier}))
         assert b._peer_ended(at_once=True) is False  # an earlier attempt's
         marker.write_text(json.dumps(data))
         assert b._peer_ended(at_once=True) is True, (a_id, b_id)
@@ -200,11 +201,11 @@ def test_a_host_started_anew_keeps_the_generations_it_left(tmp_path: Path) -> No
     b._started_by_operator("resume2-b")
     adopted = ManagedJob(b.spec, Journal(tmp_path / "b"))
     adopted._restore(b._snapshot())
-    assert adopted.generations.state() == {"current": "resume2", "past": ["launch1"]}
+    assert adopted.peers.generations.state() == {"current": "resume2", "past": ["launch1"]}
     older = dict(b._snapshot())
     del older["generations"]  # saved by an older agent
     adopted._restore(older)
-    assert adopted.generations.state() == {"current": None, "past": []}
+    assert adopted.peers.generations.state() == {"current": None, "past": []}
 
 
 def test_a_spare_that_takes_over_runs_the_replaced_hosts_generation(
@@ -224,7 +225,7 @@ def test_a_spare_that_takes_over_runs_the_replaced_hosts_generation(
     assert claim_spare(LaunchSpec({**spec, "host": "b"}), "b", "gpu_fault", ["a", "b"],
                        "resume2") == "c"
     spare.membership.poll_takeover()
-    assert spare.generations.state() == {"current": "resume2", "past": ["launch1"]}
+    assert spare.peers.generations.state() == {"current": "resume2", "past": ["launch1"]}
     without = peer_end.Generations("launch1")
     without.take_over(None)  # an older agent's claim: the others may still run launch1
     assert without.state() == {"current": None, "past": []}
@@ -248,11 +249,11 @@ def test_a_marker_dir_that_does_not_answer_is_said_once_and_never_waited_on_twic
         return []
 
     monkeypatch.setattr(peer_end, "_listing", hung)
-    b._shared.within = 0.05  # the hung look never answers: no race with this allowance
+    b.peers.shared.within = 0.05  # the hung look never answers: no race with this allowance
     assert b._peer_ended(at_once=True) is False
     assert b._peer_ended(at_once=True) is False
-    b._announce_end(peer_end.STOPPED, "operator", "stopped by the operator")
-    assert len(listings) == 1 and b._shared.hung
+    b.peers.announce(peer_end.STOPPED, "operator", "stopped by the operator")
+    assert len(listings) == 1 and b.peers.shared.hung
     stalls = _events(b, "sampler_error")
     assert len(stalls) == 2, stalls
     where = str(peer_end.marker_dir(b.spec))
@@ -261,10 +262,10 @@ def test_a_marker_dir_that_does_not_answer_is_said_once_and_never_waited_on_twic
     assert "cannot tell the job's other hosts" in stalls[1]["msg"]
     assert str(peer_end.marker_dir(b.spec) / "b.json") in stalls[1]["msg"]
     answer.set()
-    pending = b._shared._pending
+    pending = b.peers.shared._pending
     assert pending is not None
     pending.join(30)
-    b._shared.within = 30.0
+    b.peers.shared.within = 30.0
     assert b._peer_ended(at_once=True) is False
     assert len(listings) == 2
     again = _events(b, "sampler_error")[2:]
