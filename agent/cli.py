@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="journal age cap in days (default 14)")
     run.add_argument("--stop-grace", type=_positive_number, default=10.0,
                      help="seconds between SIGTERM and SIGKILL when stopping the job")
+    run.add_argument("--exit-with", type=_positive_int, default=None, metavar="PID",
+                     help="stop, with the jobs, once process PID is gone (for a program "
+                     "that starts the daemon for itself)")
 
     stream = sub.add_parser("stream", help="journal records after --from on stdout; "
                             "control ops on stdin")
@@ -164,7 +167,7 @@ def _cmd_run(args: argparse.Namespace, cmd: List[str]) -> int:
         else args.max_journal_bytes,
         max_age=DEFAULT_MAX_AGE if args.max_journal_days is None
         else args.max_journal_days * 86400.0,
-        stop_grace=args.stop_grace)
+        stop_grace=args.stop_grace, exit_with=args.exit_with)
     return run_daemon(config)
 
 

@@ -38,6 +38,7 @@ MIN_INTERVAL = 0.25
 POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
 RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
 POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
+OWNER_EVERY = 1.0  # s between looks at the process given by --exit-with
 COMMAND_STATE = "command.json"  # the `run -- CMD` job's identity, for a restarted daemon
 # Managed-job states in which no trainer process reads the control file (a frozen one is
 # stopped by SIGSTOP until resumed), and the event that starts one that will.
@@ -75,7 +76,7 @@ class DaemonConfig:
                  simulate_gpus: int = 0, job: Optional[str] = None,
                  cmd: Sequence[str] = (), max_bytes: int = DEFAULT_MAX_BYTES,
                  max_age: float = DEFAULT_MAX_AGE, stop_grace: float = 10.0,
-                 spool_settle: float = 5.0) -> None:
+                 spool_settle: float = 5.0, exit_with: Optional[int] = None) -> None:
         if interval < MIN_INTERVAL:
             raise ValueError("--interval must be at least %.2f s (got %g)"
                              % (MIN_INTERVAL, interval))
@@ -91,6 +92,10 @@ class DaemonConfig:
         self.max_age = max_age
         self.stop_grace = stop_grace
         self.spool_settle = spool_settle
+        # A program that starts this daemon for its own use (the cockpit's demo): the
+        # daemon and its jobs end when it does, even killed or hung up on, when it
+        # cannot stop them itself.
+        self.exit_with = exit_with
 
 
 class Daemon:
@@ -526,7 +531,7 @@ class Daemon:
             self._sampler = threading.Thread(target=self._sampler_loop, name="sampler",
                                              daemon=True)
             self._sampler.start()
-            last_checkpoint = last_retention = time.monotonic()
+            last_checkpoint = last_retention = last_owner = time.monotonic()
             while not self._stop.is_set():
                 self.spools.poll()
                 self.inbox.poll()
@@ -538,6 +543,12 @@ class Daemon:
                 if now - last_retention >= 60.0:
                     self.journal.enforce_retention()
                     last_retention = now
+                if cfg.exit_with is not None and now - last_owner >= OWNER_EVERY:
+                    last_owner = now
+                    if not alive(cfg.exit_with):
+                        self.log("process %d, which this daemon was started to serve, is "
+                                 "gone: stopping, with its jobs" % cfg.exit_with)
+                        break
                 self._stop.wait(POLL)
             return 0
         finally:

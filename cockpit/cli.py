@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import signal
 import sys
 import termios
 from collections.abc import Callable, Iterator
@@ -427,17 +428,42 @@ COMMANDS = {
 }
 
 
+def end_on_hangup() -> None:
+    """A closed terminal or SSH session (SIGHUP) and a plain `kill` (SIGTERM) end the
+    cockpit as ctrl-c does, through every cleanup on the way out: the recording's last
+    records are committed, and the demo's agent and training processes are stopped
+    (left to the default action they would run on, for days, with nobody watching)."""
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, _ended_by)
+
+
+class EndedBySignal(KeyboardInterrupt):
+    """Unwinds like ctrl-c (Textual and every `with` let it through), then exits with
+    the status a shell gives a process ended by the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.status = 128 + signum
+
+
+def _ended_by(signum: int, _frame: object) -> None:
+    raise EndedBySignal(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 0
+    end_on_hangup()
     try:
         return COMMANDS[args.command](args)
     except CockpitError as exc:
         print(f"cockpit: {exc}", file=sys.stderr)
         return 2
+    except EndedBySignal as ended:
+        return ended.status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

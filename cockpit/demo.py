@@ -145,6 +145,10 @@ class DemoRun:
             sys.executable, "-m", "agent", "run",
             "--state-dir", str(self.state_dir), "--run-dir", str(self.run_dir),
             "--simulate-gpus", str(self.simulate_gpus),
+            # Its own session (a ctrl-c in the terminal is the cockpit's to handle), so
+            # no signal of the terminal reaches it: it ends with this process instead,
+            # however that ends (a closed terminal, a kill).
+            "--exit-with", str(os.getpid()),
         ]
 
     def job_spec(self, host: str) -> JobSpec:

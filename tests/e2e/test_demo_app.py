@@ -4,10 +4,15 @@ steps and loss within 60 s, offers job control, and leaves no process behind."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from agent.supervisor import alive
@@ -15,6 +20,8 @@ from cockpit.demo import DemoRun
 from cockpit.ui.app_factory import make_app
 from tests.harness.torchrun import descendants
 from tests.ui.helpers import text
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -45,3 +52,44 @@ async def test_demo_shows_live_steps_and_loss_and_cleans_up(tmp_path: Path) -> N
     while any(alive(p) for p in [daemon_pid, *job_pids]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in [daemon_pid, *job_pids] if alive(p)]
+
+
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
+def test_a_demo_ended_from_outside_leaves_no_process_behind(tmp_path: Path, how: str) -> None:
+    """A closed terminal or SSH session hangs up on the cockpit (SIGHUP): it ends as on
+    ctrl-c, through the demo's cleanup, with the status a shell gives it. Even killed
+    outright (SIGKILL, no cleanup at all), its agent sees it gone and stops the job: the
+    demo's training never runs on for days with nobody watching."""
+    cockpit = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", "demo", "--headless", "120", "--steps", "100000",
+         "--dir", str(tmp_path / "demo")],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        job_pids: list[int] = []
+        while time.monotonic() < deadline and cockpit.poll() is None:
+            daemons = psutil.Process(cockpit.pid).children()
+            job_pids = [p for d in daemons for p in descendants(d.pid)]
+            if any("train.py" in " ".join(psutil.Process(p).cmdline()) for p in job_pids
+                   if alive(p)):
+                break
+            time.sleep(0.5)
+        assert job_pids, "the demo's job never started"
+        pids += [d.pid for d in daemons] + job_pids
+        cockpit.send_signal(getattr(signal, how))
+        status = cockpit.wait(60)
+        if how == "SIGHUP":
+            assert status == 128 + signal.SIGHUP, cockpit.stderr.read() if cockpit.stderr \
+                else ""
+        deadline = time.monotonic() + 45
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if alive(p)], "left running after the cockpit ended"
+    finally:
+        if cockpit.poll() is None:
+            cockpit.kill()
+        for pid in pids:  # a failure must not leave them to the rest of the suite
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
