@@ -131,6 +131,9 @@ def _check_duckdb_header(path: Path) -> None:
             head = f.read(12)
     except OSError:
         return  # DuckDB's open says why
+    if not head:
+        raise StoreError(f"{path} is an empty file (0 bytes), not a recording: replay and "
+                         "report read the .duckdb file a watch or demo wrote")
     if len(head) < 12 or head[8:12] == b"DUCK":
         return
     kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
@@ -138,6 +141,13 @@ def _check_duckdb_header(path: Path) -> None:
                      + (" (wire records, perhaps: replay and report read the .duckdb file "
                         "a watch or demo wrote)" if kind in ("gzip-compressed", "JSON text")
                         else ""))
+
+
+def unreadable(exc: Exception) -> bool:
+    """DuckDB reports a page it cannot read (cut short) as an IOException, but one whose
+    checksum or encoding is wrong (overwritten) as a plain Error saying "Corrupt":
+    either way the file is damaged, not the statement wrong."""
+    return isinstance(exc, duckdb.IOException) or "corrupt" in str(exc).lower()
 
 
 def damaged(path: Path, exc: Exception) -> str:
@@ -322,8 +332,12 @@ class Store:
                     "that cockpit first, or copy the file together with its write-ahead log "
                     f"({self.path.name}.wal, which holds the newest rows) and open the copy."
                 ) from None
+            if "could not read enough bytes" in text.lower():
+                raise StoreDamagedError(damaged(self.path, exc)) from None
             raise StoreError(f"cannot open the recording {self.path}: {text}") from None
         except duckdb.Error as exc:
+            if unreadable(exc):
+                raise StoreDamagedError(damaged(self.path, exc)) from None
             raise StoreError(f"{self.path} is not a readable DuckDB recording: {exc}") from None
 
     def _version(self) -> int:
@@ -406,8 +420,10 @@ class Store:
         cur = self._con.cursor()
         try:
             yield cur
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:
             # A file cut short or overwritten: the pages a query needs are not there.
+            if not unreadable(exc):
+                raise
             raise StoreDamagedError(damaged(self.path, exc)) from None
         finally:
             cur.close()

@@ -87,6 +87,31 @@ def test_a_truncated_recording_is_named_damaged_not_a_traceback(
         assert "damaged or truncated" in str(exc) or "cannot open the recording" in str(exc)
 
 
+def test_a_recording_overwritten_in_the_middle_is_named_damaged_not_a_traceback(
+        recording: Path, tmp_path: Path) -> None:
+    """Overwritten pages fail their checksum when a query reaches them, which DuckDB
+    raises as a plain error rather than an I/O one. Each block in turn: the report
+    either does not need it or says the file is damaged."""
+    data = recording.read_bytes()
+    block, header = 256 * 1024, 12 * 1024
+    bad = tmp_path / "bad.duckdb"
+    said = []
+    for start in range(header + 1000, len(data), block):
+        bad.write_bytes(data[:start] + b"\xa5" * 4096 + data[start + 4096:])
+        try:
+            render_report(bad)
+        except CockpitError as exc:
+            said.append(str(exc))
+    assert said and all("is damaged or truncated: DuckDB cannot read it" in s for s in said)
+
+
+def test_an_empty_file_is_named_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.duckdb"
+    empty.write_bytes(b"")
+    with pytest.raises(CockpitError, match=r"empty\.duckdb is an empty file \(0 bytes\)"):
+        render_report(empty)
+
+
 def test_the_report_finds_what_the_screen_finds(recording: Path) -> None:
     """Spikes and divergence are read from the downsampled loss: the report asks for the
     screen's resolution, so one recording gets one verdict."""
