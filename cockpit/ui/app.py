@@ -39,6 +39,7 @@ from cockpit.ui.screens.run_info import RunInfoScreen
 from cockpit.ui.themes import ThemeSet
 
 TOAST_REPAINT_DELAY = 0.1  # s after a toast's timeout: it has been removed by then
+FAILURE_TOAST_S = 8.0  # how long a worker's failure is shown
 
 
 class CockpitApp(ControlActions, ReplayActions, App):
@@ -62,6 +63,9 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.gate = refresh_gate.RefreshGate()
         self.main_screen = MainScreen()
         self._frozen = False
+        # The failure shown last (text, monotonic time): a recording that cannot be read
+        # fails every refresh, four times a second, and its toasts would cover the screen.
+        self._last_failure: tuple[str, float] | None = None
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands, less its theme picker: it lists Textual's own themes, which
@@ -132,6 +136,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.snapshot = message.snapshot
+        self._last_failure = None
         self.refresh_label()  # a replay pauses itself at the end: the header must say so
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen | DrillDownScreen):
@@ -146,8 +151,13 @@ class CockpitApp(ControlActions, ReplayActions, App):
         if event.state == WorkerState.ERROR:
             error = worker.error
             what = worker.group if worker.group != "default" else worker.name
-            self.notify(f"{type(error).__name__}: {error}", title=f"{what} failed",
-                        severity="error", timeout=8)
+            said = f"{type(error).__name__}: {error}"
+            now = time.monotonic()
+            last = self._last_failure
+            if last is None or last[0] != said or now - last[1] >= FAILURE_TOAST_S:
+                self._last_failure = (said, now)
+                self.notify(said, title=f"{what} failed", severity="error",
+                            timeout=FAILURE_TOAST_S)
         if worker.group == "snapshot" and event.state in (
             WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
         ):

@@ -205,6 +205,29 @@ async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
         assert app.screen.focused.id == "progress"
 
 
+async def test_a_snapshot_failing_every_refresh_is_told_once_not_four_times_a_second(
+        ) -> None:
+    """A damaged recording fails each refresh of a playing replay the same way: one toast
+    says so, instead of a new one stacking up every quarter second."""
+    builds: list[int] = []
+
+    class Damaged(StaticSource):
+        def snapshot(self, buckets: int = 120) -> Snapshot:
+            builds.append(1)
+            raise RuntimeError("the recording r.duckdb is damaged or truncated")
+
+    app = make_app(Damaged(demo_snapshot()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        for _ in range(4):
+            app.post_message(DataArrived())
+            await pilot.pause(0.3)
+            await settle(pilot)
+        assert len(builds) >= 4
+        assert notifications(app) == [
+            "RuntimeError: the recording r.duckdb is damaged or truncated"]
+
+
 async def test_number_keys_focus_and_m_maximises(recorded_replay: OpenReplay) -> None:
     app = make_app(recorded_replay())
     async with app.run_test(size=(120, 36)) as pilot:
