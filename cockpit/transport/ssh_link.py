@@ -238,24 +238,37 @@ def _handshake(
         name = known_hosts_name(hop.key_name_host, hop.port)
         message = changed_key_message(label, name, exc.key, exc.expected_key, known.files())
         raise _ConnectFailed(HOSTKEY_CHANGED, message, slow=True) from exc
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        keys = ", ".join(hop.identity_files) or "the default keys in ~/.ssh"
-        raise _ConnectFailed(
-            AUTH_FAILED,
-            f"{hop.label()}: authentication failed ({exc}); tried ssh-agent and {keys}. "
-            "Check `user` / `identity_file` in the inventory or User / IdentityFile in "
-            "~/.ssh/config",
-            slow=True,
-        ) from exc
     except (OSError, EOFError, paramiko.SSHException) as exc:
+        # paramiko reads the key files only once the server has answered, and fails on
+        # one it cannot load with an OSError (a missing file) or a bare SSHException (not
+        # a key): the host was reached, and what to fix is on this side.
+        transport = client.get_transport()
+        reached = transport is not None and transport.is_active()
         client.close()
+        if isinstance(exc, OSError) and exc.filename in hop.identity_files:
+            raise _ConnectFailed(
+                AUTH_FAILED,
+                f"{hop.label()}: cannot read the private key {exc.filename} "
+                f"({exc.strerror or exc}). Check `identity_file` in the inventory or "
+                "IdentityFile in ~/.ssh/config",
+                slow=True,
+            ) from exc
+        if isinstance(exc, paramiko.AuthenticationException) or (
+                reached and isinstance(exc, paramiko.SSHException)):
+            raise _ConnectFailed(AUTH_FAILED, _auth_failed_text(hop, exc), slow=True) from exc
         raise _ConnectFailed(UNREACHABLE, _unreachable_text(hop, exc), slow=False) from exc
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(int(max(1, options.keepalive)))
         transport.sock.settimeout(TRANSPORT_POLL)
     return client
+
+
+def _auth_failed_text(hop: Endpoint, exc: BaseException) -> str:
+    keys = ", ".join(hop.identity_files) or "the default keys in ~/.ssh"
+    return (f"{hop.label()}: authentication failed ({exc}); tried ssh-agent and {keys}. "
+            "Check `user` / `identity_file` in the inventory or User / IdentityFile in "
+            "~/.ssh/config")
 
 
 # What paramiko says when the port answered but no SSH server did (a web server, a

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import paramiko
+import pytest
 
 from cockpit.transport.host_keys import changed_key_message
 from cockpit.transport.ssh_link import HostLink
@@ -104,6 +105,28 @@ def test_wrong_user_key_reports_auth_failed(
     assert collector.wait_for(lambda: collector.saw_state(host.name, "auth-failed"))
     detail = collector.detail_of(host.name, "auth-failed")
     assert str(stranger) in detail and "authentication failed" in detail
+
+
+@pytest.mark.parametrize("key, said", [
+    ("missing", "cannot read the private key {key} (No such file or directory)"),
+    ("garbage", "authentication failed (not a valid OPENSSH private key file); tried "
+                "ssh-agent and {key}"),
+])
+def test_an_identity_file_that_is_no_key_reports_auth_failed_not_unreachable(
+    two_hosts, tmp_path: Path, collector: Collector, links: list, key: str, said: str
+) -> None:
+    """The server answered: the key file on this side is what to fix, and the host is
+    not down (which would be retried at the fast pace, forever)."""
+    host = two_hosts[0]
+    path = tmp_path / key
+    if key == "garbage":
+        path.write_text("not a key\n")
+    options = options_for(two_hosts, tmp_path)
+    spec = spec_for(host, identity_file=str(path))
+    start(HostLink(spec, lambda: 0, collector.on_chunk, collector.on_state, options), links)
+    assert collector.wait_for(lambda: collector.saw_state(host.name, "auth-failed"))
+    assert said.format(key=path) in collector.detail_of(host.name, "auth-failed")
+    assert "unreachable" not in collector.state_names(host.name)
 
 
 def test_closed_port_reports_unreachable(
