@@ -143,7 +143,10 @@ def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
     if isinstance(hosts_raw, dict):
         raise InventoryError(f"{locator.where(key='hosts')}: 'hosts' must be an array of "
                              "tables: write [[hosts]], once per host")
-    if not isinstance(hosts_raw, list) or not hosts_raw:
+    if hosts_raw is not None and not isinstance(hosts_raw, list):
+        raise InventoryError(f"{locator.where(key='hosts')}: 'hosts' must be an array of "
+                             f"tables, got {_toml(hosts_raw)}: write [[hosts]], once per host")
+    if not hosts_raw:
         raise InventoryError(f"{source}: no hosts: add at least one [[hosts]] table")
     hosts: list[HostSpec] = []
     seen: dict[str, int] = {}

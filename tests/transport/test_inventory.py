@@ -83,6 +83,8 @@ def test_good_inventory_applies_defaults_and_overrides(tmp_path: Path) -> None:
         ('[[host]]\naddress = "a"\n', 1, ["unknown top-level key 'host'"]),
         ('[[hosts]]\naddress = "a"\n\n[hosts.extra]\nx = 1\n', 4, ["unknown field 'extra'"]),
         ('[hosts]\naddress = "a"\n', 1, ["'hosts' must be an array of tables", "[[hosts]]"]),
+        ('# cluster\nhosts = "gpu-1"\n', 2,
+         ["'hosts' must be an array of tables, got \"gpu-1\"", "[[hosts]]"]),
         ('[[hosts]]\naddress = "not a host"\n', 2, ["address \"not a host\"", "whitespace"]),
         ('[[hosts]]\naddress = "-oProxyCommand=touch x"\n', 2, ["start with '-'"]),
         ('[[hosts]]\naddress = "h"\nuser = "root@evil"\n', 3, ["user \"root@evil\"", "'@'"]),
