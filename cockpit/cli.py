@@ -337,7 +337,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
     _check_ui_options(args)
 
-    if args.store is not None and args.store.exists():
+    if args.store is not None and args.store.is_file():
         # Continuing a recording is how a restarted cockpit resumes each host's stream
         # where it stopped; into another run's recording it mixes two runs. Say which.
         print(f"appending to the existing recording {args.store} (its hosts resume from "

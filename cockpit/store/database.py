@@ -272,6 +272,9 @@ class Store:
         self._cluster_guard = threading.Lock()  # one re-clustering at a time; close waits
         self._cluster_cur: duckdb.DuckDBPyConnection | None = None
         self._closing = False
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory: give the recording's file (a "
+                             f"*.duckdb file, e.g. {self.path / 'recording.duckdb'})")
         if read_only and not self.path.exists():
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         if read_only:

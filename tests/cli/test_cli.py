@@ -143,6 +143,13 @@ def test_replay_of_a_directory_asks_for_the_file_in_it(tmp_path: Path) -> None:
     assert "is a directory: give the recording file in it" in line
 
 
+def test_watch_into_a_directory_asks_for_a_file_in_it(tmp_path: Path) -> None:
+    line = one_clear_error(run("cockpit", "watch", "me@127.0.0.1:1", "--headless", "1",
+                               "--store", tmp_path))
+    assert line == (f"cockpit: {tmp_path} is a directory: give the recording's file (a "
+                    f"*.duckdb file, e.g. {tmp_path / 'recording.duckdb'})")
+
+
 @pytest.mark.parametrize("speed", ["0", "-2", "fast", "1e9", "0.1"])
 def test_replay_refuses_a_bad_speed(recorded_store: Path, speed: str) -> None:
     result = run("cockpit", "replay", recorded_store, "--speed", speed)
