@@ -10,13 +10,16 @@ otherwise surface as a crash deep in a restart. Every command is an argv list ha
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from agent.control_inbox import OpError
 
 CHECKPOINT_FIELD = "{checkpoint}"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # A watchdog-friendly environment: NCCL errors abort the collective instead of hanging
 # it, and the process-group timeout is explicit (and longer than the agent's hang check).
@@ -51,18 +54,51 @@ def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = 
     return list(value)
 
 
-def _int(spec: Mapping[str, Any], key: str, default: int, minimum: int = 0) -> int:
+def _int(spec: Mapping[str, Any], key: str, default: int, minimum: int = 0,
+         name: Optional[str] = None) -> int:
     value = spec.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OpError("spec field %r must be an integer >= %d" % (key, minimum))
+        raise OpError("spec field %r must be an integer >= %d" % (name or key, minimum))
     return value
 
 
-def _number(spec: Mapping[str, Any], key: str, default: float, minimum: float = 0.0) -> float:
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise OpError("spec field %r must be a number >= %g" % (key, minimum))
-    return float(value)
+def _number(spec: Mapping[str, Any], key: str, default: float, minimum: float = 0.0,
+            name: Optional[str] = None) -> float:
+    number = finite(spec.get(key, default))
+    if number is None or number < minimum:
+        raise OpError("spec field %r must be a finite number >= %g" % (name or key, minimum))
+    return number
+
+
+def finite(value: Any) -> Optional[float]:
+    """The value as a float, or None: nan passes every comparison (a hang limit of nan is
+    never reached), and an integer past a float's range (JSON and TOML read any) is none."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def nul_field(value: Any, name: str = "") -> Optional[str]:
+    """The field whose text holds a NUL byte, which no path, argument or environment value
+    can carry: found here, not as a bare "embedded null byte" when the job starts."""
+    if isinstance(value, str):
+        return name if "\0" in value else None
+    if isinstance(value, list):
+        pairs = [(name, item) for item in value]
+    elif isinstance(value, dict):
+        pairs = [("%s.%s" % (name, key) if name else str(key), item)
+                 for key, item in value.items()]
+    else:
+        return None
+    for dotted, item in pairs:
+        found = dotted if "\0" in dotted else nul_field(item, dotted)
+        if found is not None:
+            return found
+    return None
 
 
 def _nnodes(value: Any) -> Tuple[int, int, bool]:
@@ -105,6 +141,9 @@ class LaunchSpec:
         if not isinstance(spec, dict):
             raise OpError("'spec' must be an object")
         self.raw = dict(spec)
+        nul = nul_field(spec)
+        if nul is not None:
+            raise OpError("spec field %r holds a NUL byte" % nul)
         self.name = check_job_name(spec.get("name"))
         self.python = spec.get("python", "python3")
         if not isinstance(self.python, str) or not self.python:
@@ -150,11 +189,15 @@ class LaunchSpec:
         env = _table(spec, "env")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise OpError("spec field 'env' must map names to strings")
+        for key in env:
+            if not ENV_NAME.match(key):
+                raise OpError("spec field 'env.%s' is not an environment variable name" % key)
         self.env = env
         resume = _table(spec, "resume")
         self.resume_args = _str_list(resume, "args")
         self.resume_env = resume.get("env")
-        if self.resume_env is not None and not isinstance(self.resume_env, str):
+        if self.resume_env is not None and not (isinstance(self.resume_env, str)
+                                                and ENV_NAME.match(self.resume_env)):
             raise OpError("spec field 'resume.env' must be an environment variable name")
         # torchrun restarts an elastic job's workers by itself after a membership change,
         # with the command it was started with: only a trainer that finds its newest
@@ -184,16 +227,16 @@ class LaunchSpec:
         self.rdzv_keep_alive = _optional_int(rdzv, "keep_alive", "rendezvous.keep_alive", 1)
         self.max_restarts = _int(spec, "max_restarts", 0)
         recovery = _table(spec, "recovery")
-        self.restart_budget = _int(recovery, "restart_budget", 10)
-        self.backoff = _number(recovery, "backoff", 1.0)
-        self.backoff_max = _number(recovery, "backoff_max", 60.0)
+        self.restart_budget = _int(recovery, "restart_budget", 10, 0, "recovery.restart_budget")
+        self.backoff = _number(recovery, "backoff", 1.0, 0.0, "recovery.backoff")
+        self.backoff_max = _number(recovery, "backoff_max", 60.0, 0.0, "recovery.backoff_max")
         if self.backoff_max < self.backoff:
             raise OpError("recovery.backoff_max must be >= recovery.backoff")
         self.exclude_on = _str_list(recovery, "exclude_on", ["gpu_fault"])
         hang = _table(spec, "hang")
-        self.hang_k = _number(hang, "k", 3.0, 0.001)
-        self.hang_floor = _number(hang, "floor", 10.0, 0.001)
-        self.hang_startup = _number(hang, "startup", 600.0, 0.001)
+        self.hang_k = _number(hang, "k", 3.0, 0.001, "hang.k")
+        self.hang_floor = _number(hang, "floor", 10.0, 0.001, "hang.floor")
+        self.hang_startup = _number(hang, "startup", 600.0, 0.001, "hang.startup")
         self.pg_timeout = _number(spec, "pg_timeout", 1800.0, 1.0)
         self.pause_timeout = _number(spec, "pause_timeout", 300.0, 0.1)
         self.stop_grace = _number(spec, "stop_grace", 10.0)

@@ -60,7 +60,7 @@ from typing import Any
 import tomllib
 
 from agent.control_inbox import OpError
-from agent.launch import check_job_name
+from agent.launch import ENV_NAME, check_job_name, finite, nul_field
 from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 
 _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
@@ -75,7 +75,6 @@ _TABLES: dict[str, dict[str, type | tuple[type, ...]]] = {
                  "exclude_on": list},
     "hang": {"k": (int, float), "floor": (int, float), "startup": (int, float)},
 }
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENDPOINT = re.compile(r"^([^\s:\[\]]+):(\d+)$")
 _NNODES = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 CAUSES = (OOM, GPU_FAULT, NCCL, DATA, USER_CODE, HANG, KILLED, UNKNOWN)
@@ -292,7 +291,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
             for sub, sub_value in value.items():
                 dotted = f"{key}.{sub}"
                 if key == "env":
-                    if not _ENV_NAME.match(sub):
+                    if not ENV_NAME.match(sub):
                         raise fail(dotted, "not a valid environment variable name")
                     if not isinstance(sub_value, str):
                         raise fail(dotted, f"must be a string, got {_kind(sub_value)}")
@@ -308,6 +307,11 @@ def parse_jobspec(text: str, source: str = "<spec>",
         elif key not in _SIMPLE_KEYS:
             known = ", ".join(sorted(_SIMPLE_KEYS | set(_TABLES)))
             raise fail(key, f"unknown key; known: {known}")
+
+    nul = nul_field(data)
+    if nul is not None:
+        raise fail(nul, "holds a NUL byte, which no path, argument or environment value "
+                   "can carry")
 
     def need(name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
         if name not in data:
@@ -335,8 +339,10 @@ def parse_jobspec(text: str, source: str = "<spec>",
 
     def positive(name: str, value: float, allow_zero: bool = False) -> float:
         # nan and inf pass every comparison below, then break the JSON of the launch op.
-        if not math.isfinite(value):
+        number = finite(value)
+        if number is None:
             raise fail(name, "must be a finite number")
+        value = number
         if value < 0 or (value == 0 and not allow_zero):
             raise fail(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
         least = _MINIMUM.get(name, 0.0)
@@ -354,8 +360,6 @@ def parse_jobspec(text: str, source: str = "<spec>",
         value = need(name, str, default)
         if value is not None and not value.strip():
             raise fail(name, "must not be empty")
-        if value is not None and "\0" in value:
-            raise fail(name, "holds a NUL byte")
         return value
 
     name = folder_name("name", need("name", str))
@@ -426,7 +430,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
     if resume_args and not any("{checkpoint}" in a for a in resume_args):
         raise fail("resume.args", "must contain {checkpoint} where the path goes")
     resume_env = resume.get("env")
-    if resume_env is not None and not _ENV_NAME.match(resume_env):
+    if resume_env is not None and not ENV_NAME.match(resume_env):
         raise fail("resume.env", f"{resume_env!r} is not an environment variable name")
     override_args = str_list("override_args", need("override_args", (list, str),
                                                    ["--set", "{key}={value}"]))

@@ -112,7 +112,15 @@ def test_the_agent_rechecks_what_comes_over_the_wire() -> None:
     for key, value, what in (("nproc_per_node", "4", "nproc_per_node"),
                              ("name", "../x", "cannot name a folder"),
                              ("args", ["ok", 3], "list of strings"),
-                             ("node_rank", 2, "not below nnodes")):  # fmt: skip
+                             ("node_rank", 2, "not below nnodes"),
+                             ("run_dir", "/data/x\0", "'run_dir' holds a NUL byte"),
+                             ("args", ["ok", "a\0"], "'args' holds a NUL byte"),
+                             ("env", {"A": "\0"}, "'env.A' holds a NUL byte"),
+                             ("env", {"A=B": "x"}, "'env.A=B' is not an environment variable"),
+                             ("resume", {"env": ""}, "'resume.env' must be an environment"),
+                             ("hang", {"k": float("nan")}, "'hang.k' must be a finite number"),
+                             ("pg_timeout", float("inf"), "'pg_timeout' must be a finite"),
+                             ("pg_timeout", 10 ** 400, "must be a finite")):  # fmt: skip
         with pytest.raises(OpError, match=what):
             LaunchSpec({**wire, key: value})
 
@@ -174,6 +182,25 @@ def test_nan_and_inf_are_refused_with_the_field(setting: str) -> None:
     field = setting.replace("[", "").replace("]\n", ".").split(" =")[0]
     assert str(err) == f"job.toml:{MINIMAL.count(chr(10)) + setting.count(chr(10)) + 1}: " \
                        f"field '{field}': must be a finite number"
+
+
+@pytest.mark.parametrize(("setting", "field"), [
+    ('script = "train\\u0000.py"', "script"), ('python = "py\\u0000"', "python"),
+    ('args = ["--x", "a\\u0000"]', "args"), ('[env]\nA = "\\u0000"', "env.A"),
+    ('[resume]\nargs = ["--resume", "{checkpoint}\\u0000"]', "resume.args"),
+])
+def test_a_nul_byte_in_any_string_is_refused_with_the_field(setting: str, field: str) -> None:
+    """The agent cannot start a process with one: without this the launch was accepted
+    and the job then failed or hung in "starting" with a bare "embedded null byte"."""
+    text = MINIMAL.replace('script = "train.py"\n', "") if field == "script" else MINIMAL
+    err = _refused(text + setting + "\n")
+    assert (err.field, err.line) == (field, text.count("\n") + setting.count("\n") + 1)
+    assert err.what.startswith("holds a NUL byte"), str(err)
+
+
+def test_an_integer_too_large_for_a_number_is_refused_not_a_traceback() -> None:
+    err = _refused(MINIMAL + f"pg_timeout = {'9' * 400}\n")
+    assert (err.field, err.what) == ("pg_timeout", "must be a finite number")
 
 
 @pytest.mark.parametrize(("setting", "field", "what"), [
