@@ -58,6 +58,24 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _lr_scale(text: str) -> float:
+    from cockpit.control.controller import ControlError, check_lr_scale
+
+    try:
+        return check_lr_scale(_positive_float(text))
+    except ControlError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("lr_scale ")) from None
+
+
+def _fork_name(text: str) -> str:
+    from cockpit.control.jobspec import name_problem
+
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _replay_speed(text: str) -> float:
     from cockpit.ui.replay_actions import SPEEDS
 
@@ -190,11 +208,11 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
         if action == "fork":
             p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            dest="overrides", help="hyper-parameter override for the fork")
-            p.add_argument("--name", default=None)
-            p.add_argument("--step", type=int, default=None,
+            p.add_argument("--name", type=_fork_name, default=None)
+            p.add_argument("--step", type=_count(0), default=None,
                            help="checkpoint step to fork from (default: newest valid)")
         if action == "adjust":
-            p.add_argument("--lr-scale", type=_positive_float, default=None)
+            p.add_argument("--lr-scale", type=_lr_scale, default=None)
             p.add_argument("--checkpoint-now", action="store_true")
             p.add_argument("--eval-now", action="store_true")
             p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE")

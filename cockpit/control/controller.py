@@ -220,9 +220,7 @@ class Controller:
     def check_scale(self, add: str | None, remove: str | None) -> None:
         """Refuse (ControlError) a change torchrun could not make; sends nothing."""
         spec = self.spec
-        if not spec.elastic:
-            raise ControlError(f"job {self.job} is not elastic: its spec needs nnodes = "
-                               f"\"MIN:MAX\" to add or remove hosts")  # fmt: skip
+        check_elastic(spec)
         if (add is None) == (remove is None):
             raise ControlError("scale takes one host to add or one host to remove")
         if add is not None:
@@ -482,6 +480,12 @@ def _adjust_words(knobs: Mapping[str, Any]) -> str:
     if set(knobs) == {"eval_now"}:
         return "evaluation request"
     return "adjust (" + ", ".join(f"{k}={v}" for k, v in knobs.items()) + ")"
+
+
+def check_elastic(spec: JobSpec) -> None:
+    if not spec.elastic:
+        raise ControlError(f"job {spec.name} is not elastic: its spec needs nnodes = "
+                           f"\"MIN:MAX\" to add or remove hosts")  # fmt: skip
 
 
 def check_lr_scale(value: Any) -> float:

@@ -26,6 +26,7 @@ from cockpit.control.controller import (
     FORK_INFIX,
     ControlError,
     Controller,
+    check_elastic,
     missed_hosts_text,
 )
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
@@ -351,6 +352,11 @@ def run_operation(
     target = kw.pop("target", None)
     if target is not None:
         check_fork_target(spec, target)
+    if action == "scale":  # what the spec alone refuses is told before any host is dialled
+        try:
+            check_elastic(spec)
+        except ControlError as exc:
+            raise CockpitError(str(exc)) from None
     store_path = store_path or default_recording_path(f"job-{spec.name}")
     names = [h.name for h in hosts]
     # Launching needs every host and spare; later, a host may be out (excluded as broken,

@@ -196,6 +196,10 @@ def test_watch_takes_a_retention_window_with_its_unit(window: str, seconds: floa
     (("demo", "--headless", "nan"), "--headless: must be a positive number"),
     (("watch", "gpu-1", "--headless", "-1"), "--headless: must be a positive number"),
     (("watch", "gpu-1", "--headless", "inf"), "--headless: must be a positive number"),
+    (("fork", "job.toml", "--step", "-5"), "--step: must be 0 or more, got -5"),
+    (("fork", "job.toml", "--name", "a/b"), "--name: 'a/b' cannot name a folder"),
+    (("adjust", "job.toml", "--lr-scale", "1000"),
+     "--lr-scale: must be a finite factor within 0.001–100 (1 = as configured), got 1000"),
 ])
 def test_numbers_a_run_cannot_use_are_refused_up_front(args: tuple[str, ...],
                                                        words: str) -> None:

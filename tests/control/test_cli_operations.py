@@ -125,6 +125,22 @@ def test_a_fork_target_that_is_not_a_fork_of_the_spec_job_is_refused(tmp_path: P
     assert "Traceback" not in done.stderr
 
 
+def test_scaling_a_job_that_is_not_elastic_is_refused_before_any_host_is_dialled(
+        tmp_path: Path) -> None:
+    """Its one host is not reachable: the refusal does not wait for it."""
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "x"\nhosts = ["local"]\nnproc_per_node = 1\nscript = "t.py"\n'
+                   f'run_dir = {json.dumps(str(tmp_path / "runs"))}\n')
+    inventory = tmp_path / "hosts.toml"
+    inventory.write_text('[[hosts]]\nname = "local"\naddress = "127.0.0.1"\nport = 1\n\n'
+                         '[[hosts]]\nname = "gpu2"\naddress = "127.0.0.1"\nport = 1\n')
+    done = cockpit("scale", str(job), "--inventory", str(inventory), "--add", "gpu2",
+                   "--store", str(tmp_path / "r.duckdb"))
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr == ('cockpit: job x is not elastic: its spec needs nnodes = "MIN:MAX" '
+                           "to add or remove hosts\n")
+
+
 def test_bad_job_spec_is_reported_with_file_and_line(tmp_path: Path) -> None:
     job = tmp_path / "job.toml"
     job.write_text('name = "x"\nhosts = ["local"]\nnproc_per_node = "two"\n')
