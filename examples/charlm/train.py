@@ -312,16 +312,17 @@ def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
     else:
         path = Path(spec)
         state = checkpoint.load(path)
-    try:
+    try:  # a file another program saved loads as whatever it holds: a list, a bare dict
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
-    except (KeyError, RuntimeError, ValueError) as exc:
+        step = int(state["step"])
+    except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
+        what = f"it holds no {exc}" if isinstance(exc, KeyError) else str(exc)
         raise checkpoint.CheckpointError(
-            f"checkpoint {path} does not fit this model/config: {exc}"
+            f"checkpoint {path} does not fit this model/config: {what}"
         ) from None
-    step = int(state["step"])
     if state.get("data_version") != index["data_version"]:
         say(f"note: checkpoint {path.name} was trained on data_version "
             f"{str(state.get('data_version'))[:12]}, now {index['data_version'][:12]}")  # fmt: skip

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,7 +25,7 @@ from examples.charlm.data import (
     validation_starts,
 )
 from examples.charlm.model import CharLM, ModelConfig
-from examples.charlm.train import lr_at
+from examples.charlm.train import lr_at, resume
 
 # ---------------------------------------------------------------- config
 
@@ -252,6 +254,27 @@ def test_a_checkpoint_torn_after_its_marker_does_not_count_toward_keep(tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["ckpt-00000010.pt", "ckpt-00000010.pt.done",
                      "ckpt-00000030.pt", "ckpt-00000030.pt.done"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("held", "why"), [
+    ([1, 2], "list indices must be integers"),
+    ("model and optimizer, no step", "it holds no 'step'"),
+])
+def test_resuming_from_a_checkpoint_of_another_shape_names_it(tmp_path, held, why) -> None:
+    """Intact bytes of another program's file reach `resume`: it says the checkpoint does
+    not fit, which the trainer prints as one error line, instead of a traceback."""
+    model = CharLM(ModelConfig(128, 16, 1, 4, 32, 0.0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if isinstance(held, str):
+        held = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    path = tmp_path / "ckpt-00000005.pt"
+    buffer = io.BytesIO()
+    torch.save(held, buffer)
+    _vouch_for(path, buffer.getvalue())
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=rf"ckpt-00000005\.pt does not fit this model/config: {why}"):
+        resume(str(path), tmp_path, model, opt, None, {"data_version": "v"}, None,
+               SimpleNamespace(rank=1), lambda _msg: None)
 
 
 def test_checkpoint_loading_refuses_code(tmp_path) -> None:
