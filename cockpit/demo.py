@@ -167,8 +167,13 @@ class DemoRun:
         )
 
     def __enter__(self) -> DemoRun:
-        for path in (self.state_dir, self.run_dir):
-            path.mkdir(parents=True, exist_ok=True)
+        try:
+            for path in (self.state_dir, self.run_dir):
+                path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CockpitError(f"--dir {self.run_root}: cannot make the demo run's folders "
+                               f"there ({exc.strerror or exc}): give a folder, new or "
+                               "one of an earlier demo run") from None
         log = open(self.run_root / "agent.log", "ab")
         try:
             self._daemon = subprocess.Popen(

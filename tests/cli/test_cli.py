@@ -143,6 +143,15 @@ def test_replay_of_a_directory_asks_for_the_file_in_it(tmp_path: Path) -> None:
     assert "is a directory: give the recording file in it" in line
 
 
+def test_a_demo_dir_that_is_a_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    line = one_clear_error(run("cockpit", "demo", "--dir", taken, "--headless", "1"))
+    assert line == (f"cockpit: --dir {taken}: cannot make the demo run's folders there "
+                    "(Not a directory): give a folder, new or one of an earlier demo run")
+    assert taken.read_text() == "mine\n"
+
+
 def test_watch_into_a_directory_asks_for_a_file_in_it(tmp_path: Path) -> None:
     line = one_clear_error(run("cockpit", "watch", "me@127.0.0.1:1", "--headless", "1",
                                "--store", tmp_path))
