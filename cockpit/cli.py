@@ -227,12 +227,18 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _pairs(items: list[str], what: str) -> dict[str, object]:
+    from cockpit.control.controller import ControlError, check_finite
+
     out: dict[str, object] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise CockpitError(f"{what} {item!r}: expected KEY=VALUE")
         out[key] = _scalar(value)
+    try:  # before any host is dialled
+        check_finite(what, out)
+    except ControlError as exc:
+        raise CockpitError(str(exc)) from None
     return out
 
 

@@ -303,6 +303,7 @@ class Controller:
         The name and step are checked here, before anything is sent: the agents would
         refuse them one by one, after some hosts may already have started the fork."""
         self.refresh()
+        check_finite("override", overrides)
         problem = None if name is None else name_problem(name)
         if problem is not None:
             raise ControlError(f"fork name: {problem}")
@@ -367,6 +368,7 @@ class Controller:
             raise ControlError("adjust needs at least one knob, e.g. lr_scale=0.5")
         if "lr_scale" in knobs:
             check_lr_scale(knobs["lr_scale"])
+        check_finite("knob", knobs)
         return self._each("adjust", {self.rank0_host: {"job": self.job, "knobs": knobs}},
                           what=_adjust_words(knobs))
 
@@ -480,6 +482,15 @@ def _adjust_words(knobs: Mapping[str, Any]) -> str:
     if set(knobs) == {"eval_now"}:
         return "evaluation request"
     return "adjust (" + ", ".join(f"{k}={v}" for k, v in knobs.items()) + ")"
+
+
+def check_finite(what: str, values: Mapping[str, Any]) -> None:
+    """Refuse NaN and the infinities among values an operation hands the trainer: `nan`
+    reads as a number, and a fork or an adjustment made with it turns the weights into
+    NaN at its first step."""
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ControlError(f"{what} {key}={value}: not a finite number")
 
 
 def check_elastic(spec: JobSpec) -> None:

@@ -209,6 +209,8 @@ def test_watch_takes_a_retention_window_with_its_unit(window: str, seconds: floa
     (("fork", "job.toml", "--name", "a/b"), "--name: 'a/b' cannot name a folder"),
     (("adjust", "job.toml", "--lr-scale", "1000"),
      "--lr-scale: must be a finite factor within 0.001–100 (1 = as configured), got 1000"),
+    (("fork", "job.toml", "--set", "lr=nan"), "--set lr=nan: not a finite number"),
+    (("adjust", "job.toml", "--knob", "clip=-inf"), "--knob clip=-inf: not a finite number"),
 ])
 def test_numbers_a_run_cannot_use_are_refused_up_front(args: tuple[str, ...],
                                                        words: str) -> None:

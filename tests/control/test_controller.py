@@ -291,3 +291,14 @@ def test_what_to_do_for_a_missed_host_fits_what_the_operation_left(
     """Sending a launch or a resume again would not help (a second launch is refused while
     a part runs, a second resume finds the job running): the advice names what does."""
     assert missed_hosts_text(op, count) == advice
+
+
+def test_a_fork_or_adjustment_with_a_value_that_is_not_finite_sends_nothing() -> None:
+    """`lr=nan` reads as a number (TOML and float() both take it); the screen's fork
+    prompt and the command line both end here."""
+    links = Links()
+    with pytest.raises(ControlError, match=r"override lr=nan: not a finite number"):
+        _controller(links).fork({"lr": float("nan"), "warmup": 10})
+    with pytest.raises(ControlError, match=r"knob clip=inf: not a finite number"):
+        _controller(links).adjust(clip=float("inf"))
+    assert links.sent == []
