@@ -425,6 +425,10 @@ def parse_jobspec(text: str, source: str = "<spec>",
         raise JobSpecError(source, None, "script", "missing: name the training script "
                            "('script = \"train.py\"') or module ('module = \"pkg.train\"')")
     run_dir = path("run_dir", ...)
+    if not run_dir.startswith(("/", "~")):  # type: ignore[union-attr]
+        raise fail("run_dir", f"{run_dir!r} is relative: each host's agent would resolve it "
+                   "in whatever directory it was started from; give an absolute path (or "
+                   "~/… for each host's home)")
     resume = data.get("resume", {})
     resume_args = str_list("resume.args", resume["args"]) if "args" in resume else ()
     if resume_args and not any("{checkpoint}" in a for a in resume_args):

@@ -210,6 +210,7 @@ def test_an_integer_too_large_for_a_number_is_refused_not_a_traceback() -> None:
     ('python = ""', "python", "not be empty"),
     ('checkpoint_dir = ""', "checkpoint_dir", "must not be empty"),
     ('workdir = " "', "workdir", "must not be empty"),
+    ('run_dir = "runs/job"', "run_dir", "'runs/job' is relative"),
     ('hosts = ["a/b"]', "hosts", "cannot name a folder"),
     ("pg_timeout = 0.5", "pg_timeout", "at least 1"),
     ("pause_timeout = 0.01", "pause_timeout", "at least 0.1"),
@@ -219,6 +220,8 @@ def test_what_the_agent_would_refuse_is_refused_here_with_file_and_line(
         setting: str, field: str, what: str) -> None:
     text = MINIMAL.replace('name = "job"\n', "") if setting.startswith("name") else MINIMAL
     text = text.replace('hosts = ["gpu1"]\n', "") if setting.startswith("hosts") else text
+    text = text.replace('run_dir = "/data/runs/job"\n', "") if setting.startswith(
+        "run_dir") else text
     err = _refused(text + setting + "\n")
     assert err.field == field and err.line is not None and what in err.what, str(err)
 
