@@ -279,6 +279,10 @@ class Store:
             raise StoreError(f"no recording at {self.path}: the file does not exist")
         if read_only:
             _check_duckdb_header(self.path)
+        elif self.path.is_file() and self.path.stat().st_size == 0:
+            # An empty file (made by `touch`, or a copy that never started) holds nothing
+            # to lose; DuckDB would refuse it as "not a valid database file".
+            self.path.unlink()
         self._con = self._connect()
         try:
             if not read_only:

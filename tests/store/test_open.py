@@ -31,6 +31,14 @@ def test_new_file_gets_every_table_and_the_schema_version(tmp_store_path: Path) 
     assert versions == [(schema.SCHEMA_VERSION,)]
 
 
+def test_an_empty_file_becomes_a_new_recording(tmp_store_path: Path) -> None:
+    """`touch rec.duckdb; cockpit watch … --store rec.duckdb`: nothing in it to keep."""
+    tmp_store_path.write_bytes(b"")
+    with Store(tmp_store_path) as store:
+        store.ingest("h1", header() + trains(1, 3))
+        assert store.high_water("h1") == 3
+
+
 def test_reopening_keeps_data_and_high_water(tmp_store_path: Path) -> None:
     with Store(tmp_store_path) as store:
         store.ingest("a", header() + trains(1, 5))
