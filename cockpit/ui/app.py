@@ -137,6 +137,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.snapshot = message.snapshot
         self._last_failure = None
+        self.main_screen.failing = ""
         self.refresh_label()  # a replay pauses itself at the end: the header must say so
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen | DrillDownScreen):
@@ -158,6 +159,8 @@ class CockpitApp(ControlActions, ReplayActions, App):
                 self._last_failure = (said, now)
                 self.notify(said, title=f"{what} failed", severity="error",
                             timeout=FAILURE_TOAST_S)
+            if worker.group == "snapshot":
+                self.main_screen.failing = said
         if worker.group == "snapshot" and event.state in (
             WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
         ):

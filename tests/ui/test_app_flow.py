@@ -205,6 +205,31 @@ async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
         assert app.screen.focused.id == "progress"
 
 
+async def test_the_header_says_the_screen_is_not_updating_until_a_snapshot_works_again(
+        ) -> None:
+    """The panes keep the last snapshot that could be built and the notice goes after a
+    few seconds: without the header saying so, stale panes would read as current."""
+    failing = [True]
+
+    class Flaky(StaticSource):
+        def snapshot(self, buckets: int = 120) -> Snapshot:
+            if failing[0]:
+                raise RuntimeError("the recording r.duckdb is damaged or truncated")
+            return super().snapshot(buckets)
+
+    app = make_app(Flaky(demo_snapshot()))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        header = str(app.screen.query_one("#status-bar").render())
+        assert "job n/a │ ⚠ not updating: RuntimeError: the recording r.duckdb is damaged or " \
+            "truncated │" in header, header
+        failing[0] = False
+        app.post_message(DataArrived())
+        await settle(pilot)
+        await wait_until(pilot, lambda: "not updating" not in str(
+            app.screen.query_one("#status-bar").render()), "the header to clear")
+
+
 async def test_a_snapshot_failing_every_refresh_is_told_once_not_four_times_a_second(
         ) -> None:
     """A damaged recording fails each refresh of a playing replay the same way: one toast

@@ -36,6 +36,7 @@ class MainScreen(Screen):
     label: reactive[str] = reactive("", repaint=False)
     paused: reactive[bool] = reactive(False, repaint=False)
     replaying: reactive[bool] = reactive(False, repaint=False)
+    failing: reactive[str] = reactive("", repaint=False)
     _found: tuple[StatusBar | Pane, ...] = ()  # filled on first use once mounted
 
     def compose(self) -> ComposeResult:
@@ -76,11 +77,15 @@ class MainScreen(Screen):
     def watch_replaying(self) -> None:
         self._update_status()
 
+    def watch_failing(self) -> None:
+        self._update_status()
+
     def _update_status(self) -> None:
         for bar in self.query(StatusBar):
             bar.label = self.label
             bar.paused = self.paused
             bar.replaying = self.replaying
+            bar.failing = self.failing
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         pane = next((n for n in event.widget.ancestors_with_self if isinstance(n, Pane)), None)

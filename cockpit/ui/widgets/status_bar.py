@@ -34,6 +34,9 @@ class StatusBar(Widget):
     label: reactive[str] = reactive("")
     paused: reactive[bool] = reactive(False)
     replaying: reactive[bool] = reactive(False)
+    # Why the newest snapshot could not be built ("" when it could): the panes show the
+    # last one that could, and its notice goes after 8 s, so the header keeps saying it.
+    failing: reactive[str] = reactive("")
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._tick)
@@ -56,6 +59,8 @@ class StatusBar(Widget):
         parts.append((f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]", 0))
         if snap is not None and job_place(snap):
             parts.append((job_place(snap), 4))  # starts with a space: glued to the job
+        if self.failing:
+            parts.append((f"[$error]⚠ not updating: {escape(_short(self.failing))}[/]", 1))
         if self.replaying:
             parts.append((f"recorded {fmt.timestamp(snap.ts if snap else None)}", 2))
         else:
@@ -69,6 +74,11 @@ class StatusBar(Widget):
             parts.append(("controllable" if snap.controllable
                           else "[$text-muted]read-only[/]", 3))
         return fit_parts(parts, self.size.width or 10_000)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def fit_parts(parts: list[tuple[str, int]], width: int) -> Content:
