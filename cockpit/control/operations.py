@@ -66,7 +66,7 @@ def job_hosts(spec_path: Path, inventory_path: Path | None, extra: Sequence[str]
               ) -> tuple[JobSpec, list[HostSpec]]:  # fmt: skip
     """The checked job spec and the inventory entries of its hosts, its spares (for an
     elastic job that names none: the inventory's `spare = true` hosts) and `extra` hosts
-    (the one `scale` adds or removes).
+    (the one `scale` adds or removes, those `relaunch` excludes).
 
     Without an inventory, a host named "local" means this machine's agent.
     """
@@ -347,7 +347,11 @@ def run_operation(
     """`cockpit ACTION JOB.toml …`: 0 when every host acknowledged, 1 otherwise."""
     from cockpit.live import default_recording_path
 
-    extra = [h for h in (kw.get("add"), kw.get("remove")) if h] if action == "scale" else []
+    # Hosts beside the spec's: the one a scale adds or removes, and those a relaunch
+    # excludes (one added by an earlier scale is not in the spec, and its part must be
+    # reached to be stopped); one the inventory does not know is refused before dialling.
+    extra = ([h for h in (kw.get("add"), kw.get("remove")) if h] if action == "scale"
+             else list(kw.get("exclude", ())) if action == "relaunch" else [])
     spec, hosts = job_hosts(spec_path, inventory_path, extra)
     target = kw.pop("target", None)
     if target is not None:

@@ -125,20 +125,32 @@ def test_a_fork_target_that_is_not_a_fork_of_the_spec_job_is_refused(tmp_path: P
     assert "Traceback" not in done.stderr
 
 
-def test_scaling_a_job_that_is_not_elastic_is_refused_before_any_host_is_dialled(
-        tmp_path: Path) -> None:
-    """Its one host is not reachable: the refusal does not wait for it."""
+def _unreachable_job(tmp_path: Path) -> list[str]:
+    """A one-host job whose host (and the inventory's other, gpu2) nothing listens for:
+    the spec, inventory and recording arguments of a command on it."""
     job = tmp_path / "job.toml"
     job.write_text(f'name = "x"\nhosts = ["local"]\nnproc_per_node = 1\nscript = "t.py"\n'
                    f'run_dir = {json.dumps(str(tmp_path / "runs"))}\n')
     inventory = tmp_path / "hosts.toml"
     inventory.write_text('[[hosts]]\nname = "local"\naddress = "127.0.0.1"\nport = 1\n\n'
                          '[[hosts]]\nname = "gpu2"\naddress = "127.0.0.1"\nport = 1\n')
-    done = cockpit("scale", str(job), "--inventory", str(inventory), "--add", "gpu2",
-                   "--store", str(tmp_path / "r.duckdb"))
+    return [str(job), "--inventory", str(inventory), "--store", str(tmp_path / "r.duckdb")]
+
+
+def test_scaling_a_job_that_is_not_elastic_is_refused_before_any_host_is_dialled(
+        tmp_path: Path) -> None:
+    """Its one host is not reachable: the refusal does not wait for it."""
+    done = cockpit("scale", *_unreachable_job(tmp_path), "--add", "gpu2")
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr == ('cockpit: job x is not elastic: its spec needs nnodes = "MIN:MAX" '
                            "to add or remove hosts\n")
+
+
+def test_excluding_a_host_the_inventory_does_not_know_is_refused_before_dialling(
+        tmp_path: Path) -> None:
+    done = cockpit("relaunch", *_unreachable_job(tmp_path), "--exclude", "gX")
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.startswith("cockpit: gX: not in the inventory "), done.stderr
 
 
 def test_bad_job_spec_is_reported_with_file_and_line(tmp_path: Path) -> None:
