@@ -294,3 +294,25 @@ def test_a_write_into_a_dir_that_does_not_answer_is_an_error_naming_it(
     monkeypatch.setattr(peer_end, "_listing", lambda folder: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # a bug is the caller's to see, not a stall
         shared.look(a, 0.0)
+
+
+def test_a_new_launch_of_an_ended_job_keeps_the_generations_its_host_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The daemon makes a new ManagedJob for each launch: the old part's generation goes
+    with it into the new one's past, so the old part's markers stay an earlier part's."""
+    from agent.daemon import Daemon, DaemonConfig
+    from agent.samplers.sim import SimGpus
+
+    monkeypatch.setattr(ManagedJob, "start", lambda self, *a, op_id=None, **kw:
+                        self._started_by_operator(op_id))  # no process: the bookkeeping
+    daemon = Daemon(DaemonConfig(tmp_path / "state"), gpus=SimGpus(1), log=lambda m: None)
+    try:
+        spec = _spec(tmp_path, "b", 2)
+        first = daemon._start_job(spec, op_id="launch1-b")
+        first.state = "stopped"
+        second = daemon._start_job(spec, op_id="launch2-b")
+        assert second is not first
+        assert second.peers.generations.state() == {"current": "launch2", "past": ["launch1"]}
+    finally:
+        daemon._shutdown()
