@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=_count(1), default=3000,
                       help="training steps (default 3000)")
     demo.add_argument("--nproc", type=_count(1), default=2, help="ranks (default 2)")
+    demo.add_argument("--fault-at", type=_count(0), default=None, metavar="STEP",
+                      help="kill rank 1 with SIGKILL at this step, once, as a host's OOM "
+                      "killer would, to watch the agent recover the job from its newest "
+                      "checkpoint (default: about 40%% of --steps, between two "
+                      "checkpoints, so some steps are trained again; 0: never)")
     demo.add_argument(
         "--simulate-gpus", type=_count(0), default=None,
         help="simulated GPUs (labelled SIM); default: 2 when no NVIDIA driver is found",
@@ -336,13 +341,23 @@ def _run_app(source: Source, args: argparse.Namespace) -> None:
     app.run()
 
 
+def default_fault_step(steps: int) -> int:
+    """Where the demo's rehearsed crash comes: 40% in, halfway between two of the example
+    trainer's checkpoints (every 100 steps), so the recovery has steps to train again;
+    0 (never) for a run too short to show one."""
+    step = steps * 2 // 5 // 100 * 100 + 50
+    return step if step < steps else 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cockpit.demo import DEMO_RUNS_KEPT, DemoRun
 
     _check_ui_options(args)
 
+    fault_at = default_fault_step(args.steps) if args.fault_at is None else args.fault_at
     with DemoRun(
-        run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus
+        run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus,
+        fault_at=fault_at,
     ) as demo:
         print(f"demo run in {demo.run_root}", file=sys.stderr)
         if demo.pruned:

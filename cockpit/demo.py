@@ -106,7 +106,10 @@ class DemoRun:
     """Everything the demo starts, as one context manager."""
 
     def __init__(self, run_root: Path | None = None, steps: int = 3000, nproc: int = 2,
-                 simulate_gpus: int | None = None) -> None:
+                 simulate_gpus: int | None = None, fault_at: int = 0) -> None:
+        """`fault_at`: the step at which the last rank (rank 1 of the usual 2) is killed
+        with SIGKILL, once, as a host's OOM killer would, so that the demo shows the
+        agent recovering the job from its newest checkpoint (0: never)."""
         if importlib.util.find_spec("torch") is None:
             raise CockpitError(
                 "the demo trains a real model and needs torch on this machine: "
@@ -130,6 +133,9 @@ class DemoRun:
         self.store_path = self.run_root / RECORDING_NAME
         self.steps = steps
         self.nproc = nproc
+        if fault_at < 0:
+            raise CockpitError(f"--fault-at must be a step >= 0 (0: never), not {fault_at}")
+        self.fault_at = fault_at
         self.simulate_gpus = (0 if nvml_available() else 2) if simulate_gpus is None \
             else simulate_gpus
         self._daemon: subprocess.Popen[bytes] | None = None
@@ -159,7 +165,9 @@ class DemoRun:
             name=DEMO_JOB, hosts=(host,), nproc_per_node=self.nproc,
             python=sys.executable, script=str(trainer / "train.py"),
             args=("--config", str(trainer / "config.toml"), "--max-steps", str(self.steps),
-                  "--set", f"data.dir={self._data_dir()}"),
+                  "--set", f"data.dir={self._data_dir()}",
+                  "--set", f"fault.kill_at={self.fault_at}",
+                  "--set", f"fault.kill_rank={min(1, self.nproc - 1)}"),
             run_dir=str(self.run_dir), workdir=str(self.run_root),
             env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
             resume_args=("--resume", "{checkpoint}"),

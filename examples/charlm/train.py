@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -288,6 +289,14 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
             say(f"step {step}/{max_steps} loss {loss.item():.4f} lr {lr:.2e} "
                 f"{(now - last_print) / t['log_every'] * 1000:.1f} ms/step")  # fmt: skip
             last_print = now
+        fault = cfg["fault"]
+        if step == fault["kill_at"] > 0 and d.rank == fault["kill_rank"] and (
+                args.resume == "none"):
+            # The rehearsal of a crash: no flush, no goodbye, as the OOM killer ends a
+            # rank. The restart resumes from a checkpoint, so it does not come again.
+            print(f"[charlm] rank {d.rank}: killing itself at step {step} (fault.kill_at)",
+                  flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     rep.close()
     d.close()

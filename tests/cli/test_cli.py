@@ -247,3 +247,9 @@ def test_a_bad_theme_or_keymap_is_refused_before_anything_starts(
     line = one_clear_error(run("cockpit", *args, "--keymap", tmp_path / "missing.toml"))
     assert "missing.toml: cannot read keymap" in line
     assert not (tmp_path / "run").exists()  # the demo did not start
+
+
+def test_the_demos_crash_comes_between_two_checkpoints_or_not_at_all() -> None:
+    from cockpit.cli import default_fault_step
+
+    assert [default_fault_step(n) for n in (3000, 500, 100, 50, 1)] == [1250, 250, 50, 0, 0]

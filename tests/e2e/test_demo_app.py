@@ -4,6 +4,7 @@ steps and loss within 60 s, offers job control, and leaves no process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -93,3 +94,26 @@ def test_a_demo_ended_from_outside_leaves_no_process_behind(tmp_path: Path, how:
         for pid in pids:  # a failure must not leave them to the rest of the suite
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_demo_rehearses_a_crash_and_the_agent_recovers_from_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """`cockpit demo` kills rank 1 once, between two checkpoints (every 100 steps), as a
+    host's OOM killer would: the agent restarts the job from the newest checkpoint, and
+    the recording tells why it died and what it cost."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    recording = tmp_path / "demo" / "recording.duckdb"
+    done = subprocess.run(
+        [sys.executable, "-m", "cockpit", "demo", "--headless", "30", "--steps", "400",
+         "--fault-at", "150", "--dir", str(tmp_path / "demo")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "restart at step 100 (recovery from killed)" in done.stdout, done.stdout
+    report = subprocess.run(
+        [sys.executable, "-m", "cockpit", "report", str(recording), "--format", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    data = json.loads(report.stdout)
+    [outage] = data["interruptions"]
+    assert (outage["cause"], outage["steps_lost"], outage["restart_count"]) == ("killed", 50, 1)
+    assert outage["recovered_in"] is not None
