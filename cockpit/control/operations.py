@@ -98,7 +98,8 @@ def job_hosts(spec_path: Path, inventory_path: Path | None, extra: Sequence[str]
 
 
 def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
-                   optional: Sequence[str] = ()) -> dict[str, str]:
+                   optional: Sequence[str] = (), say: Callable[[str], None] | None = None,
+                   say_every: float = 10.0) -> dict[str, str]:
     """Block until every host streams; fail early on states only the operator can fix.
     Hosts in `optional` may stay out (a host excluded as broken, a spare that is down):
     returns those that did not connect, each with why.
@@ -106,8 +107,13 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
     Once the required hosts and at least one other stream, an optional host whose
     connection has failed (unreachable, no agent …) is not waited for until the timeout:
     a pause must not wait a minute for a host that is down (its agent follows the others'
-    pause by itself, docs/control.md), and the link keeps retrying in the background."""
-    deadline = time.monotonic() + timeout
+    pause by itself, docs/control.md), and the link keeps retrying in the background.
+
+    `say` is told every `say_every` s which hosts are still awaited and why: a command
+    that waits a minute in silence reads as hung."""
+    started = time.monotonic()
+    deadline = started + timeout
+    next_say = started + say_every
     while True:
         status = session.fleet.status()
         blocked = {h: status[h] for h in hosts if status[h].state in _HOPELESS}
@@ -131,6 +137,13 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
                 )
             return {h: status[h].state + (f" ({status[h].detail})" if status[h].detail
                                           else "") for h in waiting}  # fmt: skip
+        now = time.monotonic()
+        if say is not None and now >= next_say:
+            next_say = now + say_every
+            say("still waiting for " + "; ".join(
+                f"{h}: {status[h].state}" + (f" ({status[h].detail})" if status[h].detail
+                                             else "") for h in waiting)
+                + f" (retrying; up to {max(0.0, deadline - now):.0f} s more)")
         time.sleep(0.1)
 
 
@@ -370,7 +383,7 @@ def run_operation(
     daemons = DaemonWatch(session)
     with session:
         echo(f"connecting to {', '.join(names)} (up to {connect_timeout:g} s) …")
-        missing = wait_streaming(session, required, connect_timeout,
+        missing = wait_streaming(session, required, connect_timeout, say=echo,
                                  optional=[h for h in names if h not in required])
         by_name = {h.name: h for h in hosts}
         idle = daemons.without_daemon([h for h in names if h not in missing])

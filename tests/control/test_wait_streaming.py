@@ -38,3 +38,13 @@ def test_a_host_still_connecting_or_no_host_streaming_is_waited_for() -> None:
 def test_a_required_host_that_is_down_fails_the_command_after_the_timeout() -> None:
     with pytest.raises(CockpitError, match=r"not connected after 0\.3 s: b is unreachable"):
         wait_streaming(_session(a="streaming", b="unreachable"), ["a", "b"], 0.3)
+
+
+def test_a_long_wait_says_which_hosts_it_waits_for_and_why() -> None:
+    said: list[str] = []
+    with pytest.raises(CockpitError):
+        wait_streaming(_session(a="streaming", b="unreachable"), ["a", "b"], 1.0,
+                       say=said.append, say_every=0.3)
+    assert said and all(line.startswith(
+        "still waiting for b: unreachable (Connection refused) (retrying; up to ")
+        for line in said), said
