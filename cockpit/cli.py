@@ -13,6 +13,7 @@ import re
 import signal
 import sys
 import termios
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -472,6 +473,8 @@ def end_on_hangup() -> None:
     cockpit as ctrl-c does, through every cleanup on the way out: the recording's last
     records are committed, and the demo's agent and training processes are stopped
     (left to the default action they would run on, for days, with nobody watching)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (a caller embedding the CLI)
     for signum in (signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, _ended_by)
 
