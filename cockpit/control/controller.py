@@ -183,6 +183,9 @@ class Controller:
             return
         where = ", ".join(f"{h} ({state})" for h, state in live.items())
         idle = [h for h in self.hosts if h not in live]
+        if not idle and set(live.values()) == {"paused"}:
+            raise ControlError(f"job {self.job} is paused on {', '.join(live)}: resume it to "
+                               "go on from its checkpoint, or stop it to launch it afresh")
         if not idle:
             raise ControlError(f"job {self.job} already runs on {where}: stop it to launch "
                                "it afresh, or relaunch it to restart every part from its "

@@ -269,6 +269,9 @@ def test_a_launch_is_refused_while_some_hosts_run_the_job() -> None:
                        "gpu3, or stop the job"):
         elastic.check_launch({"gpu1": {"job": "big", "state": "running"},
                               "gpu2": {"job": "big", "state": "running"}})
+    with pytest.raises(ControlError, match=r"job big is paused on gpu1, gpu2, gpu3: resume it "
+                       r"to go on from its checkpoint, or stop it to launch it afresh"):
+        controller.check_launch({h: {"job": "big", "state": "paused"} for h in SPEC.hosts})
     # A spare in standby runs no part of its own.
     elastic.check_launch({"gpu1": {"job": "big", "state": "standby"}})
 
