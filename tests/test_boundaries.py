@@ -196,3 +196,16 @@ def test_python_carries_no_inline_css_and_no_literal_colours_in_default_css() ->
                           ast.Attribute) and target.value.attr == "styles"):
                         problems.append(f"{rel}:{node.lineno}: sets .styles.{target.attr}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_agent_parses_as_the_python_of_an_older_gpu_host() -> None:
+    """The agent runs on each GPU host's own Python, 3.8 and later: a walrus in a
+    comprehension, a parenthesised context manager or a `match` would pass every other
+    test here (3.10+) and fail there at start-up."""
+    too_new = []
+    for path in sorted((ROOT / "agent").rglob("*.py")):
+        try:
+            ast.parse(path.read_text(encoding="utf-8"), str(path), feature_version=(3, 8))
+        except SyntaxError as exc:
+            too_new.append(f"{path.relative_to(ROOT)}:{exc.lineno}: {exc.msg}")
+    assert not too_new, too_new
