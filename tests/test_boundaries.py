@@ -199,9 +199,9 @@ def test_python_carries_no_inline_css_and_no_literal_colours_in_default_css() ->
 
 
 def test_the_agent_parses_as_the_python_of_an_older_gpu_host() -> None:
-    """The agent runs on each GPU host's own Python, 3.8 and later: a walrus in a
-    comprehension, a parenthesised context manager or a `match` would pass every other
-    test here (3.10+) and fail there at start-up."""
+    """The agent runs on each GPU host's own Python, 3.8 and later: a parenthesised
+    context manager, a `match` or an `except*` would pass every other test here (3.10+)
+    and fail there at start-up."""
     too_new = []
     for path in sorted((ROOT / "agent").rglob("*.py")):
         try:
