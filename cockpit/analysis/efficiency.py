@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cockpit.analysis.ranks import RankSummary, StepSample, summarize_ranks
+from cockpit.analysis.ranks import RankSummary, StepSample, phase_totals, summarize_ranks
 from cockpit.analysis.stats import finite, median
 
 TOP_SLOWEST = 3
@@ -51,15 +51,8 @@ def _rate(rows: Sequence[StepSample], attr: str) -> float | None:
 
 
 def _pct(rows: Sequence[StepSample], attr: str) -> float | None:
-    part = total = 0.0
-    seen = False
-    for s, p in zip(rows, [getattr(s, attr) for s in rows], strict=True):
-        t = s.step_time
-        if p is not None and t is not None and t > 0:
-            part += p
-            total += t
-            seen = True
-    return 100.0 * part / total if seen and total > 0 else None
+    totals = phase_totals(rows, attr)
+    return None if totals is None else 100.0 * totals[0] / totals[1]
 
 
 def compute_efficiency(

@@ -44,15 +44,28 @@ class RankSummary:
     steps: int
 
 
-def _share(part: list[float | None], whole: list[float | None]) -> float | None:
-    num = den = 0.0
-    seen = False
-    for p, w in zip(part, whole, strict=True):
-        if p is not None and w is not None and w > 0:
-            num += p
-            den += w
-            seen = True
-    return num / den if seen and den > 0 else None
+def phase_totals(steps: Sequence[StepSample], attr: str) -> tuple[float, float] | None:
+    """(time in phase `attr`, step time) summed over the steps of the ranks that time
+    that phase, or None when none does.
+
+    A trainer's `Reporter` leaves a phase out of a step that did not enter it: a rank
+    that times communication only on the steps that broadcast its controls (every tenth
+    step) spent no time in it on the others. Dividing by the step time of the timed steps
+    alone made that a share of a few steps, several times the job's.
+    """
+    timed = {s.rank for s in steps if getattr(s, attr) is not None}
+    part = whole = 0.0
+    for s in steps:
+        t = s.step_time
+        if s.rank in timed and t is not None and t > 0:
+            part += getattr(s, attr) or 0.0
+            whole += t
+    return (part, whole) if timed and whole > 0 else None
+
+
+def _share(rows: Sequence[StepSample], attr: str) -> float | None:
+    totals = phase_totals(rows, attr)
+    return None if totals is None else totals[0] / totals[1]
 
 
 def summarize_ranks(steps: Sequence[StepSample]) -> list[RankSummary]:
@@ -75,8 +88,8 @@ def summarize_ranks(steps: Sequence[StepSample]) -> list[RankSummary]:
                 host=rows[-1].host,
                 step_time=median(times),
                 own_time=median(own) if own else median(times),
-                data_share=_share([s.data_time for s in rows], walls),
-                comm_share=_share(comms, walls),
+                data_share=_share(rows, "data_time"),
+                comm_share=_share(rows, "comm_time"),
                 last_step=max(s.step for s in rows),
                 steps=len(rows),
             )

@@ -104,3 +104,18 @@ def test_unexplained_stall_says_so() -> None:
     v = detect_stall(since_last_step=600.0, recent_wall_times=[1.0] * 10,
                      ranks=summarize_ranks(_steps()))
     assert v.stalled and v.cause is None and "job log" in (v.detail or "")
+
+
+def test_a_phase_timed_on_some_steps_is_a_share_of_every_step() -> None:
+    """A rank that waits 0.5 s on one step in ten (a control broadcast) spends 5% of its
+    time communicating, not the 50% of the steps that timed it."""
+    rows = [StepSample(rank=rank, host="a", step=step, step_time=1.0, data_time=0.02,
+                       compute_time=0.98 if step % 10 else 0.48,
+                       comm_time=None if step % 10 else 0.5)
+            for step in range(1, 21) for rank in range(2)]
+    eff = compute_efficiency(rows)
+    assert eff.comm_pct == pytest.approx(5.0)
+    assert eff.data_wait_pct == pytest.approx(2.0)
+    assert [r.comm_share for r in eff.ranks] == pytest.approx([0.05, 0.05])
+    # A trainer that times no phase has no share to show.
+    assert compute_efficiency([r._replace(comm_time=None) for r in rows]).comm_pct is None

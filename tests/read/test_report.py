@@ -240,3 +240,27 @@ def test_the_report_names_when_the_run_it_reports_started(recorded_store: Path) 
     text = render_report(recorded_store)
     assert re.search(r"run started +\d{4}-\d\d-\d\d", text), text
     assert re.search(r"first launch +\d{4}-\d\d-\d\d", text), text
+
+
+def test_the_recorded_runs_time_shares_are_of_all_its_recent_steps(recorded_store: Path) -> None:
+    """The example trainer times communication only on the steps that broadcast its
+    controls: its share is of the recent steps' whole time, as the raw records add up."""
+    import gzip
+
+    from cockpit.train_tail import steps_per_rank
+    from tests.harness.recording import RECORDING
+    from tests.ui.recorded import recording_facts
+
+    facts = recording_facts()
+    with gzip.open(RECORDING, "rt", encoding="utf-8") as journal:
+        train = [r for r in map(json.loads, journal) if r["t"] == "train"]
+    newest = {}  # (rank, step) -> its newest run's record
+    for r in sorted(train, key=lambda r: r["ts"]):
+        if r["step"] > facts.last_step - steps_per_rank(facts.world_size):
+            newest[r["rank"], r["step"]] = r
+    whole = sum(r["step_time"] for r in newest.values())
+    assert any(r["comm_time"] is None for r in newest.values())
+    efficiency = json.loads(render_report(recorded_store, fmt="json"))["efficiency"]
+    for name, field in (("comm_pct", "comm_time"), ("data_wait_pct", "data_time")):
+        part = sum(r[field] or 0.0 for r in newest.values())
+        assert efficiency[name] == pytest.approx(100 * part / whole), name
