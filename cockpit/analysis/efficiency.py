@@ -4,7 +4,8 @@ Throughput is summed per rank (each rank's samples over its own step time) so a 
 that cuts a step in half on some ranks does not bias it. MFU follows the usual
 definition, achieved FLOP/s over the peak of all devices:
 ``flops_per_step * steps_per_second / (peak_flops * n_gpus)``, with `flops_per_step`
-the FLOPs of one global optimizer step and `peak_flops` per device.
+the FLOPs of one global optimizer step, `peak_flops` per device and `steps_per_second`
+the steps done per second of wall time (the mean step's rate).
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cockpit.analysis.ranks import RankSummary, StepSample, phase_totals, summarize_ranks
+from cockpit.analysis.ranks import (
+    RankSummary,
+    StepSample,
+    phase_totals,
+    step_wall_times,
+    summarize_ranks,
+)
 from cockpit.analysis.stats import finite, median
 
 TOP_SLOWEST = 3
@@ -70,7 +77,11 @@ def compute_efficiency(
     if not ranks:
         return EfficiencyFigures(gpu_busy=busy)
     wall = median([r.step_time for r in ranks])
-    speed = 1.0 / wall if wall > 0 else None
+    # Achieved FLOP/s are of the job's wall time, its slow steps (checkpoints,
+    # evaluations) included: the mean step's rate, as its throughput and ETA read it,
+    # not the median step's, which left them out and overstated MFU.
+    walls = [t for t in step_wall_times(steps) if t > 0]
+    speed = len(walls) / sum(walls) if walls else None
     own = [r.own_time for r in ranks]
     own_mid = median(own)
     spread = (max(own) - min(own)) / own_mid if len(ranks) > 1 and own_mid > 0 else None

@@ -119,3 +119,13 @@ def test_a_phase_timed_on_some_steps_is_a_share_of_every_step() -> None:
     assert [r.comm_share for r in eff.ranks] == pytest.approx([0.05, 0.05])
     # A trainer that times no phase has no share to show.
     assert compute_efficiency([r._replace(comm_time=None) for r in rows]).comm_pct is None
+
+
+def test_mfu_is_of_the_achieved_rate_slow_steps_included() -> None:
+    """One step in ten takes 1.9 s (a checkpoint): the job does 10 steps in 10.9 s, and
+    MFU counts the FLOPs of those 10 steps over that time, not over 10 median steps."""
+    rows = [s._replace(step_time=1.9) if s.step % 10 == 9 else s for s in _steps(n=20)]
+    eff = compute_efficiency(rows, flops_per_step=4e14, peak_flops=1e15, n_gpus=4)
+    assert eff.steps_per_s == pytest.approx(10 / 10.9)
+    assert eff.mfu == pytest.approx(0.1 * 10 / 10.9)
+    assert eff.step_time_median == pytest.approx(1.0)
