@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
-from cockpit.analysis.lifecycle import current_run_started
+from cockpit.analysis.lifecycle import current_run_started, process_starts
 from cockpit.analysis.text import duration, ended_text, failed_restarts_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
@@ -125,6 +125,7 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         interruptions=len(snap.health.interruptions),
         observed_seconds=observed_seconds(
             lifecycle, snap.job or "", run.get("started") or first or snap.ts, snap.ts),
+        starts=process_starts(lifecycle, snap.job),
     )
     return {
         "report_version": REPORT_VERSION,

@@ -46,6 +46,7 @@ from cockpit.analysis.lifecycle import (
     gave_up,
     hosts_given_up,
     paused,
+    process_starts,
     running_seconds,
 )
 from cockpit.analysis.lr import lr_looks_too_high
@@ -887,6 +888,7 @@ def build_snapshot(
             checkpoint_ts=[c["ts"] for c in checkpoints],
             interruptions=len(health.interruptions),
             observed_seconds=observed_seconds(lifecycle, job, started or first or at, at),
+            starts=process_starts(lifecycle, job),
         )
         health = dataclasses.replace(health, checkpoint_advice=advice.text)
     events = reader.memo(

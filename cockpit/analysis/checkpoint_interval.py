@@ -48,7 +48,9 @@ def _check(cost: float, mtbf: float) -> None:
 # recording: after a relaunch with another `checkpoint.every` (or a first run of the job
 # that checkpointed ten times as often) the whole run's median keeps the old cadence for
 # as long again, and the advice then compares the optimum with what the job no longer
-# does. Nine gaps: a pause's or a "checkpoint now" request's extra one does not move it.
+# does. Nine gaps: a "checkpoint now" request's extra one does not move it. A gap across
+# a start of the job's processes (a recovery, a resume) is no gap of the cadence at all:
+# it holds the outage or the pause, and with few checkpoints seen it set "now every".
 RECENT_GAPS = 9
 
 
@@ -68,15 +70,17 @@ def advise(
     checkpoint_ts: Sequence[float],
     interruptions: int,
     observed_seconds: float,
+    starts: Sequence[float] = (),
 ) -> CheckpointAdvice:
-    """Advice from what the recording shows.
+    """Advice from what the recording shows; `starts`: when the job's processes started.
 
     M is the observed run time divided by the interruptions seen. With none seen yet, the
     run time itself is a lower bound on M, so the advice is a lower bound on the interval.
     """
     costs = [c for c in finite(checkpoint_seconds) if c > 0]
     stamps = sorted(checkpoint_ts)
-    gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a][-RECENT_GAPS:]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)
+            if b > a and not any(a < s < b for s in starts)][-RECENT_GAPS:]
     current = median(gaps) if gaps else None
     cost = median(costs) if costs else None
     if cost is None:

@@ -157,6 +157,13 @@ def _given_up(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 STARTING_KINDS = frozenset({"job_started", "resume"})
 
 
+def process_starts(events: Iterable[Mapping[str, Any]], job: str | None) -> list[float]:
+    """When `job`'s processes started or resumed: a stretch of time across one of these
+    holds an outage or a pause, not only training."""
+    return [float(e["ts"]) for e in events
+            if e.get("job") == job and e.get("kind") in STARTING_KINDS and e.get("ts")]
+
+
 def running_seconds(events: Iterable[Mapping[str, Any]], *, since: float,
                     until: float) -> float | None:
     """How long the job's processes ran between `since` and `until`, from its lifecycle

@@ -95,3 +95,13 @@ def test_mtbf_run_time_of_a_job_running_at_the_end_or_before_the_first_event() -
     assert running_seconds([], since=0.0, until=40.0) is None
     failed_pause = [_event(0.0, "job_started"), _event(5.0, "pause", ok=False)]
     assert running_seconds(failed_pause, since=0.0, until=40.0) == pytest.approx(40.0)
+
+
+def test_now_every_leaves_out_a_gap_across_a_restart() -> None:
+    """Checkpoints every 600 s; the job failed after the second and its recovery started
+    at t=1500: the gap from 1200 to the recovered run's first one (2100) holds the
+    outage, not the job's cadence."""
+    a = advise(checkpoint_seconds=[10.0] * 4, checkpoint_ts=[600.0, 1200.0, 2100.0, 2700.0],
+               interruptions=1, observed_seconds=2400.0, starts=[0.0, 1500.0])
+    assert a.current_interval_s == pytest.approx(600.0)
+    assert a.text.endswith("now every 10 min")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ from cockpit.report import REPORT_VERSION, render_report, sparkline
 from cockpit.source import build_snapshot
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
+from tests.harness.recording import RECORDING
 from tests.read import synthetic as syn
 
 TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "jobs", "run",
@@ -245,10 +247,7 @@ def test_the_report_names_when_the_run_it_reports_started(recorded_store: Path) 
 def test_the_recorded_runs_time_shares_are_of_all_its_recent_steps(recorded_store: Path) -> None:
     """The example trainer times communication only on the steps that broadcast its
     controls: its share is of the recent steps' whole time, as the raw records add up."""
-    import gzip
-
     from cockpit.train_tail import steps_per_rank
-    from tests.harness.recording import RECORDING
     from tests.ui.recorded import recording_facts
 
     facts = recording_facts()
@@ -264,3 +263,20 @@ def test_the_recorded_runs_time_shares_are_of_all_its_recent_steps(recorded_stor
     for name, field in (("comm_pct", "comm_time"), ("data_wait_pct", "data_time")):
         part = sum(r[field] or 0.0 for r in newest.values())
         assert efficiency[name] == pytest.approx(100 * part / whole), name
+
+
+def test_the_recorded_runs_checkpoint_cadence_leaves_out_its_outage(
+        recorded_store: Path) -> None:
+    """The recorded run checkpointed at steps 100 and 200, was killed, and after its
+    recovery at step 300: the time from 200 to 300 holds the outage, so its cadence is
+    the one gap between checkpoints of the same run."""
+    from tests.ui.recorded import recording_facts
+
+    facts = recording_facts()
+    with gzip.open(RECORDING, "rt", encoding="utf-8") as journal:
+        saved = [r["ts"] for r in map(json.loads, journal)
+                 if r["t"] == "event" and r["kind"] == "checkpoint_saved"]
+    assert facts.checkpoint_steps == (100, 200, 300) and facts.restarted_ts is not None
+    assert saved[1] < facts.restarted_ts < saved[2]
+    checkpoint = json.loads(render_report(recorded_store, fmt="json"))["checkpoint"]
+    assert checkpoint["current_interval_s"] == pytest.approx(saved[1] - saved[0])
