@@ -288,11 +288,13 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
 
 
 def _unrecovered(item: dict[str, Any], d: dict[str, Any]) -> str:
-    """Only the newest interruption of a job still recovering may yet recover."""
+    """Only the newest interruption of a job still recovering may yet recover: its
+    agent waits to restart it (recovering) or has restarted it and waits for its first
+    step (starting; an operator's start would have ended the outage instead)."""
     if item.get("ended_by"):
         return f"no: {ended_text(item['ended_by'])}"
     newest = max(d["interruptions"], key=lambda i: i["detected_at"])
-    if item is newest and d["progress"]["state"] == "recovering":
+    if item is newest and d["progress"]["state"] in ("recovering", "starting"):
         return "not yet"
     if item is newest and d["progress"]["state"] == "failed":
         return "no: the agent stopped retrying"

@@ -280,3 +280,18 @@ def test_the_recorded_runs_checkpoint_cadence_leaves_out_its_outage(
     assert saved[1] < facts.restarted_ts < saved[2]
     checkpoint = json.loads(render_report(recorded_store, fmt="json"))["checkpoint"]
     assert checkpoint["current_interval_s"] == pytest.approx(saved[1] - saved[0])
+
+
+def test_an_outage_whose_restart_has_begun_is_not_yet_recovered(recorded_store: Path) -> None:
+    """Between the recorded run's restart by its agent and its first step the job is
+    starting again: the interruption is not recovered yet, not "no"."""
+    from tests.ui.recorded import recording_facts
+
+    facts = recording_facts()
+    assert facts.restarted_ts is not None
+    first_after = min(ts for ts, _ in facts.train_times if ts > facts.restarted_ts)
+    at = (facts.restarted_ts + first_after) / 2
+    report = json.loads(render_report(recorded_store, fmt="json", until_ts=at))
+    assert report["progress"]["state"] == "starting"
+    text = render_report(recorded_store, until_ts=at)
+    assert re.search(r"UTC +killed +\S+ +not yet +n/a", text), text
