@@ -40,8 +40,10 @@ keys may be added):
                      last_seen, gpus: [{index, name, online, simulated, util, temp, power,
                      power_limit, mem_used, mem_total, ecc_unc, xid, throttle}]}]}
     interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
-                      hosts, failed_restarts, ended_by}] — one per failure: the host that
-                      failed first, then the peers that saw it fail; failed_restarts: the
+                      hosts, failed_restarts, ended_by, detection_latency}] — one per
+                      failure: the host that failed first, then the peers that saw it
+                      fail; detection_latency: s from the failure to detected_at (a hang
+                      is seen only once its silence outlasts the limit); failed_restarts: the
                       causes of restarts that died before their first step; ended_by: of
                       one not recovered but over, "pause", "stop", "launch", "resume",
                       "relaunch" (the operator's) or "peer" (another host's part ended)
@@ -64,7 +66,7 @@ from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.lifecycle import current_run_started, process_starts
-from cockpit.analysis.text import duration, ended_text, failed_restarts_text
+from cockpit.analysis.text import duration, failed_restarts_text, unrecovered_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
 from cockpit.snapshot import Snapshot
@@ -288,17 +290,9 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
 
 
 def _unrecovered(item: dict[str, Any], d: dict[str, Any]) -> str:
-    """Only the newest interruption of a job still recovering may yet recover: its
-    agent waits to restart it (recovering) or has restarted it and waits for its first
-    step (starting; an operator's start would have ended the outage instead)."""
-    if item.get("ended_by"):
-        return f"no: {ended_text(item['ended_by'])}"
+    """Only the newest interruption of a job still recovering may yet recover."""
     newest = max(d["interruptions"], key=lambda i: i["detected_at"])
-    if item is newest and d["progress"]["state"] in ("recovering", "starting"):
-        return "not yet"
-    if item is newest and d["progress"]["state"] == "failed":
-        return "no: the agent stopped retrying"
-    return "no"
+    return unrecovered_text(item.get("ended_by"), item is newest, d["progress"]["state"])
 
 
 def _title(d: dict[str, Any]) -> str:
@@ -422,9 +416,10 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     )
     health_rows: Rows = [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")]
     interruptions: Table = (
-        ("detected", "cause", "hosts", "down (failure to next step)", "steps lost",
-         "restarts"),
-        [(_when(i["detected_at"]), i["cause"], ", ".join(i["hosts"]) or NA,
+        ("detected", "after failure", "cause", "hosts", "down (failure to next step)",
+         "steps lost", "restarts"),
+        [(_when(i["detected_at"]), duration(i["detection_latency"]), i["cause"],
+          ", ".join(i["hosts"]) or NA,
           duration(i["recovered_in"]) if i["recovered_in"] is not None
           else _unrecovered(i, d),
           _num(i["steps_lost"]), _num(i["restart_count"]) + (

@@ -153,6 +153,9 @@ class Interruption:
     # Not recovered but over: "pause", "stop", "launch", "resume", "relaunch" (the
     # operator's) or "peer" (another host's part ended); `ended_text` says it.
     ended_by: str | None = None
+    # s from the failure to its detection: a crash is seen within a look, a hang only
+    # once its silence outlasts the limit, so `detected_at` can be long after the failure.
+    detection_latency: float | None = None
 
 
 @dataclass(frozen=True)

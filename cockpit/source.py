@@ -676,6 +676,7 @@ def _health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]
                 hosts=tuple(i.get("hosts") or ((i["host"],) if i.get("host") else ())),
                 failed_restarts=tuple(i.get("failed_restarts") or ()),
                 ended_by=i.get("ended_by"),
+                detection_latency=i.get("detection_latency"),
             )
             for i in interruptions if i.get("detected_at") is not None
         ),

@@ -43,6 +43,24 @@ def ended_text(ended_by: str) -> str:
     return f"ended by {ENDED_BY.get(ended_by, ended_by)}"
 
 
+# Job states in which the newest outage may still recover: its agent waits to restart it,
+# or has restarted it and waits for the first step (an operator's start would have ended
+# the outage instead).
+RECOVERING_STATES = frozenset({"recovering", "starting"})
+
+
+def unrecovered_text(ended_by: str | None, newest: bool, state: str) -> str:
+    """Why an outage has no recovery time, said alike by the screen and the report: it
+    was ended otherwise, its restart is under way, or the agent gave up on it."""
+    if ended_by:
+        return ended_text(ended_by)
+    if newest and state in RECOVERING_STATES:
+        return "not recovered yet"
+    if newest and state == "failed":
+        return "not recovered: the agent stopped retrying"
+    return "not recovered"
+
+
 def failed_restarts_text(causes: Sequence[str]) -> str:
     """"1 failed: nccl": the restarts of one outage that died before their first step
     (often a peer's rendezvous failing while the group re-forms)."""

@@ -294,4 +294,4 @@ def test_an_outage_whose_restart_has_begun_is_not_yet_recovered(recorded_store: 
     report = json.loads(render_report(recorded_store, fmt="json", until_ts=at))
     assert report["progress"]["state"] == "starting"
     text = render_report(recorded_store, until_ts=at)
-    assert re.search(r"UTC +killed +\S+ +not yet +n/a", text), text
+    assert re.search(r"UTC +\S+ +killed +\S+ +not recovered yet +n/a", text), text

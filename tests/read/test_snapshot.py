@@ -253,7 +253,7 @@ def test_a_job_the_agent_gave_up_on_is_not_promised_a_restart(tmp_path: Path) ->
     alert = next(a for a in snap.alerts if a.code == "job_interrupted")
     assert "the agent stopped retrying: it stays down" in alert.what
     assert "restarts it" not in alert.hint
-    assert "no: the agent stopped retrying" in render_report(path)
+    assert "not recovered: the agent stopped retrying" in render_report(path)
 
 
 def _started(seq: int, reason: str, ts: float) -> bytes:

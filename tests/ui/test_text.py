@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -279,6 +280,25 @@ def test_an_outage_the_operator_ended_reads_as_over_not_as_unrecovered() -> None
     down = interruption_line(Interruption(cause="killed", detected_at=0.0, recovered_in=None,
                                           steps_lost=None))
     assert "not recovered" in down
+
+
+def test_an_outage_being_restarted_reads_as_not_yet_recovered_on_the_screen_too() -> None:
+    """The report says the same ("not recovered yet"); only the newest outage of a job
+    whose agent is restarting it may still recover."""
+    item = Interruption(cause="killed", detected_at=0.0, recovered_in=None, steps_lost=None)
+    assert "[$warning]not recovered yet[/]" in interruption_line(item, True, "starting")
+    assert "[$error]not recovered[/]" in interruption_line(item, False, "starting")
+    assert "not recovered: the agent stopped retrying" in interruption_line(item, True, "failed")
+
+
+def test_a_hang_says_how_long_after_the_failure_it_was_seen() -> None:
+    """A hang is detected once its silence outlasts the limit: the time shown is the
+    detection's, minutes after the failure the down time counts from."""
+    hang = Interruption(cause="hang", detected_at=0.0, recovered_in=200.0, steps_lost=3,
+                        detection_latency=150.0)
+    assert "hang (seen 2m 30s after it) · recovered, down 3m 20s" in interruption_line(hang)
+    crash = dataclasses.replace(hang, cause="killed", detection_latency=1.2)
+    assert "seen" not in interruption_line(crash)
 
 
 def test_a_link_closed_at_the_end_of_a_recording_is_no_fault() -> None:

@@ -30,6 +30,7 @@ class HealthPane(Pane):
         log = self.query_one(InterruptionLog)
         log.interruptions = health.interruptions
         log.advice = health.checkpoint_advice
+        log.job_state = snapshot.progress.state
 
     def summary(self, snapshot: Snapshot) -> str:
         health = snapshot.health

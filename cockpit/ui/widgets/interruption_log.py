@@ -6,7 +6,12 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from cockpit.analysis.text import ended_text, failed_restarts_text
+from cockpit.analysis.text import (
+    RECOVERING_STATES,
+    ended_text,
+    failed_restarts_text,
+    unrecovered_text,
+)
 from cockpit.snapshot import Interruption
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.pane import update_text
@@ -14,7 +19,15 @@ from cockpit.ui.widgets.pane import update_text
 SHOWN = 5
 
 
-def interruption_line(item: Interruption) -> str:
+# s from a failure to its detection from which the line says it: a crash is seen within
+# a look (a second or two, not worth the room); a hang only once its silence outlasts the
+# limit, and then the time shown, the detection's, is long after the failure.
+SHOW_LATENCY_S = 10.0
+
+
+def interruption_line(item: Interruption, newest: bool = False, state: str = "") -> str:
+    """`newest` and the job's `state` tell whether an outage without a recovery may yet
+    recover (its restart under way) or will not (the agent gave up)."""
     # The time shown is when the failure was detected; the agent counts the time down
     # from the failure itself (a hang: its last step) to the first new step.
     if item.recovered_in is not None:
@@ -22,10 +35,15 @@ def interruption_line(item: Interruption) -> str:
     elif item.ended_by is not None:
         recovered = f"[$text-muted]{escape(ended_text(item.ended_by))}[/]"
     else:
-        recovered = "[$error]not recovered[/]"
+        said = unrecovered_text(None, newest, state)
+        colour = "$warning" if state in RECOVERING_STATES and newest else "$error"
+        recovered = f"[{colour}]{escape(said)}[/]"
     lost = fmt.na(item.steps_lost, "{:,}")
-    line = f"{fmt.clock(item.detected_at)} {escape(item.cause)}{escape(where_text(item))} · " \
-        f"{recovered} · {lost} steps lost"
+    latency = item.detection_latency
+    seen = (f" (seen {fmt.duration(latency)} after it)"
+            if latency is not None and latency >= SHOW_LATENCY_S else "")
+    line = f"{fmt.clock(item.detected_at)} {escape(item.cause)}{escape(where_text(item))}" \
+        f"{seen} · {recovered} · {lost} steps lost"
     if item.restart_count is not None:
         line += f" · restart #{item.restart_count}"
     if item.failed_restarts:
@@ -42,13 +60,13 @@ def where_text(item: Interruption) -> str:
                                      if peers else "")
 
 
-def log_markup(items: tuple[Interruption, ...]) -> str:
+def log_markup(items: tuple[Interruption, ...], state: str = "") -> str:
     if not items:
         return "interruptions: [$success]none[/]"
     newest = sorted(items, key=lambda i: i.detected_at, reverse=True)[:SHOWN]
     more = len(items) - len(newest)
     lines = [f"interruptions: {len(items)}" + (f" ({more} older not shown)" if more else "")]
-    lines += [interruption_line(i) for i in newest]
+    lines += [interruption_line(item, n == 0, state) for n, item in enumerate(newest)]
     return "\n".join(lines)
 
 
@@ -58,9 +76,10 @@ class InterruptionLog(Static):
     # Repainted by `update_text` when the text changes, not on every new value.
     interruptions: reactive[tuple[Interruption, ...]] = reactive((), repaint=False)
     advice: reactive[str | None] = reactive(None, repaint=False)
+    job_state: reactive[str] = reactive("", repaint=False)  # whether the newest may recover
 
     def _render_log(self) -> None:
-        text = log_markup(self.interruptions)
+        text = log_markup(self.interruptions, self.job_state)
         if self.advice:
             text += f"\n[dim]checkpoints:[/] {escape(self.advice)}"
         update_text(self, text)
@@ -69,4 +88,7 @@ class InterruptionLog(Static):
         self._render_log()
 
     def watch_advice(self, advice: str | None) -> None:
+        self._render_log()
+
+    def watch_job_state(self, state: str) -> None:
         self._render_log()
