@@ -166,6 +166,7 @@ class Reporter:
         self._stage: Optional[str] = None
         self._last_step: Any = None
         self._prev_perf = _perf()
+        self._stepped = False  # no step yet: the first has no step time of its own
         self._declared: Dict[str, Any] = {}
         self._warned: Set[str] = set()
         self._dropped = 0
@@ -220,8 +221,11 @@ class Reporter:
         """Record one optimizer step. Values may be tensors: they are read later, off-thread.
 
         A tensor passed here must not be modified in place afterwards (pass a fresh loss,
-        not a running accumulator). `step_time` is the wall time since the previous call
-        (since the Reporter was created, for the first one).
+        not a running accumulator). `step_time` is the wall time since the previous call;
+        the first step of a process has none (null): the time since the Reporter was
+        created is start-up (data, a checkpoint's load, a first evaluation, compilation),
+        and counted as a step it would stretch the ETA and thin the throughput for every
+        step of the window after each start and restart.
         """
         phases = self._phases
         if phases is not None:
@@ -711,8 +715,9 @@ class Reporter:
     def _train_record(self, item: tuple) -> Optional[Dict[str, Any]]:
         (_k, perf, wall, step, loss, lr, samples, tokens, loss_scale, grad_norm, epoch, stage,
          phases, extra) = item  # fmt: skip
-        step_time = perf - self._prev_perf
+        step_time = perf - self._prev_perf if self._stepped else None
         self._prev_perf = perf
+        self._stepped = True
         step_value = self._record_step("train", step)
         if step_value is None:
             return None
