@@ -199,6 +199,12 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
                        help="hosts file (without it, a host named 'local' is this machine)")
         p.add_argument("--store", type=Path, default=None,
                        help="recording to append to (default: one per job)")
+        p.add_argument("--connect-timeout", type=_positive_float, default=60.0,
+                       metavar="SECONDS", help="how long to wait for the hosts to connect "
+                       "(default 60)")
+        p.add_argument("--ack-timeout", type=_positive_float, default=120.0,
+                       metavar="SECONDS", help="how long to wait for each host's answer "
+                       "(default 120)")
         _ssh_options(p)
         if action not in ("launch", "fork"):
             p.add_argument("--fork-of-job", dest="target", metavar="FORK", default=None,
@@ -292,7 +298,9 @@ def _cmd_job(args: argparse.Namespace) -> int:
     if target is not None:
         kw["target"] = target
     return run_operation(args.command, args.job, inventory_path=args.inventory,
-                         store_path=args.store, options=options, **kw)
+                         store_path=args.store, options=options,
+                         connect_timeout=args.connect_timeout, ack_timeout=args.ack_timeout,
+                         **kw)
 
 
 def _build_app(source: Source, args: argparse.Namespace) -> CockpitApp:

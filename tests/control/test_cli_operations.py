@@ -160,3 +160,10 @@ def test_bad_job_spec_is_reported_with_file_and_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"{job}:3" in done.stderr and "nproc_per_node" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_connect_timeout_bounds_the_wait_for_a_host_that_is_down(tmp_path: Path) -> None:
+    done = cockpit("pause", *_unreachable_job(tmp_path), "--connect-timeout", "1.5")
+    assert done.returncode == 2, done
+    assert "connecting to local (up to 1.5 s)" in done.stdout, done.stdout
+    assert "pause of job x not sent to local" in done.stderr, done.stderr
