@@ -386,6 +386,11 @@ def run_operation(
         missing = wait_streaming(session, required, connect_timeout, say=echo,
                                  optional=[h for h in names if h not in required])
         by_name = {h.name: h for h in hosts}
+        if missing and all(h in missing for h in names):
+            raise CockpitError(
+                f"no host of job {spec.name} is connected after {connect_timeout:g} s ("
+                + "; ".join(f"{h}: {why}" for h, why in missing.items())
+                + f"): nothing was sent; the {action} needs at least one")
         idle = daemons.without_daemon([h for h in names if h not in missing])
         blocked = [h for h in idle if h in required]
         if blocked:

@@ -166,4 +166,7 @@ def test_the_connect_timeout_bounds_the_wait_for_a_host_that_is_down(tmp_path: P
     done = cockpit("pause", *_unreachable_job(tmp_path), "--connect-timeout", "1.5")
     assert done.returncode == 2, done
     assert "connecting to local (up to 1.5 s)" in done.stdout, done.stdout
-    assert "pause of job x not sent to local" in done.stderr, done.stderr
+    assert done.stderr.startswith("cockpit: no host of job x is connected after 1.5 s (local: "
+                                  "unreachable"), done.stderr
+    assert done.stderr.rstrip().endswith("nothing was sent; the pause needs at least one")
+    assert "Ask rank 0" not in done.stdout  # no description of what is not done
