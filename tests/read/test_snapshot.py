@@ -316,22 +316,37 @@ def _alert_codes(path: Path, until_ts: float | None = None) -> set[str]:
     return {a.code for a in snap.alerts}
 
 
+def _alert_across_starts(tmp_path: Path, alerting: str,
+                         alert: tuple[str, str, int | None, str],
+                         other_start: tuple[str, str, float], restarted: str
+                         ) -> tuple[Path, float]:
+    """An agent's alert (code, kind, rank, what; 1 s past the last step) on host
+    `alerting`, then another host's start (host, reason, seconds past the last step): the
+    alert stands; then `restarted`'s relaunch 3 s past the last step: it is over. Returns
+    the recording and the last step's time, for what a test checks beyond that."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    code = alert[0]
+    with Store(path) as store:
+        store.ingest(alerting, _agent_alert(*alert, last + 1))
+        host, reason, after = other_start
+        store.ingest(host, _started(10**6, reason, last + after))
+    assert code in _alert_codes(path)
+    with Store(path) as store:
+        store.ingest(restarted, _started(10**6 + 1, "relaunch", last + 3))
+    assert code not in _alert_codes(path)
+    return path, last
+
+
 def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
         tmp_path: Path) -> None:
     """The agent gave up and said so (critical); the operator fixed the job and
     relaunched it: it trains again, so the alert is over. A peer host's own recovery
     restart after the alert does not end it."""
-    path = syn.write_recording(tmp_path / "r.duckdb")
-    last = syn.step_ts(syn.STEPS - 1)
-
-    with Store(path) as store:
-        store.ingest("node-a", _agent_alert("recovery_stopped", "parameter", 0,
-                                            "job job-1 stopped after user_code", last + 1))
-        store.ingest("node-b", _started(10**6, "recovery", last + 2))
-    assert "recovery_stopped" in _alert_codes(path)
-    with Store(path) as store:
-        store.ingest("node-a", _started(10**6 + 1, "relaunch", last + 3))
-    assert "recovery_stopped" not in _alert_codes(path)
+    path, last = _alert_across_starts(
+        tmp_path, "node-a",
+        ("recovery_stopped", "parameter", 0, "job job-1 stopped after user_code"),
+        ("node-b", "recovery", 2.0), "node-a")
     assert "recovery_stopped" in _alert_codes(path, until_ts=last + 2.5)
 
 
@@ -340,17 +355,10 @@ def test_a_launch_failed_alert_ends_when_that_hosts_part_starts_again(
     """node-b's launch failed (its run dir was broken) while node-a's part of the same
     relaunch started, after it: the job failed, and the alert stays. Once the operator
     fixed node-b and relaunched, node-b's part starts and the alert is over."""
-    path = syn.write_recording(tmp_path / "r.duckdb")
-    last = syn.step_ts(syn.STEPS - 1)
-
-    with Store(path) as store:
-        store.ingest("node-b", _agent_alert("launch_failed", "resource", None,
-                                            "job job-1: cannot prepare its run dir", last + 1))
-        store.ingest("node-a", _started(10**6, "relaunch", last + 1.5))
-    assert "launch_failed" in _alert_codes(path)
-    with Store(path) as store:
-        store.ingest("node-b", _started(10**6 + 1, "relaunch", last + 3))
-    assert "launch_failed" not in _alert_codes(path)
+    _alert_across_starts(
+        tmp_path, "node-b",
+        ("launch_failed", "resource", None, "job job-1: cannot prepare its run dir"),
+        ("node-a", "relaunch", 1.5), "node-b")
 
 
 def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
