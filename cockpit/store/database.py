@@ -49,7 +49,14 @@ import duckdb
 from agent.protocol import PROTOCOL_VERSION
 from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
 from cockpit.store import schema
-from cockpit.store.earlier_runs import file_earlier_run, fresh_starts, rename_earlier_rows
+from cockpit.store.earlier_runs import (
+    Filing,
+    file_earlier_run,
+    fresh_starts,
+    load_filings,
+    rename_earlier_rows,
+    start_lines,
+)
 from cockpit.store.levels import (
     CLUSTER_MIN_NEW_ROWS,
     clustered_copy,
@@ -296,6 +303,8 @@ class Store:
             if not read_only:
                 self._drop_stale_copies()
             self._marks = self._load_marks()
+            with self.cursor() as cur:
+                self._filings: list[Filing] = load_filings(cur)
             # Rows parked by a process that ended without folding are folded first.
             self._pending = self._parked() if not read_only else {}
         except duckdb.Error as exc:
@@ -571,17 +580,22 @@ class Store:
         pending = dict(self._pending)
         fold = now - self._last_fold >= self.fold_interval or _backlog_due(pieces, pending)
         filing: list[tuple[str, str, float]] = []
+        starts = start_lines((p.host, p.offset, p.lines) for p in pieces.get("event", ()))
+        filings = [f.copy() for f in self._filings]
         try:
             with _transaction(cur):
                 # The chart levels before the flush's own rows, which are the new run's;
                 # the rows by time after them (the flush may hold the earlier run's last).
-                events = (line for piece in pieces.get("event", ()) for line in piece.lines)
-                for job, start in fresh_starts(events):
+                for job, start in fresh_starts(starts):
                     name = file_earlier_run(cur, job, start)
                     if name is not None:
                         filing.append((job, name, start))
+                        filings.append(Filing(job, name, start))
+                for start_line in starts:
+                    for filed in filings:
+                        filed.note_start(start_line)
                 for wire_type, group in pieces.items():
-                    load = load_type(cur, checker, self._scratch, wire_type, group)
+                    load = load_type(cur, checker, self._scratch, wire_type, group, filings)
                     for piece in group:
                         self._note_malformed(marks[piece.host], piece.result.malformed)
                         self._note_repaired(marks[piece.host], piece.result.repaired)
@@ -603,6 +617,7 @@ class Store:
                     pending = {}
                 self._write_hosts(cur, marks)
             self._pending = pending
+            self._filings = filings
             if fold:
                 self._last_fold = now
         finally:

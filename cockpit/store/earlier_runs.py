@@ -13,12 +13,21 @@ flush's rows are folded into them (they are the new run's), the rows by time aft
 flush's are stored (its own may include the earlier run's last); forks made of it name
 it as their parent. Nothing is deleted; a report or replay names both jobs. N is taken
 past any such name already in the store.
+
+A host whose link was down through the launch sends the earlier run's last rows only
+once it is back, after the filing. The filing is kept (`filed_run`), and every later
+flush stores such rows under the filed name as they arrive (`late_rows_job`), before
+their chart levels are folded: the new run's chart never shows the earlier run's steps.
+Which rows are late is decided per host by its stream's order, not by clocks, once the
+host has journaled its own start of the launch; before that, by their time against the
+launch's start.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import duckdb
 import orjson
@@ -56,31 +65,125 @@ def launched_again_as(job: str) -> str | None:
     return found.group(1) if found else None
 
 
-def fresh_starts(lines: Iterable[bytes]) -> list[tuple[str, float]]:
-    """(job, ts) of each fresh start among event lines: the agent's `job_started` of a
-    `launch` that restores no checkpoint (a launch from the newest checkpoint continues
-    the earlier run and is not one). Lines that do not parse are left to the loader,
-    which reports them. Of the starts of one job within `SAME_LAUNCH_S` of each other
-    (every host's start of one launch, often in one flush), the first only."""
-    found: list[tuple[str, float]] = []
-    for line in lines:
-        if b'"job_started"' not in line:
-            continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        data = record.get("data") if isinstance(record, dict) else None
-        job, ts = record.get("job"), record.get("ts")
-        if (record.get("kind") == "job_started" and isinstance(data, dict)
-                and data.get("reason") == "launch" and data.get("checkpoint") is None
-                and isinstance(job, str) and isinstance(ts, (int, float))):
-            found.append((job, float(ts)))
+@dataclass(frozen=True)
+class StartLine:
+    """A fresh start a host journaled: the agent's `job_started` of an operator's `launch`
+    that restores no checkpoint (a launch from the newest checkpoint continues the
+    earlier run and is not one)."""
+
+    host: str
+    job: str
+    ts: float
+    seq: int  # as stored (the host's seq offset added)
+
+
+def start_lines(pieces: Iterable[tuple[str, int, Iterable[bytes]]]) -> list[StartLine]:
+    """The fresh starts among event lines, given as (host, seq offset, lines). Lines that
+    do not parse are left to the loader, which reports them."""
+    found: list[StartLine] = []
+    for host, offset, lines in pieces:
+        for line in lines:
+            if b'"job_started"' not in line:
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(record, dict):
+                continue
+            data, job, ts, seq = (record.get(k) for k in ("data", "job", "ts", "seq"))
+            if (record.get("kind") == "job_started" and isinstance(data, dict)
+                    and data.get("reason") == "launch" and data.get("checkpoint") is None
+                    and isinstance(job, str) and isinstance(ts, (int, float))
+                    and isinstance(seq, int) and not isinstance(seq, bool)):
+                found.append(StartLine(host, job, float(ts), seq + offset))
+    return found
+
+
+def fresh_starts(starts: Iterable[StartLine]) -> list[tuple[str, float]]:
+    """(job, ts) of the launches among `starts`: of the starts of one job within
+    `SAME_LAUNCH_S` of each other (every host's start of one launch, often in one flush),
+    the first only."""
     first: list[tuple[str, float]] = []
-    for job, ts in sorted(found, key=lambda f: f[1]):
-        if not any(j == job and ts - t <= SAME_LAUNCH_S for j, t in first):
-            first.append((job, ts))
+    for start in sorted(starts, key=lambda s: s.ts):
+        if not any(j == start.job and start.ts - t <= SAME_LAUNCH_S for j, t in first):
+            first.append((start.job, start.ts))
     return first
+
+
+@dataclass
+class Filing:
+    """A run filed away by a fresh launch, kept so that the rows of it that arrive later
+    are filed too. `started`: the hosts that journaled their own start of that launch,
+    with its stored seq; their rows of the job from before it are the filed run's."""
+
+    job: str
+    name: str
+    start: float
+    started: dict[str, int] = field(default_factory=dict)
+
+    def copy(self) -> Filing:
+        return Filing(self.job, self.name, self.start, dict(self.started))
+
+    def note_start(self, start: StartLine) -> None:
+        """Take `start` as its host's start of this launch, when it is one."""
+        if (start.job == self.job and abs(start.ts - self.start) <= SAME_LAUNCH_S
+                and start.seq < self.started.get(start.host, start.seq + 1)):
+            self.started[start.host] = start.seq
+
+
+_FRESH_START_SQL = (
+    "kind = 'job_started' AND json_extract_string(data, '$.reason') = 'launch' "
+    "AND json_extract_string(data, '$.checkpoint') IS NULL"
+)
+
+
+def load_filings(cur: duckdb.DuckDBPyConnection) -> list[Filing]:
+    """The runs filed in this store, oldest first, each with the hosts that started its
+    launch (their start events may be filed under either name, clocks being what they
+    are)."""
+    filings = [Filing(job, name, float(start)) for job, name, start in cur.execute(
+        "SELECT job, name, start FROM filed_run ORDER BY start").fetchall()]
+    for filing in filings:
+        filing.started = {host: int(seq) for host, seq in cur.execute(
+            f"SELECT host, min(seq) FROM event WHERE job IN (?, ?) AND {_FRESH_START_SQL} "
+            "AND ts BETWEEN ? AND ? GROUP BY host",
+            [filing.job, filing.name, filing.start - SAME_LAUNCH_S,
+             filing.start + SAME_LAUNCH_S]).fetchall()}
+    return filings
+
+
+def late_rows_job(filings: Sequence[Filing], table: str, host_sql: str,
+                  seq_sql: str) -> tuple[str, dict[str, object]] | None:
+    """The SQL that gives a row being stored in `table` its job: the filed run's name for
+    a row of a filed run that arrives late, else its own; None when nothing was filed.
+
+    A host that journaled its start of the launch is in stream order: its rows before
+    that start are the earlier run's. Another host's are when stamped before the
+    launch's start (the launch's own events excepted, as at the filing). `host_sql` and
+    `seq_sql` give the row's host and stored seq. Filings are tried oldest first, so a
+    row goes to the run it was recorded in.
+    """
+    if not filings or table not in RUN_TABLES:
+        return None
+    params: dict[str, object] = {}
+    whens: list[str] = []
+    for i, filing in enumerate(filings):
+        params.update({f"filed_job{i}": filing.job, f"filed_name{i}": filing.name,
+                       f"filed_start{i}": filing.start})
+        before = f"ts < $filed_start{i}"
+        if filing.started:
+            hosts = []
+            for k, (host, seq) in enumerate(sorted(filing.started.items())):
+                params.update({f"filed_host{i}_{k}": host, f"filed_seq{i}_{k}": seq})
+                hosts.append(f"WHEN {host_sql} = $filed_host{i}_{k} "
+                             f"THEN {seq_sql} < $filed_seq{i}_{k}")
+            before = f"(CASE {' '.join(hosts)} ELSE {before} END)"
+        if table == "event":
+            before += (f" AND NOT ({_LAUNCH_EVENTS} AND "
+                       f"ts >= $filed_start{i} - {LAUNCH_EVENT_WINDOW_S})")
+        whens.append(f"WHEN job = $filed_job{i} AND {before} THEN $filed_name{i}")
+    return f"CASE {' '.join(whens)} ELSE job END", params
 
 
 def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> str | None:
@@ -108,6 +211,7 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
     while earlier_run_name(job, number) in taken:
         number += 1
     name = earlier_run_name(job, number)
+    cur.execute("INSERT INTO filed_run VALUES (?, ?, ?)", [job, name, start])
     # The level rows of the job are all the earlier run's: the flush's own rows are
     # stored after this, and none of the new run's came before its start.
     for table, spec in LEVEL_SERIES.items():

@@ -40,6 +40,7 @@ import duckdb
 import orjson
 
 from cockpit.ingest.route import Malformed
+from cockpit.store.earlier_runs import Filing, late_rows_job
 from cockpit.store.repair import repair
 from cockpit.store.schema import LEVEL_SERIES, RECORD_COLUMNS, TABLE_FOR_TYPE
 
@@ -64,16 +65,26 @@ def _names(table: str) -> str:
     return ", ".join(f'"{c}"' for c in RECORD_COLUMNS[table])
 
 
-def _select_sql(table: str, tagged: bool) -> str:
+def _host_seq(tagged: bool) -> tuple[str, str]:
+    """SQL for a line's host and its stored seq, in a load of one piece or of several."""
     host, offset = ('"@host"', '"@off"') if tagged else ("$host", "$offset")
+    return host, f"seq + {offset}"
+
+
+def _select_sql(table: str, tagged: bool, job_sql: str | None = None) -> str:
+    host, seq = _host_seq(tagged)
+    names = _names(table)
+    if job_sql is not None:
+        names = names.replace('"job"', f'{job_sql} AS "job"', 1)
     return (
-        f"SELECT {host} AS host, seq + {offset} AS seq, ts, {_names(table)} "
+        f"SELECT {host} AS host, {seq} AS seq, ts, {names} "
         f"FROM {_reader(table, tagged)} WHERE ts IS NOT NULL"
     )
 
 
-def _insert_sql(table: str, tagged: bool) -> str:
-    return f'INSERT INTO "{table}" (host, seq, ts, {_names(table)}) {_select_sql(table, tagged)}'
+def _insert_sql(table: str, tagged: bool, job_sql: str | None = None) -> str:
+    return (f'INSERT INTO "{table}" (host, seq, ts, {_names(table)}) '
+            f"{_select_sql(table, tagged, job_sql)}")
 
 
 def staging_table(table: str) -> str:
@@ -81,8 +92,9 @@ def staging_table(table: str) -> str:
     return f"cockpit_new_{table}"
 
 
-def _stage_sql(table: str) -> str:
-    return f'CREATE OR REPLACE TEMP TABLE "{staging_table(table)}" AS {_select_sql(table, True)}'
+def _stage_sql(table: str, job_sql: str | None = None) -> str:
+    return (f'CREATE OR REPLACE TEMP TABLE "{staging_table(table)}" AS '
+            f"{_select_sql(table, True, job_sql)}")
 
 
 def _unstage_sql(table: str) -> str:
@@ -224,12 +236,14 @@ def load_type(
     scratch: Scratch,
     wire_type: str,
     pieces: list[Piece],
+    filings: Sequence[Filing] = (),
 ) -> TypeLoad:
     """Insert every piece's lines (all of type `wire_type`, all new) inside `cur`'s transaction.
 
     Each piece's `result` says what became of its lines. With a `checker` (a second
     connection, outside the transaction) bad lines are found and left out first; without
-    one, a bad line raises `duckdb.Error`.
+    one, a bad line raises `duckdb.Error`. Rows of the runs in `filings` that arrive late
+    are stored under the filed names (`cockpit.store.earlier_runs`).
     """
     table = TABLE_FOR_TYPE.get(wire_type)
     if table is None:
@@ -248,15 +262,20 @@ def load_type(
         data = pieces[0].joined()
     path = scratch.write(data)
     load = TypeLoad()
+    late = late_rows_job(filings, table, *_host_seq(tagged))
+    job_sql, late_params = late if late is not None else (None, {})
     try:
         if tagged and table in LEVEL_SERIES:
-            cur.execute(_STAGES[table], {"path": path})
+            query = _STAGES[table] if job_sql is None else _stage_sql(table, job_sql)
+            cur.execute(query, {"path": path, **late_params})
             row = cur.execute(_UNSTAGES[table]).fetchone()
             load.staged = staging_table(table)
         else:
-            query = _INSERTS[(table, tagged)]
+            query = (_INSERTS[(table, tagged)] if job_sql is None
+                     else _insert_sql(table, tagged, job_sql))
             row = cur.execute(query, _params(query, path=path, host=pieces[0].host,
-                                             offset=pieces[0].offset)).fetchone()
+                                             offset=pieces[0].offset,
+                                             **late_params)).fetchone()
         load.stored = int(row[0]) if row else 0
         missing: set[tuple[int, int]] = set()
         if load.stored < sum(len(p.lines) for p in pieces):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _KEY = "host VARCHAR NOT NULL, seq BIGINT NOT NULL, ts DOUBLE NOT NULL"
 
@@ -229,4 +229,10 @@ DDL_V1 += [levels_open_ddl(t) for t in LEVEL_SERIES]
 
 # MIGRATIONS[n] upgrades a store at version n to n + 1. Version 0 = empty file.
 DDL_V2: list[str] = [pending_ddl(t) for t in LEVEL_SERIES]
-MIGRATIONS: dict[int, list[str]] = {0: DDL_V1, 1: DDL_V2}
+# Runs filed away by a fresh launch of their job's name (`cockpit.store.earlier_runs`):
+# what a host's rows of the job that arrive after the filing are stored under.
+DDL_V3: list[str] = [
+    "CREATE TABLE IF NOT EXISTS filed_run (job VARCHAR NOT NULL, name VARCHAR NOT NULL, "
+    "start DOUBLE NOT NULL)",
+]
+MIGRATIONS: dict[int, list[str]] = {0: DDL_V1, 1: DDL_V2, 2: DDL_V3}

@@ -3,6 +3,8 @@ a name of its own (cockpit.store.earlier_runs), so the new run's chart starts cl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agent.protocol import encode
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
@@ -198,3 +200,56 @@ def test_a_fork_of_the_earlier_run_names_the_filed_run_as_its_parent(store: Stor
     store.ingest("h1", later)
     assert reader.forked_from("j1-fork-b") == {"job": "j1", "step": 1}
     assert reader.forked_from("j1-fork-a") == {"job": EARLIER, "step": 100}
+
+
+def test_rows_of_the_earlier_run_that_arrive_after_the_filing_are_filed_too(
+    store: Store, tmp_store_path: Path
+) -> None:
+    """A host whose link was down through the launch sends the earlier run's last steps
+    late; a host that started the launch on a clock behind keeps its new steps."""
+    seq = _earlier_run(store)  # h1: rank 0, steps 1-200
+    store.ingest("h2", header() + b"".join(
+        train(s, s, loss=5.0, rank=1) for s in range(1, 151)))
+    start = TS0 + 1000
+    result = store.ingest("h1", _fresh_launch(seq, start) + b"".join(
+        train(seq + 4 + s, s, loss=1.0, ts=start + s) for s in range(1, 51)))
+    assert result.filed_runs == (("j1", EARLIER),)
+    # h2 is back: the earlier run's steps 151-200, then its own start of the launch and
+    # the new run's first steps, its clock 30 s behind h1's.
+    late = b"".join(train(s, s, loss=5.0, rank=1) for s in range(151, 201))
+    h2_start = _event(201, "job_started", start - 28, reason="launch", checkpoint=None,
+                      attempt=1)
+    new = b"".join(train(201 + s, s, loss=1.0, rank=1, ts=start - 30 + s) for s in range(1, 21))
+    result = store.ingest("h2", late + h2_start + new)
+    assert result.filed_runs == ()
+    assert count(store, "train", f"job = '{EARLIER}' AND rank = 1") == 200
+    assert count(store, "train", "job = 'j1' AND rank = 1") == 20
+    assert count(store, "event", "job = 'j1' AND kind = 'job_started' AND host = 'h2'") == 1
+    store.fold_levels()
+    reader = StoreReader(store)
+    new_curve = reader.series("train", "loss", where={"job": "j1", "rank": 1})
+    assert max(new_curve.x) <= 20 and {*new_curve.lo, *new_curve.hi} == {1.0}
+    old_curve = reader.series("train", "loss", where={"job": EARLIER, "rank": 1})
+    assert max(old_curve.x) == 200 and {*old_curve.lo, *old_curve.hi} == {5.0}
+    store.close()
+    # After a restart of the cockpit the filing still holds: a third host's late steps
+    # (it never started the launch) go by their time, a second run's later steps stay.
+    with Store(tmp_store_path) as again:
+        again.ingest("h3", header() + train(1, 199, loss=5.0, rank=2)
+                     + train(2, 30, loss=1.0, rank=2, ts=start + 30))
+        assert count(again, "train", f"job = '{EARLIER}' AND rank = 2") == 1
+        assert count(again, "train", "job = 'j1' AND rank = 2 AND step = 30") == 1
+        # h2's later steps keep to the new run, whatever their stamps.
+        again.ingest("h2", train(230, 21, loss=1.0, rank=1, ts=start - 9))
+        assert count(again, "train", "job = 'j1' AND rank = 1") == 21
+
+
+def test_the_launch_events_of_a_late_host_stay_with_the_new_run(store: Store) -> None:
+    seq = _earlier_run(store)
+    start = TS0 + 1000
+    store.ingest("h1", _fresh_launch(seq, start) + train(seq + 4, 1, loss=1.0, ts=start + 1))
+    # h2 acknowledges the launch, its clock behind, and journals an earlier run's exit.
+    store.ingest("h2", header() + _event(1, "job_exited", start - 100, returncode=0)
+                 + _event(2, "control_ack", start - 20, op="launch", ok=True))
+    assert count(store, "event", f"job = '{EARLIER}' AND host = 'h2'") == 1
+    assert count(store, "event", "job = 'j1' AND host = 'h2' AND kind = 'control_ack'") == 1
