@@ -579,7 +579,7 @@ class Store:
         now = time.monotonic()
         pending = dict(self._pending)
         fold = now - self._last_fold >= self.fold_interval or _backlog_due(pieces, pending)
-        filing: list[tuple[str, str, float]] = []
+        filing: list[Filing] = []  # this flush's
         starts = start_lines((p.host, p.offset, p.lines) for p in pieces.get("event", ()))
         filings = [f.copy() for f in self._filings]
         try:
@@ -589,8 +589,8 @@ class Store:
                 for job, start in fresh_starts(starts):
                     name = file_earlier_run(cur, job, start)
                     if name is not None:
-                        filing.append((job, name, start))
-                        filings.append(Filing(job, name, start))
+                        filing.append(Filing(job, name, start))
+                filings += filing
                 for start_line in starts:
                     for filed in filings:
                         filed.note_start(start_line)
@@ -606,8 +606,8 @@ class Store:
                         if table in schema.LEVEL_SERIES and _keep_levels(
                                 cur, table, load, fold, pending):
                             self._late_merges[table] += 1
-                for job, name, start in filing:
-                    rename_earlier_rows(cur, job, name, start)
+                for filed in filing:
+                    rename_earlier_rows(cur, filed)
                 if any(n >= FOLD_MAX_PENDING for n in pending.values()):
                     fold = True
                 if fold:
@@ -633,7 +633,7 @@ class Store:
             by_type=dict(by_type),
             by_host={h: by_host[h] for h in marks},
             journal_resets=tuple(h for h, m in marks.items() if m.reset),
-            filed_runs=tuple((job, name) for job, name, _ in filing),
+            filed_runs=tuple((filed.job, filed.name) for filed in filing),
         )
         return result, marks
 

@@ -153,35 +153,45 @@ def load_filings(cur: duckdb.DuckDBPyConnection) -> list[Filing]:
     return filings
 
 
+def _before_sql(filing: Filing, i: int, table: str, host_sql: str, seq_sql: str,
+                params: dict[str, object]) -> str:
+    """SQL true for a row of `filing`'s job recorded before its launch (its parameters
+    added to `params`, named by `i`).
+
+    A host that journaled its start of the launch is in stream order: its rows before
+    that start are the earlier run's, whatever its clock. Another host's are when stamped
+    before the launch's start, the launch's own events excepted. `host_sql` and `seq_sql`
+    give the row's host and stored seq.
+    """
+    params[f"filed_start{i}"] = filing.start
+    before = f"ts < $filed_start{i}"
+    if filing.started:
+        hosts = []
+        for k, (host, seq) in enumerate(sorted(filing.started.items())):
+            params.update({f"filed_host{i}_{k}": host, f"filed_seq{i}_{k}": seq})
+            hosts.append(f"WHEN {host_sql} = $filed_host{i}_{k} "
+                         f"THEN {seq_sql} < $filed_seq{i}_{k}")
+        before = f"(CASE {' '.join(hosts)} ELSE {before} END)"
+    if table == "event":
+        before += (f" AND NOT ({_LAUNCH_EVENTS} AND "
+                   f"ts >= $filed_start{i} - {LAUNCH_EVENT_WINDOW_S})")
+    return before
+
+
 def late_rows_job(filings: Sequence[Filing], table: str, host_sql: str,
                   seq_sql: str) -> tuple[str, dict[str, object]] | None:
     """The SQL that gives a row being stored in `table` its job: the filed run's name for
-    a row of a filed run that arrives late, else its own; None when nothing was filed.
-
-    A host that journaled its start of the launch is in stream order: its rows before
-    that start are the earlier run's. Another host's are when stamped before the
-    launch's start (the launch's own events excepted, as at the filing). `host_sql` and
-    `seq_sql` give the row's host and stored seq. Filings are tried oldest first, so a
-    row goes to the run it was recorded in.
+    a row of a filed run that arrives late, else its own (with its parameters); None
+    when nothing was filed. Filings are tried oldest first, so a row goes to the run it
+    was recorded in.
     """
     if not filings or table not in RUN_TABLES:
         return None
     params: dict[str, object] = {}
     whens: list[str] = []
     for i, filing in enumerate(filings):
-        params.update({f"filed_job{i}": filing.job, f"filed_name{i}": filing.name,
-                       f"filed_start{i}": filing.start})
-        before = f"ts < $filed_start{i}"
-        if filing.started:
-            hosts = []
-            for k, (host, seq) in enumerate(sorted(filing.started.items())):
-                params.update({f"filed_host{i}_{k}": host, f"filed_seq{i}_{k}": seq})
-                hosts.append(f"WHEN {host_sql} = $filed_host{i}_{k} "
-                             f"THEN {seq_sql} < $filed_seq{i}_{k}")
-            before = f"(CASE {' '.join(hosts)} ELSE {before} END)"
-        if table == "event":
-            before += (f" AND NOT ({_LAUNCH_EVENTS} AND "
-                       f"ts >= $filed_start{i} - {LAUNCH_EVENT_WINDOW_S})")
+        params.update({f"filed_job{i}": filing.job, f"filed_name{i}": filing.name})
+        before = _before_sql(filing, i, table, host_sql, seq_sql, params)
         whens.append(f"WHEN job = $filed_job{i} AND {before} THEN $filed_name{i}")
     return f"CASE {' '.join(whens)} ELSE job END", params
 
@@ -222,20 +232,17 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
     return name
 
 
-def rename_earlier_rows(cur: duckdb.DuckDBPyConnection, job: str, name: str,
-                        start: float) -> None:
-    """File `job`'s rows from before its fresh start at `start` under `name`, those of the
-    flush that brought the start included, except the launch's own events.
+def rename_earlier_rows(cur: duckdb.DuckDBPyConnection, filing: Filing) -> None:
+    """File the job's rows from before its fresh launch under the filing's name, those of
+    the flush that brought the start included, except the launch's own events.
 
     A fork made before the start is the earlier run's fork: its `fork` event names its
     parent by the job's name, which now means the new run, so it is made to name the
     filed one (a fork's curve and report compare it with the run it came from)."""
     for table in RUN_TABLES:
-        keep = f" AND NOT ({_LAUNCH_EVENTS} AND ts >= ?)" if table == "event" else ""
-        args: list[object] = [name, job, start]
-        if table == "event":
-            args.append(start - LAUNCH_EVENT_WINDOW_S)
-        cur.execute(f'UPDATE "{table}" SET job = ? WHERE job = ? AND ts < ?{keep}', args)
+        params: dict[str, object] = {"name": filing.name, "job": filing.job}
+        before = _before_sql(filing, 0, table, "host", "seq", params)
+        cur.execute(f'UPDATE "{table}" SET job = $name WHERE job = $job AND {before}', params)
     cur.execute("UPDATE event SET data = json_merge_patch(data, json_object('parent', ?)) "
                 "WHERE kind = 'fork' AND ts < ? AND json_extract_string(data, '$.parent') = ?",
-                [name, start, job])
+                [filing.name, filing.start, filing.job])

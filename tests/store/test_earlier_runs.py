@@ -253,3 +253,24 @@ def test_the_launch_events_of_a_late_host_stay_with_the_new_run(store: Store) ->
                  + _event(2, "control_ack", start - 20, op="launch", ok=True))
     assert count(store, "event", f"job = '{EARLIER}' AND host = 'h2'") == 1
     assert count(store, "event", "job = 'j1' AND host = 'h2' AND kind = 'control_ack'") == 1
+
+
+def test_a_host_that_starts_the_launch_in_the_filing_flush_keeps_its_new_steps(
+    store: Store,
+) -> None:
+    """Its clock 30 s behind the filing host's: its new steps are stamped before the
+    launch's start, yet come after its own start in its stream."""
+    seq = _earlier_run(store)
+    store.ingest("h2", header() + b"".join(
+        train(s, s, loss=5.0, rank=1) for s in range(1, 101)))
+    start = TS0 + 1000
+    h2 = _event(101, "job_started", start - 28, reason="launch", checkpoint=None, attempt=1)
+    h2 += b"".join(train(101 + s, s, loss=1.0, rank=1, ts=start - 30 + s) for s in range(1, 21))
+    result = store.ingest_many([
+        ("h1", _fresh_launch(seq, start) + train(seq + 4, 1, loss=1.0, ts=start + 1)),
+        ("h2", h2),
+    ])
+    assert result.filed_runs == (("j1", EARLIER),)
+    assert count(store, "train", f"job = '{EARLIER}' AND rank = 1") == 100
+    assert count(store, "train", "job = 'j1' AND rank = 1") == 20
+    assert count(store, "event", "job = 'j1' AND kind = 'job_started'") == 2
