@@ -54,11 +54,18 @@ def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = 
     return list(value)
 
 
+# As the cockpit's job spec allows (a count past any host's is a typo that would fork
+# until the host ran out of memory).
+MAX_NPROC_PER_NODE = 1024
+
+
 def _int(spec: Mapping[str, Any], key: str, default: int, minimum: int = 0,
-         name: Optional[str] = None) -> int:
+         name: Optional[str] = None, maximum: Optional[int] = None) -> int:
     value = spec.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OpError("spec field %r must be an integer >= %d" % (name or key, minimum))
+    if maximum is not None and value > maximum:
+        raise OpError("spec field %r must be at most %d, got %d" % (name or key, maximum, value))
     return value
 
 
@@ -153,7 +160,7 @@ class LaunchSpec:
             raise OpError("spec field 'script' must name the training script or module")
         self.module = bool(spec.get("module", False))
         self.args = _str_list(spec, "args")
-        self.nproc_per_node = _int(spec, "nproc_per_node", 1, 1)
+        self.nproc_per_node = _int(spec, "nproc_per_node", 1, 1, maximum=MAX_NPROC_PER_NODE)
         # An elastic job ("MIN:MAX") lets torchrun's rendezvous admit and lose nodes while
         # the others keep running; its node ranks are the rendezvous's to give.
         self.min_nodes, self.max_nodes, self.elastic = _nnodes(spec.get("nnodes", 1))

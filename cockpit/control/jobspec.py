@@ -63,6 +63,9 @@ from agent.control_inbox import OpError
 from agent.launch import ENV_NAME, check_job_name, finite, nul_field
 from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 
+# Processes torchrun starts per host: one per GPU, or per CPU for a CPU job. A count past
+# any host's is a typo that would fork until the host ran out of memory.
+MAX_NPROC_PER_NODE = 1024
 _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
                 "module", "args", "run_dir", "checkpoint_dir", "workdir", "override_args",
                 "max_restarts", "pg_timeout", "pause_timeout", "stop_grace"}  # fmt: skip
@@ -411,8 +414,9 @@ def parse_jobspec(text: str, source: str = "<spec>",
         raise fail("spares", "a spare takes over inside torchrun's elastic rendezvous: give "
                    f"nnodes = \"MIN:MAX\" (e.g. \"{len(hosts)}:{len(hosts)}\")")
     nproc = need("nproc_per_node", int)
-    if nproc < 1:
-        raise fail("nproc_per_node", f"must be at least 1, got {nproc}")
+    if not 1 <= nproc <= MAX_NPROC_PER_NODE:
+        raise fail("nproc_per_node", f"must be between 1 and {MAX_NPROC_PER_NODE} (the "
+                   f"training processes torchrun starts on each host), got {nproc}")
     script = need("script", str, None)
     module = need("module", (str, bool), None)
     if isinstance(module, str):

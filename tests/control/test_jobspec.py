@@ -72,7 +72,9 @@ def test_a_good_spec_becomes_one_launch_spec_per_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "line", "field", "what"),
     [
-        (("nproc_per_node = 4", "nproc_per_node = 0"), 3, "nproc_per_node", "at least 1"),
+        (("nproc_per_node = 4", "nproc_per_node = 0"), 3, "nproc_per_node", "between 1 and"),
+        (("nproc_per_node = 4", "nproc_per_node = 80000"), 3, "nproc_per_node",
+         "between 1 and 1024"),
         (("nproc_per_node = 4", 'nproc_per_node = "4"'), 3, "nproc_per_node", "an integer"),
         (("backoff = 2", 'backoff = "x"'), 20, "recovery.backoff", "got a string"),
         (("floor = 20.0", "florr = 20.0"), 23, "hang.florr", "unknown key"),
@@ -120,7 +122,8 @@ def test_the_agent_rechecks_what_comes_over_the_wire() -> None:
                              ("resume", {"env": ""}, "'resume.env' must be an environment"),
                              ("hang", {"k": float("nan")}, "'hang.k' must be a finite number"),
                              ("pg_timeout", float("inf"), "'pg_timeout' must be a finite"),
-                             ("pg_timeout", 10 ** 400, "must be a finite")):  # fmt: skip
+                             ("pg_timeout", 10 ** 400, "must be a finite"),
+                             ("nproc_per_node", 10 ** 6, "at most 1024, got 1000000")):  # fmt: skip
         with pytest.raises(OpError, match=what):
             LaunchSpec({**wire, key: value})
 
