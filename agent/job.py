@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from agent import checkpoints, jobstate, peer_end
 from agent.control_inbox import OpError
@@ -47,6 +47,8 @@ SPOOL_SETTLE = 0.5  # s without a new train record: the spools are drained
 SPOOL_SETTLE_MAX = 3.0  # s at most to wait for that
 SHARED_CHECKPOINT_POLL = 0.2  # s between looks at the shared checkpoint dir in a pause
 SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agent.jobstate)
+# s a look at the checkpoint dir may take before the journal says the job waits on it
+SLOW_LOOK = 30.0
 
 STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
 PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
@@ -54,6 +56,7 @@ IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
 # A new agent takes these over (a spare in standby keeps waiting for its claim).
 ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN, STANDBY)
 ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
+T = TypeVar("T")
 
 
 def exit_status(pid: int) -> Optional[int]:
@@ -576,10 +579,11 @@ class ManagedJob:
         fork (parent job and step), or why it could not be made."""
         parent = (self.spec.parent or {}).get("job")
         if step is None:
-            source, _skipped = checkpoints.newest_valid(parent_dir)
+            source, _skipped = self._newest_valid(parent_dir)
             why = "no valid checkpoint in %s" % parent_dir
         else:
-            source, why = checkpoints.at_step(parent_dir, step)
+            source, why = self._looking_in(
+                parent_dir, lambda: checkpoints.at_step(parent_dir, step))
         copied = None
         if source is not None:
             try:
@@ -607,7 +611,8 @@ class ManagedJob:
         or fork of this run would restore the earlier run's newest step. False (and the
         job is not started) when some could not be moved."""
         directory = self.spec.checkpoint_dir
-        target, moved, failed = checkpoints.set_aside(directory)
+        target, moved, failed = self._looking_in(
+            directory, lambda: checkpoints.set_aside(directory))
         if target is None or not (moved or failed):
             return True
         steps = sorted({s for s, p in checkpoints.candidates(target)})
@@ -634,8 +639,49 @@ class ManagedJob:
                     "restores them" % (self.name, directory, where, target), data)
         return True
 
+    def _newest_valid(self, directory: Path
+                      ) -> Tuple[Optional[checkpoints.Checkpoint], List[Tuple[str, str]]]:
+        return self._looking_in(directory, lambda: checkpoints.newest_valid(directory))
+
+    def _looking_in(self, directory: Path, look: Callable[[], T]) -> T:
+        """`look()`, a look at a checkpoint dir, journaled when it takes longer than
+        SLOW_LOOK and again when it ends. The job's restart, pause or launch waits on it
+        either way (it needs the answer), but a checksum of a large checkpoint, or a
+        network mount whose server went away, would otherwise leave the job silent, its
+        state "waiting to restart" with no word of why."""
+        done = threading.Event()
+        answer: List[T] = []
+        failed: List[BaseException] = []
+
+        def work() -> None:
+            try:
+                answer.append(look())
+            except BaseException as exc:  # raised on the job's thread, as if called there
+                failed.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="checkpoint-look-%s" % self.name,
+                         daemon=True).start()
+        if not done.wait(SLOW_LOOK):
+            since = time.time() - SLOW_LOOK
+            self._event("sampler_error", "job %s: a look at its checkpoint dir %s has taken "
+                        "%.0f s so far (a checksum of a large checkpoint, or a hung network "
+                        "mount?); the job waits for it" % (self.name, directory, SLOW_LOOK),
+                        {"job_state": self.state, "answered": False, "dir": str(directory),
+                         "within": SLOW_LOOK})
+            done.wait()
+            seconds = time.time() - since
+            self._event("sampler_error", "job %s: the look at its checkpoint dir %s answered "
+                        "after about %.0f s" % (self.name, directory, seconds),
+                        {"job_state": self.state, "answered": True, "dir": str(directory),
+                         "seconds": round(seconds, 1)})
+        if failed:
+            raise failed[0]
+        return answer[0]
+
     def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
-        found, skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+        found, skipped = self._newest_valid(self.spec.checkpoint_dir)
         for path, why in skipped:
             self._event("checkpoint_skipped", "checkpoint %s skipped: %s" % (path, why),
                         {"path": path, "error": why})
@@ -766,7 +812,7 @@ class ManagedJob:
                 break
             if remote_rank0 and time.time() - looked >= SHARED_CHECKPOINT_POLL:
                 looked = time.time()
-                found, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+                found, _skipped = self._newest_valid(self.spec.checkpoint_dir)
                 if found is not None and (before is None or found.step > before):
                     saved = (looked, found.step, str(found.path))
                     break
@@ -809,7 +855,7 @@ class ManagedJob:
         """Paused between a failure and its restart: the processes are gone already, so
         the pause only cancels the restart. The event says where a `resume` will start
         (the newest valid checkpoint), as a pause of a running job does."""
-        newest, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+        newest, _skipped = self._newest_valid(self.spec.checkpoint_dir)
         step = newest.step if newest is not None else 0
         last = self._failure.get("last_step")
         self.state = PAUSED
@@ -858,7 +904,7 @@ class ManagedJob:
             time.sleep(0.05)
 
     def _newest_step(self) -> Optional[int]:
-        found, _skipped = checkpoints.newest_valid(self.spec.checkpoint_dir)
+        found, _skipped = self._newest_valid(self.spec.checkpoint_dir)
         return found.step if found is not None else None
 
     def _pause_following(self, timeout: float, retry_at: Optional[float]) -> Optional[float]:

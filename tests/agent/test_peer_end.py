@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import peer_end
+from agent import checkpoints, peer_end
+from agent import job as job_module
 from agent.job import ManagedJob
 from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
@@ -316,3 +317,37 @@ def test_a_new_launch_of_an_ended_job_keeps_the_generations_its_host_left(
         assert second.peers.generations.state() == {"current": "launch2", "past": ["launch1"]}
     finally:
         daemon._shutdown()
+
+
+def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restart needs the newest valid checkpoint; a mount that hangs (or a checksum of a
+    huge checkpoint) makes it wait. The job says so instead of waiting in silence, and
+    says when the look answered; a quick look says nothing, and a failing one raises."""
+    job = _job(tmp_path, "a", "launch1-a")
+    monkeypatch.setattr(job_module, "SLOW_LOOK", 0.05)
+    answer = threading.Event()
+
+    def hung(directory: Path) -> tuple:
+        answer.wait(60)
+        return None, []
+
+    monkeypatch.setattr(checkpoints, "newest_valid", hung)
+    threading.Timer(0.5, answer.set).start()
+    assert job._newest_checkpoint() == (None, [])
+    said = _events(job, "sampler_error")
+    assert [e["data"]["answered"] for e in said] == [False, True], said
+    where = str(job.spec.checkpoint_dir)
+    assert where in said[0]["msg"] and "the job waits for it" in said[0]["msg"]
+    assert said[0]["data"]["dir"] == where and said[1]["data"]["seconds"] >= 0.4
+    monkeypatch.setattr(checkpoints, "newest_valid", lambda directory: (None, []))
+    assert job._newest_checkpoint() == (None, [])
+    assert len(_events(job, "sampler_error")) == 2
+
+    def unreadable(directory: Path) -> tuple:
+        raise PermissionError(13, "Permission denied", str(directory))
+
+    monkeypatch.setattr(checkpoints, "newest_valid", unreadable)
+    with pytest.raises(PermissionError):
+        job._newest_checkpoint()
