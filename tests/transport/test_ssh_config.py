@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
 from cockpit.transport.inventory import HostSpec
 from cockpit.transport.ssh_config import SshConfig, SshConfigError
-from cockpit.transport.ssh_link import HostLink
+from cockpit.transport.ssh_link import PREFERRED_CIPHERS, HostLink, connect, ssh_transport
 from tests.transport.support import Collector, JournalFeeder, options_for, spec_for
 
 CONFIG = """\
@@ -78,3 +79,28 @@ def test_proxy_jump_reaches_a_host_through_another(
     # The jump host's sshd carried the tunnel: stopping it drops the stream.
     jump.stop()
     assert collector.wait_for(lambda: collector.state_names(target.name)[-1] != "streaming")
+
+
+def test_links_use_aes_gcm_and_every_hop_too(two_hosts, tmp_path: Path) -> None:
+    """One AEAD pass per packet on both ends (what the stream costs the GPU host's sshd);
+    a jump host's hop as well. A server without it gets paramiko's usual list after it."""
+    jump, target = two_hosts
+    options = options_for(two_hosts, tmp_path)
+    options.ssh_config = config(
+        tmp_path,
+        f"Host jumpbox\n  HostName {jump.address}\n  Port {jump.port}\n  User {jump.user}\n"
+        f"  IdentityFile {jump.key_path}\n\n"
+        f"Host trainer\n  HostName {target.address}\n  Port {target.port}\n"
+        f"  ProxyJump jumpbox\n",
+    )
+    connection = connect(spec_for(target, address="trainer", port=None), options)
+    try:
+        for client in (connection.client, *connection.jumps):
+            transport = client.get_transport()
+            assert transport is not None
+            assert transport.remote_cipher == transport.local_cipher == "aes128-gcm@openssh.com"
+    finally:
+        connection.close()
+    with socket.socket() as sock:
+        offered = ssh_transport(sock).get_security_options().ciphers
+    assert offered[:2] == PREFERRED_CIPHERS and "aes128-ctr" in offered[2:]
