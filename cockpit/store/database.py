@@ -56,6 +56,7 @@ from cockpit.store.earlier_runs import (
     load_filings,
     rename_earlier_rows,
     start_lines,
+    steps_before,
 )
 from cockpit.store.levels import (
     CLUSTER_MIN_NEW_ROWS,
@@ -587,7 +588,8 @@ class Store:
                 # The chart levels before the flush's own rows, which are the new run's;
                 # the rows by time after them (the flush may hold the earlier run's last).
                 for job, start in fresh_starts(starts):
-                    name = file_earlier_run(cur, job, start)
+                    trains = (line for p in pieces.get("train", ()) for line in p.lines)
+                    name = file_earlier_run(cur, job, start, steps_before(trains, job, start))
                     if name is not None:
                         filing.append(Filing(job, name, start))
                 filings += filing

@@ -196,12 +196,34 @@ def late_rows_job(filings: Sequence[Filing], table: str, host_sql: str,
     return f"CASE {' '.join(whens)} ELSE job END", params
 
 
-def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> str | None:
+def steps_before(lines: Iterable[bytes], job: str, start: float) -> bool:
+    """Whether train lines (of a flush) hold a step of `job` stamped before `start`: a
+    backlog may bring an earlier run whole, with the launch that follows it. Only the
+    lines naming the job are parsed (this runs for a flush with a fresh start only)."""
+    name = orjson.dumps(job)
+    for line in lines:
+        if name not in line:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(record, dict) or record.get("job") != job:
+            continue
+        ts = record.get("ts")
+        if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ts < start:
+            return True
+    return False
+
+
+def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float,
+                     earlier_in_flush: bool = False) -> str | None:
     """The name `job`'s run before its fresh start at `start` is filed under, its chart
     levels renamed (before a flush stores the new run's rows); None when the job has no
-    steps before it (its first launch, or a second host's start of the same launch,
-    after the first host's filed the earlier run). `rename_earlier_rows` renames the
-    rest once the flush's rows are stored."""
+    steps before it, stored or in the flush (`earlier_in_flush`): its first launch, or a
+    second host's start of the same launch, after the first host's filed the earlier
+    run. The flush's own rows are stored under the name that fits them
+    (`late_rows_job`), and `rename_earlier_rows` renames the stored ones."""
     same_launch = cur.execute(
         "SELECT 1 FROM event WHERE job = ? AND kind = 'job_started' AND ts BETWEEN ? AND ? "
         "AND json_extract_string(data, '$.reason') = 'launch' "
@@ -209,9 +231,9 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float) -> 
         [job, start - SAME_LAUNCH_S, start + SAME_LAUNCH_S]).fetchone()
     if same_launch is not None:
         return None  # another host's start of this launch filed the earlier run already
-    earlier = cur.execute("SELECT 1 FROM train WHERE job = ? AND ts < ? LIMIT 1",
-                          [job, start]).fetchone()
-    if earlier is None:
+    earlier = earlier_in_flush or cur.execute(
+        "SELECT 1 FROM train WHERE job = ? AND ts < ? LIMIT 1", [job, start]).fetchone()
+    if not earlier:
         return None
     prefix = earlier_run_name(job, 0)[:-2]
     taken = {row[0] for row in cur.execute(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent.protocol import encode
 from cockpit.store import Store
+from cockpit.store.earlier_runs import steps_before
 from cockpit.store.queries import StoreReader
 from tests.store.wire import TS0, count, header, train
 
@@ -274,3 +275,50 @@ def test_a_host_that_starts_the_launch_in_the_filing_flush_keeps_its_new_steps(
     assert count(store, "train", f"job = '{EARLIER}' AND rank = 1") == 100
     assert count(store, "train", "job = 'j1' AND rank = 1") == 20
     assert count(store, "event", "job = 'j1' AND kind = 'job_started'") == 2
+
+
+def test_which_run_a_row_is_filed_under_does_not_depend_on_how_the_streams_were_cut(
+    tmp_path: Path,
+) -> None:
+    """The same two streams, delivered in different flushes and interleavings (h1's link
+    fast or slow, h2 back before or after the launch was filed): every row ends up in the
+    same run."""
+    start = TS0 + 1000
+    h1 = [header()]
+    h1 += [train(s, s, loss=5.0) for s in range(1, 101)]
+    h1 += [_fresh_launch(101, start)]
+    h1 += [train(104 + s, s, loss=1.0, ts=start + s) for s in range(1, 31)]
+    h2 = [header()]
+    h2 += [train(s, s, loss=5.0, rank=1) for s in range(1, 121)]  # its last 20 arrive late
+    h2 += [_event(121, "job_started", start - 28, reason="launch", checkpoint=None, attempt=1)]
+    h2 += [train(121 + s, s, loss=1.0, rank=1, ts=start - 30 + s) for s in range(1, 31)]
+
+    def runs(deliveries: list[tuple[str, int, int]]) -> dict[tuple[str, int], str]:
+        path = tmp_path / f"cut-{len(list(tmp_path.iterdir()))}.duckdb"
+        lines = {"h1": h1, "h2": h2}
+        with Store(path) as store:
+            for host, first, last in deliveries:
+                store.ingest(host, b"".join(lines[host][first:last]))
+            with store.cursor() as cur:
+                return {(host, seq): job for host, seq, job in cur.execute(
+                    "SELECT host, seq, job FROM train UNION ALL "
+                    "SELECT host, seq, job FROM event").fetchall()}
+
+    n1, n2 = len(h1), len(h2)
+    expected = runs([("h1", 0, n1), ("h2", 0, n2)])
+    assert sum(job == EARLIER for job in expected.values()) == 100 + 120 + 1  # + h1's stop ack
+    cuts = [
+        [("h2", 0, n2), ("h1", 0, n1)],  # h2's start files the run
+        [("h1", 0, 50), ("h2", 0, 100), ("h1", 50, n1), ("h2", 100, n2)],
+        [("h2", 0, 121), ("h1", 0, n1), ("h2", 121, n2)],  # h2's start after the filing
+        [("h1", 0, 102), ("h2", 0, 130), ("h1", 102, n1), ("h2", 130, n2)],
+        [("h2", 0, 60), ("h1", 0, n1), ("h2", 60, 122), ("h2", 122, n2)],
+    ]
+    for deliveries in cuts:
+        assert runs(deliveries) == expected, deliveries
+
+
+def test_a_backlog_holding_the_earlier_run_and_the_launch_files_it() -> None:
+    assert steps_before([b'[1, "j1"]', b"not json j1", train(1, 5, ts=TS0)], "j1", TS0 + 1)
+    assert not steps_before([train(1, 5, ts=TS0 + 2), train(2, 5, job="j2", ts=TS0)],
+                            "j1", TS0 + 1)
