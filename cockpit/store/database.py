@@ -304,8 +304,10 @@ class Store:
             if not read_only:
                 self._drop_stale_copies()
             self._marks = self._load_marks()
-            with self.cursor() as cur:
-                self._filings: list[Filing] = load_filings(cur)
+            self._filings: list[Filing] = []  # what a writer needs of the filed runs
+            if not read_only:
+                with self.cursor() as cur:
+                    self._filings = load_filings(cur)
             # Rows parked by a process that ended without folding are folded first.
             self._pending = self._parked() if not read_only else {}
         except duckdb.Error as exc:
@@ -397,6 +399,8 @@ class Store:
             )
         if version == schema.SCHEMA_VERSION:
             return
+        if self.read_only and version >= schema.READABLE_FROM:
+            return  # what it lacks only writing needs: replays and reports read it as it is
         if self.read_only:
             raise StoreVersionError(
                 f"{self.path} has schema version {version}, older than this cockpit's "

@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 SCHEMA_VERSION = 3
+# The oldest version a read-only open (replay, report) reads as it is: the tables added
+# since are the writer's alone.
+READABLE_FROM = 2
 
 _KEY = "host VARCHAR NOT NULL, seq BIGINT NOT NULL, ts DOUBLE NOT NULL"
 

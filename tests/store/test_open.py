@@ -64,6 +64,34 @@ def test_a_version_1_recording_is_upgraded_and_keeps_its_data(tmp_store_path: Pa
         assert count(store, schema.pending_table("train")) == 0  # the table exists, folded
 
 
+def test_a_version_2_recording_replays_as_it_is_and_is_upgraded_by_a_writer(
+    tmp_store_path: Path,
+) -> None:
+    """What version 3 added (the filed runs) only the writer needs: a replay or report of
+    a recording made by the previous version opens it read-only, unchanged."""
+    con = duckdb.connect(str(tmp_store_path))
+    for ddl in [*schema.MIGRATIONS[0], *schema.MIGRATIONS[1]]:
+        con.execute(ddl)
+    con.execute("INSERT INTO schema_version VALUES (2)")
+    con.execute("INSERT INTO hosts (host, high_water) VALUES ('a', 5)")
+    con.close()
+    with Store(tmp_store_path, read_only=True) as store:
+        assert store.high_water("a") == 5
+    assert count_version(tmp_store_path) == 2
+    with Store(tmp_store_path) as store:
+        store.ingest("a", header() + trains(1, 8))
+        assert count(store, "train") == 3
+    assert count_version(tmp_store_path) == schema.SCHEMA_VERSION
+
+
+def count_version(path: Path) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return int(con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0])
+    finally:
+        con.close()
+
+
 def test_a_newer_schema_is_refused_with_a_clear_message(tmp_store_path: Path) -> None:
     Store(tmp_store_path).close()
     con = duckdb.connect(str(tmp_store_path))
