@@ -42,6 +42,18 @@ def _fresh_launch(seq: int, at: float, checkpoint: str | None = None) -> bytes:
                      attempt=1))
 
 
+def _curves_apart(store: Store, rank: int, new_steps: int) -> StoreReader:
+    """Assert the rank's chart of the new run holds only its steps (loss 1.0) and the
+    filed run's only the earlier run's 200 (loss 5.0)."""
+    store.fold_levels()
+    reader = StoreReader(store)
+    new = reader.series("train", "loss", where={"job": "j1", "rank": rank})
+    assert max(new.x) <= new_steps and {*new.lo, *new.hi} == {1.0}
+    old = reader.series("train", "loss", where={"job": EARLIER, "rank": rank})
+    assert max(old.x) == 200 and {*old.lo, *old.hi} == {5.0}
+    return reader
+
+
 def test_a_fresh_launch_files_the_earlier_run_and_the_chart_starts_clean(store: Store) -> None:
     seq = _earlier_run(store)
     start = TS0 + 1000
@@ -60,12 +72,7 @@ def test_a_fresh_launch_files_the_earlier_run_and_the_chart_starts_clean(store: 
             "SELECT kind, data->>'op' FROM event WHERE job = 'j1'").fetchall()}
     assert kinds == {("control_ack", "launch"), ("checkpoints_set_aside", None),
                      ("job_started", None)}
-    store.fold_levels()
-    reader = StoreReader(store)
-    new = reader.series("train", "loss", where={"job": "j1", "rank": 0})
-    assert max(new.x) <= 50 and {*new.lo, *new.hi} == {1.0}
-    old = reader.series("train", "loss", where={"job": EARLIER, "rank": 0})
-    assert max(old.x) == 200 and {*old.lo, *old.hi} == {5.0}
+    reader = _curves_apart(store, rank=0, new_steps=50)
     assert set(reader.jobs()) == {"j1", EARLIER}
 
 
@@ -226,12 +233,7 @@ def test_rows_of_the_earlier_run_that_arrive_after_the_filing_are_filed_too(
     assert count(store, "train", f"job = '{EARLIER}' AND rank = 1") == 200
     assert count(store, "train", "job = 'j1' AND rank = 1") == 20
     assert count(store, "event", "job = 'j1' AND kind = 'job_started' AND host = 'h2'") == 1
-    store.fold_levels()
-    reader = StoreReader(store)
-    new_curve = reader.series("train", "loss", where={"job": "j1", "rank": 1})
-    assert max(new_curve.x) <= 20 and {*new_curve.lo, *new_curve.hi} == {1.0}
-    old_curve = reader.series("train", "loss", where={"job": EARLIER, "rank": 1})
-    assert max(old_curve.x) == 200 and {*old_curve.lo, *old_curve.hi} == {5.0}
+    _curves_apart(store, rank=1, new_steps=20)
     store.close()
     # After a restart of the cockpit the filing still holds: a third host's late steps
     # (it never started the launch) go by their time, a second run's later steps stay.
