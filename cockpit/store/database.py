@@ -589,8 +589,9 @@ class Store:
         filings = [f.copy() for f in self._filings]
         try:
             with _transaction(cur):
-                # The chart levels before the flush's own rows, which are the new run's;
-                # the rows by time after them (the flush may hold the earlier run's last).
+                # The chart levels before the flush's own rows are loaded, each under the
+                # run it belongs to (`late_rows_job`: the flush may hold the earlier run's
+                # last); the stored rows after them.
                 for job, start in fresh_starts(starts):
                     trains = (line for p in pieces.get("train", ()) for line in p.lines)
                     name = file_earlier_run(cur, job, start, steps_before(trains, job, start))
