@@ -303,7 +303,8 @@ class ManagedJob:
                 ) -> None:
         self.attempt += 1
         try:  # a relaunch may bring a new host set, hence a new dir of this host's own
-            self.spec.prepare_dirs()
+            self._looking_in(self.spec.shared_dir, self.spec.prepare_dirs,
+                             "preparing its run dir", "a hung network mount?")
         except (OpError, OSError) as exc:
             self._launch_failed("job %s: cannot prepare its run dir: %s" % (self.name, exc),
                                 "check the run dir %s on this host" % self.spec.shared_dir)
@@ -643,12 +644,16 @@ class ManagedJob:
                       ) -> Tuple[Optional[checkpoints.Checkpoint], List[Tuple[str, str]]]:
         return self._looking_in(directory, lambda: checkpoints.newest_valid(directory))
 
-    def _looking_in(self, directory: Path, look: Callable[[], T]) -> T:
-        """`look()`, a look at a checkpoint dir, journaled when it takes longer than
-        SLOW_LOOK and again when it ends. The job's restart, pause or launch waits on it
-        either way (it needs the answer), but a checksum of a large checkpoint, or a
-        network mount whose server went away, would otherwise leave the job silent, its
-        state "waiting to restart" with no word of why."""
+    def _looking_in(self, directory: Path, look: Callable[[], T],
+                    what: str = "a look at its checkpoint dir",
+                    maybe: str = "a checksum of a large checkpoint, or a hung network "
+                                 "mount?") -> T:
+        """`look()`, `what` is done in `directory` (a look at a checkpoint dir, by
+        default), journaled when it takes longer than SLOW_LOOK and again when it ends.
+        The job's restart, pause or launch waits on it either way (it needs the answer),
+        but a checksum of a large checkpoint, or a network mount whose server went away,
+        would otherwise leave the job silent, its state "waiting to restart" with no word
+        of why. `maybe`: what could be taking so long."""
         done = threading.Event()
         answer: List[T] = []
         failed: List[BaseException] = []
@@ -665,15 +670,14 @@ class ManagedJob:
                          daemon=True).start()
         if not done.wait(SLOW_LOOK):
             since = time.time() - SLOW_LOOK
-            self._event("sampler_error", "job %s: a look at its checkpoint dir %s has taken "
-                        "%.0f s so far (a checksum of a large checkpoint, or a hung network "
-                        "mount?); the job waits for it" % (self.name, directory, SLOW_LOOK),
+            self._event("sampler_error", "job %s: %s %s has taken %.0f s so far (%s); the "
+                        "job waits for it" % (self.name, what, directory, SLOW_LOOK, maybe),
                         {"job_state": self.state, "answered": False, "dir": str(directory),
                          "within": SLOW_LOOK})
             done.wait()
             seconds = time.time() - since
-            self._event("sampler_error", "job %s: the look at its checkpoint dir %s answered "
-                        "after about %.0f s" % (self.name, directory, seconds),
+            self._event("sampler_error", "job %s: %s %s was done after about %.0f s"
+                        % (self.name, what, directory, seconds),
                         {"job_state": self.state, "answered": True, "dir": str(directory),
                          "seconds": round(seconds, 1)})
         if failed:

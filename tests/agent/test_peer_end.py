@@ -339,7 +339,8 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     said = _events(job, "sampler_error")
     assert [e["data"]["answered"] for e in said] == [False, True], said
     where = str(job.spec.checkpoint_dir)
-    assert where in said[0]["msg"] and "the job waits for it" in said[0]["msg"]
+    assert f"a look at its checkpoint dir {where} has taken" in said[0]["msg"]
+    assert "the job waits for it" in said[0]["msg"]
     assert said[0]["data"]["dir"] == where and said[1]["data"]["seconds"] >= 0.4
     monkeypatch.setattr(checkpoints, "newest_valid", lambda directory: (None, []))
     assert job._newest_checkpoint() == (None, [])
@@ -351,3 +352,13 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     monkeypatch.setattr(checkpoints, "newest_valid", unreadable)
     with pytest.raises(PermissionError):
         job._newest_checkpoint()
+    # Preparing the run dir at a launch is watched the same way.
+    answer.clear()
+    threading.Timer(0.3, answer.set).start()
+    monkeypatch.setattr(job.spec, "prepare_dirs", lambda: answer.wait(60))
+    monkeypatch.setattr(job.spec, "argv", lambda *args: 1 / 0)  # the launch stops here
+    with pytest.raises(ZeroDivisionError):
+        job._launch(None)
+    said = _events(job, "sampler_error")[2:]
+    assert [e["data"]["answered"] for e in said] == [False, True], said
+    assert f"preparing its run dir {job.spec.shared_dir} has taken" in said[0]["msg"]
