@@ -476,7 +476,8 @@ class Membership:
     def poll_takeover(self) -> None:
         job = self.job
         me = str(job.spec.host)
-        claim = read_claim(job.spec, me)
+        claim = job._looking_in(takeover_dir(job.spec), lambda: read_claim(job.spec, me),
+                                "a look for its claim in", "a hung network mount?")
         if claim is None or float(claim.get("ts") or 0) < self._standby_since:
             return
         hosts = claim.get("hosts")

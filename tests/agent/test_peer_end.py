@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints, peer_end
+from agent import checkpoints, membership, peer_end
 from agent import job as job_module
 from agent.job import ManagedJob
 from agent.journal import Journal, JournalReader
@@ -209,15 +209,20 @@ def test_a_host_started_anew_keeps_the_generations_it_left(tmp_path: Path) -> No
     assert adopted.peers.generations.state() == {"current": None, "past": []}
 
 
+def _spare_spec(tmp_path: Path) -> dict:
+    """An elastic job on hosts a and b with the spare c."""
+    return {"name": "pair", "script": "train.py", "hosts": ["a", "b"], "spares": ["c"],
+            "nnodes": "1:2", "run_dir": str(tmp_path / "shared"),
+            "rendezvous": {"endpoint": "127.0.0.1:29400"},
+            "resume": {"newest_args": ["--resume", "auto"]}}
+
+
 def test_a_spare_that_takes_over_runs_the_replaced_hosts_generation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The spare was launched with the job, which was paused and resumed since (the spare
     in standby took no part): the excluded host's claim says which part the spare joins."""
-    spec = {"name": "pair", "script": "train.py", "hosts": ["a", "b"], "spares": ["c"],
-            "nnodes": "1:2", "run_dir": str(tmp_path / "shared"),
-            "rendezvous": {"endpoint": "127.0.0.1:29400"},
-            "resume": {"newest_args": ["--resume", "auto"]}}
+    spec = _spare_spec(tmp_path)
     spare = ManagedJob(LaunchSpec({**spec, "host": "c"}), Journal(tmp_path / "c"))
     spare._started_by_operator("launch1-c")
     spare.state = "standby"
@@ -362,3 +367,19 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     said = _events(job, "sampler_error")[2:]
     assert [e["data"]["answered"] for e in said] == [False, True], said
     assert f"preparing its run dir {job.spec.shared_dir} has taken" in said[0]["msg"]
+
+
+def test_a_spares_slow_look_for_its_claim_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = _spare_spec(tmp_path)
+    spare = ManagedJob(LaunchSpec({**spec, "host": "c"}), Journal(tmp_path / "c"))
+    spare.state = "standby"
+    spare.membership.standby()
+    monkeypatch.setattr(job_module, "SLOW_LOOK", 0.05)
+    monkeypatch.setattr(membership, "read_claim", lambda spec, me: time.sleep(0.3))
+    spare.membership.poll_takeover()
+    said = _events(spare, "sampler_error")
+    assert [e["data"]["answered"] for e in said] == [False, True], said
+    where = str(membership.takeover_dir(spare.spec))
+    assert f"a look for its claim in {where} has taken" in said[0]["msg"]
