@@ -66,8 +66,8 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
                           "resumes")
 
     # Resume: from the paused step's checkpoint, keeping the operator's LR scale.
-    d.op("resume", job=NAME)
-    resume = d.event("resume", lambda e: e["job"] == NAME)
+    d.op("resume", job=NAME)  # accepted: the job's thread carries it out after the ack
+    resume = d.wait_for(lambda: d.event("resume", lambda e: e["job"] == NAME), 30, "resume")
     assert resume["data"]["checkpoint"] == paused["data"]["checkpoint"]
     d.wait_for(lambda: all(len([t for t in d.train(NAME) if t["ts"] > resume["ts"]
                                 and t["rank"] == rank]) >= 3 for rank in (0, 1)), 90,
