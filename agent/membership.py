@@ -345,9 +345,12 @@ class Membership:
         job._save()  # said: an agent restarted from here on must not say it again
 
     def _hosts_after_takeovers(self) -> List[str]:
-        hosts = list(self.job.spec.hosts)
-        for spare in self.job.spec.spares:
-            claim = read_claim(self.job.spec, spare)
+        job = self.job
+        hosts = list(job.spec.hosts)
+        for spare in job.spec.spares:
+            claim = job._looking_in(takeover_dir(job.spec),
+                                    lambda spare=spare: read_claim(job.spec, spare),
+                                    "a look for a spare's claim in", "a hung network mount?")
             if claim and claim.get("replaced") in hosts and spare not in hosts:
                 hosts[hosts.index(claim["replaced"])] = spare
         return hosts
@@ -466,7 +469,10 @@ class Membership:
     def standby(self) -> None:
         """Wait as a spare; a claim left from an earlier run of the job is not for us."""
         self._standby_since = time.time()
-        claim = read_claim(self.job.spec, str(self.job.spec.host))
+        job = self.job
+        claim = job._looking_in(takeover_dir(job.spec),
+                                lambda: read_claim(job.spec, str(job.spec.host)),
+                                "a look for its claim in", "a hung network mount?")
         if claim is not None and float(claim.get("ts") or 0) < self._standby_since:
             try:
                 (takeover_dir(self.job.spec) / ("%s.json" % self.job.spec.host)).unlink()

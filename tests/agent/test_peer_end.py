@@ -383,3 +383,9 @@ def test_a_spares_slow_look_for_its_claim_is_said(
     assert [e["data"]["answered"] for e in said] == [False, True], said
     where = str(membership.takeover_dir(spare.spec))
     assert f"a look for its claim in {where} has taken" in said[0]["msg"]
+    # Going into standby, and the host list after takeovers, look the same way.
+    spare.membership.standby()
+    assert spare.membership._hosts_after_takeovers() == ["a", "b"]
+    said = _events(spare, "sampler_error")[2:]
+    assert [e["data"]["answered"] for e in said] == [False, True, False, True], said
+    assert "a look for a spare's claim in" in said[2]["msg"]
