@@ -189,12 +189,48 @@ class TypeLoad:
     first_seq: dict[str, int] = field(default_factory=dict)  # else: host -> lowest new seq
 
 
-class Scratch:
-    """A private directory for the files DuckDB reads; removed on close."""
+SCRATCH_PREFIX = "cockpit-ingest-"
 
-    def __init__(self) -> None:
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        self.dir = Path(tempfile.mkdtemp(prefix="cockpit-ingest-", dir=base))
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def remove_orphans(base: Path) -> list[Path]:
+    """Remove the scratch dirs in `base` of cockpits that are gone (killed mid-flush, a
+    dir on /dev/shm holds up to a flush's lines in memory until the next boot); the
+    ones removed. A dir names its process (`cockpit-ingest-PID-…`); one of another user,
+    or of a process still running, is left alone."""
+    removed = []
+    for entry in base.glob(SCRATCH_PREFIX + "*"):
+        pid = entry.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            owned = entry.is_dir() and entry.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if not owned or not pid.isdigit() or _pid_running(int(pid)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+class Scratch:
+    """A private directory for the files DuckDB reads; removed on close, and by the next
+    cockpit if this one is killed (`remove_orphans`)."""
+
+    def __init__(self, base: Path | None = None) -> None:
+        if base is None and os.access("/dev/shm", os.W_OK):
+            base = Path("/dev/shm")
+        base = base or Path(tempfile.gettempdir())
+        remove_orphans(base)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=base))
         self._names = itertools.count()
         # Removed even when the Store is never closed (/dev/shm is memory).
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
