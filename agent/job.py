@@ -35,6 +35,7 @@ from agent.control_inbox import OpError
 from agent.journal import Journal, JournalReader
 from agent.launch import LaunchSpec
 from agent.membership import STANDBY, Membership
+from agent.off_thread import OffThread
 from agent.recovery import HANG, Diagnosis, HangDetector, RecoveryPolicy, classify, read_error_file
 from agent.stacks import dump_stacks
 from agent.supervisor import Supervisor, alive
@@ -654,35 +655,20 @@ class ManagedJob:
         but a checksum of a large checkpoint, or a network mount whose server went away,
         would otherwise leave the job silent, its state "waiting to restart" with no word
         of why. `maybe`: what could be taking so long."""
-        done = threading.Event()
-        answer: List[T] = []
-        failed: List[BaseException] = []
-
-        def work() -> None:
-            try:
-                answer.append(look())
-            except BaseException as exc:  # raised on the job's thread, as if called there
-                failed.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="checkpoint-look-%s" % self.name,
-                         daemon=True).start()
-        if not done.wait(SLOW_LOOK):
+        pending = OffThread(look, "checkpoint-look-%s" % self.name)
+        if not pending.wait(SLOW_LOOK):
             since = time.time() - SLOW_LOOK
             self._event("sampler_error", "job %s: %s %s has taken %.0f s so far (%s); the "
                         "job waits for it" % (self.name, what, directory, SLOW_LOOK, maybe),
                         {"job_state": self.state, "answered": False, "dir": str(directory),
                          "within": SLOW_LOOK})
-            done.wait()
+            pending.wait()
             seconds = time.time() - since
             self._event("sampler_error", "job %s: %s %s was done after about %.0f s"
                         % (self.name, what, directory, seconds),
                         {"job_state": self.state, "answered": True, "dir": str(directory),
                          "seconds": round(seconds, 1)})
-        if failed:
-            raise failed[0]
-        return answer[0]
+        return pending.result()
 
     def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
         found, skipped = self._newest_valid(self.spec.checkpoint_dir)

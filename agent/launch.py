@@ -54,8 +54,9 @@ def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = 
     return list(value)
 
 
-# As the cockpit's job spec allows (a count past any host's is a typo that would fork
-# until the host ran out of memory).
+# Processes torchrun starts per host: one per GPU, or per CPU for a CPU job. A count past
+# any host's is a typo that would fork until the host ran out of memory (the cockpit's job
+# spec checks the same bound).
 MAX_NPROC_PER_NODE = 1024
 
 

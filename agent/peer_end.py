@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, TypeVar
 
 from agent.launch import LaunchSpec
+from agent.off_thread import OffThread
 
 if TYPE_CHECKING:
     from agent.job import ManagedJob
@@ -264,13 +265,13 @@ class Shared:
     def __init__(self, within: float = ANSWER_WITHIN) -> None:
         self.within = within
         self._lock = threading.Lock()
-        self._pending: Optional[threading.Thread] = None
+        self._pending: Optional[OffThread] = None
 
     @property
     def hung(self) -> bool:
         """Whether an operation that did not answer in time is still waiting."""
         pending = self._pending
-        return pending is not None and pending.is_alive()
+        return pending is not None and pending.running
 
     def call(self, what: Callable[[], T]) -> Tuple[bool, Optional[T]]:
         """(True, what returned), or (False, None) when the dir did not answer in time;
@@ -278,24 +279,10 @@ class Shared:
         with self._lock:
             if self.hung:
                 return False, None
-            done: List[T] = []
-            failed: List[BaseException] = []
-
-            def work() -> None:
-                try:
-                    done.append(what())
-                except BaseException as exc:  # handed to the caller, whatever it is
-                    failed.append(exc)
-
-            thread = threading.Thread(target=work, name="shared-markers", daemon=True)
-            self._pending = thread
-            thread.start()
-            thread.join(self.within)
-            if thread.is_alive():
+            pending = self._pending = OffThread(what, "shared-markers")
+            if not pending.wait(self.within):
                 return False, None
-        if failed:
-            raise failed[0]
-        return True, done[0]
+        return True, pending.result()
 
     def unanswered(self, spec: LaunchSpec) -> str:
         return "the shared dir %s did not answer within %g s" % (marker_dir(spec), self.within)

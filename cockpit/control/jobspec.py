@@ -60,12 +60,9 @@ from typing import Any
 import tomllib
 
 from agent.control_inbox import OpError
-from agent.launch import ENV_NAME, check_job_name, finite, nul_field
+from agent.launch import ENV_NAME, MAX_NPROC_PER_NODE, check_job_name, finite, nul_field
 from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 
-# Processes torchrun starts per host: one per GPU, or per CPU for a CPU job. A count past
-# any host's is a typo that would fork until the host ran out of memory.
-MAX_NPROC_PER_NODE = 1024
 _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
                 "module", "args", "run_dir", "checkpoint_dir", "workdir", "override_args",
                 "max_restarts", "pg_timeout", "pause_timeout", "stop_grace"}  # fmt: skip

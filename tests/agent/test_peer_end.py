@@ -270,7 +270,7 @@ def test_a_marker_dir_that_does_not_answer_is_said_once_and_never_waited_on_twic
     answer.set()
     pending = b.peers.shared._pending
     assert pending is not None
-    pending.join(30)
+    pending.wait(30)
     b.peers.shared.within = 30.0
     assert b._peer_ended(at_once=True) is False
     assert len(listings) == 2
@@ -294,7 +294,7 @@ def test_a_write_into_a_dir_that_does_not_answer_is_an_error_naming_it(
     assert shared.look(a, 0.0) is None and shared.clear(a) is False  # none started
     answer.set()
     assert shared._pending is not None
-    shared._pending.join(30)
+    shared._pending.wait(30)
     shared.within = 30.0
     assert shared.look(a, 0.0) == ([], [])
     monkeypatch.setattr(peer_end, "_listing", lambda folder: 1 / 0)
