@@ -281,6 +281,8 @@ class ManagedJob:
                     continue
                 if self.state in (RUNNING, BACKOFF, PAUSED) and self._peer_ended():
                     retry_at = None  # no restart: the job cannot run without that host
+                elif self.state == PAUSED and self._peer_resumed():
+                    retry_at = None
                 elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
                     retry_at = None
                     self._restart_after_failure()
@@ -691,16 +693,7 @@ class ManagedJob:
             if self.state == FROZEN:
                 self._thaw("operator")
                 return retry_at
-            checkpoint, skipped = self._newest_checkpoint()
-            self.policy.progressed()
-            self._started_by_operator(args.get("id"))
-            self._event("resume", "job %s resumed from %s" % (
-                self.name, checkpoint.path if checkpoint else "the start (no valid "
-                "checkpoint)"), {"checkpoint": str(checkpoint.path) if checkpoint else None,
-                                 "step": checkpoint.step if checkpoint else 0,
-                                 "skipped": skipped},
-                step=checkpoint.step if checkpoint else 0)
-            self._launch(checkpoint, reason="resume")
+            self._resume(args.get("id"))
             return None
         if action == "relaunch":
             self._stop_attempt(why="relaunch")
@@ -951,6 +944,39 @@ class ManagedJob:
         self.state = RUNNING if self.running else FAILED
         self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
                     {"mode": "thaw", "reason": why})
+
+    def _resume(self, op_id: object, peer: Optional[peer_end.PeerResumed] = None) -> None:
+        """Start the paused part again from the newest valid checkpoint, at the operator's
+        word (`op_id`) or, with `peer`, as that host resumed the part this one was paused
+        in; then tell the other hosts, for one the resume did not reach."""
+        checkpoint, skipped = self._newest_checkpoint()
+        self.policy.progressed()
+        paused_in = self.peers.generations.current
+        self._started_by_operator(op_id)
+        where = checkpoint.path if checkpoint else "the start (no valid checkpoint)"
+        step = checkpoint.step if checkpoint else 0
+        data: Dict[str, Any] = {"checkpoint": str(checkpoint.path) if checkpoint else None,
+                                "step": step, "skipped": skipped}
+        if peer is None:
+            text = "job %s resumed from %s" % (self.name, where)
+        else:
+            text = ("job %s resumed from %s, as host %s resumed it (the resume did not reach "
+                    "this host)" % (self.name, where, peer.host))
+            data.update(mode="peer", peer=peer.host)
+        self._event("resume", text, data, step=step)
+        self._launch(checkpoint, reason="resume")
+        self.peers.announce_resumed(paused_in, step, data["checkpoint"])
+
+    def _peer_resumed(self) -> bool:
+        """Resume this paused part when another host resumed the part it was paused in and
+        the resume did not reach here: that host's part waits in the rendezvous for it."""
+        peer = self.peers.resume_to_follow()
+        if peer is None:
+            return False
+        # As the operator's resume would have: the same generation, this host's op id.
+        self._resume("%s-%s" % (peer.generation, self.spec.host), peer)
+        self._save()
+        return True
 
     # -- the other hosts of a multi-host job (agent.peer_end) ---------------------------
     def _started_by_operator(self, op_id: object = None) -> None:

@@ -32,6 +32,18 @@ start that missed this host) falls back to the clocks: such a marker counts only
 older than this host's latest operator start, less CLOCK_SKEW, and only from SETTLE
 after that start, when a host started by the same operation has cleared its own.
 
+A resume is followed the same way, the other way round. A host whose part the operator
+resumes leaves `control/JOB.resumed/HOST.json`: the generation it resumed, the one it
+resumed from, the hosts of the part. A host whose part is paused in that same generation
+(it was paused with the others, and the resume did not reach it: its link was down)
+resumes its part in the new generation as soon as its agent sees the marker; otherwise
+the resumed parts would wait for it in the rendezvous until they time out, and the
+operator would have to relaunch the whole job. Only the generations judge here, never
+the clocks: a marker without them, of a part this host was never paused in, of a
+generation it already ran, or of a part that has ended again since (the resuming host's
+end marker has its generation) is not followed. A host clears its resume marker at every
+operator start, and writes it anew after a resume.
+
 A marker of a host that is neither a host nor a spare of the job any more (a relaunch
 left it out) is not acted on either; a host clears its own when the operator starts it
 again. An elastic job (`nnodes = "MIN:MAX"`) goes on without a host that gave up
@@ -158,12 +170,42 @@ def applies(spec: LaunchSpec, why: str) -> bool:
     return several and not (why == GAVE_UP and spec.elastic)
 
 
+class PeerResumed(NamedTuple):
+    host: str
+    generation: str  # the operator's resume there
+    resumed_from: str  # the generation of the part it resumed
+    hosts: Tuple[str, ...]  # the hosts and spares of the part it resumed
+    step: Optional[int]
+    checkpoint: Optional[str]
+    at: float
+
+
 def marker_dir(spec: LaunchSpec) -> Path:
     return spec.shared_dir / "control" / ("%s.ended" % spec.name)
 
 
+def resumed_dir(spec: LaunchSpec) -> Path:
+    return spec.shared_dir / "control" / ("%s.resumed" % spec.name)
+
+
 def _marker(spec: LaunchSpec) -> Path:
     return marker_dir(spec) / ("%s.json" % spec.host)
+
+
+def _resumed_marker(spec: LaunchSpec) -> Path:
+    return resumed_dir(spec) / ("%s.json" % spec.host)
+
+
+def _write(path: Path, data: dict) -> Optional[str]:
+    """Write a marker whole (a reader never sees half of one); the error, if any."""
+    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data))
+        os.replace(str(tmp), str(path))
+    except OSError as exc:
+        return "cannot write %s: %s" % (path, exc)
+    return None
 
 
 def announce(spec: LaunchSpec, why: str, cause: str, reason: str,
@@ -174,28 +216,36 @@ def announce(spec: LaunchSpec, why: str, cause: str, reason: str,
     way)."""
     if not spec.host or not applies(spec, why):
         return None
-    path = _marker(spec)
-    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
     marker = {"host": spec.host, "why": why, "cause": cause, "reason": reason, "step": step,
               "checkpoint": checkpoint, "at": time.time()}
     if generation is not None:
         marker["generation"] = generation  # absent, not null: as an older agent's reads
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(marker))
-        os.replace(str(tmp), str(path))
-    except OSError as exc:
-        return "cannot write %s: %s" % (path, exc)
-    return None
+    return _write(_marker(spec), marker)
+
+
+def announce_resumed(spec: LaunchSpec, generation: Optional[str],
+                     resumed_from: Optional[str], step: Optional[int] = None,
+                     checkpoint: Optional[str] = None) -> Optional[str]:
+    """Leave this host's resume marker: the part of generation `resumed_from` goes on as
+    `generation` here. Without both (an op of an older cockpit, or by hand) there is
+    nothing the others could judge it by, so none is left."""
+    if not spec.host or not applies(spec, PAUSED) or not generation or not resumed_from:
+        return None
+    return _write(_resumed_marker(spec), {
+        "host": spec.host, "generation": generation, "resumed_from": resumed_from,
+        "hosts": [*spec.hosts, *spec.spares], "step": step, "checkpoint": checkpoint,
+        "at": time.time()})
 
 
 def clear(spec: LaunchSpec) -> None:
-    """The operator starts this host's part again: its earlier ending no longer holds."""
+    """The operator starts this host's part again: its earlier ending no longer holds,
+    nor its earlier resume (a resume writes its marker anew after this)."""
     if spec.host:
-        try:
-            _marker(spec).unlink()
-        except OSError:
-            pass  # none there, or the dir is gone: nothing to take back
+        for path in (_marker(spec), _resumed_marker(spec)):
+            try:
+                path.unlink()
+            except OSError:
+                pass  # none there, or the dir is gone: nothing to take back
 
 
 def _read(path: Path) -> PeerEnded:
@@ -218,8 +268,50 @@ def _read(path: Path) -> PeerEnded:
                      gen if isinstance(gen, str) and gen else None)
 
 
+def _read_resumed(path: Path) -> PeerResumed:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    fields = {}
+    for name in ("host", "generation", "resumed_from"):
+        value = data.get(name)
+        if not isinstance(value, str) or not value:
+            raise ValueError("field %r missing or not a string" % name)
+        fields[name] = value
+    hosts, at, step = data.get("hosts"), data.get("at"), data.get("step")
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise ValueError("field 'hosts' missing or not a list of names")
+    if not isinstance(at, (int, float)) or isinstance(at, bool):
+        raise ValueError("field 'at' missing or not a number")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise ValueError("field 'step' is not an integer")
+    checkpoint = data.get("checkpoint")
+    return PeerResumed(fields["host"], fields["generation"], fields["resumed_from"],
+                       tuple(hosts), step, checkpoint if isinstance(checkpoint, str) else None,
+                       float(at))
+
+
 def _listing(folder: Path) -> List[Path]:
     return sorted(folder.glob("*.json"))
+
+
+M = TypeVar("M")
+
+
+def _read_others(spec: LaunchSpec, folder: Path, read: Callable[[Path], M]
+                 ) -> Tuple[List[M], List[str]]:
+    """The other hosts' markers in `folder`, and those that could not be read (path and
+    why); a listing that fails raises OSError."""
+    markers: List[M] = []
+    problems: List[str] = []
+    for path in _listing(folder):
+        if path.stem == spec.host:
+            continue
+        try:
+            markers.append(read(path))
+        except (OSError, ValueError) as exc:
+            problems.append("%s: %s" % (path, exc))
+    return markers, problems
 
 
 def peers_ended(spec: LaunchSpec, since: Optional[float],
@@ -230,19 +322,11 @@ def peers_ended(spec: LaunchSpec, since: Optional[float],
     after `since` (None: not yet); and the markers that could not be read (path and why),
     which the caller reports rather than acts on."""
     found: List[PeerEnded] = []
-    problems: List[str] = []
     try:
-        paths = _listing(marker_dir(spec))
+        peers, problems = _read_others(spec, marker_dir(spec), _read)
     except OSError as exc:
         return [], ["cannot list %s: %s" % (marker_dir(spec), exc)]
-    for path in paths:
-        if path.stem == spec.host:
-            continue
-        try:
-            peer = _read(path)
-        except (OSError, ValueError) as exc:
-            problems.append("%s: %s" % (path, exc))
-            continue
+    for peer in peers:
         # A host the job no longer has (a relaunch left it out, maybe while it could not
         # be reached to take its marker back) ends nothing of the job any more.
         member = not spec.hosts or peer.host in (*spec.hosts, *spec.spares)
@@ -252,6 +336,37 @@ def peers_ended(spec: LaunchSpec, since: Optional[float],
         if counts and peer.host != spec.host and member and applies(spec, peer.why):
             found.append(peer)
     found.sort(key=lambda p: (FINALITY.index(p.why), p.at))
+    return found, problems
+
+
+def peers_resumed(spec: LaunchSpec, generations: Generations
+                  ) -> Tuple[List[PeerResumed], List[str]]:
+    """The other hosts that resumed the part this host's part is paused in, the earliest
+    first, and the markers that could not be read (path and why). Judged by the
+    generations alone: resumed from this part's generation, into one this host has not
+    run, by a host of the job whose resumed part has not ended since and still counts
+    this host among its hosts."""
+    current = generations.current
+    if current is None:
+        return [], []
+    folder = resumed_dir(spec)
+    try:
+        peers, problems = _read_others(spec, folder, _read_resumed)
+        folder = marker_dir(spec)
+        # An end marker that cannot be read is reported by the look for ends.
+        ends, _unread = _read_others(spec, folder, _read)
+    except OSError as exc:
+        return [], ["cannot list %s: %s" % (folder, exc)]
+    ended = {end.host: end.generation for end in ends}  # the generation each host ended
+    found: List[PeerResumed] = []
+    for peer in peers:
+        member = not spec.hosts or peer.host in (*spec.hosts, *spec.spares)
+        if (member and peer.host != spec.host and spec.host in peer.hosts
+                and peer.resumed_from == current
+                and generations.judge(peer.generation) is None
+                and (peer.host not in ended or ended[peer.host] != peer.generation)):
+            found.append(peer)
+    found.sort(key=lambda p: p.at)
     return found, problems
 
 
@@ -298,6 +413,23 @@ class Shared:
             return "cannot write %s: %s" % (_marker(spec), self.unanswered(spec))
         return error
 
+    def announce_resumed(self, spec: LaunchSpec, generation: Optional[str],
+                         resumed_from: Optional[str], step: Optional[int] = None,
+                         checkpoint: Optional[str] = None) -> Optional[str]:
+        """As `announce_resumed`."""
+        answered, error = self.call(lambda: announce_resumed(spec, generation, resumed_from,
+                                                             step, checkpoint))
+        if not answered:
+            return "cannot write %s: %s" % (_resumed_marker(spec), self.unanswered(spec))
+        return error
+
+    def look_resumed(self, spec: LaunchSpec, generations: Generations
+                     ) -> Optional[Tuple[List[PeerResumed], List[str]]]:
+        """As `peers_resumed`; None when the dir did not answer."""
+        mine = Generations.restore(generations.state())
+        answered, found = self.call(lambda: peers_resumed(spec, mine))
+        return found if answered else None
+
     def clear(self, spec: LaunchSpec) -> bool:
         """As `clear`; False when the dir did not answer (the marker may be left: its
         generation, if it has one, tells the others it is an earlier part's)."""
@@ -328,6 +460,7 @@ class Peers:
         self._checked = 0.0
         self._problems: Set[str] = set()
         self._stops_seen: Dict[Tuple[str, float], float] = {}  # (host, at): first seen
+        self._resumes_checked = 0.0
 
     def started(self, op_id: object) -> None:
         """The operator starts this host's part again (`op_id`, the op that says so): an
@@ -373,12 +506,7 @@ class Peers:
         assert looked is not None
         peers, problems = looked
         now = time.time()
-        for problem in problems:
-            if problem not in self._problems:
-                self._problems.add(problem)
-                job._event("sampler_error", "job %s: a marker of another host's part ending "
-                           "cannot be read, so it is not acted on: %s" % (job.name, problem),
-                           {"job_state": job.state})
+        self._report(problems, "ending")
         if job.state == "paused":
             # Paused, this part follows a stop only (a paused job's processes are gone
             # already), and only one the stop itself has had time to reach here: the
@@ -404,6 +532,50 @@ class Peers:
                     "reason": peer.reason, "step": peer.step, "checkpoint": peer.checkpoint,
                     "at": peer.at, "state": job.state}, step=job._cur_max)
         return peer
+
+    def announce_resumed(self, resumed_from: Optional[str], step: Optional[int],
+                         checkpoint: Optional[str]) -> None:
+        """Tell the other hosts that this host's part, paused in generation
+        `resumed_from`, goes on in the current one: a host the resume did not reach
+        follows it (`resume_to_follow`)."""
+        job = self.job
+        error = self.shared.announce_resumed(job.spec, self.generations.current, resumed_from,
+                                             step, checkpoint)
+        if self.shared.hung and self._stalled is None:
+            self._stalled = time.time()
+        if error is not None:
+            job._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
+                       "host's part resumed (%s); a host the resume did not reach stays "
+                       "paused until it is sent one" % (job.name, error),
+                       {"job_state": job.state})
+
+    def resume_to_follow(self) -> Optional[PeerResumed]:
+        """The other host whose resume of the part this paused part belongs to it must
+        follow now; None when there is none, or no look is due (every CHECK_EVERY)."""
+        job = self.job
+        if not applies(job.spec, PAUSED) or self.generations.current is None:
+            return None  # a single host, or a part no generation names: nothing to judge by
+        now = time.time()
+        if now - self._resumes_checked < CHECK_EVERY:
+            return None
+        self._resumes_checked = now
+        looked = self.shared.look_resumed(job.spec, self.generations)
+        if not self._answered(looked is not None):
+            return None
+        assert looked is not None
+        peers, problems = looked
+        self._report(problems, "resume")
+        return peers[0] if peers else None
+
+    def _report(self, problems: List[str], what: str) -> None:
+        """Say each marker that cannot be read once, not at every look."""
+        job = self.job
+        for problem in problems:
+            if problem not in self._problems:
+                self._problems.add(problem)
+                job._event("sampler_error", "job %s: a marker of another host's part's %s "
+                           "cannot be read, so it is not acted on: %s"
+                           % (job.name, what, problem), {"job_state": job.state})
 
     def _answered(self, answered: bool) -> bool:
         """Say once that the shared dir stopped answering, and once that it answers

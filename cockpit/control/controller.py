@@ -53,14 +53,16 @@ ENDED_STATES = frozenset({"finished", "failed", "stopped", "excluded"})
 SPEC_OPERATIONS = frozenset({"launch", "relaunch", "fork", "scale"})
 # Operations whose end of a host's part the job's other hosts' agents follow by
 # themselves, through its shared run dir (agent.peer_end), reachable from here or not.
+# (A resume is followed too, by the parts paused with the others: `missed_hosts_text`.)
 FOLLOWED_OPS = frozenset({"pause", "stop"})
 
 
 def missed_hosts_text(op: str, count: int) -> str:
     """What the part of each of `count` hosts an operation could not reach does
     meanwhile, said alike by the confirmation, the screen's result and the command line:
-    a pause or a stop it follows by itself; any other operation it never gets, and what
-    to do once it is back depends on what the operation left the others doing."""
+    a pause or a stop it follows by itself, and a resume when it was paused with the
+    others; any other operation it never gets, and what to do once it is back depends on
+    what the operation left the others doing."""
     one = count == 1
     back = f"once {'it is' if one else 'they are'} back"
     if op == "launch":
@@ -69,10 +71,23 @@ def missed_hosts_text(op: str, count: int) -> str:
         return (f"{'its' if one else 'their'} part of the job is not started; {back}, add "
                 f"{'it' if one else 'them'} with scale --add (an elastic job), or stop the "
                 "job and launch it again")
-    if op in ("resume", "relaunch"):
-        # The started parts wait for it in torchrun's rendezvous (or, elastic, train on
-        # without it): a second resume finds the job running and is refused, and a paused
-        # part cannot join by a scale; a relaunch restarts every part together.
+    if op == "resume":
+        # A part paused with the others follows their resume by itself (agent.peer_end).
+        # One left otherwise (or one whose agent does not see the shared dir) leaves the
+        # resumed parts waiting in torchrun's rendezvous: a second resume finds the job
+        # running and is refused, and a paused part cannot join by a scale; a relaunch
+        # restarts every part together.
+        return (("its agent resumes its part too once it sees" if one else
+                 "their agents resume their part too once they see")
+                + " in the job's shared run dir that the others resumed, if "
+                + f"{'it was' if one else 'they were'} paused with them; check "
+                + f"{'it' if one else 'them'} {back}: a part still not running leaves the "
+                "others waiting for it in the rendezvous (an elastic job trains on without "
+                "it), so relaunch the job then: every part starts again from the newest "
+                "checkpoint")
+    if op == "relaunch":
+        # As a resume's part left behind, but no agent follows a relaunch by itself: the
+        # relaunch may change the job's spec and hosts.
         return (f"{'its' if one else 'their'} part is left as it was, and the others wait "
                 f"for it in the rendezvous (an elastic job trains on without it); {back}, "
                 "relaunch the job: every part starts again from the newest checkpoint")

@@ -389,3 +389,120 @@ def test_a_spares_slow_look_for_its_claim_is_said(
     said = _events(spare, "sampler_error")[2:]
     assert [e["data"]["answered"] for e in said] == [False, True, False, True], said
     assert "a look for a spare's claim in" in said[2]["msg"]
+
+
+def _resumed_by_a(tmp_path: Path, hosts: list[str] | None = None,
+                  generation: str = "resume2", resumed_from: str = "launch1") -> LaunchSpec:
+    """Host a's marker of its resume (`resumed_from` → `generation`); its spec."""
+    a = _spec(tmp_path, "a")
+    if hosts is not None:
+        a = LaunchSpec({**a.raw, "hosts": hosts})
+    assert peer_end.announce_resumed(a, generation, resumed_from, 40, "/ckpt/40") is None
+    return a
+
+
+def test_a_paused_host_follows_a_resume_of_the_part_it_was_paused_in(tmp_path: Path) -> None:
+    a = _resumed_by_a(tmp_path)
+    b = _spec(tmp_path, "b")
+    peers, problems = peer_end.peers_resumed(b, peer_end.Generations("launch1"))
+    assert problems == []
+    assert [(p.host, p.generation, p.resumed_from, p.step, p.checkpoint) for p in peers] == [
+        ("a", "resume2", "launch1", 40, "/ckpt/40")]
+    # Its own marker is nothing a host follows; nor is one it cannot judge by.
+    assert peer_end.peers_resumed(a, peer_end.Generations("launch1")) == ([], [])
+    assert peer_end.peers_resumed(b, peer_end.Generations()) == ([], [])
+
+
+def test_a_resume_of_another_part_or_one_already_run_is_not_followed(tmp_path: Path) -> None:
+    _resumed_by_a(tmp_path)
+    b = _spec(tmp_path, "b")
+    for generations in (
+        peer_end.Generations("launch0"),  # b was paused in another part of the job
+        peer_end.Generations("resume2", ("launch1",)),  # b resumed with a already
+        peer_end.Generations("launch1", ("resume2",)),  # b ran that part and left it
+    ):
+        assert peer_end.peers_resumed(b, generations) == ([], []), generations
+
+
+def test_a_resume_whose_part_has_ended_since_is_not_followed(tmp_path: Path) -> None:
+    """Host a resumed, then was paused again before b looked (b's dir did not answer):
+    b stays paused. An end marker of the part a resumed from does not hide the resume."""
+    a = _resumed_by_a(tmp_path)
+    b = _spec(tmp_path, "b")
+    peer_end.announce(a, peer_end.PAUSED, "operator", "paused", 10, generation="launch1")
+    assert [p.host for p in peer_end.peers_resumed(b, peer_end.Generations("launch1"))[0]] == [
+        "a"]
+    peer_end.announce(a, peer_end.PAUSED, "operator", "paused", 50, generation="resume2")
+    assert peer_end.peers_resumed(b, peer_end.Generations("launch1")) == ([], [])
+
+
+def test_a_resume_that_leaves_this_host_out_or_comes_from_outside_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    b = _spec(tmp_path, "b")
+    _resumed_by_a(tmp_path, hosts=["a", "c"])  # a relaunch left b out of a's part
+    assert peer_end.peers_resumed(b, peer_end.Generations("launch1")) == ([], [])
+    z = LaunchSpec({**_spec(tmp_path, "z").raw, "hosts": ["a", "b", "z"]})
+    peer_end.clear(_spec(tmp_path, "a"))
+    assert peer_end.announce_resumed(z, "resume2", "launch1") is None
+    assert peer_end.peers_resumed(b, peer_end.Generations("launch1")) == ([], [])
+
+
+def test_an_operator_start_takes_a_hosts_resume_marker_back(tmp_path: Path) -> None:
+    """A relaunch after the resume: the resume marker must not outlive it, or a host
+    still paused in the resumed-from part would join a part that is gone."""
+    a = _resumed_by_a(tmp_path)
+    peer_end.clear(a)
+    b = _spec(tmp_path, "b")
+    assert peer_end.peers_resumed(b, peer_end.Generations("launch1")) == ([], [])
+    # Without both generations (an older cockpit's op ids) nothing is written.
+    assert peer_end.announce_resumed(a, None, "launch1") is None
+    assert peer_end.announce_resumed(a, "resume2", None) is None
+    assert not (peer_end.resumed_dir(a) / "a.json").exists()
+    single = LaunchSpec({**_spec(tmp_path, "a", nnodes=1).raw, "hosts": ["a"]})
+    assert peer_end.announce_resumed(single, "resume2", "launch1") is None
+    assert not (peer_end.resumed_dir(a) / "a.json").exists()
+
+
+def test_an_unreadable_resume_marker_is_reported_with_its_path_and_never_acted_on(
+    tmp_path: Path,
+) -> None:
+    b = _spec(tmp_path, "b")
+    folder = peer_end.resumed_dir(b)
+    folder.mkdir(parents=True)
+    (folder / "a.json").write_text("[1, 2")
+    (folder / "c.json").write_text(json.dumps({"host": "c", "generation": "resume2",
+                                               "resumed_from": "launch1", "at": 1.0}))
+    peers, problems = peer_end.peers_resumed(b, peer_end.Generations("launch1"))
+    assert peers == []
+    assert len(problems) == 2 and str(folder / "a.json") in problems[0]
+    assert "field 'hosts' missing or not a list of names" in problems[1], problems
+
+
+def test_a_paused_part_resumes_in_the_generation_of_the_resume_it_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host b, paused with a, follows a's resume as the operator's own resume there would
+    have gone: the same generation, from the newest checkpoint, said in the journal; then
+    it leaves a resume marker of its own, and a later look finds nothing more to follow."""
+    a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
+    launched: list[object] = []
+    monkeypatch.setattr(b, "_launch", lambda checkpoint, reason="launch": launched.append(
+        (checkpoint, reason)))
+    b.state = "paused"
+    assert b._peer_resumed() is False  # nothing resumed yet
+    a.state = "paused"
+    monkeypatch.setattr(a, "_launch", lambda checkpoint, reason="launch": None)
+    a._resume("resume2-a")  # the operator's resume, which reached a only
+    b.peers._resumes_checked = 0.0
+    assert b._peer_resumed() is True
+    assert launched == [(None, "resume")]
+    assert b.peers.generations.current == "resume2"
+    (resumed,) = _events(b, "resume")
+    assert resumed["data"]["mode"] == "peer" and resumed["data"]["peer"] == "a", resumed
+    assert "as host a resumed it (the resume did not reach this host)" in resumed["msg"]
+    mine = json.loads((peer_end.resumed_dir(b.spec) / "b.json").read_text())
+    assert (mine["generation"], mine["resumed_from"]) == ("resume2", "launch1")
+    b.state = "paused"  # were it paused again, in the new part: a's resume is behind it
+    b.peers._resumes_checked = 0.0
+    assert b._peer_resumed() is False and len(launched) == 1

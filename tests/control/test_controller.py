@@ -281,9 +281,19 @@ def test_a_launch_is_refused_while_some_hosts_run_the_job() -> None:
                  "dir that the other hosts' parts ended; check it once it is back"),
     ("launch", 2, "their part of the job is not started; once they are back, add them with "
                   "scale --add (an elastic job), or stop the job and launch it again"),
-    ("resume", 1, "its part is left as it was, and the others wait for it in the rendezvous "
-                  "(an elastic job trains on without it); once it is back, relaunch the job: "
-                  "every part starts again from the newest checkpoint"),
+    ("resume", 1, "its agent resumes its part too once it sees in the job's shared run dir "
+                  "that the others resumed, if it was paused with them; check it once it is "
+                  "back: a part still not running leaves the others waiting for it in the "
+                  "rendezvous (an elastic job trains on without it), so relaunch the job "
+                  "then: every part starts again from the newest checkpoint"),
+    ("resume", 2, "their agents resume their part too once they see in the job's shared run "
+                  "dir that the others resumed, if they were paused with them; check them "
+                  "once they are back: a part still not running leaves the others waiting for "
+                  "it in the rendezvous (an elastic job trains on without it), so relaunch the "
+                  "job then: every part starts again from the newest checkpoint"),
+    ("relaunch", 1, "its part is left as it was, and the others wait for it in the "
+                    "rendezvous (an elastic job trains on without it); once it is back, "
+                    "relaunch the job: every part starts again from the newest checkpoint"),
     ("fork", 1, "its part of the fork is not started; once it is back, stop the fork and "
                 "fork again"),
     ("adjust", 1, "its part of the job is left as it was; send the adjust again once it is "
@@ -292,7 +302,8 @@ def test_a_launch_is_refused_while_some_hosts_run_the_job() -> None:
 def test_what_to_do_for_a_missed_host_fits_what_the_operation_left(
         op: str, count: int, advice: str) -> None:
     """Sending a launch or a resume again would not help (a second launch is refused while
-    a part runs, a second resume finds the job running): the advice names what does."""
+    a part runs, a second resume finds the job running): the advice names what does. A
+    part paused with the others follows their resume by itself (agent.peer_end)."""
     assert missed_hosts_text(op, count) == advice
 
 

@@ -345,3 +345,28 @@ def test_a_paused_host_the_stop_did_not_reach_is_stopped_with_the_others(
         assert job["state"] == "stopped", job
         stopped = [e for e in b.events("job_exited") if e["data"].get("ended_for") == "stop"]
         assert len(stopped) == 1 and "(it was paused)" in stopped[0]["msg"], stopped
+
+
+def test_a_paused_host_the_resume_did_not_reach_resumes_with_the_others(
+    tmp_path: Path,
+) -> None:
+    """The job was paused everywhere; the operator's resume then reached host a only (b's
+    link was down): b's agent resumes its part as soon as it sees a's marker, in the same
+    generation, rather than leaving a's part waiting in the rendezvous for it."""
+    with _b_left_running(tmp_path) as (a, b):
+        a.op("pause", job="pair")
+        b.wait_for(lambda: b.event("pause"), 30, "b to follow a's pause")
+        trained = len(b.records("train"))
+        a.op("resume", op_id="resume2-a", job="pair")
+        resumed = b.wait_for(lambda: b.event("resume"), 30, "b to follow a's resume")
+        assert resumed["data"]["mode"] == "peer" and resumed["data"]["peer"] == "a", resumed
+        assert "the resume did not reach this host" in resumed["msg"], resumed
+        b.wait_for(lambda: len(b.events("job_started")) == 2, 30, "b's torchrun to start again")
+        b.wait_for(lambda: len(b.records("train")) > trained, 60, "b's part to train again")
+        (job,) = b.op("jobs")["jobs"]
+        assert job["state"] == "running", job
+        markers = tmp_path / "runs" / "pair" / "control" / "pair.resumed"  # docs/control.md
+        for host in ("a", "b"):
+            marker = json.loads((markers / f"{host}.json").read_text())
+            assert (marker["generation"], marker["resumed_from"]) == ("resume2", "launch1")
+        assert len(b.events("resume")) == 1  # followed once
