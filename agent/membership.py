@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from agent import peer_end
 from agent.control_inbox import OpError
 from agent.launch import LaunchSpec
 from agent.recovery import (
@@ -398,6 +399,13 @@ class Membership:
                            "ok": True, "id": args.get("id"), "change": "remove",
                            "host": job.spec.host, "left": True, "hosts": list(hosts)})
             return
+        # The regroup restarts this host's workers with the others, the joining host's
+        # too: the part goes on as the scale's generation, which the joining host starts
+        # with, so that the markers between it and the hosts that stay need no clocks.
+        # A scale sent with an op id of another shape keeps the part's generation.
+        scaled = peer_end.generation(args.get("id"), job.spec.host)
+        if scaled is not None:
+            job.peers.generations.begin(scaled)
         self.expect = self._window(args, now)
         job._save()  # an agent restarted in the window still knows the change is expected
 

@@ -23,12 +23,13 @@ start of a part by the operator (launch, resume, relaunch, fork, a scale that ad
 host) comes from one cockpit operation, sent to each host as `BASE-HOST`: BASE is the
 part's *generation*, the same on every host it reached. A restart after a failure keeps
 it; a spare that takes over gets it from the excluded host's claim; a restarted agent
-reads it back with the job's state. A marker carries the generation of the part it ends
+reads it back with the job's state; a scale regroups every node, so the hosts it keeps
+go on in its generation (agent.membership). A marker carries the generation of the part it ends
 and counts, at once, for a host whose part began with the same one; it is an earlier
 part's, and never counts, for a host that has since been started again. A marker
 without one (an older agent's), or a host started without one (an older cockpit, a
-hand-made op), or a generation this host never took part in (a host added by scale, a
-start that missed this host) falls back to the clocks: such a marker counts only if not
+hand-made op), or a generation this host never took part in (a start or a scale that
+missed this host) falls back to the clocks: such a marker counts only if not
 older than this host's latest operator start, less CLOCK_SKEW, and only from SETTLE
 after that start, when a host started by the same operation has cleared its own.
 

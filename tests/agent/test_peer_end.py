@@ -506,3 +506,36 @@ def test_a_paused_part_resumes_in_the_generation_of_the_resume_it_follows(
     b.state = "paused"  # were it paused again, in the new part: a's resume is behind it
     b.peers._resumes_checked = 0.0
     assert b._peer_resumed() is False and len(launched) == 1
+
+
+def test_the_hosts_a_scale_keeps_go_on_in_its_generation_with_the_host_it_adds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`scale --add c` regroups every node: a, which stays, takes the scale's generation,
+    which c starts with. So c's pause reaches a without the clocks, and a resume that
+    missed c is followed by c (both were paused in the same part)."""
+    spec = {**_spare_spec(tmp_path), "spares": [], "nnodes": "1:3"}
+    a = ManagedJob(LaunchSpec({**spec, "host": "a"}), Journal(tmp_path / "a"))
+    a._started_by_operator("launch1-a")
+    a.state = "running"
+    after = ["a", "b", "c"]
+    a.membership.scale({"id": "scale2-a", "change": "add", "host": "c", "hosts": after})
+    assert a.peers.generations.state() == {"current": "scale2", "past": ["launch1"]}
+    c = ManagedJob(LaunchSpec({**spec, "hosts": after, "host": "c"}), Journal(tmp_path / "c"))
+    c._started_by_operator("scale2-c")
+    c.state = "running"
+    c.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", 7, "/ckpt/7")
+    assert a.peers.generations.judge("scale2") is True  # followed at once, clocks or not
+    # A scale op id of another shape (an older cockpit) keeps the part's generation.
+    a.membership.scale({"id": "by-hand", "change": "remove", "host": "c", "hosts": ["a", "b"]})
+    assert a.peers.generations.current == "scale2"
+    # Paused together in scale2, the resume reaches c only: a follows it.
+    a.state = "paused"
+    a.spec = LaunchSpec({**spec, "hosts": after, "host": "a"})
+    monkeypatch.setattr(a, "_launch", lambda checkpoint, reason="launch": None)
+    monkeypatch.setattr(c, "_launch", lambda checkpoint, reason="launch": None)
+    c.state = "paused"
+    c._resume("resume3-c")
+    a.peers._resumes_checked = 0.0
+    assert a._peer_resumed() is True
+    assert a.peers.generations.current == "resume3"
