@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from cockpit.control.controller import Controller
+from cockpit.control.controller import ControlError, Controller
 from cockpit.control.jobspec import parse_jobspec
 from cockpit.control.operations import wait_acks, wait_streaming
 from cockpit.live import LiveSession
@@ -241,6 +241,69 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
     pwned = [*tmp_path.rglob("PWNED"), *(d / "PWNED" for d in (REPO_ROOT, Path.cwd(),
                                                                 Path.home()))]
     assert not [p for p in pwned if p.exists()], pwned
+
+
+def test_a_host_the_resume_did_not_reach_resumes_with_the_other(
+    sshd_hosts, tmp_path: Path
+) -> None:
+    """The job is paused on both hosts; the second host's sshd is then down, so the
+    operator's resume reaches the first only. The second host's agent, which still sees
+    the shared run dir, resumes its part by itself: both ranks train on from the paused
+    step, with no relaunch, and the store shows why once the link is back."""
+    hosts = sshd_hosts(2)
+    a, b = hosts
+    spec = _job_spec(hosts, tmp_path)
+    daemons = [start_daemon(h) for h in hosts]
+    session = LiveSession([spec_for(h) for h in hosts], tmp_path / "recording.duckdb",
+                          options_for(hosts, tmp_path))
+    try:
+        with session:
+            store = JobView(session, NAME)
+            wait_streaming(session, [h.name for h in hosts], 60)
+            controller = Controller(spec, session.fleet.send)
+            controller.launch()
+            _acked(session, controller)
+            store.wait(lambda: {r for _h, r, *_ in store.train()} == {0, 1}, 120,
+                       "train records of both ranks")  # fmt: skip
+            controller.pause()
+            _acked(session, controller)
+            paused = store.wait(lambda: len(store.events("pause")) == 2 and store.events(
+                "pause"), 90, "both hosts paused")  # fmt: skip
+            step = next(p["data"]["step"] for p in paused if p["data"].get("step") is not None)
+            store.wait(lambda: not job_pids(NAME), 15, "no job process left")
+
+            b.stop()
+            store.wait(lambda: session.fleet.status()[b.name].state != "streaming", 30,
+                       "the link to the second host to notice its sshd is down")
+            resumed_at = time.time()
+            with pytest.raises(ControlError) as missed:
+                controller.resume()
+            assert missed.value.sent == (a.name,) and b.name in missed.value.unsent
+            store.wait(lambda: store.events("resume", a.name), 30, "the first host's resume")
+            # The first host's rank trains again while the second host's link is still
+            # down: a 2-node torchrun trains only once the second host's part has joined.
+            store.wait(lambda: [s for h, _r, s, *_ in store.train(resumed_at)
+                                if h == a.name and s > step + 5], 120,
+                       "the first host's rank to train past the paused step")  # fmt: skip
+
+            b.start()
+            followed = store.wait(lambda: store.events("resume", b.name), 60,
+                                  "the second host's resume, once its link is back")
+            data = followed[0]["data"]
+            assert data["mode"] == "peer" and data["peer"] == a.name, data
+            assert data["step"] == step, (data, step)
+            store.wait(lambda: {r for _h, r, *_ in store.train(resumed_at)} == {0, 1}, 60,
+                       "steps of both ranks after the resume")  # fmt: skip
+            for rank in (0, 1):
+                steps = [s for _h, r, s, *_ in store.train(resumed_at) if r == rank]
+                assert steps[0] == step + 1, (rank, steps[:5])
+            assert len(store.events("relaunch")) == 0
+            controller.stop()
+            _acked(session, controller)
+            store.wait(lambda: not job_pids(NAME), 30, "the job to stop")
+    finally:
+        for d in daemons:
+            stop_daemon(d)
 
 
 def test_each_host_keeps_its_own_files_in_the_shared_run_dir(tmp_path: Path) -> None:
