@@ -54,6 +54,9 @@ SLOW_LOOK = 30.0
 STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
 PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
 IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
+# Idle states a resume starts again, and in which a part follows the other hosts' resume
+# that did not reach it (agent.peer_end): a finished job has nothing left to run.
+RESUMABLE = (PAUSED, STOPPED, FAILED)
 # A new agent takes these over (a spare in standby keeps waiting for its claim).
 ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN, STANDBY)
 ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
@@ -279,10 +282,8 @@ class ManagedJob:
                         break
                     retry_at = self._operate(action, args, retry_at)
                     continue
-                if self.state in (RUNNING, BACKOFF, PAUSED) and self._peer_ended():
-                    retry_at = None  # no restart: the job cannot run without that host
-                elif self.state == PAUSED and self._peer_resumed():
-                    retry_at = None
+                if self._follow_peers():
+                    retry_at = None  # this part ended or started again as another's did
                 elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
                     retry_at = None
                     self._restart_after_failure()
@@ -967,9 +968,18 @@ class ManagedJob:
         self._launch(checkpoint, reason="resume")
         self.peers.announce_resumed(paused_in, step, data["checkpoint"])
 
+    def _follow_peers(self) -> bool:
+        """Whether this part just ended as another host's part ended (running or waiting
+        to restart, it cannot run without that host; paused, it follows a stop), or
+        started again as another host's part was resumed (`_peer_resumed`)."""
+        if self.state in (RUNNING, BACKOFF, PAUSED) and self._peer_ended():
+            return True
+        return self.state in RESUMABLE and self._peer_resumed()
+
     def _peer_resumed(self) -> bool:
-        """Resume this paused part when another host resumed the part it was paused in and
-        the resume did not reach here: that host's part waits in the rendezvous for it."""
+        """Resume this idle part (paused, stopped, failed) when another host resumed the
+        part it ended with and the resume did not reach here: that host's part waits in
+        the rendezvous for it."""
         peer = self.peers.resume_to_follow()
         if peer is None:
             return False

@@ -35,12 +35,13 @@ after that start, when a host started by the same operation has cleared its own.
 
 A resume is followed the same way, the other way round. A host whose part the operator
 resumes leaves `control/JOB.resumed/HOST.json`: the generation it resumed, the one it
-resumed from, the hosts of the part. A host whose part is paused in that same generation
-(it was paused with the others, and the resume did not reach it: its link was down)
-resumes its part in the new generation as soon as its agent sees the marker; otherwise
+resumed from, the hosts of the part. A host whose part ended in that same generation
+(paused, stopped or failed with the others, and the resume did not reach it: its link
+was down) resumes its part in the new generation as soon as its agent sees the marker;
+otherwise
 the resumed parts would wait for it in the rendezvous until they time out, and the
 operator would have to relaunch the whole job. Only the generations judge here, never
-the clocks: a marker without them, of a part this host was never paused in, of a
+the clocks: a marker without them, of a part this host did not end with, of a
 generation it already ran, or of a part that has ended again since (the resuming host's
 end marker has its generation) is not followed. A host clears its resume marker at every
 operator start, and writes it anew after a resume.
@@ -342,7 +343,7 @@ def peers_ended(spec: LaunchSpec, since: Optional[float],
 
 def peers_resumed(spec: LaunchSpec, generations: Generations
                   ) -> Tuple[List[PeerResumed], List[str]]:
-    """The other hosts that resumed the part this host's part is paused in, the earliest
+    """The other hosts that resumed the part this host's idle part ended in, the earliest
     first, and the markers that could not be read (path and why). Judged by the
     generations alone: resumed from this part's generation, into one this host has not
     run, by a host of the job whose resumed part has not ended since and still counts
@@ -536,7 +537,7 @@ class Peers:
 
     def announce_resumed(self, resumed_from: Optional[str], step: Optional[int],
                          checkpoint: Optional[str]) -> None:
-        """Tell the other hosts that this host's part, paused in generation
+        """Tell the other hosts that this host's part, which ended in generation
         `resumed_from`, goes on in the current one: a host the resume did not reach
         follows it (`resume_to_follow`)."""
         job = self.job
@@ -551,8 +552,9 @@ class Peers:
                        {"job_state": job.state})
 
     def resume_to_follow(self) -> Optional[PeerResumed]:
-        """The other host whose resume of the part this paused part belongs to it must
-        follow now; None when there is none, or no look is due (every CHECK_EVERY)."""
+        """The other host whose resume of the part this idle part (paused, stopped,
+        failed) belongs to it must follow now; None when there is none, or no look is due
+        (every CHECK_EVERY)."""
         job = self.job
         if not applies(job.spec, PAUSED) or self.generations.current is None:
             return None  # a single host, or a part no generation names: nothing to judge by

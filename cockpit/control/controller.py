@@ -60,8 +60,8 @@ FOLLOWED_OPS = frozenset({"pause", "stop"})
 def missed_hosts_text(op: str, count: int) -> str:
     """What the part of each of `count` hosts an operation could not reach does
     meanwhile, said alike by the confirmation, the screen's result and the command line:
-    a pause or a stop it follows by itself, and a resume when it was paused with the
-    others; any other operation it never gets, and what to do once it is back depends on
+    a pause or a stop it follows by itself, and a resume when it was paused or stopped
+    with the others; any other operation it never gets, and what to do once it is back depends on
     what the operation left the others doing."""
     one = count == 1
     back = f"once {'it is' if one else 'they are'} back"
@@ -80,7 +80,7 @@ def missed_hosts_text(op: str, count: int) -> str:
         return (("its agent resumes its part too once it sees" if one else
                  "their agents resume their part too once they see")
                 + " in the job's shared run dir that the others resumed, if "
-                + f"{'it was' if one else 'they were'} paused with them; check "
+                + f"{'it was' if one else 'they were'} paused or stopped with them; check "
                 + f"{'it' if one else 'them'} {back}: a part still not running leaves the "
                 "others waiting for it in the rendezvous (an elastic job trains on without "
                 "it), so relaunch the job then: every part starts again from the newest "

@@ -296,7 +296,7 @@ def out_of_reach_text(controller: Controller, host: str, action: str = "") -> st
 
     A host of the spec (or a spare) that is merely not connected now is not "neither a
     host nor a spare". Its agent follows a pause or a stop of the others by itself, and
-    their resume when it was paused with them, from the job's shared run dir
+    their resume when it was paused or stopped with them, from the job's shared run dir
     (agent.peer_end), which this command cannot confirm; any other operation it does not
     get at all, and `missed_hosts_text` says what to do once
     the host is back."""

@@ -92,8 +92,8 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
 def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> str:
     """A line for the confirmation when some of the job's hosts cannot be reached now:
     the operation will not get there; their agents follow a pause or a stop of the
-    others by themselves (and a resume, when paused with them), and any other operation
-    not at all."""
+    others by themselves (and a resume, when paused or stopped with them), and any other
+    operation not at all."""
     out = [f"{h} ({links[h]})" for h in hosts
            if links.get(h, "streaming") not in ("streaming", "stale")]
     if not out:
@@ -105,8 +105,8 @@ def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> s
 def partly_sent_text(op: str, sent: Iterable[str], unsent: Mapping[str, str]) -> str:
     """What an operation that reached some of the job's hosts only did, and what each
     missed host's part does meanwhile: a pause or a stop it follows by itself, through
-    the job's shared run dir, and a resume when it was paused with the others; any other
-    operation it never gets."""
+    the job's shared run dir, and a resume when it was paused or stopped with the
+    others; any other operation it never gets."""
     why = "; ".join(f"{host}: {reason}" for host, reason in unsent.items())
     return (f"sent to {', '.join(sent)}; not to {', '.join(unsent)} ({why}): "
             f"{missed_hosts_text(op, len(unsent))}")

@@ -539,3 +539,24 @@ def test_the_hosts_a_scale_keeps_go_on_in_its_generation_with_the_host_it_adds(
     a.peers._resumes_checked = 0.0
     assert a._peer_resumed() is True
     assert a.peers.generations.current == "resume3"
+
+
+@pytest.mark.parametrize(("state", "follows"), [
+    ("paused", True), ("stopped", True), ("failed", True), ("finished", False),
+    ("running", False), ("frozen", False),
+])
+def test_the_parts_a_resume_would_start_again_follow_it_and_only_those(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str, follows: bool
+) -> None:
+    """The job was stopped (or failed) everywhere and the operator resumed it: a host the
+    resume did not reach follows as a paused one does. A finished part has nothing left
+    to run; a running or frozen one is not ended (a thaw is not followed)."""
+    a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
+    for job in (a, b):
+        monkeypatch.setattr(job, "_launch", lambda checkpoint, reason="launch": None)
+    a.state, b.state = "stopped", state
+    a._resume("resume2-a")
+    b.peers._resumes_checked = 0.0
+    assert b._follow_peers() is follows  # the job's loop, between two looks at its part
+    assert bool(_events(b, "resume")) is follows
+    assert b.peers.generations.current == ("resume2" if follows else "launch1")

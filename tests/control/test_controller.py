@@ -282,13 +282,13 @@ def test_a_launch_is_refused_while_some_hosts_run_the_job() -> None:
     ("launch", 2, "their part of the job is not started; once they are back, add them with "
                   "scale --add (an elastic job), or stop the job and launch it again"),
     ("resume", 1, "its agent resumes its part too once it sees in the job's shared run dir "
-                  "that the others resumed, if it was paused with them; check it once it is "
-                  "back: a part still not running leaves the others waiting for it in the "
-                  "rendezvous (an elastic job trains on without it), so relaunch the job "
-                  "then: every part starts again from the newest checkpoint"),
+                  "that the others resumed, if it was paused or stopped with them; check it "
+                  "once it is back: a part still not running leaves the others waiting for "
+                  "it in the rendezvous (an elastic job trains on without it), so relaunch "
+                  "the job then: every part starts again from the newest checkpoint"),
     ("resume", 2, "their agents resume their part too once they see in the job's shared run "
-                  "dir that the others resumed, if they were paused with them; check them "
-                  "once they are back: a part still not running leaves the others waiting for "
+                  "dir that the others resumed, if they were paused or stopped with them; check "
+                  "them once they are back: a part still not running leaves the others waiting for "
                   "it in the rendezvous (an elastic job trains on without it), so relaunch the "
                   "job then: every part starts again from the newest checkpoint"),
     ("relaunch", 1, "its part is left as it was, and the others wait for it in the "
