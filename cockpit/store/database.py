@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
+import psutil
 
 from agent.protocol import PROTOCOL_VERSION
 from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
@@ -85,8 +86,23 @@ WRITER_THREADS = 1
 # 300 k wire records, final checkpoint included), and at most this much of the recording
 # waits in the log, which a restart after a crash replays.
 CHECKPOINT_THRESHOLD = "64MB"
+# DuckDB keeps the blocks it reads and writes in a buffer pool that may grow to 80 % of
+# the machine's memory, and never hands them back: a cockpit left open for days on a
+# small debug VM, whose hourly maintenance reads whole tables, would end up holding
+# gigabytes it no longer needs. The writer's pool is capped instead (a quarter of a
+# small machine's memory); what needs more (re-clustering a month of chart levels,
+# rolling up old samples) spills to DuckDB's temp dir beside the recording. Ingest and
+# chart queries run as fast at 128 MB; `bench/memory.py` measures the cap's effect.
+WRITER_MEMORY_MAX = 512 << 20
 WIRE_ERROR_SAMPLES_PER_HOST = 100  # malformed lines kept per host; all are counted
 _SAMPLE_BYTES = 1000
+
+
+def writer_memory_limit(total: int | None = None) -> int:
+    """Bytes the writer's DuckDB may hold: WRITER_MEMORY_MAX, or a quarter of a machine
+    with less than 2 GiB (`total`: its memory; None: this machine's)."""
+    total = psutil.virtual_memory().total if total is None else total
+    return min(WRITER_MEMORY_MAX, total // 4)
 
 
 @contextlib.contextmanager
@@ -300,6 +316,7 @@ class Store:
                 # cores to the transport that feeds it.
                 self._con.execute(f"SET threads = {WRITER_THREADS}")
                 self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+                self._con.execute(f"SET memory_limit = '{writer_memory_limit() >> 20}MiB'")
             self._migrate()
             if not read_only:
                 self._drop_stale_copies()

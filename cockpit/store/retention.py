@@ -17,7 +17,10 @@ default: a job that dies on a Friday night is still there in full detail on Mond
 The cut-off is aligned to a minute so that a minute is folded once; a late row for an
 already folded minute is merged into its row (means weighted by count). A live session
 applies the policy hourly on the writer thread (`cockpit watch --keep-raw`), and then
-re-clusters the level tables on a thread of their own (`Store.recluster_levels`).
+re-clusters the level tables on a thread of their own (`Store.recluster_levels`). The
+backlog is worked through an hour of raw rows per transaction, each followed by a
+checkpoint: the writer's DuckDB memory is capped, and DuckDB holds what a transaction
+deletes until the next checkpoint (docs/architecture.md).
 
 Estimating storage for a job (run `python -m cockpit.store.retention`):
 `measure_bytes_per_row()` ingests realistic synthetic lines (readings shaped as NVML and
@@ -91,8 +94,8 @@ _HOST_MERGE = """
 
 # Rank 0's steps (and a record without a rank) stay whole, and so does any step whose loss
 # was NaN/Inf: `nonfinite_steps` lists them for the whole run.
-_TRAIN_TRIM = ("DELETE FROM train WHERE ts < $cut AND rank IS NOT NULL AND rank <> 0 "
-               "AND nonfinite IS NULL")
+_TRAIN_TRIMMED = "rank IS NOT NULL AND rank <> 0 AND nonfinite IS NULL"
+_TRAIN_TRIM = f"DELETE FROM train WHERE ts < $cut AND {_TRAIN_TRIMMED}"
 
 
 def _fold(cur: duckdb.DuckDBPyConnection, raw: str, rollup: str, agg: str, merge: str,
@@ -113,26 +116,59 @@ def _fold(cur: duckdb.DuckDBPyConnection, raw: str, rollup: str, agg: str, merge
     return int(added[0])
 
 
+# Seconds of raw rows one transaction folds and deletes. DuckDB holds what a transaction
+# deletes in memory until the next checkpoint (about 10 B a row), and the writer's memory
+# is capped (`writer_memory_limit`): the first pass over a month-old recording (hundreds
+# of millions of rows past the window) would not fit in one. An hour of 1,024 GPUs and
+# as many ranks is about 7 M rows.
+SLICE_S = 3600.0
+
+
+def _oldest(cur: duckdb.DuckDBPyConnection, cut: float) -> float | None:
+    """The time of the oldest row the policy still has to fold or delete before `cut`."""
+    row = cur.execute(
+        "SELECT min(ts) FROM (SELECT min(ts) AS ts FROM gpu WHERE ts < $cut UNION ALL "
+        "SELECT min(ts) FROM host_sample WHERE ts < $cut UNION ALL "
+        f"SELECT min(ts) FROM train WHERE ts < $cut AND {_TRAIN_TRIMMED})",
+        {"cut": cut}).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
 def apply_retention(
-    store: Store, policy: RetentionPolicy | None = None, now: float | None = None
+    store: Store, policy: RetentionPolicy | None = None, now: float | None = None,
+    slice_s: float = SLICE_S,
 ) -> RetentionResult:
     """Fold and delete raw samples older than the window, delete other ranks' steps
-    older than it, cap logs. One transaction."""
+    older than it, cap logs: one transaction per `slice_s` of raw rows, oldest first,
+    each followed by a checkpoint, which frees what DuckDB held of the rows it deleted."""
     policy = policy or RetentionPolicy()
     now = time.time() if now is None else now
     cut = (now - policy.raw_window) // 60 * 60
+    step = max(60.0, slice_s // 60 * 60)  # minute-aligned: each minute folds in one slice
+    gpu = host = train_deleted = 0
+    while True:
+        with store.cursor() as cur:
+            oldest = _oldest(cur, cut)
+        if oldest is None:
+            break
+        # From the oldest row left, not the last slice's end: a recording may have gaps
+        # of days (a job paused over a holiday) that need no transaction each.
+        bound = min(cut, oldest // 60 * 60 + step)
+        with store.write_cursor() as cur:
+            gpu += _fold(cur, "gpu", "gpu_rollup", _GPU_AGG, _GPU_MERGE, "host, gpu, minute",
+                         bound)
+            host += _fold(cur, "host_sample", "host_sample_rollup", _HOST_AGG, _HOST_MERGE,
+                          "host, minute", bound)
+            train = cur.execute(_TRAIN_TRIM, {"cut": bound}).fetchone()
+            train_deleted += int(train[0]) if train else 0
+        store.checkpoint()
     with store.write_cursor() as cur:
-        gpu = _fold(cur, "gpu", "gpu_rollup", _GPU_AGG, _GPU_MERGE, "host, gpu, minute", cut)
-        host = _fold(cur, "host_sample", "host_sample_rollup", _HOST_AGG, _HOST_MERGE,
-                     "host, minute", cut)
-        train = cur.execute(_TRAIN_TRIM, {"cut": cut}).fetchone()
         logs = cur.execute(
             "DELETE FROM log WHERE (host, seq) IN (SELECT host, seq FROM log "
             "ORDER BY ts DESC, seq DESC OFFSET $cap)",
             {"cap": policy.log_max_rows},
         ).fetchone()
-    return RetentionResult(gpu, host, int(logs[0]) if logs else 0,
-                           int(train[0]) if train else 0)
+    return RetentionResult(gpu, host, int(logs[0]) if logs else 0, train_deleted)
 
 
 def _table_bytes(cur: duckdb.DuckDBPyConnection, tables: list[str], path: str) -> int:

@@ -187,3 +187,18 @@ def test_host_state_is_recorded(store: Store) -> None:
     (row,) = store.hosts()
     assert (row.host, row.address, row.state, row.detail) == ("a", "10.0.0.1", "streaming", "ok")
     assert row.state_ts is not None
+
+
+def test_a_writers_duckdb_memory_is_capped_and_a_readers_is_not(tmp_store_path: Path) -> None:
+    """A cockpit open for days must not let DuckDB's buffer pool grow to 80 % of a small
+    VM's memory (`bench/memory.py` measures it on a long recording)."""
+    from cockpit.store.database import WRITER_MEMORY_MAX, writer_memory_limit
+
+    assert writer_memory_limit(64 << 30) == WRITER_MEMORY_MAX == 512 << 20
+    assert writer_memory_limit(1 << 30) == 256 << 20  # a quarter of a small machine
+    with Store(tmp_store_path) as store, store.cursor() as cur:
+        limit = cur.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit == f"{writer_memory_limit() >> 20}.0 MiB", limit
+    with Store(tmp_store_path, read_only=True) as reader, reader.cursor() as cur:
+        limit = cur.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit != f"{writer_memory_limit() >> 20}.0 MiB", limit  # a report's is DuckDB's

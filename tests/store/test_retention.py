@@ -188,3 +188,48 @@ def test_the_month_estimate_costs_each_table_from_its_own_measured_size() -> Non
     # Raw rows are kept for 3 of the 30 days; levels and rank 0 for all of them.
     assert parts["gpu raw"] * 10 == pytest.approx(everything["gib"]["gpu raw"], rel=0.01)  # type: ignore[index]
     assert parts["chart levels"] == everything["gib"]["chart levels"]  # type: ignore[index]
+
+
+def test_a_long_backlog_is_trimmed_an_hour_at_a_time_to_the_same_result(tmp_path: Path) -> None:
+    """The first pass over an old recording folds and deletes hours of raw rows, with a
+    gap of days between them: one transaction per slice of raw rows (each followed by a
+    checkpoint, which frees what DuckDB held of the deleted rows), none for the gap, and
+    the same roll-ups, steps and counts as one pass over everything."""
+    lines, seq = [], 0
+    for start in (T0, T0 + 5 * DAY):  # three hours, five days apart
+        for second in range(0, 3 * 3600, 20):
+            ts = start + second
+            seq += 1
+            lines.append(_gpu(seq, ts, float(seq % 97), 30.0 + seq % 11, seq % 4))
+            seq += 1
+            lines.append(encode("host", seq, {"cpu": float(seq % 50), "mem_used": seq}, ts=ts))
+            for rank in range(2):
+                seq += 1
+                lines.append(_step(seq, rank, second // 20 + 1, ts, 1.0 + rank))
+    data = b"".join(lines)
+    tables = ("gpu_rollup", "host_sample_rollup", "gpu", "host_sample", "train")
+    results, contents = [], []
+    for slice_s in (3600.0, 1e12):
+        with Store(tmp_path / f"{slice_s:.0f}.duckdb") as store:
+            store.ingest("h1", data)
+            checkpoints = 0
+            real = store.checkpoint
+
+            def counted(real=real) -> None:
+                nonlocal checkpoints
+                checkpoints += 1
+                real()
+
+            store.checkpoint = counted  # type: ignore[method-assign]
+            results.append(apply_retention(store, RetentionPolicy(raw_window=DAY),
+                                           now=T0 + 10 * DAY, slice_s=slice_s))
+            with store.cursor() as cur:
+                contents.append({t: cur.execute(f"SELECT * FROM {t} ORDER BY ALL"
+                                                ).fetchall() for t in tables})
+            results.append(checkpoints)
+    sliced, sliced_checkpoints, whole, whole_checkpoints = results
+    assert (sliced_checkpoints, whole_checkpoints) == (6, 1)  # 3 + 3 hours; no day of the gap
+    assert sliced == whole
+    assert (whole.gpu_rolled, whole.host_rolled, whole.train_deleted) == (1080, 1080, 1080)
+    assert contents[0] == contents[1]
+    assert contents[0]["gpu"] == [] and len(contents[0]["train"]) == 1080
