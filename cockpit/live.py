@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 # Retention runs this often on the writer thread; the chart levels are re-clustered after
 # it, on a thread of their own.
 MAINTENANCE_EVERY_S = 3600.0
+# Seconds of retention work at a time: flushes wait while it runs. A backlog (an old
+# recording watched with a shorter window, or days of a host's journal arriving at once)
+# is worked through in parts, with flushes between them.
+MAINTENANCE_PART_S = 2.0
 
 
 class LiveSource:
@@ -132,17 +136,22 @@ class LiveSession:
         )
         self.source = LiveSource(self)
 
-    def _maintain(self, store: Store) -> None:
-        """Runs on the writer thread, between flushes: lines arriving meanwhile queue."""
-        result = apply_retention(store, self.retention)
+    def _maintain(self, store: Store) -> bool:
+        """Runs on the writer thread, between flushes: lines arriving meanwhile queue.
+        True while a backlog is left for the next part (`MAINTENANCE_PART_S` each)."""
+        result = apply_retention(store, self.retention, budget_s=MAINTENANCE_PART_S)
         log.info("retention: rolled up %d gpu and %d host samples, deleted %d steps of "
-                 "ranks other than 0 and %d log lines", result.gpu_rolled, result.host_rolled,
-                 result.train_deleted, result.logs_deleted)
+                 "ranks other than 0 and %d log lines%s", result.gpu_rolled,
+                 result.host_rolled, result.train_deleted, result.logs_deleted,
+                 "" if result.done else "; more left for the next part")
+        if not result.done:
+            return True  # re-clustered once the backlog is worked through
         if self._clustering is None or not self._clustering.is_alive():
             # A rewrite takes seconds to minutes for a long run: flushes go on meanwhile.
             self._clustering = threading.Thread(target=self._recluster, args=(store,),
                                                 name="level-clustering", daemon=True)
             self._clustering.start()
+        return False
 
     def _recluster(self, store: Store) -> None:
         try:

@@ -56,7 +56,7 @@ class StoreWriter:
         on_error: Callable[[Exception], None] | None = None,
         interval: float = DEFAULT_INTERVAL,
         max_lines: int = DEFAULT_MAX_LINES,
-        maintenance: Callable[[Store], None] | None = None,
+        maintenance: Callable[[Store], bool | None] | None = None,
         maintenance_every: float = 3600.0,
         max_backlog_lines: int = 2_000_000,
         max_interval: float = DEFAULT_MAX_INTERVAL,
@@ -160,8 +160,11 @@ class StoreWriter:
             self._commit(batch)
             self._last_flush_s = time.monotonic() - started if batch else 0.0
             if self.maintenance is not None and time.monotonic() >= next_maintenance:
-                next_maintenance = time.monotonic() + self.maintenance_every
-                self._guarded(self.maintenance, self.store)
+                more = self._guarded(self.maintenance, self.store)
+                # Work left (a long backlog, done in parts): the next part right after
+                # the next flush, so that ingest is never held up for long.
+                next_maintenance = time.monotonic() + (0.0 if more is True
+                                                       else self.maintenance_every)
             if stopping:
                 return
 
@@ -200,9 +203,10 @@ class StoreWriter:
     def _log_error(exc: Exception) -> None:
         log.error("store writer: %s", exc, exc_info=exc)
 
-    def _guarded(self, fn: Callable[..., object], arg: object) -> None:
+    def _guarded(self, fn: Callable[..., object], arg: object) -> object:
         try:
-            fn(arg)
+            return fn(arg)
         except Exception as exc:
             self.errors += 1
             self.on_error(exc)
+            return None

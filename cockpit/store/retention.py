@@ -62,6 +62,7 @@ class RetentionResult:
     host_rolled: int
     logs_deleted: int
     train_deleted: int = 0  # steps of ranks other than 0, past the window
+    done: bool = True  # False: the time budget ran out with rows past the window left
 
 
 _GPU_AGG = """
@@ -136,21 +137,30 @@ def _oldest(cur: duckdb.DuckDBPyConnection, cut: float) -> float | None:
 
 def apply_retention(
     store: Store, policy: RetentionPolicy | None = None, now: float | None = None,
-    slice_s: float = SLICE_S,
+    slice_s: float = SLICE_S, budget_s: float | None = None,
 ) -> RetentionResult:
     """Fold and delete raw samples older than the window, delete other ranks' steps
     older than it, cap logs: one transaction per `slice_s` of raw rows, oldest first,
-    each followed by a checkpoint, which frees what DuckDB held of the rows it deleted."""
+    each followed by a checkpoint, which frees what DuckDB held of the rows it deleted.
+
+    `budget_s`: start no slice after this many seconds (the caller holds up ingest
+    meanwhile); the result then says whether rows past the window are left."""
     policy = policy or RetentionPolicy()
     now = time.time() if now is None else now
     cut = (now - policy.raw_window) // 60 * 60
     step = max(60.0, slice_s // 60 * 60)  # minute-aligned: each minute folds in one slice
-    gpu = host = train_deleted = 0
+    gpu = host = train_deleted = slices = 0
+    started = time.monotonic()
+    done = True
     while True:
         with store.cursor() as cur:
             oldest = _oldest(cur, cut)
         if oldest is None:
             break
+        if slices and budget_s is not None and time.monotonic() - started >= budget_s:
+            done = False  # at least one slice a call: every call makes progress
+            break
+        slices += 1
         # From the oldest row left, not the last slice's end: a recording may have gaps
         # of days (a job paused over a holiday) that need no transaction each.
         bound = min(cut, oldest // 60 * 60 + step)
@@ -168,7 +178,7 @@ def apply_retention(
             "ORDER BY ts DESC, seq DESC OFFSET $cap)",
             {"cap": policy.log_max_rows},
         ).fetchone()
-    return RetentionResult(gpu, host, int(logs[0]) if logs else 0, train_deleted)
+    return RetentionResult(gpu, host, int(logs[0]) if logs else 0, train_deleted, done)
 
 
 def _table_bytes(cur: duckdb.DuckDBPyConnection, tables: list[str], path: str) -> int:

@@ -195,18 +195,7 @@ def test_a_long_backlog_is_trimmed_an_hour_at_a_time_to_the_same_result(tmp_path
     gap of days between them: one transaction per slice of raw rows (each followed by a
     checkpoint, which frees what DuckDB held of the deleted rows), none for the gap, and
     the same roll-ups, steps and counts as one pass over everything."""
-    lines, seq = [], 0
-    for start in (T0, T0 + 5 * DAY):  # three hours, five days apart
-        for second in range(0, 3 * 3600, 20):
-            ts = start + second
-            seq += 1
-            lines.append(_gpu(seq, ts, float(seq % 97), 30.0 + seq % 11, seq % 4))
-            seq += 1
-            lines.append(encode("host", seq, {"cpu": float(seq % 50), "mem_used": seq}, ts=ts))
-            for rank in range(2):
-                seq += 1
-                lines.append(_step(seq, rank, second // 20 + 1, ts, 1.0 + rank))
-    data = b"".join(lines)
+    data = _backlog()
     tables = ("gpu_rollup", "host_sample_rollup", "gpu", "host_sample", "train")
     results, contents = [], []
     for slice_s in (3600.0, 1e12):
@@ -233,3 +222,36 @@ def test_a_long_backlog_is_trimmed_an_hour_at_a_time_to_the_same_result(tmp_path
     assert (whole.gpu_rolled, whole.host_rolled, whole.train_deleted) == (1080, 1080, 1080)
     assert contents[0] == contents[1]
     assert contents[0]["gpu"] == [] and len(contents[0]["train"]) == 1080
+
+
+def _backlog() -> bytes:
+    """Three hours of samples and two ranks' steps, and three more five days later."""
+    lines, seq = [], 0
+    for start in (T0, T0 + 5 * DAY):
+        for second in range(0, 3 * 3600, 20):
+            ts = start + second
+            seq += 1
+            lines.append(_gpu(seq, ts, float(seq % 97), 30.0 + seq % 11, seq % 4))
+            seq += 1
+            lines.append(encode("host", seq, {"cpu": float(seq % 50), "mem_used": seq}, ts=ts))
+            for rank in range(2):
+                seq += 1
+                lines.append(_step(seq, rank, second // 20 + 1, ts, 1.0 + rank))
+    return b"".join(lines)
+
+
+def test_a_backlog_is_worked_through_in_parts_within_a_time_budget(store: Store) -> None:
+    """A live session holds up ingest while retention runs, so it asks for a part at a
+    time: each call does at least one slice and says whether rows are left."""
+    store.ingest("h1", _backlog())
+    policy = RetentionPolicy(raw_window=DAY)
+    parts = []
+    while True:
+        result = apply_retention(store, policy, now=T0 + 10 * DAY, budget_s=0.0)
+        parts.append(result)
+        if result.done:
+            break
+    assert len(parts) == 6  # one slice a part: six hours of rows
+    assert [p.done for p in parts] == [False] * 5 + [True]
+    assert sum(p.gpu_rolled for p in parts) == sum(p.host_rolled for p in parts) == 1080
+    assert sum(p.train_deleted for p in parts) == 1080 and count(store, "gpu") == 0

@@ -199,3 +199,29 @@ def test_a_store_failure_retried_with_success_clears_but_lost_lines_stay(tmp_pat
         assert problem is not None and "dropped 5 lines" in problem
     finally:
         session.stop()
+
+
+def test_maintenance_with_work_left_runs_again_after_the_next_flush(store: Store) -> None:
+    """Retention of a long backlog goes in parts (it holds up the flushes): a part that
+    says more is left is followed by the next one after a flush, not an hour later."""
+    calls: list[int] = []
+    done = threading.Event()
+    writer = StoreWriter(store, interval=0.05, maintenance_every=0.0)
+
+    def maintain(_store: Store) -> bool:
+        writer.maintenance_every = 3600.0  # the first part at once, then hourly
+        calls.append(count(store, "train"))
+        if len(calls) == 3:
+            done.set()
+        return len(calls) < 3  # two parts with work left, then done
+
+    writer.maintenance = maintain
+    writer.start()
+    try:
+        writer.put("h1", trains(1, 5))
+        assert done.wait(10), calls
+        assert calls[-1] == 5  # the flushes went on between the parts
+        threading.Event().wait(0.3)  # several flush waits: no fourth part
+    finally:
+        writer.stop(timeout=10)
+    assert len(calls) == 3
