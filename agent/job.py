@@ -947,12 +947,13 @@ class ManagedJob:
                     {"mode": "thaw", "reason": why})
 
     def _resume(self, op_id: object, peer: Optional[peer_end.PeerResumed] = None) -> None:
-        """Start the paused part again from the newest valid checkpoint, at the operator's
-        word (`op_id`) or, with `peer`, as that host resumed the part this one was paused
-        in; then tell the other hosts, for one the resume did not reach."""
+        """Start the idle part (paused, stopped, failed) again from the newest valid
+        checkpoint, at the operator's word (`op_id`) or, with `peer`, as that host resumed
+        the part this one ended with; then tell the other hosts, for one the resume did
+        not reach."""
         checkpoint, skipped = self._newest_checkpoint()
         self.policy.progressed()
-        paused_in = self.peers.generations.current
+        ended_in = self.peers.generations.current
         self._started_by_operator(op_id)
         where = checkpoint.path if checkpoint else "the start (no valid checkpoint)"
         step = checkpoint.step if checkpoint else 0
@@ -966,7 +967,7 @@ class ManagedJob:
             data.update(mode="peer", peer=peer.host)
         self._event("resume", text, data, step=step)
         self._launch(checkpoint, reason="resume")
-        self.peers.announce_resumed(paused_in, step, data["checkpoint"])
+        self.peers.announce_resumed(ended_in, step, data["checkpoint"])
 
     def _follow_peers(self) -> bool:
         """Whether this part just ended as another host's part ended (running or waiting
