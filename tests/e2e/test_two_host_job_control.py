@@ -100,6 +100,20 @@ def _acked(session: LiveSession, controller: Controller) -> None:
     assert all(o.ok for o in outcomes), outcomes
 
 
+def _launched(session: LiveSession, spec: Any, hosts: list[SshdHost]
+              ) -> tuple[JobView, Controller]:  # fmt: skip
+    """The job launched through the controller, both hosts acknowledging, both ranks
+    training: what the store shows of it, and its controller."""
+    store = JobView(session, NAME)
+    wait_streaming(session, [h.name for h in hosts], 60)
+    controller = Controller(spec, session.fleet.send)
+    controller.launch()
+    _acked(session, controller)
+    store.wait(lambda: {r for _h, r, *_ in store.train()} == {0, 1}, 120,
+               "train records of both ranks")  # fmt: skip
+    return store, controller
+
+
 def test_two_host_job_is_controlled_and_recovers_through_the_store(
     sshd_hosts, tmp_path: Path
 ) -> None:
@@ -112,16 +126,9 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
     session = LiveSession([spec_for(h) for h in hosts], store_path, options_for(hosts, tmp_path))
     try:
         with session:
-            store = JobView(session, NAME)
-            wait_streaming(session, [h.name for h in hosts], 60)
-            controller = Controller(spec, session.fleet.send)
-
             # Launch: both hosts acknowledge; each trains one rank (torchrun's c10d
             # rendezvous decides which), and each host's agent journals its own rank only.
-            controller.launch()
-            _acked(session, controller)
-            store.wait(lambda: {r for _h, r, *_ in store.train()} == {0, 1}, 120,
-                       "train records of both ranks")  # fmt: skip
+            store, controller = _launched(session, spec, hosts)
             time.sleep(1.0)  # a duplicate from the other host would have arrived by now
             placed = {(h, r) for h, r, *_ in store.train()}
             assert len(placed) == 2 and {h for h, _r in placed} == {a.name, b.name}, placed
@@ -258,13 +265,7 @@ def test_a_host_the_resume_did_not_reach_resumes_with_the_other(
                           options_for(hosts, tmp_path))
     try:
         with session:
-            store = JobView(session, NAME)
-            wait_streaming(session, [h.name for h in hosts], 60)
-            controller = Controller(spec, session.fleet.send)
-            controller.launch()
-            _acked(session, controller)
-            store.wait(lambda: {r for _h, r, *_ in store.train()} == {0, 1}, 120,
-                       "train records of both ranks")  # fmt: skip
+            store, controller = _launched(session, spec, hosts)
             controller.pause()
             _acked(session, controller)
             paused = store.wait(lambda: len(store.events("pause")) == 2 and store.events(
