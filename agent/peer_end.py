@@ -24,23 +24,22 @@ host) comes from one cockpit operation, sent to each host as `BASE-HOST`: BASE i
 part's *generation*, the same on every host it reached. A restart after a failure keeps
 it; a spare that takes over gets it from the excluded host's claim; a restarted agent
 reads it back with the job's state; a scale regroups every node, so the hosts it keeps
-go on in its generation (agent.membership). A marker carries the generation of the part it ends
-and counts, at once, for a host whose part began with the same one; it is an earlier
-part's, and never counts, for a host that has since been started again. A marker
-without one (an older agent's), or a host started without one (an older cockpit, a
-hand-made op), or a generation this host never took part in (a start or a scale that
-missed this host) falls back to the clocks: such a marker counts only if not
-older than this host's latest operator start, less CLOCK_SKEW, and only from SETTLE
-after that start, when a host started by the same operation has cleared its own.
+go on in its generation (agent.membership). A marker carries the generation of the part
+it ends and counts, at once, for a host whose part began with the same one; it is an
+earlier part's, and never counts, for a host that has since been started again. A
+marker without one (an older agent's), or a host started without one (an older cockpit,
+a hand-made op), or a generation this host never took part in (a start or a scale that
+missed this host) falls back to the clocks: such a marker counts only if not older than
+this host's latest operator start, less CLOCK_SKEW, and only from SETTLE after that
+start, when a host started by the same operation has cleared its own.
 
 A resume is followed the same way, the other way round. A host whose part the operator
 resumes leaves `control/JOB.resumed/HOST.json`: the generation it resumed, the one it
 resumed from, the hosts of the part. A host whose part ended in that same generation
 (paused, stopped or failed with the others, and the resume did not reach it: its link
 was down) resumes its part in the new generation as soon as its agent sees the marker;
-otherwise
-the resumed parts would wait for it in the rendezvous until they time out, and the
-operator would have to relaunch the whole job. Only the generations judge here, never
+otherwise the resumed parts would wait for it in the rendezvous until they time out, and
+the operator would have to relaunch the whole job. Only the generations judge here, never
 the clocks: a marker without them, of a part this host did not end with, of a
 generation it already ran, or of a part that has ended again since (the resuming host's
 end marker has its generation) is not followed. A host clears its resume marker at every
@@ -480,12 +479,18 @@ class Peers:
         job = self.job
         error = self.shared.announce(job.spec, why, cause, reason, step, checkpoint,
                                      self.generations.current)
+        self._written(error, "ended", "their part goes on until it fails by itself")
+
+    def _written(self, error: Optional[str], what: str, meanwhile: str) -> None:
+        """After a marker's write: a dir that did not answer is said now (the next look
+        need not say it again), a write that failed is journaled with what it leaves."""
         if self.shared.hung and self._stalled is None:
-            self._stalled = time.time()  # said here: the next look need not say it
+            self._stalled = time.time()
         if error is not None:
+            job = self.job
             job._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
-                       "host's part ended (%s); their part goes on until it fails by "
-                       "itself" % (job.name, error), {"job_state": job.state})
+                       "host's part %s (%s); %s" % (job.name, what, error, meanwhile),
+                       {"job_state": job.state})
 
     def to_follow(self, at_once: bool = False) -> Optional[PeerEnded]:
         """The other host whose part's end this part must follow now, said in the journal;
@@ -540,16 +545,10 @@ class Peers:
         """Tell the other hosts that this host's part, which ended in generation
         `resumed_from`, goes on in the current one: a host the resume did not reach
         follows it (`resume_to_follow`)."""
-        job = self.job
-        error = self.shared.announce_resumed(job.spec, self.generations.current, resumed_from,
-                                             step, checkpoint)
-        if self.shared.hung and self._stalled is None:
-            self._stalled = time.time()
-        if error is not None:
-            job._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
-                       "host's part resumed (%s); a host the resume did not reach stays "
-                       "paused until it is sent one" % (job.name, error),
-                       {"job_state": job.state})
+        error = self.shared.announce_resumed(self.job.spec, self.generations.current,
+                                             resumed_from, step, checkpoint)
+        self._written(error, "resumed", "a host the resume did not reach keeps its part as "
+                      "it is until it is sent one")
 
     def resume_to_follow(self) -> Optional[PeerResumed]:
         """The other host whose resume of the part this idle part (paused, stopped,
