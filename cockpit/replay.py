@@ -39,11 +39,9 @@ class ReplaySource:
                  clock: Callable[[], float] = time.monotonic, tick: float = TICK_S) -> None:
         _check_speed(speed)
         try:
-            self._store = Store(path, read_only=True)
+            self._store = Store(path, read_only=True, memory_limit=MEMORY_LIMIT)
         except StoreError as exc:
             raise CockpitError(str(exc)) from None
-        with self._store.cursor() as cur:
-            cur.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         self._reader = StoreReader(self._store)
         try:
             span = self._reader.time_range()

@@ -124,6 +124,21 @@ def test_one_package_owns_each_outside_library(library: str, owner: str) -> None
     assert not problems, "\n".join(problems)
 
 
+def test_only_the_store_runs_sql() -> None:
+    """The store's cursor is public for its own modules and tests: code outside the store
+    that borrowed it (a setting, a query) would touch DuckDB without importing it."""
+    problems = []
+    for path in _sources("cockpit"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("cockpit/store/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("cursor", "execute", "sql")):
+                problems.append(f"{rel}:{node.lineno}: calls .{node.func.attr}()")
+    assert not problems, "\n".join(problems)
+
+
 # What a widget or screen must not reach for: it draws what it is given and asks for
 # more with a message, so that a slow disk or host never freezes the screen.
 _IO_MODULES = ("duckdb", "paramiko", "subprocess", "socket", "urllib", "http", "shutil",

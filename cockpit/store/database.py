@@ -274,7 +274,7 @@ class Store:
     """A DuckDB recording. `read_only=True` for replay and reports (refuses writes)."""
 
     def __init__(self, path: str | Path, read_only: bool = False, check_fields: str = "auto",
-                 fold_interval: float = FOLD_INTERVAL):
+                 fold_interval: float = FOLD_INTERVAL, memory_limit: str | None = None):
         if check_fields not in ("auto", "always"):
             raise ValueError(f"check_fields must be 'auto' or 'always', not {check_fields!r}")
         self.path = Path(path)
@@ -317,6 +317,9 @@ class Store:
                 self._con.execute(f"SET threads = {WRITER_THREADS}")
                 self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
                 self._con.execute(f"SET memory_limit = '{writer_memory_limit() >> 20}MiB'")
+            if memory_limit is not None:
+                # A reader that walks the whole file (a replay) caps its own pool.
+                self._con.execute(f"SET memory_limit = '{memory_limit}'")
             self._migrate()
             if not read_only:
                 self._drop_stale_copies()

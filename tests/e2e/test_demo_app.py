@@ -105,9 +105,10 @@ def test_the_demo_rehearses_a_crash_and_the_agent_recovers_from_the_checkpoint(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     recording = tmp_path / "demo" / "recording.duckdb"
     done = subprocess.run(
-        [sys.executable, "-m", "cockpit", "demo", "--headless", "30", "--steps", "400",
+        # Long enough for two torchrun start-ups (each imports torch) on a loaded machine.
+        [sys.executable, "-m", "cockpit", "demo", "--headless", "60", "--steps", "400",
          "--fault-at", "150", "--dir", str(tmp_path / "demo")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "restart at step 100 (recovery from killed)" in done.stdout, done.stdout
     report = subprocess.run(

@@ -46,11 +46,11 @@ def _start_daemon(state_dir: Path, run_dir: Path, data_dir: Path, job: str) -> s
 
 
 def _journal(state_dir: Path) -> list[dict]:
+    """The records written so far: the agent may be halfway through its newest line."""
     records = []
     for seg in sorted((state_dir / "journal").glob("*.ndjson")):
-        for line in seg.read_text().splitlines():
-            if line.strip():
-                records.append(json.loads(line))
+        whole, _, _partial = seg.read_text().rpartition("\n")
+        records += [json.loads(line) for line in whole.splitlines() if line.strip()]
     return records
 
 
