@@ -50,11 +50,9 @@ STEP_S = 0.5  # seconds between steps in the recordings `build` makes
 
 def live_hours(path: Path, rows: int, uncapped: bool) -> dict[str, float]:
     """What the live session does to the recording at `path`; its memory after it (MiB)."""
-    with Store(path) as store:
-        if uncapped:  # DuckDB's own default: 80 % of the machine's memory
-            default = int(psutil.virtual_memory().total * 0.8) >> 20
-            with store.cursor() as cur:
-                cur.execute(f"SET memory_limit = '{default}MB'")
+    # Uncapped: DuckDB's own default, 80 % of the machine's memory.
+    default = f"{int(psutil.virtual_memory().total * 0.8) >> 20}MB" if uncapped else None
+    with Store(path, memory_limit=default) as store:
         store.ingest_many([("new-host", synthetic_lines(50_000, ranks=8))])
         policy = RetentionPolicy()
         apply_retention(store, policy, now=TS0 + rows // RANKS * STEP_S / 2 + policy.raw_window)

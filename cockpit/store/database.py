@@ -318,7 +318,8 @@ class Store:
                 self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
                 self._con.execute(f"SET memory_limit = '{writer_memory_limit() >> 20}MiB'")
             if memory_limit is not None:
-                # A reader that walks the whole file (a replay) caps its own pool.
+                # The caller's own pool size: a replay, which walks the whole file,
+                # caps it; a writer's replaces `writer_memory_limit`.
                 self._con.execute(f"SET memory_limit = '{memory_limit}'")
             self._migrate()
             if not read_only:
