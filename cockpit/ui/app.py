@@ -80,8 +80,12 @@ class CockpitApp(ControlActions, ReplayActions, App):
         removes an expired toast without repainting what it covered, so it stayed on
         screen until something else redrew there (a paused replay: never)."""
         timeout = event.notification.timeout
-        self.set_timer(timeout + TOAST_REPAINT_DELAY,
-                       lambda: self.screen.refresh(layout=True))
+        self.set_timer(timeout + TOAST_REPAINT_DELAY, self.repaint_after_toast)
+
+    def repaint_after_toast(self) -> None:
+        """The timer may fire while the app shuts down, its screens already gone."""
+        if self.screen_stack:
+            self.screen.refresh(layout=True)
 
     def get_default_screen(self) -> Screen:
         return self.main_screen

@@ -661,6 +661,18 @@ async def test_an_expired_toast_over_a_maximised_pane_is_painted_over(
         assert screen.maximized is screen.query_one("#effect")
 
 
+async def test_a_toast_repaint_due_after_the_app_closed_does_nothing(
+        demo_source: StaticSource) -> None:
+    """The repaint's timer can fire while the app shuts down (a toast shown just before
+    quitting), when the app has no screen left: it must not fail the shutdown."""
+    app = make_app(demo_source)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        app.notify("sent", timeout=0.2)
+    assert not app.screen_stack
+    app.repaint_after_toast()
+
+
 @pytest.mark.parametrize(("state", "moving"), [("running", True), ("failed", False),
                                               ("paused", False), ("exited", False),
                                               ("finished", False)])
