@@ -27,12 +27,25 @@ def _need_sshd() -> None:
     pytest.skip(f"no real sshd here: {reason}")
 
 
+# Loopback addresses per pytest-xdist worker: the second worker's hosts are 127.0.4.2 …,
+# so two workers never bind the same address and port (an sshd restarted mid-test
+# takes its port back; another worker's sshd must not have taken it meanwhile).
+ADDRESSES_PER_WORKER = 4 * 254
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    digits = worker.removeprefix("gw")
+    return int(digits) if digits.isdigit() else 0
+
+
 @pytest.fixture
 def sshd_hosts(tmp_path: Path) -> Iterator[Callable[..., list[SshdHost]]]:
-    """Factory: `sshd_hosts(2)` starts two pretend hosts (127.0.0.2, .3), torn down after."""
+    """Factory: `sshd_hosts(2)` starts two pretend hosts (127.0.0.2, .3 in the first
+    worker), torn down after."""
     _need_sshd()
     with contextlib.ExitStack() as stack:
-        count = 0
+        count = ADDRESSES_PER_WORKER * _worker_index()
 
         def start(n: int, hosts_per_process: int = 1) -> list[SshdHost]:
             nonlocal count

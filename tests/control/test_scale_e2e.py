@@ -235,7 +235,7 @@ def test_an_elastic_job_scales_up_and_down_and_a_spare_replaces_a_faulty_host(
                                 90, "both hosts paused")  # fmt: skip
             assert {e["host"] for e in paused} == {a, spare}
             assert all(e["data"]["ok"] for e in paused), paused
-            store.wait(lambda: not job_pids(NAME), 30, "no job process left")
+            store.wait(lambda: not job_pids(NAME, tmp_path), 30, "no job process left")
             assert not store.events("interruption", paused_at)
     finally:
         for d in daemons:

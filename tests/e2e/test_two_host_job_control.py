@@ -132,7 +132,8 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
             time.sleep(1.0)  # a duplicate from the other host would have arrived by now
             placed = {(h, r) for h, r, *_ in store.train()}
             assert len(placed) == 2 and {h for h, _r in placed} == {a.name, b.name}, placed
-            assert len(job_pids(NAME)) == 4  # two torchruns, two ranks: the check below sees them
+            # two torchruns, two ranks: the check below sees them
+            assert len(job_pids(NAME, tmp_path)) == 4
 
             # Adjust: the LR is halved from a step the ranks agreed on, without a restart.
             controller.adjust(lr_scale=0.5)
@@ -155,7 +156,7 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
             first = next(p for p in paused if p["host"] == a.name)["data"]
             assert first["mode"] == "checkpoint" and first["step"] > agreed
             step = first["step"]
-            store.wait(lambda: not job_pids(NAME), 15, "no job process left")
+            store.wait(lambda: not job_pids(NAME, tmp_path), 15, "no job process left")
             # Discarded: what the first host's rank trained past the checkpoint, as journaled.
             trained = max(s for h, _r, s, *_ in store.train() if h == a.name)
             assert first["steps_discarded"] == max(0, trained - step)
@@ -223,7 +224,7 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
 
             controller.stop()
             _acked(session, controller)
-            store.wait(lambda: not job_pids(NAME), 30, "the job to stop")
+            store.wait(lambda: not job_pids(NAME, tmp_path), 30, "the job to stop")
             # The operator's LR scale held through pause, resume and recovery, on both ranks.
             for _h, _r, s, lr, _ts in store.train():
                 scale = 0.5 if s > agreed else 1.0
@@ -271,7 +272,7 @@ def test_a_host_the_resume_did_not_reach_resumes_with_the_other(
             paused = store.wait(lambda: len(store.events("pause")) == 2 and store.events(
                 "pause"), 90, "both hosts paused")  # fmt: skip
             step = next(p["data"]["step"] for p in paused if p["data"].get("step") is not None)
-            store.wait(lambda: not job_pids(NAME), 15, "no job process left")
+            store.wait(lambda: not job_pids(NAME, tmp_path), 15, "no job process left")
 
             b.stop()
             store.wait(lambda: session.fleet.status()[b.name].state != "streaming", 30,
@@ -301,7 +302,7 @@ def test_a_host_the_resume_did_not_reach_resumes_with_the_other(
             assert len(store.events("relaunch")) == 0
             controller.stop()
             _acked(session, controller)
-            store.wait(lambda: not job_pids(NAME), 30, "the job to stop")
+            store.wait(lambda: not job_pids(NAME, tmp_path), 30, "the job to stop")
     finally:
         for d in daemons:
             stop_daemon(d)

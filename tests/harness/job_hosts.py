@@ -51,19 +51,23 @@ def stop_daemon(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def job_pids(job: str) -> list[int]:
+def job_pids(job: str, under: Path) -> list[int]:
     """Processes of `job` on this machine (every pretend host): torchrun and its ranks,
-    known by the job name the agent puts in their environment."""
-    marker = b"COCKPIT_JOB=" + job.encode()
+    known by the job name the agent puts in their environment, and by a run dir `under`
+    this test's folder, which tells them from a job of the same name in a test that runs
+    beside this one."""
+    name = b"COCKPIT_JOB=" + job.encode()
+    root = b"COCKPIT_RUN_DIR=" + str(under).encode() + b"/"
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                out.append(int(entry.name))
+            env = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
+        if name in env and any(var.startswith(root) for var in env):
+            out.append(int(entry.name))
     return out
 
 
