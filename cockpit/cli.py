@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated GPUs (labelled SIM); default: 2 when no NVIDIA driver is found",
     )
     demo.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
-                      help="no UI: record for SECONDS, then print the report")
+                      help="no UI: record for SECONDS (less when the job finishes "
+                      "sooner), then print the report")
     _add_theme(demo)
 
     watch = sub.add_parser("watch", help="stream agents on hosts over SSH and show the job")

@@ -214,8 +214,15 @@ class DemoRun:
         return self.session.source
 
     def record_for(self, seconds: float) -> None:
+        """Record for `seconds`, or until the demo job has trained its last step: past
+        its end a headless demo would only add idle samples to the recording."""
         assert self.session is not None
-        self.session.record_for(seconds)
+        self.session.record_for(seconds, done=self.finished)
+
+    def finished(self) -> bool:
+        """Whether the job ran to its end and exited cleanly (a crash it recovers from,
+        or a failure, is not an end: the agent may start it again)."""
+        return self.source.snapshot().progress.state == "finished"
 
     def __exit__(self, *exc: object) -> None:
         try:

@@ -234,11 +234,18 @@ class LiveSession:
                 for name, status in self.fleet.status().items()
                 if status.state in FAILED_STATES}
 
-    def record_for(self, seconds: float) -> None:
-        """Headless recording (no UI) for `seconds`, then a final flush."""
+    def record_for(self, seconds: float, done: Callable[[], bool] | None = None) -> None:
+        """Headless recording (no UI) for `seconds`, or until `done()` (asked about once
+        a second) says there is nothing more to record; then a final flush."""
         deadline = time.monotonic() + seconds
+        next_check = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            if done is not None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + 1.0
+                self.writer.flush()
+                if done():
+                    return
         self.writer.flush()
 
     # -- listeners ------------------------------------------------------------------

@@ -370,12 +370,12 @@ def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
 
     path = syn.write_recording(tmp_path / "r.duckdb")
     with Store(path) as store:
-        for step in range(syn.STEPS, syn.STEPS + 2 * MAX_RECENT_STEPS):
-            for rank in (0, 1):
-                store.ingest("node-a", encode("train", 10**6 + 2 * step + rank, {
-                    "job": "job-1", "rank": rank, "step": step, "loss": 0.6,
-                    "samples": syn.SAMPLES_PER_RANK, "step_time": 1.0},
-                    ts=syn.step_ts(step) + 0.001 * rank))
+        store.ingest("node-a", b"".join(
+            encode("train", 10**6 + 2 * step + rank, {
+                "job": "job-1", "rank": rank, "step": step, "loss": 0.6,
+                "samples": syn.SAMPLES_PER_RANK, "step_time": 1.0},
+                ts=syn.step_ts(step) + 0.001 * rank)
+            for step in range(syn.STEPS, syn.STEPS + 2 * MAX_RECENT_STEPS) for rank in (0, 1)))
     with Store(path, read_only=True) as store:
         efficiency = build_snapshot(StoreReader(store), until_ts=None, label="LIVE").efficiency
     assert efficiency.samples_per_s == pytest.approx(2 * syn.SAMPLES_PER_RANK)
