@@ -27,6 +27,14 @@ def _need_sshd() -> None:
     pytest.skip(f"no real sshd here: {reason}")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow and end-to-end tests first. On several workers the long ones then start
+    early, and the suite ends on short tests the workers share, not on one long test
+    that keeps one worker busy while the others wait."""
+    items.sort(key=lambda item: not (item.get_closest_marker("slow")
+                                     or item.get_closest_marker("e2e")))
+
+
 # Loopback addresses per pytest-xdist worker: the second worker's hosts are 127.0.4.2 …,
 # so two workers never bind the same address and port (an sshd restarted mid-test
 # takes its port back; another worker's sshd must not have taken it meanwhile).

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.protocol import encode
 from cockpit.source import build_snapshot
 from cockpit.store.database import Store
@@ -171,6 +173,7 @@ def test_spike_pins_are_looked_up_again_only_when_their_bucket_changes(
             assert len(looked_up) == lookups, (until, looked_up)
 
 
+@pytest.mark.slow
 def test_a_replay_stepping_forward_builds_what_a_fresh_reader_builds(recording: Path) -> None:
     """A replay's refreshes: the cursor moves a little each time, and the reader folds
     in the rows it read ahead (frontiers, latest samples, steps, series, evaluations);
