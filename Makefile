@@ -24,8 +24,9 @@ sshd:
 	  echo "installing openssh-server and tmux for the tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client tmux) >/dev/null; }
 
-# One worker per core, at most 4: the end-to-end tests each run a torchrun job and
-# sshds, and more of them at once than cores only makes each slower.
+# One worker per core, at most 4: an end-to-end test runs a torchrun job (its ranks,
+# an agent, sshds) that wants more than a core at its peaks, so more workers would only
+# make each test slower and its waits likelier to run out.
 test: $(STAMP) sshd
 	$(BIN)/ruff check cockpit agent tests bench examples
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc

@@ -243,9 +243,8 @@ class LiveSession:
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
             if done is not None and time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
-                self.writer.flush()
                 if done():
-                    return
+                    break
         self.writer.flush()
 
     # -- listeners ------------------------------------------------------------------
