@@ -14,7 +14,9 @@ from examples.charlm.config import load_config
 from examples.charlm.train import lr_at
 from tests.harness.torchrun import FAST_SETTINGS, spool_files
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+# Above the sum of a test's own waits, so that a slow run fails on the wait that names
+# what it waited for (two workers share the cores: a run takes twice as long).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def _checkpoint_events(run) -> list[dict]:
