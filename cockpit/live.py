@@ -238,13 +238,10 @@ class LiveSession:
         """Headless recording (no UI) for `seconds`, or until `done()` (asked about once
         a second) says there is nothing more to record; then a final flush."""
         deadline = time.monotonic() + seconds
-        next_check = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-            if done is not None and time.monotonic() >= next_check:
-                next_check = time.monotonic() + 1.0
-                if done():
-                    break
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(1.0, left))
+            if done is not None and done():
+                break
         self.writer.flush()
 
     # -- listeners ------------------------------------------------------------------
