@@ -16,6 +16,7 @@ import pytest
 from tests.harness.recording import load_recording
 from tests.harness.sshd import SshdHost, require_sshd_or_explain
 from tests.harness.sshd import sshd_hosts as _sshd_hosts
+from tests.harness.workers import worker_index
 
 
 def _need_sshd() -> None:
@@ -41,19 +42,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 ADDRESSES_PER_WORKER = 4 * 254
 
 
-def _worker_index() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    digits = worker.removeprefix("gw")
-    return int(digits) if digits.isdigit() else 0
-
-
 @pytest.fixture
 def sshd_hosts(tmp_path: Path) -> Iterator[Callable[..., list[SshdHost]]]:
     """Factory: `sshd_hosts(2)` starts two pretend hosts (127.0.0.2, .3 in the first
     worker), torn down after."""
     _need_sshd()
     with contextlib.ExitStack() as stack:
-        count = ADDRESSES_PER_WORKER * _worker_index()
+        count = ADDRESSES_PER_WORKER * worker_index()
 
         def start(n: int, hosts_per_process: int = 1) -> list[SshdHost]:
             nonlocal count

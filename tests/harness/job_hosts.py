@@ -5,6 +5,7 @@ pretend host, the job's processes on this machine, and the store as the operator
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 from cockpit.live import LiveSession
 from tests.harness.sshd import REPO_ROOT, SshdHost
 from tests.harness.waiting import wait_for
+from tests.harness.workers import worker_index
 
 # A charlm small and quick enough for several nodes on two CPU cores.
 SMALL_CHARLM = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
@@ -23,10 +25,47 @@ SMALL_CHARLM = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
                 "eval.every=100000", "model.n_layer=1", "model.d_model=48")  # fmt: skip
 
 
-def free_port() -> int:
+# Rendezvous ports come from below the kernel's ephemeral range, in a band per worker.
+PORT_BAND_START = 20_000
+PORT_BAND_SIZE = 500
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port for a job's rendezvous on 127.0.0.1 that stays free until torchrun binds it.
+
+    Port 0 would give one from the ephemeral range, which every outgoing connection of
+    the tests (SSH links, agents, torchrun's own stores) also draws from: in the seconds
+    before torchrun binds it, a connection could take it. So the port comes from below
+    that range, from a band of its own per pytest-xdist worker (two workers never pick
+    the same one), and the next port is free too (a fork of the job rendezvouses on it).
+    """
+    low = PORT_BAND_START + PORT_BAND_SIZE * worker_index()
+    if low + PORT_BAND_SIZE > _ephemeral_low():  # no room below the range here
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    candidates = list(range(low, low + PORT_BAND_SIZE, 2))  # pairs never overlap
+    random.shuffle(candidates)  # a port the last test used may still be in TIME_WAIT
+    for port in candidates:
+        if _bindable(port) and _bindable(port + 1):
+            return port
+    raise RuntimeError(f"no free pair of ports in {low}-{low + PORT_BAND_SIZE - 1}")
 
 
 def start_daemon(host: SshdHost) -> subprocess.Popen:
