@@ -11,7 +11,11 @@ starts a real OpenSSH sshd on loopback and, over one paramiko exec channel runni
   (c) for reference, the store path alone: the same bytes, already in memory and cut
       into the same 4 MB chunks, stored in one `Store.ingest_many` call (the writer's
       best case: a flush takes everything queued), with no SSH. It bounds what (b) can
-      reach on this machine, whatever the channel does.
+      reach on this machine, whatever the channel does;
+  (d) for reference, DuckDB's own NDJSON reader at its simplest: the same file, schema
+      detected, into one table, on every core, with no SSH, routing or chart levels.
+      It is what the path to (b) is built on, so its ratio to (a) bounds what any store
+      built on it reaches on this machine.
 
 Metric points = numeric (int/float, non-null, non-bool) top-level fields per record.
 Goals: (b) >= 1,000,000 points/s and >= 0.5 of (a). The last line printed is JSON.
@@ -33,12 +37,14 @@ its ratio is what the machine's cores allow: the CPU (a) spends per point agains
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import duckdb
 import orjson
 import paramiko
 import psutil
@@ -173,6 +179,19 @@ def run_store_only(data: bytes, db: Path) -> tuple[float, int]:
         return elapsed, store.high_water("bench-host")
 
 
+def run_duckdb_bare(wire: Path, db: Path) -> float:
+    """Seconds for DuckDB's NDJSON reader to load `wire` into one table (schema detected)."""
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(f"SET threads = {os.cpu_count() or 1}")
+        start = time.perf_counter()
+        con.execute("CREATE TABLE records AS SELECT * FROM "
+                    "read_json_auto($path, format='newline_delimited')", {"path": str(wire)})
+        return time.perf_counter() - start
+    finally:
+        con.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=500_000)
@@ -210,9 +229,12 @@ def main() -> None:
             elapsed, high = run_store_only(data, tmpdir / f"store-{i}.duckdb")
             assert high == records, f"stored up to seq {high}, expected {records}"
             store_best = min(store_best, elapsed)
+        bare_best = min(run_duckdb_bare(wire, tmpdir / f"bare-{i}.duckdb")
+                        for i in range(args.repeat))
     raw_pps = points / raw_best
     ingest_pps = points / ingest_best
     store_pps = points / store_best
+    bare_pps = points / bare_best
     ratio = ingest_pps / raw_pps
     cores = psutil.cpu_count() or 1
     print(f"(a) raw channel: {raw_pps / 1e6:.2f} M points/s ({records / raw_best / 1e3:.0f} k "
@@ -231,6 +253,8 @@ def main() -> None:
           f"{ctr_sshd:.2f} core-s; (b) against it: {ingest_pps / (points / ctr_best):.2f}")
     print(f"(c) store alone: {store_pps / 1e6:.2f} M points/s, no SSH ({store_pps / raw_pps:.2f} "
           "of (a))")
+    print(f"(d) DuckDB's NDJSON reader alone: {bare_pps / 1e6:.2f} M points/s, no SSH "
+          f"({bare_pps / raw_pps:.2f} of (a))")
     print(f"ratio (b)/(a):   {ratio:.2f}")
     passed = ingest_pps >= 1_000_000 and ratio >= 0.5
     print(result_line(
@@ -239,6 +263,7 @@ def main() -> None:
         baseline_name="raw SSH channel read", records=records, points=points,
         bytes=len(data), raw_s=round(raw_best, 3), ingest_s=round(ingest_best, 3),
         store_only_s=round(store_best, 3), store_only_points_per_s=round(store_pps),
+        duckdb_reader_alone_points_per_s=round(bare_pps),
         cores=cores, raw_core_s=round(raw_cpu, 2), ingest_core_s=round(ingest_cpu, 2),
         ratio_cores_allow=round(ceiling, 3), raw_default_ciphers_s=round(ctr_best, 3),
         raw_sshd_core_s=round(raw_sshd, 2), raw_default_ciphers_sshd_core_s=round(ctr_sshd, 2),
