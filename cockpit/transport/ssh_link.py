@@ -233,7 +233,7 @@ def _handshake(
     client = paramiko.SSHClient()
     known = options.known_hosts
     try:
-        known.load_into(client)
+        known.load_into(client, known_hosts_name(hop.key_name_host, hop.port))
         client.set_missing_host_key_policy(known.policy(label))
         client.connect(
             hop.key_name_host,

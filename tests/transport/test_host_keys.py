@@ -10,7 +10,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from cockpit.transport.host_keys import changed_key_message
+from cockpit.transport.host_keys import KnownHosts, changed_key_message
 from cockpit.transport.ssh_link import HostLink
 from tests.transport.support import Collector, options_for, spec_for
 
@@ -151,3 +151,46 @@ def test_the_changed_key_message_quotes_the_host_name_for_the_shell() -> None:
     assert "`ssh-keygen -R '[gpu-1]:2222'`" in message
     odd = changed_key_message("gpu-1", "it's", key, key, [])
     assert "`ssh-keygen -R 'it'\"'\"'s'`" in odd
+
+
+def test_known_hosts_files_are_parsed_once_and_give_each_client_only_its_hosts_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ecdsa, other_ecdsa, later_ecdsa = (paramiko.ECDSAKey.generate() for _ in range(3))
+    rsa = paramiko.RSAKey.generate(1024)
+    hashed = paramiko.HostKeys.hash_host("[h3]:2222")
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_text(f"[h1]:2222 {ecdsa.get_name()} {ecdsa.get_base64()}\n"
+                     f"[h2]:2222 {other_ecdsa.get_name()} {other_ecdsa.get_base64()}\n"
+                     f"{hashed} {other_ecdsa.get_name()} {other_ecdsa.get_base64()}\n")
+    # The second file's key of a type the first has for h1 is not used (ssh takes the
+    # first); its key of another type is, after the first's.
+    second.write_text(f"[h1]:2222 {later_ecdsa.get_name()} {later_ecdsa.get_base64()}\n"
+                      f"[h1]:2222 {rsa.get_name()} {rsa.get_base64()}\n")
+    known = KnownHosts(extra_files=[first, second], use_system=False, use_user=False,
+                       record_file=tmp_path / "record")
+    parses: list[str] = []
+    load = paramiko.HostKeys.load
+    monkeypatch.setattr(paramiko.HostKeys, "load",
+                        lambda self, filename: (parses.append(filename), load(self, filename)))
+
+    def keys_for(name: str) -> paramiko.HostKeys:
+        client = paramiko.SSHClient()
+        known.load_into(client, name)
+        return client.get_host_keys()
+
+    h1 = keys_for("[h1]:2222")
+    assert h1.keys() == ["[h1]:2222"]  # no other host's keys
+    assert h1.lookup("[h1]:2222").keys() == [ecdsa.get_name(), rsa.get_name()]
+    assert h1.lookup("[h1]:2222")[ecdsa.get_name()] == ecdsa
+    assert keys_for("[h3]:2222").lookup("[h3]:2222")[other_ecdsa.get_name()] == other_ecdsa
+    assert keys_for("[h9]:2222").keys() == []
+    assert parses == [str(first), str(second)]
+    # A key recorded meanwhile (--accept-new-host-keys) is read: the file changed.
+    known.record("[h9]:2222", later_ecdsa)
+    assert keys_for("[h9]:2222").lookup("[h9]:2222")[later_ecdsa.get_name()] == later_ecdsa
+    assert parses == [str(first), str(second), str(tmp_path / "record")]
+    with first.open("a") as handle:
+        handle.write(f"[h4]:2222 {rsa.get_name()} {rsa.get_base64()}\n")
+    assert keys_for("[h4]:2222").lookup("[h4]:2222")[rsa.get_name()] == rsa
+    assert parses[3:] == [str(first)]
