@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from cockpit.transport.host_keys import KnownHosts
 from cockpit.transport.inventory import HostSpec
-from cockpit.transport.pump import PumpResult, StderrTail, StreamSource, pump
+from cockpit.transport.pump import PumpResult, StderrTail, StreamPump, StreamSource
 from cockpit.transport.ssh_config import SshConfig
 from cockpit.transport.states import (
     AGENT_FAILED,
@@ -187,17 +187,20 @@ class BaseLink(abc.ABC):
         except Exception as exc:
             raise ConsumerError(f"consumer failed on a chunk from {self.name}: {exc!r}") from exc
 
+    # What pumps a stream: this link's own thread, or a reader shared by many links.
+    _pump_with: Callable[[StreamPump], PumpResult] = staticmethod(StreamPump.run_alone)
+
     def _pump(self, source: StreamSource, from_seq: int) -> PumpResult:
         """Pump one connected source until it ends: the same for every kind of link."""
         self._set_writer(source.write)
-        return pump(
+        return self._pump_with(StreamPump(
             source,
             self._deliver,
             self.stderr,
             self.options.stale_after,
             self._stopping_now,
             lambda: self._set_state(STREAMING, f"from seq {from_seq}"),
-        )
+        ))
 
     def _from_seq(self) -> int:
         seq = int(self._high_water())

@@ -1,6 +1,8 @@
 """Moving bytes from an agent's stream to the consumer, shared by SSH and local links.
 
-One loop per link waits on a single readiness handle with a timeout (no busy polling),
+A stream's loop (on its link's own thread, `StreamPump.run_alone`, or on the thread
+that reads every SSH link's stream, `cockpit.transport.shared_reader`) waits on a
+single readiness handle per stream with a timeout (no busy polling),
 drains stdout in large reads and hands the consumer chunks that end on a line boundary,
 drains stderr every time (an agent that writes lots of diagnostics must never stall its
 own stream by filling the channel window), and notices silence: no stdout for
@@ -103,36 +105,48 @@ class PumpResult:
     dropped_partial: int = 0
 
 
-def pump(
-    source: StreamSource,
-    deliver: Callable[[bytes], None],
-    stderr: StderrTail,
-    stale_after: float,
-    stopping: Callable[[], bool],
-    on_first_data: Callable[[], None],
-    poll_interval: float = 1.0,
-) -> PumpResult:
-    """Run until the stream ends, goes stale or `stopping()` turns true."""
-    framer = LineFramer()
-    got_data = False
-    last_data = time.monotonic()
-    while True:
-        if stopping():
-            return PumpResult("stopped", got_data, dropped_partial=framer.reset())
-        silent = time.monotonic() - last_data
-        if silent >= stale_after:
-            return PumpResult("stale", got_data, dropped_partial=framer.reset())
-        wait = min(poll_interval, stale_after - silent)
-        try:
-            ready, _, _ = select.select(source.filenos(), [], [], wait)
-        except (OSError, ValueError):  # a pipe closed under us: look at it once more
-            time.sleep(0.05)
-            ready = [True]
-        if not ready:
-            continue
+class StreamPump:
+    """One stream's pumping state between two readiness checks: what a loop over one
+    link (`pump`) or over every link (`cockpit.transport.shared_reader`) keeps of it."""
+
+    def __init__(
+        self,
+        source: StreamSource,
+        deliver: Callable[[bytes], None],
+        stderr: StderrTail,
+        stale_after: float,
+        stopping: Callable[[], bool],
+        on_first_data: Callable[[], None],
+    ) -> None:
+        self.source = source
+        self.deliver = deliver
+        self.stderr = stderr
+        self.stale_after = stale_after
+        self.stopping = stopping
+        self.on_first_data = on_first_data
+        self.framer = LineFramer()
+        self.got_data = False
+        self.last_data = time.monotonic()
+
+    def ended(self) -> str | None:
+        """"stopped" or "stale" when the stream ends without another read, else None."""
+        if self.stopping():
+            return "stopped"
+        if time.monotonic() - self.last_data >= self.stale_after:
+            return "stale"
+        return None
+
+    def wait_limit(self, poll_interval: float) -> float:
+        """How long a wait for readiness may last before `ended` must be asked again."""
+        return min(poll_interval, self.stale_after - (time.monotonic() - self.last_data))
+
+    def service(self) -> bool:
+        """Drain stderr and pass on the stdout that is ready; True once the stream has
+        finished (every byte read and the channel or process closed)."""
+        source = self.source
         err = source.read_err()
         while err:
-            stderr.feed(err)
+            self.stderr.feed(err)
             err = source.read_err()
         parts: list[bytes] = []
         size = 0
@@ -143,16 +157,41 @@ def pump(
             parts.append(data)
             size += len(data)
         if parts:
-            if not got_data:
-                got_data = True
-                on_first_data()
-            last_data = time.monotonic()
-            chunk = framer.feed(b"".join(parts) if len(parts) > 1 else parts[0])
+            if not self.got_data:
+                self.got_data = True
+                self.on_first_data()
+            self.last_data = time.monotonic()
+            chunk = self.framer.feed(b"".join(parts) if len(parts) > 1 else parts[0])
             if chunk:
-                deliver(chunk)
-        elif source.finished():
+                self.deliver(chunk)
+            return False
+        if source.finished():
             err = source.read_err()
             while err:
-                stderr.feed(err)
+                self.stderr.feed(err)
                 err = source.read_err()
-            return PumpResult("eof", got_data, source.exit_status(), framer.reset())
+            return True
+        return False
+
+    def result(self, reason: str) -> PumpResult:
+        """Why the stream ended. For an end of stream this waits (up to seconds) for the
+        exit status: the caller must be the link's own thread, never a shared one."""
+        status = self.source.exit_status() if reason == "eof" else None
+        return PumpResult(reason, self.got_data, status, self.framer.reset())
+
+
+    def run_alone(self, poll_interval: float = 1.0) -> PumpResult:
+        """Pump on the calling thread until the stream ends, goes stale or `stopping()`
+        turns true."""
+        while True:
+            reason = self.ended()
+            if reason is not None:
+                return self.result(reason)
+            try:
+                ready, _, _ = select.select(self.source.filenos(), [], [],
+                                            self.wait_limit(poll_interval))
+            except (OSError, ValueError):  # a pipe closed under us: look at it once more
+                time.sleep(0.05)
+                ready = [True]
+            if ready and self.service():
+                return self.result("eof")

@@ -23,6 +23,7 @@ from cockpit.transport.host_keys import HostKeyError, changed_key_message, known
 from cockpit.transport.inventory import AUTO_AGENT, HostSpec
 from cockpit.transport.link import BaseLink, LinkOptions
 from cockpit.transport.pump import READ_SIZE
+from cockpit.transport.shared_reader import read_shared
 from cockpit.transport.ssh_config import Endpoint, SshConfigError
 from cockpit.transport.states import (
     AGENT_MISSING,
@@ -306,6 +307,10 @@ def _unreachable_text(hop: Endpoint, exc: BaseException) -> str:
 
 class HostLink(BaseLink):
     """The SSH link to one host. Thread-safe: start(), stop(), send_control()."""
+
+    # Every SSH link's stream is read by one thread (`shared_reader`): a fleet's links
+    # would otherwise each wake for every message.
+    _pump_with = staticmethod(read_shared)
 
     def __init__(
         self,

@@ -1,0 +1,160 @@
+"""One thread that reads the agent streams of every SSH link.
+
+A link waiting on its own stream wakes for every message: at 1 Hz from 256 hosts that
+is 256 thread wake-ups a second, each a few syscalls and a handover of the GIL, on top
+of paramiko's own thread per connection. One thread waiting on all streams at once is
+woken once for every host that sent in the same instant (agents sample on the second),
+and serves them in turn. Measured on 256 real sshd channels fed at 1 Hz: 0.12 of a core
+read by 256 threads, 0.074 by one.
+
+A link still owns its stream: it connects, hands the source here, and waits until the
+stream ends (`SharedReader.run`, the same contract as `StreamPump.run_alone`); then it reads the
+exit status and reconnects on its own thread, so nothing slow ever runs on this one.
+What the consumer raises ends that stream only, and is raised again on the link's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+from dataclasses import dataclass, field
+
+from cockpit.transport.pump import PumpResult, StreamPump
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 1.0  # s: how often stops and silence are checked while nothing arrives
+
+
+@dataclass(eq=False)
+class _Entry:
+    stream: StreamPump
+    done: threading.Event = field(default_factory=threading.Event)
+    reason: str = ""
+    error: BaseException | None = None
+
+
+class SharedReader:
+    """Pumps the streams handed to it on one thread, started with the first stream."""
+
+    def __init__(self, poll_interval: float = POLL_INTERVAL) -> None:
+        self.poll_interval = poll_interval
+        self._lock = threading.Lock()
+        self._entries: list[_Entry] = []
+        self._thread: threading.Thread | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+
+    def run(self, stream: StreamPump) -> PumpResult:
+        """`StreamPump.run_alone`, with the reading done on this reader's thread while the
+        calling link's thread waits for the end."""
+        entry = _Entry(stream)
+        with self._lock:
+            self._entries.append(entry)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ssh-reader",
+                                                daemon=True)
+                self._thread.start()
+        self._wake()
+        entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+        return stream.result(entry.reason)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"x")
+        except BlockingIOError:  # already woken, and not yet drained
+            pass
+
+    def _finish(self, entry: _Entry, reason: str, error: BaseException | None = None) -> None:
+        with self._lock:
+            self._entries.remove(entry)
+        entry.reason, entry.error = reason, error
+        entry.done.set()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._round()
+            except Exception as exc:  # a fault here must not leave every link waiting
+                log.error("shared SSH reader: %s: %s", type(exc).__name__, exc)
+                with self._lock:
+                    entries = list(self._entries)
+                for entry in entries:
+                    self._finish(entry, "stopped", exc)
+
+    def _round(self) -> None:
+        """Wait until a stream has something or one must be checked, and serve it."""
+        with self._lock:
+            entries = list(self._entries)
+        owners: dict[int, _Entry] = {}
+        timeout: float | None = None if not entries else self.poll_interval
+        for entry in entries:
+            reason = entry.stream.ended()
+            if reason is not None:
+                self._finish(entry, reason)
+                continue
+            limit = max(0.0, entry.stream.wait_limit(self.poll_interval))
+            timeout = limit if timeout is None else min(timeout, limit)
+            for fd in entry.stream.source.filenos():
+                owners[fd] = entry
+        try:
+            ready, _, _ = select.select([self._wake_read, *owners], [], [], timeout)
+        except (OSError, ValueError):  # a stream's pipe closed under us
+            ready = self._each_ready(owners)
+        if self._wake_read in ready:
+            self._drain_wake()
+        served: set[int] = set()
+        for fd in ready:
+            entry = owners.get(fd)
+            if entry is None or id(entry) in served:
+                continue
+            served.add(id(entry))
+            try:
+                if entry.stream.service():
+                    self._finish(entry, "eof")
+            except Exception as exc:  # the consumer's, or the source's: that stream ends
+                self._finish(entry, "stopped", exc)
+
+    @staticmethod
+    def _each_ready(owners: dict[int, _Entry]) -> list[int]:
+        """The fds that are ready or fail on their own: each gets one more look, which
+        finds its stream finished (as `StreamPump.run_alone` does after such a failure)."""
+        ready = []
+        for fd in owners:
+            try:
+                if select.select([fd], [], [], 0)[0]:
+                    ready.append(fd)
+            except (OSError, ValueError):
+                ready.append(fd)
+        return ready
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+
+_shared: SharedReader | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_reader() -> SharedReader:
+    """The process's reader, which every SSH link's stream goes through."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = SharedReader()
+        return _shared
+
+
+
+def read_shared(stream: StreamPump) -> PumpResult:
+    """Pump `stream` on the process's shared reader."""
+    return shared_reader().run(stream)
