@@ -271,9 +271,10 @@ class LiveSession:
         self._notify()
 
     def add_chunk_tap(self, fn: Callable[[str, bytes], None]) -> None:
-        """`fn(host, chunk)` sees every chunk before it is stored, on the link's thread:
-        for what a command needs from the stream itself (its header) before any flush.
-        Add taps before `start`."""
+        """`fn(host, chunk)` sees every chunk before it is stored, on the thread that
+        reads the stream (for SSH links one thread reads them all, so `fn` must not
+        wait): for what a command needs from the stream itself (its header) before any
+        flush. Add taps before `start`."""
         self._taps.append(fn)
 
     def _on_chunk(self, host: str, chunk: bytes) -> None:

@@ -70,6 +70,7 @@ class Run:
         self.stop = threading.Event()
         self.stderr = StderrTail()
         self.first = threading.Event()
+        self.first_on: int | None = None  # the thread that saw the first data
         self.result: PumpResult | None = None
         self.error: BaseException | None = None
 
@@ -79,10 +80,14 @@ class Run:
                 deliver(chunk)
             self.chunks.append(chunk)
 
+        def first() -> None:
+            self.first_on = threading.get_ident()
+            self.first.set()
+
         def run() -> None:
             try:
                 self.result = reader.run(StreamPump(source, keep, self.stderr, stale_after,
-                                                    self.stop.is_set, self.first.set))
+                                                    self.stop.is_set, first))
             except BaseException as exc:  # what the link's thread would see
                 self.error = exc
 
@@ -117,7 +122,10 @@ def test_one_thread_reads_every_stream_in_whole_lines_until_each_ends(
         source.send(b'"from":%d}\n' % i)
     for i, run in enumerate(runs):
         wait_until(lambda run=run: b"".join(run.chunks).count(b"\n") == 2, f"stream {i}")
-        assert run.first.is_set()
+        # The link's own thread records that its stream is up (a store write): never
+        # the reader's, which every other stream waits on.
+        wait_until(run.first.is_set, f"stream {i}'s first data noted")
+        assert run.first_on == run.thread.ident
         assert b"".join(run.chunks) == b'{"seq":1,"from":%d}\n{"seq":2,"from":%d}\n' % (i, i)
     sources[1].send(b"a partial line")
     sources[1].close()
