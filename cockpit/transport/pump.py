@@ -175,7 +175,11 @@ class StreamPump:
 
     def result(self, reason: str) -> PumpResult:
         """Why the stream ended. For an end of stream this waits (up to seconds) for the
-        exit status: the caller must be the link's own thread, never a shared one."""
+        exit status: the caller must be the link's own thread, never a shared one. An
+        end caused by the link's own stop (it closes the connection) is a stop: no exit
+        status will come, and waiting for one only delays the stop."""
+        if reason == "eof" and self.stopping():
+            reason = "stopped"
         status = self.source.exit_status() if reason == "eof" else None
         return PumpResult(reason, self.got_data, status, self.framer.reset())
 
@@ -183,15 +187,15 @@ class StreamPump:
     def run_alone(self, poll_interval: float = 1.0) -> PumpResult:
         """Pump on the calling thread until the stream ends, goes stale or `stopping()`
         turns true."""
+        poller = select.poll()  # not select: no limit on the descriptors' numbers
+        for fd in self.source.filenos():
+            poller.register(fd, select.POLLIN)
         while True:
             reason = self.ended()
             if reason is not None:
                 return self.result(reason)
-            try:
-                ready, _, _ = select.select(self.source.filenos(), [], [],
-                                            self.wait_limit(poll_interval))
-            except (OSError, ValueError):  # a pipe closed under us: look at it once more
-                time.sleep(0.05)
-                ready = [True]
+            ready = poller.poll(self.wait_limit(poll_interval) * 1000)
+            if any(event & select.POLLNVAL for _, event in ready):
+                time.sleep(0.05)  # a pipe closed under us: look at it once more, calmly
             if ready and self.service():
                 return self.result("eof")

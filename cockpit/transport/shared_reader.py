@@ -49,6 +49,7 @@ class SharedReader:
         self._lock = threading.Lock()
         self._entries: list[_Entry] = []
         self._thread: threading.Thread | None = None
+        self.rounds = 0  # waits so far: a reader that spins instead of waiting shows here
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -112,6 +113,7 @@ class SharedReader:
 
     def _round(self) -> None:
         """Wait until a stream has something or one must be checked, and serve it."""
+        self.rounds += 1
         with self._lock:
             entries = list(self._entries)
         owners: dict[int, _Entry] = {}
@@ -125,10 +127,13 @@ class SharedReader:
             timeout = limit if timeout is None else min(timeout, limit)
             for fd in entry.stream.source.filenos():
                 owners[fd] = entry
-        try:
-            ready, _, _ = select.select([self._wake_read, *owners], [], [], timeout)
-        except (OSError, ValueError):  # a stream's pipe closed under us
-            ready = self._each_ready(owners)
+        # poll, not select: a fleet's descriptors run past select's limit of 1024.
+        poller = select.poll()
+        for fd in (self._wake_read, *owners):
+            poller.register(fd, select.POLLIN)
+        # A closed pipe reports POLLNVAL or POLLHUP: its stream gets one more look,
+        # which finds it finished (as `StreamPump.run_alone` does).
+        ready = [fd for fd, _ in poller.poll(None if timeout is None else timeout * 1000)]
         if self._wake_read in ready:
             self._drain_wake()
         served: set[int] = set()
@@ -142,19 +147,6 @@ class SharedReader:
                     self._finish(entry, "eof")
             except Exception as exc:  # the consumer's, or the source's: that stream ends
                 self._finish(entry, "stopped", exc)
-
-    @staticmethod
-    def _each_ready(owners: dict[int, _Entry]) -> list[int]:
-        """The fds that are ready or fail on their own: each gets one more look, which
-        finds its stream finished (as `StreamPump.run_alone` does after such a failure)."""
-        ready = []
-        for fd in owners:
-            try:
-                if select.select([fd], [], [], 0)[0]:
-                    ready.append(fd)
-            except (OSError, ValueError):
-                ready.append(fd)
-        return ready
 
     def _drain_wake(self) -> None:
         try:

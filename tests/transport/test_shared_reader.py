@@ -4,6 +4,7 @@ pump would end it (end of stream, silence, stop, a failing consumer), alone."""
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -17,9 +18,14 @@ from cockpit.transport.shared_reader import SharedReader
 class PipeSource:
     """A stream source over two real pipes (stdout, stderr), as a channel is one."""
 
-    def __init__(self) -> None:
+    def __init__(self, read_fds_from: int | None = None) -> None:
         self.out_r, self.out_w = os.pipe()
         self.err_r, self.err_w = os.pipe()
+        if read_fds_from is not None:  # as a big fleet's channels are numbered
+            for name, number in (("out_r", read_fds_from), ("err_r", read_fds_from + 1)):
+                os.dup2(getattr(self, name), number)
+                os.close(getattr(self, name))
+                setattr(self, name, number)
         for fd in (self.out_r, self.err_r):
             os.set_blocking(fd, False)
         self.closed = False
@@ -174,3 +180,26 @@ def test_a_failing_consumer_ends_its_stream_with_its_error_on_the_links_thread(
     wait_until(lambda: working.chunks == [b"two\n"], "the other stream")
     good.close()
     assert working.joined().result == PumpResult("eof", True, 7, 0)
+
+
+def test_streams_numbered_past_select_s_limit_are_read(reader: SharedReader) -> None:
+    # A cockpit of a few hundred hosts holds more than 1024 descriptors, which select()
+    # cannot wait on: the reader must still read those streams, and not spin.
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2100:
+        pytest.skip("this process may not open descriptors past 2100")
+    low, high = PipeSource(), PipeSource(read_fds_from=2050)
+    runs = [Run(reader, low), Run(reader, high)]
+    for source in (low, high):
+        source.send(b"line\n")
+    for run in runs:
+        wait_until(lambda run=run: run.chunks == [b"line\n"], "both streams")
+    # Quiet for a while: the reader waits (a round per poll interval of 0.1 s), where a
+    # reader whose waits failed on such descriptors would go round thousands of times.
+    before = reader.rounds
+    time.sleep(0.5)
+    assert reader.rounds - before < 50
+    for source in (low, high):
+        source.close()
+    assert [run.joined().result for run in runs] == [PumpResult("eof", True, 7, 0)] * 2
+    os.close(2050)
+    os.close(2051)
