@@ -32,7 +32,7 @@ import re
 import shutil
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +126,14 @@ _TAGGED_EXTRA_INSERT = (
 _INSERTS = {(table, tagged): _insert_sql(table, tagged)
             for table in RECORD_COLUMNS for tagged in (False, True)}
 _STAGES = {table: _stage_sql(table) for table in LEVEL_SERIES}
+
+
+def insert_statement(table: str) -> tuple[str, Callable[..., dict[str, object]]]:
+    """The INSERT a flush runs for one host's new lines of `table` (read from `$path`),
+    with the function that picks its parameters from `path`, `host` and `offset`: what the
+    ingest benchmark times alone, as the CPU DuckDB itself needs to store the records."""
+    query = _INSERTS[(table, False)]
+    return query, lambda **values: _params(query, **values)
 _UNSTAGES = {table: _unstage_sql(table) for table in LEVEL_SERIES}
 
 

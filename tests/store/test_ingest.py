@@ -7,6 +7,7 @@ import json
 from agent.protocol import encode
 from cockpit.ingest.route import pregroup
 from cockpit.store import Store
+from cockpit.store.loader import insert_statement
 from tests.store.wire import TS0, count, gpu, header, train, trains
 
 EVERY_TYPE = {
@@ -200,3 +201,24 @@ def test_pregrouped_chunks_are_stored_as_routed_ones_resends_included(store: Sto
     expected = [s for s in range(1, 51) if s not in (11, 41)]
     assert rows == [("h1", s) for s in expected if s <= 30] + [("h2", s) for s in expected]
     assert (store.high_water("h1"), store.high_water("h2")) == (30, 50)
+
+
+def test_the_flush_insert_the_ingest_bench_times_stores_what_a_flush_stores(
+        store: Store, tmp_path) -> None:
+    """`insert_statement` is a flush's own INSERT for one host's lines of a table: the
+    benchmark's bound on DuckDB's CPU is worth something only if it stores the same rows."""
+    lines = gpu(5, util=75.0) + gpu(6, index=1, util=25.0)
+    path = tmp_path / "gpu.ndjson"
+    path.write_bytes(lines)
+    query, params = insert_statement("gpu")
+    with store.write_cursor() as cur:
+        cur.execute(query, params(path=str(path), host="h1", offset=100))
+    with store.cursor() as cur:
+        assert cur.execute("SELECT host, seq, gpu, util, procs->>'$[0].rank' FROM gpu "
+                           "ORDER BY seq").fetchall() == [
+            ("h1", 105, 0, 75.0, "0"), ("h1", 106, 1, 25.0, "0")]
+    with Store(tmp_path / "flushed.duckdb") as flushed:
+        flushed.ingest("h1", header() + lines)
+        with flushed.cursor() as cur:
+            assert cur.execute("SELECT gpu, util, procs->>'$[0].rank' FROM gpu "
+                               "ORDER BY seq").fetchall() == [(0, 75.0, "0"), (1, 25.0, "0")]
