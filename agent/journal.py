@@ -41,6 +41,37 @@ class JournalError(Exception):
     """The journal directory cannot be used (unreadable, foreign files, bad id)."""
 
 
+class JournalReplaced(Exception):
+    """The journal a reader follows was replaced by another: its state dir was wiped and a
+    new journal begun, whose seqs start again at 1 and whose segment files may reuse the
+    old ones' names. Nothing read by the old offsets may be sent as the old journal's."""
+
+    def __init__(self, old_id: str, new_id: str) -> None:
+        super().__init__("journal %s was replaced by journal %s" % (old_id, new_id))
+        self.old_id = old_id
+        self.new_id = new_id
+
+
+class _FileReplaced(Exception):
+    """The segment path now names another file than the one being read."""
+
+
+def _stamp(path: Path) -> Optional[Tuple[int, int, int]]:
+    """What tells one version of a small file from another: device, inode and mtime."""
+    try:
+        st = os.stat(str(path))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _inode(path: Path) -> Optional[int]:
+    try:
+        return os.stat(str(path)).st_ino
+    except FileNotFoundError:
+        return None
+
+
 def journal_dir(state_dir: Path) -> Path:
     return Path(state_dir) / "journal"
 
@@ -374,6 +405,30 @@ class JournalReader:
         self.state_dir = Path(state_dir)
         self.dir = journal_dir(self.state_dir)
         self.journal_id = ensure_journal_id(self.state_dir)
+        self._id_path = self.state_dir / "journal_id"
+        self._id_stamp = _stamp(self._id_path)
+
+    def still_this_journal(self) -> bool:
+        """True while the journal on disk is the one this reader opened; False while the
+        state dir holds no journal id at all (just wiped, its successor not begun).
+
+        Raises `JournalReplaced` once another journal's id is there. One `stat` when
+        nothing changed, so a follower can ask before every read."""
+        stamp = _stamp(self._id_path)
+        if stamp is not None and stamp == self._id_stamp:
+            return True
+        if stamp is None:
+            return False
+        try:
+            text = self._id_path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            return False
+        if text == self.journal_id:
+            self._id_stamp = stamp
+            return True
+        if not text:
+            return False
+        raise JournalReplaced(self.journal_id, text)
 
     def bounds(self) -> Tuple[int, int]:
         """(first seq held, newest seq) right now; (1, 0) for an empty journal."""
@@ -394,11 +449,20 @@ class JournalReader:
         """Raw journal bytes, whole lines only, for every record with seq > `after`.
 
         With `follow`, keeps waiting for new records (polling every `poll` s) until
-        `stop()` returns true.
+        `stop()` returns true. Raises `JournalReplaced` when the journal was replaced
+        under the reader, before anything of the new journal is read as the old one's.
         """
         current: Optional[Tuple[int, Path]] = None
+        inode: Optional[int] = None  # of the file `current` named when it was chosen
         offset = 0
         while True:
+            if not self.still_this_journal():
+                # Wiped, its successor not begun: nothing here belongs to this journal.
+                current = None
+                if not follow or (stop is not None and stop()):
+                    return
+                time.sleep(poll)
+                continue
             if current is None:
                 segments = list_segments(self.dir)
                 candidates = [s for s in segments if s[0] <= after + 1]
@@ -411,28 +475,40 @@ class JournalReader:
                         return
                     time.sleep(poll)
                     continue
+                inode = _inode(current[1])
                 try:
                     offset = _offset_after(current[1], after) if current[0] <= after else 0
                 except FileNotFoundError:
                     current = None
                     continue
             try:
-                for chunk, end in _read_lines(current[1], offset, block):
+                for chunk, end in _read_lines(current[1], offset, block, inode):
                     offset = end
                     yield chunk
             except FileNotFoundError:
                 pass  # dropped by retention while we were behind: move on
+            except _FileReplaced:
+                # Between the id check and the open: another journal's file, or (same
+                # id) a segment made again; either way, look again before reading.
+                self.still_this_journal()
+                current = None
+                continue
             newer = [s for s in list_segments(self.dir) if s[0] > current[0]]
             if newer:
                 # The writer moves to a new segment only after its last write to this
                 # one, so one more pass here sees everything this segment will hold.
                 try:
-                    for chunk, end in _read_lines(current[1], offset, block):
+                    for chunk, end in _read_lines(current[1], offset, block, inode):
                         offset = end
                         yield chunk
                 except FileNotFoundError:
                     pass
+                except _FileReplaced:
+                    self.still_this_journal()
+                    current = None
+                    continue
                 current = newer[0]
+                inode = _inode(current[1])
                 after = max(after, current[0] - 1)  # all before it was sent (or dropped)
                 try:
                     offset = _offset_after(current[1], after) if current[0] <= after else 0
@@ -450,9 +526,13 @@ class JournalReader:
                 yield json.loads(line)
 
 
-def _read_lines(path: Path, offset: int, block: int) -> Iterator[Tuple[bytes, int]]:
-    """(chunk of whole lines, offset after it) from `offset` to the last newline."""
+def _read_lines(path: Path, offset: int, block: int,
+                inode: Optional[int] = None) -> Iterator[Tuple[bytes, int]]:
+    """(chunk of whole lines, offset after it) from `offset` to the last newline; raises
+    `_FileReplaced` when `path` no longer names the file of inode `inode`."""
     with open(str(path), "rb") as f:
+        if inode is not None and os.fstat(f.fileno()).st_ino != inode:
+            raise _FileReplaced(str(path))
         f.seek(offset)
         carry = b""
         while True:

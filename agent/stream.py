@@ -20,7 +20,7 @@ from typing import Iterator, Optional, TextIO
 
 from agent import __version__
 from agent.control_inbox import append_op
-from agent.journal import JournalReader
+from agent.journal import JournalReader, JournalReplaced
 from agent.lockfile import running_daemon
 from agent.protocol import MAX_LINE_BYTES, PROTOCOL_VERSION, STREAM_HEADER, encode
 
@@ -115,9 +115,22 @@ def run_stream(state_dir: Path, after: int, stdin_fd: int = 0, stdout_fd: int = 
     control = _ControlReader(state_dir, stdin_fd, stderr)
     control.start()
     try:
-        _write_all(stdout_fd, stream_header(reader, after, daemon_pid))
-        for chunk in reader.chunks(after, follow=True, poll=poll, stop=control.eof.is_set):
-            _write_all(stdout_fd, chunk)
+        while True:
+            _write_all(stdout_fd, stream_header(reader, after, daemon_pid))
+            try:
+                for chunk in reader.chunks(after, follow=True, poll=poll,
+                                           stop=control.eof.is_set):
+                    _write_all(stdout_fd, chunk)
+                return 0
+            except JournalReplaced as replaced:
+                # The state dir was wiped and a new journal begun. Its records are sent
+                # whole, after a header of their own: the cockpit keys them apart from
+                # the old journal's, whose seqs the new ones repeat.
+                stderr.write("cockpit-agent stream: %s; serving the new journal from its "
+                             "start\n" % replaced)
+                stderr.flush()
+                reader = JournalReader(state_dir)
+                after = 0
+                daemon_pid = running_daemon(state_dir)
     except BrokenPipeError:
         return 0
-    return 0

@@ -22,9 +22,12 @@ A stream header with a different `journal_id` than the stored one means the host
 journal was reset (its state dir wiped): its seqs start again from 1. The store then
 shifts the seqs it stores for the new journal by `hosts.seq_offset` (the highest seq
 stored so far), so (host, seq) stays unique, resets `high_water` to 0, records the
-reset in `wire_errors` and `hosts.last_error`, and reports the host in
-`IngestResult.journal_resets`: the stream must be restarted from 0 to get the new
-journal's records.
+reset in `wire_errors` and `hosts.last_error`. A header that starts the new journal
+from its first record (an agent's stream that saw the journal replaced under it sends
+one) needs nothing more. One that starts it from the old journal's mark (a stream that
+connected after the reset, asked `--from` that mark) skipped the new journal's first
+records: the host is then reported in `IngestResult.journal_resets`, and its stream
+must be restarted from 0 to get them.
 
 Unknown fields can only come from an agent newer than this code (the protocol defines
 every field of a version), so the check for them, which costs as much as the insert,
@@ -199,7 +202,8 @@ class IngestResult:
     max_seq: int = 0  # highest committed seq of the (last) host, in the agent's numbering
     by_type: dict[str, int] = field(default_factory=dict)
     by_host: dict[str, int] = field(default_factory=dict)  # lines stored per host
-    journal_resets: tuple[str, ...] = ()  # hosts whose stream must restart from 0
+    # hosts whose stream skipped records of a new journal: it must restart from 0
+    journal_resets: tuple[str, ...] = ()
     # (job, the name its earlier run was filed under) for each job launched afresh over
     # an earlier run (`cockpit.store.earlier_runs`).
     filed_runs: tuple[tuple[str, str], ...] = ()
@@ -685,7 +689,7 @@ class Store:
             ))
             mark.journal_id = journal
             mark.seq_offset = new_offset
-            mark.reset = True
+            mark.reset = mark.reset or start > 0  # its records up to `start` not sent
             mark.segment_offsets.append(new_offset)
             return 0
         if journal is not None:

@@ -92,6 +92,9 @@ class BaseLink(abc.ABC):
         self._state = STOPPED
         self._detail = ""
         self._stopping = threading.Event()
+        # Set by `reconnect`, cleared by the stream it ended: that end is ours, not the
+        # host's, so it reads no exit status and reports no lost connection.
+        self._restart = threading.Event()
         self._thread: threading.Thread | None = None
         self._send_lock = threading.Lock()
         self._writer: Callable[[bytes], None] | None = None
@@ -130,9 +133,13 @@ class BaseLink(abc.ABC):
 
     def reconnect(self) -> None:
         """End the current stream so the link reconnects from the consumer's high-water
-        mark (used when the consumer saw the host's journal reset and re-keyed it)."""
+        mark at once (used when the consumer saw the host's journal reset and re-keyed
+        it). The stream ends within its pump's next look (a second at most); an SSH link
+        then opens the new stream on the same connection. A reconnect asked while no
+        stream is up ends the next one as it starts, since that one may have asked from
+        the mark before the re-key."""
         if not self._stopping.is_set():
-            self._interrupt()
+            self._restart.set()
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -198,7 +205,7 @@ class BaseLink(abc.ABC):
             self._deliver,
             self.stderr,
             self.options.stale_after,
-            self._stopping_now,
+            lambda: self._stopping.is_set() or self._restart.is_set(),
             lambda: self._set_state(STREAMING, f"from seq {from_seq}"),
         ))
 
@@ -210,6 +217,18 @@ class BaseLink(abc.ABC):
     def _stopping_now(self) -> bool:
         return self._stopping.is_set()
 
+    def _take_restart(self, result: PumpResult, from_seq: int) -> bool:
+        """Whether the stream that just ended was ended by `reconnect`; if so it says so
+        and the flag is spent."""
+        if self._stopping_now() or not self._restart.is_set():
+            return False
+        self._restart.clear()
+        note = (f"; dropped a partial line of {result.dropped_partial} bytes"
+                if result.dropped_partial else "")
+        self._set_state(CONNECTING, "restarting the stream from the store's mark, as asked "
+                        f"(it streamed from seq {from_seq}){note}")
+        return True
+
     def _after_stream(self, result: PumpResult, backoff: Backoff, from_seq: int) -> float:
         """State and retry delay once a stream has ended for any reason but a missing agent."""
         if result.got_data:
@@ -219,7 +238,9 @@ class BaseLink(abc.ABC):
             if result.dropped_partial
             else ""
         )
-        if result.reason == "stopped" or self._stopping_now():
+        if self._stopping_now() or self._take_restart(result, from_seq):
+            return 0.0
+        if result.reason == "stopped":
             return 0.0
         if result.reason == "stale":
             self._set_state(

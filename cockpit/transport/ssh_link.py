@@ -384,6 +384,8 @@ class HostLink(BaseLink):
             finally:
                 self._set_writer(None)
                 source.close()
+            if self._take_restart(result, from_seq):
+                continue  # a new stream on the same connection, from the store's mark
             missing = (
                 result.reason == "eof"
                 and not result.got_data
