@@ -94,3 +94,33 @@ def test_a_failing_state_listener_is_logged_and_the_link_goes_on(
     assert link.state == "connecting"
     assert "link here: the state listener failed on 'connecting': RuntimeError: listener bug" \
         in caplog.text
+
+
+def test_a_local_link_asked_to_reconnect_restarts_its_stream_from_the_mark(
+    tmp_path: Path, collector: Collector, links: list
+) -> None:
+    """What a re-keyed journal asks of a link: a new stream from the consumer's mark, with
+    no exit status awaited and no failure reported for the stream it ended."""
+    state = tmp_path / "state"
+    feeder = JournalFeeder(state, interval=0.005).start()
+    agent = shlex.join(["env", f"PYTHONPATH={REPO_ROOT}", sys.executable, "-m", "agent"])
+    spec = HostSpec(name="here", address="local", state_dir=str(state), agent=agent)
+    link = LocalLink(spec, lambda: collector.high_water("here"), collector.on_chunk,
+                     collector.on_state, options_for([], tmp_path))
+    links.append(link)
+    try:
+        link.start()
+        assert collector.wait_for(lambda: len(collector.seqs.get("here", [])) >= 50)
+        link.reconnect()
+        assert collector.wait_for(lambda: collector.state_names("here").count("streaming") >= 2)
+        head = feeder.stop()
+        assert collector.wait_for(lambda: collector.high_water("here") == head)
+    finally:
+        feeder.close()
+    assert collector.seqs["here"] == list(range(1, head + 1))
+    states = collector.state_names("here")
+    assert set(states[:states.index("streaming", 2) + 1]) == {"connecting", "streaming"}
+    assert [d for h, s, d in collector.states if d.startswith("restarting the stream")] == [
+        "restarting the stream from the store's mark, as asked (it streamed from seq 0)"]
+    assert collector.headers["here"][1]["from"] == link.last_from_seq > 0
+    assert link.connections == 2
