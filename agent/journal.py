@@ -445,12 +445,18 @@ class JournalReader:
         poll: float = 0.05,
         stop: Optional[Callable[[], bool]] = None,
         block: int = _READ_BLOCK,
+        on_gap: Optional[Callable[[int, int], bytes]] = None,
     ) -> Iterator[bytes]:
         """Raw journal bytes, whole lines only, for every record with seq > `after`.
 
         With `follow`, keeps waiting for new records (polling every `poll` s) until
         `stop()` returns true. Raises `JournalReplaced` when the journal was replaced
         under the reader, before anything of the new journal is read as the old one's.
+
+        Records that retention drops before the reader reaches them (a reader far behind
+        a full journal) cannot be sent; with `on_gap`, what `on_gap(newest seq sent,
+        first seq sent next)` returns is yielded where they were, so that the loss is
+        told (a stream sends a header there), never skipped in silence.
         """
         current: Optional[Tuple[int, Path]] = None
         inode: Optional[int] = None  # of the file `current` named when it was chosen
@@ -470,6 +476,9 @@ class JournalReader:
                     current = candidates[-1]
                 elif segments:
                     current = segments[0]
+                    if on_gap is not None:
+                        yield on_gap(after, current[0])  # dropped before it was reached
+                    after = current[0] - 1
                 if current is None:
                     if not follow or (stop is not None and stop()):
                         return
@@ -484,6 +493,7 @@ class JournalReader:
             try:
                 for chunk, end in _read_lines(current[1], offset, block, inode):
                     offset = end
+                    after = _last_seq(chunk, after)
                     yield chunk
             except FileNotFoundError:
                 pass  # dropped by retention while we were behind: move on
@@ -500,6 +510,7 @@ class JournalReader:
                 try:
                     for chunk, end in _read_lines(current[1], offset, block, inode):
                         offset = end
+                        after = _last_seq(chunk, after)
                         yield chunk
                 except FileNotFoundError:
                     pass
@@ -509,6 +520,8 @@ class JournalReader:
                     continue
                 current = newer[0]
                 inode = _inode(current[1])
+                if current[0] > after + 1 and on_gap is not None:
+                    yield on_gap(after, current[0])  # the rest of the segment was dropped
                 after = max(after, current[0] - 1)  # all before it was sent (or dropped)
                 try:
                     offset = _offset_after(current[1], after) if current[0] <= after else 0
@@ -524,6 +537,13 @@ class JournalReader:
         for chunk in self.chunks(after):
             for line in chunk.splitlines():
                 yield json.loads(line)
+
+
+def _last_seq(chunk: bytes, default: int) -> int:
+    """The seq of a chunk's last line (`default` when it has no journaled line)."""
+    start = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1
+    seq = line_seq(chunk[start:])
+    return default if seq is None else seq
 
 
 def _read_lines(path: Path, offset: int, block: int,

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Optional, TextIO
+from typing import Callable, Iterator, Optional, TextIO
 
 from agent import __version__
 from agent.control_inbox import append_op
@@ -25,13 +25,23 @@ from agent.lockfile import running_daemon
 from agent.protocol import MAX_LINE_BYTES, PROTOCOL_VERSION, STREAM_HEADER, encode
 
 
-def stream_header(reader: JournalReader, after: int, daemon_pid: Optional[int]) -> bytes:
-    first, head = reader.bounds()
+def stream_header(reader: JournalReader, after: int, daemon_pid: Optional[int],
+                  first: Optional[int] = None) -> bytes:
+    """The header of a stream of `reader`'s journal from `after`. A header sent where
+    retention dropped records before the stream reached them gives the `first` seq sent
+    next, so the cockpit counts the ones between as lost."""
+    held, head = reader.bounds()
+    first = held if first is None else first
     return encode(STREAM_HEADER, 0, {
         "protocol": PROTOCOL_VERSION, "agent_version": __version__,
         "journal_id": reader.journal_id, "from": after, "first": first, "head": head,
         "daemon": daemon_pid is not None,
     })
+
+
+def _gap_headers(reader: JournalReader, daemon_pid: Optional[int]) -> Callable[[int, int], bytes]:
+    """What a stream sends where retention dropped records it had not reached yet."""
+    return lambda sent, following: stream_header(reader, sent, daemon_pid, first=following)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -116,10 +126,13 @@ def run_stream(state_dir: Path, after: int, stdin_fd: int = 0, stdout_fd: int = 
     control.start()
     try:
         while True:
-            _write_all(stdout_fd, stream_header(reader, after, daemon_pid))
+            first = reader.bounds()[0]
+            _write_all(stdout_fd, stream_header(reader, after, daemon_pid, first=first))
+            # What the header reports lost (below its `first`) is not reported again.
             try:
-                for chunk in reader.chunks(after, follow=True, poll=poll,
-                                           stop=control.eof.is_set):
+                for chunk in reader.chunks(max(after, first - 1), follow=True, poll=poll,
+                                           stop=control.eof.is_set,
+                                           on_gap=_gap_headers(reader, daemon_pid)):
                     _write_all(stdout_fd, chunk)
                 return 0
             except JournalReplaced as replaced:
