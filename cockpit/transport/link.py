@@ -176,6 +176,11 @@ class BaseLink(abc.ABC):
         """Unblock the thread's current wait (close the connection or process)."""
 
     def _set_state(self, state: str, detail: str = "") -> None:
+        if state in FAILED_STATES and self._stopping.is_set():
+            # Met while stopping, a failure comes of the stop itself (the connection it
+            # closed under a read, a connect or a channel being opened), not of the
+            # host: the link ends as stopped, keeping only a failure from before.
+            return
         self._state, self._detail = state, detail
         try:
             self._on_state(self.name, state, detail)

@@ -124,3 +124,27 @@ def test_a_local_link_asked_to_reconnect_restarts_its_stream_from_the_mark(
         "restarting the stream from the store's mark, as asked (it streamed from seq 0)"]
     assert collector.headers["here"][1]["from"] == link.last_from_seq > 0
     assert link.connections == 2
+
+
+class _StoppedUnderARead(LocalLink):
+    """A link whose stream fails the moment its connection is closed by a stop, the way
+    a read does when the connection it waits on is closed under it."""
+
+    def _attempt(self, backoff) -> float:
+        self._set_state("streaming", "from seq 0")
+        self._stopping.wait(30)
+        raise OSError("the connection was closed under the read")
+
+
+def test_a_failure_that_the_stop_itself_causes_ends_the_link_as_stopped(
+    tmp_path: Path, collector: Collector, links: list
+) -> None:
+    spec = HostSpec(name="here", address="local", state_dir=str(tmp_path / "state"))
+    link = _StoppedUnderARead(spec, lambda: 0, collector.on_chunk, collector.on_state,
+                              options_for([], tmp_path))
+    links.append(link)
+    link.start()
+    assert collector.wait_for(lambda: collector.state_names("here") == ["streaming"])
+    link.stop()
+    assert collector.state_names("here") == ["streaming", "stopped"]
+    assert link.state == "stopped"
