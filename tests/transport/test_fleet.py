@@ -53,18 +53,24 @@ def test_fleet_streams_every_host_and_routes_control(
         Fleet(specs + specs[:1], collector.high_water, collector.on_chunk)
 
 
-def test_local_link_streams_and_restarts_a_dead_agent(
-    tmp_path: Path, collector: Collector, links: list
-) -> None:
+def _fed_local_link(tmp_path: Path, collector: Collector,
+                    links: list) -> tuple[JournalFeeder, LocalLink]:
+    """A journal written to as a daemon would, and a local link (not started) to stream it
+    through this checkout's agent into `collector`."""
     state = tmp_path / "state"
     feeder = JournalFeeder(state, interval=0.005).start()
     agent = shlex.join(["env", f"PYTHONPATH={REPO_ROOT}", sys.executable, "-m", "agent"])
     spec = HostSpec(name="here", address="local", state_dir=str(state), agent=agent)
-    options = options_for([], tmp_path)
-    link = LocalLink(
-        spec, lambda: collector.high_water("here"), collector.on_chunk, collector.on_state, options
-    )
+    link = LocalLink(spec, lambda: collector.high_water("here"), collector.on_chunk,
+                     collector.on_state, options_for([], tmp_path))
     links.append(link)
+    return feeder, link
+
+
+def test_local_link_streams_and_restarts_a_dead_agent(
+    tmp_path: Path, collector: Collector, links: list
+) -> None:
+    feeder, link = _fed_local_link(tmp_path, collector, links)
     try:
         link.start()
         assert collector.wait_for(lambda: len(collector.seqs.get("here", [])) >= 50)
@@ -101,13 +107,7 @@ def test_a_local_link_asked_to_reconnect_restarts_its_stream_from_the_mark(
 ) -> None:
     """What a re-keyed journal asks of a link: a new stream from the consumer's mark, with
     no exit status awaited and no failure reported for the stream it ended."""
-    state = tmp_path / "state"
-    feeder = JournalFeeder(state, interval=0.005).start()
-    agent = shlex.join(["env", f"PYTHONPATH={REPO_ROOT}", sys.executable, "-m", "agent"])
-    spec = HostSpec(name="here", address="local", state_dir=str(state), agent=agent)
-    link = LocalLink(spec, lambda: collector.high_water("here"), collector.on_chunk,
-                     collector.on_state, options_for([], tmp_path))
-    links.append(link)
+    feeder, link = _fed_local_link(tmp_path, collector, links)
     try:
         link.start()
         assert collector.wait_for(lambda: len(collector.seqs.get("here", [])) >= 50)
