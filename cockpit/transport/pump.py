@@ -107,7 +107,7 @@ class PumpResult:
 
 class StreamPump:
     """One stream's pumping state between two readiness checks: what a loop over one
-    link (`pump`) or over every link (`cockpit.transport.shared_reader`) keeps of it."""
+    link (`run_alone`) or over every link (`cockpit.transport.shared_reader`) keeps of it."""
 
     def __init__(
         self,
@@ -144,10 +144,7 @@ class StreamPump:
         """Drain stderr and pass on the stdout that is ready; True once the stream has
         finished (every byte read and the channel or process closed)."""
         source = self.source
-        err = source.read_err()
-        while err:
-            self.stderr.feed(err)
-            err = source.read_err()
+        self._drain_err()
         parts: list[bytes] = []
         size = 0
         while size < MAX_READ_BATCH:
@@ -166,12 +163,15 @@ class StreamPump:
                 self.deliver(chunk)
             return False
         if source.finished():
-            err = source.read_err()
-            while err:
-                self.stderr.feed(err)
-                err = source.read_err()
+            self._drain_err()  # what was written between the last look and the close
             return True
         return False
+
+    def _drain_err(self) -> None:
+        err = self.source.read_err()
+        while err:
+            self.stderr.feed(err)
+            err = self.source.read_err()
 
     def result(self, reason: str) -> PumpResult:
         """Why the stream ended. For an end of stream this waits (up to seconds) for the
@@ -182,7 +182,6 @@ class StreamPump:
             reason = "stopped"
         status = self.source.exit_status() if reason == "eof" else None
         return PumpResult(reason, self.got_data, status, self.framer.reset())
-
 
     def run_alone(self, poll_interval: float = 1.0) -> PumpResult:
         """Pump on the calling thread until the stream ends, goes stale or `stopping()`

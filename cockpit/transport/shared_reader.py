@@ -169,7 +169,6 @@ def shared_reader() -> SharedReader:
         return _shared
 
 
-
 def read_shared(stream: StreamPump) -> PumpResult:
     """Pump `stream` on the process's shared reader."""
     return shared_reader().run(stream)
