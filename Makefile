@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench venv sshd clean
+.PHONY: demo test check chaos lint bench venv sshd clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,7 +29,18 @@ sshd:
 # make each test slower and its waits likelier to run out.
 test: $(STAMP) sshd
 	$(BIN)/ruff check cockpit agent tests bench examples
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+# The fast tier for the edit-test loop: lint and the tests that start no process or
+# server (the `starts` marker is set from the fixtures a test uses; see tests/conftest.py).
+check: $(STAMP)
+	$(BIN)/ruff check cockpit agent tests bench examples
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal -m "not e2e and not slow and not starts"
+
+# Faults injected into real hosts, agents, a job and the cockpit while records flow;
+# ends with the account of every record (tests/chaos/run.py). CI runs a smaller one.
+chaos: $(STAMP) sshd
+	$(BIN)/python -m tests.chaos.run --hosts 2 --faults 32
 
 lint: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples

@@ -28,12 +28,32 @@ def _need_sshd() -> None:
     pytest.skip(f"no real sshd here: {reason}")
 
 
+# Fixtures that start real processes (sshd, an agent daemon, torchrun, a trainer): a test
+# using one is in the slow tier whatever its own markers say, so `make check` (the fast
+# tier, `-m "not e2e and not slow and not starts"`) needs no marker kept by hand.
+PROCESS_FIXTURES = frozenset({
+    "sshd_hosts", "two_hosts", "agent_daemon", "procs", "run_charlm", "charlm_data",
+    "charlm_shards",
+})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "starts: starts real processes (sshd, agent, torchrun, tmux); set "
+        "automatically from the fixtures a test uses")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow and end-to-end tests first. On several workers the long ones then start
-    early, and the suite ends on short tests the workers share, not on one long test
-    that keeps one worker busy while the others wait."""
+    """Mark tests that start processes, then order: the slow and end-to-end tests first.
+    On several workers the long ones then start early, and the suite ends on short tests
+    the workers share, not on one long test that keeps one worker busy while the others
+    wait."""
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.starts)
     items.sort(key=lambda item: not (item.get_closest_marker("slow")
-                                     or item.get_closest_marker("e2e")))
+                                     or item.get_closest_marker("e2e")
+                                     or item.get_closest_marker("starts")))
 
 
 # Loopback addresses per pytest-xdist worker: the second worker's hosts are 127.0.4.2 …,

@@ -43,7 +43,8 @@ class AgentDaemon:
         `op_id`: the id a cockpit would give it (`BASE-HOST`); a random one by default."""
         op_id = op_id or secrets.token_hex(6)
         append_op(self.state_dir, {"op": op, "id": op_id, "_rx": time.time(), **args})
-        ack = self.wait_for(lambda: self.event("control_ack", lambda e: e["data"]["id"] == op_id),
+        ack = self.wait_for(lambda: self.event("control_ack", lambda e: isinstance(
+            e.get("data"), dict) and e["data"].get("id") == op_id),
                             20, f"ack of {op}")  # fmt: skip
         assert ack["data"]["ok"], ack
         return ack["data"]

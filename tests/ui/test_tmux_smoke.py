@@ -16,6 +16,8 @@ import pytest
 
 from tests.ui.recorded import recording_facts
 
+pytestmark = pytest.mark.starts  # a real terminal (tmux) and the installed console script
+
 TITLES = ("1 Progress", "2 Effect", "3 Efficiency", "4 Health")
 WAIT_S = 60  # bounds a hang only: a loaded machine takes a while to start Textual
 
