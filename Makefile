@@ -29,12 +29,14 @@ sshd:
 # make each test slower and its waits likelier to run out.
 test: $(STAMP) sshd
 	$(BIN)/ruff check cockpit agent tests bench examples
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # The fast tier for the edit-test loop: lint and the tests that start no process or
 # server (the `starts` marker is set from the fixtures a test uses; see tests/conftest.py).
 check: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal -m "not e2e and not slow and not starts"
 
 # Faults injected into real hosts, agents, a job and the cockpit while records flow;
@@ -44,6 +46,7 @@ chaos: $(STAMP) sshd
 
 lint: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples
+	$(BIN)/lint-imports --no-cache
 
 bench: $(STAMP) sshd
 	$(BIN)/python -m pip install -q -e '.[train,test,bench]'
