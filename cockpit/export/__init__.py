@@ -1,0 +1,2 @@
+"""What the cockpit hands to other tools: Prometheus metrics (`metrics`) and the HTTP
+endpoint serving them (`server`)."""
