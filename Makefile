@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[train,test,adapters]'
+	$(BIN)/python -m pip install -q -e '.[train,test,adapters,archive]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,12 +17,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/cockpit demo
 
-# sshd (the SSH end-to-end tests) and tmux (the real-terminal test): installed when
-# missing (CI runs as root).
+# sshd (the SSH end-to-end tests), tmux (the real-terminal test) and Prometheus (the
+# exporter's test against a real server): installed when missing (CI runs as root).
 sshd:
-	@{ command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd; } && command -v tmux >/dev/null 2>&1 || { \
-	  echo "installing openssh-server and tmux for the tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client tmux) >/dev/null; }
+	@{ command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd; } && command -v tmux >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  echo "installing openssh-server, tmux and prometheus for the tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client tmux prometheus) >/dev/null; }
 
 # One worker per core, at most 4: an end-to-end test runs a torchrun job (its ranks,
 # an agent, sshds) that wants more than a core at its peaks, so more workers would only

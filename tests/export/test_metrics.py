@@ -4,16 +4,20 @@ the panes show."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
@@ -163,6 +167,98 @@ def _query(port: int, expr: str) -> list[dict]:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())["data"]["result"]
+
+
+@contextlib.contextmanager
+def _prometheus_scraping(target_port: int, tmp_path: Path) -> Iterator[int]:
+    """A real Prometheus scraping 127.0.0.1:`target_port` every second; yields its API
+    port."""
+    web = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: cockpit\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{target_port}']\n")
+    proc = subprocess.Popen(
+        [_prometheus(), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{web}"],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("wb"))
+    try:
+        yield web
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _poll(web: int, expr: str, timeout: float = 90) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = _query(web, expr)
+        except OSError:
+            result = []
+        if result:
+            return result
+        time.sleep(0.5)
+    return []
+
+
+@pytest.mark.slow
+@pytest.mark.starts
+@pytest.mark.timeout(240)
+def test_prometheus_scrapes_a_live_two_rank_run_with_the_stores_figures(tmp_path: Path) -> None:
+    """`cockpit demo --metrics` trains the example model on two ranks under torchrun; a
+    real Prometheus scrapes it while it runs, until the demo is ended. Each scraped step
+    and loss is one the store holds for that step, and the GPU figures are the stored
+    samples'."""
+    port = _free_port()
+    demo = subprocess.Popen(
+        [str(Path(sys.executable).parent / "cockpit"), "demo", "--headless", "600",
+         "--steps", "100000", "--fault-at", "0", "--dir", str(tmp_path / "demo"),
+         "--metrics", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    seen: list[tuple[float, float, float]] = []  # (step, loss, temp)
+    try:
+        with _prometheus_scraping(port, tmp_path) as web:
+            assert _poll(web, 'up{job="cockpit"} == 1'), "Prometheus never scraped the demo"
+            deadline = time.monotonic() + 150
+            while demo.poll() is None and time.monotonic() < deadline and len(seen) < 3:
+                step = _query(web, "cockpit_job_step")
+                loss = _query(web, "cockpit_train_loss")
+                temp = _query(web, "cockpit_gpu_temperature_celsius")
+                if step and loss and temp:
+                    seen.append((float(step[0]["value"][1]), float(loss[0]["value"][1]),
+                                 float(temp[0]["value"][1])))
+                time.sleep(2)
+        demo.send_signal(signal.SIGHUP)  # ends as a closed terminal ends it: cleanly
+        demo.wait(120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 128 + signal.SIGHUP, demo.stderr.read() if demo.stderr else ""
+    assert seen, "no step, loss and GPU temperature were ever scraped"
+    con = duckdb.connect(str(tmp_path / "demo" / "recording.duckdb"), read_only=True)
+    losses = dict(con.execute("SELECT step, loss FROM train WHERE rank = 0").fetchall())
+    temps = {t for (t,) in con.execute("SELECT temp FROM gpu").fetchall()}
+    con.close()
+    for step, loss, temp in seen:
+        assert losses.get(int(step)) == pytest.approx(loss, rel=1e-12), (step, loss)
+        assert temp in temps
+
+
+def test_promtool_accepts_the_exposition(recorded_store: Path, tmp_path: Path) -> None:
+    promtool = shutil.which("promtool") or (_prometheus() and shutil.which("promtool"))
+    assert promtool, "promtool ships with the prometheus package"
+    store = Store(recorded_store, read_only=True)
+    reader = StoreReader(store)
+    registry = CollectorRegistry(auto_describe=False)
+    collector = SnapshotCollector()
+    collector.update(job_snapshots(reader, None))
+    registry.register(collector)
+    store.close()
+    text = generate_latest(registry)
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 @pytest.mark.slow
