@@ -172,3 +172,36 @@ def test_a_download_that_does_not_match_its_checksum_is_refused(
     with pytest.raises(ArchiveError, match="does not match its SHA-256"):
         fetch(loc.url, S3Options(), cache=tmp_path / "cache", client=client)
     assert not (tmp_path / "cache" / "recordings" / BUCKET / "bad/x.duckdb").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.starts
+def test_a_wrong_secret_is_a_clear_error_that_leaks_nothing(server: S3Server,
+                                                            tmp_path: Path) -> None:
+    wrong = S3Server(server.endpoint, {**server.env,
+                                       "AWS_SECRET_ACCESS_KEY": "not-the-secret-42"})
+    rec = tmp_path / "r.duckdb"
+    rec.write_bytes(b"")
+    out = _cockpit(wrong, tmp_path / "cache", "report", f"s3://{BUCKET}/nothing/r.duckdb")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "s3://runs-archive/nothing/r.duckdb" in out.stderr, out.stderr
+    assert "not-the-secret-42" not in out.stdout + out.stderr
+    assert SECRET_KEY not in out.stdout + out.stderr
+    if (tmp_path / "cache").exists():
+        assert not _files_hold(tmp_path / "cache", b"not-the-secret-42")
+
+
+@pytest.mark.slow
+@pytest.mark.starts
+def test_watch_archives_its_recording_when_it_ends(server: S3Server, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a host port nothing listens on: a short, failed watch
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    store = tmp_path / "w.duckdb"
+    out = _cockpit(server, tmp_path / "cache", "watch", f"me@127.0.0.1:{dead}", "--headless",
+                   "1", "--store", store, "--archive", f"s3://{BUCKET}/watched/")
+    assert f"archived: s3://{BUCKET}/watched/w.duckdb.manifest.json" in out.stderr, out.stderr
+    head = _client(server).head_object(Bucket=BUCKET, Key="watched/w.duckdb")
+    assert head["ContentLength"] == store.stat().st_size
