@@ -206,24 +206,42 @@ def data_alerts(
             file = (e.get("data") or {}).get("file")
             spool.setdefault((e.get("host"), file), []).append(e)
         elif e.get("kind") == "dropped":
-            count = (e.get("data") or {}).get("count")
+            data = e.get("data") if isinstance(e.get("data"), dict) else {}
+            count = data.get("count")
+            reason = data.get("reason") or "retention"
             out.append(_alert(
                 e.get("ts") or now, DATA, WARNING, "records_dropped", {"host": e.get("host")},
                 f"the host journal dropped {count if count is not None else 'some'} records "
-                f"({(e.get('data') or {}).get('reason') or 'retention'})",
+                f"({reason})",
+                # Held in memory while the journal's disk was full, then the oldest samples
+                # gave way: room on that disk is the cure, not a larger cap.
+                "free space on the host's journal disk (df -h on its state dir); samples "
+                "are dropped first, events and alerts kept" if reason == "disk full" else
+                "check the host's journal disk for I/O errors (dmesg)"
+                if reason == "write error" else
                 "connect the cockpit more often or raise the agent's journal cap",
             ))
     for (host, file), rows in spool.items():
-        lines = sorted(
-            x for x in ((r.get("data") or {}).get("line") for r in rows) if isinstance(x, int)
-        )
+        # The agent sums a flood of refused lines in one event (`data.count`, its first
+        # and last line in `data.lines`): each such event stands for that many lines.
+        lines, count, kept = [], 0, None
+        for r in rows:
+            data = r.get("data") or {}
+            span = data.get("lines")
+            lines += [x for x in (span if isinstance(span, list) else [data.get("line")])
+                      if isinstance(x, int) and not isinstance(x, bool)]
+            n = data.get("count")
+            count += n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+            kept = data.get("kept") if isinstance(data.get("kept"), str) else kept
+        lines.sort()
         line_range = f"{lines[0]}-{lines[-1]}" if lines else None
         out.append(_alert(
             max(r.get("ts") or 0.0 for r in rows), DATA, WARNING, "spool_error",
             {"host": host, "file": file, "range": line_range},
-            f"{len(rows)} malformed trainer report lines skipped",
+            f"{count} malformed trainer report lines skipped",
             "look for a second writer on the same spool file or a full disk; the lines "
-            "are named in the event log",
+            "are named in the event log"
+            + (f" and kept as written in {kept} on the host" if kept else ""),
         ))
     return out
 
