@@ -77,6 +77,18 @@ def _title(snap: Snapshot, what: str) -> str:
     return _text(f"{what} - job {snap.job or 'n/a'}")
 
 
+def _finish(fig: Any, ax: Any, snap: Snapshot, title: str, ylabel: str,
+            legend: str = "upper right") -> Any:
+    """Labels, title and legend of a chart over steps."""
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(_title(snap, title))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc=legend, fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def _loss(plt: Any, snap: Snapshot) -> Any:
     e = snap.effect
     fig, ax = plt.subplots(figsize=SIZE_IN)
@@ -111,13 +123,7 @@ def _loss(plt: Any, snap: Snapshot) -> Any:
     if e.divergence_step is not None:
         ax.axvline(e.divergence_step, color=GREY, linestyle="-.", linewidth=1.2,
                    label=f"divergence from step {e.divergence_step}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(_title(snap, "Loss"))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right", fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, snap, "Loss", "loss")
 
 
 def _lr(plt: Any, snap: Snapshot) -> Any:
@@ -131,13 +137,7 @@ def _lr(plt: Any, snap: Snapshot) -> Any:
                    label="operator's LR change" if i == 0 else None)
         ax.annotate(_text(change.text), (change.step, ax.get_ylim()[1]), fontsize="x-small",
                     rotation=90, va="top", ha="right", color=PURPLE)
-    ax.set_xlabel("step")
-    ax.set_ylabel("LR")
-    ax.set_title(_title(snap, "Learning rate"))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right", fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, snap, "Learning rate", "LR")
 
 
 def _throughput(plt: Any, snap: Snapshot) -> Any:
@@ -157,13 +157,7 @@ def _throughput(plt: Any, snap: Snapshot) -> Any:
             ax.axvline(m.step, color=VERMILLION, linestyle="--", linewidth=1,
                        label="restart" if first else None)
             first = False
-    ax.set_xlabel("step")
-    ax.set_ylabel(unit)
-    ax.set_title(_title(snap, "Throughput"))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, snap, "Throughput", unit, legend="lower right")
 
 
 def _gpus(plt: Any, snap: Snapshot) -> Any:

@@ -285,33 +285,29 @@ class Chaos:
         alive = host.daemon is not None and host.daemon.proc.poll() is None
         return ok and alive, f"journal disk full for 4 s ({written >> 20} MiB filler)"
 
-    def spool_corrupt(self, host: ChaosHost) -> tuple[bool, str]:
+    def _foreign_spool(self, host: ChaosHost, rank: int, body: bytes) -> tuple[bool, str]:
+        """A spool file of a rank that does not exist, with `body` after a valid header:
+        the daemon must skip what is bad in it and carry on with the job."""
         spools = host.spool_files()
         if not spools:
             return False, "no spool file"
-        torn = spools[0].with_name(f"rank-7.chaos{int(_now() * 1000)}.ndjson")
-        header = {"t": "spool", "v": 1, "file_id": torn.stem.split(".", 1)[1],
-                  "job": host.job, "rank": 7, "pid": 1, "ts": _now()}
-        torn.write_bytes(json.dumps(header).encode() + b"\n\xff\xfe\x00garbage\n"
-                         + b'{"t":"train","step":3,"lo')
+        path = spools[0].with_name(f"rank-{rank}.chaos{int(_now() * 1000)}.ndjson")
+        header = {"t": "spool", "v": 1, "file_id": path.stem.split(".", 1)[1],
+                  "job": host.job, "rank": rank, "pid": 1, "ts": _now()}
+        path.write_bytes(json.dumps(header).encode() + b"\n" + body)
         at = _now()
         ok = self.trains_after(host, at) and self.stored_past(host)
         alive = host.daemon is not None and host.daemon.proc.poll() is None
-        return ok and alive, f"torn spool {torn.name}"
+        return ok and alive, path.name
+
+    def spool_corrupt(self, host: ChaosHost) -> tuple[bool, str]:
+        ok, name = self._foreign_spool(host, 7, b'\xff\xfe\x00garbage\n{"t":"train","step":3,"lo')
+        return ok, f"torn spool {name}"
 
     def hostile_records(self, host: ChaosHost) -> tuple[bool, str]:
-        spools = host.spool_files()
-        if not spools:
-            return False, "no spool file"
-        hostile = spools[0].with_name(f"rank-9.chaos{int(_now() * 1000)}.ndjson")
-        header = {"t": "spool", "v": 1, "file_id": hostile.stem.split(".", 1)[1],
-                  "job": host.job, "rank": 9, "pid": 1, "ts": _now()}
-        lines = [json.dumps(header)] + [json.dumps(r) for r in HOSTILE]
-        hostile.write_text("\n".join(lines) + "\n")
-        at = _now()
-        ok = self.trains_after(host, at) and self.stored_past(host)
-        alive = host.daemon is not None and host.daemon.proc.poll() is None
-        return ok and alive, f"{len(HOSTILE)} hostile records"
+        body = "".join(json.dumps(r) + "\n" for r in HOSTILE).encode()
+        ok, _name = self._foreign_spool(host, 9, body)
+        return ok, f"{len(HOSTILE)} hostile records"
 
     def inject(self, kind: str) -> None:
         candidates = [h for h in self.hosts if kind != "disk_full" or h.on_tmpfs]
