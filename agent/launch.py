@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from agent.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
 from agent.control_inbox import OpError
 
 CHECKPOINT_FIELD = "{checkpoint}"
@@ -330,7 +331,7 @@ class LaunchSpec:
         env = dict(WATCHDOG_ENV)
         env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] = "%d" % self.pg_timeout
         env["COCKPIT_PG_TIMEOUT"] = "%g" % self.pg_timeout
-        env["COCKPIT_CHECKPOINT_DIR"] = str(self.checkpoint_dir)
+        env[CHECKPOINT_DIR_ENV] = str(self.checkpoint_dir)
         if self.elastic or self.max_restarts > 0:
             # torchrun shares its agent's store server with the workers and keeps the
             # master address it published in the first round; a node admitted in a later
@@ -339,11 +340,15 @@ class LaunchSpec:
             # mesh set-up (torch 2.x). Without sharing, every round publishes afresh.
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         env.update(self.env)
-        if self.resume_env and not self.elastic:
-            if checkpoint is not None:
-                env[self.resume_env] = checkpoint
+        # RESUME_ENV always says where a restart resumes from (the framework callbacks
+        # read it); the spec's own `resume.env` gets the same path. An elastic job's
+        # workers are restarted by torchrun with their first environment, so a path set
+        # here would go stale: such a trainer finds its newest checkpoint by itself.
+        for name in {RESUME_ENV, self.resume_env or RESUME_ENV}:
+            if checkpoint is not None and not self.elastic:
+                env[name] = checkpoint
             else:
-                env.pop(self.resume_env, None)
+                env.pop(name, None)
         return env
 
 

@@ -8,6 +8,12 @@ Knobs: `lr_scale` (a positive finite float the trainer multiplies its LR by),
 `checkpoint_now` / `eval_now` (one-shot requests the trainer takes with
 `take_request`), and any other name, kept in `knobs` for the trainer to read.
 
+An acknowledgement tells the operator what the trainer did, so it is written only once
+that is true (`OpenLine`): a lasting knob once a step trained with it, a request once it
+was done (the checkpoint saved, the evaluation recorded), and a knob the trainer does not
+honour (`split_honoured`) refused with the reason. Acknowledging at the moment a line is
+read said "applied" for controls that an adapter then ignored.
+
 When a process starts, the file may already hold lines from an earlier process of the
 same job (a restart after a crash): their lasting knobs (`lr_scale`, user knobs) are
 restored, since they are the operator's current settings, while their one-shot requests
@@ -163,3 +169,160 @@ class ControlState:
                 continue
             self.knobs[name] = value
         self.knobs["lr_scale"] = self.lr_scale
+
+
+def split_honoured(knobs: Dict[str, Any], honoured: Optional[Set[str]], by: str
+                   ) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """(the knobs the trainer carries out, {knob: why refused} for the others).
+
+    `honoured` is what the trainer declared it applies (None: it declared nothing, as a
+    plain loop reading `lr_scale` and `take_request` itself, so every knob is its own)."""
+    if honoured is None:
+        return dict(knobs), {}
+    accepted = {k: v for k, v in knobs.items() if k in honoured}
+    refused = {k: "%s does not apply %s" % (by, k) for k in knobs if k not in honoured}
+    return accepted, refused
+
+
+class OpenLine:
+    """One control line between its application and its acknowledgement.
+
+    Its ack is due once every knob is settled: refused at once when the trainer does not
+    honour it; a lasting knob (`lr_scale`, a user knob) applied once a step ran with it
+    (`in_effect`); a one-shot request once the trainer took it and did it (`done`: the
+    checkpoint is saved, the evaluation recorded) or said it cannot (`refuse`).
+    """
+
+    __slots__ = (
+        "applied",
+        "applied_at",
+        "at_start",
+        "dropped",
+        "ident",
+        "lasting",
+        "lineno",
+        "refused",
+        "requests",
+        "step",
+        "taken",
+    )
+
+    def __init__(self, ident: Optional[str], lineno: int, accepted: Dict[str, Any],
+                 refused: Dict[str, str], applied_at: Any, at_start: bool = False,
+                 dropped: Tuple[str, ...] = ()) -> None:
+        self.ident = ident
+        self.lineno = lineno
+        self.applied_at = applied_at  # the step it was applied at; None: before any
+        self.applied: Dict[str, Any] = {}
+        self.refused = dict(refused)
+        self.lasting = {k: v for k, v in accepted.items() if k not in ONE_SHOT_KNOBS}
+        self.requests = {k for k, v in accepted.items() if k in ONE_SHOT_KNOBS and v}
+        for name in ONE_SHOT_KNOBS:  # a request of `false` asks nothing: nothing to wait on
+            if name in accepted and not accepted[name]:
+                self.applied[name] = accepted[name]
+        self.taken: Set[str] = set()
+        self.at_start = at_start
+        self.dropped = dropped
+        self.step: Any = applied_at
+
+    @property
+    def settled(self) -> bool:
+        return not self.lasting and not self.requests
+
+    def ack(self) -> Tuple[str, Dict[str, Any]]:
+        """(message, data) of this line's `control_ack`: `ok` when anything was applied;
+        `refused` names each knob the trainer did not carry out and why."""
+        empty = not self.applied and not self.refused  # a line of no knobs asks nothing
+        data: Dict[str, Any] = {"id": self.ident, "op": "adjust",
+                                "ok": bool(self.applied) or empty,
+                                "applied_step": self.step if self.applied or empty else None}
+        if self.at_start:
+            data["at_start"] = True
+        parts = []
+        if self.applied:
+            data["knobs"] = dict(self.applied)
+            parts.append("applied %s%s" % (
+                ", ".join("%s=%s" % kv for kv in sorted(self.applied.items())),
+                " (set while the job was not running)" if self.at_start else ""))
+        if self.refused:
+            data["refused"] = dict(self.refused)
+            why = "; ".join("%s: %s" % kv for kv in sorted(self.refused.items()))
+            parts.append("refused %s" % why)
+            if not self.applied:
+                data["error"] = why
+        if self.dropped:
+            data["dropped"] = list(self.dropped)
+            parts.append("%s dropped: a one-shot request is not carried over to a new start"
+                         % ", ".join(self.dropped))
+        return "; ".join(parts) or "applied nothing: the line has no knobs", data
+
+
+def _later(step: Any, than: Any) -> bool:
+    """Whether `step` comes after `than` (unknown steps: yes, a step ran since)."""
+    if than is None:
+        return True
+    try:
+        return bool(step > than)
+    except TypeError:
+        return True
+
+
+class OpenLines:
+    """The control lines applied and not yet acknowledged, in line order."""
+
+    def __init__(self) -> None:
+        self.lines: List[OpenLine] = []
+        # How many lines wait for a step to run with their lasting knobs: the hot path
+        # (every `Reporter.step`) looks at this number only.
+        self.lasting_waiting = 0
+
+    def add(self, line: OpenLine) -> List[OpenLine]:
+        """Track `line`; returns it settled already (all refused, or nothing to wait on)."""
+        if line.settled:
+            return [line]
+        self.lines.append(line)
+        if line.lasting:
+            self.lasting_waiting += 1
+        return []
+
+    def in_effect(self, step: Any, only_before: bool = False) -> List[OpenLine]:
+        """A step ran with the lasting knobs applied so far (`only_before`: applied at a
+        step before `step`, for a record that may be the very step they were applied at)."""
+        for line in self.lines:
+            if line.lasting and (not only_before or _later(step, line.applied_at)):
+                line.applied.update(line.lasting)
+                line.lasting = {}
+                line.step = step
+                self.lasting_waiting -= 1
+        return self._settled()
+
+    def taken(self, name: str) -> None:
+        for line in self.lines:
+            if name in line.requests:
+                line.taken.add(name)
+
+    def done(self, name: str, step: Any) -> List[OpenLine]:
+        """The trainer did the one-shot `name` it took."""
+        for line in self.lines:
+            if name in line.taken:
+                line.taken.discard(name)
+                line.requests.discard(name)
+                line.applied[name] = True
+                line.step = step
+        return self._settled()
+
+    def refuse(self, name: str, why: str, step: Any) -> List[OpenLine]:
+        """The trainer cannot do the one-shot `name`: every line asking it is refused."""
+        for line in self.lines:
+            if name in line.requests:
+                line.taken.discard(name)
+                line.requests.discard(name)
+                line.refused[name] = why
+                line.step = step
+        return self._settled()
+
+    def _settled(self) -> List[OpenLine]:
+        done = [line for line in self.lines if line.settled]
+        if done:
+            self.lines = [line for line in self.lines if not line.settled]
+        return done

@@ -8,6 +8,10 @@ file in batches. The agent daemon tails the spool (see `spool_writer`).
 
 The module is standard library only and imports torch nowhere: tensors are handled by
 duck typing (`lazy_values`), so the hook works the same for any array library.
+
+It is one long module because it is the one class a training script imports: the hot
+path, the records, the operator controls and their truthful acknowledgements (their
+bookkeeping lives in `control`), and the flusher share its state and its locks.
 """
 
 from __future__ import annotations
@@ -22,28 +26,29 @@ import uuid
 from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
+from agent.checkpoints import RESUME_ENV
 from agent.hook.control import (
     ONE_SHOT_KNOBS,
     ControlError,
     ControlFile,
     ControlState,
+    OpenLine,
+    OpenLines,
     acked_path,
     control_path,
     parse_line,
     read_acked,
+    split_honoured,
     write_acked,
 )
 from agent.hook.lazy_values import NotAScalar, split_nonfinite, wire_number
 from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
+from agent.protocol import ALERT_KINDS, MAX_LINE_BYTES, MAX_LOG_LINE, SEVERITIES
 
 PHASES = ("data", "compute", "comm", "checkpoint")
 _PHASE_FIELDS = ("data_time", "compute_time", "comm_time", "ckpt_time")
 _PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 
-ALERT_KINDS = ("resource", "data", "parameter")
-SEVERITIES = ("info", "warning", "critical")
-MAX_LOG_LINE = 4096
-MAX_LINE_BYTES = 1 << 20
 
 # Buffer entry kinds (first tuple element).
 _TRAIN = 0
@@ -103,6 +108,18 @@ def _check_job(job: str) -> str:
     return job
 
 
+def _check_control_every(every: Any) -> None:
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int)
+                              or every < 1):
+        raise ValueError("control_every must be a whole number of steps >= 1, or None")
+
+
+def resume_checkpoint() -> Optional[str]:
+    """The checkpoint (file or folder) the agent restarted this job from, or None on a
+    fresh start: `trainer.train(resume_from_checkpoint=resume_checkpoint())`."""
+    return os.environ.get(RESUME_ENV) or None
+
+
 def _default_job() -> Tuple[str, bool]:
     """(job id, generated?): COCKPIT_JOB, else torchrun's run id (shared by all ranks)."""
     job = os.environ.get("COCKPIT_JOB")
@@ -136,7 +153,9 @@ class Reporter:
         control_interval: float = 0.5,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         register_atexit: bool = True,
-        control_every: int = 1,
+        control_every: Optional[int] = 1,
+        honours: Optional[Iterable[str]] = None,
+        honoured_by: str = "this trainer",
     ) -> None:
         generated = False
         if job is None:
@@ -149,12 +168,11 @@ class Reporter:
         self.run_dir = os.path.abspath(run_dir)
         if flush_interval <= 0 or control_interval <= 0:
             raise ValueError("flush_interval and control_interval must be positive")
-        if isinstance(control_every, bool) or not isinstance(control_every, int) or (
-                control_every < 1):
-            raise ValueError("control_every must be a whole number of steps >= 1")
+        _check_control_every(control_every)
         # A trainer that adopts controls only every N steps (agreeing them across ranks
-        # there) has them applied, and acknowledged, at those steps: an ack at the step
-        # it arrived would put the chart's marker up to N-1 steps before the change.
+        # there) has them applied at those steps, and acknowledged at the next: an ack
+        # at the step it arrived would put the chart's marker up to N steps before the
+        # change. None: only `poll_control` applies them (see `control_every`).
         self._control_every = control_every
 
         self._flush_interval = float(flush_interval)
@@ -176,6 +194,11 @@ class Reporter:
         self._closed = False
 
         self._control_state = ControlState()
+        self._honoured: Optional[Set[str]] = None
+        self._honoured_by = honoured_by
+        if honours is not None:
+            self.honour_controls(honours, honoured_by)
+        self._open = OpenLines()  # applied, not yet acknowledged (see control.OpenLine)
         self._control_file: Optional[ControlFile] = None
         self._control_lock = threading.Lock()
         self._incoming: Deque[Tuple[Optional[str], Any, str, int]] = deque()
@@ -235,12 +258,15 @@ class Reporter:
              epoch, self._stage, phases, extra)
         )  # fmt: skip
         self._last_step = step
-        if self._pending:
-            if self._unannounced and step is not None:  # restored at start: in force
-                self._announce_restored(step)
-            if self._control_every == 1 or (isinstance(step, int)
-                                            and step % self._control_every == 0):
-                self._apply_pending(step)
+        if self._pending and self._unannounced and step is not None:
+            self._announce_restored(step)  # restored at start: in force since then
+        if self._open.lasting_waiting:
+            # This step ran with what was applied before it: now it is in force.
+            self._acks(self._open.in_effect(step, only_before=True))
+        every = self._control_every
+        if self._pending and every is not None and (every == 1 or (
+                isinstance(step, int) and step % every == 0)):
+            self._apply_pending(step)
         if len(self._q) >= self._flush_records:
             self._wake.set()
 
@@ -275,6 +301,7 @@ class Reporter:
         """Record an evaluation: `loss` is the validation loss, the rest go to `metrics`."""
         self._q.append((_EVAL, _wall(), step, loss, metrics))
         self._wake.set()
+        self.request_done("eval_now", step)
 
     def declare(
         self,
@@ -348,7 +375,7 @@ class Reporter:
         """A checkpoint is complete on disk (call after the rename, not before)."""
         seconds = self._non_negative("checkpoint_saved seconds", seconds)
         bytes = self._non_negative("checkpoint_saved bytes", bytes, integer=True)
-        if bytes is None:
+        if bytes is None and os.path.isfile(path):  # a folder's size is its files'
             try:
                 bytes = os.path.getsize(path)
             except OSError:
@@ -363,6 +390,7 @@ class Reporter:
             seconds=seconds,
             bytes=bytes,
         )
+        self.request_done("checkpoint_now", step)
 
     def alert(
         self,
@@ -394,6 +422,19 @@ class Reporter:
     # ------------------------------------------------------------------ control
 
     @property
+    def control_every(self) -> Optional[int]:
+        """Steps at which `step()` applies new control lines: every one (1), multiples of N,
+        or never (None: the trainer applies them itself with `poll_control(step)`, as an
+        adapter that agrees controls across ranks at steps of its own does; applied by
+        `step()` in between, a knob would be acknowledged before the ranks used it)."""
+        return self._control_every
+
+    @control_every.setter
+    def control_every(self, every: Optional[int]) -> None:
+        _check_control_every(every)
+        self._control_every = every
+
+    @property
     def lr_scale(self) -> float:
         """Multiplier the operator set on the learning rate (1.0 until adjusted)."""
         return self._control_state.lr_scale
@@ -403,22 +444,75 @@ class Reporter:
         """Every lasting knob applied so far (`lr_scale` and user knobs)."""
         return dict(self._control_state.knobs)
 
+    def honour_controls(self, knobs: Iterable[str], trainer: str = "this trainer") -> None:
+        """Declare the controls this trainer carries out (`lr_scale`, `checkpoint_now`,
+        `eval_now`, user knobs); any other knob of a control line is acknowledged as
+        refused, "`trainer` does not apply KNOB", instead of as applied and ignored.
+
+        A framework adapter calls it before the first step. Without it (a plain loop),
+        every knob counts as the loop's own: it reads `lr_scale`, `knobs` and
+        `take_request` itself."""
+        if isinstance(knobs, (str, bytes)):
+            raise TypeError("honour_controls takes a list of knob names, not the string %r"
+                            % (knobs,))
+        self._honoured = {str(k) for k in knobs}
+        self._honoured_by = str(trainer)
+
     def take_request(self, name: str) -> bool:
-        """True once per pending one-shot request (`checkpoint_now`, `eval_now`)."""
+        """True once per pending one-shot request (`checkpoint_now`, `eval_now`).
+
+        Taking it promises to do it: its acknowledgement says "applied" once it is done,
+        which the Reporter learns from the next `checkpoint_saved` (for `checkpoint_now`)
+        or `eval` (for `eval_now`), or from `request_done`; `refuse_request` says it
+        cannot be. A rank that never takes a request never acknowledges it."""
         requests = self._control_state.requests
         if name in requests:
             requests.discard(name)
+            self._open.taken(name)
             return True
         return False
 
-    def poll_control(self) -> List[Dict[str, Any]]:
-        """Read the control file now and apply what is new; returns the applied controls.
+    def request_done(self, name: str, step: Any = None) -> None:
+        """The one-shot request `name` taken earlier is done (at `step`): acknowledge it.
+        `checkpoint_saved` and `eval` call this themselves."""
+        if self._open.lines:
+            self._acks(self._open.done(name, self._step_value(step)))
+
+    def refuse_request(self, name: str, why: str, step: Any = None) -> None:
+        """The trainer cannot carry out the one-shot request `name` (taken or not): its
+        lines are acknowledged as refused, with `why`."""
+        self._control_state.requests.discard(name)
+        if self._open.lines:
+            self._acks(self._open.refuse(name, str(why), self._step_value(step)))
+
+    def controls_in_effect(self, step: Any) -> None:
+        """The trainer has trained `step` with every lasting knob (`lr_scale`, user knobs)
+        applied so far: acknowledge them at `step`.
+
+        `step()` does this by itself for knobs applied at an earlier step; an adapter
+        whose records are sparser than its steps (one per logging interval) calls it
+        once the optimizer has stepped with the new learning rate."""
+        if self._open.lines:
+            self._acks(self._open.in_effect(self._step_value(step)))
+
+    def resumed(self, step: Any, path: Optional[str] = None) -> None:
+        """Say that this run resumed from the checkpoint `path` at `step` (call on rank 0,
+        once the checkpoint is loaded): the cockpit's restart marker and its recovery
+        record come from this event."""
+        name = os.path.basename(os.path.normpath(str(path))) if path else None
+        self.event("resumed", "resumed from %s at step %s" % (name or "a checkpoint", step),
+                   step=step, path=None if path is None else str(path))
+
+    def poll_control(self, step: Any = None) -> List[Dict[str, Any]]:
+        """Read the control file now and apply what is new (at `step`, by default the last
+        one reported); returns the controls applied or refused.
 
         `step()` does this by itself (the file is checked every `control_interval`), so
-        calling it is only needed where a loop wants a control applied at a precise point.
+        calling it is only needed where a loop wants a control applied at a precise point
+        (an adapter agreeing controls across ranks at a chosen step).
         """
         self._read_control_file()
-        return self._apply_pending(self._last_step)
+        return self._apply_pending(self._last_step if step is None else step)
 
     def _restore_controls(self) -> None:
         """Put the operator's lasting knobs in force before the first step.
@@ -443,7 +537,9 @@ class Reporter:
                     self._unannounced.append((exc.ident, exc, where, lineno))
                 continue  # else refused by the process that first read it, which said so
             try:
-                self._control_state.apply(knobs, one_shots=False)
+                self._control_state.apply(
+                    split_honoured(knobs, self._honoured, self._honoured_by)[0],
+                    one_shots=False)
             except ControlError as exc:
                 if lineno > acked:
                     self._unannounced.append((ident, ControlError("%s: %s" % (where, exc)),
@@ -483,30 +579,33 @@ class Reporter:
         while incoming:
             ident, knobs, where, lineno = incoming.popleft()
             error = None
+            refused: Dict[str, str] = {}
             if isinstance(knobs, ControlError):
                 error = str(knobs)
                 knobs = {}
             else:
+                accepted, refused = split_honoured(knobs, self._honoured, self._honoured_by)
                 try:
-                    self._control_state.apply(knobs)
+                    self._control_state.apply(accepted)
                 except ControlError as exc:
                     error = "%s: %s" % (where, exc)
-            data = {"id": ident, "op": "adjust", "ok": error is None, "applied_step": None}
-            if error is None:
-                data["applied_step"] = self._step_value(step)
-                data["knobs"] = dict(knobs)  # what changed, for the cockpit's chart marks
-                msg = "applied %s" % ", ".join("%s=%s" % kv for kv in sorted(knobs.items()))
+            if error is not None:
+                data = {"id": ident, "op": "adjust", "ok": False, "applied_step": None,
+                        "error": error}
+                self._ack("refused control: %s" % error, step, lineno, data)
             else:
-                data["error"] = error
-                msg = "refused control: %s" % error
-            self._ack(msg, step, lineno, data)
-            applied.append({"id": ident, "knobs": knobs, "ok": error is None, "error": error})
+                self._acks(self._open.add(OpenLine(ident, lineno, accepted, refused,
+                                                   self._step_value(step))))
+            applied.append({"id": ident, "knobs": knobs, "ok": error is None and (
+                bool(accepted) or not refused), "error": error or (
+                "; ".join("%s: %s" % kv for kv in sorted(refused.items())) or None)})
         return applied
 
     def _announce_restored(self, step: Any) -> None:
-        """Acknowledge, at `step`, the lines set while no process ran, exactly as a line
-        applied while running is: the cockpit's chart marker, the knob its prompt shows
-        and the report's adjustments all come from these acks.
+        """Acknowledge the lines set while no process ran, exactly as a line applied
+        while running is: the cockpit's chart marker, the knob its prompt shows and the
+        report's adjustments all come from these acks. Their lasting knobs are in force
+        since the start, so the next step (or `controls_in_effect`) confirms them.
 
         Their one-shot requests are dropped (a checkpoint or eval asked of a process
         that no longer runs is stale). Beside a lasting knob the ack says so; a line of
@@ -516,28 +615,23 @@ class Reporter:
         """
         unannounced, self._unannounced = self._unannounced, []
         for ident, knobs, _where, lineno in unannounced:
-            data: Dict[str, Any] = {"id": ident, "op": "adjust", "ok": False,
-                                    "applied_step": None, "at_start": True}
             if isinstance(knobs, ControlError):
-                data["error"] = str(knobs)
+                data = {"id": ident, "op": "adjust", "ok": False, "applied_step": None,
+                        "at_start": True, "error": str(knobs)}
                 self._ack("refused control: %s" % knobs, step, lineno, data)
                 continue
             lasting = {k: v for k, v in knobs.items() if k not in ONE_SHOT_KNOBS}
-            dropped = sorted(k for k, v in knobs.items() if k in ONE_SHOT_KNOBS and v)
-            why = ("%s dropped: a one-shot request is not carried over to a new start"
-                   % ", ".join(dropped))
-            if dropped:
-                data["dropped"] = dropped
+            dropped = tuple(sorted(k for k, v in knobs.items() if k in ONE_SHOT_KNOBS and v))
             if not lasting:
                 continue
-            data["ok"] = True
-            data["applied_step"] = self._step_value(step)
-            data["knobs"] = lasting
-            msg = "applied %s (set while the job was not running)" % ", ".join(
-                "%s=%s" % kv for kv in sorted(lasting.items()))
-            if dropped:
-                msg += "; " + why
-            self._ack(msg, step, lineno, data)
+            accepted, refused = split_honoured(lasting, self._honoured, self._honoured_by)
+            self._acks(self._open.add(OpenLine(ident, lineno, accepted, refused, None,
+                                               at_start=True, dropped=dropped)))
+
+    def _acks(self, lines: List[OpenLine]) -> None:
+        for line in lines:
+            msg, data = line.ack()
+            self._ack(msg, line.step, line.lineno, data)
 
     def _ack(self, msg: str, step: Any, lineno: int, data: Dict[str, Any]) -> None:
         """A `control_ack` event that, once written, counts line `lineno` as acknowledged."""
@@ -663,7 +757,9 @@ class Reporter:
                 if line is not None:
                     lines.append(line)
                 if item[0] == _READY and len(item) > 2:
-                    acked = item[2]  # acks are queued in line order: the last is the newest
+                    # Mostly in line order; a request's ack waits for its effect, so a
+                    # later line's may come first: the ledger counts the newest.
+                    acked = item[2] if acked is None else max(acked, item[2])
             try:
                 self._writer.write_lines(lines)
             except OSError as exc:

@@ -33,7 +33,8 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     d.op("adjust", job=NAME, knobs={"lr_scale": 0.5})
     applied = d.wait_for(lambda: d.event("control_ack", lambda e: e["job"] == NAME
                                          and e["rank"] == 0), 30, "the trainer's ack")
-    agreed = applied["data"]["applied_step"]  # where the ranks agreed: in force after it
+    # The ack names the first step trained with it, the one after the ranks agreed.
+    agreed = applied["data"]["applied_step"] - 1
     assert agreed % cfg["control"]["every"] == 0, applied
 
     # Pause: checkpoint at an agreed step, then every job process exits.

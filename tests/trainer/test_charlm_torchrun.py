@@ -58,9 +58,10 @@ def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run
     cfg = load_config(None, [*FAST_SETTINGS, "train.max_steps=300"])
     every = cfg["control"]["every"]
     # Rank 0's Reporter applies it at a step where the ranks agree (a multiple of
-    # `every`), and the ranks use it from the following step: the ack names that step.
-    assert applied % every == 0, applied
-    agreed = applied
+    # `every`), and the ranks use it from the following step: the ack names that step,
+    # once it was trained with the new LR and the requested evaluation was recorded.
+    agreed = applied - 1
+    assert agreed % every == 0, applied
     assert any(e["step"] == agreed for e in evals), "eval_now did not trigger an evaluation"
     # The loss chart marks the lasting change where it took effect, not the one-shot eval.
     assert chart_markers(run.records("event")) == (Marker(applied, "adjust", "lr_scale=0.5"),)

@@ -39,9 +39,12 @@ def test_lr_scale_is_applied_and_acknowledged(make_reporter, spool, tmp_path) ->
     assert rep.lr_scale == 0.5 and rep.knobs == {"lr_scale": 0.5}
     assert rep.poll_control() == []  # each line once
     rep.flush()
+    assert _acks(spool) == []  # not applied before a step has run with it
+    rep.step(11, loss=1.0)
+    rep.flush()
     (ack,) = _acks(spool)
-    assert ack["step"] == 10
-    assert ack["data"] == {"id": "c1", "op": "adjust", "ok": True, "applied_step": 10,
+    assert ack["step"] == 11
+    assert ack["data"] == {"id": "c1", "op": "adjust", "ok": True, "applied_step": 11,
                            "knobs": {"lr_scale": 0.5}}
 
 
@@ -60,8 +63,9 @@ def test_controls_apply_at_a_step_boundary_without_polling(make_reporter, tmp_pa
 def test_a_trainer_that_agrees_controls_every_n_steps_has_them_acked_there(
         make_reporter, spool, tmp_path) -> None:
     """charlm adopts controls where its ranks agree (every 5 steps): an LR scale that
-    arrived at step 492 is in force from 496, and its marker belongs at 495, not 492.
-    A knob restored at start is in force from the first step whatever its number."""
+    arrived at step 492 is taken at 495 and trains step 496 first, where its marker
+    belongs, not at 492. A knob restored at start is in force from the first step
+    whatever its number."""
     path = _control_file(tmp_path)
     rep = make_reporter(control_every=5, control_interval=3600.0)
     rep.step(491, loss=1.0)
@@ -72,13 +76,13 @@ def test_a_trainer_that_agrees_controls_every_n_steps_has_them_acked_there(
         assert rep.lr_scale == (0.5 if step >= 495 else 1.0), step
     rep.close()
     (ack,) = _acks(spool)
-    assert ack["step"] == 495 and ack["data"]["applied_step"] == 495
+    assert ack["step"] == 496 and ack["data"]["applied_step"] == 496
     _append(path, {"id": "c2", "ts": time.time(), "knobs": {"lr_scale": 0.25}})  # paused
     again = make_reporter(control_every=5)
     assert again.lr_scale == 0.25
     again.step(497, loss=1.0)
     again.flush()
-    assert [(a["data"]["id"], a["step"]) for a in _acks(spool)] == [("c1", 495), ("c2", 497)]
+    assert [(a["data"]["id"], a["step"]) for a in _acks(spool)] == [("c1", 496), ("c2", 497)]
     with pytest.raises(ValueError, match="control_every"):
         make_reporter(control_every=0)
 
@@ -123,6 +127,7 @@ def test_bad_controls_are_refused_with_a_reason(
     applied = rep.poll_control()
     assert [a["ok"] for a in applied] == [False, True]
     assert rep.lr_scale == 0.25
+    rep.step(1, loss=1.0)
     rep.flush()
     refused, accepted = _acks(spool)
     assert refused["data"]["id"] == ident and refused["data"]["ok"] is False
@@ -153,7 +158,11 @@ def test_restart_restores_lasting_knobs_and_drops_stale_requests(
     _append(path, {"id": "c1", "ts": 1.0, "knobs": {"lr_scale": 0.5, "checkpoint_now": True}})
     _append(path, {"id": "c2", "ts": 2.0, "knobs": {"tau": 3}})
     assert len(first.poll_control()) == 2
+    first.step(6, loss=1.0)  # trained with lr_scale and tau: c2 is done
+    assert first.take_request("checkpoint_now")
+    first.checkpoint_saved(str(tmp_path / "ck-6"), 6, 0.1, bytes=10)  # and so is c1
     first.close()
+    assert [a["data"]["id"] for a in _acks(spool)] == ["c2", "c1"]
     acked = len(_acks(spool))
     rep = make_reporter()
     assert rep.lr_scale == 0.5 and rep.knobs["tau"] == 3
@@ -176,6 +185,8 @@ def test_a_knob_set_while_no_process_ran_is_acknowledged_at_the_first_step(
     first.step(40, loss=1.0)
     _append(path, {"id": "c1", "ts": 1.0, "knobs": {"checkpoint_now": True}})  # the pause's
     first.poll_control()
+    assert first.take_request("checkpoint_now")
+    first.checkpoint_saved(str(tmp_path / "ck-40"), 40, 0.5, bytes=10)
     first.close()
     _append(path, {"id": "c2", "ts": 2.0, "knobs": {"lr_scale": 0.5, "eval_now": True}})
     rep = make_reporter()
@@ -207,14 +218,15 @@ def test_the_cockpit_shows_a_knob_set_while_paused_in_force(make_reporter, spool
     running.step(10, loss=1.0)
     _append(path, {"id": "a1", "ts": 1.0, "knobs": {"lr_scale": 2.0}})
     running.poll_control()
+    running.step(11, loss=1.0)
     running.close()
     _append(path, {"id": "a2", "ts": 2.0, "knobs": {"lr_scale": 0.5}})  # while paused
     resumed = make_reporter()
-    resumed.step(11, loss=1.0)
+    resumed.step(12, loss=1.0)
     resumed.close()
     markers = chart_markers(spool("event"))
-    assert markers == (Marker(10, "adjust", "lr_scale=2.0"),
-                       Marker(11, "adjust", "lr_scale=0.5"))
+    assert markers == (Marker(11, "adjust", "lr_scale=2.0"),
+                       Marker(12, "adjust", "lr_scale=0.5"))
     assert knob_in_force(markers, "lr_scale") == "0.5"
 
 
