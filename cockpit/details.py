@@ -13,6 +13,8 @@ from typing import Any
 
 from cockpit.analysis.alerts import STALE_AFTER_S
 from cockpit.analysis.lifecycle import current_run_started
+from cockpit.analysis.lr import scale_in_force
+from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.snapshot import EventRow, Series
 from cockpit.store.queries import StoreReader
 
@@ -111,6 +113,9 @@ class RunInfo:
     # When the run the panes show started: its newest start (a recovery, a relaunch, a
     # resume), `started` when it never started again.
     run_started: float | None = None
+    # The LR now: the lowest rank's newest record's, and the operator's scale in force.
+    lr: float | None = None
+    lr_scale: str | None = None
     total_steps: int | None = None
     total_epochs: int | None = None
     total_samples: int | None = None
@@ -307,11 +312,17 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
     current = current_run_started(
         e for e in reader.rare_events(("job_started", "job_exited"), job, until_ts)
         if e.get("job") == job)
+    latest = [r for r in reader.latest_train(job, until_ts=until_ts) if r.get("lr") is not None]
+    newest = min(latest, key=lambda r: (r["rank"] is None, r["rank"]), default=None)
+    markers = chart_markers(e for e in reader.rare_events(MARKER_KINDS, job, until_ts)
+                            if e.get("job") in (job, None))
     return RunInfo(
         job=job,
         declared=bool(info.get("declared")),
         started=info.get("started"),
         run_started=info.get("started") if current is None else current,
+        lr=newest["lr"] if newest is not None else None,
+        lr_scale=scale_in_force(markers),
         total_steps=info.get("total_steps"),
         total_epochs=info.get("total_epochs"),
         total_samples=info.get("total_samples"),

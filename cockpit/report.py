@@ -30,7 +30,12 @@ keys may be added):
                      markers: [{step, kind, text, why}] (adjustments and restarts; why:
                      of a restart, "resume after a pause", "recovery from CAUSE",
                      "fork of PARENT", "relaunch", or null when not journaled),
-                     train_loss: {step, loss, ema}, val_loss: {step, loss}}
+                     train_loss: {step, loss, ema}, val_loss: {step, loss},
+                     last_lr (the reference rank's newest LR), lr_scale (the operator's
+                     scale in force, as text; null: never set), lr: {step, lr},
+                     lr_changes: [{step, text, before, after}] (each acknowledged
+                     lr_scale: the LR recorded at or before its step, and the first
+                     recorded after it)}
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
                      step_time_median, step_time_spread,
                      slowest_ranks: [{rank, host, step_time (its own: less the
@@ -66,13 +71,21 @@ from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.lifecycle import current_run_started, process_starts
-from cockpit.analysis.text import duration, failed_restarts_text, unrecovered_text
+from cockpit.analysis.lr import lr_change_text, lr_text
+from cockpit.analysis.text import (
+    duration,
+    failed_restarts_text,
+    json_printable,
+    printable,
+    unrecovered_text,
+)
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
-from cockpit.snapshot import Snapshot
+from cockpit.snapshot import LrChange, Snapshot
 from cockpit.source import RUNNING_KINDS, SNAPSHOT_BUCKETS, build_snapshot, observed_seconds
 from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
+from cockpit.store.step_time import step_ts
 
 REPORT_VERSION = 1
 FORMATS = ("text", "markdown", "json")
@@ -90,18 +103,54 @@ def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = 
     a job and its forks training side by side, the one started last)."""
     if fmt not in FORMATS:
         raise CockpitError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    return format_report(report_data(path, until_ts, job), fmt)
+
+
+def report_data(path: str | Path, until_ts: float | None = None, job: str | None = None,
+                *, name: str | None = None, at_step: int | None = None,
+                at_offset: float | None = None) -> dict[str, Any]:
+    """The report's data (its JSON form) of the recording at `path`, called `name` in
+    it (a live cockpit's copy is named for the recording it copies). `at_step`: as of
+    when `job` (else the job that trained last) first reached that step; `at_offset`:
+    as of that many seconds after the recording's first record (`cockpit report --at`)."""
     try:
         store = Store(path, read_only=True)
     except StoreError as exc:
         raise CockpitError(str(exc)) from None
     try:
-        data = collect(StoreReader(store), str(path), until_ts, job)
+        reader = StoreReader(store)
+        if at_step is not None:
+            until_ts = _step_instant(store, reader, job, at_step)
+        elif at_offset is not None:
+            span = reader.time_range()
+            if not span:
+                raise CockpitError(f"{name or path} holds no records: no +{at_offset:g} s")
+            until_ts = span[0] + at_offset
+        return collect(reader, name or str(path), until_ts, job)
     except StoreError as exc:
         raise CockpitError(str(exc)) from None
     finally:
         store.close()
+
+
+def _step_instant(store: Store, reader: StoreReader, job: str | None, step: int) -> float:
+    job = job if job is not None else reader.current_job()
+    if job is None:
+        raise CockpitError(f"{store.path.name} holds no training step: no step {step:,}")
+    ts, top = step_ts(store, job, step)
+    if ts is None:
+        reached = "no step" if top is None else f"step {top:,} at most"
+        raise CockpitError(f"job {printable(job)} never reached step {step:,} in this "
+                           f"recording ({reached})")
+    return ts
+
+
+def format_report(data: dict[str, Any], fmt: str = "text") -> str:
+    """The report `data` (`report_data`) as text, Markdown or JSON."""
+    if fmt not in FORMATS:
+        raise CockpitError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "json":
-        return json.dumps(_json_safe(data), indent=2, ensure_ascii=False) + "\n"
+        return json_printable(json.dumps(_json_safe(data), indent=2, ensure_ascii=False)) + "\n"
     return _render(_sections(data), markdown=fmt == "markdown", title=_title(data))
 
 
@@ -199,6 +248,9 @@ def _effect(snap: Snapshot, causes: dict[int, str]) -> dict[str, Any]:
         "train_loss": {"step": _steps(e.train_loss.x), "loss": list(e.train_loss.last),
                        "ema": list(e.train_loss_ema.last)},
         "val_loss": {"step": _steps(e.val_loss.x), "loss": list(e.val_loss.last)},
+        "last_lr": e.last_lr, "lr_scale": e.lr_scale,
+        "lr": {"step": _steps(e.lr.x), "lr": list(e.lr.last)},
+        "lr_changes": [asdict(c) for c in e.lr_changes],
         "markers": [{**asdict(m), "why": causes.get(m.step) if m.kind == "restart" else None}
                     for m in e.markers],
     }
@@ -377,6 +429,10 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("loss spikes", ", ".join(f"{s:,}" for s in e["spike_steps"]) or "none"),
         ("NaN/Inf steps", _nonfinite_text(e)),
         ("loss scale", _num(e["last_loss_scale"], ".6g")),
+        ("LR", lr_text(e["last_lr"], e["lr_scale"]).removeprefix("LR ")),
+        ("LR trend", sparkline(e["lr"]["lr"]) or NA),
+        ("LR changes", "; ".join(lr_change_text(LrChange(**c)) for c in e["lr_changes"])
+         or "none"),
         ("changes", "; ".join(f"{m['text'] if m['kind'] == 'adjust' else 'restart'} at step "
                               f"{m['step']:,}" + (f" ({m['why']})" if m.get("why") else "")
                               for m in e["markers"]) or "none"),
@@ -448,6 +504,12 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
 
 def _render(sections: list[tuple[str, Rows, list[Table]]], *, markdown: bool,
             title: str) -> str:
+    # Job and host names, alerts, events and run fields come from the hosts: every
+    # row and cell as `printable` shows it, so no escape sequence reaches the terminal.
+    title = printable(title)
+    sections = [(name, [(printable(k), printable(v)) for k, v in rows],
+                 [(header, [tuple(printable(c) for c in row) for row in body])
+                  for header, body in tables]) for name, rows, tables in sections]
     out = [f"# {title}" if markdown else title, ""]
     if not markdown:
         out[0:1] = [title, "=" * len(title)]
@@ -491,4 +553,9 @@ def _text_table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[st
     return [line.rstrip() for line in lines]
 
 
-__all__ = ["FORMATS", "REPORT_VERSION", "collect", "render_report", "sparkline"]
+# The renderer of sections of (name, rows, tables), for other headless reports
+# (`cockpit.kpis_report`, `cockpit.diff_report`) to print as this one does.
+render_sections = _render
+
+__all__ = ["FORMATS", "REPORT_VERSION", "collect", "render_report", "render_sections",
+           "sparkline"]

@@ -62,6 +62,17 @@ class Marker:
 
 
 @dataclass(frozen=True)
+class LrChange:
+    """An operator's change of the LR (an acknowledged `lr_scale`) and what the trainer's
+    records say the LR was on either side of it (`cockpit.analysis.lr.lr_changes`)."""
+
+    step: int  # where the trainer applied it
+    text: str  # "lr_scale=0.1"
+    before: float | None = None  # LR of the newest record at or before `step`
+    after: float | None = None  # LR of the first record after it: the change in force
+
+
+@dataclass(frozen=True)
 class Effect:
     train_loss: Series = field(default_factory=Series)  # raw (bucketed)
     train_loss_ema: Series = field(default_factory=Series)  # smoothed
@@ -79,6 +90,9 @@ class Effect:
     nonfinite_last: int | None = None  # the newest of them
     last_loss_scale: float | None = None
     markers: tuple[Marker, ...] = ()  # adjustments and restarts, by step
+    last_lr: float | None = None  # the reference rank's newest recorded LR
+    lr_scale: str | None = None  # the operator's scale in force (as acknowledged), if any
+    lr_changes: tuple[LrChange, ...] = ()  # the operator's LR changes, by step
 
 
 @dataclass(frozen=True)

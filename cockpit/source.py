@@ -49,7 +49,12 @@ from cockpit.analysis.lifecycle import (
     process_starts,
     running_seconds,
 )
-from cockpit.analysis.lr import lr_looks_too_high
+from cockpit.analysis.lr import (
+    lr_adjustment_steps,
+    lr_changes,
+    lr_looks_too_high,
+    scale_in_force,
+)
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
 from cockpit.analysis.spikes import find_spikes
@@ -258,9 +263,10 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
                         resume_step=resume_step, eta_note=note)
     step = int(newest["step"])
     total_steps = run.get("total_steps")
-    # Seen so far, assuming the global batch of the newest step held throughout.
-    samples = step * train.global_samples if train.global_samples is not None else None
-    tokens = step * train.global_tokens if train.global_tokens is not None else None
+    # Seen so far, assuming the global batch of the newest step held throughout (per
+    # optimizer step: a record covering N steps counts its samples over N).
+    samples = round(step * train.global_samples) if train.global_samples is not None else None
+    tokens = round(step * train.global_tokens) if train.global_tokens is not None else None
     percent = progress_fraction(
         step=step, total_steps=total_steps, samples=samples,
         total_samples=run.get("total_samples"), tokens=tokens,
@@ -272,7 +278,8 @@ def _progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
         steps_goal = math.ceil(run["total_samples"] / train.global_samples)
     if steps_goal is None and run.get("total_tokens") and train.global_tokens:
         steps_goal = math.ceil(run["total_tokens"] / train.global_tokens)
-    eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=train.walls)
+    eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=train.walls,
+                       step_counts=train.wall_steps)
     # A job that is not running has no time left to estimate, only a reason why.
     eta_note = None
     if state == "exited":
@@ -425,8 +432,34 @@ def _effect(reader: StoreReader, job: str | None, train: TrainView, until_ts: fl
         nonfinite_last=nonfinite.last,
         last_loss_scale=newest.get("loss_scale"),
         markers=markers,
+        last_lr=newest.get("lr"),
+        lr_scale=scale_in_force(markers),
+        lr_changes=lr_changes(markers, _lr_around(reader, job, train.ref_rank, markers,
+                                                  until_ts, fr)),
     )
     return _EffectFindings(effect, divergence, lr_reason)
+
+
+def _lr_around(reader: StoreReader, job: str, rank: int | None, markers: Sequence[Marker],
+               until_ts: float | None, fr: Frontiers) -> dict[int, tuple[Any, Any]]:
+    """The LR recorded before and after each of the operator's LR changes. Once the
+    record after a change is in, the pair stands for every later instant, and is kept;
+    only a change still waiting for that record (the newest, for a step or so) is read
+    again, and only when a training record was added."""
+    steps = lr_adjustment_steps(markers)
+    if not steps:
+        return {}
+    held = reader.recall("lr_around")
+    known = held[1] if held is not None and held[0] == (job, rank) else {}
+    done = {s: v for s, v in known.items() if s in steps and v[1] is not None
+            and v[2] is not None and (until_ts is None or v[2] <= until_ts)}
+    missing = tuple(s for s in steps if s not in done)
+    if missing:
+        done.update(reader.memo(
+            "lr_around_missing", (job, rank, missing, fr.key("train")),
+            lambda: reader.lr_around(job, rank, list(missing), until_ts=until_ts)))
+        reader.remember("lr_around", (job, rank), done)
+    return {s: (v[0], v[1]) for s, v in done.items()}
 
 
 def _markers(reader: StoreReader, job: str, until_ts: float | None,
@@ -568,7 +601,10 @@ def _efficiency(train: TrainView, figures: EfficiencyFigures, series: Mapping[st
     times = series.get("step_time")
     if times is not None:
         # Against step, not time: the per-step series is kept pre-aggregated (levels).
-        per_step = train.global_samples or 1  # steps/s when samples are not reported
+        # A record's step time covers the steps it stands for (the newest record's
+        # count: a trainer logs at a fixed interval); steps/s when samples are not
+        # reported.
+        per_step = (train.global_samples or 1) * train.record_steps
         throughput = Series(
             times.x,
             tuple(_per(per_step, t) for t in times.last),
@@ -841,6 +877,7 @@ def build_snapshot(
         stall = detect_stall(
             since_last_step=(at - float(train.newest["ts"])) if train.newest else None,
             recent_wall_times=train.walls,
+            steps_per_record=train.record_steps,
             ranks=figures.ranks,
             hosts=_pressure(hosts, host_samples, gpus),
             active=state in ACTIVE_STATES,

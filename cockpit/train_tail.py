@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cockpit.analysis.lifecycle import ended
-from cockpit.analysis.ranks import StepSample, step_wall_times
+from cockpit.analysis.ranks import StepSample, step_walls
 from cockpit.store.earlier_runs import launched_again_as
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_base import FULL_READ_EVERY
@@ -29,6 +29,7 @@ from cockpit.store.queries_train import (
     STEP_COLUMNS,
     newest_per_rank_step,
     of_world,
+    record_steps,
 )
 
 RECENT_STEP_ROWS = 4000  # recent (rank, step) rows read per snapshot, at most
@@ -46,11 +47,15 @@ class TrainView:
 
     latest: list[dict[str, Any]] = field(default_factory=list)
     samples: list[StepSample] = field(default_factory=list)
-    walls: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)  # one optimizer step's, per record
+    wall_steps: list[int] = field(default_factory=list)  # the steps each of them covers
     ref_rank: int | None = None  # the rank whose loss/LR series are drawn
     newest: dict[str, Any] | None = None
-    global_samples: int | None = None  # samples per optimizer step, all ranks
-    global_tokens: int | None = None
+    # Samples per optimizer step, all ranks (a record covering N steps counts N steps'
+    # samples: its own over N).
+    global_samples: int | float | None = None
+    global_tokens: int | float | None = None
+    record_steps: int = 1  # optimizer steps the newest record covers
 
 
 @dataclass
@@ -185,7 +190,8 @@ class TrainTail:
             added = self._reader.added_rows("train", after, until_ts, fr)
             # Shaped as the full read's rows: the job and the step columns.
             rows = None if added is None else [
-                {"job": r["job"], **{k: r[k] for k in STEP_KEYS}} for r in added]
+                {"job": r["job"], **{k: r[k] for k in STEP_KEYS},
+                 "steps": record_steps(r.get("extra"))} for r in added]
         self._added = (fr, rows)
         return rows
 
@@ -249,7 +255,8 @@ def _sample(row: Mapping[str, Any]) -> StepSample:
     rank = row["rank"]
     return StepSample(-1 if rank is None else int(rank), row["host"], int(row["step"]),
                       row["step_time"], row["data_time"], row["compute_time"],
-                      row["comm_time"], row["samples"], row["tokens"], row["ts"])
+                      row["comm_time"], row["samples"], row["tokens"], row["ts"],
+                      int(row.get("steps") or 1))
 
 
 def _extend(held: _Held, added: list[dict[str, Any]], fr: Frontiers) -> _Held | None:
@@ -290,23 +297,36 @@ def _make_view(latest: list[dict[str, Any]], newest: dict[str, Any],
     last_step = int(newest["step"])
     samples = [s for s in window if s.step <= last_step]
     ranks = [r["rank"] for r in latest if r["rank"] is not None]
+    walls, wall_steps = step_walls(samples)
     return TrainView(
         latest=latest,
         samples=samples,
-        walls=step_wall_times(samples),
+        walls=walls,
+        wall_steps=wall_steps,
         ref_rank=min(ranks) if ranks else None,
         newest=newest,
         # Every rank's own newest step, not only the ranks already at the newest one:
         # ranks report through separate spool files, so at any instant one of them is
         # a few steps behind, and counting only the leaders halved the job's batch.
-        global_samples=_total(r["samples"] for r in latest),
-        global_tokens=_total(r["tokens"] for r in latest),
+        global_samples=_per_step_total(latest, "samples"),
+        global_tokens=_per_step_total(latest, "tokens"),
+        record_steps=_steps_of(newest),
     )
 
 
-def _total(values: Iterable[Any]) -> int | None:
-    known = [v for v in values if v is not None]
-    return int(sum(known)) if known else None
+def _steps_of(row: Mapping[str, Any]) -> int:
+    steps = row.get("steps")
+    return steps if isinstance(steps, int) and steps >= 1 else 1
+
+
+def _per_step_total(rows: Iterable[Mapping[str, Any]], key: str) -> int | float | None:
+    """The ranks' `key` per optimizer step, summed: each record's over the steps it
+    covers (whole when it divides evenly, as it does for a fixed batch)."""
+    known = [row[key] / _steps_of(row) for row in rows if row[key] is not None]
+    if not known:
+        return None
+    total = sum(known)
+    return int(total) if float(total).is_integer() else total
 
 
 def _ended_after(event: Mapping[str, Any] | None, last_step_ts: float) -> bool:

@@ -17,7 +17,8 @@ from cockpit.analysis.ranks import (
     RankSummary,
     StepSample,
     phase_totals,
-    step_wall_times,
+    step_walls,
+    steps_per_second,
     summarize_ranks,
 )
 from cockpit.analysis.stats import finite, median
@@ -80,8 +81,7 @@ def compute_efficiency(
     # Achieved FLOP/s are of the job's wall time, its slow steps (checkpoints,
     # evaluations) included: the mean step's rate, as its throughput and ETA read it,
     # not the median step's, which left them out and overstated MFU.
-    walls = [t for t in step_wall_times(steps) if t > 0]
-    speed = len(walls) / sum(walls) if walls else None
+    speed = steps_per_second(*step_walls(steps))
     own = [r.own_time for r in ranks]
     own_mid = median(own)
     spread = (max(own) - min(own)) / own_mid if len(ranks) > 1 and own_mid > 0 else None

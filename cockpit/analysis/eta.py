@@ -13,10 +13,11 @@ speed drifts (throttling, a slow rank) shows a wide band; a steady one a narrow 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cockpit.analysis.stats import finite, quantile
+from cockpit.analysis.stats import quantile
 
 BAND = (0.1, 0.9)
 MIN_SAMPLES_FOR_BAND = 3
@@ -56,19 +57,26 @@ def progress_fraction(
 
 
 def estimate_eta(
-    *, step: int | None, total_steps: int | None, recent_step_times: Sequence[float | None]
+    *, step: int | None, total_steps: int | None, recent_step_times: Sequence[float | None],
+    step_counts: Sequence[int] | None = None,
 ) -> Eta:
-    """`recent_step_times` holds one wall time per recent step (seconds)."""
-    times = [t for t in finite(recent_step_times) if t > 0]
-    if not times:
+    """`recent_step_times` holds the wall time of one optimizer step (seconds) per recent
+    record, and `step_counts` how many steps each record covers (one each when not
+    given: a trainer logging every N steps writes one record per N): the mean weighs a
+    record by its steps, so the speed is the steps done over the time they took."""
+    counts = step_counts if step_counts is not None else [1] * len(recent_step_times)
+    pairs = [(t, max(int(n), 1)) for t, n in zip(recent_step_times, counts, strict=True)
+             if t is not None and math.isfinite(t) and t > 0]
+    if not pairs:
         return Eta(None, None, None, None)
-    typical = sum(times) / len(times)
+    typical = sum(t * n for t, n in pairs) / sum(n for _, n in pairs)
     speed = 1.0 / typical
     if step is None or not total_steps:
         return Eta(None, None, None, speed)
     remaining = max(total_steps - step, 0)
     central = remaining * typical
-    stretches = stretch_means(times)
+    times = [t for t, _ in pairs]
+    stretches = stretch_means(times, [n for _, n in pairs])
     if len(times) < MIN_SAMPLES_FOR_BAND or len(stretches) < 2:
         return Eta(central, central, central, speed)
     low = remaining * quantile(stretches, BAND[0])
@@ -76,10 +84,11 @@ def estimate_eta(
     return Eta(central, min(low, central), max(high, central), speed)
 
 
-def stretch_means(times: Sequence[float]) -> list[float]:
+def stretch_means(times: Sequence[float], counts: Sequence[int] | None = None) -> list[float]:
     """The mean step time of each of up to MAX_STRETCHES consecutive stretches of
-    `times`, each at least MIN_STRETCH steps long (the first ones one step longer when
-    they do not divide evenly)."""
+    `times`, each at least MIN_STRETCH records long (the first ones one record longer
+    when they do not divide evenly); a record weighs as the `counts` steps it covers."""
+    weights = counts if counts is not None else [1] * len(times)
     count = min(MAX_STRETCHES, len(times) // MIN_STRETCH)
     if count < 1:
         return []
@@ -87,6 +96,7 @@ def stretch_means(times: Sequence[float]) -> list[float]:
     out, start = [], 0
     for i in range(count):
         end = start + size + (1 if i < extra else 0)
-        out.append(sum(times[start:end]) / (end - start))
+        part = list(zip(times[start:end], weights[start:end], strict=True))
+        out.append(sum(t * n for t, n in part) / sum(n for _, n in part))
         start = end
     return out

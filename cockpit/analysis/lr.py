@@ -1,15 +1,25 @@
-"""Why the learning rate looks too high: loss trending up, or repeatedly unstable.
+"""The learning rate: what it is, how the operator changed it, and whether it looks too
+high (loss trending up, or repeatedly unstable).
 
 Both symptoms have other causes (bad data, a bug), so the alert says "looks" and names
 the evidence. A loss that rises while the LR has been cut is not blamed on the LR.
+
+The operator's changes are the trainer's acknowledgements of `lr_scale` (the chart's
+adjustment markers); each is shown with the LR recorded before it and the LR of the
+first record after it, which carries the scale: "lr_scale=0.1 at step 1,200: 0.0003 →
+3e-05". The screen and the report word them alike (`lr_text`, `lr_change_text`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from cockpit.analysis.text import counted
+from cockpit.analysis.markers import knob_in_force
+from cockpit.analysis.text import counted, printable
+from cockpit.snapshot import LrChange, Marker
+
+LR_KNOB = "lr_scale"
 
 MIN_POINTS = 10
 MIN_POINTS_AFTER_MIN = 3
@@ -86,3 +96,61 @@ def lr_looks_too_high(
         f"smoothed train loss rose from {low:.4g} at step {low_x:.0f} to {last:.4g} at step "
         f"{last_x:.0f} while the LR stayed at {lr_now:.3g}"
     )
+
+
+def lr_adjustment_steps(markers: Iterable[Marker]) -> list[int]:
+    """The steps of the operator's LR changes among the chart's markers."""
+    return [m.step for m in markers if _scale_of(m) is not None]
+
+
+def _scale_of(marker: Marker) -> str | None:
+    if marker.kind != "adjust":
+        return None
+    for pair in marker.text.split(", "):
+        key, _, value = pair.partition("=")
+        if key == LR_KNOB:
+            return value
+    return None
+
+
+def lr_changes(markers: Iterable[Marker],
+               around: Mapping[int, tuple[float | None, float | None]]) -> tuple[LrChange, ...]:
+    """The operator's LR changes among `markers`, by step, each with the LR recorded
+    (before, after) it as `around` gives them by step (absent: not known)."""
+    out = []
+    for marker in markers:
+        scale = _scale_of(marker)
+        if scale is None:
+            continue
+        before, after = around.get(marker.step, (None, None))
+        out.append(LrChange(marker.step, f"{LR_KNOB}={printable(scale)}",
+                            _finite_or_none(before), _finite_or_none(after)))
+    return tuple(sorted(out, key=lambda c: c.step))
+
+
+def scale_in_force(markers: Iterable[Marker]) -> str | None:
+    """The `lr_scale` the trainer last acknowledged, as text, or None when never set."""
+    found = knob_in_force(markers, LR_KNOB)
+    return None if found is None else printable(found)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def lr_value(value: float | None) -> str:
+    """An LR as people write them: 0.0003, 3e-05, 1.5e-06."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+def lr_change_text(change: LrChange) -> str:
+    """"lr_scale=0.1 at step 1,200: 0.0003 → 3e-05" (n/a where a record is missing: the
+    step after the change not recorded yet)."""
+    return (f"{change.text} at step {change.step:,}: {lr_value(change.before)} → "
+            f"{lr_value(change.after)}")
+
+
+def lr_text(last: float | None, scale: str | None) -> str:
+    """"LR 3e-05 (lr_scale=0.1 in force)": the LR now, and the operator's scale if set."""
+    held = f" ({LR_KNOB}={scale} in force)" if scale is not None else ""
+    return f"LR {lr_value(last)}{held}"

@@ -4,6 +4,10 @@ In synchronous data-parallel training every rank's *wall* step time is the same:
 slow rank makes the others wait inside the collective. What tells ranks apart is their
 own work — step time minus time spent waiting in communication — so stragglers are
 ranked by that (it equals the step time when the trainer reports no phase breakdown).
+
+A record may cover several optimizer steps (`StepSample.steps`: a trainer that logs every
+N steps): its times are those steps' sums, so every time per step here is the record's
+divided by its steps, and a speed is the steps done over the time they took.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class StepSample(NamedTuple):
     samples: int | None = None
     tokens: int | None = None
     ts: float | None = None
+    steps: int = 1  # optimizer steps the record covers (`queries_train.STEPS_SQL`)
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,11 @@ def summarize_ranks(steps: Sequence[StepSample]) -> list[RankSummary]:
     out = []
     for rank in sorted(by_rank):
         rows = by_rank[rank]
-        walls = [s.step_time for s in rows]
+        walls = [_per_step(s.step_time, s) for s in rows]
         times = finite(walls)
         if not times:
             continue
-        comms = [s.comm_time for s in rows]
+        comms = [_per_step(s.comm_time, s) for s in rows]
         own = finite([w - c if c is not None and w is not None else w
                       for w, c in zip(walls, comms, strict=True)])
         out.append(
@@ -97,11 +102,36 @@ def summarize_ranks(steps: Sequence[StepSample]) -> list[RankSummary]:
     return out
 
 
-def step_wall_times(steps: Sequence[StepSample]) -> list[float]:
-    """One wall time per step (median over the ranks that reported it), in step order."""
+def _per_step(seconds: float | None, s: StepSample) -> float | None:
+    return None if seconds is None else seconds / max(s.steps, 1)
+
+
+def step_walls(steps: Sequence[StepSample]) -> tuple[list[float], list[int]]:
+    """Per recorded step, in step order: the wall time of one optimizer step (the
+    record's over the steps it covers, median over the ranks that reported it), and how
+    many optimizer steps that record covers (what a mean over them weighs it by)."""
     by_step: dict[int, list[float]] = {}
+    covers: dict[int, int] = {}
     for s in steps:
         t = s.step_time
         if t is not None and math.isfinite(t):
-            by_step.setdefault(s.step, []).append(t)
-    return [median(by_step[k]) for k in sorted(by_step)]
+            n = max(s.steps, 1)
+            by_step.setdefault(s.step, []).append(t / n)
+            covers[s.step] = max(covers.get(s.step, 1), n)
+    order = sorted(by_step)
+    return [median(by_step[k]) for k in order], [covers[k] for k in order]
+
+
+def step_wall_times(steps: Sequence[StepSample]) -> list[float]:
+    """One wall time per optimizer step for each recorded step (`step_walls`)."""
+    return step_walls(steps)[0]
+
+
+def steps_per_second(times: Sequence[float], counts: Sequence[int] | None = None
+                     ) -> float | None:  # fmt: skip
+    """The steps done per second of wall time: the mean step's rate, over per-step
+    `times` each standing for `counts` steps (one each when not given)."""
+    weights = counts if counts is not None else [1] * len(times)
+    pairs = [(t, n) for t, n in zip(times, weights, strict=True) if t > 0 and n > 0]
+    spent = sum(t * n for t, n in pairs)
+    return sum(n for _, n in pairs) / spent if spent > 0 else None

@@ -137,8 +137,12 @@ def detect_stall(
     ranks: Sequence[RankSummary],
     hosts: Sequence[HostPressure] = (),
     active: bool = True,
+    steps_per_record: int = 1,
 ) -> StallVerdict:
-    """`recent_wall_times`: one wall time per recent step, oldest first.
+    """`recent_wall_times`: the wall time of one optimizer step per recent record,
+    oldest first; `steps_per_record`: how many steps the trainer's newest record covers
+    (a trainer logging every N steps is heard from once per N steps, so the silence
+    that is usual between its records is N steps long).
 
     `active` is False for a job that is paused or has exited: those are not stalls.
     """
@@ -146,11 +150,14 @@ def detect_stall(
     if not active or not times:
         return StallVerdict(False)
     usual = median(times)
+    per_record = max(int(steps_per_record), 1)
     if since_last_step is not None and since_last_step > max(
-        STALL_FACTOR * usual, MIN_STALL_SECONDS
+        STALL_FACTOR * usual * per_record, MIN_STALL_SECONDS
     ):
         cause, detail, where = likely_cause(ranks, hosts, no_progress=True)
-        lead = f"no step for {duration(since_last_step)} (usual step {usual:.3g}s)"
+        usual_text = (f"usual step {usual:.3g}s" if per_record == 1 else
+                      f"usual step {usual:.3g}s, one record per {per_record} steps")
+        lead = f"no step for {duration(since_last_step)} ({usual_text})"
         return StallVerdict(
             True, "no progress", cause, f"{lead}: {detail}" if detail else
             f"{lead}; nothing in the telemetry explains it: read the job log", where,

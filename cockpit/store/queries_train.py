@@ -1,7 +1,13 @@
-"""Reads about the training itself: jobs, run metadata, steps, evals, series."""
+"""Reads about the training itself: jobs, run metadata, steps, evals, series.
+
+Over 500 lines because every read of the train, run and eval tables is kept in this one
+reader mixin: they share the step-window, world and until clauses, and what a record
+covers (`STEPS_SQL`) is said once, here.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +33,26 @@ STEP_COLUMNS = (
     "host, seq, ts, rank, step, epoch, stage, loss, nonfinite, lr, samples, tokens, "
     "step_time, data_time, compute_time, comm_time, ckpt_time, loss_scale, grad_norm"
 )
+# How many optimizer steps one record covers. A trainer that logs every N steps (the
+# Transformers adapter writes one record per `logging_steps`) says so in `extra.steps`,
+# and its record's step_time, phase times, samples and tokens are then those N steps'
+# sums. Anything else there (absent, not a whole number, out of range: the field comes
+# from the trainer) counts as one step, what a record without it means.
+MAX_STEPS_PER_RECORD = 1_000_000
+_STEPS_VALUE = "TRY_CAST(extra->>'$.steps' AS DOUBLE)"
+STEPS_SQL = (
+    "CASE WHEN json_type(extra, '$.steps') IN ('UBIGINT', 'BIGINT', 'DOUBLE') AND "
+    f"{_STEPS_VALUE} BETWEEN 1 AND {MAX_STEPS_PER_RECORD} AND {_STEPS_VALUE} = "
+    f"floor({_STEPS_VALUE}) THEN CAST({_STEPS_VALUE} AS BIGINT) ELSE 1 END"
+)
 # What the efficiency, ETA and stall rules read of recent steps, in the order of
 # `cockpit.analysis.ranks.StepSample`'s fields (a rank that reported none is -1).
 SAMPLE_COLUMNS = (
     "coalesce(rank, -1), host, step, step_time, data_time, compute_time, comm_time, "
-    "samples, tokens, ts"
+    f"samples, tokens, ts, {STEPS_SQL}"
 )
 NONFINITE_LIMIT = 1000
+LR_AROUND_STEPS = 100_000  # how far from an LR change its neighbouring records are looked for
 # Seconds before the newest step record that `latest_train` looks at, widening in turn.
 LATEST_STEP_WINDOWS: tuple[float | None, ...] = (30.0, *WINDOWS)
 
@@ -234,7 +253,8 @@ class TrainQueries(ReaderBase):
         world_since: float | None = None, frontiers: Frontiers | None = None,
     ) -> list[Row]:
         """Per rank of the job's current world, its newest step record (newest by time,
-        so a rollback shows).
+        so a rollback shows), with `steps`: how many optimizer steps it covers
+        (`STEPS_SQL`).
 
         Probed in widening windows before the newest train record until `expected_ranks`
         ranks are found; `arg_max` per rank costs half the window function it replaces.
@@ -251,7 +271,8 @@ class TrainQueries(ReaderBase):
                 return []
             rows: list[Row] = []
             for window in LATEST_STEP_WINDOWS:
-                sql = (f"SELECT arg_max(struct_pack({STEP_COLUMNS}), (ts, seq)) FROM train "
+                sql = (f"SELECT arg_max(struct_pack({STEP_COLUMNS}, steps := {STEPS_SQL}), "
+                       "(ts, seq)) FROM train "
                        f"WHERE job = ? AND ts <= ?{world}")
                 args: list[Any] = [job, end, *world_args]
                 if window is not None:
@@ -478,6 +499,52 @@ class TrainQueries(ReaderBase):
             found = dict(cur.execute(" UNION ALL ".join(parts), params).fetchall())
         return [int(found[i]) if found.get(i) is not None else None
                 for i in range(len(ranges))]
+
+    def lr_around(
+        self, job: str, rank: int | None, steps: list[int], *, until_ts: float | None = None,
+    ) -> dict[int, tuple[float | None, float | None, float | None]]:
+        """For each step of an LR change, (the LR of `rank`'s newest record at or before
+        it, the LR of its first record after it, that record's ts), in one statement;
+        None where no record lies within `LR_AROUND_STEPS` (a step range each side:
+        zone maps keep it to a few row groups however long the run). A step recorded
+        twice (a rollback) is read from its newest run."""
+        if not steps:
+            return {}
+        cond, args = until_clause(until_ts)
+        rank_sql, rank_args = (" AND rank = ?", [rank]) if rank is not None else ("", [])
+        parts = []
+        params: list[Any] = []
+        for i, step in enumerate(steps):
+            parts.append(
+                f"(SELECT {i} AS i, 0 AS after, lr, ts FROM train WHERE job = ? AND step <= ? "
+                f"AND step > ?{rank_sql}{cond} AND lr IS NOT NULL ORDER BY step DESC, ts DESC "
+                "LIMIT 1)")
+            params += [job, step, step - LR_AROUND_STEPS, *rank_args, *args]
+            parts.append(
+                f"(SELECT {i} AS i, 1 AS after, lr, ts FROM train WHERE job = ? AND step > ? "
+                f"AND step <= ?{rank_sql}{cond} AND lr IS NOT NULL ORDER BY step, ts DESC "
+                "LIMIT 1)")
+            params += [job, step, step + LR_AROUND_STEPS, *rank_args, *args]
+        with self._cur() as cur:
+            found = {(i, after): (lr, ts) for i, after, lr, ts
+                     in cur.execute(" UNION ALL ".join(parts), params).fetchall()}
+        out: dict[int, tuple[float | None, float | None, float | None]] = {}
+        for i, step in enumerate(steps):
+            before = found.get((i, 0), (None, None))[0]
+            after, after_ts = found.get((i, 1), (None, None))
+            out[step] = (before, after, after_ts)
+        return out
+
+
+def record_steps(extra: Any) -> int:
+    """`STEPS_SQL` for a record already read: the optimizer steps its `extra` says it
+    covers, else one."""
+    value = extra.get("steps") if isinstance(extra, dict) else None
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value != math.floor(value)
+            or not 1 <= value <= MAX_STEPS_PER_RECORD):
+        return 1
+    return int(value)
 
 
 def _to_series(found: Downsampled, n_columns: int) -> list[Series]:

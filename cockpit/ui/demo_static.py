@@ -21,6 +21,8 @@ from cockpit.snapshot import (
     Health,
     HostHealth,
     Interruption,
+    LrChange,
+    Marker,
     Progress,
     RankTime,
     Series,
@@ -50,14 +52,28 @@ def _effect() -> Effect:
     val_x = xs[9::10]
     val = [2.1 + 8.0 * math.exp(-x / 2500) + max(0.0, (x - 9000) / 20000) for x in val_x]
     best = min(range(len(val)), key=val.__getitem__)
+    # Warm-up then cosine decay; the operator halved it at ADJUST_STEP.
+    lr = [_lr(x) for x in xs]
     return Effect(
         train_loss=_series(raw, xs), train_loss_ema=_series(ema, xs),
         val_loss=_series(val, val_x),
-        loss_scale=_series([65536.0] * BUCKETS, xs), lr=_series([3e-4] * BUCKETS, xs),
+        loss_scale=_series([65536.0] * BUCKETS, xs), lr=_series(lr, xs),
         last_loss=raw[-1], last_val_loss=val[-1], best_val_step=int(val_x[best]),
         best_val_loss=val[best], divergence_step=int(val_x[best]),
         spike_steps=(int(xs[70]),), nonfinite_steps=(), last_loss_scale=65536.0,
+        markers=(Marker(ADJUST_STEP, "adjust", "lr_scale=0.5"),), last_lr=lr[-1],
+        lr_scale="0.5", lr_changes=(LrChange(ADJUST_STEP, "lr_scale=0.5", _lr(ADJUST_STEP),
+                                             _lr(ADJUST_STEP + 1)),),
     )
+
+
+ADJUST_STEP = 8_000
+
+
+def _lr(step: float) -> float:
+    peak = 3e-4 * min(1.0, step / 1000)
+    scale = 0.5 if step > ADJUST_STEP else 1.0
+    return scale * peak * 0.5 * (1 + math.cos(math.pi * min(step, TOTAL) / TOTAL))
 
 
 def _gpu(host_i: int, gpu: int) -> GpuCell:

@@ -179,7 +179,7 @@ async def test_the_sparklines_draw_what_textual_would() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         bars = list(app.screen.query(SparkBars))
-        assert len(bars) == 2
+        assert len(bars) == 3  # the Effect pane's LR, the Efficiency pane's two
         history = list(bars[0].data or [])
         assert len(set(history)) > 2
         for theme in app.theme_names:

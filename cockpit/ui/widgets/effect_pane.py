@@ -1,16 +1,23 @@
-"""Effect: is it learning? Latest losses, best validation, divergence and the chart."""
+"""Effect: is it learning? Latest losses, best validation, divergence and the chart,
+and under it the learning rate: its course and value now (a sparkline), and the
+operator's changes of it (each also marked ▼ on the loss chart, at its step)."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from cockpit.analysis.lr import lr_change_text, lr_value
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Effect, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.loss_chart import LossChart, legend
 from cockpit.ui.widgets.pane import Pane, update_text
+from cockpit.ui.widgets.sparkline_chart import SparklineChart
+
+LR_CHANGES_SHOWN = 2  # the newest; the report lists them all
 
 
 def effect_line(e: Effect, log_y: bool) -> str:
@@ -39,6 +46,21 @@ def warnings_line(e: Effect) -> str:
     return " · ".join(notes) or "[$success]no divergence, spikes or NaN/Inf[/]"
 
 
+def lr_line(e: Effect) -> Content:
+    """The operator's LR changes, newest last: "▼ lr_scale=0.1 at step 1,200: 0.0003 →
+    3e-05" (the LR now is on the LR chart's line above). A knob's value comes from the
+    trainer: shown as text, never as markup."""
+    changes = e.lr_changes[-LR_CHANGES_SHOWN:]
+    if not changes:
+        return Content.from_markup("[$text-muted]LR not changed by the operator[/]")
+    parts = [Content.from_markup("[$secondary]▼[/] ") + fmt.text(lr_change_text(c))
+             for c in changes]
+    earlier = len(e.lr_changes) - len(changes)
+    if earlier:
+        parts.insert(0, Content(f"LR: {counted(earlier, 'earlier change')}"))
+    return Content(" · ").join(parts)
+
+
 class EffectPane(Pane):
     TITLE = "Effect"
     NUMBER = 2
@@ -50,26 +72,34 @@ class EffectPane(Pane):
         yield Static(id="effect-warnings")
         yield Static(id="loss-legend")
         yield LossChart(id="loss-chart")
+        yield SparklineChart("LR", id="spark-lr", value_text=lr_value)
+        yield Static(id="effect-lr")
 
     def show(self, snapshot: Snapshot) -> None:
         self._update_lines(snapshot.effect)
         self.query_one(LossChart).effect = snapshot.effect
+        self.query_one("#spark-lr", SparklineChart).series = snapshot.effect.lr
 
     def _update_lines(self, effect: Effect) -> None:
-        update_text(self.query_one("#effect-line", Static), effect_line(effect, self.log_y))
-        update_text(self.query_one("#effect-warnings", Static), warnings_line(effect))
-        update_text(self.query_one("#loss-legend", Static), legend(effect, self.log_y))
+        # Figures and the cockpit's own words: no wire text to keep out of markup.
+        update_text(self.query_one("#effect-line", Static),
+                    Content(effect_line(effect, self.log_y)))
+        update_text(self.query_one("#effect-warnings", Static),
+                    Content.from_markup(warnings_line(effect)))
+        update_text(self.query_one("#loss-legend", Static),
+                    Content.from_markup(legend(effect, self.log_y)))
+        update_text(self.query_one("#effect-lr", Static), lr_line(effect))
 
     def watch_log_y(self, log_y: bool) -> None:
         self.query_one(LossChart).log_y = log_y
         if self.snapshot is not None:
             self._update_lines(self.snapshot.effect)
 
-    def summary(self, snapshot: Snapshot) -> str:
+    def summary(self, snapshot: Snapshot) -> Content:
         e = snapshot.effect
         line = f"loss {fmt.loss(e.last_loss)} · val {fmt.loss(e.last_val_loss)}"
         if e.nonfinite_steps:
-            return f"{line} · [$error]NaN/Inf[/]"
+            return Content.from_markup(f"{line} · [$error]NaN/Inf[/]")
         if e.divergence_step is not None:
-            return f"{line} · [$warning]diverging[/]"
-        return line
+            return Content.from_markup(f"{line} · [$warning]diverging[/]")
+        return Content(line)
