@@ -13,6 +13,7 @@ so ops that waited for a daemon too long are refused instead of run late.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -35,16 +36,25 @@ def inbox_path(state_dir: Path) -> Path:
     return Path(state_dir) / "control" / "inbox.ndjson"
 
 
-def append_op(state_dir: Path, entry: dict) -> None:
-    """Append one entry with a single O_APPEND write, so concurrent writers never mix."""
+def append_op(state_dir: Path, entry: dict, fresh_line: bool = False) -> None:
+    """Append one entry with a single O_APPEND write, so concurrent writers never mix.
+
+    A short write (a full disk) raises OSError: the entry is not there whole. Try again
+    with `fresh_line`, which begins it with a newline so that what the short write left
+    stays a line of its own (answered as malformed) and this one is whole."""
     path = inbox_path(state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+    if fresh_line:
+        data = b"\n" + data
     fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, data)
+        written = os.write(fd, data)
     finally:
         os.close(fd)
+    if written < len(data):
+        raise OSError(errno.ENOSPC, "%s: only %d of %d bytes of a control op written"
+                      % (path, written, len(data)))
 
 
 # Ops the job's own thread carries out after the ack: the ack says they were accepted, and
@@ -95,6 +105,20 @@ def op_words(entry: dict) -> Optional[str]:
     return "adjust (%s)" % ", ".join(parts)
 
 
+def _daemon_ack_id(line: bytes) -> Optional[str]:
+    """The op id a journaled line acknowledges, when it is the daemon's own ack."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or record.get("kind") != "control_ack" or (
+            "src" in record):
+        return None
+    data = record.get("data")
+    op_id = data.get("id") if isinstance(data, dict) else None
+    return op_id if isinstance(op_id, str) else None
+
+
 class ControlInbox:
     """Runs inbox ops through `handlers` (op name -> handler) and journals the acks."""
 
@@ -112,13 +136,21 @@ class ControlInbox:
         self.recover()
 
     def recover(self) -> None:
+        """The read position, and the ids of the ops answered since it was saved.
+
+        Whatever the state file or the journal holds, this returns: the journal carries
+        records from trainer spools (untrusted, and before spool validation of any
+        shape). Only the daemon's own acks count, not a trainer's `control_ack` (which
+        has a `src`): a trainer naming a pending op's id must not have it skipped."""
         after = 0
         try:
             saved = json.loads(self.state_path.read_text(encoding="utf-8"))
             self.offset, after = int(saved["offset"]), int(saved["seq"])
+            if self.offset < 0 or after < 0:
+                raise ValueError("negative position")
         except FileNotFoundError:
             pass
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             self.offset, after = 0, 0
         if after > self.journal.head:
             self.offset, after = 0, 0
@@ -127,9 +159,9 @@ class ControlInbox:
                 continue
             for line in chunk.splitlines():
                 if b'"kind":"control_ack"' in line:
-                    data = json.loads(line).get("data") or {}
-                    if isinstance(data.get("id"), str):
-                        self._acked.add(data["id"])
+                    op_id = _daemon_ack_id(line)
+                    if op_id is not None:
+                        self._acked.add(op_id)
 
     def _save(self) -> None:
         tmp = self.state_path.with_name(".inbox.state.%d.tmp" % os.getpid())
@@ -163,6 +195,8 @@ class ControlInbox:
             return None
         try:
             entry = json.loads(raw)
+        except RecursionError:
+            return ack_record(None, None, False, "inbox line is not JSON: nested too deeply")
         except ValueError as exc:
             return ack_record(None, None, False, "inbox line is not JSON: %s" % exc)
         if not isinstance(entry, dict):

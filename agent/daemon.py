@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -23,7 +24,7 @@ from agent import __version__, jobstate
 from agent.control_inbox import ControlInbox, OpError
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
 from agent.job import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
-from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal
+from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal, JournalFull
 from agent.launch import LaunchSpec, check_job_name
 from agent.lockfile import StateLock
 from agent.peer_end import Generations
@@ -49,11 +50,20 @@ _ADJUST_APPLIES = {**{state: "resume" for state in (*IDLE_STATES, FROZEN)},
 class ObservedJournal:
     """The journal as the spool tailer sees it: every trainer record it journals is also
     shown to the managed job it belongs to, already parsed, so hang detection and recovery
-    bookkeeping cost no second read of the journal."""
+    bookkeeping cost no second read of the journal. While the journal cannot write, a
+    batch is refused (`JournalFull`) rather than held in memory: the spool files keep
+    those records, and the tailer reads them again once it can.
 
-    def __init__(self, journal: Journal, observe: Callable[[str, Mapping], None]) -> None:
+    The append is the commit point: a job's bookkeeping that fails on a record after it
+    is logged, never raised, since the tailer would then read the journaled lines again."""
+
+    def __init__(self, journal: Journal, observe: Callable[[str, Mapping], None],
+                 log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr)
+                 ) -> None:
         self._journal = journal
         self._observe = observe
+        self._log = log
+        self._logged: set = set()  # failures told once each
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
@@ -61,10 +71,17 @@ class ObservedJournal:
     def append_many(self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None
                     ) -> List[int]:
         records = list(records)
-        seqs = self._journal.append_many(records, ts=ts)
+        seqs = self._journal.append_many(records, ts=ts, hold=False)
         for t, fields in records:
             if t == "train" or t == "event":
-                self._observe(t, fields)
+                try:
+                    self._observe(t, fields)
+                except Exception as exc:
+                    text = "a job's bookkeeping failed on a %s record: %s: %s" % (
+                        t, type(exc).__name__, exc)
+                    if text not in self._logged and len(self._logged) < 100:
+                        self._logged.add(text)
+                        self._log(text)
         return seqs
 
     def append(self, t: str, fields: Mapping, ts: Optional[float] = None) -> int:
@@ -110,7 +127,7 @@ class Daemon:
             for run_dir in config.run_dirs:
                 run_dir.mkdir(parents=True, exist_ok=True)
             self.journal = Journal(config.state_dir, max_bytes=config.max_bytes,
-                                   max_age=config.max_age)
+                                   max_age=config.max_age, log=log)
         except BaseException:
             self._lock.release()
             raise
@@ -125,8 +142,8 @@ class Daemon:
         disk = config.run_dirs[0] if config.run_dirs else config.state_dir
         self.host = host if host is not None else HostSampler(disk)
         self.jobs: Dict[str, ManagedJob] = {}
-        self.spools = SpoolTailer(ObservedJournal(self.journal, self._observe), config.run_dirs,
-                                  settle=config.spool_settle)
+        self.spools = SpoolTailer(ObservedJournal(self.journal, self._observe, log),
+                                  config.run_dirs, settle=config.spool_settle)
         for note in self.spools.notes:
             self.log("spool: %s" % note)
         self.inbox = ControlInbox(self.journal, {
@@ -137,6 +154,7 @@ class Daemon:
         self.supervisor: Optional[Supervisor] = None
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
+        self._io_errors: Dict[str, str] = {}  # main-loop step -> the error logged for it
         self._sampler: Optional[threading.Thread] = None
         self._ranks_cache: Optional[Tuple[float, Any, Dict[int, Optional[int]]]] = None
 
@@ -177,6 +195,7 @@ class Daemon:
         job, knobs = op.get("job"), op.get("knobs")
         if not isinstance(job, str) or not job:
             raise OpError("adjust needs 'job' (the job id)")
+        check_job_name(job, "adjust 'job'")  # it names the control file: no path
         if not isinstance(knobs, dict) or not knobs:
             raise OpError("adjust needs 'knobs', a non-empty object of knob: value")
         path = self._job_run_dir(job) / "control" / ("%s.ndjson" % job)
@@ -196,6 +215,8 @@ class Daemon:
         return reply
 
     def _op_stop(self, op: dict) -> dict:
+        if op.get("job") is not None:
+            check_job_name(op["job"], "stop 'job'")
         if op.get("job") in self.jobs:
             grace = op.get("grace", self.config.stop_grace)
             if not isinstance(grace, (int, float)) or grace < 0:
@@ -229,6 +250,7 @@ class Daemon:
         name = op.get("job")
         if not isinstance(name, str) or not name:
             raise OpError("op %r needs 'job' (the job id)" % op.get("op"))
+        check_job_name(name, "%s 'job'" % op.get("op"))
         job = self.jobs.get(name)
         if job is None:
             raise OpError("no job %r was launched by this agent (jobs: %s)" % (
@@ -298,6 +320,8 @@ class Daemon:
         if hosts is not None and (not isinstance(hosts, list) or not all(
                 isinstance(h, str) and h for h in hosts)):
             raise OpError("'hosts' must be the list of the job's hosts after the change")
+        for host in hosts or ():
+            check_job_name(host, "scale 'hosts' entry")  # host names name marker files
         if op.get("spec") is not None:
             spec = LaunchSpec(op["spec"])
             if spec.name != op.get("job"):
@@ -314,6 +338,7 @@ class Daemon:
             raise OpError("'change' must be 'add' or 'remove'")
         if not isinstance(op.get("host"), str) or not op["host"]:
             raise OpError("'host' must name the host that joins or leaves")
+        check_job_name(op["host"], "scale 'host'")
         return self._managed(op).request("scale", {
             "id": op.get("id"), "change": change, "host": op["host"], "hosts": hosts,
             "leave": bool(op.get("leave", False))})
@@ -447,13 +472,62 @@ class Daemon:
     def _sampler_loop(self) -> None:
         next_at = time.monotonic()
         while not self._stop.is_set():
-            self.sample_once()
+            try:
+                self.sample_once()
+            except Exception as exc:  # a bad round must not end the sampling for good
+                self._io_error("sampler", exc)
+            else:
+                self._io_errors.pop("sampler", None)
             next_at += self.config.interval
             delay = next_at - time.monotonic()
             if delay < 0:  # fell behind (slow NVML): skip, never burst to catch up
                 next_at = time.monotonic()
                 delay = 0.0
             self._stop.wait(delay)
+
+    def _survive(self, what: str, step: Callable[[], Any]) -> None:
+        """One step of the main loop; an I/O error (a full disk) is logged once per spell
+        and the step tried again next time round: it never ends the daemon, whose end
+        would stop every job."""
+        try:
+            step()
+        except JournalFull:
+            pass  # what it would journal waits where it is; the journal says why
+        except OSError as exc:
+            self._io_error(what, exc)
+        else:
+            self._io_errors.pop(what, None)
+
+    def _poll_spools(self) -> None:
+        """Tail the spools. The tailer answers for each file itself; anything else that
+        escapes it (a bug) is reported, and the read positions are taken from the
+        journal again, so the daemon and its jobs carry on and no line is read twice.
+        An I/O error is `_survive`'s (a full disk: tried again every round)."""
+        try:
+            self.spools.poll()
+        except OSError:
+            raise
+        except Exception as exc:
+            text = "spool reader failed: %s: %s; read positions taken from the journal " \
+                   "again" % (type(exc).__name__, exc)
+            now = time.monotonic()
+            if now - self._sampler_errors.get(text, -1e9) >= 60.0:  # once a minute each
+                self._sampler_errors[text] = now
+                self.log("%s\n%s" % (text, traceback.format_exc()))
+                self._survive("spool report", lambda: self.journal.append("event", {
+                    "kind": "sampler_error", "job": None, "rank": None, "step": None,
+                    "msg": text, "data": {"sampler": "spool"}}))
+            try:
+                self.spools.resync()
+            except Exception as again:  # tried again after the next failure
+                self.log("spool positions not re-read: %s: %s" % (type(again).__name__,
+                                                                  again))
+
+    def _io_error(self, what: str, exc: BaseException) -> None:
+        text = "%s failed: %s: %s" % (what, type(exc).__name__, exc)
+        if self._io_errors.get(what) != text:
+            self._io_errors[what] = text
+            self.log("%s (tried again every round; logged once)" % text)
 
     def _adopt_jobs(self) -> None:
         """Take over the jobs a previous agent on this state dir left running (killed
@@ -533,11 +607,11 @@ class Daemon:
             self._sampler.start()
             last_checkpoint = last_retention = last_owner = time.monotonic()
             while not self._stop.is_set():
-                self.spools.poll()
-                self.inbox.poll()
+                self._survive("spool", self._poll_spools)
+                self._survive("control inbox", self.inbox.poll)
                 now = time.monotonic()
                 if now - last_checkpoint >= POSITIONS_EVERY:
-                    self.spools.checkpoint()
+                    self._survive("spool positions", self.spools.checkpoint)
                     self._save_command()
                     last_checkpoint = now
                 if now - last_retention >= 60.0:
@@ -555,29 +629,40 @@ class Daemon:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        """Stop the jobs, then write down what is left. Each job is stopped whatever
+        failed before it (a full disk, one job's error): none is left running unwatched."""
         self._stop.set()
         if self.supervisor is not None and self.supervisor.running:
             self.log("stopping job %s (SIGTERM, then SIGKILL after %g s)"
                      % (self.supervisor.job, self.config.stop_grace))
             self.supervisor.ended_for = "shutdown"
-            self.supervisor.stop(self.config.stop_grace)
-        if self.supervisor is not None:
+            try:
+                self.supervisor.stop(self.config.stop_grace)
+            except Exception as exc:
+                self.log("stopping job %s failed: %s: %s" % (
+                    self.supervisor.job, type(exc).__name__, exc))
+        if self.supervisor is not None and not self.supervisor.running:
             try:  # stopped with the daemon: nothing for the next one to adopt
                 (self.config.state_dir / COMMAND_STATE).unlink()
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                self.log("cannot remove %s: %s" % (COMMAND_STATE, exc))
         for job in list(self.jobs.values()):
             if job.running:
                 self.log("stopping job %s" % job.name)
-            job.close(self.config.stop_grace)
+            try:
+                job.close(self.config.stop_grace)
+            except Exception as exc:
+                self.log("stopping job %s failed: %s: %s" % (job.name, type(exc).__name__, exc))
         if self._sampler is not None:
             self._sampler.join(timeout=max(5.0, 2 * self.config.interval))
         if self.xid is not None:
             self.xid.stop()
         try:
-            self.spools.poll()
-            self.inbox.poll()
-            self.spools.checkpoint()
+            self._survive("spool", self.spools.poll)
+            self._survive("control inbox", self.inbox.poll)
+            self._survive("spool positions", self.spools.checkpoint)
         finally:
             self.gpus.shutdown()
             self.journal.close()

@@ -280,7 +280,10 @@ class ManagedJob:
                 if action:
                     if action == "close":
                         break
-                    retry_at = self._operate(action, args, retry_at)
+                    try:
+                        retry_at = self._operate(action, args, retry_at)
+                    except OSError as exc:
+                        self._op_failed(action, args, exc)
                     continue
                 if self._follow_peers():
                     retry_at = None  # this part ended or started again as another's did
@@ -729,6 +732,18 @@ class ManagedJob:
             self.membership.scale(args)
             return retry_at
         return retry_at
+
+    def _op_failed(self, action: str, args: dict, exc: OSError) -> None:
+        """An operation the disk could not carry out (a full run dir): it failed, and its
+        own event says so; the job stays as it was, still watched. Left to the catch-all
+        of `_run`, the error would end this thread, and with it the job."""
+        data = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
+                "job_state": self.state}
+        if action == "pause":
+            data["mode"] = ("freeze" if args.get("freeze") else
+                            "follow" if args.get("follow") else "checkpoint")
+        self._event(action, "job %s: %s failed: %s; the job goes on as it was (%s)" % (
+            self.name, action, data["error"], self.state), data)
 
     def _stop_attempt(self, grace: Optional[float] = None, why: Optional[str] = None) -> bool:
         """Stop the attempt's processes; False when none was running. `why` goes into

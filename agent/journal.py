@@ -11,10 +11,18 @@ Only one process writes (the daemon, guarded by its lock file); any number of
 `stream` processes read concurrently. Readers only ever consume whole lines, so a batch
 half-written by a daemon that was killed is never sent: on the next open the writer
 cuts such a torn tail off and continues from the last whole record.
+
+A write that fails (disk full, I/O error) never leaves a torn line either: the writer
+cuts what reached the file back to its last whole line at once, keeps the whole lines
+that made it, and holds the rest in memory until the disk has room (`agent.journal_full`
+says how, and what the cockpit is told meanwhile). The error never reaches the threads
+that journal, so none of them dies of a full disk. Over 500 lines because writing,
+retention and reading share the segment format and its invariants.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -25,6 +33,17 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+from agent.journal_full import (
+    HOLD_BYTES,
+    RESERVE_BYTES,
+    RESERVE_NAME,
+    RETRY_EVERY,
+    DiskFault,
+    HeldRecords,
+    JournalFull,
+    Reserve,
+    free_bytes,
+)
 from agent.protocol import encode
 
 SEGMENT_SUFFIX = ".ndjson"
@@ -101,6 +120,16 @@ def line_seq(line: bytes) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
+def _renumber(line: bytes, seq: int) -> bytes:
+    """An encoded line with its seq replaced (a held record gets its seq when written).
+    The first `"seq":` is the key: a quote inside the `t` before it is escaped."""
+    start = line.index(b'"seq":') + 6
+    end = start
+    while line[end : end + 1].isdigit():
+        end += 1
+    return line[:start] + b"%d" % seq + line[end:]
+
+
 def ensure_journal_id(state_dir: Path) -> str:
     """The journal's random id, created once; racing creators agree on one value."""
     state_dir = Path(state_dir)
@@ -168,6 +197,9 @@ class Journal:
 
     `max_bytes` and `max_age` (seconds) cap the whole journal; whole segments are
     dropped oldest first and the loss is journaled as an `event` of kind `dropped`.
+    While it cannot write, up to `hold_bytes` of records wait in memory and a write is
+    tried again at most every `retry_every` seconds (`agent.journal_full`); `log` hears
+    when such a spell begins and ends.
     """
 
     def __init__(
@@ -177,6 +209,10 @@ class Journal:
         max_age: float = DEFAULT_MAX_AGE,
         segment_bytes: Optional[int] = None,
         clock: Callable[[], float] = time.time,
+        hold_bytes: int = HOLD_BYTES,
+        retry_every: float = RETRY_EVERY,
+        reserve_bytes: int = RESERVE_BYTES,
+        log: Optional[Callable[[str], None]] = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.dir = journal_dir(self.state_dir)
@@ -194,13 +230,35 @@ class Journal:
         self._size = 0
         self.truncated_bytes = 0
         self._head = 0
+        self._held = HeldRecords(hold_bytes)
+        self._fault: Optional[DiskFault] = None
+        self._retry_every = float(retry_every)
+        self._retry_at = 0.0  # time.monotonic() of the next write attempt while faulty
+        self._torn = False  # a failed write left bytes after `_size` not yet cut off
+        self._recovering = False  # a retry is writing (retention may journal meanwhile)
+        # A full disk is tried again only once this much is free (the reserve's room
+        # twice): a few bytes freed now and then must not make the alerts flap.
+        self._resume_free = 2 * max(0, int(reserve_bytes))
+        self._log = log or (lambda msg: None)
         self._recover()
+        self._reserve = Reserve(self.dir / RESERVE_NAME, reserve_bytes)
+        self._reserve.make()
 
     # -- state -----------------------------------------------------------------------
     @property
     def head(self) -> int:
         """The newest seq written (0 for an empty journal)."""
         return self._head
+
+    @property
+    def fault(self) -> Optional[DiskFault]:
+        """The spell of failed writes going on now (None: the journal writes)."""
+        return self._fault
+
+    @property
+    def held(self) -> int:
+        """How many records wait in memory for room on disk."""
+        return len(self._held)
 
     @property
     def first(self) -> int:
@@ -222,57 +280,194 @@ class Journal:
         self._open(path)
 
     def _open(self, path: Path) -> None:
-        if self._fd is not None:
+        fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self._fd is not None:  # closed only once the next one is open
             os.close(self._fd)
-        self._fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = fd
         self._size = os.fstat(self._fd).st_size
+        self._torn = False
 
     # -- writing ---------------------------------------------------------------------
-    def append(self, t: str, fields: Mapping, ts: Optional[float] = None) -> int:
-        """Journal one record; returns its seq."""
-        return self.append_many([(t, fields)], ts=ts)[-1]
+    def append(self, t: str, fields: Mapping, ts: Optional[float] = None) -> Optional[int]:
+        """Journal one record; returns its seq (None: held until the disk has room)."""
+        seqs = self.append_many([(t, fields)], ts=ts)
+        return seqs[-1] if seqs else None
 
     def append_many(
-        self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None
+        self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None,
+        hold: bool = True,
     ) -> List[int]:
-        """Journal records in order with one write; returns their seqs."""
+        """Journal records in order with one write; returns the seqs of those written.
+
+        When the journal cannot write (disk full, I/O error) the records that did not
+        reach it are held in memory and written later, in order, and get their seqs
+        then; their seqs are missing from the list returned. With `hold=False` a caller
+        that keeps its records elsewhere gets `JournalFull` instead whenever none of them
+        was written (and nothing of them is held)."""
         with self._lock:
-            return self._append_locked(records, ts)
+            return self._append_locked(records, ts, hold)
+
+    def retry(self, force: bool = False) -> bool:
+        """Write what is held if the disk has room now (no sooner than `retry_every`
+        after the last try unless `force`); True when the journal writes normally."""
+        with self._lock:
+            if self._fault is None:
+                return True
+            if force:
+                self._retry_at = 0.0
+            return self._recovered_locked()
 
     def _append_locked(
-        self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float]
+        self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float], hold: bool = True
     ) -> List[int]:
         now = self._clock() if ts is None else ts
-        seq = self._head
-        lines = []
-        seqs = []
-        for t, fields in records:
-            seq += 1
-            lines.append(encode(t, seq, fields, ts=now))
-            seqs.append(seq)
-        if not lines:
-            return seqs
-        data = b"".join(lines)
+        pending = [(t, fields) for t, fields in records]
+        if not pending:
+            return []
+        if self._fault is not None and not self._recovered_locked():
+            if not hold:
+                raise JournalFull(self._fault.errno, "%s; %d records held" % (
+                    self._fault.describe(), len(self._held)))
+            for t, fields in pending:
+                self._held.add(t, _when(fields, now), encode(t, 0, fields, ts=now))
+            return []
+        first = self._head + 1
+        entries = [(t, fields, encode(t, first + i, fields, ts=now))
+                   for i, (t, fields) in enumerate(pending)]
+        written = self._write_entries(entries, requeue=True, strict=not hold, now=now)
+        return list(range(first, first + written))
+
+    def _recovered_locked(self, last: bool = False) -> bool:
+        """While faulty, and a try is due: write the held records, then what says the
+        spell is over. True when it is over. `last`: the last chance, whatever is free."""
+        assert self._fault is not None
+        now = time.monotonic()
+        if now < self._retry_at or self._recovering:
+            return False
+        self._retry_at = now + self._retry_every
+        if self._fault.errno == errno.ENOSPC and not last:
+            free = free_bytes(self.dir)
+            if free is not None and free < self._resume_free:
+                return False
+        self._recovering = True
+        try:
+            return self._recover_held()
+        finally:
+            self._recovering = False
+
+    def _recover_held(self) -> bool:
+        assert self._fault is not None
+        held = self._held.items()
+        if held:
+            first = self._head + 1
+            written = self._write_entries(
+                [(t, when, _renumber(line, first + i)) for i, (t, when, line) in enumerate(held)],
+                requeue=False)
+            self._held.take(written)
+            self._fault.written += written
+            if len(self._held):
+                return False
+        fault = self._fault
+        records = fault.end_records(self._held, self._clock())
+        first, now_ts = self._head + 1, self._clock()
+        written = self._write_entries(
+            [(t, now_ts, encode(t, first + i, fields, ts=now_ts))
+             for i, (t, fields) in enumerate(records)], requeue=False)
+        if written and self._held.dropped_count():
+            self._held.reset_dropped()  # the `dropped` event went first: it is told
+        if written < len(records):
+            return False
+        self._fault = None
+        self._log("journal: %s is over: writing again (%d held records written)"
+                  % (fault.describe(), fault.written))
+        self._reserve.make()
+        return True
+
+    def _write_entries(self, entries: List[Tuple[str, object, bytes]], requeue: bool,
+                       strict: bool = False, now: float = 0.0) -> int:
+        """Write encoded lines (type, its fields or time, line) numbered from head + 1;
+        returns how many reached the journal whole. On a failure the rest are held when
+        `requeue`; with `strict`, when none was written, `JournalFull` is raised instead
+        (nothing held)."""
+        data = b"".join(line for _, _, line in entries)
         rotated = False
-        if self._fd is None or (self._size > 0 and self._size + len(data) > self.segment_bytes):
-            rotated = self._rotate(self._head + 1)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)  # type: ignore[arg-type]
-            view = view[written:]
-        self._size += len(data)
-        self._head = seq
+        try:
+            if self._fd is None or (
+                    self._size > 0 and self._size + len(data) > self.segment_bytes):
+                rotated = self._rotate(self._head + 1)
+            kept, error = self._write(data)
+        except OSError as exc:  # the next segment could not even be created
+            kept, error = 0, exc
+        written = data.count(b"\n", 0, kept)
+        self._size += kept
+        self._head += written
+        if error is not None:
+            rest = entries[written:]
+            if strict and not written:
+                self._begin_fault(error)
+                raise JournalFull(error.errno, "%s; nothing written" % (
+                    self._fault.describe() if self._fault is not None else error))
+            if requeue:
+                for t, when, line in rest:
+                    self._held.add(t, _when(when, now), line)
+            self._begin_fault(error)
         if rotated:
             self._enforce_locked()
-        return seqs
+        return written
+
+    def _write(self, data: bytes) -> Tuple[int, Optional[OSError]]:
+        """Append `data` (whole lines) to the current segment: (bytes kept, the error
+        that stopped it). What a failed write left is cut back to its last whole line at
+        once; if even that fails, before the next write."""
+        start = self._size
+        try:
+            if self._torn:
+                os.ftruncate(self._fd, start)  # type: ignore[arg-type]
+                self._torn = False
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)  # type: ignore[arg-type]
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            return len(data), None
+        except OSError as exc:
+            error = exc
+        try:
+            reached = os.fstat(self._fd).st_size - start  # type: ignore[arg-type]
+        except OSError:
+            reached = 0  # unknown: keep nothing of it, so the cut below removes it all
+            self._torn = True
+        keep = data.rfind(b"\n", 0, max(0, min(reached, len(data)))) + 1
+        if self._torn or reached != keep:
+            try:
+                os.ftruncate(self._fd, start + keep)  # type: ignore[arg-type]
+                self._torn = False
+            except OSError:
+                self._torn = True  # no newline after `keep`: readers never take it
+        return keep, error
+
+    def _begin_fault(self, error: OSError) -> None:
+        """The first failed write of a spell: say so, in the journal too, using the
+        reserve's room for it (see `agent.journal_full`)."""
+        if self._fault is not None:
+            return
+        fault = self._fault = DiskFault(error, self.dir, self._clock(), self._held.limit)
+        self._retry_at = time.monotonic() + self._retry_every
+        self._log("journal: %s: %s; holding records in memory until it can write"
+                  % (fault.describe(), fault.error))
+        fault.reserve_released = self._reserve.release()
+        when = self._clock()
+        self._write_entries([("alert", when, encode("alert", self._head + 1, fault.alert(),
+                                                    ts=when))], requeue=True)
 
     def _rotate(self, first_seq: int) -> bool:
         path = self.dir / segment_name(first_seq)
         if self._segments and self._segments[-1][0] == first_seq:
             self._open(path)  # the current segment is still empty: keep using it
             return False
+        self._open(path)  # raises when it cannot be made: nothing changed then
         self._segments.append((first_seq, path))
-        self._open(path)
         return True
 
     def enforce_retention(self) -> int:
@@ -337,10 +532,29 @@ class Journal:
         return total_dropped
 
     def close(self) -> None:
+        """Close, after a last try to write what is held; what still cannot be written
+        is lost with this process, and `log` says how much."""
         with self._lock:
+            if self._fault is not None:
+                self._retry_at = 0.0
+                self._recovered_locked(last=True)
+            if len(self._held):
+                self._log("journal: %d records held in memory could not be written before "
+                          "closing (%s): they are lost" % (
+                              len(self._held),
+                              self._fault.describe() if self._fault else "write failed"))
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _when(fields: object, default: float) -> float:
+    """A record's time as it will be journaled (its own `ts`, else the batch's), from
+    its fields or, for one held already, its time."""
+    if isinstance(fields, float):
+        return fields
+    ts = fields.get("ts") if isinstance(fields, Mapping) else None
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else default
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -24,6 +24,11 @@ from agent.journal import JournalReader, JournalReplaced
 from agent.lockfile import running_daemon
 from agent.protocol import MAX_LINE_BYTES, PROTOCOL_VERSION, STREAM_HEADER, encode
 
+# A control op the inbox's disk cannot take now is tried again this often, this long
+# (well within the inbox's INBOX_MAX_AGE, past which the daemon would refuse it).
+OP_RETRY_EVERY = 0.25
+OP_RETRY_FOR = 60.0
+
 
 def stream_header(reader: JournalReader, after: int, daemon_pid: Optional[int],
                   first: Optional[int] = None) -> bytes:
@@ -106,7 +111,29 @@ class _ControlReader(threading.Thread):
             self.stderr.flush()
             entry = {"_malformed": error, "_raw": raw[:200].decode("utf-8", "replace")}
         entry["_rx"] = time.time()
-        append_op(self.state_dir, entry)
+        self._hand_over(entry)
+
+    def _hand_over(self, entry: dict) -> None:
+        """Into the inbox, retried while its disk is full (the daemon gives back room
+        for that when it finds the disk full); an op that still cannot be written is
+        said to be lost on stderr. Neither ends the stream."""
+        deadline = time.monotonic() + OP_RETRY_FOR
+        attempt = 0
+        while True:
+            try:
+                append_op(self.state_dir, entry, fresh_line=attempt > 0)
+                return
+            except OSError as exc:
+                if attempt == 0 or time.monotonic() >= deadline:
+                    self.stderr.write("cockpit-agent stream: cannot hand control op %r "
+                                      "(id %r) to the agent: %s; %s\n" % (
+                                          entry.get("op"), entry.get("id"), exc,
+                                          "retrying" if attempt == 0 else "it is lost"))
+                    self.stderr.flush()
+                if time.monotonic() >= deadline:
+                    return
+            attempt += 1
+            time.sleep(OP_RETRY_EVERY)
 
 
 def run_stream(state_dir: Path, after: int, stdin_fd: int = 0, stdout_fd: int = 1,

@@ -45,6 +45,7 @@ TAIL_LINES = 400
 READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
 FOLLOW_POLL = 0.5  # s between looks at the log files when nothing new came
 EXIT_POLL = 0.05  # s between looks at an adopted job's wrapper
+OUTPUT_HOLD = 1.0  # s a stop waits for a journal write of output before signalling anyway
 STREAMS = ("stdout", "stderr")
 # Run the wrapper from wherever this package was imported (a checkout or agent.pyz);
 # -I: the job's PYTHON* environment is for the job, not for the wrapper.
@@ -218,6 +219,7 @@ class Supervisor:
         self._bucket = TokenBucket(log_rate, log_burst)
         self._suppressed = 0
         self._suppressed_lock = threading.Lock()
+        self._output_lock = threading.Lock()  # output vs. the stop note (see `stop`)
         self._wrapper: Optional[subprocess.Popen] = None  # set when this agent started it
         self._wrapper_pid: Optional[int] = None
         self._wrapper_start: Optional[int] = None
@@ -385,9 +387,17 @@ class Supervisor:
             return None
         tree = self.tree_pids()
         if not self._exited.is_set():
-            self._note_deliberate_stop()
-            self.signal_tree(signal.SIGCONT, tree)  # a frozen job cannot act on SIGTERM
-            self.signal_tree(signal.SIGTERM, tree)
+            # Signals first: nothing the agent fails to write (a full disk, a hung one)
+            # may keep a stop from ending the job. Output journaled meanwhile waits (for
+            # a while) so that the note below precedes the job's answer to the signal.
+            held = self._output_lock.acquire(timeout=OUTPUT_HOLD)
+            try:
+                self.signal_tree(signal.SIGCONT, tree)  # a frozen job cannot act on SIGTERM
+                self.signal_tree(signal.SIGTERM, tree)
+                self._note_deliberate_stop()
+            finally:
+                if held:
+                    self._output_lock.release()
             if not self._exited.wait(grace):
                 self.signal_tree(signal.SIGKILL, tree + self.tree_pids())
                 self._exited.wait(grace + 5.0)
@@ -396,18 +406,24 @@ class Supervisor:
         return self.returncode
 
     def _note_deliberate_stop(self) -> None:
-        """A line in the job's log before the agent's SIGTERM, when the stop was asked
-        for (pause, stop, relaunch): torchrun answers it with a SignalException traceback
-        and each rank may print its own, which read as a crash unless the log says what
-        came first. The output itself is kept as it is."""
+        """A line in the journaled log right after the agent's SIGTERM, when the stop was
+        asked for (pause, stop, relaunch): torchrun answers it with a SignalException
+        traceback and each rank may print its own, which read as a crash unless the log
+        says what came first. It is journaled before that output, which reaches the
+        journal only through the log files the follower reads. Best effort: the stop
+        goes on whatever happens to this line. The output itself is kept as it is."""
         if not self.ended_for:
             return
-        self.journal.append_many([("log", {
-            "job": self.job, "rank": None, "stream": "stderr",
-            "line": "[cockpit-agent] stopping the job %s: SIGTERM to its processes; the "
-                    "shutdown output that follows (torchrun's SignalException traceback) is "
-                    "expected, not a failure" % ENDED_FOR.get(self.ended_for,
-                                                              self.ended_for)})])
+        try:
+            self.journal.append_many([("log", {
+                "job": self.job, "rank": None, "stream": "stderr",
+                "line": "[cockpit-agent] stopping the job %s: SIGTERM sent to its processes; "
+                        "the shutdown output that follows (torchrun's SignalException "
+                        "traceback) is expected, not a failure" % ENDED_FOR.get(
+                            self.ended_for, self.ended_for)})])
+        except Exception as exc:  # the signals were sent: a note is no reason to fail
+            print("cockpit-agent: job %s: could not journal the stop note: %s: %s"
+                  % (self.job, type(exc).__name__, exc), file=sys.stderr)
 
     def _same_process(self, pid: Optional[int], ticks: Optional[int]) -> bool:
         """`pid` is still the process recorded (not a reused pid, not a zombie)."""
@@ -548,7 +564,8 @@ class Supervisor:
             records.append(("log", {"job": self.job, "rank": parse_rank(line),
                                     "stream": stream, "line": line}))
         if records:
-            self.journal.append_many(records)
+            with self._output_lock:
+                self.journal.append_many(records)
 
     def _suppressed_note(self, stream: str) -> List[tuple]:
         """A log line saying how many lines the rate limit kept out (none: empty)."""
@@ -595,6 +612,18 @@ class Supervisor:
         if self._follower is not None:
             self._follower.join(timeout=5.0)
         self.returncode = code
+        try:
+            self._journal_exit(code, how)
+        except Exception as exc:  # whoever waits must learn of the exit
+            print("cockpit-agent: job %s: could not journal its exit: %s: %s"
+                  % (self.job, type(exc).__name__, exc), file=sys.stderr)
+        self._exited.set()
+        if self.on_exit is not None:
+            self.on_exit(code)
+
+    def _journal_exit(self, code: Optional[int], how: Optional[str]) -> None:
+        """The exit, as the journal tells it (the caller sets `_exited` whatever happens
+        here: a job whose exit cannot be written is still one that ended)."""
         note = self._suppressed_note("stdout")
         if note:
             self.journal.append_many(note)
@@ -612,6 +641,3 @@ class Supervisor:
             "kind": "job_exited", "job": self.job, "rank": None, "step": None,
             "msg": "job %s %s" % (self.job, how), "data": data,
         })
-        self._exited.set()
-        if self.on_exit is not None:
-            self.on_exit(code)
