@@ -13,6 +13,36 @@ PROTOCOL_VERSION = 1
 RECORD_TYPES = ("hello", "gpu", "host", "run", "train", "eval", "event", "log", "alert")
 STREAM_HEADER = "stream"
 MAX_LINE_BYTES = 1 << 20
+MAX_LOG_LINE = 4096  # characters of one `log` record's line
+
+# The cockpit stores counters as DuckDB BIGINT and parses lines with orjson, which reads a
+# longer integer as a double (2**70 then fails the BIGINT cast, 10**400 is infinity and
+# fails the whole line): such an integer is no number the cockpit can keep.
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+# An `alert` record's `kind` and `severity`.
+ALERT_KINDS = ("resource", "data", "parameter")
+SEVERITIES = ("info", "warning", "critical")
+
+# The trainer spool (docs/protocol.md, "Trainer spool"): its header type, and the record
+# types a rank's `agent.hook.Reporter` writes there. A spool is untrusted input, so the
+# agent refuses every other type in it: `hello`, `gpu` and `host` are the agent's own
+# words, and a spool that could write them could speak for the agent.
+SPOOL_HEADER = "spool"
+SPOOL_RECORD_TYPES = ("train", "eval", "event", "run", "log", "alert")
+
+# Event kinds that only the agent journals (job lifecycle, operator ops, its own faults).
+# A trainer's `Reporter.event(kind)` may name any other kind; one of these from a spool
+# would forge the agent's account of a job (a `job_started` renames its history), so it
+# is refused there. `control_ack` and `dropped` are both the agent's and the hook's: the
+# spool reader accepts only the hook's shapes of them (an adjust's ack; a count of spool
+# records the Reporter could not write).
+AGENT_EVENT_KINDS = frozenset({
+    "job_started", "job_adopted", "job_exited", "peer_ended", "pause", "resume",
+    "relaunch", "fork", "scale", "takeover", "membership", "interruption", "recovery",
+    "checkpoints_set_aside", "xid", "spool_error", "sampler_error",
+})
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str

@@ -11,11 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Tuple
 
-# The cockpit stores counters as DuckDB BIGINT and parses lines with orjson, which reads a
-# longer integer as a double (2**70 then fails the BIGINT cast, 10**400 is infinity and
-# fails the whole line): such an integer is no number the cockpit can keep.
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
+from agent.protocol import INT64_MAX, INT64_MIN  # the range the cockpit can keep
 
 
 class NotAScalar(ValueError):
