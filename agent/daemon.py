@@ -5,6 +5,9 @@ It samples the GPUs and the host, tails the trainer spools, runs control ops, an
 cockpit is connected. Two threads do the work: the sampler thread, whose NVML and psutil
 calls may be slow, and the main loop (spools, control inbox, checkpoints), so a slow GPU
 query never delays trainer records.
+
+Longer than most modules: the daemon's op dispatch, its survival of faults in each part
+of the main loop and its shutdown order are one piece of lifecycle that reads best whole.
 """
 
 from __future__ import annotations

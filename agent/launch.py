@@ -39,6 +39,9 @@ WATCHDOG_ENV = {
 def check_job_name(name: Any, field: str = "name") -> str:
     if not isinstance(name, str) or not name.strip():
         raise OpError("%s must be a non-empty string" % field)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name):
+        # A job name is shown in every cockpit and report: no terminal controls in it.
+        raise OpError("%s %r has control characters" % (field, name))
     if name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith("-"):
         raise OpError("%s %r cannot name a folder: no '/', '\\', NUL or leading '-'"
                       % (field, name))
