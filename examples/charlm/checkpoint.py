@@ -6,6 +6,12 @@ step, size and sha256) written the same way. Resuming takes the newest checkpoin
 marker exists and whose file still has that size and checksum; anything else (torn,
 truncated, bit-rotted, marker missing) is skipped with a log line saying why. Loading
 always uses `torch.load(..., weights_only=True)`: a checkpoint is data, never code.
+
+For a resume that continues bit for bit, a checkpoint also holds every random
+generator's state of every rank (`capture_rng` / `restore_rng`): Python's `random`,
+NumPy's global generator when NumPy is loaded, torch's CPU generator and the CUDA
+generator of the rank's device. They are stored as tensors and plain numbers, which
+`weights_only` loading allows.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -204,6 +212,55 @@ def latest_valid(directory: Path, log: Callable[[str], None]) -> Path | None:
     """The newest intact, loadable checkpoint in `directory`; skipped ones are logged."""
     found = load_latest(directory, log)
     return None if found is None else found[0]
+
+
+def capture_rng(device: torch.device) -> dict[str, Any]:
+    """This process's random generator states, as data `weights_only` loading accepts.
+
+    Python's `random` state is a tuple of ints; NumPy's (only when something imported
+    NumPy: a trainer that never did has no state to keep) becomes a tensor plus numbers.
+    """
+    version, words, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": [version, torch.tensor(words, dtype=torch.int64), gauss],
+        "torch_cpu": torch.get_rng_state(),
+    }
+    if device.type == "cuda":
+        state["torch_cuda"] = torch.cuda.get_rng_state(device)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        name, keys, pos, has_gauss, cached = numpy.random.get_state()
+        state["numpy"] = [name, torch.from_numpy(keys.astype("int64")), int(pos),
+                          int(has_gauss), float(cached)]  # fmt: skip
+    return state
+
+
+def restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    """Set the generators `capture_rng` saved; raises CheckpointError when one does not fit.
+
+    A checkpoint vouched for by its marker can still come from another program, so each
+    part is checked for its type and size, and an error names the part.
+    """
+    try:
+        version, words, gauss = state["python"]
+        python = (int(version), tuple(int(w) for w in words.tolist()),
+                  None if gauss is None else float(gauss))  # fmt: skip
+        cpu = state["torch_cpu"]
+        if not isinstance(cpu, torch.Tensor) or cpu.dtype != torch.uint8 or (
+                cpu.shape != torch.get_rng_state().shape):
+            raise TypeError("torch_cpu is not a torch CPU generator state")
+        cuda = state.get("torch_cuda") if device.type == "cuda" else None
+        numpy = sys.modules.get("numpy")
+        random.setstate(python)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda, device)
+        if numpy is not None and "numpy" in state:
+            name, keys, pos, has_gauss, cached = state["numpy"]
+            numpy.random.set_state((str(name), keys.numpy().astype(numpy.uint32), int(pos),
+                                    int(has_gauss), float(cached)))  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        raise CheckpointError(f"random generator state does not fit: {exc}") from None
 
 
 def load(path: Path) -> dict[str, Any]:

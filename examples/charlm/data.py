@@ -205,7 +205,8 @@ class TokenShards:
         return chunk[:, :-1], chunk[:, 1:]
 
 
-def _seed_for(*parts: int) -> int:
+def seed_for(*parts: int | str) -> int:
+    """A 63-bit seed derived from `parts`: independent streams per (seed, rank, purpose)."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
 
@@ -227,7 +228,7 @@ class WindowSampler:
         """Window starts of optimizer step `step` (1-based) on this rank."""
         epoch, i = divmod(step - 1, self.steps_per_epoch)
         if epoch != self._epoch:
-            g = torch.Generator().manual_seed(_seed_for(self.seed, self.rank, epoch))
+            g = torch.Generator().manual_seed(seed_for(self.seed, self.rank, epoch))
             self._table = torch.randint(
                 self.shards.num_windows, (self.steps_per_epoch, self.batch_size), generator=g
             )

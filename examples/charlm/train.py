@@ -6,9 +6,9 @@
 What it shows a trainer doing well: every hyper-parameter from TOML, an explicit seed,
 a validation split fixed before training, shuffling at read time, warm-up + cosine LR,
 gradient clipping, optional AMP, periodic evaluation, atomic checksummed checkpoints and
-resuming from the newest intact one -- and the `agent.hook.Reporter` calls that let the
-cockpit see progress, effect and efficiency and adjust the run (LR scale, checkpoint or
-evaluate now).
+resuming bit for bit from the newest intact one (random generator states included) --
+and the `agent.hook.Reporter` calls that let the cockpit see progress, effect and
+efficiency and adjust the run (LR scale, checkpoint or evaluate now).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from examples.charlm.data import (  # noqa: E402
     TokenShards,
     WindowSampler,
     prepare,
+    seed_for,
     validation_starts,
 )
 from examples.charlm.model import CharLM, ModelConfig  # noqa: E402
@@ -87,7 +89,7 @@ class Dist:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", local) if cuda else torch.device("cpu")
-        self.control_group = None
+        self.control_group = None  # None: the default group
         if self.world > 1:
             if cuda:
                 torch.cuda.set_device(self.device)
@@ -101,6 +103,14 @@ class Dist:
         t = torch.tensor(values, dtype=torch.float64)
         dist.broadcast(t, src=0, group=self.control_group)
         return t.tolist()
+
+    def gather(self, value: Any) -> list[Any] | None:
+        """Every rank's `value`, in rank order, on rank 0 (None on the others)."""
+        if self.world == 1:
+            return [value]
+        out: list[Any] | None = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(value, out, dst=0, group=self.control_group)
+        return out
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.world > 1:
@@ -166,6 +176,10 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     model = CharLM(model_cfg).to(d.device)
+    # From here on each rank draws from generators of its own (dropout masks differ
+    # between ranks), seeded by (seed, rank); a checkpoint keeps their states.
+    torch.manual_seed(seed_for(cfg["seed"], d.rank, "torch"))
+    random.seed(seed_for(cfg["seed"], d.rank, "python"))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -189,9 +203,9 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     fp16 = amp["enabled"] and amp["dtype"] == "float16"
     scaler = torch.amp.GradScaler("cuda") if fp16 else None
 
-    step = 0
+    step, rng = 0, None
     if args.resume != "none":
-        step = resume(args.resume, ckpt_dir, model, opt, scaler, index, rep, d, say)
+        step, rng = resume(args.resume, ckpt_dir, model, opt, scaler, index, rep, d, say)
     ddp = DistributedDataParallel(model) if d.world > 1 else model
 
     max_steps = t["max_steps"]
@@ -231,6 +245,10 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
         run_eval(step)
     # A restarted job keeps the operator's LR scale (restored by rank 0's Reporter).
     lr_scale = d.broadcast_controls([rep.lr_scale, 0.0, 0.0])[0]
+    if rng is not None:
+        # Last, after everything above that might draw: the next draw is the one the
+        # interrupted run would have made at step + 1.
+        checkpoint.restore_rng(rng, d.device)
     last_print = time.perf_counter()
     every = cfg["control"]["every"]
     while step < max_steps:
@@ -274,16 +292,20 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
 
         if step % cfg["eval"]["every"] == 0 or step == max_steps or want_eval:
             run_eval(step)
-        if d.rank == 0 and (
-            step % cfg["checkpoint"]["every"] == 0 or step == max_steps or want_ckpt
-        ):
+        # Every rank takes part (its generator states go into rank 0's file); the
+        # condition is the same on all of them, `want_ckpt` having been broadcast.
+        if step % cfg["checkpoint"]["every"] == 0 or step == max_steps or want_ckpt:
             with rep.phase("checkpoint"):
-                state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                         "scaler": scaler.state_dict() if scaler is not None else {},
-                         "step": step, "seed": cfg["seed"], "config": cfg,
-                         "data_version": index["data_version"]}  # fmt: skip
-                saved = checkpoint.save(ckpt_dir, step, state, cfg["checkpoint"]["keep"])
-            rep.checkpoint_saved(str(saved.path), step, saved.seconds, saved.bytes)
+                rngs = d.gather(checkpoint.capture_rng(d.device))
+                if d.rank == 0:
+                    state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                             "scaler": scaler.state_dict() if scaler is not None else {},
+                             "rng": {"world_size": d.world, "ranks": rngs},
+                             "step": step, "seed": cfg["seed"], "config": cfg,
+                             "data_version": index["data_version"]}  # fmt: skip
+                    saved = checkpoint.save(ckpt_dir, step, state, cfg["checkpoint"]["keep"])
+            if d.rank == 0:
+                rep.checkpoint_saved(str(saved.path), step, saved.seconds, saved.bytes)
         if step % t["log_every"] == 0:
             now = time.perf_counter()
             say(f"step {step}/{max_steps} loss {loss.item():.4f} lr {lr:.2e} "
@@ -304,8 +326,15 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
-           scaler: Any, index: dict, rep: Reporter, d: Dist, say: Any) -> int:  # fmt: skip
-    """Load the requested checkpoint into model/optimizer; returns its step (0: none)."""
+           scaler: Any, index: dict, rep: Reporter, d: Dist, say: Any,
+           ) -> tuple[int, dict[str, Any] | None]:  # fmt: skip
+    """Load the requested checkpoint into model/optimizer/scaler.
+
+    Returns its step (0: none found) and this rank's random generator states, which the
+    caller restores right before the first step (None: the checkpoint has none for this
+    rank, and the run continues reproducibly, from the per-rank seeds, but not bit for
+    bit -- said in the log).
+    """
 
     def skipped(msg: str) -> None:
         say(msg)
@@ -316,7 +345,7 @@ def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
         found = checkpoint.load_latest(ckpt_dir, skipped)
         if found is None:
             say(f"no intact checkpoint in {ckpt_dir}; starting from step 0")
-            return 0
+            return 0, None
         path, state = found
     else:
         path = Path(spec)
@@ -335,11 +364,30 @@ def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
     if state.get("data_version") != index["data_version"]:
         say(f"note: checkpoint {path.name} was trained on data_version "
             f"{str(state.get('data_version'))[:12]}, now {index['data_version'][:12]}")  # fmt: skip
+    rng = _rank_rng(state.get("rng"), d)
+    if rng is None:
+        say(f"note: checkpoint {path.name} holds no random generator states for "
+            f"{d.world} rank(s); the run goes on from per-rank seeds, not bit for bit")  # fmt: skip
     say(f"resumed from {path} (step {step})")
     if d.rank == 0:
         rep.event("resumed", f"resumed from {path.name} at step {step}", step=step,
                   path=str(path))  # fmt: skip
-    return step
+    return step, rng
+
+
+def _rank_rng(saved: Any, d: Dist) -> dict[str, Any] | None:
+    """This rank's generator states from a checkpoint's `rng`, if saved at this world size.
+
+    With another number of ranks the states do not map onto the ranks (nor does the data
+    each rank reads), so none is used.
+    """
+    if not isinstance(saved, dict) or saved.get("world_size") != d.world:
+        return None
+    ranks = saved.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) != d.world or not isinstance(
+            ranks[d.rank], dict):
+        return None
+    return ranks[d.rank]
 
 
 def main(argv: list[str] | None = None) -> int:
