@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[train,test,adapters,archive]'
+	$(BIN)/python -m pip install -q -e '.[train,test,adapters,archive,import,charts]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,12 +17,17 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/cockpit demo
 
-# sshd (the SSH end-to-end tests), tmux (the real-terminal test) and Prometheus (the
-# exporter's test against a real server): installed when missing (CI runs as root).
+# sshd (the SSH end-to-end tests), tmux (the real-terminal test), Prometheus (the
+# exporter's test against a real server) and Slurm with munge (tests/slurm, a real
+# slurmctld and two slurmd): installed when missing (CI runs as root).
 sshd:
 	@{ command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd; } && command -v tmux >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
 	  echo "installing openssh-server, tmux and prometheus for the tests"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client tmux prometheus) >/dev/null; }
+	@{ command -v sbatch >/dev/null 2>&1 && test -x /usr/sbin/slurmctld && test -x /usr/sbin/slurmd && test -x /usr/sbin/munged; } || { \
+	  echo "installing slurmctld, slurmd, slurm-client and munge for the Slurm tests"; \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge || \
+	   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge; }) >/dev/null; }
 
 # One worker per core, at most 4: an end-to-end test runs a torchrun job (its ranks,
 # an agent, sshds) that wants more than a core at its peaks, so more workers would only

@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--exit-with", type=_positive_int, default=None, metavar="PID",
                      help="stop, with the jobs, once process PID is gone (for a program "
                      "that starts the daemon for itself)")
+    run.add_argument("--exit-with-job", action="store_true",
+                     help="stop once the `-- CMD` job has exited, with its exit status "
+                     "(a batch system's step, e.g. under srun)")
 
     stream = sub.add_parser("stream", help="journal records after --from on stdout; "
                             "control ops on stdin")
@@ -167,7 +170,8 @@ def _cmd_run(args: argparse.Namespace, cmd: List[str]) -> int:
         else args.max_journal_bytes,
         max_age=DEFAULT_MAX_AGE if args.max_journal_days is None
         else args.max_journal_days * 86400.0,
-        stop_grace=args.stop_grace, exit_with=args.exit_with)
+        stop_grace=args.stop_grace, exit_with=args.exit_with,
+        exit_with_job=args.exit_with_job)
     return run_daemon(config)
 
 

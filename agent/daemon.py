@@ -96,7 +96,8 @@ class DaemonConfig:
                  simulate_gpus: int = 0, job: Optional[str] = None,
                  cmd: Sequence[str] = (), max_bytes: int = DEFAULT_MAX_BYTES,
                  max_age: float = DEFAULT_MAX_AGE, stop_grace: float = 10.0,
-                 spool_settle: float = 5.0, exit_with: Optional[int] = None) -> None:
+                 spool_settle: float = 5.0, exit_with: Optional[int] = None,
+                 exit_with_job: bool = False) -> None:
         if interval < MIN_INTERVAL:
             raise ValueError("--interval must be at least %.2f s (got %g)"
                              % (MIN_INTERVAL, interval))
@@ -116,6 +117,9 @@ class DaemonConfig:
         # daemon and its jobs end when it does, even killed or hung up on, when it
         # cannot stop them itself.
         self.exit_with = exit_with
+        # A batch system's step (Slurm's srun) ends when its command does: the daemon
+        # started for the `run -- CMD` job ends after it, with its exit status.
+        self.exit_with_job = exit_with_job
 
 
 class Daemon:
@@ -609,6 +613,7 @@ class Daemon:
                                              daemon=True)
             self._sampler.start()
             last_checkpoint = last_retention = last_owner = time.monotonic()
+            job_ended: Optional[int] = None
             while not self._stop.is_set():
                 self._survive("spool", self._poll_spools)
                 self._survive("control inbox", self.inbox.poll)
@@ -626,6 +631,13 @@ class Daemon:
                         self.log("process %d, which this daemon was started to serve, is "
                                  "gone: stopping, with its jobs" % cfg.exit_with)
                         break
+                if cfg.exit_with_job and self.supervisor is not None:
+                    if job_ended is not None:  # a spool poll ran since: its records are in
+                        return job_ended
+                    if not self.supervisor.running:
+                        job_ended = _exit_status(self.supervisor.returncode)
+                        self.log("job %s ended (exit status %d): stopping (--exit-with-job)"
+                                 % (self.supervisor.job, job_ended))
                 self._stop.wait(POLL)
             return 0
         finally:
@@ -694,3 +706,11 @@ def run_daemon(config: DaemonConfig) -> int:
     if stopping.is_set():
         daemon.stop()
     return daemon.run()
+
+
+def _exit_status(returncode: Optional[int]) -> int:
+    """A job's return code as a process exit status (killed by signal N: 128 + N, as a
+    shell says it; unknown: 1)."""
+    if returncode is None:
+        return 1
+    return 128 - returncode if returncode < 0 else min(returncode, 255)

@@ -817,6 +817,21 @@ class ManagedJob:
                     break
             time.sleep(0.02)
         if saved is None:
+            sup = self.supervisor
+            if sup is not None and not sup.running:
+                # The processes ended while the pause waited (the job reached its last
+                # step, or failed): that, not a timeout, is why; the next watch reads
+                # the exit as usual (finished, or a failure to recover from).
+                self.state = RUNNING
+                code = sup.returncode
+                why = ("its processes %s after %.0f s, before a checkpoint was saved"
+                       % (describe_status(code) if code is not None else "ended",
+                          time.time() - requested))
+                self._event("pause", "job %s: pause not done: %s; nothing left to pause"
+                            % (self.name, why),
+                            {"mode": "checkpoint", "ok": False, "error": why,
+                             "returncode": code})
+                return retry_at
             self.state = RUNNING if self.running else FAILED
             self._event("pause", "job %s: pause failed: no checkpoint within %.0f s; the job "
                         "keeps running" % (self.name, timeout),

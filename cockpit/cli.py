@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cockpit import __version__
-from cockpit.analysis.text import counted
+from cockpit import __version__, ssh_cli
+from cockpit.analysis.text import counted, printable
 from cockpit.errors import CockpitError
 
 if TYPE_CHECKING:
@@ -115,7 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cockpit {__version__}")
     _add_theme(parser, top_level=True)
+    parser.add_argument("--alerts", type=Path, default=None, metavar="FILE",
+                        help="TOML file whose [alerts] table sets alert thresholds "
+                        "(cockpit.analysis.alert_config lists them), for every command")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    scaling = sub.add_parser(
+        "scaling", help="measured speed-up and efficiency of the example trainer (or of "
+        "the recordings given) at several scales")
+    scaling.add_argument("recordings", nargs="*", type=Path, metavar="RECORDING",
+                         help="read these runs of one workload instead of running it")
+    scaling.add_argument("--nproc", type=_count(2), default=2,
+                         help="processes of the largest run on this host (default 2)")
+    scaling.add_argument("--steps", type=_count(10), default=60,
+                         help="training steps of each run (default 60)")
+    scaling.add_argument("--dir", type=Path, default=None,
+                         help="where to keep the runs (default: a new folder under ./runs)")
 
     demo = sub.add_parser(
         "demo", help="train the example model here under torchrun and watch it live"
@@ -136,19 +151,29 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
                       help="no UI: record for SECONDS (less when the job finishes "
                       "sooner), then print the report")
+    _add_metrics(demo)
     _add_theme(demo)
 
     watch = sub.add_parser("watch", help="stream agents on hosts over SSH and show the job")
     watch.add_argument("targets", nargs="+", help="an inventory TOML file, or user@host[:port] …")
-    watch.add_argument("--store", type=Path, default=None, help="DuckDB recording to write")
+    watch.add_argument("--store", type=Path, default=None,
+                       help="DuckDB recording to write, appended to when it exists "
+                       "(default: a new file, recordings/watch-YYYYmmdd-HHMMSS.duckdb under "
+                       "the user data dir, ~/.local/share/training-cockpit)")
     watch.add_argument("--known-hosts", type=Path, default=None)
     watch.add_argument("--accept-new-host-keys", action="store_true",
                        help="trust unknown host keys and remember them (changed keys are "
                             "still refused)")
+    ssh_cli.add_ssh_options(watch, known_hosts=False)
     watch.add_argument("--job", type=Path, default=None, metavar="JOB.toml",
                        help="the job spec: makes the job controllable from the UI")
     watch.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
                        help="no UI: record for SECONDS, then print the report")
+    _add_metrics(watch)
+    watch.add_argument("--archive", default=None, metavar="s3://BUCKET/PREFIX/",
+                       help="when the session ends, archive the recording there (see "
+                            "docs/archive.md)")
+    _add_s3_options(watch)
     watch.add_argument("--keep-raw", type=_raw_window, default=None, metavar="DURATION",
                        help="how long raw GPU and host samples, and the steps of ranks "
                             "other than 0, are kept: older samples are rolled up into "
@@ -156,29 +181,145 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 3d; e.g. 36h, 2w); checked hourly")
     _add_theme(watch)
 
+    _add_run(sub)
     _add_job_commands(sub)
+    ssh_cli.add_commands(sub)
+
+    imp = sub.add_parser("import", help="bring TensorBoard runs, JSONL metric logs or wire "
+                         "recordings into a recording (see docs/import-export.md)")
+    imp.add_argument("paths", type=Path, nargs="+", metavar="PATH")
+    imp.add_argument("-o", "--output", type=Path, required=True, metavar="REC.duckdb",
+                     help="the recording to write (appended to when it exists)")
+    imp.add_argument("--map", action="append", default=[], metavar="NAME=FIELD",
+                     help="map a tag or key to a field (loss, val_loss, lr, grad_norm, "
+                          "epoch, samples, tokens, step_time, ignore); repeatable")
+    imp.add_argument("--job", default=None, help="the job's name (default: the run's)")
+    imp.add_argument("--host", default=None, help="the host the records are stored under")
+
+    export = sub.add_parser("export", help="write a recording's tables as Parquet or CSV")
+    export.add_argument("file", type=Path, metavar="RECORDING")
+    export.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
+    export.add_argument("--what", action="append", default=None, metavar="TABLE",
+                        help="a table (train, eval, gpu, host_sample, event, …); "
+                             "repeatable; default: every table")
+    export.add_argument("--format", choices=("parquet", "csv"), default="parquet")
+
+    archive = sub.add_parser("archive", help="upload a recording (and optionally its "
+                             "checkpoint and a Parquet export) to S3-compatible storage")
+    archive.add_argument("file", type=Path, metavar="RECORDING")
+    archive.add_argument("url", metavar="s3://BUCKET/PREFIX/")
+    archive.add_argument("--checkpoint", type=Path, default=None, metavar="PATH",
+                         help="also upload this checkpoint file or directory")
+    archive.add_argument("--parquet", action="store_true",
+                         help="also upload every table as Parquet")
+    _add_s3_options(archive)
 
     replay = sub.add_parser("replay", help="play a recording in the cockpit")
-    replay.add_argument("file", type=Path)
+    replay.add_argument("file", type=_recording_arg, metavar="FILE|s3://…")
+    _add_s3_options(replay)
     replay.add_argument("--speed", type=_replay_speed, default=10.0,
                         help="playback speed, 0.25 to 1000 (default 10x)")
     _add_theme(replay)
 
-    report = sub.add_parser("report", help="print the four instruments of a recording")
-    report.add_argument("file", type=Path)
+    report = _add_report(sub)
+    report.add_argument("file", type=_recording_arg, metavar="FILE|s3://…")
+    report.add_argument("--charts", type=Path, default=None, metavar="DIR",
+                        help="also write the loss, LR, throughput and GPU charts to DIR as "
+                             "SVG and PNG")
+    _add_s3_options(report)
     report.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     report.add_argument("--job", metavar="NAME",
                         help="the job to report (default: the one the screen shows at the "
                              "end; the report names the others)")
+    report.add_argument("--kpis", action="store_true",
+                        help="print the KPIs instead (GPU-hour utilization and lost time by "
+                             "cause, MTTR, turnaround, checkpoint overhead, GPU-hours per "
+                             "week) of every job; FILE may be a directory: every *.duckdb "
+                             "in it, a table per job and the totals")
+    report.add_argument("--target-loss", type=float, default=None, metavar="LOSS",
+                        help="with --kpis: also the time from launch to the first "
+                             "validation loss at or below LOSS")
+    _add_report_gate(report)
+    diff = sub.add_parser("diff", help="what changed between two runs: code, data, config, "
+                                       "environment, seed")
+    diff.add_argument("a", metavar="A", help="REC or REC:JOB (a recording, one of its jobs)")
+    diff.add_argument("b", metavar="B", nargs="?", default=None,
+                      help="REC or REC:JOB (default: A's parent if A is a fork, else the "
+                           "earlier run of A's name in the same recording)")
+    diff.add_argument("--format", choices=("text", "markdown", "json"), default="text")
 
     return parser
 
 
+def _add_report(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from cockpit.analysis.gate import EXIT_CODES_HELP, metrics_help
+
+    return sub.add_parser(
+        "report", help="print the four instruments of a recording",
+        description="Print the four instruments of a recording, also of one a live cockpit "
+        "is writing (read from a copy of what it committed; docs/recordings.md).",
+        epilog=f"{EXIT_CODES_HELP} --fail-if metrics: {metrics_help()}.")
+
+
+def _add_report_gate(report: argparse.ArgumentParser) -> None:
+    """`--at` and `--fail-if`: a report as of a step or time, and a CI gate on it."""
+    from cockpit.analysis.gate import GateError, parse_at, parse_threshold
+
+    def checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        def run(text: str) -> Any:
+            try:
+                return parse(text)
+            except GateError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
+        return run
+
+    report.add_argument("--at", type=checked(parse_at), default=None, metavar="STEP|TIME",
+                        help="report as of a step (when the job first reached it), "
+                             "+SECONDS after the recording's start, or an ISO 8601 time "
+                             "(local unless it names its zone: 2026-12-03T09:00, "
+                             "2026-12-03T09:00:00Z)")
+    report.add_argument("--fail-if", type=checked(parse_threshold), action="append",
+                        default=[], metavar="'METRIC>NUMBER'",
+                        help="exit 5 when this holds (or METRIC is not known), e.g. "
+                             "'val_loss>2.0', 'gpu_util<0.5'; operators > >= < <= == !=; "
+                             "repeatable; metrics below")
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser(
+        "run", help="run a training command here, under an agent started for it, and "
+        "watch it: cockpit run -- python train.py ARGS…",
+        description="Start an agent on this machine, launch CMD through it under torchrun "
+        "(a job spec built from the command), and watch it. Quitting stops the job. The "
+        "run's folder holds the agent's state (agent/), the job's run dir (run/: spool, "
+        "logs, control, checkpoints) and the recording.")
+    run.add_argument("--job", type=_fork_name, default=None, metavar="NAME",
+                     help="job id (default: the script's name, e.g. train)")
+    run.add_argument("--dir", type=Path, default=None,
+                     help="the run's folder (default: ./runs/JOB-YYYYmmdd-HHMMSS)")
+    run.add_argument("--nproc", type=_count(1), default=None, metavar="N",
+                     help="training processes (torchrun --nproc-per-node; default 1, or "
+                     "the command's own torchrun --nproc-per-node)")
+    run.add_argument("--simulate-gpus", type=_count(0), default=0, metavar="N",
+                     help="report N simulated GPUs, labelled SIM (default 0: the real ones, "
+                     "or none)")
+    run.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
+                     help="no UI: record for SECONDS (less when the job finishes sooner), "
+                     "then print the report")
+    _add_theme(run)
+
+
+def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """`cockpit [OPTIONS] run [OPTIONS] -- CMD…` as (own arguments, CMD), or None when
+    argv is not a `run` with `--`: argparse would read CMD's options as its own."""
+    if "--" not in argv:
+        return None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
 def _ssh_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--known-hosts", type=Path, default=None)
-    p.add_argument("--accept-new-host-keys", action="store_true",
-                   help="trust unknown host keys and remember them (changed keys are still "
-                        "refused)")
+    ssh_cli.add_ssh_options(p)
 
 
 def _add_job_commands(sub: argparse._SubParsersAction) -> None:
@@ -199,7 +340,9 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--inventory", type=Path, default=None,
                        help="hosts file (without it, a host named 'local' is this machine)")
         p.add_argument("--store", type=Path, default=None,
-                       help="recording to append to (default: one per job)")
+                       help="recording to write, appended to when it exists (default: a "
+                       "new file per command, recordings/job-NAME-YYYYmmdd-HHMMSS.duckdb "
+                       "under the user data dir, ~/.local/share/training-cockpit)")
         p.add_argument("--connect-timeout", type=_positive_float, default=60.0,
                        metavar="SECONDS", help="how long to wait for the hosts to connect "
                        "(default 60)")
@@ -207,6 +350,9 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
                        metavar="SECONDS", help="how long to wait for each host's answer "
                        "(default 120)")
         _ssh_options(p)
+        if action == "launch":
+            p.add_argument("--no-check", action="store_true",
+                           help="skip the pre-flight check (`cockpit check`) run first")
         if action not in ("launch", "fork"):
             p.add_argument("--fork-of-job", dest="target", metavar="FORK", default=None,
                            help="act on this fork of the spec's job (as `cockpit fork` "
@@ -266,12 +412,17 @@ def _scalar(text: str) -> object:
 
 def _cmd_job(args: argparse.Namespace) -> int:
     from cockpit.control.operations import run_operation
-    from cockpit.transport.host_keys import KnownHosts
-    from cockpit.transport.link import LinkOptions
 
-    extra = [args.known_hosts] if args.known_hosts else []
-    options = LinkOptions(known_hosts=KnownHosts(extra_files=extra,
-                                                 accept_new=args.accept_new_host_keys))
+    options = ssh_cli.link_options(args)
+    from cockpit.control.slurm_cli import slurm_operation
+
+    # A spec whose [launcher] is Slurm goes through sbatch/scancel (docs/slurm.md).
+    done = slurm_operation(args.command, args.job, args.inventory, args.store, options,
+                           timeout=args.ack_timeout)
+    if done is not None:
+        return done
+    if args.command == "launch" and not args.no_check:
+        ssh_cli.preflight_launch(args, options)
     kw: dict[str, object] = {}
     if args.command == "pause":
         kw = {"freeze": args.freeze, "hold": args.hold}
@@ -359,6 +510,21 @@ def default_fault_step(steps: int) -> int:
     return step if step < steps else 0
 
 
+def _cmd_scaling(args: argparse.Namespace) -> int:
+    from cockpit import scaling
+
+    if args.recordings:
+        measures = [scaling.measure(path) for path in args.recordings]
+    else:
+        import time
+
+        root = args.dir or Path.cwd() / "runs" / f"scaling-{time.strftime('%Y%m%d-%H%M%S')}"
+        measures = scaling.run_sizes(root, [1, args.nproc], args.steps)
+        print(f"runs and their recordings in {root}")
+    print(scaling.render(scaling.compare(measures)), end="")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cockpit.demo import DEMO_RUNS_KEPT, DemoRun
 
@@ -374,9 +540,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print(f"removed {counted(len(demo.pruned), 'older demo run')} from "
                   f"{demo.run_root.parent}, keeping the newest {DEMO_RUNS_KEPT}",
                   file=sys.stderr)
-        _watch_or_record(demo, args)
+        with _metrics_server(demo.session, args.metrics):
+            _watch_or_record(demo, args)
     session = demo.session
     return _after_live(demo.store_path, args,
+                       session.link_problems() if session is not None else {},
+                       session.store_problem() if session is not None else None)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from cockpit.local_run import CommandRun
+
+    _check_ui_options(args)
+    command = getattr(args, "run_command", None)
+    if not command:
+        raise CockpitError("run: give the command after --, e.g. "
+                           "`cockpit run -- python train.py`")
+    with CommandRun(command, run_root=args.dir, job=args.job, nproc=args.nproc,
+                    simulate_gpus=args.simulate_gpus) as run:
+        print(f"run {run.job} in {run.run_root}: {counted(run.nproc, 'process', 'processes')} of "
+              f"{' '.join(command)}", file=sys.stderr)
+        _watch_or_record(run, args)
+    session = run.session
+    return _after_live(run.store_path, args,
                        session.link_problems() if session is not None else {},
                        session.store_problem() if session is not None else None)
 
@@ -385,6 +571,15 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from cockpit.live import open_watch
 
     _check_ui_options(args)
+    if args.metrics is not None:
+        from cockpit.export.server import parse_listen
+
+        parse_listen(args.metrics)  # a bad address is refused before anything starts
+    if args.archive is not None:  # so is a bad URL or missing credentials
+        from cockpit.archive import s3
+
+        s3.parse_url(args.archive)
+        s3.client(_s3_options(args))
 
     if args.store is not None and args.store.is_file():
         # Continuing a recording is how a restarted cockpit resumes each host's stream
@@ -400,9 +595,38 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         accept_new_host_keys=args.accept_new_host_keys,
         job_path=args.job,
         raw_window=args.keep_raw,
-    ) as live:
+        options=ssh_cli.link_options(args),
+    ) as live, _metrics_server(live, args.metrics):
         _watch_or_record(live, args)
-    return _after_live(live.store_path, args, live.link_problems(), live.store_problem())
+    code = _after_live(live.store_path, args, live.link_problems(), live.store_problem())
+    if args.archive is not None:
+        _archive_after(live.store_path, args)
+    return code
+
+
+def _archive_after(store_path: Path, args: argparse.Namespace) -> None:
+    """`watch --archive`: the recording, closed now, to object storage."""
+    from cockpit.archive.progress import ByteProgress
+    from cockpit.archive.recordings import archive
+
+    result = archive(store_path, args.archive, _s3_options(args), progress=ByteProgress)
+    print(f"archived: {result.manifest}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _metrics_server(live: Any, listen: str | None) -> Iterator[None]:
+    """`--metrics`: the exporter over the live session's store, for as long as it runs."""
+    if listen is None:
+        yield
+        return
+    from cockpit.export.server import MetricsServer, parse_listen, store_snapshots
+
+    address = parse_listen(listen)
+    build = store_snapshots(live.store, lambda: {
+        name: st.state for name, st in live.fleet.status().items()})
+    with MetricsServer(address, build) as server:
+        print(f"metrics: http://{server.host}:{server.port}/metrics", file=sys.stderr)
+        yield
 
 
 def _watch_or_record(run: Any, args: argparse.Namespace) -> None:
@@ -434,24 +658,158 @@ def _after_live(store_path: Path, args: argparse.Namespace,
 def _cmd_replay(args: argparse.Namespace) -> int:
     from cockpit.replay import ReplaySource
 
-    _require_file(args.file)
-    source = ReplaySource(args.file, speed=args.speed)
+    with _readable_recording(args) as (path, _name):
+        source = ReplaySource(path, speed=args.speed)
+        try:
+            app = _build_app(source, args)
+        except CockpitError:
+            source.stop()
+            raise
+        discard_typeahead()
+        app.run()
+    return 0
+
+
+def _add_metrics(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics", default=None, metavar="[ADDR:]PORT",
+                   help="serve Prometheus/OpenMetrics metrics of every job, host and GPU at "
+                        "http://ADDR:PORT/metrics (ADDR defaults to 127.0.0.1; see "
+                        "docs/metrics.md)")
+
+
+def _recording_arg(text: str) -> str | Path:
+    """A recording: a local file, or an archived one at `s3://…` (kept as the URL: a
+    Path would fold its `//`)."""
+    return text if text.startswith("s3://") else Path(text)
+
+
+def _add_s3_options(p: argparse.ArgumentParser) -> None:
+    """Where object storage is; credentials come only from the standard AWS chain."""
+    g = p.add_argument_group("object storage (s3:// URLs; credentials from AWS_* variables, "
+                             "~/.aws/credentials or --profile)")
+    g.add_argument("--endpoint-url", default=None, metavar="URL",
+                   help="an S3-compatible server (default: AWS_ENDPOINT_URL, else AWS)")
+    g.add_argument("--region", default=None)
+    g.add_argument("--path-style", action="store_true",
+                   help="address buckets as ENDPOINT/BUCKET (most self-hosted servers)")
+    g.add_argument("--profile", default=None, help="a profile of ~/.aws/config")
+
+
+def _s3_options(args: argparse.Namespace) -> Any:
+    from cockpit.archive.s3 import S3Options
+
+    return S3Options(endpoint_url=args.endpoint_url, region=args.region,
+                     path_style=args.path_style, profile=args.profile)
+
+
+def _local_recording(args: argparse.Namespace) -> Path:
+    """`args.file`, downloaded (once, verified, cached) when it is an s3:// URL."""
+    if isinstance(args.file, Path):
+        _require_file(args.file)
+        return args.file
+    from cockpit.archive.progress import ByteProgress
+    from cockpit.archive.recordings import fetch
+
+    return fetch(args.file, _s3_options(args), progress=ByteProgress)
+
+
+def _cmd_archive(args: argparse.Namespace) -> int:
+    from cockpit.archive.progress import ByteProgress
+    from cockpit.archive.recordings import archive
+
+    result = archive(args.file, args.url, _s3_options(args), checkpoint=args.checkpoint,
+                     parquet=args.parquet, progress=ByteProgress)
+    print(f"archived {len(result.objects)} object(s), {result.total_bytes} bytes "
+          f"({result.sent_bytes} sent now), each checked after upload: {result.manifest}")
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from cockpit.archive.progress import ByteProgress
+    from cockpit.importers.mapping import MappingError, parse_overrides
+    from cockpit.importers.sources import import_paths
+
     try:
-        app = _build_app(source, args)
-    except CockpitError:
-        source.stop()
-        raise
-    discard_typeahead()
-    app.run()
+        overrides = parse_overrides(args.map)
+    except MappingError as exc:
+        raise CockpitError(str(exc)) from None
+    done = import_paths(args.paths, args.output, overrides=overrides, job=args.job,
+                        host=args.host, progress=ByteProgress)
+    for item in done:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(item.counts.skipped.items()))
+        print(f"{printable(item.source)}: {item.kind}, job {printable(item.job or '-')} on "
+              f"host {printable(item.host)}: {item.counts.points} points -> "
+              f"{item.counts.records} records" + (f" (skipped: {skipped})" if skipped else ""))
+    _print_recording_hint(args.output)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from cockpit.store.export import export_tables
+
+    _require_file(args.file)
+    try:
+        files = export_tables(args.file, args.output, args.format, args.what)
+    except ValueError as exc:
+        raise CockpitError(f"export: {exc}") from None
+    for f in files:
+        print(f)
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from cockpit.diff_report import render_diff
+
+    print(render_diff(args.a, args.b, fmt=args.format), end="")
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from cockpit.report import render_report
+    from cockpit.analysis.gate import verdict
+    from cockpit.report import format_report, report_data
 
-    _require_file(args.file)
-    print(render_report(args.file, fmt=args.format, job=args.job))
-    return 0
+    if args.kpis:  # FILE may be a directory of recordings here
+        from cockpit.kpis_report import render_kpis
+
+        where = args.file if isinstance(args.file, Path) else _local_recording(args)
+        print(render_kpis(where, fmt=args.format, job=args.job,
+                          target_loss=args.target_loss), end="")
+        return 0
+    at = args.at
+    with _readable_recording(args) as (path, name):
+        data = report_data(path, at.ts if at is not None else None, args.job, name=name,
+                           at_step=at.step if at is not None else None,
+                           at_offset=at.offset if at is not None else None)
+        print(format_report(data, args.format))
+        if args.charts is not None:
+            from cockpit.export.charts import charts_of
+
+            written = charts_of(path, args.charts, job=args.job)
+            print(f"charts: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    # The verdict, for a CI job to gate on (`cockpit.analysis.gate`; --help's epilog).
+    code, reasons = verdict(data, args.fail_if)
+    for why in reasons:
+        print(f"cockpit: {printable(why)}", file=sys.stderr)
+    return code
+
+
+@contextlib.contextmanager
+def _readable_recording(args: argparse.Namespace) -> Iterator[tuple[Path, str]]:
+    """(the file to open read-only, the recording's name): `args.file` (downloaded
+    when it is an s3:// URL), or, while a live cockpit writes it, that cockpit's copy of
+    what it has committed (docs/recordings.md), removed afterwards."""
+    from cockpit.store.live_socket import LiveSnapshotError, readable_recording
+
+    path = _local_recording(args)
+    with contextlib.ExitStack() as stack:
+        try:
+            readable, is_copy = stack.enter_context(readable_recording(path))
+        except LiveSnapshotError as exc:
+            raise CockpitError(str(exc)) from None
+        if is_copy:
+            print(f"{path} is being written by a live cockpit: reading a copy of what it "
+                  "had committed just now", file=sys.stderr)
+        yield readable, str(path)
 
 
 def _require_file(path: Path) -> None:
@@ -471,9 +829,17 @@ COMMANDS = {
     **{action: _cmd_job for action in
        ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "scale")},
     "demo": _cmd_demo,
+    "scaling": _cmd_scaling,
+    "run": _cmd_run,
     "watch": _cmd_watch,
     "replay": _cmd_replay,
     "report": _cmd_report,
+    "diff": _cmd_diff,
+    "archive": _cmd_archive,
+    "import": _cmd_import,
+    "export": _cmd_export,
+    "check": ssh_cli.cmd_check,
+    "hosts": ssh_cli.cmd_hosts,
 }
 
 
@@ -503,11 +869,25 @@ def _ended_by(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    split = _split_run_command(argv)
+    args = parser.parse_args(split[0] if split is not None else argv)
+    if split is not None and args.command == "run":
+        args.run_command = split[1]
+    elif split is not None:
+        args = parser.parse_args(argv)  # another command's own `--`: as before
     if not args.command:
         parser.print_help()
         return 0
     end_on_hangup()
+    if args.alerts is not None:
+        from cockpit.analysis.alert_config import AlertConfigError, configure, load_alert_config
+
+        try:
+            configure(load_alert_config(args.alerts))
+        except AlertConfigError as exc:
+            print(f"cockpit: {exc}", file=sys.stderr)
+            return 2
     try:
         return COMMANDS[args.command](args)
     except CockpitError as exc:

@@ -15,6 +15,8 @@ from cockpit.analysis.alerts import STALE_AFTER_S
 from cockpit.analysis.lifecycle import current_run_started
 from cockpit.analysis.lr import scale_in_force
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
+from cockpit.diff_report import diff_summary
+from cockpit.kpis_report import kpi_summary
 from cockpit.snapshot import EventRow, Series
 from cockpit.store.queries import StoreReader
 
@@ -136,6 +138,11 @@ class RunInfo:
     changes: tuple[dict[str, Any], ...] = ()
     # A fork: its parent job and the step of the checkpoint it started from.
     forked_from: dict[str, Any] | None = None
+    # Its KPIs (`cockpit.kpis_report.kpi_rows`: utilization, lost time by cause, MTTR,
+    # turnaround, GPU-hours per week) and what changed from its parent or previous run
+    # (`cockpit.diff_report.diff_summary`; empty when it has neither).
+    kpis: dict[str, str] = field(default_factory=dict)
+    compared: dict[str, str] = field(default_factory=dict)
 
 
 # --- building them from the store ------------------------------------------------------
@@ -340,4 +347,6 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
         jobs=jobs,
         changes=tuple(info.get("changes") or ()),
         forked_from=info.get("forked_from"),
+        kpis=kpi_summary(reader, job, until_ts),
+        compared=diff_summary(reader, job, info.get("forked_from"), jobs, until_ts),
     )

@@ -25,6 +25,7 @@ from cockpit.ingest.writer import StoreWriter, WriterBacklogError
 from cockpit.snapshot import Alert, Snapshot
 from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.store.database import IngestResult, Store, StoreError
+from cockpit.store.live_socket import SnapshotServer
 from cockpit.store.queries import StoreReader
 from cockpit.store.retention import RetentionPolicy, apply_retention
 from cockpit.transport.fleet import Fleet
@@ -126,7 +127,8 @@ class LiveSession:
         self.writer = StoreWriter(self.store, on_flush=self._on_flush,
                                   on_error=self._on_store_error,
                                   maintenance=self._maintain,
-                                  maintenance_every=maintenance_every)
+                                  maintenance_every=maintenance_every,
+                                  on_resend=self._resend)
         self.fleet = Fleet(
             hosts,
             high_water=self.writer.high_water,
@@ -135,6 +137,9 @@ class LiveSession:
             options=options,
         )
         self.source = LiveSource(self)
+        # Copies of what is committed for readers in other processes, which DuckDB
+        # keeps out of the file while this one writes it (docs/recordings.md).
+        self.snapshots = SnapshotServer(self.store)
 
     def _maintain(self, store: Store) -> bool:
         """Runs on the writer thread, between flushes: lines arriving meanwhile queue.
@@ -165,10 +170,12 @@ class LiveSession:
 
     def start(self) -> LiveSession:
         self.writer.start()
+        self.snapshots.start()
         self.fleet.start()
         return self
 
     def stop(self) -> None:
+        self.snapshots.stop()  # before the store closes: a copy in progress gives up
         self.fleet.stop()
         self.writer.stop()
         self._closed = True  # a link's late state has nowhere to go now, and is no failure
@@ -270,6 +277,11 @@ class LiveSession:
             self._store_failure = None  # the queued lines went in with this flush
         self._notify()
 
+    def _resend(self, host: str) -> None:
+        """The writer gave up a host's queued lines: its stream restarts from the mark."""
+        if host in self.fleet.links:
+            self.fleet.links[host].reconnect()
+
     def add_chunk_tap(self, fn: Callable[[str, bytes], None]) -> None:
         """`fn(host, chunk)` sees every chunk before it is stored, on the thread that
         reads the stream (for SSH links one thread reads them all, so `fn` must not
@@ -346,8 +358,10 @@ def open_watch(
     accept_new_host_keys: bool,
     job_path: Path | None = None,
     raw_window: float | None = None,
+    options: LinkOptions | None = None,
 ) -> Iterator[LiveSession]:
-    """A started live session over SSH for `cockpit watch` (controllable with a job spec)."""
+    """A started live session over SSH for `cockpit watch` (controllable with a job spec);
+    `options`, when given, replace the ones built from the two host-key arguments."""
     try:
         inventory = _inventory_from(targets)
     except InventoryError as exc:
@@ -358,8 +372,8 @@ def open_watch(
     if store_path is None:
         store_path = default_recording_path("watch")
     extra = [known_hosts] if known_hosts else []
-    options = LinkOptions(known_hosts=KnownHosts(extra_files=extra,
-                                                 accept_new=accept_new_host_keys))
+    options = options or LinkOptions(known_hosts=KnownHosts(extra_files=extra,
+                                                            accept_new=accept_new_host_keys))
     retention = RetentionPolicy(raw_window=raw_window) if raw_window else None
     session = LiveSession(inventory, store_path, options, retention=retention)
     if controller is not None:

@@ -52,7 +52,8 @@ keys may be added):
                       causes of restarts that died before their first step; ended_by: of
                       one not recovered but over, "pause", "stop", "launch", "resume",
                       "relaunch" (the operator's) or "peer" (another host's part ended)
-    alerts          [{ts, kind, severity, code, where, what, hint}]
+    alerts          [{ts, kind, severity, code, where, what, hint, state, last_seen}]
+                    (ts: first seen; state: active, resolved or acknowledged)
     checkpoint      {interval_s, cost_s, mtbf_s, current_interval_s, mtbf_is_lower_bound,
                      advice}
 
@@ -81,6 +82,7 @@ from cockpit.analysis.text import (
 )
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
+from cockpit.report_format import ALERT_HEADER, FORMATS, Rows, Table, render_sections
 from cockpit.snapshot import LrChange, Snapshot
 from cockpit.source import RUNNING_KINDS, SNAPSHOT_BUCKETS, build_snapshot, observed_seconds
 from cockpit.store.database import Store, StoreError
@@ -88,13 +90,11 @@ from cockpit.store.queries import StoreReader
 from cockpit.store.step_time import step_ts
 
 REPORT_VERSION = 1
-FORMATS = ("text", "markdown", "json")
 SPARK_WIDTH = 60  # characters of a trend line
 SPARK = "▁▂▃▄▅▆▇█"
 NA = "n/a"
 # Agent events that say why a job restarted from a checkpoint (`_restart_causes`).
 RESTART_KINDS = ("resume", "recovery", "fork", "relaunch")
-ALERT_HEADER = ("severity", "kind", "code", "where", "what", "try")
 
 
 def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = None,
@@ -302,8 +302,6 @@ def _json_safe(value: Any) -> Any:
 
 # --- text and Markdown ---------------------------------------------------------------
 
-Rows = list[tuple[str, str]]
-Table = tuple[tuple[str, ...], list[tuple[str, ...]]]
 
 
 def _when(ts: float | None) -> str:
@@ -354,7 +352,7 @@ def _title(d: dict[str, Any]) -> str:
 def _idle_note(state: str) -> str:
     """GPU busy is read at the report's instant: after the job ended its GPUs idle."""
     return {"exited": " (now: the job has exited)", "finished": " (now: the job has finished)",
-            "paused": " (now: the job is paused)",
+            "paused": " (now: the job is paused)", "stopped": " (now: the job was stopped)",
             "failed": " (now: the job failed)"}.get(state, "")
 
 
@@ -485,7 +483,9 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     )
     alerts: Table = (
         ALERT_HEADER,
-        [(a["severity"], a["kind"], a["code"], a["where"], a["what"], a["hint"])
+        # A resolved (over) or acknowledged alert says so beside its severity.
+        [(a["severity"] + ("" if a.get("state", "active") == "active" else f" ({a['state']})"),
+          a["kind"], a["code"], a["where"], a["what"], a["hint"])
          for a in d["alerts"]],
     )
     return [
@@ -502,60 +502,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
     ]
 
 
-def _render(sections: list[tuple[str, Rows, list[Table]]], *, markdown: bool,
-            title: str) -> str:
-    # Job and host names, alerts, events and run fields come from the hosts: every
-    # row and cell as `printable` shows it, so no escape sequence reaches the terminal.
-    title = printable(title)
-    sections = [(name, [(printable(k), printable(v)) for k, v in rows],
-                 [(header, [tuple(printable(c) for c in row) for row in body])
-                  for header, body in tables]) for name, rows, tables in sections]
-    out = [f"# {title}" if markdown else title, ""]
-    if not markdown:
-        out[0:1] = [title, "=" * len(title)]
-    for name, rows, tables in sections:
-        out.append(f"## {name}" if markdown else name.upper())
-        if markdown:
-            if rows:
-                out += ["", "| | |", "|---|---|"]
-                out += [f"| {_md(k)} | {_md(v)} |" for k, v in rows]
-            for header, body in tables:
-                out += ["", "| " + " | ".join(header) + " |",
-                        "|" + "---|" * len(header)]
-                out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in body]
-        else:
-            width = max((len(k) for k, _ in rows), default=0)
-            out += [f"  {k:<{width}}  {v}" for k, v in rows]
-            for header, body in tables:
-                out += _alert_blocks(body) if header == ALERT_HEADER else _text_table(header, body)
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
-
-
-def _alert_blocks(body: list[tuple[str, ...]]) -> list[str]:
-    """Alerts are too wide for a table in a terminal: one short block each."""
-    lines = []
-    for severity, kind, code, where, what, hint in body:
-        lines += [f"  {severity.upper()} {kind} {code} @ {where}", f"    {what}",
-                  f"    try: {hint}"]
-    return lines
-
-
-def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _text_table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
-    lines = ["  " + "  ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True))]
-    lines += ["  " + "  ".join(f"{c!s:<{w}}" for c, w in zip(row, widths, strict=True))
-              for row in body]
-    return [line.rstrip() for line in lines]
-
-
-# The renderer of sections of (name, rows, tables), for other headless reports
-# (`cockpit.kpis_report`, `cockpit.diff_report`) to print as this one does.
-render_sections = _render
+_render = render_sections
 
 __all__ = ["FORMATS", "REPORT_VERSION", "collect", "render_report", "render_sections",
            "sparkline"]

@@ -189,6 +189,10 @@ class Alert:
     where: str  # "host a / gpu 3 / rank 5 / step 1200"
     what: str
     hint: str
+    # "active" (the condition holds), "resolved" (it happened and is over: a recovered
+    # interruption stays listed), "acknowledged" (the operator has seen it: `x` in Alerts).
+    state: str = "active"
+    last_seen: float | None = None  # newest time the condition was seen (None: `ts`)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cockpit.analysis import alerts as rules
+from cockpit.analysis import signal_alerts
 from cockpit.analysis.checkpoint_interval import advise
 from cockpit.analysis.divergence import (
     BestValidation,
@@ -40,6 +41,7 @@ from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
 from cockpit.analysis.eta import estimate_eta, progress_fraction
 from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.lifecycle import (
+    ENDED_STATES,
     event_data,
     exit_reading,
     failure_reading,
@@ -364,7 +366,8 @@ def _evals(reader: StoreReader, job: str, until_ts: float | None, buckets: int,
     )
 
 
-TRAIN_SERIES = ("loss", "lr", "loss_scale", "step_time")  # what the panes draw per step
+# What the panes draw per step (and the gradient norm, which the alerts watch).
+TRAIN_SERIES = ("loss", "lr", "loss_scale", "grad_norm", "step_time")
 
 
 def _train_series(reader: StoreReader, job: str | None, train: TrainView,
@@ -377,7 +380,7 @@ def _train_series(reader: StoreReader, job: str | None, train: TrainView,
     if job is None or train.newest is None:
         return {}
     where: dict[str, Any] = {"job": job}
-    columns = TRAIN_SERIES[:3]
+    columns = TRAIN_SERIES[:4]
     if train.ref_rank is not None:
         where["rank"] = train.ref_rank
         columns = TRAIN_SERIES
@@ -743,6 +746,44 @@ def _first_seen(reader: StoreReader, job: str | None, alerts: Sequence[Alert],
     return out
 
 
+def _signal_alerts(reader: StoreReader, job: str | None, until_ts: float | None,
+                   fr: Frontiers, train: TrainView, series: Mapping[str, Series],
+                   effect: Effect, incidents: Sequence[Interruption], at: float
+                   ) -> list[Alert]:  # fmt: skip
+    """Each interruption with its cause, where and what to try (resolved ones too), and
+    the slow training signals (loss scale, gradient norm, plateau)."""
+    if job is None:
+        return []
+    events = [e for e in _lifecycle_events(reader, job, fr, until_ts)
+              if e.get("kind") == "interruption" and e.get("job") == job]
+    memory: dict[str, tuple[float, float]] = {}
+    for e in events:
+        if event_data(e).get("cause") == "oom" and e.get("host"):
+            host, when = str(e["host"]), float(e.get("ts") or at)
+            memory[host] = reader.memo(f"oom-memory:{host}:{when}", when,
+                                       lambda host=host, when=when: _peak_memory(
+                                           reader, host, when))
+    micro = [int(r["samples"]) // max(int(r.get("steps") or 1), 1) for r in train.latest
+             if isinstance(r.get("samples"), int) and r["samples"] > 0]
+    return [
+        *signal_alerts.interruption_alerts(
+            events, incidents, now=at, micro_batch=max(micro) if micro else None,
+            memory={h: m for h, m in memory.items() if m is not None}),
+        *signal_alerts.loss_scale_alerts(series.get("loss_scale", Series()), now=at),
+        *signal_alerts.grad_norm_alerts(series.get("grad_norm", Series()), now=at),
+        *signal_alerts.plateau_alerts(effect.train_loss_ema, now=at),
+    ]
+
+
+def _peak_memory(reader: StoreReader, host: str, until: float) -> tuple[float, float] | None:
+    """The most GPU memory any GPU of `host` held up to `until`, and its total."""
+    used, total = reader.series_columns("gpu", ("mem_used", "mem_total"), where={"host": host},
+                                        x="ts", buckets=1, until_ts=until)
+    peaks = [v for v in used.hi if v is not None]
+    totals = [v for v in total.hi if v is not None]
+    return (max(peaks), max(totals)) if peaks and totals else None
+
+
 def _first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],
                        until_ts: float | None) -> dict[str, tuple[float, int]]:
     """Read only when a host has had a record rejected or stored without some values:
@@ -893,7 +934,7 @@ def build_snapshot(
                                  _rank0_note(kept_from, world) if kept_from is not None
                                  else _lagging_note(train, figures, world))
         others = [j for j in training if j != job]
-        if progress.state in ("paused", "exited", "finished", "failed") and others:
+        if progress.state in ENDED_STATES and others:
             # The hosts' GPUs now work for another job: their use is not this one's.
             efficiency = dataclasses.replace(
                 efficiency, gpu_busy=None,
@@ -971,6 +1012,8 @@ def build_snapshot(
         rules.rejected_alerts(hosts, _first_wire_errors(reader, hosts, until_ts)),
         rules.stall_alerts(stall, now=at,
                            since=float(train.newest["ts"]) if train.newest else None),
+        _signal_alerts(reader, job, until_ts, fr, train, series, found.effect,
+                       health.interruptions, at),
     )
     if until_ts is None and not reader.static:  # live: a replay must read the same twice
         alerts = rules.merge(_first_seen(reader, job, alerts, at))

@@ -19,11 +19,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cockpit.analysis.lifecycle import ended
+from cockpit.analysis.lifecycle import ended, newest_in_effect, took_effect
 from cockpit.analysis.ranks import StepSample, step_walls
 from cockpit.store.earlier_runs import launched_again_as
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_base import FULL_READ_EVERY
+from cockpit.store.queries_events import LIFECYCLE_KINDS
 from cockpit.store.queries_train import (
     LATEST_STEP_WINDOWS,
     STEP_COLUMNS,
@@ -335,7 +336,16 @@ def _ended_after(event: Mapping[str, Any] | None, last_step_ts: float) -> bool:
 
 def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,
                   until_ts: float | None) -> Mapping[str, Any] | None:
-    """`job`'s newest lifecycle event, read once per change of the event table (the
-    training set and the job's state both ask)."""
-    return reader.memo(f"lifecycle:{job}", (job, fr.key("event")),
-                       lambda: reader.lifecycle(job, until_ts=until_ts, frontiers=fr))
+    """`job`'s newest lifecycle event that took effect (`newest_in_effect`: not an
+    operation that failed), read once per change of the event table (the training set
+    and the job's state both ask)."""
+
+    def read() -> Mapping[str, Any] | None:
+        newest = reader.lifecycle(job, until_ts=until_ts, frontiers=fr)
+        if newest is None or took_effect(newest):
+            return newest
+        # Rare (an operation failed last): the job is as the events before it left it.
+        return newest_in_effect(e for e in reader.rare_events(LIFECYCLE_KINDS, job, until_ts)
+                                if e.get("job") == job)
+
+    return reader.memo(f"lifecycle:{job}", (job, fr.key("event")), read)

@@ -2,12 +2,13 @@
 
 Rates (disk and network bytes/s, CPU %) are differences between two samples, so the
 first sample reports them as None (n/a) rather than a made-up zero. Without psutil the
-sampler says so (`available` is False) and produces nothing.
+sampler says so (`available` is False) and samples only load and disk, the rest None.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -64,7 +65,7 @@ class HostSampler:
 
     def sample(self, pid_ranks: Optional[Mapping[int, Optional[int]]] = None) -> Optional[dict]:
         if not self.available:
-            return None
+            return self._without_psutil()
         ps = self.psutil
         now = self._clock()
         cpu = ps.cpu_percent(interval=None)
@@ -95,6 +96,27 @@ class HostSampler:
             "net_rx": self._rate("net_rx", rx, now),
             "net_tx": self._rate("net_tx", tx, now),
             "procs": self._job_procs(pid_ranks or {}),
+        }
+
+    def _without_psutil(self) -> dict:
+        """What the standard library gives (load, the disk), the rest None: a host with
+        no psutil and no GPU still sends a record every interval, so its link never
+        goes stale for want of anything to say."""
+        try:
+            load1, load5, load15 = os.getloadavg()
+        except (OSError, AttributeError):
+            load1 = load5 = load15 = None
+        try:
+            usage = shutil.disk_usage(self.disk_path)
+            disk_used, disk_total = usage.used, usage.total
+        except OSError:
+            disk_used = disk_total = None
+        return {
+            "cpu": None, "load1": load1, "load5": load5, "load15": load15,
+            "mem_used": None, "mem_total": None, "swap_used": None, "swap_total": None,
+            "disk_path": self._mount, "disk_used": disk_used, "disk_total": disk_total,
+            "disk_read": None, "disk_write": None, "net_rx": None, "net_tx": None,
+            "procs": [],
         }
 
     def _disk_io(self) -> Tuple[Optional[float], Optional[float]]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cockpit.analysis import throttle as throttle_bits
+from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
 from cockpit.analysis.text import counted, duration, where_text
@@ -26,6 +27,7 @@ SEVERITY_RANK = {CRITICAL: 0, WARNING: 1, INFO: 2}
 
 # NVML clocks-event-reason bits (nvmlClocksEventReason*).
 
+# Defaults; the rules read `alert_config.current()` (an `[alerts]` file may set others).
 DISK_WARN, DISK_CRIT = 0.90, 0.97
 MEM_WARN = 0.95
 STALE_AFTER_S = 30.0
@@ -143,9 +145,9 @@ def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> 
                 "host_" + state.replace("-", "_"),
                 {"host": name},
                 f"link to host is {state}" + (f": {detail}" if detail else ""),
-                _link_hint(state),
+                _link_hint(state, str(detail or "")),
             ))
-        elif last is not None and now - last > STALE_AFTER_S:
+        elif last is not None and now - last > limits().host_silent_s:
             out.append(_alert(
                 last, RESOURCE, WARNING, "host_stale", {"host": name},
                 f"no record from this host for {duration(now - last)}",
@@ -155,16 +157,17 @@ def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> 
     for s in samples:
         where = {"host": s.get("host")}
         disk = _frac(s.get("disk_used"), s.get("disk_total"))
-        if disk is not None and disk >= DISK_WARN:
+        if disk is not None and disk >= limits().disk_warn:
             out.append(_alert(
-                s.get("ts") or now, RESOURCE, CRITICAL if disk >= DISK_CRIT else WARNING,
+                s.get("ts") or now, RESOURCE,
+                CRITICAL if disk >= limits().disk_critical else WARNING,
                 "disk_nearly_full", where,
                 f"disk {s.get('disk_path') or ''} {100 * disk:.0f}% full".replace("  ", " "),
                 "free space or move old checkpoints off this filesystem: a checkpoint that "
                 "fails to write loses all work since the previous one",
             ))
         mem = _frac(s.get("mem_used"), s.get("mem_total"))
-        if mem is not None and mem >= MEM_WARN:
+        if mem is not None and mem >= limits().memory_warn:
             out.append(_alert(
                 s.get("ts") or now, RESOURCE, WARNING, "memory_pressure", where,
                 f"host memory {100 * mem:.0f}% used",
@@ -174,7 +177,12 @@ def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> 
     return out
 
 
-def _link_hint(state: str) -> str:
+def _link_hint(state: str, detail: str = "") -> str:
+    if detail.startswith("jump host "):  # the bastion is down, not this host
+        return ("the jump host named above is down or unreachable: check it; every host "
+                "behind it is out until it answers, and their agents keep recording")
+    if state == "hostkey-unknown":
+        return "verify the host key out of band, then `cockpit hosts trust HOST`"
     if state.startswith("hostkey"):
         return "verify the host key out of band, then update known_hosts"
     if state == "auth-failed":
@@ -190,7 +198,7 @@ def data_alerts(
 ) -> list[Alert]:
     """`worst`: (rank, host, data share 0..1) of the most data-starved rank."""
     out = []
-    if data_wait_pct is not None and data_wait_pct >= DATA_WAIT_WARN_PCT:
+    if data_wait_pct is not None and data_wait_pct >= limits().data_wait_warn_pct:
         where: dict[str, object] = {}
         if worst is not None:
             where = {"host": worst[1], "rank": worst[0]}

@@ -9,6 +9,11 @@ from typing import Any
 # Newest lifecycle event kinds after which a job's processes are gone (a pause that
 # failed is not one: the job keeps running).
 ENDING_KINDS = frozenset({"job_exited", "pause"})
+STOPPED_CAUSE = "stopped on request"
+# Job states in which its processes are gone and stay gone until an operator acts: the
+# agent's own words (agent.job FINISHED, STOPPED, FAILED, PAUSED) and "exited" (it ended
+# early or badly and its agent is not restarting it).
+ENDED_STATES = ("finished", "stopped", "failed", "exited", "paused")
 
 
 def event_data(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -27,8 +32,29 @@ def paused(event: Mapping[str, Any]) -> bool:
     return event.get("kind") == "pause" and event_data(event).get("ok") is not False
 
 
+def took_effect(event: Mapping[str, Any]) -> bool:
+    """Whether a lifecycle event changed the job's state: an operation the agent refused
+    or could not carry out (a pause with no checkpoint, a resume of a running job) says
+    `ok: false` and leaves the job as the event before it left it."""
+    return event_data(event).get("ok") is not False
+
+
+def newest_in_effect(events: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The newest lifecycle event that took effect (`took_effect`), or None: a pause
+    pressed as the job reached its last step fails after the job's exit, and read as
+    the newest event it kept a finished job "running"."""
+    newest = None
+    for event in sorted(events, key=_order):
+        if took_effect(event):
+            newest = event
+    return newest
+
+
 def ended(event: Mapping[str, Any] | None) -> bool:
-    """Whether the job's processes stopped with this event (it exited or was paused)."""
+    """Whether the job's processes stopped with this event (it exited or was paused, or
+    failed and its agent is not restarting it)."""
+    if event is not None and gave_up(event):
+        return True
     if event is None or event.get("kind") not in ENDING_KINDS:
         return False
     return event.get("kind") == "job_exited" or paused(event)
@@ -46,13 +72,15 @@ def exit_reading(events: Iterable[Mapping[str, Any]],
     """
     newest: dict[str, Mapping[str, Any]] = {}
     for event in sorted(events, key=_order):
-        newest[str(event.get("host"))] = event
+        if took_effect(event):  # a pause that failed after the exit changed nothing
+            newest[str(event.get("host"))] = event
     exits = sorted((e for e in newest.values() if e.get("kind") == "job_exited"), key=_order)
     early = percent is not None and percent < 1.0
     troubled = [e for e in exits if not _clean_exit(e)]
     causes = [cause for cause in map(_exit_cause, troubled) if cause]
     if causes:  # the first host to end badly says why the job ended
-        return "exited", causes[0]
+        # The operator's stop is the agent's "stopped", whatever step it ended at.
+        return ("stopped" if causes[0] == STOPPED_CAUSE else "exited"), causes[0]
     if early:
         return "exited", "exited before its end"
     if troubled or not exits:
@@ -100,7 +128,7 @@ def _exit_cause(event: Mapping[str, Any]) -> str | None:
     data = event_data(event)
     ended_for = data.get("ended_for")
     if ended_for == "stop":
-        return "stopped on request"
+        return STOPPED_CAUSE
     if isinstance(ended_for, str) and ended_for:
         return f"ended by its agent ({ended_for})"
     code = data.get("returncode")

@@ -43,6 +43,9 @@ checked spec becomes, per host, the JSON the agent's `launch` op takes
     k = 3.0                             # × the median step time
     floor = 10.0                        # s, never less (keep it below the NCCL timeout)
     startup = 600.0                     # s allowed before the first step
+
+    [launcher]                          # kind = "slurm": Slurm allocates the nodes and
+    kind = "slurm"                      # `hosts` is left out (docs/slurm.md)
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from typing import Any
 
 import tomllib
 
+from agent.checkpoints import RESUME_ENV
 from agent.control_inbox import OpError
 from agent.launch import ENV_NAME, MAX_NPROC_PER_NODE, check_job_name, finite, nul_field
 from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
@@ -74,6 +78,10 @@ _TABLES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "recovery": {"restart_budget": int, "backoff": (int, float), "backoff_max": (int, float),
                  "exclude_on": list},
     "hang": {"k": (int, float), "floor": (int, float), "startup": (int, float)},
+    # Checked in full by cockpit.control.slurm (the launcher that reads them).
+    "launcher": {"kind": str, "partition": str, "nodes": int, "gpus_per_node": int,
+                 "time_limit": str, "account": str, "qos": str, "extra_sbatch": list,
+                 "signal_seconds": int, "login": str},
 }
 _ENDPOINT = re.compile(r"^([^\s:\[\]]+):(\d+)$")
 _NNODES = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
@@ -88,6 +96,10 @@ RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
 _MINIMUM = {"pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0, "hang.k": 0.001,
             "hang.floor": 0.001, "hang.startup": 0.001, "recovery.backoff": 0.0,
             "recovery.backoff_max": 0.0}  # fmt: skip
+# The agent's own variables for the trainer (its run dir, job, checkpoint dir, resume
+# path, timeouts): a spec that set one would point the trainer's spool, checkpoints or
+# resume at another place than the agent watches, so `[env]` may not.
+AGENT_ENV_PREFIX = "COCKPIT_"
 # What `override_args` is filled with, by plain string replacement (agent.launch.argv).
 _PLACEHOLDERS = ("{key}", "{value}")
 
@@ -140,6 +152,8 @@ class JobSpec:
     rdzv_keep_alive: int | None = None
     exclude_on: tuple[str, ...] = (GPU_FAULT,)
     source: str = "<spec>"
+    # `[launcher]` as written (kind "slurm": cockpit.control.slurm); empty: agents over SSH.
+    launcher: dict[str, Any] = field(default_factory=dict)
 
     @property
     def elastic(self) -> bool:
@@ -293,6 +307,10 @@ def parse_jobspec(text: str, source: str = "<spec>",
                 if key == "env":
                     if not ENV_NAME.match(sub):
                         raise fail(dotted, "not a valid environment variable name")
+                    if sub.upper().startswith(AGENT_ENV_PREFIX):
+                        raise fail(dotted, f"{AGENT_ENV_PREFIX}* variables are set by the "
+                                   "agent for the trainer (run dir, job, checkpoints); "
+                                   "[env] may not set them")
                     if not isinstance(sub_value, str):
                         raise fail(dotted, f"must be a string, got {_kind(sub_value)}")
                     continue
@@ -363,8 +381,13 @@ def parse_jobspec(text: str, source: str = "<spec>",
         return value
 
     name = folder_name("name", need("name", str))
-    hosts = need("hosts", list)
-    if not hosts or not all(isinstance(h, str) and h for h in hosts):
+    # A Slurm job's hosts are whatever nodes Slurm allocates (cockpit.control.slurm).
+    slurm = data.get("launcher", {}).get("kind") == "slurm"
+    if "launcher" in data and not slurm:
+        raise fail("launcher.kind", "must be \"slurm\" (without [launcher], the agents "
+                   "start the job over SSH)")
+    hosts = need("hosts", list, [] if slurm else ...)
+    if not (hosts or slurm) or not all(isinstance(h, str) and h for h in hosts):
         raise fail("hosts", "must be a non-empty list of host names")
     for host in hosts:  # the agent makes a folder of each (RUN_DIR/nodes/HOST)
         folder_name("hosts", host)
@@ -437,6 +460,11 @@ def parse_jobspec(text: str, source: str = "<spec>",
     resume_env = resume.get("env")
     if resume_env is not None and not ENV_NAME.match(resume_env):
         raise fail("resume.env", f"{resume_env!r} is not an environment variable name")
+    if (resume_env is not None and resume_env != RESUME_ENV
+            and resume_env.upper().startswith(AGENT_ENV_PREFIX)):
+        raise fail("resume.env", f"{resume_env!r}: {AGENT_ENV_PREFIX}* variables are set by "
+                   f"the agent (the resume path is always in {RESUME_ENV}); name the "
+                   "trainer's own variable")
     override_args = str_list("override_args", need("override_args", (list, str),
                                                    ["--set", "{key}={value}"]))
     _check_override_template(override_args, lambda what: fail("override_args", what))
@@ -537,7 +565,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
         min_nodes=min_nodes, max_nodes=max_nodes, spares=tuple(spares),
         resume_newest=resume_newest, rdzv_host=rdzv_host if elastic else rdzv.get("host"),
         rdzv_last_call=rdzv.get("last_call"), rdzv_keep_alive=rdzv.get("keep_alive"),
-        exclude_on=tuple(exclude_on), source=source,
+        exclude_on=tuple(exclude_on), source=source, launcher=dict(data.get("launcher", {})),
     )  # fmt: skip
 
 

@@ -29,7 +29,13 @@ from cockpit.control.controller import (
     check_elastic,
     missed_hosts_text,
 )
-from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec, with_inventory_spares
+from cockpit.control.jobspec import (
+    JobSpec,
+    JobSpecError,
+    load_jobspec,
+    name_problem,
+    with_inventory_spares,
+)
 from cockpit.errors import CockpitError
 from cockpit.live import LiveSession
 from cockpit.store.queries import StoreReader
@@ -312,6 +318,9 @@ def check_fork_target(spec: JobSpec, target: str) -> None:
     """Refuse, before any host is dialled, a `--fork-of-job` that the spec's job cannot
     address: only its forks (named JOB-fork-… by `cockpit fork` or the screen) share
     its hosts and run dir layout, so only they can be operated without a spec file."""
+    problem = name_problem(target)
+    if problem is not None:  # the agent makes folders and files of a job's name
+        raise CockpitError(f"--fork-of-job: {problem}")
     probe = Controller(spec, lambda _host, _op: None)
     if target == spec.name or probe.controller_for(target) is None:
         raise CockpitError(f"--fork-of-job {target}: not a fork of job {spec.name} (its forks "

@@ -17,9 +17,16 @@ when flushes get expensive the writer waits longer between them: at least
 something; the live UI uses it as its "data arrived" signal. `on_error(exc)` gets
 failures of a flush (a full disk, say). A failed batch is kept and retried with the next
 flush, because later seqs from the same host would otherwise raise its high-water mark
-past the failed range and it would never be asked for again; only when the backlog
-passes `max_backlog_lines` is the oldest batch given up, and that is reported as a
-`WriterBacklogError`.
+past the failed range and it would never be asked for again. When the backlog passes
+`max_backlog_lines` the oldest batch is given up, reported as a `WriterBacklogError`,
+and so is everything queued after it from the same hosts, until each host's stream
+restarts from its committed mark (`on_resend(host)` asks for that; the writer takes the
+host's lines again from a stream header that starts at or below the mark): a mark never
+moves past lines that were dropped, so they are fetched again rather than lost.
+
+A host whose lines fail even when the store takes each host alone (`Store.ingest_many`
+reports it in `IngestResult.failed`) costs only itself: its lines are kept and retried,
+each flush in a transaction of their own, while every other host's lines are stored.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ import threading
 import time
 from collections.abc import Callable
 
+import orjson
+
 from cockpit.ingest.route import Grouped, pregroup
-from cockpit.store.database import IngestResult, Store
+from cockpit.store.database import IngestResult, Store, merge_results
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,13 @@ class WriterBacklogError(RuntimeError):
     """The store kept failing and queued lines had to be dropped."""
 
 
+class HostStoreError(RuntimeError):
+    """One host's lines could not be stored while other hosts' were."""
+
+
+Entry = tuple[str, bytes, Grouped | None]
+
+
 class StoreWriter:
     def __init__(
         self,
@@ -61,6 +77,7 @@ class StoreWriter:
         max_backlog_lines: int = 2_000_000,
         max_interval: float = DEFAULT_MAX_INTERVAL,
         quiet_factor: float = DEFAULT_QUIET_FACTOR,
+        on_resend: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.on_flush = on_flush
@@ -73,7 +90,7 @@ class StoreWriter:
         self.max_interval = max(max_interval, interval)
         self.quiet_factor = quiet_factor
         self._last_flush_s = 0.0
-        self._pending: list[tuple[str, bytes, Grouped | None]] = []
+        self._pending: list[Entry] = []
         self._lines = 0
         self._pending_bytes = 0
         self._cond = threading.Condition()
@@ -81,6 +98,13 @@ class StoreWriter:
         self._thread: threading.Thread | None = None
         self.flushes = 0
         self.errors = 0
+        self.on_resend = on_resend
+        # Hosts whose queued lines were given up: their lines are refused until a stream
+        # header from at most their mark (`_takes`); and those still to be asked for that.
+        self._gapped: set[str] = set()
+        self._resend: set[str] = set()
+        self._suspects: set[str] = set()  # hosts that failed alone: stored on their own
+        self.discarded_lines = 0  # lines of gapped hosts refused (fetched again later)
 
     def start(self) -> StoreWriter:
         self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
@@ -104,7 +128,10 @@ class StoreWriter:
                 log.warning("store writer: grouping a chunk from %s ahead failed: %s",
                             host, exc)
         lines = chunk.count(b"\n")
-        with self._cond:
+        with self._cond:  # (a gap is opened under this lock: checked under it too)
+            if host in self._gapped and not self._takes(host, chunk):
+                self.discarded_lines += lines
+                return
             self._pending.append((host, chunk, grouped))
             self._lines += lines
             self._pending_bytes += len(chunk)
@@ -168,36 +195,104 @@ class StoreWriter:
             if stopping:
                 return
 
-    def _commit(self, batch: list[tuple[str, bytes, Grouped | None]]) -> IngestResult | None:
+    def _takes(self, host: str, chunk: bytes) -> bool:
+        """Whether a chunk of a gapped host starts a stream from at most its committed
+        mark (which then ends the gap): the restart `on_resend` asked for, or any other
+        reconnect, which also asks from the mark."""
+        if not chunk.startswith(b'{"t":"stream"'):
+            return False
+        try:
+            header = orjson.loads(chunk.split(b"\n", 1)[0])
+        except orjson.JSONDecodeError:
+            return False
+        start = header.get("from") if isinstance(header, dict) else None
+        if not isinstance(start, int) or isinstance(start, bool):
+            return False
+        if start > self.store.high_water(host):
+            return False
+        self._gapped.discard(host)
+        return True
+
+    def _commit(self, batch: list[Entry]) -> IngestResult | None:
+        """Store `batch`: the suspects' lines each in a flush of their own, the rest in
+        one; what fails is queued again. What was stored, or None when nothing was."""
+        self._ask_resend()
         if not batch:
             return None
-        try:
-            result = self.store.ingest_many(batch)
-        except Exception as exc:
-            self.errors += 1
-            self.on_error(exc)
-            self._requeue(batch)
-            return None
-        self.flushes += 1
-        if self.on_flush is not None and (result.stored or result.malformed
-                                          or result.journal_resets):
-            self._guarded(self.on_flush, result)
-        return result
+        parts = [[e for e in batch if e[0] not in self._suspects]]
+        parts += [[e for e in batch if e[0] == host]
+                  for host in sorted({e[0] for e in batch} & self._suspects)]
+        retry: set[int] = set()  # ids of the entries to queue again
+        results: list[IngestResult] = []
+        for part in parts:
+            if not part:
+                continue
+            try:
+                result = self.store.ingest_many(part)
+            except Exception as exc:
+                self.errors += 1
+                host = part[0][0]
+                if host in self._suspects:
+                    exc = HostStoreError(f"host {host}: its lines still cannot be stored "
+                                         f"({type(exc).__name__}: {exc}); kept and retried")
+                self.on_error(exc)
+                retry.update(id(e) for e in part)
+                continue
+            failed = dict(result.failed)
+            for host, error in failed.items():
+                self.errors += 1
+                self._suspects.add(host)
+                self.on_error(HostStoreError(
+                    f"host {host}: its lines could not be stored ({error}); they are kept "
+                    "and retried on their own, the other hosts' lines were stored"))
+            retry.update(id(e) for e in part if e[0] in failed)
+            self._suspects -= {e[0] for e in part} - set(failed)
+            self.flushes += 1
+            results.append(result)
+            if self.on_flush is not None and (result.stored or result.malformed
+                                              or result.journal_resets):
+                self._guarded(self.on_flush, result)
+        if retry:
+            self._requeue([e for e in batch if id(e) in retry])
+        self._ask_resend()
+        return merge_results(results) if results else None
 
-    def _requeue(self, batch: list[tuple[str, bytes, Grouped | None]]) -> None:
+    def _ask_resend(self) -> None:
+        if not self._resend:
+            return
+        with self._cond:
+            hosts, self._resend = sorted(self._resend), set()
+        for host in hosts:
+            if self.on_resend is not None:
+                self._guarded(self.on_resend, host)
+
+    def _requeue(self, batch: list[Entry]) -> None:
         lines = sum(chunk.count(b"\n") for _, chunk, _ in batch)
         with self._cond:
             if self._lines + lines > self.max_backlog_lines:
-                hosts = sorted({host for host, _, _ in batch})
-                self.on_error(WriterBacklogError(
-                    f"the store kept failing; dropped {lines} queued lines from "
-                    f"{', '.join(hosts)} (backlog limit {self.max_backlog_lines} lines)"
-                ))
-                return
-            # Queued as they came: a backlog must not also hold every line grouped.
-            self._pending[:0] = [(host, chunk, None) for host, chunk, _ in batch]
-            self._lines += lines
-            self._pending_bytes += sum(len(chunk) for _, chunk, _ in batch)
+                hosts = {host for host, _, _ in batch}
+                # What came after the dropped lines would move the marks past them.
+                later = [e for e in self._pending if e[0] in hosts]
+                self._pending = [e for e in self._pending if e[0] not in hosts]
+                later_lines = sum(chunk.count(b"\n") for _, chunk, _ in later)
+                self._lines -= later_lines
+                self._pending_bytes -= sum(len(chunk) for _, chunk, _ in later)
+                self._gapped |= hosts
+                self._resend |= hosts
+                self.discarded_lines += lines + later_lines
+                error = WriterBacklogError(
+                    f"the store kept failing; dropped {lines + later_lines} queued lines "
+                    f"from {', '.join(sorted(hosts))} (backlog limit "
+                    f"{self.max_backlog_lines} lines); their streams restart from the "
+                    "recording's mark to send them again")
+            else:
+                error = None
+                # Queued as they came: a backlog must not also hold every line grouped.
+                self._pending[:0] = [(host, chunk, None) for host, chunk, _ in batch]
+                self._lines += lines
+                self._pending_bytes += sum(len(chunk) for _, chunk, _ in batch)
+        if error is not None:
+            self.on_error(error)
 
     @staticmethod
     def _log_error(exc: Exception) -> None:
@@ -210,3 +305,4 @@ class StoreWriter:
             self.errors += 1
             self.on_error(exc)
             return None
+

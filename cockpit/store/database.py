@@ -29,11 +29,19 @@ connected after the reset, asked `--from` that mark) skipped the new journal's f
 records: the host is then reported in `IngestResult.journal_resets`, and its stream
 must be restarted from 0 to get them.
 
+What a host sends is untrusted (`cockpit.ingest.bounds`): seqs, times and steps out of
+range make their records malformed, a stream header's `from` past what this store holds
+of the journal is refused, and a flush that fails even line by line is retried host by
+host, so one host's data never fails or rolls back another's (`IngestResult.failed`).
+
 Unknown fields can only come from an agent newer than this code (the protocol defines
 every field of a version), so the check for them, which costs as much as the insert,
 runs for hosts whose stream header announced a newer protocol or that sent no header;
 `check_fields="always"` runs it for every line. A line with unknown fields is stored
 typed as usual and also copied whole into `other` with `t` = "<type>+extra".
+
+(A long module: every write to the recording goes through one lock and one set of
+in-memory marks, which must change only with the commits that move them.)
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import duckdb
 import psutil
 
 from agent.protocol import PROTOCOL_VERSION
+from cockpit.ingest.bounds import OFFSET_MAX, SEQ_MAX, seq_ok
 from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
 from cockpit.store import schema
 from cockpit.store.earlier_runs import (
@@ -207,6 +216,27 @@ class IngestResult:
     # (job, the name its earlier run was filed under) for each job launched afresh over
     # an earlier run (`cockpit.store.earlier_runs`).
     filed_runs: tuple[tuple[str, str], ...] = ()
+    # (host, error) of each host whose lines could not be stored while the others' were
+    # (`Store.ingest_many`): nothing of it was written and its mark did not move.
+    failed: tuple[tuple[str, str], ...] = ()
+
+
+def merge_results(results: list[IngestResult]) -> IngestResult:
+    """Several flushes' results (one per host, or per group of hosts) as one."""
+    by_type: Counter[str] = Counter()
+    for result in results:
+        by_type.update(result.by_type)
+    return IngestResult(
+        stored=sum(r.stored for r in results),
+        duplicates=sum(r.duplicates for r in results),
+        malformed=sum(r.malformed for r in results),
+        max_seq=results[-1].max_seq if results else 0,
+        by_type=dict(by_type),
+        by_host={h: n for r in results for h, n in r.by_host.items()},
+        journal_resets=tuple(h for r in results for h in r.journal_resets),
+        filed_runs=tuple(f for r in results for f in r.filed_runs),
+        failed=tuple(f for r in results for f in r.failed),
+    )
 
 
 @dataclass(frozen=True)
@@ -367,7 +397,7 @@ class Store:
             return duckdb.connect(str(self.path), read_only=self.read_only)
         except duckdb.IOException as exc:
             text = str(exc)
-            if "lock" in text.lower():
+            if "could not set lock" in text.lower() or "conflicting lock" in text.lower():
                 # DuckDB names the holder as "in PROGRAM (PID n). See also URL": the
                 # program and its pid are what the operator needs.
                 holder = text.split("Conflicting lock is held in", 1)[-1].strip()
@@ -380,7 +410,7 @@ class Store:
                     "that cockpit first, or copy the file together with its write-ahead log "
                     f"({self.path.name}.wal, which holds the newest rows) and open the copy."
                 ) from None
-            if "could not read enough bytes" in text.lower():
+            if "could not read enough bytes" in text.lower() or "corrupt" in text.lower():
                 raise StoreDamagedError(damaged(self.path, exc)) from None
             raise StoreError(f"cannot open the recording {self.path}: {text}") from None
         except duckdb.Error as exc:
@@ -538,6 +568,12 @@ class Store:
         A chunk may come with its lines already grouped (`route.pregroup`, done by the
         writer's callers as chunks arrive); a host whose chunks all are is stored from
         those groups without routing its lines here.
+
+        One host's data cannot cost another host its records: when the flush fails even
+        line by line (`careful`), each host is stored in a transaction of its own, and
+        the hosts that still fail are reported in `IngestResult.failed` (nothing of
+        theirs written, their marks unmoved) while the others commit. Only when every
+        host fails (the store itself: a full disk) does this raise.
         """
         self._writable()
         per_host: dict[str, _HostBatch] = {}
@@ -553,8 +589,13 @@ class Store:
                 self._scratch = Scratch()
             try:
                 result, marks = self._write(items, careful=False)
-            except duckdb.Error:
-                result, marks = self._write(items, careful=True)
+            except Exception:  # retried line by line, then host by host
+                try:
+                    result, marks = self._write(items, careful=True)
+                except Exception:
+                    if len(items) == 1:
+                        raise
+                    result, marks = self._write_each(items)
             for host, mark in marks.items():
                 mark.malformed = mark.lost = 0
                 mark.notes = []
@@ -673,14 +714,67 @@ class Store:
         )
         return result, marks
 
+    def _write_each(
+        self, items: list[_HostBatch]
+    ) -> tuple[IngestResult, dict[str, _HostMark]]:
+        """`_write` of each host alone (careful): the flush as far as it can go."""
+        results: list[IngestResult] = []
+        marks: dict[str, _HostMark] = {}
+        failed: list[tuple[str, str]] = []
+        first_error: Exception | None = None
+        for item in items:
+            try:
+                result, host_marks = self._write([item], careful=True)
+            except (duckdb.IOException, OSError):
+                # The store's own failure (a full disk): no host would fare better.
+                raise
+            except Exception as exc:
+                first_error = first_error or exc
+                failed.append((item.host, f"{type(exc).__name__}: {_first_line(exc)}"))
+                continue
+            results.append(result)
+            marks.update(host_marks)
+            # The next host's `_write` starts from what this one committed.
+            for host, mark in host_marks.items():
+                self._marks[host] = replace(mark, notes=[], segment_offsets=[],
+                                            malformed=0, lost=0, reset=False,
+                                            touched=False)
+        if not results:
+            assert first_error is not None
+            raise first_error
+        return replace(merge_results(results), failed=tuple(failed)), marks
+
     def _on_header(self, mark: _HostMark, header: dict[str, object], running: int) -> int:
+        """The mark to go on from after a stream header (see the module's docstring).
+
+        The header is the host's word, so it is bounded like any record: seqs outside
+        0..SEQ_MAX, or a `from` past the records this store holds of the same journal
+        (the cockpit asked from its own mark, so the agent cannot honour a later one:
+        trusting it would drop every record up to it as a duplicate), are refused,
+        noted as a wire error of the host, and the stream is stored from the mark.
+        """
         journal = header.get("journal_id")
-        journal = journal if isinstance(journal, str) else None
+        journal = journal if isinstance(journal, str) and 0 < len(journal) <= 200 else None
         protocol = header.get("protocol")
         mark.protocol = protocol if isinstance(protocol, int) else None
         start = _int(header.get("from"))
         first = _int(header.get("first"))
+        head = _int(header.get("head"))
+        bad = [f"{name}={_short(header.get(name))}" for name in ("from", "first", "head")
+               if name in header and not seq_ok(header.get(name))]
+        if bad:
+            mark.notes.append((f"stream header with {', '.join(bad)} (seqs are integers "
+                               f"0..{SEQ_MAX}): ignored them", _sample(header)))
+            start = start if seq_ok(start) else 0
+            first = first if seq_ok(first) else 0
         if journal is not None and mark.journal_id is not None and journal != mark.journal_id:
+            if mark.seq_offset + max(mark.high_water, running) > OFFSET_MAX:
+                mark.notes.append((
+                    f"journal reset to {journal} refused: the host's seqs would pass what "
+                    "the store can hold; its records are stored as the old journal's",
+                    _sample(header)))
+                mark.segment_offsets.append(mark.seq_offset)
+                return running
             new_offset = mark.seq_offset + max(mark.high_water, running)
             mark.notes.append((
                 f"journal reset: journal_id {mark.journal_id} became {journal}; its seqs "
@@ -695,8 +789,14 @@ class Store:
         if journal is not None:
             mark.journal_id = journal
         mark.segment_offsets.append(mark.seq_offset)
+        if start > running:
+            mark.notes.append((
+                f"stream header says it starts after seq {start}, past the {running} this "
+                f"recording holds of journal {mark.journal_id} (head {head}): refused; "
+                f"its records are stored from seq {running + 1}", _sample(header)))
+            start = running
         effective = max(running, start)
-        if first > effective + 1:
+        if first > effective + 1 and first <= max(head, effective) + 1:
             mark.lost += first - effective - 1
         return effective
 
@@ -885,3 +985,16 @@ def _keep_levels(cur: duckdb.DuckDBPyConnection, table: str, load: TypeLoad, fol
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).split("\n", 1)[0] or type(exc).__name__)[:_SAMPLE_BYTES]
+
+
+def _sample(header: dict[str, object]) -> str:
+    return repr(header)[:_SAMPLE_BYTES]

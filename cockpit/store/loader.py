@@ -22,6 +22,14 @@ optimistic: the fast path assumes clean data; the caller rolls back and retries 
 `careful=True`, where every type is first checked on a separate connection and the bad
 lines are isolated (orjson for lines that are not JSON objects, then bisection with the
 same strict reader, so a line is malformed exactly when DuckDB cannot type it).
+
+A record is stored only when its `ts`, and its `step` where its table has one, lie in
+the ranges of `cockpit.ingest.bounds` (the keys the chart levels fold on: one `ts` of
+1e300 made every later fold of the store fail); the others are reported malformed with
+their reason. The test is part of each load's SQL: no per-record Python.
+
+(One module of some 500 lines: the fast load and its careful retry share every statement
+and must agree on what a bad line is.)
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from pathlib import Path
 import duckdb
 import orjson
 
+from cockpit.ingest.bounds import STEP_MAX, TS_MAX, TS_MIN
 from cockpit.ingest.route import Malformed
 from cockpit.store.earlier_runs import Filing, late_rows_job
 from cockpit.store.repair import repair
@@ -61,6 +70,24 @@ def _reader(table: str, tagged: bool) -> str:
             "format='newline_delimited')")
 
 
+def _valid(table: str) -> str:
+    """SQL true for a row whose keys are in range (NULL, not false, when `ts` is)."""
+    sql = f"ts BETWEEN {TS_MIN!r} AND {TS_MAX!r}"
+    if "step" in RECORD_COLUMNS[table]:
+        sql += f" AND (step IS NULL OR step BETWEEN 0 AND {STEP_MAX})"
+    return sql
+
+
+def _why_invalid(wire_type: str, seq: int, ts: float | None, step: int | None) -> str:
+    """Why a row failed `_valid`, for the user."""
+    if ts is None:
+        return f"{wire_type} record seq {seq} has no numeric `ts`"
+    if not TS_MIN <= ts <= TS_MAX:
+        return (f"{wire_type} record seq {seq} has a `ts` out of range "
+                f"({TS_MIN:.0f}..{TS_MAX:.0f} s since the epoch): {ts!r}")
+    return f"{wire_type} record seq {seq} has a `step` out of range (0..{STEP_MAX}): {step}"
+
+
 def _names(table: str) -> str:
     return ", ".join(f'"{c}"' for c in RECORD_COLUMNS[table])
 
@@ -78,7 +105,7 @@ def _select_sql(table: str, tagged: bool, job_sql: str | None = None) -> str:
         names = names.replace('"job"', f'{job_sql} AS "job"', 1)
     return (
         f"SELECT {host} AS host, {seq} AS seq, ts, {names} "
-        f"FROM {_reader(table, tagged)} WHERE ts IS NOT NULL"
+        f"FROM {_reader(table, tagged)} WHERE {_valid(table)}"
     )
 
 
@@ -107,12 +134,13 @@ _OTHER_SELECT = (
     "TRY_CAST(json->>'ts' AS DOUBLE) AS ts, json->>'t' AS t, json AS raw "
     "FROM read_ndjson_objects($path)"
 )
-_OTHER_INSERT = f"INSERT INTO other SELECT * FROM ({_OTHER_SELECT}) WHERE ts IS NOT NULL"
+_TS_VALID = f"ts BETWEEN {TS_MIN!r} AND {TS_MAX!r}"
+_OTHER_INSERT = f"INSERT INTO other SELECT * FROM ({_OTHER_SELECT}) WHERE {_TS_VALID}"
 _EXTRA_INSERT = (
     "INSERT INTO other SELECT $host, (json->>'seq')::BIGINT + $offset, "
     "TRY_CAST(json->>'ts' AS DOUBLE), $label, json FROM read_ndjson_objects($path) "
     "WHERE NOT list_has_all($known, json_keys(json)) "
-    "AND TRY_CAST(json->>'ts' AS DOUBLE) IS NOT NULL"
+    f"AND TRY_CAST(json->>'ts' AS DOUBLE) BETWEEN {TS_MIN!r} AND {TS_MAX!r}"
 )
 _TAGGED_EXTRA_INSERT = (
     "INSERT INTO other SELECT json->>'@host', (json->>'seq')::BIGINT + (json->>'@off')::BIGINT, "
@@ -121,7 +149,7 @@ _TAGGED_EXTRA_INSERT = (
     "FROM read_ndjson_objects($path) "
     "WHERE list_contains($checked, (json->>'@p')::INTEGER) "
     "AND NOT list_has_all($known, json_keys(json)) "
-    "AND TRY_CAST(json->>'ts' AS DOUBLE) IS NOT NULL"
+    f"AND TRY_CAST(json->>'ts' AS DOUBLE) BETWEEN {TS_MIN!r} AND {TS_MAX!r}"
 )
 _INSERTS = {(table, tagged): _insert_sql(table, tagged)
             for table in RECORD_COLUMNS for tagged in (False, True)}
@@ -148,11 +176,15 @@ _PIECE = {True: '"@p"', False: "0"}
 _CHECKS = {(table, tagged): _check_sql(table, tagged)
            for table in RECORD_COLUMNS for tagged in (False, True)}
 _NULL_TS = {
-    (table, tagged): f"SELECT {_PIECE[tagged]}, seq FROM {_reader(table, tagged)} WHERE ts IS NULL"
+    (table, tagged): (
+        f"SELECT {_PIECE[tagged]}, seq, ts, "
+        f"{'step' if 'step' in RECORD_COLUMNS[table] else 'NULL'} "
+        f"FROM {_reader(table, tagged)} WHERE ({_valid(table)}) IS NOT TRUE")
     for table in RECORD_COLUMNS for tagged in (False, True)
 }
 _OTHER_CHECK = f"SELECT count(seq), count(ts), count(t), count(raw) FROM ({_OTHER_SELECT})"
-_OTHER_NULL_TS = f"SELECT (json->>'seq')::BIGINT FROM ({_OTHER_SELECT}) WHERE ts IS NULL"
+_OTHER_NULL_TS = (f"SELECT seq, ts FROM ({_OTHER_SELECT}) "
+                  f"WHERE ({_TS_VALID}) IS NOT TRUE")
 _KNOWN_KEYS = {table: ["t", "seq", "ts", *RECORD_COLUMNS[table]] for table in RECORD_COLUMNS}
 _FILE_NOISE = re.compile(r'^.*?in file "[^"]*",? ?(in line \d+: )?', re.S)
 
@@ -324,10 +356,11 @@ def load_type(
         missing: set[tuple[int, int]] = set()
         if load.stored < sum(len(p.lines) for p in pieces):
             rows = cur.execute(_NULL_TS[(table, tagged)], {"path": path}).fetchall()
-            missing = {(int(i), int(seq)) for i, seq in rows}
+            missing = {(int(i), int(seq)): _why_invalid(wire_type, int(seq), ts, step)
+                       for i, seq, ts, step in rows}
         for i, piece in enumerate(pieces):
             no_ts = [
-                Malformed(f"{wire_type} record seq {seq} has no numeric `ts`", line)
+                Malformed(missing[(i, seq)], line)
                 for seq, line in zip(piece.seqs, piece.lines, strict=True)
                 if (i, seq) in missing
             ] if missing else []
@@ -387,9 +420,11 @@ def _load_other(
         piece.result.stored = int(row[0]) if row else 0
         if piece.result.stored < len(piece.lines):
             rows = cur.execute(_OTHER_NULL_TS, params).fetchall()
-            missing = {int(r[0]) for r in rows}
+            missing = {int(seq) - piece.offset: _why_invalid(wire_type, int(seq) - piece.offset,
+                                                             ts, None)
+                       for seq, ts in rows}
             piece.result.malformed += [
-                Malformed(f"{wire_type} record seq {seq} has no numeric `ts`", line)
+                Malformed(missing[seq], line)
                 for seq, line in zip(piece.seqs, piece.lines, strict=True)
                 if seq in missing
             ]

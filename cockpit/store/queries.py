@@ -11,12 +11,13 @@ from cockpit.store.queries_base import RECORD_TABLES, StoreLike
 from cockpit.store.queries_events import EventQueries
 from cockpit.store.queries_frontiers import Frontiers
 from cockpit.store.queries_health import HealthQueries
+from cockpit.store.queries_kpis import KpiQueries
 from cockpit.store.queries_train import TrainQueries
 
 __all__ = ["Frontiers", "StoreReader"]
 
 
-class StoreReader(TrainQueries, HealthQueries, EventQueries):
+class StoreReader(TrainQueries, HealthQueries, EventQueries, KpiQueries):
     def __init__(self, store: StoreLike) -> None:
         super().__init__(store)
 

@@ -78,6 +78,12 @@ def start_daemon(
     )
 
 
+def daemon_status(python: str, zipapp: str, state_dir: str) -> str:
+    """`PYTHON ZIPAPP status --json --state-dir DIR` (fails when no journal is there)."""
+    return _join([remote_path(python), remote_path(zipapp), "status", "--json",
+                  "--state-dir", remote_path(state_dir)])
+
+
 def deployed_argv(python: str, zipapp: str) -> list[str]:
     """argv that runs a pushed zipapp agent (used in place of `cockpit-agent`)."""
     return [python, zipapp]
@@ -85,3 +91,14 @@ def deployed_argv(python: str, zipapp: str) -> list[str]:
 
 def zipapp_path(deploy_dir: str, version: str) -> str:
     return f"{deploy_dir.rstrip('/')}/agent-{version}.pyz"
+
+
+def python_script(python: str, script: str, argument: str, *, workdir: str | None = None,
+                  env: Sequence[tuple[str, str]] = ()) -> str:
+    """`[cd DIR &&] [env K=V …] PYTHON -c SCRIPT ARGUMENT`: the pre-flight check's probes
+    (the script is the cockpit's own text; the argument is one JSON word)."""
+    words = [remote_path(python), "-c", shlex.quote(script), shlex.quote(argument)]
+    if env:
+        words = ["env", *(shlex.quote(f"{key}={value}") for key, value in env), *words]
+    line = _join(words)
+    return f"cd {remote_path(workdir)} && {line}" if workdir else line

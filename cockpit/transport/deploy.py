@@ -7,6 +7,9 @@ rename, starts `python agent.pyz run` detached, and streams from it.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import posixpath
 import stat
 import tempfile
@@ -25,10 +28,36 @@ class DeployError(RuntimeError):
     """The agent could not be pushed or started; the message says what to fix."""
 
 
+@functools.lru_cache(maxsize=1)
+def agent_content_hash() -> str:
+    """SHA-256 of what the zipapp holds (the agent's sources and bundled modules).
+
+    The zipapp itself is not byte-for-byte reproducible (zip entries carry the staging
+    directory's times), so a pushed copy is recognised by this hash of its contents,
+    written next to it as `agent-VERSION.pyz.sha256`.
+    """
+    import agent
+    from agent.zipapp import bundled_modules
+
+    package = Path(agent.__file__).resolve().parent
+    digest = hashlib.sha256()
+    files = sorted(p for p in package.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts
+                   and p.suffix not in (".pyc", ".pyz"))
+    for path in [*files, *bundled_modules()]:
+        name = path.relative_to(package).as_posix() if package in path.parents else path.name
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class DeployedAgent:
     python: str
     zipapp: str
+    # Found on the host with the same content hash: not copied again.
+    reused: bool = False
+    # A daemon already ran on the state dir: not started again.
+    daemon_was_running: bool = False
 
     def argv(self) -> list[str]:
         return commands.deployed_argv(self.python, self.zipapp)
@@ -89,9 +118,19 @@ def _makedirs(sftp: paramiko.SFTPClient, directory: str) -> None:
             raise DeployError(f"cannot create {directory}: {current} exists and is not a directory")
 
 
+def _is_current(sftp: paramiko.SFTPClient, target: str, digest: str) -> bool:
+    try:
+        sftp.stat(target)
+        with sftp.open(f"{target}.sha256", "r") as handle:
+            return bool(handle.read(100).decode("ascii", "replace").strip() == digest)
+    except (OSError, paramiko.SSHException):
+        return False
+
+
 def push_agent(client: paramiko.SSHClient, spec: HostSpec, builder: ZipappBuilder) -> DeployedAgent:
-    """Copy the zipapp to the host and start its daemon; return how to run it."""
-    local = builder.path()
+    """Copy the zipapp to the host unless the same build is there already, and start its
+    daemon unless one runs; return how to run it."""
+    digest = agent_content_hash()
     try:
         sftp = client.open_sftp()
     except (paramiko.SSHException, OSError) as exc:
@@ -103,19 +142,45 @@ def push_agent(client: paramiko.SSHClient, spec: HostSpec, builder: ZipappBuilde
         deploy_dir = _remote_abspath(sftp, spec.deploy_dir)
         _makedirs(sftp, deploy_dir)
         target = commands.zipapp_path(deploy_dir, builder.version)
-        staging = f"{target}.{uuid.uuid4().hex[:8]}.part"
-        sftp.put(str(local), staging)
-        sftp.chmod(staging, 0o755)
-        sftp.posix_rename(staging, target)
+        reused = _is_current(sftp, target, digest)
+        if not reused:
+            staging = f"{target}.{uuid.uuid4().hex[:8]}.part"
+            sftp.put(str(builder.path()), staging)
+            sftp.chmod(staging, 0o755)
+            try:  # a stale hash must never vouch for the new file
+                sftp.remove(f"{target}.sha256")
+            except OSError:
+                pass
+            sftp.posix_rename(staging, target)
+            with sftp.open(f"{staging}.sha256", "w") as handle:
+                handle.write(digest + "\n")
+            sftp.posix_rename(f"{staging}.sha256", f"{target}.sha256")
     except DeployError:
         raise
     except (OSError, paramiko.SSHException) as exc:
         raise DeployError(f"cannot copy the agent to {spec.name}:{spec.deploy_dir}: {exc}") from exc
     finally:
         sftp.close()
-    deployed = DeployedAgent(spec.python, target)
+    deployed = DeployedAgent(spec.python, target, reused)
+    if daemon_running(client, deployed, spec.state_dir):
+        return DeployedAgent(spec.python, target, reused, daemon_was_running=True)
     start_daemon(client, spec, deployed)
     return deployed
+
+
+def daemon_running(client: paramiko.SSHClient, deployed: DeployedAgent, state_dir: str) -> bool:
+    """Whether an agent daemon holds the state dir's lock (`agent status --json`): a
+    second start would only be refused, one more line in agent.log per cockpit run."""
+    command = commands.daemon_status(deployed.python, deployed.zipapp, state_dir)
+    try:
+        _, stdout, _ = client.exec_command(command, timeout=30)
+        out = stdout.read(4096).decode("utf-8", "replace")
+        if stdout.channel.recv_exit_status() != 0:
+            return False
+        info = json.loads(out.strip().splitlines()[-1])
+    except (OSError, paramiko.SSHException, ValueError, IndexError):
+        return False
+    return isinstance(info, dict) and info.get("daemon") is True
 
 
 def start_daemon(client: paramiko.SSHClient, spec: HostSpec, deployed: DeployedAgent) -> None:

@@ -10,8 +10,10 @@ opt-in that records them in the cockpit's own known_hosts file.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import os
+import pwd
 import shlex
 import threading
 from collections.abc import Sequence
@@ -23,6 +25,23 @@ import platformdirs
 
 SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+
+
+def home_dir() -> Path:
+    """The user's home as OpenSSH finds it: the password database, not $HOME (a
+    `sudo -E` or a job runner's HOME must not change which keys are trusted)."""
+    try:
+        return Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:  # a uid with no passwd entry (some containers): what is left
+        return Path(os.path.expanduser("~"))
+
+
+def expand_home(path: str | Path) -> Path:
+    """`~` and `~/…` from `home_dir()`; any other path as given."""
+    text = str(path)
+    if text == "~" or text.startswith("~/"):
+        return home_dir() / text[2:]
+    return Path(text)
 
 
 def cockpit_known_hosts() -> Path:
@@ -67,6 +86,13 @@ class KnownHosts:
     use_user: bool = True
     accept_new: bool = False
     record_file: Path = field(default_factory=cockpit_known_hosts)
+    # An SSH config's UserKnownHostsFile / GlobalKnownHostsFile: read in place of
+    # ~/.ssh/known_hosts / /etc/ssh/ssh_known_hosts, as ssh does.
+    user_files: Sequence[Path] | None = None
+    system_files: Sequence[Path] | None = None
+    # StrictHostKeyChecking no: refused unless the operator allowed it by flag.
+    allow_unchecked: bool = False
+    unchecked: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # Each file parsed once while it stays the same (path -> its stat signature and
     # keys): every link of a fleet consults the same files, and paramiko parses every
@@ -78,12 +104,16 @@ class KnownHosts:
 
     def files(self) -> list[Path]:
         paths: list[Path] = []
-        if self.use_system:
+        if self.system_files is not None:
+            paths.extend(expand_home(p) for p in self.system_files)
+        elif self.use_system:
             paths.append(SYSTEM_KNOWN_HOSTS)
-        if self.use_user:
-            paths.append(USER_KNOWN_HOSTS.expanduser())
-        paths.extend(Path(p).expanduser() for p in self.extra_files)
-        paths.append(Path(self.record_file).expanduser())
+        if self.user_files is not None:
+            paths.extend(expand_home(p) for p in self.user_files)
+        elif self.use_user:
+            paths.append(expand_home(USER_KNOWN_HOSTS))
+        paths.extend(expand_home(p) for p in self.extra_files)
+        paths.append(expand_home(self.record_file))
         unique: list[Path] = []
         for path in paths:
             if path not in unique:
@@ -127,7 +157,7 @@ class KnownHosts:
 
     def record(self, name: str, key: paramiko.PKey) -> Path:
         """Append `name keytype base64` to the cockpit's own known_hosts file."""
-        path = Path(self.record_file).expanduser()
+        path = expand_home(self.record_file)
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True)
             line = f"{name} {key.get_name()} {key.get_base64()}\n"
@@ -140,30 +170,68 @@ class KnownHosts:
         """Where an operator adds a key to trust: the file they named (--known-hosts),
         else their own known_hosts, else the cockpit's."""
         if self.extra_files:
-            return Path(self.extra_files[0]).expanduser()
+            return expand_home(self.extra_files[0])
+        if self.user_files:
+            return expand_home(self.user_files[0])
         if self.use_user:
-            return USER_KNOWN_HOSTS.expanduser()
-        return Path(self.record_file).expanduser()
+            return expand_home(USER_KNOWN_HOSTS)
+        return expand_home(self.record_file)
 
-    def policy(self, host_label: str) -> paramiko.MissingHostKeyPolicy:
-        return _Policy(self, host_label)
+    def for_config(self, user_files: Sequence[str] = (), system_files: Sequence[str] = (),
+                   strict: str | None = None, accept_flag: bool | None = None) -> KnownHosts:
+        """These settings as one host's SSH config entry changes them (it shares the
+        parse cache and lock). `accept-new` records into the first UserKnownHostsFile
+        when one is named, as ssh does; `--accept-new-host-keys` (the command line) wins
+        over the config, as `ssh -o` does. `no` needs `allow_unchecked`."""
+        changes: dict[str, object] = {}
+        if user_files:
+            changes["user_files"] = tuple(Path(p) for p in user_files)
+        if system_files:
+            changes["system_files"] = tuple(Path(p) for p in system_files)
+        mode = (strict or "").lower()
+        if not self.accept_new:
+            if mode == "accept-new":
+                changes["accept_new"] = True
+                if user_files:
+                    changes["record_file"] = Path(user_files[0])
+            elif mode in ("no", "off"):
+                changes["unchecked"] = True
+        if not changes:
+            return self
+        derived = dataclasses.replace(self, **changes)
+        derived._lock, derived._parsed = self._lock, self._parsed
+        return derived
+
+    def policy(self, host_label: str, behind_jump: bool = False
+               ) -> paramiko.MissingHostKeyPolicy:  # fmt: skip
+        return _Policy(self, host_label, behind_jump)
 
 
 class _Policy(paramiko.MissingHostKeyPolicy):
     """Called by paramiko only when no key at all is recorded for the host name."""
 
-    def __init__(self, known: KnownHosts, host_label: str) -> None:
+    def __init__(self, known: KnownHosts, host_label: str, behind_jump: bool = False) -> None:
         self.known = known
         self.host_label = host_label
+        self.behind_jump = behind_jump
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
                          key: paramiko.PKey) -> None:
+        if self.known.unchecked:
+            if self.known.allow_unchecked:
+                return  # StrictHostKeyChecking no, allowed by flag: used, not recorded
+            raise HostKeyUnknown(
+                f"host {self.host_label} ({hostname}) presented an unknown {key.get_name()} "
+                f"key {fingerprint(key)}; the SSH config says StrictHostKeyChecking no, "
+                "which the cockpit refuses (it sends commands that start jobs). Use "
+                "StrictHostKeyChecking accept-new, `cockpit hosts trust`, or pass "
+                "--allow-unchecked-host-keys")
         if self.known.accept_new:
             self.known.record(hostname, key)
             return
         raise HostKeyUnknown(unknown_key_message(
             self.host_label, hostname, key, trust_in=self.known.trust_file(),
-            recorded_in=Path(self.known.record_file).expanduser()))
+            recorded_in=expand_home(self.known.record_file), behind_jump=self.behind_jump))
 
 
 def _split_name(name: str) -> tuple[str, int]:
@@ -174,15 +242,24 @@ def _split_name(name: str) -> tuple[str, int]:
 
 
 def unknown_key_message(host_label: str, name: str, key: paramiko.PKey, *,
-                        trust_in: Path | None = None, recorded_in: Path | None = None) -> str:
+                        trust_in: Path | None = None, recorded_in: Path | None = None,
+                        behind_jump: bool = False) -> str:
     address, port = _split_name(name)
+    host, via, _ = host_label.partition(" via jump host ")
+    if via:  # the jump host's own key: trust that host, by its address
+        host = f"{address}:{port}" if port != 22 else address
     target = shlex.quote(str(trust_in)) if trust_in is not None else "~/.ssh/known_hosts"
-    keyscan = f"ssh-keyscan -p {port} {shlex.quote(address)} >> {target}"
+    trust = f"`cockpit hosts trust {shlex.quote(host)}`"
+    if behind_jump:  # ssh-keyscan from here cannot reach it
+        how = f"{trust} (fetches it through the jump host; records it in {target})"
+    else:
+        keyscan = f"ssh-keyscan -p {port} {shlex.quote(address)} >> {target}"
+        how = f"`{keyscan}` or {trust}"
     return (
         f"host {host_label} ({name}) presented an unknown {key.get_name()} host key "
         f"{fingerprint(key)}; refused. Check this fingerprint with the host's administrator "
         f"(on the host: ssh-keygen -lf /etc/ssh/ssh_host_{_short_type(key)}_key.pub), then "
-        f"trust it with `{keyscan}` or start the cockpit with --accept-new-host-keys "
+        f"trust it with {how}, or start the cockpit with --accept-new-host-keys "
         f"(records it in {recorded_in or cockpit_known_hosts()})"
     )
 

@@ -3,6 +3,12 @@
 A typo in an inventory of two hundred hosts must point at the line to fix, so every
 error names the file, the line and the field. TOML syntax errors come with tomllib's own
 line and column; for semantic errors the key's line is found by scanning the file text.
+
+A host's name is shown on every screen and report, so it is checked whether it was
+written or taken from the address; no text field may hold a control character (an
+escape sequence would reach the operator's terminal). Two entries that reach the same
+agent (the same address, port, user and state dir) are refused: each would stream it,
+and every record would be stored twice under two names.
 """
 
 from __future__ import annotations
@@ -95,6 +101,13 @@ _FIELDS: dict[str, _Field] = {
 }
 _DEFAULTABLE = set(_FIELDS) - {"name", "address"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+_IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _name_ok(name: str) -> bool:
+    """A host name the screens can show as it is: `_NAME_RE`, or an IPv6 address."""
+    return bool(_NAME_RE.match(name) or _IPV6_RE.match(name))
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -150,6 +163,7 @@ def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
         raise InventoryError(f"{source}: no hosts: add at least one [[hosts]] table")
     hosts: list[HostSpec] = []
     seen: dict[str, int] = {}
+    agents: dict[tuple[str, int | None, str | None, str], int] = {}
     for index, entry in enumerate(hosts_raw):
         if not isinstance(entry, dict):
             raise InventoryError(f"{locator.where(key='hosts')}: 'hosts' must be [[hosts]] tables")
@@ -166,12 +180,27 @@ def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
             )
         merged: dict[str, Any] = {**defaults, **entry}
         spec = _spec_from(merged)
+        if "name" not in entry and not _name_ok(spec.name):
+            raise InventoryError(
+                f"{locator.where('hosts', index, 'address')}: host #{index + 1} is named "
+                f"after its address {_toml(spec.address)}, which is not a host name (letters, "
+                "digits and . _ : @ -): give it a 'name'"
+            )
         if spec.name in seen:
             raise InventoryError(
                 f"{locator.where('hosts', index, 'name' if 'name' in entry else 'address')}: "
                 f"duplicate host name {spec.name!r} (first used by host #{seen[spec.name] + 1})"
             )
         seen[spec.name] = index
+        agent = (spec.address, spec.port, spec.user, spec.state_dir)
+        if agent in agents:
+            raise InventoryError(
+                f"{locator.where('hosts', index, 'address')}: host #{index + 1} reaches the "
+                f"same agent as host #{agents[agent] + 1} (address {_toml(spec.address)}, "
+                "same port, user and state_dir): it would be streamed twice; remove one, "
+                "or give each its own state_dir"
+            )
+        agents[agent] = index
         hosts.append(spec)
     return Inventory(tuple(hosts), source)
 
@@ -191,6 +220,10 @@ def parse_targets(targets: Iterable[str], defaults: Mapping[str, Any] | None = N
         seen[address, port, user] = target
     for target, user, address, port in split:
         name = address if port is None else f"{address}:{port}"
+        if not _name_ok(address) or (user is not None and not _name_ok(user)):
+            raise InventoryError(f"bad host target {_toml(target)}: a host target holds "
+                                 "only letters, digits and . _ : @ - (write an inventory "
+                                 "file to name a host otherwise)")
         if user is not None and sum(k[:2] == (address, port) for k in seen) > 1:
             name = f"{user}@{name}"
         elif user is None and sum(k[:2] == (address, port) for k in seen) > 1:
@@ -264,8 +297,11 @@ def _check_value(locator: _Locator, table: str, index: int | None, key: str, val
         raise InventoryError(
             f"{where}: host name {value!r} may hold only letters, digits and . _ : @ -"
         )
-    if isinstance(value, str) and ("\n" in value or "\x00" in value):
-        raise InventoryError(f"{where}: field {key!r} holds a newline or NUL byte")
+    if isinstance(value, str) and _CONTROL_RE.search(value):
+        raise InventoryError(f"{where}: field {key!r} holds a control character "
+                             "(newline, NUL, escape…)")
+    if key == "run_dirs" and any(_CONTROL_RE.search(v) for v in value):
+        raise InventoryError(f"{where}: field 'run_dirs' holds a control character")
     # Both reach ssh's command line and config: a space splits them, a leading '-' makes
     # an option of them (-oProxyCommand=...), an '@' in a user names another host.
     if key == "address" and (value.startswith("-") or any(c.isspace() for c in value)):

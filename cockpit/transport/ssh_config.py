@@ -7,15 +7,20 @@ reaches. Values set explicitly in the inventory win, as command-line options do 
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
+import os
+import pwd
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
+from cockpit.transport.host_keys import expand_home
 from cockpit.transport.inventory import HostSpec
 
+# `~` is the password database's home (`host_keys.home_dir`), as for ssh.
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 
 
@@ -34,6 +39,13 @@ class Endpoint:
     host_key_alias: str | None = None
     connect_timeout: float | None = None
     proxy_jump: tuple[Endpoint, ...] = ()
+    # UserKnownHostsFile / GlobalKnownHostsFile / StrictHostKeyChecking / IdentitiesOnly /
+    # ServerAliveInterval of this host's entry (None / () when the entry sets none).
+    user_known_hosts: tuple[str, ...] = ()
+    global_known_hosts: tuple[str, ...] = ()
+    strict_host_key_checking: str | None = None
+    identities_only: bool = False
+    server_alive_interval: float | None = None
 
     @property
     def key_name_host(self) -> str:
@@ -48,7 +60,7 @@ class SshConfig:
     """A parsed ssh config file (absent file = no config, as for ssh)."""
 
     def __init__(self, path: str | Path | None = DEFAULT_SSH_CONFIG) -> None:
-        self.path = None if path is None else Path(path).expanduser()
+        self.path = None if path is None else expand_home(path)
         self._config = paramiko.SSHConfig()
         if self.path is not None and self.path.is_file():
             try:
@@ -81,15 +93,15 @@ class SshConfig:
         if port is None:
             port = _port(found.get("port"), alias, self.path)
         if user is None:
-            user = str(found.get("user") or getpass.getuser())
+            user = str(found.get("user") or _login_name())
         identity_files: list[str] = []
         if identity:
-            identity_files.append(str(Path(identity).expanduser()))
+            identity_files.append(str(expand_home(identity)))
         for entry in found.get("identityfile", []) or []:
-            expanded = str(Path(str(entry)).expanduser())
+            expanded = str(expand_home(str(entry)))
             if expanded not in identity_files:
                 identity_files.append(expanded)
-        timeout = found.get("connecttimeout")
+        timeout = _seconds(found.get("connecttimeout"), "ConnectTimeout", alias, self.path)
         jumps: list[Endpoint] = []
         proxy = found.get("proxyjump")
         if proxy and str(proxy).lower() != "none":
@@ -97,25 +109,59 @@ class SshConfig:
                 hop_user, hop_host, hop_port = _split_jump(hop.strip(), alias, self.path)
                 hop_endpoint = self._resolve(hop_host, hop_user, hop_port, None, depth + 1)
                 jumps.extend(hop_endpoint.proxy_jump)
-                jumps.append(
-                    Endpoint(
-                        hop_endpoint.hostname,
-                        hop_endpoint.port,
-                        hop_endpoint.user,
-                        hop_endpoint.identity_files,
-                        hop_endpoint.host_key_alias,
-                        hop_endpoint.connect_timeout,
-                    )
-                )
+                jumps.append(dataclasses.replace(hop_endpoint, proxy_jump=()))
         return Endpoint(
             hostname=hostname,
             port=port,
             user=user,
             identity_files=tuple(identity_files),
             host_key_alias=str(found["hostkeyalias"]) if found.get("hostkeyalias") else None,
-            connect_timeout=float(str(timeout)) if timeout else None,
+            connect_timeout=timeout,
             proxy_jump=tuple(jumps),
+            user_known_hosts=_files(found.get("userknownhostsfile")),
+            global_known_hosts=_files(found.get("globalknownhostsfile")),
+            strict_host_key_checking=_strict(found.get("stricthostkeychecking"), alias,
+                                             self.path),
+            identities_only=str(found.get("identitiesonly", "no")).lower() == "yes",
+            server_alive_interval=_seconds(found.get("serveraliveinterval"),
+                                           "ServerAliveInterval", alias, self.path),
         )
+
+
+def _login_name() -> str:
+    """The default user as ssh takes it: the password database's, not $USER."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return getpass.getuser()
+
+
+def _files(value: object) -> tuple[str, ...]:
+    """A known-hosts file list (space-separated, `~` from the password database)."""
+    if not value:
+        return ()
+    words = value if isinstance(value, list) else str(value).split()
+    return tuple(str(expand_home(str(w))) for w in words if str(w).lower() != "none")
+
+
+def _strict(value: object, alias: str, path: Path | None) -> str | None:
+    if value is None:
+        return None
+    text = str(value).lower()
+    if text in ("yes", "accept-new", "no", "off", "ask"):
+        return "yes" if text == "ask" else text  # nobody is there to ask: as `yes`
+    raise SshConfigError(f"{path or 'ssh config'}: StrictHostKeyChecking {value!r} for "
+                         f"{alias!r} is not yes, accept-new or no")
+
+
+def _seconds(value: object, what: str, alias: str, path: Path | None) -> float | None:
+    if value is None:
+        return None
+    text = str(value)
+    if not text.isdigit() or not 0 < int(text) <= 86400:
+        raise SshConfigError(f"{path or 'ssh config'}: {what} {text!r} for {alias!r} is not "
+                             "1-86400 seconds")
+    return float(text)
 
 
 def _port(value: object, alias: str, path: Path | None) -> int:

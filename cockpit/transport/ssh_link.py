@@ -157,6 +157,10 @@ class _ConnectFailed(Exception):
         self.state, self.detail, self.slow = state, detail, slow
 
 
+# What `connect` raises, for callers outside the link (the pre-flight check, `hosts trust`).
+ConnectFailed = _ConnectFailed
+
+
 def connect(spec: HostSpec, options: LinkOptions) -> Connection:
     """Open an authenticated SSH connection to the host (through its ProxyJump chain).
 
@@ -179,8 +183,9 @@ def connect(spec: HostSpec, options: LinkOptions) -> Connection:
                 sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
             except OSError as exc:
                 _close_all(jumps)
+                where = hop.label() if is_target else f"jump host {hop.label()}"
                 raise _ConnectFailed(
-                    UNREACHABLE, f"{hop.label()}: cannot connect: {exc}", slow=False
+                    UNREACHABLE, f"{where}: cannot connect: {exc}", slow=False
                 ) from exc
         try:
             client = _handshake(hop, sock, label, options, timeout)
@@ -232,10 +237,15 @@ def _handshake(
     timeout: float,
 ) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    known = options.known_hosts
+    # The host's SSH config entry: its known_hosts files and StrictHostKeyChecking.
+    known = options.known_hosts.for_config(hop.user_known_hosts, hop.global_known_hosts,
+                                           hop.strict_host_key_checking)
+    # IdentitiesOnly: only the configured keys, not every key ssh-agent holds.
+    only = hop.identities_only and bool(hop.identity_files)
     try:
         known.load_into(client, known_hosts_name(hop.key_name_host, hop.port))
-        client.set_missing_host_key_policy(known.policy(label))
+        client.set_missing_host_key_policy(
+            known.policy(label, behind_jump=isinstance(sock, paramiko.Channel)))
         client.connect(
             hop.key_name_host,
             port=hop.port,
@@ -245,8 +255,8 @@ def _handshake(
             timeout=timeout,
             banner_timeout=timeout,
             auth_timeout=timeout,
-            allow_agent=True,
-            look_for_keys=True,
+            allow_agent=not only,
+            look_for_keys=not only,
             transport_factory=ssh_transport,
         )
     except HostKeyError as exc:
@@ -278,7 +288,7 @@ def _handshake(
         raise _ConnectFailed(UNREACHABLE, _unreachable_text(hop, exc), slow=False) from exc
     transport = client.get_transport()
     if transport is not None:
-        transport.set_keepalive(int(max(1, options.keepalive)))
+        transport.set_keepalive(int(max(1, hop.server_alive_interval or options.keepalive)))
         transport.sock.settimeout(TRANSPORT_POLL)
     return client
 

@@ -8,17 +8,20 @@ it on their panes. Job-control and replay keys live in their own mixins.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
-from textual.notifications import Notify
+from textual.notifications import Notify, SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from cockpit.analysis.signal_alerts import acknowledge
+from cockpit.analysis.text import printable
 from cockpit.snapshot import Snapshot
 from cockpit.source import SNAPSHOT_BUCKETS, Source
 from cockpit.ui import keymap as keys
@@ -61,6 +64,9 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.set_keymap(self.keymap)
         self.snapshot: Snapshot | None = None
         self.gate = refresh_gate.RefreshGate()
+        # (code, where) of the alerts the operator acknowledged in Alerts (`x`): shown so
+        # while they last, and no longer counted in the header.
+        self.acknowledged: set[tuple[str, str]] = set()
         self.main_screen = MainScreen()
         self._frozen = False
         # The failure shown last (text, monotonic time): a recording that cannot be read
@@ -74,6 +80,14 @@ class CockpitApp(ControlActions, ReplayActions, App):
         for command in super().get_system_commands(screen):
             if command.title != "Theme":
                 yield command
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast (screens' and widgets' `notify` come here) as text: its message
+        holds job and host names, an agent's answer or an exception's text, none of
+        which may be parsed as markup or put a control character on the terminal."""
+        super().notify(printable(message, multiline=True), title=printable(title),
+                       severity=severity, timeout=timeout, markup=False)
 
     def on_notify(self, event: Notify) -> None:
         """Repaint the screen once the toast has gone: over a maximised pane Textual
@@ -136,6 +150,9 @@ class CockpitApp(ControlActions, ReplayActions, App):
     @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
     def _build_snapshot(self) -> None:
         snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)
+        if self.acknowledged:
+            snapshot = dataclasses.replace(snapshot, alerts=acknowledge(
+                snapshot.alerts, frozenset(self.acknowledged)))
         self.post_message(SnapshotReady(snapshot))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:

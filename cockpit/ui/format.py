@@ -2,13 +2,35 @@
 
 Every formatter takes `None` and answers "n/a": a source that cannot give a field says
 so on screen instead of showing a misleading zero.
+
+Text from hosts, trainers and recordings reaches the screen only through `text` and
+`markup`, as `Content` text: never parsed as markup (where `[@click=app.quit]` is an
+action, `[link=…]` a hyperlink and `tensor([[0.1` a MarkupError) and with every control
+character shown visibly (`printable`). `textual.markup.escape` is not enough: it leaves
+`[ @click=app.quit]` live.
 """
 
 from __future__ import annotations
 
 import time
 
+from textual.content import Content
+
+from cockpit.analysis.text import printable
+
 NA_TEXT = "n/a"
+
+
+def text(value: object, *, multiline: bool = False) -> Content:
+    """Untrusted text as screen content: exactly what was sent, with no style."""
+    return Content(printable(value, multiline=multiline))
+
+
+def markup(template: str, **values: object) -> Content:
+    """The cockpit's own markup `template` (styles, bold) with untrusted `values` put in
+    at `$name` / `${name}` as text: nothing in a value is parsed, whatever it holds.
+    The template itself must hold no untrusted text (no f-string of a wire field)."""
+    return Content.from_markup(template, **{k: printable(v) for k, v in values.items()})
 
 
 def na(value: object, fmt: str = "{}") -> str:

@@ -69,7 +69,7 @@ def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> s
 NEEDS_PROCESSES = frozenset({"pause", "checkpoint", "eval"})
 LIVE_STATES = frozenset({"running", "stalled", "recovering", "unknown"})
 # States of a job that runs no process and will not start one by itself.
-IDLE_STATES = frozenset({"failed", "paused", "exited", "finished"})
+IDLE_STATES = frozenset({"failed", "paused", "exited", "finished", "stopped"})
 
 
 def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str | None:

@@ -28,7 +28,7 @@ class KeySpec:
     key: str
     action: str
     description: str
-    scope: str  # "app", "main", "host", "filter" (alerts / log), "replay"
+    scope: str  # "app", "main", "host", "filter" (alerts / log), "alerts", "replay"
     show: bool = True
     # Before the focused widget's own use of the key (a table or log scrolls sideways
     # with ←/→): in a replay the arrows seek on every screen, as the help says.
@@ -68,6 +68,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("prev_host", "left_square_bracket", "cycle_host(-1)", "Prev host", "host"),
     KeySpec("next_host", "right_square_bracket", "cycle_host(1)", "Next host", "host"),
     KeySpec("filter", "slash", "filter", "Filter", "filter"),
+    KeySpec("acknowledge", "x", "acknowledge", "Acknowledge shown", "alerts"),
 )
 
 SPECS = {spec.id: spec for spec in KEYS}
@@ -76,7 +77,7 @@ SPECS = {spec.id: spec for spec in KEYS}
 _ACTIVE_TOGETHER = (
     {"app", "main", "replay"},
     {"app", "host", "replay"},
-    {"app", "filter", "replay"},
+    {"app", "filter", "alerts", "replay"},
 )
 
 

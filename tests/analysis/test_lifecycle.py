@@ -51,7 +51,7 @@ def test_an_exit_with_an_error_is_never_finished() -> None:
     assert exit_reading([_exit("a", 9, returncode=0), _exit("b", 10, returncode=2)], 1.0) == (
         "exited", "exited with code 2")
     assert exit_reading([_exit("a", 9, returncode=0, ended_for="stop")], 1.0) == (
-        "exited", "stopped on request")
+        "stopped", "stopped on request")
     assert exit_reading([_exit("a", 9, returncode=None)], 1.0) == (
         "exited", "exited, its exit status unknown")
 

@@ -133,7 +133,7 @@ def _unreachable_job(tmp_path: Path) -> list[str]:
                    f'run_dir = {json.dumps(str(tmp_path / "runs"))}\n')
     inventory = tmp_path / "hosts.toml"
     inventory.write_text('[[hosts]]\nname = "local"\naddress = "127.0.0.1"\nport = 1\n\n'
-                         '[[hosts]]\nname = "gpu2"\naddress = "127.0.0.1"\nport = 1\n')
+                         '[[hosts]]\nname = "gpu2"\naddress = "127.0.0.1"\nport = 2\n')
     return [str(job), "--inventory", str(inventory), "--store", str(tmp_path / "r.duckdb")]
 
 

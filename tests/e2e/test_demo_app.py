@@ -122,3 +122,9 @@ def test_the_demo_rehearses_a_crash_and_the_agent_recovers_from_the_checkpoint(
     assert 40 <= outage["steps_lost"] <= 50, outage
     assert outage["recovered_in"] is not None
     assert (data["progress"]["state"], data["progress"]["step"]) == ("finished", 200)
+    # The rehearsed crash is an alert with its cause, where and what to try; recovered
+    # from, it is over ("resolved"), not an active alarm.
+    [crash] = [a for a in data["alerts"] if a["code"] == "interrupted_killed"]
+    assert (crash["state"], crash["kind"]) == ("resolved", "resource")
+    assert "rank 1" in crash["where"] and "killed by SIGKILL" in crash["what"]
+    assert "dmesg" in crash["hint"]

@@ -59,7 +59,7 @@ def test_before_the_kept_steps_rank_0_stands_for_every_rank(stores) -> None:
     assert thin.efficiency.step_time_spread is None and thin.efficiency.slowest_ranks == ()
     note = thin.efficiency.note
     assert note is not None and "rank 0 only" in note and "x 4" in note
-    assert "rank 0 only" in stragglers_line(thin.efficiency)
+    assert "rank 0 only" in stragglers_line(thin.efficiency).plain
     assert full.efficiency.note is None
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import random
 
 import pytest
+from textual.content import Content
 
 from cockpit.details import RunInfo
 from cockpit.snapshot import Effect, GpuCell, HostHealth, Interruption, Marker, Progress, Series
@@ -234,9 +235,10 @@ def test_run_info_of_a_fork_names_its_parent_first() -> None:
 
 
 def test_the_header_drops_the_clock_and_the_job_place_before_any_alert() -> None:
-    parts = [(" LIVE ", 0), ("demo", 0), (" (not training; 0 of 3 jobs training)", 4),
-             ("data 03:10:35", 2), ("now 03:10:36", 5), ("[$error]⚠ 1 critical[/]", 0),
-             ("2 alerts", 0), ("controllable", 3)]
+    parts = [(Content.from_markup(text), rank) for text, rank in [
+        (" LIVE ", 0), ("demo", 0), (" (not training; 0 of 3 jobs training)", 4),
+        ("data 03:10:35", 2), ("now 03:10:36", 5), ("[$error]⚠ 1 critical[/]", 0),
+        ("2 alerts", 0), ("controllable", 3)]]
     wide = fit_parts(parts, 200).plain
     assert wide == (" LIVE  │ demo (not training; 0 of 3 jobs training) │ data 03:10:35 │ "
                     "now 03:10:36 │ ⚠ 1 critical │ 2 alerts │ controllable")
@@ -267,7 +269,7 @@ def test_losses_keep_four_figures() -> None:
 def test_an_outage_names_the_restarts_that_failed_within_it() -> None:
     item = Interruption(cause="killed", detected_at=0.0, recovered_in=42.0, steps_lost=7,
                         restart_count=2, hosts=("b", "a"), failed_restarts=("nccl",))
-    line = interruption_line(item)
+    line = interruption_line(item).plain
     assert "killed on b (+1 peer)" in line and "down 42s" in line
     assert line.endswith("restart #2 (1 failed: nccl)"), line
 
@@ -275,10 +277,10 @@ def test_an_outage_names_the_restarts_that_failed_within_it() -> None:
 def test_an_outage_the_operator_ended_reads_as_over_not_as_unrecovered() -> None:
     item = Interruption(cause="killed", detected_at=0.0, recovered_in=None, steps_lost=None,
                         hosts=("a",), ended_by="pause")
-    line = interruption_line(item)
+    line = interruption_line(item).plain
     assert "ended by the operator's pause" in line and "not recovered" not in line
     down = interruption_line(Interruption(cause="killed", detected_at=0.0, recovered_in=None,
-                                          steps_lost=None))
+                                          steps_lost=None)).plain
     assert "not recovered" in down
 
 
@@ -286,9 +288,11 @@ def test_an_outage_being_restarted_reads_as_not_yet_recovered_on_the_screen_too(
     """The report says the same ("not recovered yet"); only the newest outage of a job
     whose agent is restarting it may still recover."""
     item = Interruption(cause="killed", detected_at=0.0, recovered_in=None, steps_lost=None)
-    assert "[$warning]not recovered yet[/]" in interruption_line(item, True, "starting")
-    assert "[$error]not recovered[/]" in interruption_line(item, False, "starting")
-    assert "not recovered: the agent stopped retrying" in interruption_line(item, True, "failed")
+    assert "[$warning]not recovered yet[/$warning]" in interruption_line(
+        item, True, "starting").markup
+    assert "[$error]not recovered[/$error]" in interruption_line(item, False, "starting").markup
+    assert "not recovered: the agent stopped retrying" in interruption_line(
+        item, True, "failed").plain
 
 
 def test_a_hang_says_how_long_after_the_failure_it_was_seen() -> None:
@@ -296,9 +300,10 @@ def test_a_hang_says_how_long_after_the_failure_it_was_seen() -> None:
     detection's, minutes after the failure the down time counts from."""
     hang = Interruption(cause="hang", detected_at=0.0, recovered_in=200.0, steps_lost=3,
                         detection_latency=150.0)
-    assert "hang (seen 2m 30s after it) · recovered, down 3m 20s" in interruption_line(hang)
+    assert "hang (seen 2m 30s after it) · recovered, down 3m 20s" in interruption_line(
+        hang).plain
     crash = dataclasses.replace(hang, cause="killed", detection_latency=1.2)
-    assert "seen" not in interruption_line(crash)
+    assert "seen" not in interruption_line(crash).plain
 
 
 def test_a_link_closed_at_the_end_of_a_recording_is_no_fault() -> None:
@@ -307,6 +312,6 @@ def test_a_link_closed_at_the_end_of_a_recording_is_no_fault() -> None:
     gpus = (GpuCell(index=0, online=True, simulated=False),)
     stopped = HostHealth(host="a", state="stopped", gpu_state="ok", gpus=gpus)
     assert host_problem(stopped) is None
-    assert "[$text-muted]stopped" in host_line(stopped, 4)
+    assert "[$text-muted]stopped" in host_line(stopped, 4).markup
     unreachable = HostHealth(host="a", state="unreachable", gpu_state="ok", gpus=gpus)
     assert host_problem(unreachable) == "error"

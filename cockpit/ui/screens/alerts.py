@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.markup import escape
+from textual.content import Content
 from textual.widgets import Footer, Static
 
+from cockpit.analysis.signal_alerts import acknowledge
+from cockpit.analysis.text import counted
 from cockpit.snapshot import Alert, EventRow, Snapshot
 from cockpit.ui import format as fmt
+from cockpit.ui import keymap
 from cockpit.ui.screens.filterable import FilterableScreen, matches
 from cockpit.ui.widgets.pane import update_text
 
@@ -18,16 +22,22 @@ SEVERITY_STYLE = {"critical": "$error", "warning": "$warning", "info": "$primary
 
 
 def alert_text(a: Alert) -> str:
-    return f"{a.severity} {a.kind} {a.code} {a.where} {a.what} {a.hint}"
+    return f"{a.severity} {a.state} {a.kind} {a.code} {a.where} {a.what} {a.hint}"
 
 
-def alert_markup(a: Alert) -> str:
+def alert_content(a: Alert) -> Content:
+    """Every field of an alert may come from an agent: each goes in as text."""
     style = SEVERITY_STYLE.get(a.severity, "$text-muted")
-    return (f"{fmt.clock(a.ts)} [{style} b]{escape(a.severity.upper())}[/] "
-            f"{escape(a.kind)} · {escape(a.code)}\n"
-            f"   where: {escape(a.where)}\n"
-            f"   what:  {escape(a.what)}\n"
-            f"   [$success]try:[/]   {escape(a.hint)}")
+    seen = (f" (last {fmt.clock(a.last_seen)})"
+            if a.last_seen is not None and a.last_seen != a.ts else "")
+    state = "" if a.state == "active" else " · $state"
+    return fmt.markup(f"{fmt.clock(a.ts)}{seen} [{style} b]$severity[/] $kind · $code{state}\n"
+                      "   where: $where\n"
+                      "   what:  $what\n"
+                      "   [$success]try:[/]   $hint",
+                      severity=str(a.severity).upper(), kind=a.kind, code=a.code,
+                      state=str(a.state).upper(),
+                      where=a.where, what=a.what, hint=a.hint)
 
 
 def event_text(e: EventRow) -> str:
@@ -50,6 +60,31 @@ def event_rows(details: object, fallback: tuple[EventRow, ...]) -> list[EventRow
 class AlertsScreen(FilterableScreen):
     WHAT = "events"
     AUTO_FOCUS = "#alerts-scroll"
+    BINDINGS = [*FilterableScreen.BINDINGS, *keymap.bindings("alerts")]
+
+    def _shown(self) -> list[Alert]:
+        snapshot = self.snapshot
+        return [a for a in (snapshot.alerts if snapshot else ())
+                if matches(alert_text(a), self.query_text)]
+
+    def action_acknowledge(self) -> None:
+        """Acknowledge the active alerts shown (all, or those the filter matches): they
+        stay listed, marked, and leave the header's count until they clear."""
+        fresh = {(a.code, a.where) for a in self._shown() if a.state == "active"}
+        app = self.app
+        acked = getattr(app, "acknowledged", None)
+        if not fresh or acked is None:
+            self.notify("no active alert shown to acknowledge", title="Alerts")
+            return
+        acked |= fresh
+        snapshot = self.snapshot
+        if snapshot is not None:
+            app.snapshot = dataclasses.replace(  # type: ignore[attr-defined]
+                snapshot, alerts=acknowledge(snapshot.alerts, acked))
+            for screen in app.screen_stack:
+                if hasattr(screen, "snapshot"):
+                    screen.snapshot = app.snapshot  # type: ignore[attr-defined]
+        self.notify(f"acknowledged {counted(len(fresh), 'alert')}", title="Alerts")
 
     def compose(self) -> ComposeResult:
         yield Static("[b]Alerts and events[/b]", id="screen-title")
@@ -57,7 +92,7 @@ class AlertsScreen(FilterableScreen):
         with VerticalScroll(id="alerts-scroll"):
             yield Static(id="alerts-list")
             yield Static("[b]Events timeline[/b]", classes="detail-heading")
-            yield Static(id="events-list", markup=False)
+            yield Static(id="events-list")
         yield Footer()
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
@@ -72,10 +107,11 @@ class AlertsScreen(FilterableScreen):
         query = self.query_text
         alerts = [a for a in (snapshot.alerts if snapshot else ()) if matches(alert_text(a), query)]
         alerts.sort(key=lambda a: a.ts, reverse=True)
-        body = "\n".join(alert_markup(a) for a in alerts)
-        update_text(self.query_one("#alerts-list", Static),
-                    body or "[$success]no alerts[/]" + (" match the filter" if query else ""))
+        body = Content("\n").join(alert_content(a) for a in alerts)
+        update_text(self.query_one("#alerts-list", Static), body or Content.from_markup(
+            "[$success]no alerts[/]" + (" match the filter" if query else "")))
         events = event_rows(self.details, snapshot.events if snapshot else ())
         lines = [event_text(e) for e in sorted(events, key=lambda e: e.ts, reverse=True)]
         lines = [line for line in lines if matches(line, query)]
-        update_text(self.query_one("#events-list", Static), "\n".join(lines) or "no events")
+        update_text(self.query_one("#events-list", Static),
+                    Content("\n").join(fmt.text(line) for line in lines) or Content("no events"))

@@ -5,9 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from cockpit.ui import format as fmt
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -23,8 +24,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"[b]{escape(self.title_text)}[/b]", id="dialog-title")
-            yield Static(escape(self.description), id="dialog-body")
+            # Job and host names in these come from the wire: text, never markup.
+            yield Static(fmt.markup("[b]$title[/b]", title=self.title_text), id="dialog-title")
+            yield Static(fmt.text(self.description, multiline=True), id="dialog-body")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Yes, do it (y)", variant="error", id="yes")
                 yield Button("Cancel (n)", variant="primary", id="no")

@@ -13,7 +13,7 @@ from cockpit.ui.keymap import KEYS, effective_keys
 
 SCOPES = {
     "app": "anywhere", "main": "main screen", "host": "host detail",
-    "filter": "alerts / log", "replay": "replay only",
+    "filter": "alerts / log", "alerts": "alerts", "replay": "replay only",
 }
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static, Tab, Tabs
 
@@ -11,7 +12,7 @@ from cockpit.snapshot import HostHealth, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui import keymap
 from cockpit.ui.screens.drill_down import DrillDownScreen
-from cockpit.ui.widgets.detail_view import DetailView
+from cockpit.ui.widgets.detail_view import DetailView, table_cell
 from cockpit.ui.widgets.gpu_grid import gpu_problem
 from cockpit.ui.widgets.pane import update_text
 
@@ -19,7 +20,8 @@ GPU_COLUMNS = ("gpu", "name", "state", "util", "temp", "power", "memory", "ECC u
                "XID", "throttle")
 
 
-def gpu_rows(host: HostHealth) -> list[tuple[str, ...]]:
+def gpu_rows(host: HostHealth) -> list[tuple[Text, ...]]:
+    """The GPU table's cells, as text: a GPU's name comes from the host."""
     rows = []
     for c in host.gpus:
         problem = gpu_problem(c)
@@ -28,9 +30,10 @@ def gpu_rows(host: HostHealth) -> list[tuple[str, ...]]:
             state += " (SIM)"
         power = fmt.na(c.power, "{:.0f}") + " / " + fmt.na(c.power_limit, "{:.0f} W")
         memory = f"{fmt.size(c.mem_used)} / {fmt.size(c.mem_total)}"
-        rows.append((str(c.index), c.name or fmt.NA_TEXT, state, fmt.percent(c.util),
-                     fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc),
-                     fmt.na(c.xid), throttle_text(c.throttle)))
+        rows.append(tuple(map(table_cell, (
+            str(c.index), c.name or fmt.NA_TEXT, state, fmt.percent(c.util),
+            fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc), fmt.na(c.xid),
+            throttle_text(c.throttle)))))
     return rows
 
 
@@ -53,8 +56,9 @@ class HostDetailScreen(DrillDownScreen):
         super().__init__(snapshot)
         names = self.host_names()
         self.host = host if host in names else (names[0] if names else None)
-        self._gpu_rows: list[tuple[str, ...]] | None = None  # what the GPU table shows
+        self._gpu_rows: list[tuple[Text, ...]] | None = None  # what the GPU table shows
         # Tab ids in order of appearance (a host that appears later may sort anywhere).
+        # A tab shows its host's name as text; its id leads back to the name as sent.
         self._tab_ids = {name: f"host-{i}" for i, name in enumerate(names)}
 
     def host_names(self) -> list[str]:
@@ -69,7 +73,7 @@ class HostDetailScreen(DrillDownScreen):
 
     def compose(self) -> ComposeResult:
         yield Static("[b]Host detail[/b]", id="screen-title")
-        yield Tabs(*(Tab(name, id=tab) for name, tab in self._tab_ids.items()))
+        yield Tabs(*(Tab(fmt.text(name), id=tab) for name, tab in self._tab_ids.items()))
         yield Static(id="host-summary")
         yield DataTable(id="gpu-table", cursor_type="row", zebra_stripes=True)
         yield DetailView(id="host-details", omit=frozenset({"state", "last_seen"}))
@@ -89,10 +93,10 @@ class HostDetailScreen(DrillDownScreen):
     def show_snapshot(self, snapshot: Snapshot) -> None:
         self._add_new_hosts()
         host = self.current()
-        title = f"[b]Host detail: {self.host or 'no hosts'}[/b]"
+        title = fmt.markup("[b]Host detail: $host[/b]", host=self.host or "no hosts")
         update_text(self.query_one("#screen-title", Static), title)
         summary = host_summary(host) if host else "this host is not in the latest snapshot"
-        update_text(self.query_one("#host-summary", Static), summary)
+        update_text(self.query_one("#host-summary", Static), fmt.text(summary))
         rows = gpu_rows(host) if host else []
         if rows == self._gpu_rows:
             return  # refilling the table would also move its cursor back to the top
@@ -110,7 +114,7 @@ class HostDetailScreen(DrillDownScreen):
         for name in names:
             if name not in self._tab_ids:
                 self._tab_ids[name] = f"host-{len(self._tab_ids)}"
-                tabs.add_tab(Tab(name, id=self._tab_ids[name]))
+                tabs.add_tab(Tab(fmt.text(name), id=self._tab_ids[name]))
         if self.host is None and names:
             self.host = names[0]
             tabs.active = self._tab_ids[self.host]
@@ -131,7 +135,9 @@ class HostDetailScreen(DrillDownScreen):
 
     def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         if event.tab is not None:
-            self.select(str(event.tab.label.plain))
+            name = next((n for n, tab in self._tab_ids.items() if tab == event.tab.id), None)
+            if name is not None:
+                self.select(name)
 
     def action_cycle_host(self, step: int) -> None:
         names = self.host_names()

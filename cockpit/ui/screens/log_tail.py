@@ -7,13 +7,20 @@ from collections.abc import Iterable
 from textual.app import ComposeResult
 from textual.widgets import Footer, Log, Static
 
+from cockpit.analysis.text import printable
 from cockpit.ui import format as fmt
 from cockpit.ui.screens.filterable import FilterableScreen, matches
 
 
 def log_lines(details: object) -> list[str]:
     """Text lines from whatever the source returns: a string, lines, or log records
-    with a host/rank/stream prefix and a `line` (or `text`, `msg`) field."""
+    with a host/rank/stream prefix and a `line` (or `text`, `msg`) field. Each as
+    `printable` shows it: a trainer's colour codes or an escape sequence in its output
+    read as text (`␛[31m`), and never reach the terminal."""
+    return [printable(line) for line in _raw_lines(details)]
+
+
+def _raw_lines(details: object) -> list[str]:
     if details is None:
         return []
     if isinstance(details, str):

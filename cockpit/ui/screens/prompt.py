@@ -12,9 +12,10 @@ from collections.abc import Callable
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
+
+from cockpit.ui import format as fmt
 
 
 class PromptScreen(ModalScreen[object]):
@@ -30,8 +31,9 @@ class PromptScreen(ModalScreen[object]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"[b]{escape(self.title_text)}[/b]", id="dialog-title")
-            yield Static(escape(self.help_text), id="dialog-body")
+            # Job and host names in these come from the wire: text, never markup.
+            yield Static(fmt.markup("[b]$title[/b]", title=self.title_text), id="dialog-title")
+            yield Static(fmt.text(self.help_text, multiline=True), id="dialog-body")
             yield Input(value=self.value, id="prompt-input")
             yield Static("", id="prompt-error")
 
@@ -43,7 +45,8 @@ class PromptScreen(ModalScreen[object]):
         try:
             result = self.parse(event.value)
         except ValueError as exc:
-            self.query_one("#prompt-error", Static).update(f"[$error]{escape(str(exc))}[/]")
+            self.query_one("#prompt-error", Static).update(
+                fmt.markup("[$error]$why[/]", why=exc))
             return
         self.dismiss(result)
 

@@ -44,6 +44,7 @@ def shown(details: object) -> object:
         data["changed"] = {
             f"{c['field']} ({fmt.timestamp(c['ts'])})": f"{c['old']} → {c['new']}"
             for c in changes}
+    data = _kpis_and_diff(data)
     if data.pop("declared", True):
         return data
     return {"note": "no run record from the trainer: only what its steps show", **data}
@@ -61,3 +62,15 @@ def _starts(data: dict[str, object], run_started: object) -> dict[str, object]:
         if key == "started" and isinstance(first, int | float):
             out["first launch"] = fmt.timestamp(first)
     return out
+
+
+def _kpis_and_diff(data: dict[str, object]) -> dict[str, object]:
+    """The job's KPIs, and what changed from its parent or previous run, as sections
+    named for what they are (none when there is nothing to show)."""
+    kpis, compared = data.pop("kpis", None), data.pop("compared", None)
+    if isinstance(compared, dict) and compared.get("against"):
+        rest = {k: v for k, v in compared.items() if k != "against"}
+        data[f"changed since {compared['against']}"] = rest
+    if isinstance(kpis, dict) and kpis:
+        data["KPIs"] = kpis
+    return data

@@ -12,12 +12,15 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
+from cockpit.analysis.text import printable
 from cockpit.snapshot import Series
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
@@ -44,6 +47,13 @@ def cell(value: object) -> str:
     if isinstance(value, Sequence) and not isinstance(value, str):
         return ", ".join(cell(v) for v in value)
     return str(value)
+
+
+def table_cell(text: str) -> Text:
+    """A DataTable cell: the table parses a `str` cell as Rich markup, where a value
+    from a host (`driver [/b] mismatch`, `[@click=app.quit]`) would crash the screen or
+    become an action; a `Text` is shown as it is."""
+    return Text(printable(text), end="")
 
 
 def field_cell(key: str, value: object) -> str:
@@ -161,7 +171,7 @@ class DetailView(VerticalScroll):
 
     def section(self, name: str, value: object) -> Iterator[Widget]:
         if name:
-            yield Static(f"[b]{title(name)}[/b]", classes="detail-heading")
+            yield Static(fmt.markup("[b]$name[/b]", name=title(name)), classes="detail-heading")
         if isinstance(value, Series):
             yield SparklineChart(title(name) or "series", value,
                                  value_text=series_value_text(name))
@@ -179,17 +189,17 @@ class DetailView(VerticalScroll):
             yield self.records(value)  # type: ignore[arg-type]
             return
         if isinstance(value, Sequence) and not isinstance(value, str):
-            text = "\n".join(cell(item) for item in value) or fmt.NA_TEXT
-            yield Static(text, markup=False)
+            text = "\n".join(printable(cell(item)) for item in value) or fmt.NA_TEXT
+            yield Static(Content(text))
             return
-        yield Static(cell(value), markup=False)
+        yield Static(fmt.text(cell(value)))
 
     @staticmethod
     def key_values(rows: list[tuple[str, object]]) -> DataTable:
         table = DataTable(show_header=False, cursor_type="row", classes="detail-kv")
         table.add_columns("field", "value")
         for key, value in rows:
-            table.add_row(title(key), field_cell(key, value))
+            table.add_row(table_cell(title(key)), table_cell(field_cell(key, value)))
         return table
 
     @staticmethod
@@ -199,7 +209,7 @@ class DetailView(VerticalScroll):
         for row in rows:
             columns.extend(k for k in row if k not in columns)
         table = DataTable(cursor_type="row", zebra_stripes=True, classes="detail-records")
-        table.add_columns(*(title(c) for c in columns))
+        table.add_columns(*(table_cell(title(c)) for c in columns))
         for row in rows:
-            table.add_row(*(field_cell(c, row.get(c)) for c in columns))
+            table.add_row(*(table_cell(field_cell(c, row.get(c))) for c in columns))
         return table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.markup import escape
+from textual.content import Content
 from textual.widgets import Static
 
 from cockpit.snapshot import Efficiency, Snapshot
@@ -17,7 +17,7 @@ SLOWEST_SHOWN = 3
 
 # Job states in which nothing trains now: the step figures are those of its last steps.
 IDLE_STATES = {"paused": "before the pause", "exited": "before it exited",
-               "finished": "before it finished",
+               "finished": "before it finished", "stopped": "before it was stopped",
                "stalled": "before the stall", "failed": "before it failed",
                "starting": "before the restart"}
 
@@ -33,21 +33,21 @@ def throughput_line(e: Efficiency, state: str = "running") -> str:
             f"{fmt.si(e.tokens_per_s)} tokens/s{idle_note(e, state)}")
 
 
-def stragglers_line(e: Efficiency) -> str:
+def stragglers_line(e: Efficiency) -> Content:
     """Step-time spread and who is slowest: the ranks everyone else waits for."""
     median = fmt.na(e.step_time_median, "{:.3f}s")
     spread = fmt.na(None if e.step_time_spread is None else e.step_time_spread * 100,
                     "{:.0f}%")
-    line = f"step time {median} median · spread {spread}"
+    line = Content(f"step time {median} median · spread {spread}")
     slowest = e.slowest_ranks[:SLOWEST_SHOWN]
     if slowest:
-        names = ", ".join(f"r{r.rank}@{escape(r.host)} {r.step_time:.3f}s" for r in slowest)
+        names = ", ".join(f"r{r.rank}@{r.host} {r.step_time:.3f}s" for r in slowest)
         style = "$warning" if (e.step_time_spread or 0) >= 0.2 else "$text-muted"
         # Their own time (step time less the wait for communication): the median step
         # time above includes that wait, so it can read above every rank here.
-        line += f"\n[{style}]slowest, less comm wait: {names}[/]"
+        line += fmt.markup(f"\n[{style}]slowest, less comm wait: $names[/]", names=names)
     if e.note:
-        line += f"\n[$warning]{escape(e.note)}[/]"
+        line += fmt.markup("\n[$warning]$note[/]", note=e.note)
     return line
 
 
@@ -73,16 +73,17 @@ class EfficiencyPane(Pane):
         self.query_one("#gauge-comm", Gauge).value = e.comm_pct
         self.query_one("#gauge-mfu", Gauge).value = None if e.mfu is None else e.mfu * 100
         update_text(self.query_one("#throughput", Static),
-                    throughput_line(e, snapshot.progress.state))
+                    Content.from_markup(throughput_line(e, snapshot.progress.state)))
         update_text(self.query_one("#stragglers", Static), stragglers_line(e))
         self.query_one("#spark-throughput", SparklineChart).series = e.throughput_history
         self.query_one("#spark-busy", SparklineChart).series = e.gpu_busy_history
 
-    def summary(self, snapshot: Snapshot) -> str:
+    def summary(self, snapshot: Snapshot) -> Content:
         e = snapshot.efficiency
         # The note beside the figure it qualifies: a narrow screen cuts the end of the
         # line, which must not be the "before it exited".
-        return (f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s"
-                f"{idle_note(e, snapshot.progress.state)} · "
-                f"data wait {fmt.percent(e.data_wait_pct)} · MFU "
-                f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")
+        return Content.from_markup(
+            f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s"
+            f"{idle_note(e, snapshot.progress.state)} · "
+            f"data wait {fmt.percent(e.data_wait_pct)} · MFU "
+            f"{fmt.percent(None if e.mfu is None else e.mfu * 100)}")

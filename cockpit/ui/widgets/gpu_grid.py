@@ -8,7 +8,7 @@ what the operator can afford to scroll past.
 
 from __future__ import annotations
 
-from textual.markup import escape
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -65,7 +65,7 @@ def _sum(values: list[float | None]) -> float | None:
     return sum(known) if known else None
 
 
-def host_line(host: HostHealth, name_width: int) -> str:
+def host_line(host: HostHealth, name_width: int) -> Content:
     cells = host.gpus
     online = sum(1 for c in cells if c.online)
     link_style = ("$success" if host.state in _LINK_OK else "$warning"
@@ -78,20 +78,23 @@ def host_line(host: HostHealth, name_width: int) -> str:
                                 _sum([c.mem_total for c in cells])))
     disk = fmt.percent(fmt.ratio(host.disk_used, host.disk_total))
     net = f"net ↓{fmt.si(host.net_rx)} ↑{fmt.si(host.net_tx)}"
-    line = (f"{escape(host.host):<{name_width}} [{link_style}]{escape(host.state):<10}[/] "
-            f"{online}/{len(cells)} {glyphs} {temp} {power} mem {mem} disk {disk} {net}")
+    # Names and states from the wire go in as text: padded here, not by the template.
+    template = (f"$host [{link_style}]$state[/] "
+                f"{online}/{len(cells)} {glyphs} {temp} {power} mem {mem} disk {disk} {net}")
     if host.gpu_state not in ("ok", "simulated"):
-        line += f" [$warning]({escape(host.gpu_state)})[/]"
-    return line
+        template += " [$warning]($gpu_state)[/]"
+    return fmt.markup(template, host=fmt.printable(host.host).ljust(name_width),
+                      state=fmt.printable(host.state).ljust(10), gpu_state=host.gpu_state)
 
 
-def grid_markup(hosts: tuple[HostHealth, ...]) -> str:
+def grid_markup(hosts: tuple[HostHealth, ...]) -> Content:
     if not hosts:
-        return "[$text-muted]no hosts reported yet[/]"
+        return Content.from_markup("[$text-muted]no hosts reported yet[/]")
     rank = {"error": 0, "warning": 1, None: 2}
     ordered = sorted(hosts, key=lambda h: (rank[host_problem(h)], h.host))
-    width = min(16, max(len(h.host) for h in hosts))
-    return "\n".join([LEGEND + "  (net in B/s)", *(host_line(h, width) for h in ordered)])
+    width = min(16, max(len(fmt.printable(h.host)) for h in hosts))
+    legend = Content.from_markup(LEGEND + "  (net in B/s)")
+    return Content("\n").join([legend, *(host_line(h, width) for h in ordered)])
 
 
 class GpuGrid(Static):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
@@ -32,7 +33,7 @@ class HealthPane(Pane):
         log.advice = health.checkpoint_advice
         log.job_state = snapshot.progress.state
 
-    def summary(self, snapshot: Snapshot) -> str:
+    def summary(self, snapshot: Snapshot) -> Content:
         health = snapshot.health
         gpus = [c for h in health.hosts for c in h.gpus]
         online = sum(1 for c in gpus if c.online)
@@ -44,4 +45,4 @@ class HealthPane(Pane):
             line += f" · {counted(len(health.interruptions), 'interruption')}"
         if health.simulated:
             line += " · [$warning]SIM[/]"
-        return line
+        return Content.from_markup(line)  # counts and the cockpit's words only

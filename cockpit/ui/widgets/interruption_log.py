@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from textual.markup import escape
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -25,29 +25,29 @@ SHOWN = 5
 SHOW_LATENCY_S = 10.0
 
 
-def interruption_line(item: Interruption, newest: bool = False, state: str = "") -> str:
+def interruption_line(item: Interruption, newest: bool = False, state: str = "") -> Content:
     """`newest` and the job's `state` tell whether an outage without a recovery may yet
     recover (its restart under way) or will not (the agent gave up)."""
     # The time shown is when the failure was detected; the agent counts the time down
     # from the failure itself (a hang: its last step) to the first new step.
     if item.recovered_in is not None:
-        recovered = f"recovered, down {fmt.duration(item.recovered_in)}"
+        recovered = fmt.text(f"recovered, down {fmt.duration(item.recovered_in)}")
     elif item.ended_by is not None:
-        recovered = f"[$text-muted]{escape(ended_text(item.ended_by))}[/]"
+        recovered = fmt.markup("[$text-muted]$said[/]", said=ended_text(item.ended_by))
     else:
         said = unrecovered_text(None, newest, state)
         colour = "$warning" if state in RECOVERING_STATES and newest else "$error"
-        recovered = f"[{colour}]{escape(said)}[/]"
+        recovered = fmt.markup(f"[{colour}]$said[/]", said=said)
     lost = fmt.na(item.steps_lost, "{:,}")
     latency = item.detection_latency
     seen = (f" (seen {fmt.duration(latency)} after it)"
             if latency is not None and latency >= SHOW_LATENCY_S else "")
-    line = f"{fmt.clock(item.detected_at)} {escape(item.cause)}{escape(where_text(item))}" \
-        f"{seen} · {recovered} · {lost} steps lost"
+    line = fmt.text(f"{fmt.clock(item.detected_at)} {item.cause}{where_text(item)}"
+                    f"{seen} · ") + recovered + fmt.text(f" · {lost} steps lost")
     if item.restart_count is not None:
-        line += f" · restart #{item.restart_count}"
+        line += fmt.text(f" · restart #{item.restart_count}")
     if item.failed_restarts:
-        line += escape(f" ({failed_restarts_text(item.failed_restarts)})")
+        line += fmt.text(f" ({failed_restarts_text(item.failed_restarts)})")
     return line
 
 
@@ -60,14 +60,15 @@ def where_text(item: Interruption) -> str:
                                      if peers else "")
 
 
-def log_markup(items: tuple[Interruption, ...], state: str = "") -> str:
+def log_markup(items: tuple[Interruption, ...], state: str = "") -> Content:
     if not items:
-        return "interruptions: [$success]none[/]"
+        return Content.from_markup("interruptions: [$success]none[/]")
     newest = sorted(items, key=lambda i: i.detected_at, reverse=True)[:SHOWN]
     more = len(items) - len(newest)
-    lines = [f"interruptions: {len(items)}" + (f" ({more} older not shown)" if more else "")]
+    lines = [Content(f"interruptions: {len(items)}"
+                     + (f" ({more} older not shown)" if more else ""))]
     lines += [interruption_line(item, n == 0, state) for n, item in enumerate(newest)]
-    return "\n".join(lines)
+    return Content("\n").join(lines)
 
 
 class InterruptionLog(Static):
@@ -81,7 +82,7 @@ class InterruptionLog(Static):
     def _render_log(self) -> None:
         text = log_markup(self.interruptions, self.job_state)
         if self.advice:
-            text += f"\n[dim]checkpoints:[/] {escape(self.advice)}"
+            text += fmt.markup("\n[dim]checkpoints:[/] $advice", advice=self.advice)
         update_text(self, text)
 
     def watch_interruptions(self, items: tuple[Interruption, ...]) -> None:

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from cockpit.snapshot import Snapshot
 
 
-def update_text(widget: Static, markup: str) -> None:
-    """Set a Static's markup only when it changed, and ask for a layout pass only when
+def update_text(widget: Static, content: Content) -> None:
+    """Set a Static's content only when it changed, and ask for a layout pass only when
     the new text needs a different height.
+
+    Content, not a markup string: what a line holds from the wire goes in as text
+    (`fmt.text`, `fmt.markup`), so nothing in it is parsed as markup.
 
     Most lines read the same from one refresh to the next, and those that change (the
     time since the last step, the step count) keep their height: a layout pass makes
@@ -25,10 +29,11 @@ def update_text(widget: Static, markup: str) -> None:
     A widget with no width is not on screen (hidden, or not laid out yet): whatever
     shows it again lays it out.
     """
-    if widget.content == markup:
+    shown = widget.content
+    if isinstance(shown, Content) and shown.is_same(content):
         return
     size = widget.content_size
-    widget.update(markup, layout=False)
+    widget.update(content, layout=False)
     if size.width and widget.get_content_height(size, size, size.width) != size.height:
         widget.refresh(layout=True)
 
@@ -61,13 +66,13 @@ class Pane(Vertical, can_focus=True):
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
         if snapshot is None or not self._ready:
             return
-        update_text(self.query_one(".summary", Static),
-                    f"[b]{self.NUMBER} {self.TITLE}[/b]  {self.summary(snapshot)}")
+        title = Content.from_markup(f"[b]{self.NUMBER} {self.TITLE}[/b]  ")
+        update_text(self.query_one(".summary", Static), title + self.summary(snapshot))
         self.show(snapshot)
 
     def show(self, snapshot: Snapshot) -> None:
         """Update the body from a new snapshot."""
 
-    def summary(self, snapshot: Snapshot) -> str:
-        """One line of Textual markup: the pane at a glance."""
-        return ""
+    def summary(self, snapshot: Snapshot) -> Content:
+        """One line: the pane at a glance."""
+        return Content("")

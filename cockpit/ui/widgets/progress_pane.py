@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from textual.app import ComposeResult
-from textual.markup import escape
+from textual.content import Content
 from textual.widgets import ProgressBar, Static
 
 from cockpit.analysis.text import counted
@@ -20,14 +20,16 @@ _STATE_STYLE = {
     "recovering": "$warning",
     "finished": "$success",
     "exited": "$text-muted",
+    "stopped": "$text-muted",
 }
 
 
-def _position(p: Progress) -> str:
+def _position(p: Progress) -> Content:
     step = fmt.na(p.step, "{:,}")
     total = fmt.na(p.total_steps, "{:,}")
     epoch = fmt.na(p.epoch, "{:.2f}")
-    return f"stage [b]{escape(p.stage or 'n/a')}[/b] · epoch {epoch} · step {step} / {total}"
+    return fmt.markup(f"stage [b]$stage[/b] · epoch {epoch} · step {step} / {total}",
+                      stage=p.stage or "n/a")
 
 
 BAR_STEPS_PER_PERCENT = 20  # far finer than a bar's half-cell, or its whole-% label
@@ -70,10 +72,10 @@ def resume_text(p: Progress) -> str:
     return f"; resumes from step {p.resume_step:,}"
 
 
-def stall_text(p: Progress) -> str:
+def stall_text(p: Progress) -> Content:
     cause = p.stall_cause or "cause unknown"
     detail = f" — {p.stall_detail}" if p.stall_detail else ""
-    return f"⚠ STALLED: likely {escape(cause)}{escape(detail)}"
+    return fmt.text(f"⚠ STALLED: likely {cause}{detail}")
 
 
 class ProgressPane(Pane):
@@ -92,30 +94,30 @@ class ProgressPane(Pane):
         p = snapshot.progress
         update_text(self.query_one("#progress-position", Static), _position(p))
         update_text(self.query_one("#progress-counts", Static),
-            f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"
-        )
+                    Content(f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"))
         bar = self.query_one("#progress-bar", ProgressBar)
         # An unknown total animates the bar, which says "working": only while it is.
         moving = p.percent is None and p.state in ("running", "starting", "recovering")
         bar.update(total=None if moving else 100, progress=bar_progress(p.percent))
-        update_text(self.query_one("#progress-eta", Static), eta_text(p))
+        update_text(self.query_one("#progress-eta", Static), fmt.text(eta_text(p)))
         style = _STATE_STYLE.get(p.state, "$text-muted")
         last = "no step yet" if p.since_last_step is None else \
             f"last step {fmt.duration(p.since_last_step)} ago"
         update_text(self.query_one("#progress-last", Static),
-                    f"{last} · state [{style}]{escape(p.state)}[/]")
+                    fmt.markup(f"{last} · state [{style}]$state[/]", state=p.state))
         banner = self.query_one("#stall-banner", Static)
         banner.display = p.stalled
         if p.stalled:
             update_text(banner, stall_text(p))
 
-    def summary(self, snapshot: Snapshot) -> str:
+    def summary(self, snapshot: Snapshot) -> Content:
         p = snapshot.progress
         if p.step is None:
-            return f"no step yet · {escape(p.state)}"
+            return fmt.text(f"no step yet · {p.state}")
         head = f"step {p.step:,} · {fmt.percent(p.percent, 1)}"
         head += f" · {p.eta_note}" if p.eta_note else f" · ETA ~{fmt.duration(p.eta_seconds)}"
         if p.stalled:
-            return f"{head} · [$error]STALLED ({escape(p.stall_cause or 'cause unknown')})[/]"
+            return fmt.markup("$head · [$error]STALLED ($cause)[/]", head=head,
+                              cause=p.stall_cause or "cause unknown")
         said = p.eta_note is not None and p.eta_note.startswith(p.state)
-        return head if said else f"{head} · {escape(p.state)}"
+        return fmt.text(head if said else f"{head} · {p.state}")

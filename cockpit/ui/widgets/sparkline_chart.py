@@ -16,6 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import Label
 
 from cockpit.snapshot import Series
+from cockpit.ui import format as fmt
 from cockpit.ui.widgets.spark_bars import SparkBars
 
 ValueText = Callable[[float], str]
@@ -59,14 +60,15 @@ class SparklineChart(Horizontal):
         self.set_reactive(SparklineChart.series, series)
 
     def compose(self) -> ComposeResult:
-        yield Label(self.label)
+        yield Label(fmt.text(self.label))  # a drill-down names a series by a wire key
         yield SparkBars(series_values(self.series) if self.series else [])
         if self.value_text is not None:
-            yield Label(range_text(self.series, self.value_text), classes="spark-range")
+            yield Label(fmt.text(range_text(self.series, self.value_text)),
+                        classes="spark-range")
 
     def watch_series(self, series: Series | None) -> None:
         for line in self.query(SparkBars):
             line.data = series_values(series) if series else []
         if self.value_text is not None:
             for label in self.query(".spark-range").results(Label):
-                label.update(range_text(series, self.value_text))
+                label.update(fmt.text(range_text(series, self.value_text)))

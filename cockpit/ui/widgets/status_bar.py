@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 from textual.content import Content
-from textual.markup import escape
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from cockpit.analysis.lifecycle import ENDED_STATES
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
 from cockpit.ui import format as fmt
@@ -51,28 +51,34 @@ class StatusBar(Widget):
         the alerts (above all a critical one) are on screen at 80 columns too."""
         snap = self.snapshot
         label = self.label or (snap.source_label if snap else "")
-        # (text, rank): rank 0 is always shown; higher ranks are dropped first.
-        parts: list[tuple[str, int]] = [
-            (f"[b reverse $accent] {escape(label or 'NO SOURCE')} [/]", 0)]
+        # (text, rank): rank 0 is always shown; higher ranks are dropped first. The
+        # source label, the job and a failure's text go in as text (`fmt.markup`).
+        parts: list[tuple[Content, int]] = [
+            (fmt.markup("[b reverse $accent] $label [/]", label=label or "NO SOURCE"), 0)]
         if self.paused and "PAUSED" not in label.upper():
-            parts.append(("[$warning]⏸ paused[/]", 0))
-        parts.append((f"[b]{escape((snap.job if snap else None) or 'job n/a')}[/]", 0))
+            parts.append((Content.from_markup("[$warning]⏸ paused[/]"), 0))
+        parts.append((fmt.markup("[b]$job[/]", job=(snap.job if snap else None) or "job n/a"),
+                      0))
         if snap is not None and job_place(snap):
-            parts.append((job_place(snap), 4))  # starts with a space: glued to the job
+            # Starts with a space: glued to the job.
+            parts.append((Content.from_markup(job_place(snap)), 4))
         if self.failing:
-            parts.append((f"[$error]⚠ not updating: {escape(_short(self.failing))}[/]", 1))
+            parts.append((fmt.markup("[$error]⚠ not updating: $why[/]",
+                                     why=_short(self.failing)), 1))
         if self.replaying:
-            parts.append((f"recorded {fmt.timestamp(snap.ts if snap else None)}", 2))
+            parts.append((Content(f"recorded {fmt.timestamp(snap.ts if snap else None)}"), 2))
         else:
-            parts.append((f"data {fmt.clock(snap.ts if snap else None)}", 2))
-            parts.append((f"now {fmt.clock(wall_clock())}", 5))
+            parts.append((Content(f"data {fmt.clock(snap.ts if snap else None)}"), 2))
+            parts.append((Content(f"now {fmt.clock(wall_clock())}"), 5))
         if snap is not None:
-            critical = sum(1 for a in snap.alerts if a.severity == "critical")
+            # Resolved and acknowledged ones stay listed in Alerts, not counted here.
+            active = [a for a in snap.alerts if a.state == "active"]
+            critical = sum(1 for a in active if a.severity == "critical")
             if critical:
-                parts.append((f"[$error]⚠ {critical} critical[/]", 0))
-            parts.append((counted(len(snap.alerts), "alert"), 0))
-            parts.append(("controllable" if snap.controllable
-                          else "[$text-muted]read-only[/]", 3))
+                parts.append((Content.from_markup(f"[$error]⚠ {critical} critical[/]"), 0))
+            parts.append((Content(counted(len(active), "alert")), 0))
+            parts.append((Content("controllable") if snap.controllable
+                          else Content.from_markup("[$text-muted]read-only[/]"), 3))
         return fit_parts(parts, self.size.width or 10_000)
 
 
@@ -81,14 +87,15 @@ def _short(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def fit_parts(parts: list[tuple[str, int]], width: int) -> Content:
+def fit_parts(parts: list[tuple[Content, int]], width: int) -> Content:
     """`parts` joined by " │ " (a part starting with a space is glued to the one before),
     dropping the highest ranks, rightmost first, until the line fits."""
     shown = list(parts)
+    bar = Content(" │ ")
     while True:
-        markup = "".join(text if i == 0 or text.startswith(" ") else f" │ {text}"
-                         for i, (text, _) in enumerate(shown))
-        line = Content.from_markup(markup)
+        line = Content("").join(
+            text if i == 0 or text.plain.startswith(" ") else bar + text
+            for i, (text, _) in enumerate(shown))
         droppable = [rank for _, rank in shown if rank > 0]
         if line.cell_length <= width or not droppable:
             return line
@@ -103,6 +110,10 @@ def job_place(snap: Snapshot) -> str:
     if snap.job in training and len(training) > 1:
         return f" [$text-muted]({training.index(snap.job) + 1} of {len(training)} training)[/]"
     if snap.job is not None and snap.job not in training and len(jobs) > 1:
-        return (f" [$text-muted](not training; {len(training)} of {len(jobs)} jobs "
+        # A job that ended says how (finished, stopped, failed …): "not training" beside
+        # a count of the others read as if it were one of them, idle.
+        # (one of our own words, never a host's: safe in markup)
+        state = snap.progress.state if snap.progress.state in ENDED_STATES else "not training"
+        return (f" [$text-muted]({state}; {len(training)} of {len(jobs)} jobs "
                 "training)[/]")
     return ""

@@ -1,0 +1,122 @@
+"""Alert thresholds: defaults, and the `[alerts]` table of a TOML file that overrides them.
+
+A team tunes what counts as "nearly full" or "a spike" once, in a file, rather than in
+code: `cockpit --alerts FILE …` reads its `[alerts]` table (other tables are ignored, so
+the same file can hold other settings). Every key is checked where it is read: an
+unknown key, a value of the wrong type or out of its range is refused with the file,
+the line and the key, as a keymap's mistakes are. The documented table:
+
+    [alerts]
+    disk_warn = 0.90             # disk used share that warns (0..1)
+    disk_critical = 0.97         # ... that is critical
+    memory_warn = 0.95           # host memory used share that warns
+    host_silent_s = 30           # a host with no record for this long is silent
+    data_wait_warn_pct = 30      # input pipeline share of step time that warns
+    loss_scale_collapse = 64     # AMP loss scale fallen this many times below its peak
+    loss_scale_floor = 1.0       # ... or at/below this value
+    grad_norm_explosion = 10     # grad norm this many times its recent median
+    plateau_points = 30          # loss points (of the chart's) a plateau is judged over
+    plateau_min_drop = 0.01      # smoothed loss falling less than this share over them
+    oom_headroom = 0.85          # share of GPU memory a suggested micro-batch aims at
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import tomllib
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    disk_warn: float = 0.90
+    disk_critical: float = 0.97
+    memory_warn: float = 0.95
+    host_silent_s: float = 30.0
+    data_wait_warn_pct: float = 30.0
+    loss_scale_collapse: float = 64.0
+    loss_scale_floor: float = 1.0
+    grad_norm_explosion: float = 10.0
+    plateau_points: int = 30
+    plateau_min_drop: float = 0.01
+    oom_headroom: float = 0.85
+
+
+# (low, high) each key must lie within (inclusive), to refuse a typo like 90 for 0.90.
+RANGES: dict[str, tuple[float, float]] = {
+    "disk_warn": (0.0, 1.0), "disk_critical": (0.0, 1.0), "memory_warn": (0.0, 1.0),
+    "host_silent_s": (1.0, 86400.0), "data_wait_warn_pct": (0.0, 100.0),
+    "loss_scale_collapse": (1.0, 1e9), "loss_scale_floor": (0.0, 1e9),
+    "grad_norm_explosion": (1.0, 1e9), "plateau_points": (3, 100_000),
+    "plateau_min_drop": (0.0, 1.0), "oom_headroom": (0.05, 1.0),
+}
+
+_current = AlertThresholds()
+
+
+class AlertConfigError(ValueError):
+    """An alerts file that cannot be applied; the message names file, line and key."""
+
+
+def current() -> AlertThresholds:
+    """The thresholds in force (the defaults unless `configure` set others)."""
+    return _current
+
+
+def configure(thresholds: AlertThresholds) -> None:
+    """Set the thresholds every rule reads, for this process (the CLI does, at start)."""
+    global _current
+    _current = thresholds
+
+
+def _line_of(text: str, key: str) -> int:
+    match = re.search(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*=", text, re.MULTILINE)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
+def load_alert_config(path: str | Path) -> AlertThresholds:
+    """The defaults with the file's `[alerts]` table applied; AlertConfigError if any
+    of it is wrong (nothing is half applied)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise AlertConfigError(f"{path}: cannot read alerts config: "
+                               f"{exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise AlertConfigError(f"{path}:{line}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise AlertConfigError(f"{path}: not valid TOML: {exc}") from exc
+    table = data.get("alerts")
+    if table is None:
+        raise AlertConfigError(f"{path}: no [alerts] table")
+    if not isinstance(table, dict):
+        raise AlertConfigError(f"{path}:{_line_of(text, 'alerts')}: 'alerts' must be a "
+                               "table ([alerts])")
+    known = {f.name: f.type for f in fields(AlertThresholds)}
+    values: dict[str, float | int] = {}
+    for key, value in table.items():
+        where = f"{path}:{_line_of(text, key)}: alerts.{key}"
+        if key not in known:
+            raise AlertConfigError(f"{where} is not a threshold; known: "
+                                   f"{', '.join(sorted(known))}")
+        integer = known[key] in (int, "int")
+        ok = isinstance(value, int) if integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok:
+            raise AlertConfigError(f"{where} must be {'an integer' if integer else 'a number'},"
+                                   f" got {type(value).__name__}")
+        low, high = RANGES[key]
+        if not low <= value <= high:
+            raise AlertConfigError(f"{where} = {value} is out of range ({low:g} to {high:g})")
+        values[key] = value if integer else float(value)
+    thresholds = replace(AlertThresholds(), **values)
+    if thresholds.disk_critical < thresholds.disk_warn:
+        raise AlertConfigError(f"{path}:{_line_of(text, 'disk_critical')}: "
+                               "alerts.disk_critical must not be below alerts.disk_warn")
+    return thresholds

@@ -1,0 +1,658 @@
+"""Jobs on a Slurm cluster: the batch script, its submission, and its life in the queue.
+
+A job spec with `[launcher] kind = "slurm"` is not started by the cockpit's agents over
+SSH: Slurm owns allocation, queueing, requeue and cancellation. The cockpit generates
+two scripts, kept in `RUN_DIR/slurm/` (and their text in the recording):
+
+- the batch script (`sbatch`): `#SBATCH` options from the spec, the rendezvous on the
+  first allocated node (`scontrol show hostnames`, that node's `NodeAddr`), the newest
+  valid checkpoint when resuming (a `resume`, or Slurm's own requeue), then one
+  `srun --ntasks-per-node=1` step running the node script on every node. A `USR1` to the
+  batch shell (`--signal=B:USR1@N` before the time limit or a preemption, or the
+  cockpit's pause: `scancel --batch --signal=USR1`) asks the trainer for a checkpoint
+  (`checkpoint_now` in the job's control file), waits for its completion marker, then
+  ends the step: the allocation is released with the job's state saved.
+- the node script: this node's run dir (`RUN_DIR/nodes/NODE`, its checkpoint and control
+  dirs linked to the shared ones, as `agent.launch` does for SSH hosts), then
+  `python -m agent run --exit-with-job … -- torchrun …`: the agent samples, journals
+  and supervises exactly as on an SSH host, and the step ends with the job.
+
+Every value from the spec reaches the scripts through `shlex.quote` and is validated
+first (names against Slurm's own character set, no control character anywhere), so a
+hostile job name, partition or extra `#SBATCH` value cannot run anything.
+
+`SlurmJob` runs the Slurm clients through a `Commands` seam (this machine, or a login
+node over SSH) and turns what they say into `event` wire records for a pseudo host
+(`slurm:JOB`), which the store ingests like any agent's: submitted, pending (with the
+reason and `squeue --start`'s estimate), running (nodes, queue wait), finished (state,
+exit code, reason), paused, cancelled.
+
+This module is over 500 lines because the script generator, its validation and the
+queue watcher share one set of names and are read together when either changes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from agent.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
+from agent.protocol import encode
+from cockpit.control.jobspec import JobSpec, JobSpecError
+from cockpit.transport.inventory import Inventory
+from cockpit.transport.link import LinkOptions
+from cockpit.transport.run_command import (
+    CommandError,
+    CommandResult,
+    Commands,
+    LocalCommands,
+    SshCommands,
+)
+
+KIND = "slurm"
+# Slurm's names (partition, account, QoS, node): letters, digits and a few marks.
+SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+# Slurm's time formats: MIN, MIN:SEC, H:MIN:SEC, D-H, D-H:MIN, D-H:MIN:SEC, UNLIMITED.
+TIME_LIMIT = re.compile(r"^(UNLIMITED|INFINITE|\d{1,7}(:\d{1,2}){0,2}|\d{1,5}-\d{1,2}"
+                        r"(:\d{1,2}){0,2})$")
+EXTRA_OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(=(.*))?$", re.S)
+# Options the launcher sets itself, or that would change what the job runs.
+OWNED_OPTIONS = frozenset({
+    "job-name", "nodes", "ntasks-per-node", "ntasks", "signal", "output", "error",
+    "partition", "time", "account", "qos", "gpus-per-node", "wrap", "chdir", "export",
+    "export-file", "get-user-env", "input", "open-mode", "array", "parsable",
+})
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 64
+DEFAULT_SIGNAL_SECONDS = 120
+# squeue/scontrol states.
+PENDING, RUNNING = "PENDING", "RUNNING"
+ACTIVE_STATES = frozenset({PENDING, RUNNING, "CONFIGURING", "COMPLETING", "SUSPENDED",
+                           "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+                           "SIGNALING", "STAGE_OUT"})
+RDZV_PORT_BASE = 20000  # the rendezvous port: BASE + job id % SPAN, distinct per job
+RDZV_PORT_SPAN = 20000
+_JOB_ID = re.compile(r"^(\d{1,12})(;.*)?$")
+
+
+@dataclass(frozen=True)
+class SlurmLauncher:
+    """The `[launcher]` table of a Slurm job, checked."""
+
+    nodes: int
+    partition: str | None = None
+    gpus_per_node: int = 0
+    time_limit: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    extra_sbatch: tuple[str, ...] = ()
+    signal_seconds: int = DEFAULT_SIGNAL_SECONDS
+    login: str | None = None  # the inventory host that runs sbatch; None: this machine
+
+
+def is_slurm(spec: JobSpec) -> bool:
+    return spec.launcher.get("kind") == KIND
+
+
+def _printable(value: str) -> bool:
+    return all(c.isprintable() for c in value)
+
+
+def launcher_of(spec: JobSpec) -> SlurmLauncher:
+    """The spec's Slurm launcher, or `JobSpecError` naming the field that is wrong."""
+    table = spec.launcher
+
+    def fail(key: str, what: str) -> JobSpecError:
+        return JobSpecError(spec.source, None, f"launcher.{key}", what)
+
+    if table.get("kind") != KIND:
+        raise fail("kind", f"must be \"{KIND}\" for a Slurm job, got {table.get('kind')!r}")
+    if "\\" in spec.run_dir:  # it goes into #SBATCH --output, where '\\' escapes
+        raise JobSpecError(spec.source, None, "run_dir", "a Slurm job's run dir may not "
+                           "hold a backslash (sbatch's #SBATCH reader takes it as an escape)")
+    if spec.elastic:
+        raise fail("kind", "an elastic job (nnodes = \"MIN:MAX\") is not offered on Slurm: "
+                   "an allocation has a fixed set of nodes; give a fixed node count")
+    nodes = table.get("nodes", 1)
+    if not 1 <= nodes <= MAX_NODES:
+        raise fail("nodes", f"must be between 1 and {MAX_NODES}, got {nodes}")
+    gpus = table.get("gpus_per_node", 0)
+    if not 0 <= gpus <= MAX_GPUS_PER_NODE:
+        raise fail("gpus_per_node", f"must be between 0 and {MAX_GPUS_PER_NODE}, got {gpus}")
+    signal_seconds = table.get("signal_seconds", DEFAULT_SIGNAL_SECONDS)
+    if not 1 <= signal_seconds <= 65535:  # Slurm's own bound for --signal's @TIME
+        raise fail("signal_seconds", f"must be between 1 and 65535, got {signal_seconds}")
+    names: dict[str, str | None] = {}
+    for key in ("partition", "account", "qos", "login"):
+        value = table.get(key)
+        if value is not None and not SLURM_NAME.match(value):
+            raise fail(key, f"{value!r} is not a Slurm name (letters, digits, '_.+-', "
+                       "starting with a letter or digit)")
+        names[key] = value
+    limit = table.get("time_limit")
+    if limit is not None and not TIME_LIMIT.match(limit):
+        raise fail("time_limit", f"{limit!r} is not a Slurm time (MIN, H:MM:SS, D-H:MM, "
+                   "UNLIMITED…)")
+    extras = table.get("extra_sbatch", [])
+    for extra in extras:
+        problem = extra_problem(extra)
+        if problem is not None:
+            raise fail("extra_sbatch", problem)
+    return SlurmLauncher(nodes=nodes, partition=names["partition"], gpus_per_node=gpus,
+                         time_limit=limit, account=names["account"], qos=names["qos"],
+                         extra_sbatch=tuple(extras), signal_seconds=signal_seconds,
+                         login=names["login"])
+
+
+def commands_for(launcher: SlurmLauncher, inventory: Inventory | None = None,
+                 options: LinkOptions | None = None) -> Commands:
+    """Where the Slurm clients run: the `login` host over SSH (the agents' transport,
+    host keys and ~/.ssh/config), or this machine when the spec names none."""
+    if launcher.login is None:
+        return LocalCommands()
+    hosts = inventory.by_name() if inventory is not None else {}
+    if launcher.login not in hosts:
+        raise JobSpecError("<spec>", None, "launcher.login",
+                           f"{launcher.login!r} is not in the inventory (known: "
+                           f"{', '.join(hosts) or 'none'})")
+    return SshCommands(hosts[launcher.login], options)
+
+
+def extra_problem(extra: Any) -> str | None:
+    """What is wrong with one extra `#SBATCH` option, or None."""
+    if not isinstance(extra, str):
+        return f"each entry must be a string, got {type(extra).__name__}"
+    if not _printable(extra):
+        return f"{extra!r} holds a control character (a newline would start a new line " \
+               "of the script)"
+    if "\\" in extra:
+        return f"{extra!r} holds a backslash, which sbatch's #SBATCH reader takes as an " \
+               "escape (even in quotes): the value would not arrive as written"
+    match = EXTRA_OPTION.match(extra)
+    if match is None:
+        return f"{extra!r} is not one long option (--name or --name=value)"
+    if match.group(1) in OWNED_OPTIONS:
+        return f"--{match.group(1)} is set by the launcher (or would change what the job " \
+               "runs); use the [launcher] keys"
+    return None
+
+
+def _sbatch_line(option: str, value: str | int | None = None) -> str:
+    """One `#SBATCH` line; sbatch strips the quotes that `shlex.quote` adds."""
+    if value is None:
+        return f"#SBATCH {option}"
+    text = str(value)
+    if not _printable(text) or "\\" in text:
+        raise ValueError(f"{option} value {text!r} holds a control character or a "
+                         "backslash (an escape to sbatch's #SBATCH reader)")
+    return f"#SBATCH {option}={shlex.quote(text)}"
+
+
+@dataclass(frozen=True)
+class ScriptPaths:
+    """Where a submission's files live on the cluster (shared storage: the run dir)."""
+
+    run_dir: str
+    stamp: str
+
+    @property
+    def folder(self) -> str:
+        return str(PurePosixPath(self.run_dir) / "slurm")
+
+    @property
+    def batch(self) -> str:
+        return f"{self.folder}/{self.stamp}.sbatch"
+
+    @property
+    def node(self) -> str:
+        return f"{self.folder}/{self.stamp}.node.sh"
+
+    @property
+    def output(self) -> str:
+        return f"{self.folder}/slurm-%j.out"
+
+
+def checkpoint_dir(spec: JobSpec) -> str:
+    if spec.checkpoint_dir.startswith(("/", "~")):
+        return spec.checkpoint_dir
+    return str(PurePosixPath(spec.run_dir) / spec.checkpoint_dir)
+
+
+def current_file(spec: JobSpec) -> str:
+    return str(PurePosixPath(spec.run_dir) / "slurm" / "current-job")
+
+
+def control_file(spec: JobSpec) -> str:
+    return str(PurePosixPath(spec.run_dir) / "control" / f"{spec.name}.ndjson")
+
+
+def _q(value: str) -> str:
+    """One shell word; `~/…` keeps expanding on the node (as the agent's paths do)."""
+    if value == "~":
+        return '"$HOME"'
+    if value.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(value[2:])
+    return shlex.quote(value)
+
+
+def _with_checkpoint(arg: str) -> str:
+    """A resume argument as a shell word, `{checkpoint}` replaced by the variable."""
+    parts = arg.split("{checkpoint}")
+    return f'"${RESUME_ENV}"'.join(shlex.quote(p) if p else "" for p in parts) or "''"
+
+
+def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
+                 resume: bool) -> str:
+    """The batch script `sbatch` runs on the first node of the allocation."""
+    lines = ["#!/bin/bash",
+             _sbatch_line("--job-name", spec.name),
+             _sbatch_line("--nodes", launcher.nodes),
+             _sbatch_line("--ntasks-per-node", 1),
+             _sbatch_line("--signal", f"B:USR1@{launcher.signal_seconds}"),
+             _sbatch_line("--output", paths.output)]
+    for option, value in (("--partition", launcher.partition),
+                          ("--time", launcher.time_limit),
+                          ("--account", launcher.account), ("--qos", launcher.qos)):
+        if value is not None:
+            lines.append(_sbatch_line(option, value))
+    if launcher.gpus_per_node:
+        lines.append(_sbatch_line("--gpus-per-node", launcher.gpus_per_node))
+    for extra in launcher.extra_sbatch:
+        name, _, value = extra.partition("=")
+        lines.append(_sbatch_line(name, value) if "=" in extra else _sbatch_line(name))
+    ckpt, control = checkpoint_dir(spec), control_file(spec)
+    newest = ("import sys; from pathlib import Path; from agent.checkpoints import "
+              "newest_valid; c, _ = newest_valid(Path(sys.argv[1])); "
+              "print(c.path if c else '')")
+    lines += [
+        "# Generated by the training cockpit. Every value above and below was quoted",
+        "# (shlex) when it was written: none of it is shell syntax.",
+        "set -u",
+        *(f"export {key}={_q(value)}" for key, value in sorted(spec.env.items())),
+        f"export {CHECKPOINT_DIR_ENV}={_q(ckpt)}",
+        "export PYTHONUNBUFFERED=1",
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "addr=$(scontrol show node \"$head\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p'"
+        " | head -n 1)",
+        'export COCKPIT_SLURM_HEAD="$head"',
+        f'export COCKPIT_SLURM_RDZV="${{addr:-$head}}:$(( {RDZV_PORT_BASE} + SLURM_JOB_ID'
+        f' % {RDZV_PORT_SPAN} ))"',
+        f"resume={1 if resume else 0}",
+        f"unset {RESUME_ENV}",
+        'if [ "$resume" = 1 ] || [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',
+        f"  found=$({_q(spec.python)} -c {shlex.quote(newest)} {_q(ckpt)})",
+        f'  if [ -n "$found" ]; then export {RESUME_ENV}="$found"; fi',
+        "fi",
+        'echo "cockpit: slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (restart '
+        '${SLURM_RESTART_COUNT:-0}), rendezvous $COCKPIT_SLURM_RDZV, resume from '
+        f'${{{RESUME_ENV}:-nothing}}"',
+        "step=",
+        "checkpoint_then_end() {",
+        '  echo "cockpit: USR1: checkpoint, then end the allocation"',
+        '  stamp=$(mktemp)',
+        f"  mkdir -p {_q(str(PurePosixPath(control).parent))}",
+        "  printf '{\"id\":\"slurm-%s-usr1-%s\",\"ts\":%s,\"knobs\":{\"checkpoint_now\":true}}"
+        f"\\n' \"$SLURM_JOB_ID\" \"$SECONDS\" \"$(date +%s)\" >> {_q(control)}",
+        # As long as a pause waits for its checkpoint (the spec's pause_timeout).
+        f"  deadline=$((SECONDS + {max(1, round(spec.pause_timeout))}))",
+        f"  until [ -n \"$(find -L {_q(ckpt)} -name '*.done' -newer \"$stamp\" -print "
+        "-quit 2>/dev/null)\" ]; do",
+        '    if [ "$SECONDS" -ge "$deadline" ]; then echo "cockpit: no checkpoint in time";'
+        " break; fi",
+        "    sleep 0.5",
+        "  done",
+        '  rm -f "$stamp"',
+        '  echo "cockpit: checkpoint saved; ending the job step"',
+        '  if [ -n "$step" ]; then kill -TERM "$step" 2>/dev/null; wait "$step"; fi',
+        "  exit 0",
+        "}",
+        "trap checkpoint_then_end USR1",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash {_q(paths.node)} &",
+        "step=$!",
+        'wait "$step"',
+        "rc=$?",
+        'echo "cockpit: job step ended with status $rc"',
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_node(spec: JobSpec, launcher: SlurmLauncher) -> str:
+    """The script `srun` runs once on every node: the agent, supervising torchrun."""
+    shared = spec.run_dir
+    ckpt = checkpoint_dir(spec)
+    links = [f'link {_q(shared)}/control "$mine"/control']
+    if not spec.checkpoint_dir.startswith(("/", "~")):
+        links.append(f'link {_q(ckpt)} "$mine"/{_q(spec.checkpoint_dir)}')
+    torchrun = [_q(spec.python), "-m", "torch.distributed.run",
+                '--nnodes "$SLURM_JOB_NUM_NODES"', f"--nproc-per-node {spec.nproc_per_node}",
+                f"--max-restarts {spec.max_restarts}", "--rdzv-backend c10d",
+                '--rdzv-endpoint "$COCKPIT_SLURM_RDZV"',
+                f'--rdzv-id {_q(spec.name)}-"$SLURM_JOB_ID"', '--rdzv-conf "is_host=$is_host"']
+    if spec.module:
+        torchrun.append("--module")
+    torchrun += [_q(spec.script), *(_q(a) for a in spec.args), '"${resume[@]}"']
+    agent = [_q(spec.python), "-m", "agent", "run", "--state-dir", '"$shared"/agents/"$node"',
+             "--run-dir", '"$mine"', "--job", _q(spec.name),
+             "--stop-grace", f"{max(spec.stop_grace, 0.5):g}", "--exit-with-job", "--"]
+    resume_args = " ".join(_with_checkpoint(a) for a in spec.resume_args)
+    lines = [
+        "#!/bin/bash",
+        "# Generated by the training cockpit: runs once on each node of the Slurm job",
+        "# (srun --ntasks-per-node=1). Every value was quoted (shlex) when written.",
+        "set -u",
+        'node="${SLURMD_NODENAME:?not started by srun}"',
+        f"shared={_q(shared)}",
+        'mine="$shared/nodes/$node"',
+        f'mkdir -p "$mine" "$shared/control" "$shared/agents" {_q(ckpt)}',
+        'link() { if [ -L "$2" ] || [ ! -e "$2" ]; then ln -sfn "$1" "$2"; fi; }',
+        *links,
+        'is_host=0; if [ "$node" = "$COCKPIT_SLURM_HEAD" ]; then is_host=1; fi',
+        "resume=()",
+        f'if [ -n "${{{RESUME_ENV}:-}}" ]; then resume=({resume_args}); fi',
+    ]
+    if spec.resume_env and spec.resume_env != RESUME_ENV:
+        lines.append(f'if [ -n "${{{RESUME_ENV}:-}}" ]; then export '
+                     f'{spec.resume_env}="${RESUME_ENV}"; fi')
+    if spec.workdir:
+        lines.append(f"cd {_q(spec.workdir)} || exit 1")
+    lines.append("exec " + " ".join(agent + torchrun))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class QueueState:
+    """What Slurm says about a job at one look."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    partition: str = ""
+    submit_time: str = ""
+    start_time: str = ""
+    end_time: str = ""
+    exit_code: str = ""
+    restarts: int = 0
+    estimate: str = ""  # squeue --start, while pending
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """`scontrol show job -o ID`'s KEY=VALUE words (values without spaces but Reason's
+    may hold some: a word without '=' continues the value before it)."""
+    fields: dict[str, str] = {}
+    last = None
+    for word in text.split():
+        key, eq, value = word.partition("=")
+        if eq and key and key.replace("/", "").replace(":", "").isalnum():
+            fields[key], last = value, key
+        elif last is not None:
+            fields[last] += " " + word
+    return fields
+
+
+def _slurm_time(text: str) -> float | None:
+    """Seconds since the epoch of a Slurm time (local time, YYYY-MM-DDTHH:MM:SS)."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message says which and what it printed."""
+
+
+@dataclass
+class SlurmJob:
+    """One cockpit job on Slurm, across its submissions (a resume is a new Slurm job).
+
+    `emit(host, chunk)` receives the wire lines of every event (a store's `ingest`, or a
+    live session's writer); `next_seq` continues the pseudo host's numbering (the store's
+    high-water mark for it, when the job was recorded before)."""
+
+    spec: JobSpec
+    commands: Commands
+    emit: Callable[[str, bytes], Any] = lambda host, chunk: None
+    next_seq: int = 1
+    job_id: str | None = None
+    submissions: list[str] = field(default_factory=list)
+    last: QueueState | None = None
+    launcher: SlurmLauncher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.launcher = launcher_of(self.spec)
+        self._sent_header = False
+
+    @property
+    def host(self) -> str:
+        return f"slurm:{self.spec.name}"
+
+    # -- records ---------------------------------------------------------------------
+
+    def event(self, kind: str, msg: str, **data: Any) -> dict[str, Any]:
+        """One `event` record of this job, emitted as a wire line at once."""
+        data = {"slurm_job_id": self.job_id, **data}
+        fields = {"kind": kind, "job": self.spec.name, "rank": None, "step": None,
+                  "msg": msg, "data": data}
+        chunk = b""
+        if not self._sent_header:
+            chunk += encode("stream", 0, {
+                "protocol": 1, "agent_version": "cockpit-slurm",
+                "journal_id": f"slurm-{self.spec.name}", "from": self.next_seq - 1,
+                "first": 1, "head": self.next_seq})
+            self._sent_header = True
+        chunk += encode("event", self.next_seq, fields)
+        self.next_seq += 1
+        self.emit(self.host, chunk)
+        return fields
+
+    # -- commands --------------------------------------------------------------------
+
+    def _run(self, argv: Sequence[str], stdin: bytes | None = None) -> CommandResult:
+        try:
+            return self.commands.run(argv, stdin=stdin)
+        except CommandError as exc:
+            raise SlurmError(str(exc)) from exc
+
+    def _must(self, argv: Sequence[str], stdin: bytes | None = None) -> CommandResult:
+        done = self._run(argv, stdin)
+        if not done.ok:
+            raise SlurmError(done.describe())
+        return done
+
+    def _write(self, path: str, text: str) -> None:
+        folder = str(PurePosixPath(path).parent)
+        self._must(["sh", "-c", 'mkdir -p "$1" && cat > "$2"', "sh", folder, path],
+                   stdin=text.encode("utf-8"))
+
+    def submit(self, resume: bool = False) -> str:
+        """Write the scripts beside the run and `sbatch` them; returns the Slurm job id."""
+        stamp = f"{self.spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{len(self.submissions) + 1}"
+        paths = ScriptPaths(self.spec.run_dir, stamp)
+        batch = render_batch(self.spec, self.launcher, paths, resume)
+        node = render_node(self.spec, self.launcher)
+        self._write(paths.node, node)
+        self._write(paths.batch, batch)
+        done = self._must(["sbatch", "--parsable", paths.batch])
+        match = _JOB_ID.match(done.stdout.strip())
+        if match is None:
+            raise SlurmError(f"sbatch printed no job id: {done.stdout.strip()[:200]!r}")
+        self.job_id = match.group(1)
+        self.submissions.append(self.job_id)
+        # The cluster side remembers the job's current Slurm id for later commands.
+        self._write(current_file(self.spec), self.job_id + "\n")
+        self.last = None
+        self.event("slurm_submitted", f"submitted as Slurm job {self.job_id}"
+                   + (" (resuming from the newest checkpoint)" if resume else ""),
+                   resume=resume, script=paths.batch, node_script=paths.node,
+                   batch_text=batch, node_text=node, nodes=self.launcher.nodes,
+                   partition=self.launcher.partition)
+        return self.job_id
+
+    def attach(self) -> str:
+        """The Slurm id of this job's newest submission (kept in RUN_DIR/slurm/)."""
+        done = self._must(["cat", current_file(self.spec)])
+        match = _JOB_ID.match(done.stdout.strip())
+        if match is None:
+            raise SlurmError(f"{current_file(self.spec)} holds no Slurm job id")
+        self.job_id = match.group(1)
+        return self.job_id
+
+    def look(self) -> QueueState:
+        """The job's state now (scontrol; squeue --start's estimate while pending)."""
+        if self.job_id is None:
+            raise SlurmError("no Slurm job submitted yet")
+        done = self._run(["scontrol", "show", "job", "-o", self.job_id])
+        if not done.ok:  # gone from slurmctld's memory (MinJobAge): ask accounting
+            return self._from_sacct()
+        f = parse_scontrol(done.stdout)
+        restarts = f.get("Restarts", "0")
+        state = QueueState(self.job_id, f.get("JobState", "UNKNOWN"), f.get("Reason", ""),
+                           f.get("NodeList", ""), f.get("Partition", ""),
+                           f.get("SubmitTime", ""), f.get("StartTime", ""),
+                           f.get("EndTime", ""), f.get("ExitCode", ""),
+                           int(restarts) if restarts.isdigit() else 0)
+        if state.state == PENDING:  # squeue words the reason for people (no '_')
+            start = self._run(["squeue", "--start", "-h", "-j", self.job_id, "-o", "%S|%r"])
+            if start.ok and "|" in start.stdout:
+                estimate, _, reason = start.stdout.strip().partition("|")
+                state.estimate, state.reason = estimate, reason or state.reason
+        return state
+
+    def unavailable_nodes(self, partition: str) -> list[dict[str, str]]:
+        """The partition's drained, down or failed nodes with the reason an admin (or
+        Slurm) gave: why a pending job cannot start."""
+        argv = ["sinfo", "-h", "-N", "-t", "drain,draining,down,fail", "-o", "%N|%t|%E"]
+        if partition:
+            argv[1:1] = ["-p", partition]
+        done = self._run(argv)
+        nodes = []
+        for line in done.stdout.splitlines() if done.ok else ():
+            name, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            if name:
+                nodes.append({"node": name, "state": state, "reason": reason})
+        return nodes
+
+    def _from_sacct(self) -> QueueState:
+        done = self._run(["sacct", "-n", "-P", "-X", "-j", str(self.job_id), "-o",
+                          "State,ExitCode,NodeList,Partition,Submit,Start,End,Reason"])
+        row = done.stdout.strip().splitlines()[0].split("|") if done.ok and \
+            done.stdout.strip() else []
+        if len(row) < 8:
+            return QueueState(str(self.job_id), "UNKNOWN",
+                              "gone from scontrol and no accounting (sacct) to ask")
+        return QueueState(str(self.job_id), row[0].split()[0], row[7], row[2], row[3],
+                          row[4], row[5], row[6], row[1])
+
+    def poll(self) -> QueueState:
+        """Look once and record what changed since the last look."""
+        now = self.look()
+        before = self.last
+        self.last = now
+        common = {"state": now.state, "reason": now.reason, "partition": now.partition}
+        if before is None or (now.state, now.reason) != (before.state, before.reason):
+            if now.state == PENDING:
+                down = self.unavailable_nodes(now.partition)
+                self.event("slurm_pending", f"Slurm job {now.job_id} pending: {now.reason}"
+                           + (f", expected start {now.estimate}" if now.estimate else "")
+                           + "".join(f"; {d['node']} {d['state']}: {d['reason']}"
+                                     for d in down),
+                           estimate=now.estimate, unavailable=down, **common)
+            elif now.state == RUNNING and (before is None or before.state != RUNNING):
+                wait = queue_wait(now)
+                self.event("slurm_running", f"Slurm job {now.job_id} running on "
+                           f"{now.nodes}" + (f" after {wait:.0f} s in the queue"
+                                             if wait is not None else ""),
+                           nodes=now.nodes, queue_wait=wait,
+                           restarts=now.restarts, **common)
+            elif not now.active:
+                self.event("slurm_finished", f"Slurm job {now.job_id} {now.state} (exit "
+                           f"{now.exit_code or '?'}"
+                           + (f", {now.reason}" if now.reason not in ("", "None") else "")
+                           + ")", nodes=now.nodes, exit_code=now.exit_code,
+                           queue_wait=queue_wait(now), **common)
+        if before is not None and now.restarts > before.restarts:
+            self.event("interruption", f"Slurm requeued job {now.job_id} (restart "
+                       f"{now.restarts}): {now.reason or 'no reason given'}",
+                       cause="slurm_requeue", restarts=now.restarts, **common)
+        return now
+
+    def wait(self, until: Callable[[QueueState], bool], timeout: float,
+             every: float = 0.5) -> QueueState:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.poll()
+            if until(state):
+                return state
+            if time.monotonic() > deadline:
+                raise SlurmError(f"Slurm job {self.job_id} still {state.state} "
+                                 f"({state.reason}) after {timeout:g} s")
+            time.sleep(every)
+
+    def wait_ended(self, timeout: float) -> QueueState:
+        return self.wait(lambda s: not s.active, timeout)
+
+    # -- controls --------------------------------------------------------------------
+
+    def pause(self, timeout: float = 300.0) -> QueueState:
+        """Checkpoint, then end the allocation: USR1 to the batch shell (it asks the
+        trainer for a checkpoint and ends the step once it is saved)."""
+        state = self.poll()
+        if state.state == PENDING:  # nothing runs: there is nothing to checkpoint
+            self._must(["scancel", str(self.job_id)])
+            ended = self.wait_ended(timeout)
+            self.event("pause", f"paused while pending: Slurm job {self.job_id} cancelled",
+                       how="scancel", state=ended.state)
+            return ended
+        if not state.active:
+            raise SlurmError(f"Slurm job {self.job_id} is not running ({state.state})")
+        self._must(["scancel", "--batch", "--signal=USR1", str(self.job_id)])
+        self.event("pause", f"pause: USR1 sent to Slurm job {self.job_id}'s batch shell "
+                   "(checkpoint, then end the allocation)", how="usr1")
+        ended = self.wait_ended(timeout)
+        self.event("pause", f"paused: Slurm job {self.job_id} ended {ended.state}, its "
+                   f"allocation ({ended.nodes}) released", how="usr1", state=ended.state,
+                   nodes=ended.nodes, exit_code=ended.exit_code)
+        return ended
+
+    def resume(self) -> str:
+        """A new allocation resuming from the newest valid checkpoint."""
+        previous = self.job_id
+        job_id = self.submit(resume=True)
+        self.event("resume", f"resume: Slurm job {job_id} (after {previous}) resumes from "
+                   "the newest valid checkpoint", previous=previous)
+        return job_id
+
+    def stop(self, timeout: float = 120.0) -> QueueState:
+        """`scancel`: Slurm ends the job (its agents stop torchrun on SIGTERM)."""
+        self._must(["scancel", str(self.job_id)])
+        ended = self.wait_ended(timeout)
+        self.event("interruption", f"Slurm job {self.job_id} cancelled by the operator "
+                   f"(scancel): {ended.state}", cause="scancel", state=ended.state,
+                   exit_code=ended.exit_code)
+        return ended
+
+
+def queue_wait(state: QueueState) -> float | None:
+    """Seconds from submission to start (the queue wait, part of the turnaround)."""
+    submit, start = _slurm_time(state.submit_time), _slurm_time(state.start_time)
+    if submit is None or start is None or start < submit:
+        return None
+    return start - submit
+
+
+def describe(state: QueueState) -> str:
+    """One line for a status display."""
+    return json.dumps({k: v for k, v in vars(state).items() if v not in ("", None)})
