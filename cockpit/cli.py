@@ -622,9 +622,9 @@ def _metrics_server(live: Any, listen: str | None) -> Iterator[None]:
     from cockpit.export.server import MetricsServer, parse_listen, store_snapshots
 
     address = parse_listen(listen)
-    build = store_snapshots(live.store, lambda: {
+    build, kpis = store_snapshots(live.store, lambda: {
         name: st.state for name, st in live.fleet.status().items()})
-    with MetricsServer(address, build) as server:
+    with MetricsServer(address, build, kpis=kpis) as server:
         print(f"metrics: http://{server.host}:{server.port}/metrics", file=sys.stderr)
         yield
 

@@ -26,11 +26,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cockpit.analysis.kpis import JobKpis
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Snapshot
 
@@ -172,13 +173,37 @@ def _fleet_metrics(out: _Families, snap: Snapshot) -> None:
                       g.throttle)
 
 
-def families(snapshots: Sequence[Snapshot]) -> list[Metric]:
+def _kpi_metrics(out: _Families, k: JobKpis) -> None:
+    job = {"training_job": k.job}
+    out.gauge("job_gpus", "GPUs allocated to the job.", job, k.gpus)
+    # Prometheus' base unit of time is the second: GPU-hours are exported as GPU-seconds.
+    out.counter("job_gpu_seconds", "GPU-seconds allocated to the job.", job,
+                k.gpu_hours * 3600.0)
+    out.gauge("job_gpu_utilization_ratio",
+              "Productive training time / allocated GPU time (0..1).", job, k.utilization)
+    out.counter("job_productive_seconds", "Wall seconds of productive training.", job,
+                k.productive_s)
+    for cause, seconds in sorted(k.lost_s.items()):
+        out.counter("job_lost_seconds", "Wall seconds lost, by cause.",
+                    {**job, "cause": cause}, seconds)
+    out.gauge("job_mttr_seconds", "Mean time to recovery.", job, k.mttr_s)
+    out.counter("job_steps_recomputed", "Steps trained again after interruptions.", job,
+                k.steps_recomputed)
+    out.gauge("job_checkpoint_overhead_ratio", "Checkpoint stalls / allocated time (0..1).",
+              job, k.checkpoint_share)
+    out.gauge("job_turnaround_seconds", "Launch to the newest step.", job, k.turnaround_s)
+
+
+def families(snapshots: Sequence[Snapshot],
+             kpis: Mapping[str, JobKpis] | None = None) -> list[Metric]:
     """The metric families of `snapshots` (one per job; the fleet is taken from the
-    first, since every job's snapshot shows the same hosts)."""
+    first, since every job's snapshot shows the same hosts) and of the jobs' KPIs."""
     out = _Families()
     for snap in snapshots:
         if snap.job is not None:
             _job_metrics(out, snap)
+    for k in (kpis or {}).values():
+        _kpi_metrics(out, k)
     if snapshots:
         _fleet_metrics(out, snapshots[0])
         out.gauge("snapshot_timestamp_seconds", "Time of the newest record exported.", {},
@@ -189,6 +214,7 @@ def families(snapshots: Sequence[Snapshot]) -> list[Metric]:
 @dataclass
 class _Held:
     snapshots: tuple[Snapshot, ...] = ()
+    kpis: Mapping[str, JobKpis] = field(default_factory=dict)
     built_at: float | None = None
     error: str | None = None
 
@@ -200,17 +226,19 @@ class SnapshotCollector(Collector):
         self._lock = threading.Lock()
         self._held = _Held()
 
-    def update(self, snapshots: Sequence[Snapshot], *, error: str | None = None) -> None:
+    def update(self, snapshots: Sequence[Snapshot], *, kpis: Mapping[str, JobKpis] | None = None,
+               error: str | None = None) -> None:
         with self._lock:
             if error is None:
-                self._held = _Held(tuple(snapshots), time.time(), None)
+                self._held = _Held(tuple(snapshots), dict(kpis or {}), time.time(), None)
             else:  # keep the last good figures, and say they are old
-                self._held = _Held(self._held.snapshots, self._held.built_at, error)
+                self._held = _Held(self._held.snapshots, self._held.kpis,
+                                   self._held.built_at, error)
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             held = self._held
-        yield from families(held.snapshots)
+        yield from families(held.snapshots, held.kpis)
         up = GaugeMetricFamily(PREFIX + "exporter_up",
                                "1 when the newest refresh of the figures succeeded.")
         up.add_metric([], 0.0 if held.error is not None or held.built_at is None else 1.0)
@@ -231,8 +259,11 @@ class MetricsRefresher:
     """
 
     def __init__(self, build: Callable[[], Sequence[Snapshot]], collector: SnapshotCollector,
-                 interval: float = 5.0) -> None:
+                 interval: float = 5.0,
+                 kpis: Callable[[Sequence[Snapshot]], Mapping[str, JobKpis]] | None = None
+                 ) -> None:
         self._build = build
+        self._kpis = kpis
         self._collector = collector
         self._interval = interval
         self._stop = threading.Event()
@@ -245,7 +276,9 @@ class MetricsRefresher:
 
     def refresh(self) -> None:
         try:
-            self._collector.update(self._build())
+            snapshots = self._build()
+            kpis = self._kpis(snapshots) if self._kpis is not None else None
+            self._collector.update(snapshots, kpis=kpis)
         except Exception as exc:  # the store closing under us, a read failing: say so
             self._collector.update((), error=f"{type(exc).__name__}: {exc}")
 

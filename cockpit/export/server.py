@@ -15,8 +15,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from cockpit.analysis.kpis import JobKpis
 from cockpit.errors import CockpitError
 from cockpit.export.metrics import MetricsRefresher, SnapshotCollector
+from cockpit.kpis_report import KPI_REFRESH_S, job_kpis_of
 from cockpit.snapshot import Snapshot
 from cockpit.source import build_snapshot
 from cockpit.store.queries import StoreReader
@@ -61,21 +63,39 @@ def job_snapshots(reader: Any, host_states: Mapping[str, str] | None) -> list[Sn
 
 
 def store_snapshots(store: Any, host_states: Callable[[], Mapping[str, str]]
-                    ) -> Callable[[], list[Snapshot]]:
-    """The refresher's build function over a live store: a reader of its own (used on
-    the refresher's thread only) and the links' states at each refresh."""
+                    ) -> tuple[Callable[[], list[Snapshot]],
+                               Callable[[Sequence[Snapshot]], dict[str, JobKpis]]]:
+    """The refresher's build functions over a live store, sharing a reader of their own
+    (used on the refresher's thread only): the snapshots, with the links' states at each
+    refresh, and the jobs' KPIs."""
     reader = StoreReader(store)
-    return lambda: job_snapshots(reader, host_states())
+    return (lambda: job_snapshots(reader, host_states()),
+            lambda snaps: job_kpis(reader, snaps))
+
+
+def job_kpis(reader: Any, snapshots: Sequence[Snapshot]) -> dict[str, JobKpis]:
+    """Each job's KPIs, recomputed when the recording has moved `KPI_REFRESH_S` on (they
+    sum the job's whole history: not at every refresh)."""
+    jobs = snapshots[0].jobs if snapshots else ()
+    newest = reader.frontier()
+    out = {}
+    for job in jobs:
+        key = (job, None if newest is None else int(newest // KPI_REFRESH_S))
+        out[job] = reader.memo(f"export_kpis:{job}", key,
+                               lambda job=job: job_kpis_of(reader, job))
+    return out
 
 
 class MetricsServer:
     """The collector, its refresher and the HTTP server, started and stopped together."""
 
     def __init__(self, listen: tuple[str, int], build: Callable[[], Sequence[Snapshot]],
-                 interval: float = 5.0) -> None:
+                 interval: float = 5.0,
+                 kpis: Callable[[Sequence[Snapshot]], Mapping[str, JobKpis]] | None = None
+                 ) -> None:
         self.host, self.port = listen
         self.collector = SnapshotCollector()
-        self.refresher = MetricsRefresher(build, self.collector, interval)
+        self.refresher = MetricsRefresher(build, self.collector, interval, kpis)
         self._server: Any = None
         self._thread: Any = None
 

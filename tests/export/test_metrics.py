@@ -22,9 +22,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
+from cockpit.analysis.kpis import JobKpis
 from cockpit.errors import CockpitError
 from cockpit.export.metrics import SnapshotCollector, families
-from cockpit.export.server import MetricsServer, job_snapshots, parse_listen
+from cockpit.export.server import MetricsServer, job_kpis, job_snapshots, parse_listen
 from cockpit.snapshot import (
     Alert,
     Effect,
@@ -66,6 +67,25 @@ def _snapshot(host: str = "gpu1") -> Snapshot:
     )
 
 
+def _kpis() -> JobKpis:
+    return JobKpis(job="j1", recording=None, gpus=8, gpus_from="world size", launched=0.0,
+                   end=3600.0, running=True, finished=False, span_s=3600.0, gpu_hours=8.0,
+                   productive_s=3000.0, utilization=3000 / 3600,
+                   lost_s={"interruption": 400.0, "startup": 200.0}, mttr_s=80.0,
+                   steps_recomputed=150, checkpoint_share=0.01, turnaround_s=3500.0)
+
+
+def test_kpis_are_exported_per_job_and_cause() -> None:
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in families([_snapshot()], {"j1": _kpis()}) for s in fam.samples}
+    job = (("training_job", "j1"),)
+    assert got[("cockpit_job_gpu_seconds_total", job)] == 8.0 * 3600
+    assert got[("cockpit_job_gpu_utilization_ratio", job)] == pytest.approx(3000 / 3600)
+    assert got[("cockpit_job_lost_seconds_total",
+                (("cause", "interruption"), ("training_job", "j1")))] == 400.0
+    assert got[("cockpit_job_mttr_seconds", job)] == 80.0
+
+
 def _samples(snap: Snapshot) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in families([snap]) for s in fam.samples}
@@ -101,7 +121,7 @@ def test_every_family_is_documented_and_on_the_dashboard() -> None:
     dashboard = (docs / "grafana-dashboard.json").read_text()
     json.loads(dashboard)
     names = {fam.name + ("_total" if fam.type == "counter" else "")
-             for fam in families([_snapshot()])}
+             for fam in families([_snapshot()], {"j1": _kpis()})}
     names |= {"cockpit_exporter_up", "cockpit_exporter_refreshed_timestamp_seconds"}
     missing = sorted(n for n in names if f"`{n}" not in text)
     assert not missing, missing
@@ -253,10 +273,14 @@ def test_promtool_accepts_the_exposition(recorded_store: Path, tmp_path: Path) -
     reader = StoreReader(store)
     registry = CollectorRegistry(auto_describe=False)
     collector = SnapshotCollector()
-    collector.update(job_snapshots(reader, None))
+    snaps = job_snapshots(reader, None)
+    collector.update(snaps, kpis=job_kpis(reader, snaps))
     registry.register(collector)
     store.close()
     text = generate_latest(registry)
+    # The recorded run's KPIs, as `cockpit report --kpis` computes them.
+    assert b"cockpit_job_gpu_seconds_total{" in text and b"cockpit_job_mttr_seconds{" in text
+    assert b'cockpit_job_lost_seconds_total{cause="interruption"' in text
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
