@@ -46,7 +46,9 @@ def test_cockpit_scaling_runs_the_example_and_prints_the_table(tmp_path: Path) -
     assert rows["1"][3:6] == ("1.00", "1.00", "100")  # the baseline
     assert rows["2"][1] == "2" and rows["2"][4] == "2.00"
     speedup, efficiency = float(rows["2"][3]), int(rows["2"][5])
-    assert speedup > 0 and efficiency == round(100 * speedup / 2)
+    # The table rounds the speed-up to 2 places and the efficiency from the unrounded
+    # figure: they agree within one point.
+    assert speedup > 0 and abs(efficiency - 100 * speedup / 2) <= 1
     assert rows["2"][6].endswith("%")  # gloo's all-reduce, measured
     # Each size left its recording, which `cockpit scaling RECORDING…` reads again.
     again = subprocess.run(

@@ -142,7 +142,8 @@ def test_two_host_job_is_controlled_and_recovers_through_the_store(
                                       if e["data"].get("applied_step") is not None], 60,
                              "rank 0's ack of the adjustment")  # fmt: skip
             every = cfg["control"]["every"]
-            agreed = ack[0]["data"]["applied_step"]  # where the ranks agreed on it
+            # The ack names the first step trained with it, the one after the ranks agreed.
+            agreed = ack[0]["data"]["applied_step"] - 1
             assert agreed % every == 0, ack
             store.wait(lambda: any(s > agreed for _h, _r, s, *_ in store.train()), 60,
                        "steps after the adjustment")  # fmt: skip

@@ -75,10 +75,12 @@ class Terminal:
         self.run("set-option", "-g", "history-limit", "5000")
 
     def run(self, *args: str) -> str:
-        # `os.environ`, not the process's C environment: readline (loaded under pytest)
-        # sets COLUMNS=80 and LINES=24 there, and the app in the pane would take them.
+        # Never COLUMNS or LINES: readline (loaded under pytest, and by xdist's workers)
+        # can set them to 80 and 24, and the app in the pane would take them over the
+        # pane's own size.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True,
-                              text=True, check=True, env=dict(os.environ)).stdout
+                              text=True, check=True, env=env).stdout
 
     def type(self, line: str) -> None:
         """Type a shell command line, as it is, and run it."""
