@@ -183,8 +183,9 @@ def _prometheus() -> str:
     return found
 
 
-def _query(port: int, expr: str) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+def _query(port: int, expr: str, at: float | None = None) -> list[dict]:
+    params = {"query": expr, **({"time": str(at)} if at is not None else {})}
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())["data"]["result"]
 
@@ -244,8 +245,10 @@ def test_prometheus_scrapes_a_live_two_rank_run_with_the_stores_figures(tmp_path
             deadline = time.monotonic() + 150
             while demo.poll() is None and time.monotonic() < deadline and len(seen) < 3:
                 step = _query(web, "cockpit_job_step")
-                loss = _query(web, "cockpit_train_loss")
-                temp = _query(web, "cockpit_gpu_temperature_celsius")
+                # The other figures from the same scrape: an instant query at its time.
+                at = step[0]["value"][0] if step else None
+                loss = _query(web, "cockpit_train_loss", at)
+                temp = _query(web, "cockpit_gpu_temperature_celsius", at)
                 if step and loss and temp:
                     seen.append((float(step[0]["value"][1]), float(loss[0]["value"][1]),
                                  float(temp[0]["value"][1])))
@@ -262,7 +265,11 @@ def test_prometheus_scrapes_a_live_two_rank_run_with_the_stores_figures(tmp_path
     temps = {t for (t,) in con.execute("SELECT temp FROM gpu").fetchall()}
     con.close()
     for step, loss, temp in seen:
-        assert losses.get(int(step)) == pytest.approx(loss, rel=1e-12), (step, loss)
+        # The loss is the reference rank's newest, which may trail the newest step (of
+        # any rank) by the records still in flight from it.
+        assert int(step) in losses, step
+        near = [losses[s] for s in range(int(step) - 5, int(step) + 1) if s in losses]
+        assert any(v == pytest.approx(loss, rel=1e-12) for v in near), (step, loss, near)
         assert temp in temps
 
 

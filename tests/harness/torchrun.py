@@ -152,7 +152,10 @@ def spool_files(spool_dir: Path) -> list[tuple[dict[str, Any], list[dict[str, An
     """
     files = []
     for path in spool_dir.glob("rank-*.ndjson") if spool_dir.is_dir() else ():
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # rotated away by the agent since the listing
+            continue
         lines = data[: data.rfind(b"\n") + 1].splitlines()
         if lines:
             header = json.loads(lines[0])
