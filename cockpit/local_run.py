@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from agent.launch import MAX_NPROC_PER_NODE
@@ -37,7 +38,7 @@ _PYTHON = re.compile(r"^(?:python|pypy)(?:\d+(?:\.\d+)*)?$")
 _TORCHRUN_NPROC = ("--nproc-per-node", "--nproc_per_node")
 
 
-class LocalRun:
+class LocalRun(ABC):
     """The agent daemon, the live session and the launched job, as one context manager.
 
     A subclass says which job to launch (`job_spec`). The run's folder holds the agent's
@@ -58,8 +59,9 @@ class LocalRun:
         self._daemon: subprocess.Popen[bytes] | None = None
         self.session: LiveSession | None = None
 
+    @abstractmethod
     def job_spec(self, host: str) -> JobSpec:
-        raise NotImplementedError
+        """The spec of the job this run launches on `host` (the demo's, or the command's)."""
 
     def daemon_argv(self) -> list[str]:
         return [

@@ -238,32 +238,29 @@ class Chaos:
         ok = all(self.stored_past(h) for h in self.hosts)
         return ok, "cockpit SIGKILLed and restarted"
 
-    def _rank(self, host: ChaosHost) -> int | None:
+    def _signal_rank(self, host: ChaosHost, sig: signal.Signals, what: str
+                     ) -> tuple[bool, str]:
+        """Send `sig` to one of the job's two ranks while it trains; survived when the
+        agent recovers the job and it trains again."""
+        if not self.trains_after(host, _now() - 1.0, 60):
+            return False, "job not training before the fault"
         ranks = wait_until(lambda: host.ranks() if len(host.ranks()) == 2 else None, 60)
-        return self.rng.choice(ranks) if ranks else None
+        if not ranks:
+            return False, "no ranks found"
+        pid = self.rng.choice(ranks)
+        at = _now()
+        os.kill(pid, sig)
+        ok = self.recovered_after(host, at)
+        if sig == signal.SIGSTOP:  # the hung attempt is gone; never leave it stopped
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return ok, f"rank pid {pid} {what}"
 
     def rank_kill(self, host: ChaosHost) -> tuple[bool, str]:
-        if not self.trains_after(host, _now() - 1.0, 60):
-            return False, "job not training before the fault"
-        pid = self._rank(host)
-        if pid is None:
-            return False, "no ranks found"
-        at = _now()
-        os.kill(pid, signal.SIGKILL)
-        return self.recovered_after(host, at), f"rank pid {pid} SIGKILLed"
+        return self._signal_rank(host, signal.SIGKILL, "SIGKILLed")
 
     def rank_hang(self, host: ChaosHost) -> tuple[bool, str]:
-        if not self.trains_after(host, _now() - 1.0, 60):
-            return False, "job not training before the fault"
-        pid = self._rank(host)
-        if pid is None:
-            return False, "no ranks found"
-        at = _now()
-        os.kill(pid, signal.SIGSTOP)
-        ok = self.recovered_after(host, at)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
-        return ok, f"rank pid {pid} SIGSTOPped"
+        return self._signal_rank(host, signal.SIGSTOP, "SIGSTOPped")
 
     def disk_full(self, host: ChaosHost) -> tuple[bool, str]:
         filler = host.sshd.state_dir / "chaos-filler"
