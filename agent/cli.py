@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from agent import __version__
-from agent.protocol import PROTOCOL_VERSION
+from agent.wire.protocol import PROTOCOL_VERSION
 
 PROG = "cockpit-agent"
 # Beyond threading.TIMEOUT_MAX (about 292 years) the sampler's wait overflows and its
@@ -87,8 +87,8 @@ def _positive_int(text: str) -> int:
 
 def _job_name(text: str) -> str:
     """The job id names the folders of its logs and spool, so it must be one folder name."""
-    from agent.control_inbox import OpError
-    from agent.launch import check_job_name
+    from agent.job.launch import check_job_name
+    from agent.journal.control_inbox import OpError
 
     try:
         return check_job_name(text, "job id")
@@ -161,7 +161,7 @@ def _split_command(argv: Sequence[str]) -> tuple:
 
 def _cmd_run(args: argparse.Namespace, cmd: List[str]) -> int:
     from agent.daemon import DaemonConfig, run_daemon
-    from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES
+    from agent.journal.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES
 
     config = DaemonConfig(
         state_dir=args.state_dir, run_dirs=args.run_dir, interval=args.interval,
@@ -176,7 +176,7 @@ def _cmd_run(args: argparse.Namespace, cmd: List[str]) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from agent.journal import JournalReader, list_segments
+    from agent.journal.journal import JournalReader, list_segments
     from agent.lockfile import running_daemon
 
     state_dir = args.state_dir
@@ -222,14 +222,14 @@ def _dispatch(args: argparse.Namespace, cmd: List[str], parser: argparse.Argumen
     if args.command == "run":
         return _cmd_run(args, cmd)
     if args.command == "stream":
-        from agent.stream import run_stream
+        from agent.journal.stream import run_stream
 
         return run_stream(args.state_dir, args.after)
     return _cmd_status(args)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from agent.journal import JournalError
+    from agent.journal.journal import JournalError
     from agent.lockfile import LockHeld
 
     own, cmd = _split_command(sys.argv[1:] if argv is None else argv)

@@ -23,20 +23,21 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from agent import __version__, jobstate
-from agent.control_inbox import ControlInbox, OpError
+from agent import __version__
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
-from agent.job import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
-from agent.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal, JournalFull
-from agent.launch import LaunchSpec, check_job_name
+from agent.job.launch import LaunchSpec, check_job_name
+from agent.job.managed import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
+from agent.job.peer_end import Generations
+from agent.job.supervisor import Supervisor, alive
+from agent.journal.control_inbox import ControlInbox, OpError
+from agent.journal.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal, JournalFull
+from agent.journal.spool import SpoolTailer
 from agent.lockfile import StateLock
-from agent.peer_end import Generations
-from agent.protocol import PROTOCOL_VERSION
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
-from agent.spool import SpoolTailer
-from agent.supervisor import Supervisor, alive
+from agent.wire import jobstate
+from agent.wire.protocol import PROTOCOL_VERSION
 
 MIN_INTERVAL = 0.25
 POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)

@@ -30,8 +30,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent.control_inbox import append_op  # noqa: E402
-from agent.journal import JournalReader  # noqa: E402
+from agent.journal.control_inbox import append_op  # noqa: E402
+from agent.journal.journal import JournalReader  # noqa: E402
 from bench.result import result_line  # noqa: E402
 from cockpit.control.jobspec import parse_jobspec  # noqa: E402
 

@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent.journal import Journal, list_segments  # noqa: E402
+from agent.journal.journal import Journal, list_segments  # noqa: E402
 from bench.result import result_line  # noqa: E402
 
 LINES = int(os.environ.get("BENCH_LINES", "1000000"))

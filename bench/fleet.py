@@ -156,8 +156,8 @@ class _Counter:
 
 
 def run_fleet(n_hosts: int, seconds: float, workdir: Path, store: bool = True) -> dict[str, float]:
-    from cockpit.ingest.writer import StoreWriter
     from cockpit.store.database import Store
+    from cockpit.store.writer import StoreWriter
     from cockpit.transport import Fleet, HostSpec, KnownHosts, LinkOptions, SshConfig
     from tests.harness.sshd import MAX_LISTEN_ADDRESSES, sshd_hosts
 

@@ -56,11 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.result import result_line
 from cockpit.ingest.synthetic import synthetic_lines
-from cockpit.ingest.writer import StoreWriter
 from cockpit.store import Store
 from cockpit.store.levels import update_levels
 from cockpit.store.loader import insert_statement
 from cockpit.store.schema import LEVEL_SERIES, TABLE_FOR_TYPE, levels_open_table, levels_table
+from cockpit.store.writer import StoreWriter
 from cockpit.transport.ssh_link import ssh_transport
 from tests.harness.sshd import sshd_hosts
 

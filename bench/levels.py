@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from bench.result import result_line
 from cockpit.store import Store
 from cockpit.store.schema import levels_table

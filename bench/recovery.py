@@ -43,9 +43,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.control_inbox import append_op  # noqa: E402
-from agent.journal import JournalReader  # noqa: E402
-from agent.supervisor import alive, children_of  # noqa: E402
+from agent.job.supervisor import alive, children_of  # noqa: E402
+from agent.journal.control_inbox import append_op  # noqa: E402
+from agent.journal.journal import JournalReader  # noqa: E402
 from bench.result import result_line  # noqa: E402
 
 TRAIN = ROOT / "examples" / "charlm" / "train.py"

@@ -68,8 +68,8 @@ print(time.perf_counter() - start, rows)
 FIRST_SCREEN = """
 import asyncio, sys, time
 start = time.perf_counter()
-from cockpit.replay import ReplaySource
-from cockpit.ui.app import make_app
+from cockpit.sessions.replay import ReplaySource
+from cockpit.ui.app_factory import make_app
 from cockpit.ui.widgets.pane import Pane
 
 async def main():

@@ -50,12 +50,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench.result import result_line  # noqa: E402
 from bench.ui_store import RANKS, build  # noqa: E402
-from cockpit.replay import ReplaySource  # noqa: E402
+from cockpit.read.source import (  # noqa: E402
+    SNAPSHOT_BUCKETS,
+    build_snapshot,
+    details,
+)
+from cockpit.sessions.replay import ReplaySource  # noqa: E402
 from cockpit.snapshot import Snapshot  # noqa: E402
-from cockpit.source import build_snapshot, details  # noqa: E402
 from cockpit.store import Store  # noqa: E402
 from cockpit.store.queries import StoreReader  # noqa: E402
-from cockpit.ui.app import SNAPSHOT_BUCKETS, make_app  # noqa: E402
+from cockpit.ui.app_factory import make_app  # noqa: E402
 from cockpit.ui.widgets.pane import Pane  # noqa: E402
 
 SIZE = (160, 48)

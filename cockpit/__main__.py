@@ -1,5 +1,5 @@
 import sys
 
-from cockpit.cli import main
+from cockpit.app.cli import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """Frozen view of a job at one instant: the single thing the UI renders.
 
 Live sessions and replays both produce `Snapshot`s (built by
-`cockpit.source.build_snapshot` from the store and the analysis functions), so the UI
+`cockpit.read.source.build_snapshot` from the store and the analysis functions), so the UI
 has exactly one render path and cannot tell live from replay except by `source_label`.
 Everything here is plain data: no DuckDB handles, no Textual types, cheap to pass
 through a message queue. Series are already downsampled in SQL to a bounded number of

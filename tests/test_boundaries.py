@@ -58,7 +58,7 @@ def test_agent_imports_no_cockpit_ui_store_or_torch() -> None:
 
 def test_cockpit_core_imports_no_textual() -> None:
     modules = _package_modules("cockpit", exclude_prefix="cockpit.ui")
-    modules = [m for m in modules if m != "cockpit.cli"]
+    modules = [m for m in modules if m != "cockpit.app.cli"]
     loaded = _modules_after_import(modules)
     bad = _offenders(loaded, ("textual", "textual_plotext", "torch"))
     assert not bad, f"cockpit core pulled in {bad}"
@@ -101,7 +101,7 @@ def test_no_source_file_imports_across_the_boundary(package: str) -> None:
     problems = []
     for path in _sources(package):
         rel = path.relative_to(ROOT).as_posix()
-        if package == "cockpit" and (rel.startswith("cockpit/ui/") or rel == "cockpit/cli.py"):
+        if package == "cockpit" and (rel.startswith("cockpit/ui/") or rel == "cockpit/app/cli.py"):
             continue
         problems += [f"{rel}:{line}: imports {name}" for line, name in _imports(path)
                      if name in forbidden]
@@ -144,7 +144,7 @@ def test_only_the_store_runs_sql() -> None:
 _IO_MODULES = ("duckdb", "paramiko", "subprocess", "socket", "urllib", "http", "shutil",
                "sqlite3")
 _IO_PACKAGES = ("cockpit.store", "cockpit.transport", "cockpit.ingest", "cockpit.control",
-                "cockpit.live", "cockpit.replay")
+                "cockpit.sessions.live", "cockpit.sessions.replay")
 _IO_CALLS = ("open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir",
              "unlink")
 

@@ -46,7 +46,7 @@ def test_installed_copy_finds_themes_and_example_trainer(unpacked_wheel: Path,
     out = _run_in(unpacked_wheel, (
         "import cockpit, agent\n"
         "from cockpit.ui.themes import themes_dir, load_themes\n"
-        "from cockpit.demo import example_trainer\n"
+        "from cockpit.app.demo import example_trainer\n"
         "print(cockpit.__file__); print(agent.__file__)\n"
         "import json; print(themes_dir()); print(json.dumps(sorted(load_themes().names())))\n"
         "print(example_trainer())\n"

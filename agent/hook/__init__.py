@@ -5,8 +5,8 @@ Importable without the agent daemon running and without torch; adapters for Ligh
 framework only when used.
 """
 
-from agent.checkpoints import RESUME_ENV
-from agent.checkpoints import mark_complete as mark_checkpoint_complete
 from agent.hook.reporter import PHASES, Reporter, resume_checkpoint
+from agent.wire.checkpoints import RESUME_ENV
+from agent.wire.checkpoints import mark_complete as mark_checkpoint_complete
 
 __all__ = ["PHASES", "RESUME_ENV", "Reporter", "mark_checkpoint_complete", "resume_checkpoint"]

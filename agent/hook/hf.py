@@ -49,10 +49,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from agent.checkpoints import CHECKPOINT_DIR_ENV, mark_complete
 from agent.hook.agreement import agree, barrier, decides
 from agent.hook.lazy_callback import lazy_callback
 from agent.hook.reporter import Reporter
+from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, mark_complete
 
 
 def _callback_base() -> type:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Tuple
 
-from agent.protocol import INT64_MAX, INT64_MIN  # the range the cockpit can keep
+from agent.wire.protocol import INT64_MAX, INT64_MIN  # the range the cockpit can keep
 
 
 class NotAScalar(ValueError):

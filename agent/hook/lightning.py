@@ -6,7 +6,7 @@ cycle's batch sizes summed as `samples`, and the time between steps split into `
 (from the end of the previous step, validation or checkpoint to this batch's start) and
 `compute` (batch start -> batch end, summed over the cycle); `on_validation_end` becomes
 an `eval` record from `trainer.callback_metrics`; each checkpoint file written becomes a
-`checkpoint_saved` event and gets its completion marker (`agent.checkpoints`), which is
+`checkpoint_saved` event and gets its completion marker (`agent.wire.checkpoints`), which is
 what lets the agent restart a job from it.
 
 Resuming: the agent passes the checkpoint to restart from in `COCKPIT_RESUME_FROM`, and
@@ -59,11 +59,11 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV, mark_complete
 from agent.hook.lazy_callback import lazy_callback
 from agent.hook.lazy_values import to_number
 from agent.hook.lr_scale import StepLrScaler
 from agent.hook.reporter import Reporter
+from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV, mark_complete
 
 # path -> (mtime_ns, size) of the checkpoint files (and sharded checkpoint folders) in
 # one folder; a folder's size is -1 (its mtime changes as shards are added)

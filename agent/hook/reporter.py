@@ -26,7 +26,6 @@ import uuid
 from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
-from agent.checkpoints import RESUME_ENV
 from agent.hook.control import (
     ONE_SHOT_KNOBS,
     ControlError,
@@ -43,7 +42,8 @@ from agent.hook.control import (
 )
 from agent.hook.lazy_values import NotAScalar, split_nonfinite, wire_number
 from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
-from agent.protocol import ALERT_KINDS, MAX_LINE_BYTES, MAX_LOG_LINE, SEVERITIES
+from agent.wire.checkpoints import RESUME_ENV
+from agent.wire.protocol import ALERT_KINDS, MAX_LINE_BYTES, MAX_LOG_LINE, SEVERITIES
 
 PHASES = ("data", "compute", "comm", "checkpoint")
 _PHASE_FIELDS = ("data_time", "compute_time", "comm_time", "ckpt_time")

@@ -1,6 +1,6 @@
 """Gating a pipeline on a run's health: `cockpit report --fail-if` and the exit status.
 
-Pure functions over the report's own data (`cockpit.report.collect`, its JSON form), so
+Pure functions over the report's own data (`cockpit.read.report.collect`, its JSON form), so
 what a CI job gates on is what the report it prints says. The vocabulary is small and
 documented (`METRICS`; docs/recordings.md); an expression is `NAME OP NUMBER`, e.g.
 `val_loss>2.0` or `gpu_util<0.5`, and names the condition that FAILS the run.

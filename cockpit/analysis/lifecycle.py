@@ -11,7 +11,7 @@ from typing import Any
 ENDING_KINDS = frozenset({"job_exited", "pause"})
 STOPPED_CAUSE = "stopped on request"
 # Job states in which its processes are gone and stay gone until an operator acts: the
-# agent's own words (agent.job FINISHED, STOPPED, FAILED, PAUSED) and "exited" (it ended
+# agent's own words (agent.job.managed FINISHED, STOPPED, FAILED, PAUSED) and "exited" (it ended
 # early or badly and its agent is not restarting it).
 ENDED_STATES = ("finished", "stopped", "failed", "exited", "paused")
 

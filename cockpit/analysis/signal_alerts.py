@@ -23,7 +23,7 @@ from cockpit.snapshot import Alert, Interruption, Series
 
 Row = Mapping[str, Any]
 
-# The agent's causes (agent.recovery), the alert kind each is, and what to try.
+# The agent's causes (agent.job.recovery), the alert kind each is, and what to try.
 CAUSE_KIND = {"oom": "resource", "gpu_fault": "resource", "nccl": "resource",
               "data": "data", "user_code": "parameter", "hang": "resource",
               "killed": "resource", "launch_failed": "resource", "unknown": "resource"}

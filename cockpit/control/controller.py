@@ -52,7 +52,7 @@ ENDED_STATES = frozenset({"finished", "failed", "stopped", "excluded"})
 # need the job file as it is now, so a file left broken mid-edit never blocks a pause.
 SPEC_OPERATIONS = frozenset({"launch", "relaunch", "fork", "scale"})
 # Operations whose end of a host's part the job's other hosts' agents follow by
-# themselves, through its shared run dir (agent.peer_end), reachable from here or not.
+# themselves, through its shared run dir (agent.job.peer_end), reachable from here or not.
 # (A resume is followed too, by the parts paused with the others: `missed_hosts_text`.)
 FOLLOWED_OPS = frozenset({"pause", "stop"})
 
@@ -72,7 +72,7 @@ def missed_hosts_text(op: str, count: int) -> str:
                 f"{'it' if one else 'them'} with scale --add (an elastic job), or stop the "
                 "job and launch it again")
     if op == "resume":
-        # A part paused with the others follows their resume by itself (agent.peer_end).
+        # A part paused with the others follows their resume by itself (agent.job.peer_end).
         # One left otherwise (or one whose agent does not see the shared dir) leaves the
         # resumed parts waiting in torchrun's rendezvous: a second resume finds the job
         # running and is refused, and a paused part cannot join by a scale; a relaunch

@@ -3,7 +3,7 @@
 A mistake found after torchrun started on 16 hosts costs a failed rendezvous and a
 timeout; found here it costs one line naming the file, the line and the field. The
 checked spec becomes, per host, the JSON the agent's `launch` op takes
-(`agent.launch.LaunchSpec`), which adds that host's node rank.
+(`agent.job.launch.LaunchSpec`), which adds that host's node rank.
 
     name = "charlm-7b"
     hosts = ["gpu1", "gpu2"]            # names from the inventory
@@ -62,10 +62,10 @@ from typing import Any
 
 import tomllib
 
-from agent.checkpoints import RESUME_ENV
-from agent.control_inbox import OpError
-from agent.launch import ENV_NAME, MAX_NPROC_PER_NODE, check_job_name, finite, nul_field
-from agent.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+from agent.job.launch import ENV_NAME, MAX_NPROC_PER_NODE, check_job_name, finite, nul_field
+from agent.job.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+from agent.journal.control_inbox import OpError
+from agent.wire.checkpoints import RESUME_ENV
 
 _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
                 "module", "args", "run_dir", "checkpoint_dir", "workdir", "override_args",
@@ -91,7 +91,7 @@ ELASTIC_MAX_RESTARTS = 100
 # The rendezvous backends torchrun knows; an elastic job's store host, spares and
 # `is_host` setting are c10d's, so it must use that one.
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
-# The least value of each number the agent accepts (twin: `agent.launch.LaunchSpec`,
+# The least value of each number the agent accepts (twin: `agent.job.launch.LaunchSpec`,
 # which re-checks them at launch, where a refusal names no file or line).
 _MINIMUM = {"pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0, "hang.k": 0.001,
             "hang.floor": 0.001, "hang.startup": 0.001, "recovery.backoff": 0.0,
@@ -100,7 +100,7 @@ _MINIMUM = {"pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0, "hang.k"
 # path, timeouts): a spec that set one would point the trainer's spool, checkpoints or
 # resume at another place than the agent watches, so `[env]` may not.
 AGENT_ENV_PREFIX = "COCKPIT_"
-# What `override_args` is filled with, by plain string replacement (agent.launch.argv).
+# What `override_args` is filled with, by plain string replacement (agent.job.launch.argv).
 _PLACEHOLDERS = ("{key}", "{value}")
 
 
@@ -580,7 +580,7 @@ def with_inventory_spares(spec: JobSpec, inventory_spares: Iterable[str]) -> Job
 
 def name_problem(value: Any) -> str | None:
     """What is wrong with a job or host name, or None: the agent's rule for the names it
-    makes folders and files of (`agent.launch.check_job_name`, applied here so the
+    makes folders and files of (`agent.job.launch.check_job_name`, applied here so the
     mistake is named before anything starts), and no control character, which would
     break the log lines and the screen that show the name."""
     try:

@@ -13,7 +13,7 @@ two scripts, kept in `RUN_DIR/slurm/` (and their text in the recording):
   (`checkpoint_now` in the job's control file), waits for its completion marker, then
   ends the step: the allocation is released with the job's state saved.
 - the node script: this node's run dir (`RUN_DIR/nodes/NODE`, its checkpoint and control
-  dirs linked to the shared ones, as `agent.launch` does for SSH hosts), then
+  dirs linked to the shared ones, as `agent.job.launch` does for SSH hosts), then
   `python -m agent run --exit-with-job … -- torchrun …`: the agent samples, journals
   and supervises exactly as on an SSH host, and the step ends with the job.
 
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from agent.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
-from agent.protocol import encode
+from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
+from agent.wire.protocol import encode
 from cockpit.control.jobspec import JobSpec, JobSpecError
 from cockpit.transport.inventory import Inventory
 from cockpit.transport.link import LinkOptions
@@ -267,7 +267,7 @@ def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
         name, _, value = extra.partition("=")
         lines.append(_sbatch_line(name, value) if "=" in extra else _sbatch_line(name))
     ckpt, control = checkpoint_dir(spec), control_file(spec)
-    newest = ("import sys; from pathlib import Path; from agent.checkpoints import "
+    newest = ("import sys; from pathlib import Path; from agent.wire.checkpoints import "
               "newest_valid; c, _ = newest_valid(Path(sys.argv[1])); "
               "print(c.path if c else '')")
     lines += [

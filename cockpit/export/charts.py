@@ -208,7 +208,7 @@ def charts_of(recording: Path, out_dir: Path, *, job: str | None = None,
     """The charts of `recording` as `cockpit report` sees it (same job pick, same
     resolution), written to `out_dir`."""
     from cockpit.errors import CockpitError
-    from cockpit.source import SNAPSHOT_BUCKETS, build_snapshot
+    from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot
     from cockpit.store.database import Store, StoreError
     from cockpit.store.queries import StoreReader
 

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from cockpit.analysis.kpis import JobKpis
 from cockpit.errors import CockpitError
 from cockpit.export.metrics import MetricsRefresher, SnapshotCollector
-from cockpit.kpis_report import KPI_REFRESH_S, job_kpis_of
+from cockpit.read.kpis_report import KPI_REFRESH_S, job_kpis_of
+from cockpit.read.source import build_snapshot
 from cockpit.snapshot import Snapshot
-from cockpit.source import build_snapshot
 from cockpit.store.queries import StoreReader
 
 DEFAULT_HOST = "127.0.0.1"

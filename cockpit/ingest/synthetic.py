@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 
 # Fields that read the same however the readings are drawn.
 _GPU_FIXED: dict[str, object] = {

@@ -3,7 +3,7 @@
 One `Store` holds one DuckDB connection; each operation takes a fresh `cursor()` (its
 own DuckDB connection to the same database), which is how DuckDB is used safely from
 several threads. Writes are serialised by a lock: one process, one writer thread in it
-(`cockpit.ingest.writer.StoreWriter`), while readers work concurrently on cursors.
+(`cockpit.store.writer.StoreWriter`), while readers work concurrently on cursors.
 
 A flush (`ingest_many`) routes every host's lines first (or takes them as the writer's
 callers already grouped them, `cockpit.ingest.route.pregroup`) and then loads each record
@@ -58,7 +58,7 @@ from pathlib import Path
 import duckdb
 import psutil
 
-from agent.protocol import PROTOCOL_VERSION
+from agent.wire.protocol import PROTOCOL_VERSION
 from cockpit.ingest.bounds import OFFSET_MAX, SEQ_MAX, seq_ok
 from cockpit.ingest.route import Grouped, Malformed, merge_grouped, route_chunk, split_chunk
 from cockpit.store import schema

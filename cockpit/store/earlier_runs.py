@@ -43,7 +43,7 @@ _LAUNCH_EVENTS = ("(kind = 'checkpoints_set_aside' OR (kind = 'control_ack' AND 
                   "json_extract_string(data, '$.op') = 'launch'))")
 LAUNCH_EVENT_WINDOW_S = 60.0
 # s between two fresh starts of a job that are one launch: each host journals its own
-# start, on its own clock (the agents allow 30 s of skew, `agent.peer_end`), and the new
+# start, on its own clock (the agents allow 30 s of skew, `agent.job.peer_end`), and the new
 # run's first steps may be stamped before a later host's start.
 SAME_LAUNCH_S = 60.0
 _EARLIER = re.compile(r"(.+) \(earlier run \d+\)")

@@ -1,6 +1,6 @@
 """The store's read API: plain Python data out, bounded cost per call.
 
-`StoreReader(store)` is what `cockpit.source.build_snapshot`, the drill-down details,
+`StoreReader(store)` is what `cockpit.read.source.build_snapshot`, the drill-down details,
 replay and the headless report read through; nothing else outside `cockpit.store`
 talks SQL. Every method takes `until_ts` (the replay cursor; None = everything).
 """

@@ -206,7 +206,7 @@ def _number(value: Any) -> float | None:
 
 # The end of a host's part, other than a recovery, that ends an outage: a pause or stop
 # (the agent says it ended its processes for it, or a pause cancelled the restart), the
-# operator's start of the job, or the end of another host's part (agent.peer_end).
+# operator's start of the job, or the end of another host's part (agent.job.peer_end).
 _ENDS_FOR = {"pause": "pause", "stop": "stop", "relaunch": "relaunch", "peer": "peer"}
 _OPERATOR_STARTS = ("launch", "resume", "relaunch")
 

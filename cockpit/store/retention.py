@@ -10,7 +10,7 @@ default: a job that dies on a Friday night is still there in full detail on Mond
   every rank's series stays in the chart levels (min, max and last per 64-step bucket and
   coarser), and rank 0's rows stay whole (the step-by-step record of the job). A replay
   of that period says so: rank 0 stands for every rank (totals and throughput times the
-  world size, no spread; `cockpit.source`);
+  world size, no spread; `cockpit.read.source`);
 - `log` is capped by row count, oldest first; `eval`, `event`, `alert`, `run` and
   `hello` are kept whole, and so are the level tables (charts of old periods read them).
 

@@ -22,8 +22,8 @@ from textual.worker import Worker, WorkerState
 
 from cockpit.analysis.signal_alerts import acknowledge
 from cockpit.analysis.text import printable
+from cockpit.read.source import SNAPSHOT_BUCKETS, Source
 from cockpit.snapshot import Snapshot
-from cockpit.source import SNAPSHOT_BUCKETS, Source
 from cockpit.ui import keymap as keys
 from cockpit.ui import refresh_gate
 from cockpit.ui.commands import CockpitCommands
@@ -286,10 +286,3 @@ class CockpitApp(ControlActions, ReplayActions, App):
             self.notify(f"{spec.description}: only when replaying a recording", timeout=3)
         else:
             await self.run_action(spec.action)
-
-
-def make_app(source: Source, **kwargs: object) -> CockpitApp:
-    """Shortcut to `cockpit.ui.app_factory.make_app` (validated themes and keymap)."""
-    from cockpit.ui.app_factory import make_app as factory
-
-    return factory(source, **kwargs)  # type: ignore[arg-type]

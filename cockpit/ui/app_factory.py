@@ -10,7 +10,7 @@ from pathlib import Path
 
 from textual.theme import BUILTIN_THEMES
 
-from cockpit.source import Source
+from cockpit.read.source import Source
 from cockpit.ui.app import CockpitApp
 from cockpit.ui.keymap import load_keymap
 from cockpit.ui.themes import DEFAULT_THEME, ThemeError, ThemeSet, load_themes

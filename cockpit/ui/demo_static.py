@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import (
     Alert,
     Effect,
@@ -28,7 +29,6 @@ from cockpit.snapshot import (
     Series,
     Snapshot,
 )
-from cockpit.ui.static_source import StaticSource
 
 if TYPE_CHECKING:
     from textual.pilot import Pilot

@@ -99,6 +99,6 @@ def procs() -> Iterator[Callable[..., Proc]]:
 
 
 def dump_journal(state_dir: Path, after: int = 0) -> list[dict]:
-    from agent.journal import JournalReader
+    from agent.journal.journal import JournalReader
 
     return list(JournalReader(state_dir).records(after))

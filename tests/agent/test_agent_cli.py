@@ -85,7 +85,7 @@ def test_zipapp_runs_version_run_and_stream(tmp_path: Path) -> None:
     pyz = tmp_path / "agent.pyz"
     assert Path(built.stdout.strip()) == pyz
     names = zipfile.ZipFile(pyz).namelist()
-    assert "__main__.py" in names and "agent/journal.py" in names and "pynvml.py" in names
+    assert "__main__.py" in names and "agent/journal/journal.py" in names and "pynvml.py" in names
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     # Run it from a directory where the source tree is not importable.
     python = shutil.which("python3") or sys.executable
@@ -127,7 +127,7 @@ def test_zipapp_runs_version_run_and_stream(tmp_path: Path) -> None:
 
 def test_agent_imports_stay_light() -> None:
     code = (
-        "import sys, agent.cli, agent.daemon, agent.stream, agent.samplers, agent.zipapp\n"
+        "import sys, agent.cli, agent.daemon, agent.journal.stream, agent.samplers, agent.zipapp\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'duckdb', 'textual', 'cockpit', 'orjson', 'pyarrow', 'paramiko')]\n"
         "print(bad)\n"

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from agent.control_inbox import ControlInbox, append_op
-from agent.journal import Journal, JournalReader
+from agent.journal.control_inbox import ControlInbox, append_op
+from agent.journal.journal import Journal, JournalReader
 from tests.harness.waiting import wait_for
 
 

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.journal import Journal, JournalReader, line_seq, list_segments
+from agent.journal.journal import Journal, JournalReader, line_seq, list_segments
 
 
 def _seqs(state_dir: Path, after: int = 0) -> list[int]:

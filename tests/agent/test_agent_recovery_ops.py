@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.control_inbox import append_op
-from agent.recovery import USER_CODE, RecoveryPolicy, classify
+from agent.job.recovery import USER_CODE, RecoveryPolicy, classify
+from agent.journal.control_inbox import append_op
 from tests.harness.waiting import wait_for
 
 from .conftest import REPO, dump_journal

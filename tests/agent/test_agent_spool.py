@@ -5,8 +5,8 @@ import os
 import time
 from pathlib import Path
 
-from agent.journal import Journal, JournalReader
-from agent.spool import SpoolTailer
+from agent.journal.journal import Journal, JournalReader
+from agent.journal.spool import SpoolTailer
 
 from .conftest import SpoolWriter
 

@@ -5,8 +5,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from agent.journal import Journal, JournalReader
-from agent.supervisor import Supervisor, clip_line, parse_rank
+from agent.job.supervisor import Supervisor, clip_line, parse_rank
+from agent.journal.journal import Journal, JournalReader
 from tests.harness.waiting import wait_for
 
 

@@ -27,11 +27,11 @@ import pytest
 
 from agent.daemon import Daemon, DaemonConfig, ObservedJournal
 from agent.hostinfo import hostname
-from agent.journal import Journal, JournalFull, JournalReader, list_segments
-from agent.journal_full import RESERVE_NAME
+from agent.job.supervisor import Supervisor, alive
+from agent.journal.full import RESERVE_NAME
+from agent.journal.journal import Journal, JournalFull, JournalReader, list_segments
+from agent.journal.spool import SpoolTailer
 from agent.samplers.sim import SimGpus
-from agent.spool import SpoolTailer
-from agent.supervisor import Supervisor, alive
 from tests.agent.conftest import SpoolWriter
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True:\n    time.sleep(0.2)"]
@@ -376,8 +376,8 @@ def test_a_control_op_reaches_the_inbox_once_its_disk_has_room(
     """A stop sent while the disk is full is kept and handed over when there is room,
     whole and once; before, the failed write ended the stream's control reader and the
     op was lost without a word."""
-    from agent.control_inbox import inbox_path
-    from agent.stream import _ControlReader
+    from agent.journal.control_inbox import inbox_path
+    from agent.journal.stream import _ControlReader
 
     state = disk.path
     read_end, write_end = os.pipe()
@@ -417,8 +417,8 @@ def test_a_pause_the_disk_cannot_take_fails_and_the_job_goes_on_watched(
     asked; before, the error ended the job's thread, which stopped the job. (One run,
     on a real full tmpfs where it can be mounted: torchrun makes it slow.)"""
     pytest.importorskip("torch")  # every attempt starts under torchrun
-    from agent.job import RUNNING, STOPPED, ManagedJob
-    from agent.launch import LaunchSpec
+    from agent.job.launch import LaunchSpec
+    from agent.job.managed import RUNNING, STOPPED, ManagedJob
 
     disk: TmpfsDisk | None
     try:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import Journal, JournalReader, JournalReplaced
-from agent.stream import run_stream
+from agent.journal.journal import Journal, JournalReader, JournalReplaced
+from agent.journal.stream import run_stream
 
 
 def _journal(state_dir: Path, records: int, util: float) -> str:

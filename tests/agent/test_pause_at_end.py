@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import Journal, JournalReader
+from agent.journal.journal import Journal, JournalReader
 
 
 def _wait_for(cond: Callable[[], object], what: str, timeout: float = 60.0) -> None:
@@ -28,8 +28,8 @@ def _wait_for(cond: Callable[[], object], what: str, timeout: float = 60.0) -> N
 def test_a_pause_the_jobs_end_overtook_says_so_and_the_job_is_finished(
         tmp_path: Path) -> None:
     pytest.importorskip("torch")  # every attempt starts under torchrun
-    from agent.job import FINISHED, RUNNING, ManagedJob
-    from agent.launch import LaunchSpec
+    from agent.job.launch import LaunchSpec
+    from agent.job.managed import FINISHED, RUNNING, ManagedJob
 
     gate = tmp_path / "go"
     script = tmp_path / "last_steps.py"

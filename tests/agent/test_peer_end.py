@@ -1,5 +1,5 @@
 """The markers a multi-host job's agents leave for each other in the shared run dir when
-a host's part ends (agent.peer_end): what counts, what is ignored, what is reported."""
+a host's part ends (agent.job.peer_end): what counts, what is ignored, what is reported."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints, membership, peer_end
-from agent import job as job_module
-from agent.job import ManagedJob
-from agent.journal import Journal, JournalReader
-from agent.launch import LaunchSpec
-from agent.membership import claim_spare
+from agent.job import managed as job_module
+from agent.job import membership, peer_end
+from agent.job.launch import LaunchSpec
+from agent.job.managed import ManagedJob
+from agent.job.membership import claim_spare
+from agent.journal.journal import Journal, JournalReader
+from agent.wire import checkpoints
 
 
 def _spec(tmp_path: Path, host: str, nnodes: object = 2) -> LaunchSpec:

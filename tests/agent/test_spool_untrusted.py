@@ -19,16 +19,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.control_inbox import ControlInbox, append_op
 from agent.daemon import Daemon, DaemonConfig, ObservedJournal
-from agent.job import ManagedJob
-from agent.journal import Journal, JournalReader
-from agent.launch import LaunchSpec
-from agent.protocol import AGENT_EVENT_KINDS, SPOOL_RECORD_TYPES
-from agent.record_check import Rejected, check_spool_record
+from agent.job.launch import LaunchSpec
+from agent.job.managed import ManagedJob
+from agent.journal.control_inbox import ControlInbox, append_op
+from agent.journal.journal import Journal, JournalReader
+from agent.journal.spool import SpoolTailer
+from agent.journal.spool_rejects import REJECTS_FILE
 from agent.samplers.sim import SimGpus
-from agent.spool import SpoolTailer
-from agent.spool_rejects import REJECTS_FILE
+from agent.wire.protocol import AGENT_EVENT_KINDS, SPOOL_RECORD_TYPES
+from agent.wire.record_check import Rejected, check_spool_record
 
 from .conftest import SpoolWriter
 
@@ -317,7 +317,7 @@ def test_the_kept_rejects_stay_bounded(tmp_path: Path) -> None:
 
 
 def test_a_flood_of_bad_lines_is_summarised_not_journaled_one_by_one(tmp_path: Path) -> None:
-    import agent.spool as spool
+    import agent.journal.spool as spool
 
     state, run, journal, tailer = _setup(tmp_path)
     writer = SpoolWriter(run, "J", 0)

@@ -10,8 +10,8 @@ import os
 import threading
 from pathlib import Path
 
-from agent.journal import Journal, JournalReader, list_segments
-from agent.stream import run_stream
+from agent.journal.journal import Journal, JournalReader, list_segments
+from agent.journal.stream import run_stream
 from cockpit.store import Store
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.analysis.kpis import (
     StepTotals,
     hours_by_week,
@@ -17,7 +17,7 @@ from cockpit.analysis.kpis import (
     split_spans,
     totals,
 )
-from cockpit.kpis_report import job_kpis_of
+from cockpit.read.kpis_report import job_kpis_of
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 

@@ -1,7 +1,7 @@
 """Alerts for what happened: each interruption with its cause, where and what to try
 (resolved once recovered), the slow training signals, the `[alerts]` thresholds file,
 and acknowledgement. Interruption events are shaped as the agent writes them
-(`agent.job`, `agent.recovery.Diagnosis.as_dict`): GPU-side causes cannot be caused on
+(`agent.job.managed`, `agent.job.recovery.Diagnosis.as_dict`): GPU-side causes cannot be caused on
 these CPUs; the CPU-side ones are also checked on the demo's real crash (tests/e2e)."""
 
 from __future__ import annotations

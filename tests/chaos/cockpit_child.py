@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cockpit.live import LiveSession
+from cockpit.sessions.live import LiveSession
 from cockpit.transport.host_keys import KnownHosts
 from cockpit.transport.inventory import HostSpec
 from cockpit.transport.link import LinkOptions

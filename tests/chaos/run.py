@@ -49,7 +49,7 @@ from typing import Any
 
 import duckdb
 
-from agent.journal import JournalReader
+from agent.journal.journal import JournalReader
 from tests.control.conftest import AgentDaemon, charlm_spec, children
 from tests.harness.sshd import REPO_ROOT, SshdHost, sshd_hosts
 from tests.transport.support import spec_for

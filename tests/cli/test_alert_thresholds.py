@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import cli
 from cockpit.analysis import alert_config
+from cockpit.app import cli
 
 
 def test_a_wrong_threshold_stops_the_command_and_says_where(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import build_parser as agent_parser
-from cockpit.cli import build_parser as cockpit_parser
+from cockpit.app.cli import build_parser as cockpit_parser
 from tests.ui.recorded import recording_facts
 
 BIN = Path(sys.executable).parent
@@ -250,6 +250,6 @@ def test_a_bad_theme_or_keymap_is_refused_before_anything_starts(
 
 
 def test_the_demos_crash_comes_between_two_checkpoints_or_not_at_all() -> None:
-    from cockpit.cli import default_fault_step
+    from cockpit.app.cli import default_fault_step
 
     assert [default_fault_step(n) for n in (3000, 500, 100, 50, 1)] == [1250, 250, 50, 0, 0]

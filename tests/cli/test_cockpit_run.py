@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.checkpoints import newest_valid
-from agent.launch import LaunchSpec
+from agent.job.launch import LaunchSpec
+from agent.wire.checkpoints import newest_valid
+from cockpit.app.local_run import CommandRun, job_spec_from_command, parse_command
 from cockpit.errors import CockpitError
-from cockpit.local_run import CommandRun, job_spec_from_command, parse_command
 from tests.cli.test_cli import BIN, one_clear_error, run
 
 ROOT = Path(__file__).resolve().parents[2]

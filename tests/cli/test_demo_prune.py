@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.lockfile import StateLock
-from cockpit.demo import RECORDING_NAME, DemoRun, prune_demo_runs
+from cockpit.app.demo import RECORDING_NAME, DemoRun, prune_demo_runs
 from cockpit.errors import CockpitError
 from cockpit.store import Store
 from tests.read import synthetic as syn

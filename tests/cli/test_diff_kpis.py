@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.protocol import encode
-from cockpit.cli import main
+from agent.wire.protocol import encode
+from cockpit.app.cli import main
 from cockpit.store.database import Store
 
 T = 1_800_000_000.0
@@ -163,7 +163,7 @@ def test_kpis_of_a_directory_give_a_table_per_job_and_totals(
 
 def test_run_info_shows_the_kpis_and_what_the_fork_changed(two_jobs: Path) -> None:
     """The drill-down (key `i`, "Run info" in the palette) reads them through details."""
-    from cockpit.details import run_info
+    from cockpit.read.details import run_info
     from cockpit.store.queries import StoreReader
     from cockpit.ui.screens.run_info import shown
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.scaling import Measure, compare, render
+from cockpit.app.scaling import Measure, compare, render
 
 REPO = Path(__file__).resolve().parents[2]
 

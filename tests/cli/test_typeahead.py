@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 
-from cockpit.cli import discard_typeahead
+from cockpit.app.cli import discard_typeahead
 
 
 def _typed_then_read(flush: bool) -> bytes:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from agent.control_inbox import append_op
-from agent.journal import JournalReader
+from agent.journal.control_inbox import append_op
+from agent.journal.journal import JournalReader
 from cockpit.control.jobspec import parse_jobspec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,12 +132,12 @@ def charlm_spec(tmp_path: Path, data: Path, name: str = "job", steps: int = 2000
 
 
 def children(pid: int) -> list[int]:
-    from agent.supervisor import children_of
+    from agent.job.supervisor import children_of
 
     return children_of(pid)
 
 
 def process_alive(pid: int) -> bool:
-    from agent.supervisor import alive
+    from agent.job.supervisor import alive
 
     return alive(pid)

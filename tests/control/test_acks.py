@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.control.acks import ack_outcome
-from cockpit.live import LiveSession
+from cockpit.sessions.live import LiveSession
 
 
 def test_a_refusal_reads_as_its_reason_and_an_acceptance_as_the_agents_message() -> None:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import jobstate
-from agent.journal import Journal, JournalReader
-from agent.recovery import HangDetector
-from agent.supervisor import Supervisor, alive
+from agent.job.recovery import HangDetector
+from agent.job.supervisor import Supervisor, alive
+from agent.journal.journal import Journal, JournalReader
+from agent.wire import jobstate
 from tests.harness.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +31,9 @@ AGENT = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from agent import jobstate
-    from agent.journal import Journal
-    from agent.supervisor import Supervisor
+    from agent.wire import jobstate
+    from agent.journal.journal import Journal
+    from agent.job.supervisor import Supervisor
     state, run_dir, script = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     sup = Supervisor([sys.executable, "-c", script], "j", run_dir, Journal(state))
     sup.start()

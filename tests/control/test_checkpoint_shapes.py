@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints
-from agent.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV, mark_complete
-from agent.launch import LaunchSpec
+from agent.job.launch import LaunchSpec
+from agent.wire import checkpoints
+from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV, mark_complete
 
 
 def _hf_dir(parent: Path, step: int) -> Path:

@@ -13,7 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from agent import checkpoints, stacks
+from agent.job import stacks
+from agent.wire import checkpoints
 
 
 def _save(directory: Path, step: int, payload: bytes, marker: bool = True) -> Path:

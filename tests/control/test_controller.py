@@ -197,7 +197,7 @@ def test_adjust_refuses_an_lr_scale_the_ui_would_refuse(value) -> None:
 
 def _watched(tmp_path, links: Links, text: str = SPEC_TEXT):
     """A job file and the controller `cockpit watch --job` makes of it."""
-    from cockpit.live import watch_controller
+    from cockpit.app.watch import watch_controller
     from cockpit.transport.inventory import parse_inventory
 
     inventory = parse_inventory("".join(f'[[hosts]]\nname = "{h}"\naddress = "{h}"\n'
@@ -303,7 +303,7 @@ def test_what_to_do_for_a_missed_host_fits_what_the_operation_left(
         op: str, count: int, advice: str) -> None:
     """Sending a launch or a resume again would not help (a second launch is refused while
     a part runs, a second resume finds the job running): the advice names what does. A
-    part paused with the others follows their resume by itself (agent.peer_end)."""
+    part paused with the others follows their resume by itself (agent.job.peer_end)."""
     assert missed_hosts_text(op, count) == advice
 
 

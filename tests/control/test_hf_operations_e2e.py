@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints
+from agent.wire import checkpoints
 from cockpit.control.jobspec import parse_jobspec
 
 from .conftest import REPO, AgentDaemon, children, process_alive

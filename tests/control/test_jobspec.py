@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.control_inbox import OpError
-from agent.launch import LaunchSpec
+from agent.job.launch import LaunchSpec
+from agent.journal.control_inbox import OpError
 from cockpit.control.jobspec import JobSpecError, load_jobspec, parse_jobspec
 
 GOOD = textwrap.dedent("""\

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.control.operations import run_operation
+from cockpit.app.operations import run_operation
 from cockpit.errors import CockpitError
 
 pytestmark = pytest.mark.timeout(60)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import peer_end
-from agent.launch import LaunchSpec
-from agent.protocol import encode
-from agent.supervisor import alive
+from agent.job import peer_end
+from agent.job.launch import LaunchSpec
+from agent.job.supervisor import alive
+from agent.wire.protocol import encode
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
 from tests.harness.job_hosts import free_port

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints
+from agent.wire import checkpoints
 
 from .conftest import AgentDaemon, charlm_spec, children, process_alive
 

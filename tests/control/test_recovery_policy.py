@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import recovery as r
+from agent.job import recovery as r
 
 
 def _torchrun_failure(rank: int, exitcode: int, error_file: str = "<N/A>",

@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent import jobstate
-from agent.job import ManagedJob
-from agent.journal import Journal, JournalReader
-from agent.launch import LaunchSpec
+from agent.job.launch import LaunchSpec
+from agent.job.managed import ManagedJob
+from agent.journal.journal import Journal, JournalReader
+from agent.wire import jobstate
 from tests.control.test_standby_adoption import NAME, spare_spec
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from agent.control_inbox import append_op
-from agent.supervisor import alive, children_of
-from cockpit.control.operations import run_operation, wait_streaming
-from cockpit.live import LiveSession
+from agent.job.supervisor import alive, children_of
+from agent.journal.control_inbox import append_op
+from cockpit.app.operations import run_operation, wait_streaming
+from cockpit.sessions.live import LiveSession
 from tests.harness.job_hosts import (
     SMALL_CHARLM,
     StoreView,

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.control_inbox import OpError
-from agent.job import ManagedJob
-from agent.journal import Journal
-from agent.launch import LaunchSpec
-from agent.membership import _diagnose, _own_failure, claim_spare, read_claim
-from agent.recovery import GPU_FAULT, KILLED, NCCL, OOM, USER_CODE, Diagnosis
-from cockpit.cli import build_parser
+from agent.job.launch import LaunchSpec
+from agent.job.managed import ManagedJob
+from agent.job.membership import _diagnose, _own_failure, claim_spare, read_claim
+from agent.job.recovery import GPU_FAULT, KILLED, NCCL, OOM, USER_CODE, Diagnosis
+from agent.journal.control_inbox import OpError
+from agent.journal.journal import Journal
+from cockpit.app.cli import build_parser
 from cockpit.control.controller import ControlError, Controller
 from cockpit.control.jobspec import JobSpecError, parse_jobspec, with_inventory_spares
 
@@ -164,7 +164,7 @@ def test_an_elastic_job_without_spares_of_its_own_takes_the_inventorys() -> None
 
 
 def test_watch_with_a_job_gives_its_controller_the_inventorys_spares(tmp_path: Path) -> None:
-    from cockpit.live import watched_job
+    from cockpit.app.watch import watched_job
     from cockpit.transport.inventory import load_inventory
 
     inventory = tmp_path / "hosts.toml"
@@ -257,7 +257,7 @@ def test_scale_refuses_what_torchrun_could_not_do() -> None:
 def test_a_member_that_is_only_not_connected_is_not_called_a_stranger_to_the_spec() -> None:
     """gpu2 runs its part but its link is down: the command says it is not connected and
     must be sent the operation again, not that the spec does not know it."""
-    from cockpit.control.operations import out_of_reach_text
+    from cockpit.app.operations import out_of_reach_text
 
     c = _controller(Links())
     unreachable = c.sync({"gpu1": {"job": "el", "state": "running",

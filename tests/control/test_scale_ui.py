@@ -9,13 +9,13 @@ from textual.widgets import Input
 
 from cockpit.control.controller import Controller
 from cockpit.control.jobspec import parse_jobspec
+from cockpit.sessions.static_source import StaticSource
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_details, demo_snapshot
 from cockpit.ui.keymap import SPECS
 from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.prompt import PromptScreen
-from cockpit.ui.static_source import StaticSource
 from tests.ui.helpers import notifications, settle, text
 
 # The demo snapshot's hosts are gpu-node-a … d.

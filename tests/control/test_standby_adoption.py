@@ -10,11 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from agent import jobstate
-from agent.job import ManagedJob
-from agent.journal import Journal, JournalReader
-from agent.launch import LaunchSpec
-from agent.membership import claim_spare
+from agent.job.launch import LaunchSpec
+from agent.job.managed import ManagedJob
+from agent.job.membership import claim_spare
+from agent.journal.journal import Journal, JournalReader
+from agent.wire import jobstate
 from cockpit.control.jobspec import parse_jobspec
 from tests.harness.waiting import wait_for
 

@@ -1,5 +1,5 @@
 """How long a command waits for the job's hosts to connect before it sends an operation
-(`cockpit.control.operations.wait_streaming`), on a fleet double whose link states the
+(`cockpit.app.operations.wait_streaming`), on a fleet double whose link states the
 test sets."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cockpit.control.operations import wait_streaming
+from cockpit.app.operations import wait_streaming
 from cockpit.errors import CockpitError
 from cockpit.transport.fleet import HostStatus
 

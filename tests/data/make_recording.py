@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cockpit.demo import DEMO_JOB, DemoRun
+from cockpit.app.demo import DEMO_JOB, DemoRun
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "charlm-run.ndjson.gz"

@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.supervisor import alive
-from cockpit.demo import DemoRun
+from agent.job.supervisor import alive
+from cockpit.app.demo import DemoRun
 from cockpit.ui.app_factory import make_app
 from tests.harness.torchrun import descendants
 from tests.ui.helpers import text

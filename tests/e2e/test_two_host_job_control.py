@@ -22,10 +22,10 @@ from typing import Any
 import duckdb
 import pytest
 
+from cockpit.app.operations import wait_acks, wait_streaming
 from cockpit.control.controller import ControlError, Controller
 from cockpit.control.jobspec import parse_jobspec
-from cockpit.control.operations import wait_acks, wait_streaming
-from cockpit.live import LiveSession
+from cockpit.sessions.live import LiveSession
 from examples.charlm.config import load_config
 from examples.charlm.train import lr_at
 from tests.harness.job_hosts import (
@@ -311,8 +311,8 @@ def test_a_host_the_resume_did_not_reach_resumes_with_the_other(
 
 def test_each_host_keeps_its_own_files_in_the_shared_run_dir(tmp_path: Path) -> None:
     """Spool, logs and error file per host; checkpoints and controls shared through links."""
-    from agent.control_inbox import OpError
-    from agent.launch import LaunchSpec
+    from agent.job.launch import LaunchSpec
+    from agent.journal.control_inbox import OpError
 
     hosts = ("gpu1", "gpu2")
     text = textwrap.dedent(f"""\

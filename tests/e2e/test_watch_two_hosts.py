@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from cockpit.live import LiveSession
+from cockpit.sessions.live import LiveSession
 from tests.harness.sshd import REPO_ROOT
 from tests.harness.torchrun import FAST_SETTINGS, TRAIN_SCRIPT
 from tests.transport.support import options_for, spec_for

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cockpit.live import LiveSession
+from cockpit.sessions.live import LiveSession
 from tests.harness.sshd import REPO_ROOT, SshdHost
 from tests.harness.waiting import wait_for
 from tests.harness.workers import worker_index

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store.database import Store
 
 T0 = 1_700_000_000.0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.replay import ReplaySource
+from cockpit.sessions.replay import ReplaySource
 from cockpit.store.database import Store, StoreError, StoreLockedError
 from cockpit.store.live_socket import (
     REQUEST_MAX,

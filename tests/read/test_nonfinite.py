@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.protocol import encode
-from cockpit.source import build_snapshot
+from agent.wire.protocol import encode
+from cockpit.read.source import build_snapshot
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
 from cockpit.store.queries_train import NONFINITE_LIMIT, NonFinite

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from tests.read import synthetic as syn

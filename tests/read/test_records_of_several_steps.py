@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
-from cockpit.details import RunInfo
-from cockpit.report import render_report
+from agent.wire.protocol import encode
+from cockpit.read.details import RunInfo
+from cockpit.read.report import render_report
+from cockpit.read.source import build_snapshot, details
 from cockpit.snapshot import LrChange
-from cockpit.source import build_snapshot, details
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from tests.store.wire import TS0, header

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.protocol import encode
-from cockpit.source import build_snapshot
+from agent.wire.protocol import encode
+from cockpit.read.source import build_snapshot
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from cockpit.store.queries_base import RECORD_TABLES

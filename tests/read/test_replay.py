@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cockpit.errors import CockpitError
-from cockpit.replay import ReplaySource
-from cockpit.report import render_report
+from cockpit.read.report import render_report
+from cockpit.sessions.replay import ReplaySource
 from cockpit.store.database import Store
 from tests.read import synthetic as syn
 
@@ -145,7 +145,7 @@ def test_a_replay_caps_the_database_memory(replay: ReplaySource) -> None:
     with the part of the recording played so far."""
     import duckdb
 
-    from cockpit.replay import MEMORY_LIMIT
+    from cockpit.sessions.replay import MEMORY_LIMIT
 
     reference = duckdb.connect()
     (default,) = reference.execute("SELECT current_setting('memory_limit')").fetchone()

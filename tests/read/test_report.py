@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from cockpit.errors import CockpitError
-from cockpit.replay import ReplaySource
-from cockpit.report import REPORT_VERSION, render_report, sparkline
-from cockpit.source import build_snapshot
+from cockpit.read.report import REPORT_VERSION, render_report, sparkline
+from cockpit.read.source import build_snapshot
+from cockpit.sessions.replay import ReplaySource
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
 from tests.harness.recording import RECORDING
@@ -247,7 +247,7 @@ def test_the_report_names_when_the_run_it_reports_started(recorded_store: Path) 
 def test_the_recorded_runs_time_shares_are_of_all_its_recent_steps(recorded_store: Path) -> None:
     """The example trainer times communication only on the steps that broadcast its
     controls: its share is of the recent steps' whole time, as the raw records add up."""
-    from cockpit.train_tail import steps_per_rank
+    from cockpit.read.train_tail import steps_per_rank
     from tests.ui.recorded import recording_facts
 
     facts = recording_facts()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.analysis.gate import (
     EXIT_CRITICAL_ALERT,
     EXIT_JOB_FAILED,
@@ -23,7 +23,7 @@ from cockpit.analysis.gate import (
     parse_threshold,
     verdict,
 )
-from cockpit.cli import main
+from cockpit.app.cli import main
 from cockpit.store.database import Store
 from tests.read import synthetic as syn
 
@@ -121,7 +121,7 @@ def test_the_verdict_is_the_most_severe_reason_and_names_every_one() -> None:
 
 
 def test_every_metric_reads_the_reports_own_data(finished: Path) -> None:
-    from cockpit.report import report_data
+    from cockpit.read.report import report_data
 
     data = report_data(finished)
     known = {name for name, (_what, read) in METRICS.items() if read(data) is not None}

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.report import collect
+from cockpit.read.report import collect
+from cockpit.read.source import build_snapshot
 from cockpit.snapshot import Series, Snapshot
-from cockpit.source import build_snapshot
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from cockpit.store.retention import RetentionPolicy, apply_retention

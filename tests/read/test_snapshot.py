@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
-from cockpit.details import EventsTimeline, HostDetail, LogTail, RunInfo
-from cockpit.report import render_report
+from agent.wire.protocol import encode
+from cockpit.read.details import EventsTimeline, HostDetail, LogTail, RunInfo
+from cockpit.read.report import render_report
+from cockpit.read.source import build_snapshot, details
 from cockpit.snapshot import Marker, Snapshot
-from cockpit.source import build_snapshot, details
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from tests.read import synthetic as syn
@@ -366,7 +366,7 @@ def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
     """node-b's link is down: its ranks' steps arrive later, all at once. Meanwhile the
     throughput sums node-a's ranks only; the pane and the report say so, or it reads as
     the job running at half speed."""
-    from cockpit.train_tail import MAX_RECENT_STEPS
+    from cockpit.read.train_tail import MAX_RECENT_STEPS
 
     path = syn.write_recording(tmp_path / "r.duckdb")
     with Store(path) as store:
@@ -632,7 +632,7 @@ def test_adjustments_and_restarts_are_marked_and_kept_up_to_date(tmp_path: Path)
 
 
 def test_the_same_event_from_several_ranks_is_one_row() -> None:
-    from cockpit.details import event_rows
+    from cockpit.read.details import event_rows
 
     def ev(ts: float, msg: str, host: str = "vm", step: int | None = 0) -> dict:
         return {"ts": ts, "host": host, "kind": "stage", "msg": msg, "step": step}

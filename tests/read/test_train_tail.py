@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
+from cockpit.read.train_tail import TrainTail
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
-from cockpit.train_tail import TrainTail
 from tests.store.wire import TS0
 
 RANKS = 4

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
-from cockpit.replay import ReplaySource
-from cockpit.report import render_report
-from cockpit.source import build_snapshot
+from agent.wire.protocol import encode
+from cockpit.read.report import render_report
+from cockpit.read.source import build_snapshot
+from cockpit.sessions.replay import ReplaySource
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from cockpit.ui.app_factory import make_app

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from agent.journal import JournalReader
-from cockpit.cli import main as cli_main
+from agent.journal.journal import JournalReader
+from cockpit.app.cli import main as cli_main
 from cockpit.control.jobspec import parse_jobspec
 from cockpit.control.slurm import PENDING, RUNNING, SlurmJob
 from cockpit.store.database import Store
@@ -184,7 +184,7 @@ def test_slurm_requeue_is_an_interruption_and_resumes_from_the_checkpoint(
     text = tiny_spec(tmp_path, "requeued", "requeued", textwrap.dedent("""\
         import os, sys, time
         from pathlib import Path
-        from agent.checkpoints import mark_complete
+        from agent.wire.checkpoints import mark_complete
         if "--resume" in sys.argv:
             print("resumed from", sys.argv[sys.argv.index("--resume") + 1])
             sys.exit(0)
@@ -226,7 +226,7 @@ def test_time_limit_signal_checkpoints_before_the_kill(slurm: SlurmCluster,
     text = tiny_spec(tmp_path, "limited", "limited", textwrap.dedent("""\
         import os, time
         from pathlib import Path
-        from agent.checkpoints import mark_complete
+        from agent.wire.checkpoints import mark_complete
         run, job = Path(os.environ["COCKPIT_RUN_DIR"]), os.environ["COCKPIT_JOB"]
         control = run / "control" / f"{job}.ndjson"
         while True:

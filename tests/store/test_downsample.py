@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store import Store
 from cockpit.store.downsample import downsample, downsample_rows, plan, results
 from tests.store.wire import TS0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store import Store
 from cockpit.store.earlier_runs import steps_before
 from cockpit.store.queries import StoreReader
@@ -105,9 +105,9 @@ def test_a_second_hosts_start_of_the_same_launch_files_nothing_more(store: Store
 
 def test_a_live_view_held_across_the_fresh_launch_shows_only_the_new_run(store: Store) -> None:
     """The screen read the earlier run before the launch (its steps held for the next
-    refresh, `cockpit.train_tail`); after it, the new run's figures must not be mixed
+    refresh, `cockpit.read.train_tail`); after it, the new run's figures must not be mixed
     with what was held."""
-    from cockpit.source import build_snapshot
+    from cockpit.read.source import build_snapshot
 
     seq = _earlier_run(store)
     reader = StoreReader(store)
@@ -134,7 +134,7 @@ def test_only_a_filed_runs_name_reads_as_an_earlier_run() -> None:
 def test_the_earlier_runs_nan_steps_and_evals_do_not_follow_the_new_run(store: Store) -> None:
     """What the screen keeps up to date from the rows added since (the NaN/Inf steps,
     the evaluations) must be read afresh for the new run, not extended."""
-    from cockpit.source import build_snapshot
+    from cockpit.read.source import build_snapshot
 
     nan = encode("train", 1, {"job": "j1", "rank": 0, "step": 150, "loss": None,
                               "nonfinite": "nan"}, ts=TS0 + 150.5)
@@ -168,7 +168,7 @@ def test_a_live_view_shows_the_new_run_starting_before_its_first_step(store: Sto
     """The start arrives alone (a new run loads for minutes before its first step): what
     was read of the job before it is the earlier run's, and the job to show is the new
     run, starting, as a fresh reader sees it."""
-    from cockpit.source import build_snapshot
+    from cockpit.read.source import build_snapshot
 
     seq = _earlier_run(store)
     reader = StoreReader(store)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.ingest.route import pregroup
 from cockpit.store import Store
 from cockpit.store.loader import insert_statement

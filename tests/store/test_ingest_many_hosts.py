@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store import Store
 from tests.store.wire import TS0, count, gpu, header, train, trains
 

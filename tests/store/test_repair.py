@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store import Store
 from cockpit.store.repair import repair
 

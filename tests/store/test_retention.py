@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import encode
-from cockpit.live import LiveSession
+from agent.wire.protocol import encode
+from cockpit.sessions.live import LiveSession
 from cockpit.store import Store
 from cockpit.store.retention import RetentionPolicy, apply_retention
 from tests.harness.waiting import wait_for

@@ -13,7 +13,7 @@ import random
 import duckdb
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store import Store
 from cockpit.store.downsample import added_buckets
 from cockpit.store.queries import StoreReader

@@ -11,12 +11,12 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.ingest.bounds import SEQ_MAX, STEP_MAX, TS_MAX
 from cockpit.ingest.route import pregroup, route_chunk
-from cockpit.ingest.writer import HostStoreError, StoreWriter, WriterBacklogError
 from cockpit.store import Store
 from cockpit.store import database as database_module
+from cockpit.store.writer import HostStoreError, StoreWriter, WriterBacklogError
 from tests.store.wire import TS0, count, gpu, header, train, trains
 
 HUGE = 99999999999999999999  # past 64 bits

@@ -12,12 +12,12 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.ingest.bounds import SEQ_MAX
 from cockpit.ingest.route import pregroup, route_chunk, split_chunk
-from cockpit.ingest.writer import StoreWriter
 from cockpit.store import Store
 from cockpit.store.schema import RECORD_COLUMNS
+from cockpit.store.writer import StoreWriter
 from tests.store.wire import TS0, trains
 
 _SEQ = st.one_of(st.integers(1, 40), st.integers(1, 40), st.integers(-2, 0),

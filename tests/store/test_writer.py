@@ -8,11 +8,11 @@ import threading
 
 import duckdb
 
-from cockpit.cli import _after_live
-from cockpit.ingest import writer as writer_module
-from cockpit.ingest.writer import StoreWriter, WriterBacklogError
-from cockpit.live import LiveSession
+from cockpit.app.cli import _after_live
+from cockpit.sessions.live import LiveSession
 from cockpit.store import IngestResult, Store
+from cockpit.store import writer as writer_module
+from cockpit.store.writer import StoreWriter, WriterBacklogError
 from tests.store.wire import count, trains
 
 

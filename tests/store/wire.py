@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.protocol import encode
+from agent.wire.protocol import encode
 from cockpit.store import Store
 
 TS0 = 1_700_000_000.0

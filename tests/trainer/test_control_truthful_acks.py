@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.checkpoints import RESUME_ENV
 from agent.hook import resume_checkpoint
+from agent.wire.checkpoints import RESUME_ENV
 from cockpit.analysis.markers import chart_markers
 from cockpit.snapshot import Marker
 

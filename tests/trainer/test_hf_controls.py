@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints
-from agent.checkpoints import RESUME_ENV
+from agent.wire import checkpoints
+from agent.wire.checkpoints import RESUME_ENV
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # the Trainer needs it

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import Journal, JournalReader
-from agent.spool import SpoolTailer
-from cockpit.source import build_snapshot
+from agent.journal.journal import Journal, JournalReader
+from agent.journal.spool import SpoolTailer
+from cockpit.read.source import build_snapshot
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from tests.store.wire import header

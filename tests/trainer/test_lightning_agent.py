@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import checkpoints
-from agent.control_inbox import append_op
+from agent.journal.control_inbox import append_op
+from agent.wire import checkpoints
 from tests.agent.conftest import REPO, Proc, dump_journal
 from tests.harness.torchrun import read_spool, spool_files
 from tests.harness.waiting import wait_for

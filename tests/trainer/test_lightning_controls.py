@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import torch
 
-from agent import checkpoints
 from agent.hook.control import control_path
+from agent.wire import checkpoints
 from tests.harness.torchrun import ROOT, descendants, read_spool
 
 lightning = pytest.importorskip("lightning")

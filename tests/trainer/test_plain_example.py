@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.checkpoints import inspect
+from agent.wire.checkpoints import inspect
 from tests.harness.torchrun import ROOT, TrainerRun, spool_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

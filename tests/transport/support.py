@@ -140,7 +140,7 @@ class JournalFeeder:
     """Writes records into a host's journal from a thread, as the agent daemon would."""
 
     def __init__(self, state_dir: Path, interval: float = 0.01) -> None:
-        from agent.journal import Journal
+        from agent.journal.journal import Journal
 
         self.journal = Journal(state_dir)
         self.interval = interval

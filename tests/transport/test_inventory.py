@@ -156,8 +156,8 @@ def test_repeated_target_is_refused() -> None:
 def test_one_target_that_is_a_file_is_an_inventory_whatever_its_name(tmp_path: Path) -> None:
     """`cockpit watch ~/cluster/inventory` (no suffix, or .TOML) is read as the file it
     is, never dialled as a host named after the path."""
+    from cockpit.app.watch import _inventory_from
     from cockpit.errors import CockpitError
-    from cockpit.live import _inventory_from
 
     for name in ("inventory", "INV.TOML"):
         (tmp_path / name).write_text(GOOD)

@@ -13,8 +13,8 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cockpit.app.operations import check_fork_target
 from cockpit.control.jobspec import JobSpec, JobSpecError, parse_jobspec
-from cockpit.control.operations import check_fork_target
 from cockpit.errors import CockpitError
 from cockpit.transport.inventory import (
     Inventory,

@@ -8,8 +8,8 @@ import shutil
 import time
 from pathlib import Path
 
-from agent.journal import Journal
-from cockpit.live import LiveSession
+from agent.journal.journal import Journal
+from cockpit.sessions.live import LiveSession
 from cockpit.transport.states import CONNECTING, STALE, STREAMING, UNREACHABLE
 from tests.transport.support import JournalFeeder, options_for, spec_for
 

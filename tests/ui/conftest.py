@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.replay import ReplaySource
+from cockpit.sessions.replay import ReplaySource
+from cockpit.sessions.static_source import StaticSource
 from cockpit.ui.demo_static import T0, demo_details, demo_snapshot
-from cockpit.ui.static_source import StaticSource
 
 
 @pytest.fixture(autouse=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import Alert
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_details, demo_snapshot
 from cockpit.ui.screens.alerts import AlertsScreen
-from cockpit.ui.static_source import StaticSource
 from tests.ui.helpers import notifications, settle, text
 
 RECOVERED = Alert(ts=demo_snapshot().ts - 50, kind="resource", severity="warning",

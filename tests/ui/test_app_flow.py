@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Log, ProgressBar, Tab
 
+from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import Marker, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
@@ -28,7 +29,6 @@ from cockpit.ui.screens.host_detail import HostDetailScreen
 from cockpit.ui.screens.log_tail import LogTailScreen
 from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.run_info import RunInfoScreen
-from cockpit.ui.static_source import StaticSource
 from cockpit.ui.widgets.detail_view import DetailView
 from cockpit.ui.widgets.loss_chart import LossChart
 from tests.ui.conftest import ManualClock, OpenReplay
@@ -568,7 +568,7 @@ async def test_details_failure_is_reported_on_the_screen_that_asked() -> None:
 
 async def test_j_switches_between_jobs_training_side_by_side(tmp_path: Path) -> None:
     # Edge case the recorded run never shows: a fork training beside its parent.
-    from cockpit.replay import ReplaySource
+    from cockpit.sessions.replay import ReplaySource
     from cockpit.store import Store
     from tests.read.test_train_tail import write_fork_beside_parent
 
@@ -594,7 +594,7 @@ async def test_j_reaches_a_job_that_stopped_and_the_pick_stays(tmp_path: Path) -
     """A fork paused a while ago no longer trains: `j` still shows it (to resume it,
     say), the header says it is not training, and the pick stays while the parent
     trains on."""
-    from cockpit.replay import ReplaySource
+    from cockpit.sessions.replay import ReplaySource
     from cockpit.store import Store
     from tests.read.test_train_tail import steps, write_fork_beside_parent
 

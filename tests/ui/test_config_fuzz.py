@@ -12,7 +12,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent import checkpoints
+from agent.wire import checkpoints
 from cockpit.ui.keymap import SPECS, KeymapError, load_keymap
 from cockpit.ui.themes import ThemeError, load_themes, themes_dir
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from cockpit.read.source import build_snapshot
+from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import LrChange
-from cockpit.source import build_snapshot
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from cockpit.ui.app_factory import make_app
-from cockpit.ui.static_source import StaticSource
 from cockpit.ui.widgets.spark_bars import SparkBars
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 from tests.read.test_records_of_several_steps import write
@@ -62,7 +62,7 @@ async def test_a_knob_value_from_the_trainer_is_shown_as_text(tmp_path: Path) ->
 async def test_run_info_shows_the_lr_now_and_the_scale_in_force(tmp_path: Path) -> None:
     from textual.widgets import DataTable
 
-    from cockpit.source import details
+    from cockpit.read.source import details
 
     with Store(tmp_path / "hf.duckdb") as store:
         write(store, 200)

@@ -25,7 +25,8 @@ from textual.content import Content
 from textual.widgets._toast import Toast
 
 from cockpit.analysis.text import printable
-from cockpit.details import LogLine, LogTail, RunInfo
+from cockpit.read.details import LogLine, LogTail, RunInfo
+from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import (
     Alert,
     EventRow,
@@ -41,7 +42,6 @@ from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import T0, demo_snapshot
 from cockpit.ui.screens.alerts import alert_content
-from cockpit.ui.static_source import StaticSource
 from cockpit.ui.widgets.efficiency_pane import stragglers_line
 from cockpit.ui.widgets.gpu_grid import host_line
 from cockpit.ui.widgets.interruption_log import interruption_line

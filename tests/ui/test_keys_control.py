@@ -16,6 +16,7 @@ import pytest
 from textual.widgets import DataTable, Input
 
 from cockpit.control.controller import ControlError
+from cockpit.sessions.static_source import StaticSource
 from cockpit.store.database import Store
 from cockpit.ui import control_actions
 from cockpit.ui import job_control as jc
@@ -29,7 +30,6 @@ from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.help import HelpScreen
 from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.prompt import PromptScreen
-from cockpit.ui.static_source import StaticSource
 from tests.ui.conftest import OpenReplay, RecordingController
 from tests.ui.helpers import answer, notifications, settle, text, wait_until
 from tests.ui.recorded import recording_facts

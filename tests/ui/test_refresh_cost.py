@@ -13,11 +13,11 @@ from textual.visual import Visual, visualize
 from textual.widgets import ProgressBar, Static
 from textual.widgets._progress_bar import Bar
 
+from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import RankTime, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_snapshot
-from cockpit.ui.static_source import StaticSource
 from cockpit.ui.widgets.gauge import Gauge
 from cockpit.ui.widgets.loss_chart import LossChart
 from cockpit.ui.widgets.spark_bars import SparkBars

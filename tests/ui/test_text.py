@@ -8,7 +8,7 @@ import random
 import pytest
 from textual.content import Content
 
-from cockpit.details import RunInfo
+from cockpit.read.details import RunInfo
 from cockpit.snapshot import Effect, GpuCell, HostHealth, Interruption, Marker, Progress, Series
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc

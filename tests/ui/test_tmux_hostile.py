@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.analysis.text import UNSAFE, printable
-from cockpit.report import render_report
+from cockpit.read.report import render_report
 from tests.harness import hostile_recording as hostile
 from tests.ui.test_tmux_smoke import cockpit_command, require_tmux
 

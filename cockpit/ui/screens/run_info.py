@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
-from cockpit.details import RunInfo
+from cockpit.read.details import RunInfo
 from cockpit.ui import format as fmt
 from cockpit.ui.screens.drill_down import DrillDownScreen
 from cockpit.ui.widgets.detail_view import DetailView, as_mapping

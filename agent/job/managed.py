@@ -1,0 +1,1230 @@
+"""One managed job on this host: torchrun attempts, operator operations, and recovery.
+
+The agent, not the cockpit, owns recovery: a crash at 3 a.m. must be handled whether or
+not anyone has the cockpit open. Each attempt is one `Supervisor` (torchrun child). A
+thread per job watches the attempt and carries out operations, so the daemon's main loop
+(spool tailing, control inbox) never waits on a kill, a backoff or a checksum:
+
+- crash: a worker process vanishing (checked every `WATCH` s) or torchrun exiting non-zero;
+- hang: no new step for max(floor, k × median step time), from the trainer's own train
+  records as the daemon journals them; stacks are dumped before the kill;
+- then: classify (`agent.job.recovery.classify`), decide (`RecoveryPolicy`), and restart from
+  the newest valid checkpoint (`agent.wire.checkpoints`) after the backoff, or stop and say
+  why with an alert.
+
+Every interruption is journaled as an `event` `interruption` (cause, evidence,
+detected_at, detection_latency), and every recovery as `recovery` (recovery_seconds from
+the failure to the first new step, steps_lost, restart_count, checkpoint), as
+docs/protocol.md lays down. Operations (pause, freeze, thaw, resume, relaunch, stop) are
+queued to the job's thread and acknowledged by `event`s when they have happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+from agent.job import peer_end
+from agent.job.launch import LaunchSpec
+from agent.job.membership import STANDBY, Membership
+from agent.job.recovery import (
+    HANG,
+    Diagnosis,
+    HangDetector,
+    RecoveryPolicy,
+    classify,
+    read_error_file,
+)
+from agent.job.stacks import dump_stacks
+from agent.job.supervisor import Supervisor, alive
+from agent.journal.control_inbox import OpError
+from agent.journal.journal import Journal, JournalReader
+from agent.off_thread import OffThread
+from agent.wire import checkpoints, jobstate
+
+WATCH = 0.5  # s between checks of the attempt (worker liveness, hang, operations)
+RANKS_REFRESH = 2.0  # s between re-reading which processes are torchrun's workers
+CRASH_EXIT_WAIT = 5.0  # s torchrun gets to exit by itself after a worker died
+PAUSE_STEP_WAIT = 5.0  # s at most for the ranks to report the paused checkpoint's step
+SPOOL_SETTLE = 0.5  # s without a new train record: the spools are drained
+SPOOL_SETTLE_MAX = 3.0  # s at most to wait for that
+SHARED_CHECKPOINT_POLL = 0.2  # s between looks at the shared checkpoint dir in a pause
+SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agent.wire.jobstate)
+# s a look at the checkpoint dir may take before the journal says the job waits on it
+SLOW_LOOK = 30.0
+
+STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
+PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
+IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
+# Idle states a resume starts again, and in which a part follows the other hosts' resume
+# that did not reach it (agent.job.peer_end): a finished job has nothing left to run.
+RESUMABLE = (PAUSED, STOPPED, FAILED)
+# A new agent takes these over (a spare in standby keeps waiting for its claim).
+ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN, STANDBY)
+ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
+T = TypeVar("T")
+
+
+def exit_status(pid: int) -> Optional[int]:
+    """None while `pid` runs (or is stopped); once it ended: its exit code (negative: the
+    signal that killed it) while it is an unreaped zombie, -1 once it is gone entirely."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if not fields or fields[0] not in (b"Z", b"X"):
+        return None
+    try:
+        raw = int(fields[49])  # exit_code: the wait(2) status (Linux >= 3.5)
+    except (IndexError, ValueError):
+        return -1
+    if raw & 0x7F:
+        return -(raw & 0x7F)
+    code = (raw >> 8) & 0xFF
+    return code if code else 0
+
+
+def _blame_order(status: int) -> int:
+    if status == -signal.SIGTERM:
+        return 2
+    return 0 if status != 0 else 1
+
+
+def describe_status(status: int) -> str:
+    if status == -1:
+        return "exited"
+    if status < 0:
+        try:
+            return "was killed by %s" % signal.Signals(-status).name
+        except ValueError:
+            return "was killed by signal %d" % -status
+    return "exited with code %d" % status
+
+
+class ManagedJob:
+    """A job's life on this host; every public method is safe to call from any thread."""
+
+    def __init__(self, spec: LaunchSpec, journal: Journal,
+                 overrides: Optional[Dict[str, Any]] = None,
+                 log: Callable[[str], None] = lambda msg: None) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.journal = journal
+        self.overrides = dict(overrides or {})
+        self.log = log
+        self.policy = RecoveryPolicy(spec.restart_budget, spec.backoff, spec.backoff_max)
+        self.detector = HangDetector(spec.hang_k, spec.hang_floor, spec.hang_startup)
+        self.state = STARTING
+        self.attempt = 0
+        self.supervisor: Optional[Supervisor] = None
+        self._lock = threading.Lock()
+        self._commands: "queue.Queue[Tuple[str, dict]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._closing = threading.Event()
+        self._attempt_started = 0.0
+        self._attempt_checkpoint: Optional[checkpoints.Checkpoint] = None
+        self._cur_max: Optional[int] = None  # newest step of this attempt
+        self._prev_max: Optional[int] = None  # newest step of the attempt before
+        self._last_alive: Dict[int, float] = {}
+        self._ranks: Dict[int, Optional[int]] = {}
+        self._ranks_at = 0.0
+        self._checkpoints: List[Tuple[float, int, str]] = []  # (ts, step, path) saved
+        self._pending_recovery: Optional[dict] = None
+        self._xids: List[int] = []
+        self._err_offset = 0
+        self._failure: dict = {}
+        self._vanished_at: Optional[Tuple[float, float, str]] = None
+        self._freeze_until: Optional[float] = None
+        self._train_seen_at = 0.0
+        self._saved: tuple = ()  # what the last save of the job's state recorded
+        self._saved_at = 0.0
+        self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
+        self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
+        self.peers = peer_end.Peers(self)  # multi-host jobs: the other hosts' parts' ends
+
+    # -- inputs from the daemon -------------------------------------------------------
+    def on_train(self, record: dict) -> None:
+        step, ts = record.get("step"), record.get("ts")
+        if not isinstance(step, int) or not isinstance(ts, (int, float)):
+            return
+        with self._lock:
+            self._train_seen_at = time.time()
+            if ts < self._attempt_started:
+                self._prev_max = step if self._prev_max is None else max(self._prev_max, step)
+                return
+            self._cur_max = step if self._cur_max is None else max(self._cur_max, step)
+            self.detector.observe(step, record.get("step_time"), ts)
+            pending = self._pending_recovery
+            if pending is not None:
+                self._pending_recovery = None
+            regroup = self.membership.first_step(ts)
+        if pending is not None:
+            self._journal_recovery(pending, step, ts)
+        if regroup is not None:
+            self.membership.completed(regroup, step, ts)
+
+    def on_event(self, record: dict) -> None:
+        if record.get("kind") == "checkpoint_saved":
+            data = record.get("data") or {}
+            step = record.get("step", data.get("step"))
+            with self._lock:
+                self._checkpoints.append((float(record.get("ts") or time.time()),
+                                          step if isinstance(step, int) else -1,
+                                          str(data.get("path"))))
+
+    def note_xid(self, gpu: int, xid: int) -> None:
+        with self._lock:
+            self._xids.append(xid)
+
+    def request(self, action: str, args: Optional[dict] = None) -> dict:
+        """Queue an operation after checking it makes sense in the current state."""
+        state = self.state
+        if action == "pause" and state not in (RUNNING, BACKOFF, STARTING):
+            raise OpError("job %r is %s: only a running job can be paused" % (self.name, state))
+        if action == "pause" and state == BACKOFF and (args or {}).get("freeze"):
+            raise OpError("job %r is waiting to restart after a failure: it has no process "
+                          "to freeze (a pause without freeze cancels the restart)" % self.name)
+        if action == "thaw" and state != FROZEN:
+            raise OpError("job %r is %s, not frozen" % (self.name, state))
+        if action == "resume" and state not in (*IDLE_STATES, FROZEN):
+            raise OpError("job %r is %s: nothing to resume" % (self.name, state))
+        if action == "stop" and state in (STOPPED, FINISHED):
+            raise OpError("job %r is already %s" % (self.name, state))
+        if action == "scale":
+            self.membership.check(state, args or {})
+        self._commands.put((action, dict(args or {})))
+        return {"job": self.name, "state": state}
+
+    # -- life ------------------------------------------------------------------------
+    def start(self, use_newest: bool = False,
+              fork_from: Optional[Tuple[Path, Optional[int]]] = None,
+              standby: bool = False, op_id: object = None) -> None:
+        """Start the first attempt: from scratch, from the newest valid checkpoint, or as
+        a fork from a checkpoint of (the parent's checkpoint dir, step or None: newest);
+        or, for a spare, wait in standby until it takes over from an excluded host.
+        `op_id`: the operator's op that starts it (its generation, agent.job.peer_end)."""
+        self.spec.prepare_dirs()
+        self._started_by_operator(op_id)
+        if standby:
+            self.state = STANDBY
+            self.membership.standby()
+        self._thread = threading.Thread(target=self._run, args=(use_newest, fork_from),
+                                        name="job-%s" % self.name, daemon=True)
+        self._thread.start()
+
+    def adopt(self, saved: dict) -> None:
+        """Take the job over from a previous agent, as `agent.wire.jobstate` saved it: its
+        processes are watched again where they run, or, if the attempt ended while no
+        agent was there, the failure is handled now."""
+        self._restore(saved)  # before any record journaled from the spools reaches it
+        self._thread = threading.Thread(target=self._run, args=(False, None),
+                                        kwargs={"adopted": saved},
+                                        name="job-%s" % self.name, daemon=True)
+        self._thread.start()
+
+    def close(self, grace: float) -> None:
+        """Stop the job for good (the daemon is exiting): no recovery, no restart."""
+        self._closing.set()
+        self._commands.put(("close", {"grace": grace}))
+        if self._thread is not None:
+            self._thread.join(grace + 15.0)
+        sup = self.supervisor
+        if sup is not None and sup.running:
+            sup.stop(grace)
+        self._save(STOPPED)  # stopped with the agent: nothing for a new agent to adopt
+
+    def pid_ranks(self) -> Dict[int, Optional[int]]:
+        sup = self.supervisor
+        return sup.pid_ranks() if sup is not None else {}
+
+    @property
+    def running(self) -> bool:
+        sup = self.supervisor
+        return sup is not None and sup.running
+
+    def describe(self) -> dict:
+        return {"job": self.name, "state": self.state, "attempt": self.attempt,
+                "restarts": self.policy.restarts, "run_dir": str(self.spec.run_dir),
+                "hosts": list(self.spec.hosts),
+                "pid": self.supervisor.pid if self.supervisor is not None else None}
+
+    # -- the job's thread -------------------------------------------------------------
+    def _run(self, use_newest: bool, fork_from: Optional[Tuple[Path, Optional[int]]],
+             adopted: Optional[dict] = None) -> None:
+        try:
+            checkpoint = None
+            retry_now: Optional[float] = None
+            if adopted is not None:
+                retry_now = self._adopt(adopted)
+            elif self.state == STANDBY:
+                pass
+            elif fork_from is not None:
+                checkpoint = self._fork_checkpoint(*fork_from)
+                if checkpoint is None:
+                    self.state = FAILED
+                    return
+            elif use_newest:
+                checkpoint, _skipped = self._newest_checkpoint()
+            elif self.state != STANDBY and adopted is None and not self._fresh_start():
+                self.state = FAILED
+                return
+            if self.state != STANDBY and adopted is None:
+                self._launch(checkpoint)
+            retry_at: Optional[float] = retry_now
+            while not self._closing.is_set():
+                self._save_if_due()
+                try:
+                    action, args = self._commands.get(timeout=self._next_look())
+                except queue.Empty:
+                    action, args = "", {}
+                if action:
+                    if action == "close":
+                        break
+                    try:
+                        retry_at = self._operate(action, args, retry_at)
+                    except OSError as exc:
+                        self._op_failed(action, args, exc)
+                    continue
+                if self._follow_peers():
+                    retry_at = None  # this part ended or started again as another's did
+                elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
+                    retry_at = None
+                    self._restart_after_failure()
+                elif self.state == FROZEN and self._freeze_until is not None and (
+                        time.time() >= self._freeze_until):
+                    self._thaw("hold of the freeze ran out")
+                elif self.state == RUNNING:
+                    retry_at = self._watch()
+                elif self.state == STANDBY:
+                    self.membership.poll_takeover()
+        except Exception as exc:  # the agent must outlive a bug in one job's handling
+            self.state = FAILED
+            self._event("sampler_error", "job %s: recovery loop failed: %s: %s"
+                        % (self.name, type(exc).__name__, exc), {"job_state": self.state})
+        finally:
+            sup = self.supervisor
+            if sup is not None and sup.running:
+                sup.stop(self.spec.stop_grace)
+
+    def _launch(self, checkpoint: Optional[checkpoints.Checkpoint], reason: str = "launch"
+                ) -> None:
+        self.attempt += 1
+        try:  # a relaunch may bring a new host set, hence a new dir of this host's own
+            self._looking_in(self.spec.shared_dir, self.spec.prepare_dirs,
+                             "preparing its run dir", "a hung network mount?")
+        except (OpError, OSError) as exc:
+            self._launch_failed("job %s: cannot prepare its run dir: %s" % (self.name, exc),
+                                "check the run dir %s on this host" % self.spec.shared_dir)
+            return
+        path = str(checkpoint.path) if checkpoint is not None else None
+        argv = self.spec.argv(path, self.overrides)
+        error_file = self.spec.run_dir / "logs" / ("%s.error.json" % self.name)
+        try:
+            error_file.unlink()
+        except FileNotFoundError:
+            pass
+        sup = Supervisor(argv, self.name, self.spec.run_dir, self.journal,
+                         env=self.spec.environment(path), cwd=self.spec.workdir,
+                         started_data={"attempt": self.attempt, "reason": reason,
+                                       "checkpoint": path, "spec": self.spec.raw,
+                                       "overrides": self.overrides})
+        with self._lock:
+            self._attempt_started = time.time()
+            self._prev_max = self._cur_max if self._cur_max is not None else self._prev_max
+            self._cur_max = None
+            self._attempt_checkpoint = checkpoint
+            self.detector.reset(self._attempt_started)
+            self._xids = []
+        self._ranks, self._ranks_at, self._last_alive = {}, 0.0, {}
+        self._vanished_at = None
+        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        self._err_offset = err.stat().st_size if err.exists() else 0
+        self.membership.started()
+        self.supervisor = sup
+        self._save(RUNNING)  # before the start: a job started is never one nobody knows
+        try:
+            sup.start()
+        except RuntimeError as exc:
+            self._launch_failed(str(exc), "check the spec's python, script and workdir on "
+                                "this host")
+            self._save()
+            return
+        self.state = RUNNING
+        self._save()
+
+    def _launch_failed(self, message: str, hint: str) -> None:
+        """No attempt could start: the job has failed, and says so in its lifecycle too
+        (an interruption the agent will not retry), or a cockpit would keep showing what
+        the previous event said ("recovering", "starting")."""
+        self.state = FAILED
+        self.peers.announce(peer_end.GAVE_UP, "launch_failed", message)
+        self._alert("resource", "critical", "launch_failed", message, hint)
+        now = time.time()
+        self._event("interruption", "job %s could not start: %s; not restarting" % (
+            self.name, message), {
+            "cause": "launch_failed", "evidence": [message], "where": {}, "hint": hint,
+            "detected_at": now, "detection_latency": 0.0, "failure_at": now,
+            "attempt": self.attempt, "returncode": None, "last_step": self._cur_max,
+            "decision": {"retry": False, "delay": 0.0, "reason": "the launch itself failed",
+                         "hint": hint}})
+
+    def _watch(self) -> Optional[float]:
+        """One look at the running attempt; returns when to retry if it just failed."""
+        sup = self.supervisor
+        assert sup is not None
+        now = time.time()
+        if not sup.running:
+            code = sup.returncode
+            if code == 0:
+                self.state = FINISHED
+                return None
+            if self._vanished_at is not None:
+                detected, failure_at, note = self._vanished_at
+                return self._failed(detected, failure_at, note)
+            return self._failed(now, self._last_seen_alive(now), None)
+        if now - self._ranks_at >= RANKS_REFRESH:
+            ranks = sup.rank_pids()
+            if self.spec.elastic:  # torchrun restarts workers in place: one that ended
+                for pid, rank in self._ranks.items():  # since the last look is seen ending
+                    ranks.setdefault(pid, rank)
+            self._ranks = ranks
+            self._ranks_at = now
+        if self.spec.elastic:
+            self.membership.tick(now)
+        ended = []
+        for pid, rank in list(self._ranks.items()):
+            status = exit_status(pid)
+            if status is None:
+                self._last_alive[pid] = now
+            else:
+                del self._ranks[pid]
+                ended.append((_blame_order(status), pid, rank, status))
+        # An elastic job's torchrun restarts its workers itself when its nodes change:
+        # True is such a regroup; False, a failure of this host's ranks (torchrun would
+        # restart them in place: no waiting for it); None, torchrun's exit code decides.
+        verdict = (self.membership.workers_ended(sorted(ended), now)
+                   if ended and self.spec.elastic else None)
+        if verdict:
+            return None
+        # Seen in one look, a rank killed by torchrun's teardown (SIGTERM) is a
+        # consequence; one already reaped, or failed on its own, went first.
+        for _order, pid, rank, status in sorted(ended):
+            if self._vanished_at is None:
+                self._vanished_at = (now, self._last_alive.get(pid, now),
+                                     "rank %s (pid %d) %s" % (rank, pid, describe_status(
+                                         status)))
+            if status in (0, -1) and verdict is None:
+                # Ended cleanly, or reaped before its status could be read: torchrun's
+                # own exit code (normally within its monitor interval) tells which.
+                continue
+            # A worker failed: the failure is known now, not after torchrun's teardown.
+            detected, failure_at, note = self._vanished_at
+            sup.wait(CRASH_EXIT_WAIT if verdict is None else 0.0)
+            if sup.running:
+                sup.stop(self.spec.stop_grace)
+            return self._failed(detected, failure_at, note,
+                                self.membership.failure if verdict is False else None)
+        with self._lock:
+            hung = self.detector.hung(now)
+            silent, threshold = self.detector.silent_for(now), self.detector.threshold()
+            median, last_step = self.detector.median_step_time(), self.detector.last_step
+        if hung:
+            return self._hang(now, silent, threshold, median, last_step)
+        return None
+
+    def _last_seen_alive(self, now: float) -> float:
+        return max(self._last_alive.values()) if self._last_alive else now
+
+    def _hang(self, now: float, silent: float, threshold: float, median: Optional[float],
+              last_step: Optional[int]) -> Optional[float]:
+        sup = self.supervisor
+        assert sup is not None
+        if last_step is None:
+            what = "no first step within %.1f s of the start (hang.startup)" % silent
+        else:
+            what = ("no step after step %d for %.1f s (limit %.1f s = max(floor %g s, %g × "
+                    "median step time %s))" % (last_step, silent, threshold,
+                                               self.detector.floor, self.detector.k,
+                                               "%.3f s" % median if median else "n/a"))
+        ranks = {pid: rank for pid, rank in sup.rank_pids().items() if alive(pid)}
+        stacks_path = self.spec.run_dir / "logs" / ("%s.stacks.%d.txt" % (self.name,
+                                                                           self.attempt))
+        stacks = dump_stacks(ranks, stacks_path, self._new_err_output)
+        evidence = [what]
+        if stacks["file"]:
+            evidence.append("stacks of ranks %s (%s) in %s" % (
+                ", ".join(str(r) for r in stacks["ranks"]), stacks["method"], stacks["file"]))
+        for rank, why in sorted(stacks["unavailable"].items()):
+            evidence.append("stacks of rank %s unavailable: %s" % (rank, why))
+        failure_at = now - silent  # the last step: the hang began right after it
+        sup.stop(0.0)  # a hung rank cannot act on SIGTERM: no grace to wait out
+        diagnosis = Diagnosis(HANG, evidence, {"step": last_step})
+        return self._failed(now, failure_at, None, diagnosis, extra={"stacks": stacks,
+                                                                      "silent_for": silent,
+                                                                      "threshold": threshold})
+
+    def _new_err_output(self) -> str:
+        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        try:
+            with open(str(err), "rb") as f:
+                f.seek(self._err_offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return ""
+        self._err_offset += len(chunk)
+        return chunk.decode("utf-8", "replace")
+
+    def _failed(self, detected_at: float, failure_at: float, note: Optional[str],
+                diagnosis: Optional[Diagnosis] = None, extra: Optional[dict] = None
+                ) -> Optional[float]:
+        sup = self.supervisor
+        assert sup is not None
+        if sup.running:
+            sup.wait(CRASH_EXIT_WAIT)
+        # Ranks of a multi-host job fail on their peers as soon as another host's part
+        # ends: when that host was paused or stopped, or gave up, this exit is its
+        # consequence, not an interruption to diagnose, count and restart from.
+        if self._peer_ended(at_once=True):
+            return None
+        if diagnosis is None:
+            error = read_error_file(self.spec.run_dir / "logs" / ("%s.error.json" % self.name))
+            with self._lock:
+                telemetry = {"xid": list(self._xids)}
+            diagnosis = classify(sup.returncode, list(sup.tail), error, telemetry)
+            if note and diagnosis.where.get("rank") is not None:
+                # torchrun's account names the rank that failed first; what /proc showed
+                # may be a peer its teardown took down, so it comes second.
+                diagnosis.evidence.append(note)
+            elif note:
+                diagnosis.evidence.insert(0, note)
+            if error is not None and error.get("timestamp"):
+                failure_at = min(failure_at, float(error["timestamp"]))
+        exclusion = self.membership.exclusion(diagnosis)  # elastic: this host leaves the job
+        decision = exclusion[1] if exclusion else self.policy.decide(diagnosis)
+        with self._lock:
+            last_step = self._cur_max
+        data = dict(diagnosis.as_dict())
+        data.update({
+            "detected_at": detected_at, "detection_latency": round(max(
+                0.0, detected_at - failure_at), 3),
+            "failure_at": failure_at, "attempt": self.attempt, "returncode": sup.returncode,
+            "last_step": last_step, "decision": decision.as_dict(),
+        })
+        data.update(extra or {})
+        if exclusion:
+            data["exclusion"] = exclusion[0]
+        self._event("interruption", "job %s interrupted (%s): %s; %s" % (
+            self.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence else "",
+            "restarting in %.1f s" % decision.delay if decision.retry
+            else "not restarting: %s" % decision.reason), data, step=last_step)
+        if exclusion:
+            self.membership.excluded(exclusion[0])
+            return None
+        if not decision.retry:
+            self.state = FAILED
+            self.peers.announce(peer_end.GAVE_UP, diagnosis.cause, decision.reason)
+            self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
+                        "recovery_stopped", "job %s stopped after %s: %s" % (
+                self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
+                {"step": last_step, **{k: v for k, v in diagnosis.where.items()
+                                       if v is not None}})
+            return None
+        self._failure = self._outage(failure_at, diagnosis.cause, last_step)
+        self.state = BACKOFF
+        return time.time() + decision.delay
+
+    def _outage(self, failure_at: float, cause: str, last_step: Optional[int]) -> dict:
+        """The failure a recovery will be measured from. A restart that fails before its
+        first step does not end the outage: the recovery still counts from the first
+        failure and names its cause (the later ones, often a peer's rendezvous or
+        collective failing while the group re-forms, are listed after it)."""
+        with self._lock:
+            ongoing = self._pending_recovery is not None
+        first = self._failure if ongoing and self._failure else None
+        if first is None:
+            return {"failure_at": failure_at, "cause": cause, "last_step": last_step,
+                    "then": []}
+        steps = [x for x in (first.get("last_step"), last_step) if x is not None]
+        return {"failure_at": min(float(first["failure_at"]), failure_at),
+                "cause": first["cause"], "last_step": max(steps) if steps else None,
+                "then": [*(first.get("then") or []), cause]}
+
+    def _restart_after_failure(self) -> None:
+        checkpoint, skipped = self._newest_checkpoint()
+        failure = self._failure
+        last = failure["last_step"]
+        with self._lock:
+            self._pending_recovery = {
+                "failure_at": failure["failure_at"], "cause": failure["cause"],
+                "checkpoint": str(checkpoint.path) if checkpoint is not None else None,
+                "checkpoint_step": checkpoint.step if checkpoint is not None else 0,
+                "restart_count": self.policy.restarts, "skipped": skipped,
+                "last_step": last, "then": list(failure.get("then") or []),
+            }
+        self._launch(checkpoint, reason="recovery")
+
+    def _journal_recovery(self, pending: dict, step: int, ts: float) -> None:
+        with self._lock:
+            last = max(x for x in (pending["last_step"], self._prev_max, 0) if x is not None)
+        self.policy.progressed()
+        lost = max(0, last - pending["checkpoint_step"])
+        seconds = round(ts - pending["failure_at"], 3)
+        then = list(pending.get("then") or [])
+        self._event("recovery", "job %s recovered from %s%s in %.1f s at step %d (%d step(s) "
+                    "lost, restart %d)" % (
+                        self.name, pending["cause"],
+                        " (then %s on restart)" % ", ".join(then) if then else "", seconds,
+                        step, lost, pending["restart_count"]), {
+            "cause": pending["cause"], "recovery_seconds": seconds, "steps_lost": lost,
+            "restart_count": pending["restart_count"], "checkpoint": pending["checkpoint"],
+            "checkpoint_step": pending["checkpoint_step"], "first_step": step,
+            "skipped": pending["skipped"], "failed_restarts": then}, step=step)
+        self._save()  # now, not at the next look: a new agent must not journal it again
+
+    def _fork_checkpoint(self, parent_dir: Path, step: Optional[int]
+                         ) -> Optional[checkpoints.Checkpoint]:
+        """Copy the parent's chosen checkpoint into this job's checkpoint dir; journal the
+        fork (parent job and step), or why it could not be made."""
+        parent = (self.spec.parent or {}).get("job")
+        if step is None:
+            source, _skipped = self._newest_valid(parent_dir)
+            why = "no valid checkpoint in %s" % parent_dir
+        else:
+            source, why = self._looking_in(
+                parent_dir, lambda: checkpoints.at_step(parent_dir, step))
+        copied = None
+        if source is not None:
+            try:
+                copied = checkpoints.copy_to(source, self.spec.checkpoint_dir)
+            except OSError as exc:
+                why = "copying %s failed: %s" % (source.path, exc)
+        if copied is None or source is None:
+            self._event("fork", "fork %s of %s failed: %s" % (self.name, parent, why),
+                        {"ok": False, "parent": parent, "error": why})
+            return None
+        self.spec.raw["parent"] = {"job": parent, "step": source.step,
+                                   "checkpoint": str(source.path)}
+        self._event("fork", "job %s forked from %s at step %d%s" % (
+            self.name, parent, source.step, " with %s" % ", ".join(
+                "%s=%s" % kv for kv in sorted(self.overrides.items()))
+            if self.overrides else ""), {
+            "ok": True, "parent": parent, "parent_step": source.step,
+            "checkpoint": str(copied.path), "source": str(source.path),
+            "run_dir": str(self.spec.run_dir), "overrides": self.overrides}, step=source.step)
+        return copied
+
+    def _fresh_start(self) -> bool:
+        """A launch from step 0 into a checkpoint dir that still holds checkpoints (an
+        earlier run under the same name): they are set aside first, or a recovery, pause
+        or fork of this run would restore the earlier run's newest step. False (and the
+        job is not started) when some could not be moved."""
+        directory = self.spec.checkpoint_dir
+        target, moved, failed = self._looking_in(
+            directory, lambda: checkpoints.set_aside(directory))
+        if target is None or not (moved or failed):
+            return True
+        steps = sorted({s for s, p in checkpoints.candidates(target)})
+        where = "steps %d to %d" % (steps[0], steps[-1]) if len(steps) > 1 else (
+            "step %d" % steps[0] if steps else "no step")
+        data = {"ok": not failed, "from": str(directory), "to": str(target),
+                "moved": len(moved), "failed": [{"path": p, "error": w} for p, w in failed]}
+        if failed:
+            self._event("checkpoints_set_aside", "job %s not started: its checkpoint dir %s "
+                        "holds an earlier run's checkpoints and %d could not be moved to %s "
+                        "(%s: %s); a fresh start beside them would recover into them: move "
+                        "them away, or continue that run with resume" % (
+                            self.name, directory, len(failed), target, failed[0][0],
+                            failed[0][1]), data)
+            self._alert("resource", "critical", "launch_refused",
+                        "job %s not started: %d earlier checkpoint(s) in %s could not be "
+                        "moved aside (%s)" % (self.name, len(failed), directory,
+                                              failed[0][1]),
+                        "move the earlier run's checkpoints out of %s, or continue that run "
+                        "with resume" % directory)
+            return False
+        self._event("checkpoints_set_aside", "job %s starts afresh: the earlier run's "
+                    "checkpoints in %s (%s) were moved to %s, so that no restart of this run "
+                    "restores them" % (self.name, directory, where, target), data)
+        return True
+
+    def _newest_valid(self, directory: Path
+                      ) -> Tuple[Optional[checkpoints.Checkpoint], List[Tuple[str, str]]]:
+        return self._looking_in(directory, lambda: checkpoints.newest_valid(directory))
+
+    def _looking_in(self, directory: Path, look: Callable[[], T],
+                    what: str = "a look at its checkpoint dir",
+                    maybe: str = "a checksum of a large checkpoint, or a hung network "
+                                 "mount?") -> T:
+        """`look()`, `what` is done in `directory` (a look at a checkpoint dir, by
+        default), journaled when it takes longer than SLOW_LOOK and again when it ends.
+        The job's restart, pause or launch waits on it either way (it needs the answer),
+        but a checksum of a large checkpoint, or a network mount whose server went away,
+        would otherwise leave the job silent, its state "waiting to restart" with no word
+        of why. `maybe`: what could be taking so long."""
+        pending = OffThread(look, "checkpoint-look-%s" % self.name)
+        if not pending.wait(SLOW_LOOK):
+            since = time.time() - SLOW_LOOK
+            self._event("sampler_error", "job %s: %s %s has taken %.0f s so far (%s); the "
+                        "job waits for it" % (self.name, what, directory, SLOW_LOOK, maybe),
+                        {"job_state": self.state, "answered": False, "dir": str(directory),
+                         "within": SLOW_LOOK})
+            pending.wait()
+            seconds = time.time() - since
+            self._event("sampler_error", "job %s: %s %s was done after about %.0f s"
+                        % (self.name, what, directory, seconds),
+                        {"job_state": self.state, "answered": True, "dir": str(directory),
+                         "seconds": round(seconds, 1)})
+        return pending.result()
+
+    def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
+        found, skipped = self._newest_valid(self.spec.checkpoint_dir)
+        for path, why in skipped:
+            self._event("checkpoint_skipped", "checkpoint %s skipped: %s" % (path, why),
+                        {"path": path, "error": why})
+        return found, [{"path": p, "error": w} for p, w in skipped]
+
+    # -- operations ------------------------------------------------------------------
+    def _operate(self, action: str, args: dict, retry_at: Optional[float]) -> Optional[float]:
+        if action == "pause":
+            if args.get("freeze"):
+                self._freeze(args)
+                return retry_at
+            return self._pause(args, retry_at)
+        if action == "thaw":
+            self._thaw("operator")
+            return retry_at
+        if action == "resume":
+            if self.state == FROZEN:
+                self._thaw("operator")
+                return retry_at
+            self._resume(args.get("id"))
+            return None
+        if action == "relaunch":
+            self._stop_attempt(why="relaunch")
+            self._started_by_operator(args.get("id"))  # or left out: its give-up is over
+            if args.get("exclude_self"):
+                self.state = STOPPED
+                self._event("relaunch", "job %s: this host is excluded; its part stopped"
+                            % self.name, {"excluded": True})
+                return None
+            if isinstance(args.get("spec"), LaunchSpec):
+                self.spec = args["spec"]
+            checkpoint, skipped = self._newest_checkpoint()
+            self.policy.progressed()
+            self._event("relaunch", "job %s relaunched from %s" % (
+                self.name, checkpoint.path if checkpoint else "the start"), {
+                "checkpoint": str(checkpoint.path) if checkpoint else None,
+                "step": checkpoint.step if checkpoint else 0, "skipped": skipped,
+                "nnodes": self.spec.nnodes})
+            self._launch(checkpoint, reason="relaunch")
+            return None
+        if action == "stop":
+            was = self.state
+            # Told before the processes end, as for a pause (see _pause).
+            self.peers.announce(peer_end.STOPPED, "operator", "stopped by the operator")
+            ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)),
+                                       why="stop")
+            self.state = STOPPED
+            if not ended:
+                self._stopped_idle(was)
+            return None  # no restart is pending any more: one due in a backoff is dropped
+        if action == "scale":
+            self.membership.scale(args)
+            return retry_at
+        return retry_at
+
+    def _op_failed(self, action: str, args: dict, exc: OSError) -> None:
+        """An operation the disk could not carry out (a full run dir): it failed, and its
+        own event says so; the job stays as it was, still watched. Left to the catch-all
+        of `_run`, the error would end this thread, and with it the job."""
+        data = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
+                "job_state": self.state}
+        if action == "pause":
+            data["mode"] = ("freeze" if args.get("freeze") else
+                            "follow" if args.get("follow") else "checkpoint")
+        self._event(action, "job %s: %s failed: %s; the job goes on as it was (%s)" % (
+            self.name, action, data["error"], self.state), data)
+
+    def _stop_attempt(self, grace: Optional[float] = None, why: Optional[str] = None) -> bool:
+        """Stop the attempt's processes; False when none was running. `why` goes into
+        its `job_exited` (a stop for a pause exits non-zero, and is no failure)."""
+        sup = self.supervisor
+        if sup is None or not sup.running:
+            return False
+        sup.ended_for = why
+        sup.stop(self.spec.stop_grace if grace is None else grace)
+        return True
+
+    def _stopped_idle(self, was: str, why: str = "stop") -> None:
+        """A stop that found no process to end (a job waiting to restart, paused, failed,
+        a spare) ends its life with the `job_exited` a stopped process journals: the
+        operator was told one follows the ack, and the cockpit reads a job's state from
+        its last lifecycle event, which would otherwise stay "recovering" or "paused"."""
+        sup = self.supervisor
+        seconds = None
+        if sup is not None and sup.started_at is not None and sup.ended_at is not None:
+            seconds = round(sup.ended_at - sup.started_at, 3)
+        code = sup.returncode if sup is not None else None
+        self._event("job_exited", "job %s stopped %s; %s" % (
+            self.name, "while waiting to restart after a failure: the restart is cancelled"
+            if was == BACKOFF else "(it was %s)" % was,
+            "its last attempt %s" % describe_status(code) if code is not None
+            else "no process of it was running"),
+            {"returncode": code, "pid": sup.pid if sup is not None else None,
+             "seconds": seconds, "ended_for": why})
+
+    def _pause(self, args: dict, retry_at: Optional[float]) -> Optional[float]:
+        if self.state == BACKOFF:
+            self._pause_in_backoff()
+            return None  # the restart that was due is dropped
+        timeout = float(args.get("timeout", self.spec.pause_timeout))
+        if args.get("follow"):
+            return self._pause_following(timeout, retry_at)
+        requested = time.time()
+        control = self.spec.run_dir / "control" / ("%s.ndjson" % self.name)
+        control.parent.mkdir(parents=True, exist_ok=True)
+        with open(str(control), "a", encoding="utf-8") as f:
+            f.write(json.dumps({"id": args.get("id"), "ts": requested,
+                                "knobs": {"checkpoint_now": True}}) + "\n")
+        self.state = PAUSING
+        deadline = requested + timeout
+        saved = None
+        # Rank 0 may run on another host of the job (torchrun's c10d rendezvous orders
+        # the nodes by its own rule), so its `checkpoint_saved` never reaches this host's
+        # journal: then a new valid checkpoint in the shared checkpoint dir counts. When
+        # rank 0 is here, its event does, which also means its spool is journaled up to
+        # the checkpoint before its processes are stopped.
+        sup = self.supervisor
+        ranks = {r for r in (sup.rank_pids().values() if sup is not None else ())
+                 if r is not None}
+        remote_rank0 = bool(ranks) and 0 not in ranks
+        before = self._newest_step() if remote_rank0 else None
+        looked = requested
+        while time.time() < deadline and saved is None:
+            sup = self.supervisor
+            if sup is None or not sup.running:
+                break
+            with self._lock:
+                fresh = [c for c in self._checkpoints if c[0] >= requested]
+            if fresh:
+                saved = fresh[0]
+                break
+            if remote_rank0 and time.time() - looked >= SHARED_CHECKPOINT_POLL:
+                looked = time.time()
+                found, _skipped = self._newest_valid(self.spec.checkpoint_dir)
+                if found is not None and (before is None or found.step > before):
+                    saved = (looked, found.step, str(found.path))
+                    break
+            time.sleep(0.02)
+        if saved is None:
+            sup = self.supervisor
+            if sup is not None and not sup.running:
+                # The processes ended while the pause waited (the job reached its last
+                # step, or failed): that, not a timeout, is why; the next watch reads
+                # the exit as usual (finished, or a failure to recover from).
+                self.state = RUNNING
+                code = sup.returncode
+                why = ("its processes %s after %.0f s, before a checkpoint was saved"
+                       % (describe_status(code) if code is not None else "ended",
+                          time.time() - requested))
+                self._event("pause", "job %s: pause not done: %s; nothing left to pause"
+                            % (self.name, why),
+                            {"mode": "checkpoint", "ok": False, "error": why,
+                             "returncode": code})
+                return retry_at
+            self.state = RUNNING if self.running else FAILED
+            self._event("pause", "job %s: pause failed: no checkpoint within %.0f s; the job "
+                        "keeps running" % (self.name, timeout),
+                        {"mode": "checkpoint", "ok": False,
+                         "error": "no checkpoint_saved within %g s" % timeout})
+            return retry_at
+        self._hold_at_reported_checkpoint(min(deadline, time.time() + PAUSE_STEP_WAIT))
+        # Told before the processes end: the other hosts' ranks fail on this host's as
+        # soon as they do, and their agents must read that failure as this pause.
+        frozen_at, _skipped = self._newest_checkpoint()
+        if frozen_at is not None:
+            self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
+                                frozen_at.step, str(frozen_at.path))
+        self._stop_attempt(why="pause")
+        self._settle_spool()
+        with self._lock:
+            last = self._cur_max
+        # The ranks kept training until they were stopped and may have saved again (the
+        # requested checkpoint after a periodic one): a resume starts from the newest.
+        newest, _skipped = self._newest_checkpoint()
+        _ts, step, path = saved
+        if newest is not None and newest.step >= step:
+            step, path = newest.step, str(newest.path)
+        self.state = PAUSED
+        self._event("pause", "job %s paused at step %d (checkpoint %s); its processes have "
+                    "exited" % (self.name, step, path), {
+                        "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
+                        "steps_discarded": max(0, (last or step) - step)}, step=step)
+        if frozen_at is None or (frozen_at.step, str(frozen_at.path)) != (step, path):
+            self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", step,
+                                path)
+        return None
+
+    def _pause_in_backoff(self) -> None:
+        """Paused between a failure and its restart: the processes are gone already, so
+        the pause only cancels the restart. The event says where a `resume` will start
+        (the newest valid checkpoint), as a pause of a running job does."""
+        newest, _skipped = self._newest_valid(self.spec.checkpoint_dir)
+        step = newest.step if newest is not None else 0
+        last = self._failure.get("last_step")
+        self.state = PAUSED
+        self._event("pause", "job %s paused while waiting to restart after a failure: the "
+                    "restart is cancelled; a resume starts from %s" % (
+                        self.name, newest.path if newest is not None else "the start"), {
+                        "mode": "checkpoint", "ok": True,
+                        "checkpoint": str(newest.path) if newest is not None else None,
+                        "step": step, "steps_discarded": max(0, (last or step) - step),
+                        "restart_cancelled": True}, step=step)
+        self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", step,
+                            str(newest.path) if newest is not None else None)
+
+    def _hold_at_reported_checkpoint(self, until: float) -> None:
+        """Leave the job frozen (SIGSTOP) at a moment when the newest valid checkpoint's
+        step has been journaled, so that `stop` ends it there.
+
+        The ranks keep training while the pause is carried out and may save again; a
+        trainer may also hold its newest train records back for a flush or two, and
+        what is still buffered when the ranks are stopped is lost. Frozen, the ranks can
+        neither save a newer checkpoint nor lose a reported step; thawed for a moment,
+        they flush. Past `until`, the job is stopped where it is.
+        """
+        sup = self.supervisor
+        while sup is not None and sup.running:
+            sup.signal_tree(signal.SIGSTOP)
+            newest = self._newest_step()
+            with self._lock:
+                reported = self._cur_max
+            if newest is None or (reported is not None and reported >= newest) or (
+                    time.time() >= until):
+                return
+            sup.signal_tree(signal.SIGCONT)
+            time.sleep(0.05)
+
+    def _settle_spool(self) -> None:
+        """Wait until the steps the stopped ranks wrote last have been journaled (the
+        daemon tails their spools on its own loop), so the pause can say how many steps
+        it discards."""
+        deadline = time.time() + SPOOL_SETTLE_MAX
+        while time.time() < deadline:
+            with self._lock:
+                quiet = time.time() - self._train_seen_at
+            if quiet >= SPOOL_SETTLE:
+                return
+            time.sleep(0.05)
+
+    def _newest_step(self) -> Optional[int]:
+        found, _skipped = self._newest_valid(self.spec.checkpoint_dir)
+        return found.step if found is not None else None
+
+    def _pause_following(self, timeout: float, retry_at: Optional[float]) -> Optional[float]:
+        """On a host without rank 0: rank 0's host checkpoints and stops its part, the
+        rendezvous then ends this part too, and that exit is a pause, not a failure."""
+        self.state = PAUSING
+        sup = self.supervisor
+        if sup is not None and sup.running:
+            sup.ended_for = "pause"  # its end, when rank 0's host stops, is the pause
+            if self.spec.elastic:  # torchrun would regroup, not end: its workers' end is
+                self.membership.follow_end(timeout)
+            else:
+                sup.wait(timeout)
+        if sup is not None and sup.running:
+            sup.ended_for = None
+            self.state = RUNNING
+            self._event("pause", "job %s: pause failed: this host's part did not end within "
+                        "%.0f s of the pause; it keeps running" % (self.name, timeout),
+                        {"mode": "follow", "ok": False,
+                         "error": "still running after %g s" % timeout})
+            return retry_at
+        checkpoint, _skipped = self._newest_checkpoint()
+        self.state = PAUSED
+        self._event("pause", "job %s paused; this host's processes have exited" % self.name,
+                    {"mode": "follow", "ok": True,
+                     "checkpoint": str(checkpoint.path) if checkpoint else None,
+                     "step": checkpoint.step if checkpoint else None})
+        self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
+                            checkpoint.step if checkpoint else None,
+                            str(checkpoint.path) if checkpoint else None)
+        return None
+
+    def _freeze(self, args: dict) -> None:
+        sup = self.supervisor
+        if self.state != RUNNING or sup is None or not sup.running:
+            self._event("pause", "job %s: freeze refused: it is %s" % (self.name, self.state),
+                        {"mode": "freeze", "ok": False, "error": "job is %s" % self.state})
+            return
+        hold = float(args.get("hold", 60.0))
+        sup.signal_tree(signal.SIGSTOP)
+        self.state = FROZEN
+        self._freeze_until = time.time() + hold
+        self._event("pause", "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
+                    {"mode": "freeze", "ok": True, "hold": hold,
+                     "pids": sup.tree_pids()})
+
+    def _thaw(self, why: str) -> None:
+        sup = self.supervisor
+        if sup is not None:
+            sup.signal_tree(signal.SIGCONT)
+        self._freeze_until = None
+        with self._lock:
+            self.detector.reset(time.time(), new_attempt=False)
+        self.state = RUNNING if self.running else FAILED
+        self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
+                    {"mode": "thaw", "reason": why})
+
+    def _resume(self, op_id: object, peer: Optional[peer_end.PeerResumed] = None) -> None:
+        """Start the idle part (paused, stopped, failed) again from the newest valid
+        checkpoint, at the operator's word (`op_id`) or, with `peer`, as that host resumed
+        the part this one ended with; then tell the other hosts, for one the resume did
+        not reach."""
+        checkpoint, skipped = self._newest_checkpoint()
+        self.policy.progressed()
+        ended_in = self.peers.generations.current
+        self._started_by_operator(op_id)
+        where = checkpoint.path if checkpoint else "the start (no valid checkpoint)"
+        step = checkpoint.step if checkpoint else 0
+        data: Dict[str, Any] = {"checkpoint": str(checkpoint.path) if checkpoint else None,
+                                "step": step, "skipped": skipped}
+        if peer is None:
+            text = "job %s resumed from %s" % (self.name, where)
+        else:
+            text = ("job %s resumed from %s, as host %s resumed it (the resume did not reach "
+                    "this host)" % (self.name, where, peer.host))
+            data.update(mode="peer", peer=peer.host)
+        self._event("resume", text, data, step=step)
+        self._launch(checkpoint, reason="resume")
+        self.peers.announce_resumed(ended_in, step, data["checkpoint"])
+
+    def _follow_peers(self) -> bool:
+        """Whether this part just ended as another host's part ended (running or waiting
+        to restart, it cannot run without that host; paused, it follows a stop), or
+        started again as another host's part was resumed (`_peer_resumed`)."""
+        if self.state in (RUNNING, BACKOFF, PAUSED) and self._peer_ended():
+            return True
+        return self.state in RESUMABLE and self._peer_resumed()
+
+    def _peer_resumed(self) -> bool:
+        """Resume this idle part (paused, stopped, failed) when another host resumed the
+        part it ended with and the resume did not reach here: that host's part waits in
+        the rendezvous for it."""
+        peer = self.peers.resume_to_follow()
+        if peer is None:
+            return False
+        # As the operator's resume would have: the same generation, this host's op id.
+        self._resume("%s-%s" % (peer.generation, self.spec.host), peer)
+        self._save()
+        return True
+
+    # -- the other hosts of a multi-host job (agent.job.peer_end) ---------------------------
+    def _started_by_operator(self, op_id: object = None) -> None:
+        """This host's part starts again at the operator's word (`op_id`, the op that
+        says so). An outage still awaiting its recovery is over too: the operator ended
+        it (a pause, a stop, a relaunch), and a recovery journaled at this start's first
+        step would time it with the pause in it, as if the agent had brought the job
+        back."""
+        with self._lock:
+            self._pending_recovery = None
+            self._failure = {}
+        self.peers.started(op_id)
+
+    def _peer_ended(self, at_once: bool = False) -> bool:
+        """End this host's part as another host's part ended (gave up, stopped, paused)
+        when this one runs or waits to restart: it would otherwise wait in the
+        rendezvous for that host, restart, and wait again, or train on alone. `at_once`:
+        look now (this host's part just failed), not only every CHECK_EVERY."""
+        peer = self.peers.to_follow(at_once)
+        if peer is None:
+            return False
+        was = self.state
+        if peer.why == peer_end.PAUSED:
+            self._stop_attempt(why="pause")
+            checkpoint, _skipped = self._newest_checkpoint()
+            self.state = PAUSED
+            self._event("pause", "job %s paused as host %s was; this host's processes have "
+                        "exited" % (self.name, peer.host), {
+                            "mode": "peer", "ok": True, "peer": peer.host,
+                            "checkpoint": str(checkpoint.path) if checkpoint else None,
+                            "step": checkpoint.step if checkpoint else None},
+                        step=checkpoint.step if checkpoint else None)
+        else:
+            why = "stop" if peer.why == peer_end.STOPPED else "peer"
+            ended = self._stop_attempt(why=why)
+            self.state = STOPPED if peer.why == peer_end.STOPPED else FAILED
+            if not ended:
+                self._stopped_idle(was, why)
+        self._save()
+        return True
+
+    # -- adoption (agent.wire.jobstate) ----------------------------------------------------
+    def _snapshot(self, state: Optional[str] = None) -> dict:
+        sup = self.supervisor
+        with self._lock:
+            data = {
+                "job": self.name, "state": state or self.state, "spec": self.spec.raw,
+                "overrides": self.overrides, "attempt": self.attempt,
+                "attempt_started": self._attempt_started, "prev_max": self._prev_max,
+                "cur_max": self._cur_max, "pending_recovery": self._pending_recovery,
+                "detector": self.detector.state(),
+            }
+        data.update({
+            "policy": self.policy.state(), "failure": self._failure,
+            "freeze_until": self._freeze_until,
+            "standby_since": self.membership.standby_since,
+            "membership": self.membership.state(),
+            **self.peers.state(),
+            "process": sup.identity() if sup is not None else None,
+            "agent_pid": os.getpid(), "saved_at": time.time(),
+            "journal_head": self.journal.head,
+        })
+        return data
+
+    def _save(self, state: Optional[str] = None) -> None:
+        """Write the job's state for a restarted agent; a failure to write is reported,
+        never fatal (the job matters more than its adoptability)."""
+        if self._closing.is_set() and state != STOPPED:
+            return  # stopped with the agent: only that is left to say
+        with self._save_lock:
+            data = self._snapshot(state)
+            try:
+                jobstate.save(self.journal.state_dir, self.name, data)
+            except (OSError, TypeError, ValueError) as exc:
+                error = str(exc)
+                repeated = self._saved == ("error", error)
+                self._saved = ("error", error)
+            else:
+                self._saved = (data["state"], self.attempt, self.policy.restarts,
+                               self._freeze_until, bool(data["pending_recovery"]))
+                self._saved_at = time.time()
+                return
+        if not repeated:
+            self._event("sampler_error", "job %s: cannot save its state for adoption: %s"
+                        % (self.name, error), {"job_state": self.state})
+
+    def _save_if_due(self) -> None:
+        key = (self.state, self.attempt, self.policy.restarts, self._freeze_until,
+               bool(self._pending_recovery))
+        if key != self._saved or (self.state == RUNNING
+                                  and time.time() - self._saved_at >= SAVE_EVERY):
+            self._save()
+
+    def _next_look(self) -> float:
+        """Seconds until the next look at the attempt: WATCH, or less when the hang
+        deadline comes first, so a hang is declared when the limit is reached."""
+        if self.state != RUNNING:
+            return WATCH
+        with self._lock:
+            deadline = self.detector.deadline()
+        if deadline is None:
+            return WATCH
+        return min(WATCH, max(0.001, deadline - time.time()))
+
+    def _restore(self, saved: dict) -> None:
+        """The bookkeeping as the previous agent left it, and its processes re-attached."""
+        now = time.time()
+        self.attempt = int(saved.get("attempt") or 0)
+        self.policy.restore(saved.get("policy") or {})
+        self._failure = dict(saved.get("failure") or {})
+        self.membership.restore(saved.get("membership"))
+        self.peers.restore(saved)
+        with self._lock:
+            self._attempt_started = float(saved.get("attempt_started") or 0.0)
+            self._prev_max, self._cur_max = saved.get("prev_max"), saved.get("cur_max")
+            self._pending_recovery = self._still_pending(saved)
+            self.detector.restore(saved.get("detector") or {})
+            # The steps trained while no agent watched are still in the spools, journaled
+            # from now on: silence is counted from the adoption, never from before it.
+            self.detector.reset(now, new_attempt=False)
+        identity = saved.get("process")
+        self.supervisor = (Supervisor.adopt(identity, self.journal)
+                           if isinstance(identity, dict) else None)
+        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        self._err_offset = err.stat().st_size if err.exists() else 0
+
+    def _still_pending(self, saved: dict) -> Optional[dict]:
+        """The saved recovery awaiting its first step, unless the journal shows that the
+        previous agent journaled it after its last save (the journal is the truth)."""
+        pending = saved.get("pending_recovery")
+        head = saved.get("journal_head")
+        if not isinstance(pending, dict) or not isinstance(head, int):
+            return pending if isinstance(pending, dict) else None
+        for record in JournalReader(self.journal.state_dir).records(head):
+            if record.get("t") == "event" and record.get("kind") == "recovery" and (
+                    record.get("job") == self.name) and (record.get("data") or {}).get(
+                    "restart_count") == pending.get("restart_count"):
+                return None
+        return pending
+
+    def _adopt(self, saved: dict) -> Optional[float]:
+        """Take up the job where the previous agent left it; returns when to restart it
+        (a job that was waiting to restart after a failure), else None."""
+        now = time.time()
+        previous = saved.get("state")
+        sup = self.supervisor
+        identity = saved.get("process")
+        alive_now = sup is not None and sup.found_running
+        data = {"ok": True, "attempt": self.attempt, "state": previous, "running": alive_now,
+                "pid": sup.pid if sup is not None else None,
+                "wrapper_pid": (identity or {}).get("wrapper"),
+                "previous_agent_pid": saved.get("agent_pid"),
+                "saved_at": saved.get("saved_at"), "restarts": self.policy.restarts}
+        if sup is not None and not alive_now:
+            sup.wait(5.0)  # its exit is being journaled: let the message say how it ended
+            data["returncode"] = sup.returncode
+            ended = sup.ended_at
+            if ended is not None and sup.pid is not None:
+                self._last_alive = {sup.pid: ended}
+        standby = previous == STANDBY and sup is None
+        what = ("torchrun pid %s and its ranks still run" % data["pid"] if alive_now
+                else "its attempt %d ended while no agent watched" % self.attempt
+                if sup is not None else "a spare, still in standby" if standby
+                else "no process of it was recorded")
+        self._event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
+                    % (self.name, saved.get("agent_pid"), what), data,
+                    step=self._cur_max)
+        if previous == BACKOFF:
+            self.state = BACKOFF
+            return now
+        if standby:
+            self.state = STANDBY
+            self.membership.resume_standby(float(saved.get("standby_since") or now))
+            return None
+        if sup is None:
+            checkpoint, _skipped = self._newest_checkpoint()
+            self._launch(checkpoint, reason="resume")
+            return None
+        if previous == FROZEN and alive_now:
+            self.state = FROZEN
+            self._freeze_until = saved.get("freeze_until") or now + 60.0
+            return None
+        if previous == PAUSING and alive_now:
+            sup.signal_tree(signal.SIGCONT)  # it may have been held for the pause
+            self._event("pause", "job %s: pause failed: the agent restarted while pausing; "
+                        "the job keeps running" % self.name,
+                        {"mode": "checkpoint", "ok": False,
+                         "error": "agent restarted during the pause"})
+        self.state = RUNNING  # one that ended meanwhile is handled by the next look
+        return None
+
+    # -- records ---------------------------------------------------------------------
+    def _event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:
+        self.journal.append("event", {"kind": kind, "job": self.name, "rank": None,
+                                      "step": step, "msg": msg, "data": data})
+        self.log(msg)
+
+    def _alert(self, kind: str, severity: str, code: str, what: str, hint: str,
+               where: Optional[dict] = None) -> None:
+        self.journal.append("alert", {"kind": kind, "severity": severity, "code": code,
+                                      "job": self.name, "where": dict(where or {}),
+                                      "what": what, "hint": hint})

@@ -1,0 +1,597 @@
+"""Who takes part in an elastic job, as seen from this host: scale, spares, regroups.
+
+torchrun's c10d rendezvous does the work. Started with `--nnodes MIN:MAX`, the torchrun
+of each node admits a node that asks to join (at its next membership check it stops its
+healthy workers and forms a new group with the newcomer) and survives a node that goes
+away (the others' collectives fail, torchrun restarts its workers in a new round without
+it, spending one of its own restarts). Either way the workers start again, from the
+newest checkpoint the trainer finds itself, while the torchrun processes keep running.
+
+The agent must not mistake such a *regroup* for a failure to recover from. When the
+workers of this host end while torchrun stays up:
+
+- the ranks failed for a reason of their own (out of memory, user code, a GPU fault,
+  a kill...): a failure, recovered as before (torchrun is stopped at once, or it would
+  restart them in place);
+- they failed on the network (`nccl`: a peer node went away): torchrun regroups; it is
+  an interruption (unless the operator announced the change with `scale`), and its
+  recovery is recorded at the new group's first step;
+- torchrun stopped them itself (no failure: a node joined): a regroup, confirmed when
+  torchrun starts new workers; if torchrun exits instead, its exit code decides.
+
+torchrun reports a failed worker with a `failed (exitcode: N) local_rank: ...` line; its
+absence (with the workers' exit statuses) is what says the stop was torchrun's own.
+
+Spares wait in `standby`, with no process. The agent of a host excluded as faulty claims
+the first free spare with a file in the job's shared control dir
+(`control/JOB.takeover/SPARE.json`, created exclusively, so two hosts never take the
+same spare); the spare's agent looks for that file, and starts torchrun with the job's
+rendezvous, which the other nodes' torchrun admits in their regroup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from agent.job import peer_end
+from agent.job.launch import LaunchSpec
+from agent.job.recovery import (
+    DATA,
+    GPU_FAULT,
+    HINTS,
+    KILLED,
+    NCCL,
+    OOM,
+    UNKNOWN,
+    USER_CODE,
+    Decision,
+    Diagnosis,
+    classify,
+)
+from agent.job.supervisor import alive
+from agent.journal.control_inbox import OpError
+
+if TYPE_CHECKING:
+    from agent.job.managed import ManagedJob
+
+FAILED_LINE = "failed (exitcode"  # torchrun's log line for a worker that failed
+_FIRST_FAILED = re.compile(r"failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: (\d+)\)")
+# A collective that failed because its peer went away, in gloo's, NCCL's and c10d's words.
+_PEER_GONE = re.compile(r"gloo/transport|Broken pipe|Connection (?:reset|closed) by peer|"
+                        r"DistNetworkError|DistBackendError|NCCL", re.I)
+# Causes that are this host's own even while its nodes change.
+OWN_CAUSES = (OOM, GPU_FAULT, DATA, KILLED)
+SETTLE = 0.3  # s for what torchrun and the ranks just wrote to reach the log
+STANDBY, EXCLUDED = "standby", "excluded"
+# States in which a host can be told to join an elastic job.
+JOINABLE = (STANDBY, EXCLUDED, "stopped", "finished", "failed")
+
+
+def takeover_dir(spec: LaunchSpec) -> Path:
+    return spec.shared_dir / "control" / ("%s.takeover" % spec.name)
+
+
+def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str],
+                generation: Optional[str] = None) -> Optional[str]:
+    """Take the first spare nobody has claimed: O_EXCL on a shared file is the lock. The
+    spare's part is the replaced host's: of its `generation` (agent.job.peer_end)."""
+    folder = takeover_dir(spec)
+    folder.mkdir(parents=True, exist_ok=True)
+    for spare in spec.spares:
+        if spare in hosts:
+            continue
+        claim = {"spare": spare, "replaced": replaced, "cause": cause, "ts": time.time(),
+                 "hosts": [spare if h == replaced else h for h in hosts]}
+        if generation is not None:
+            claim["generation"] = generation
+        try:
+            fd = os.open(str(folder / ("%s.json" % spare)),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(claim))
+        return spare
+    return None
+
+
+def read_claim(spec: LaunchSpec, spare: str) -> Optional[dict]:
+    try:
+        raw = (takeover_dir(spec) / ("%s.json" % spare)).read_text(encoding="utf-8")
+        claim = json.loads(raw)
+    except (OSError, ValueError):  # absent, or still being written
+        return None
+    return claim if isinstance(claim, dict) else None
+
+
+def worker_facts(pids: Sequence[int]) -> Dict[str, Optional[int]]:
+    """Group size (nodes), world size and torchrun's restart count from a worker's
+    environment: what the rendezvous decided, read where torchrun wrote it."""
+    wanted = {b"GROUP_WORLD_SIZE": "nodes", b"WORLD_SIZE": "world_size",
+              b"TORCHELASTIC_RESTART_COUNT": "torchrun_restarts"}
+    facts: Dict[str, Optional[int]] = dict.fromkeys(wanted.values())
+    for pid in pids:
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                items = f.read().split(b"\0")
+        except OSError:
+            continue
+        for item in items:
+            key, _, value = item.partition(b"=")
+            if key in wanted:
+                try:
+                    facts[wanted[key]] = int(value)
+                except ValueError:
+                    pass
+        if facts["nodes"] is not None:
+            break
+    return facts
+
+
+class Membership:
+    """The elastic side of one `ManagedJob`; runs on the job's thread except `first_step`
+    (the daemon's thread, under the job's lock)."""
+
+    def __init__(self, job: ManagedJob) -> None:
+        self.job = job
+        self.expect: Optional[dict] = None  # a change the operator announced (scale)
+        self.between: Optional[dict] = None  # workers gone, torchrun's next move awaited
+        self.regroup: Optional[dict] = None  # new group formed, its first step awaited
+        self.failure: Optional[Diagnosis] = None  # why this host's ranks failed, when they did
+        self._offset = 0  # where this worker generation's output starts in the .err log
+        self._gone: Set[int] = set()  # workers of earlier generations (torchrun reaps them late)
+        self._standby_since = 0.0
+
+    # -- generations -----------------------------------------------------------------
+    def started(self) -> None:
+        """A new torchrun attempt: nothing is pending from the previous one."""
+        self.between = self.regroup = self.failure = None
+        self._gone = set()
+        self._offset = self._err_size()
+
+    def _err_path(self) -> Path:
+        return self.job.spec.run_dir / "logs" / ("%s.err" % self.job.name)
+
+    def _err_size(self) -> int:
+        try:
+            return self._err_path().stat().st_size
+        except OSError:
+            return 0
+
+    def _new_lines(self) -> List[str]:
+        try:
+            with open(str(self._err_path()), "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        return chunk.decode("utf-8", "replace").splitlines()
+
+    def workers_ended(self, ended: Sequence[Tuple[int, int, Optional[int], int]], now: float
+                      ) -> Optional[bool]:
+        """Workers of this host ended (ended: (order, pid, rank, status)). True: a regroup,
+        keep watching; False: a failure of this host's ranks, recover now; None: torchrun
+        is ending, its exit code decides."""
+        job = self.job
+        sup = job.supervisor
+        ended = [e for e in ended if e[1] not in self._gone]
+        if sup is None or not ended:
+            return None if sup is None else True
+        self._gone.update(p for _o, p, _r, _s in ended)
+        time.sleep(SETTLE)
+        if not sup.running:
+            return None
+        # The old group's last records may be stamped after `now` (a rank can step between
+        # the start of this look and its end); the new group needs seconds to start.
+        seen = time.time()
+        lines = self._new_lines()
+        failed = any(s not in (0, -1, -signal.SIGTERM) for _o, _p, _r, s in ended) or any(
+            FAILED_LINE in line for line in lines)
+        if not failed:
+            if self.between is None and self.regroup is None:
+                old = set(job._ranks) | {p for _o, p, _r, _s in ended}
+                self.between = {"since": seen, "old": old}
+                self._new_generation(seen)
+                job._save()
+            return True
+        with job._lock:
+            telemetry = {"xid": list(job._xids)}
+        diagnosis = _diagnose(ended, lines, telemetry)
+        expected = self._expected(now)
+        # Announced, a change makes the peers' collectives fail in any words; only a cause
+        # of this host's own is a failure then.
+        if diagnosis.cause == NCCL or (expected is not None and diagnosis.cause not in
+                                       OWN_CAUSES):
+            last_seen = [job._last_alive.get(p, now) for _o, p, _r, _s in ended]
+            if self._begin(seen, "scale" if expected is not None else "peer_lost",
+                           diagnosis, failure_at=min(last_seen) if last_seen else now):
+                return True
+        self.failure = diagnosis
+        return False
+
+    def tick(self, now: float) -> None:
+        """Once per look at a running attempt: confirm a pending regroup when torchrun has
+        started new workers; close an announced change that never came."""
+        job = self.job
+        sup = job.supervisor
+        if self.between is not None and sup is not None and sup.running:
+            fresh = [p for p in sup.rank_pids() if p not in self.between["old"]]
+            if fresh:
+                why = "scale" if self._expected(now) is not None else "joined"
+                self._begin(self.between["since"], why)
+        expect = self.expect
+        if expect is not None and now > expect["until"] and self.regroup is None and (
+                self.between is None):
+            self.expect = None
+            job._event("scale", "job %s: scale (%s %s) not seen here within %.0f s; the job "
+                       "keeps running as it was" % (job.name, expect["change"],
+                                                    expect["host"], expect["window"]), {
+                "ok": False, "id": expect["id"], "change": expect["change"],
+                "host": expect["host"], "hosts": job.spec.hosts,
+                "error": "no membership change within %g s" % expect["window"]})
+            job._save()
+
+    def _expected(self, now: float) -> Optional[dict]:
+        expect = self.expect
+        return expect if expect is not None and now <= expect["until"] else None
+
+    def _begin(self, since: float, why: str, diagnosis: Optional[Diagnosis] = None,
+               failure_at: Optional[float] = None) -> bool:
+        """torchrun is forming a new group: this attempt goes on with new workers."""
+        job = self.job
+        now = time.time()
+        sup = job.supervisor
+        decision = None
+        if why == "peer_lost" and diagnosis is not None:
+            decision = job.policy.decide(diagnosis)
+            if not decision.retry:  # the restart budget is spent: recovered as a failure
+                return False
+        last = self._new_generation(since)
+        if decision is not None and diagnosis is not None:
+            self._interruption(diagnosis, decision, now, failure_at or now, last)
+        job._ranks, job._ranks_at, job._last_alive = {}, 0.0, {}
+        job._vanished_at = None
+        if sup is not None:
+            sup.tail.clear()  # a later failure is classified by the new group's output only
+        self.between = None
+        self.regroup = {"since": since, "why": why, "pid": sup.pid if sup else None,
+                        "last_step": last}
+        self._offset = self._err_size()
+        job._save()
+        return True
+
+    def _new_generation(self, since: float) -> Optional[int]:
+        """Steps from `since` on belong to the next worker group: the old group's records
+        that the spools still deliver count as before it (they must not look like
+        progress to the hang check, which keeps start-up rules until the new group's
+        first step). Returns the old group's newest step."""
+        job = self.job
+        with job._lock:
+            last = job._cur_max
+            if last is not None:
+                job._prev_max = last if job._prev_max is None else max(job._prev_max, last)
+            job._cur_max = None
+            job._attempt_started = since
+            job.detector.reset(time.time())
+        return last if last is not None else job._prev_max
+
+    def _interruption(self, diagnosis: Diagnosis, decision: Decision, now: float,
+                      failure_at: float, last_step: Optional[int]) -> None:
+        job = self.job
+        reason = ("a peer node went away; torchrun forms a new group in place (restart %d "
+                  "of %d)" % (job.policy.restarts, job.policy.restart_budget))
+        data = dict(diagnosis.as_dict())
+        data.update({"detected_at": now, "detection_latency": round(max(0.0, now - failure_at),
+                                                                     3),
+                     "failure_at": failure_at, "attempt": job.attempt, "returncode": None,
+                     "last_step": last_step,
+                     "decision": dict(decision.as_dict(), delay=0.0, reason=reason,
+                                      in_place=True)})
+        job._event("interruption", "job %s interrupted (%s): %s; %s" % (
+            job.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence else "",
+            reason), data, step=last_step)
+        newest, skipped = job._newest_checkpoint()
+        with job._lock:
+            job._pending_recovery = {
+                "failure_at": failure_at, "cause": diagnosis.cause,
+                "checkpoint": str(newest.path) if newest is not None else None,
+                "checkpoint_step": newest.step if newest is not None else 0,
+                "restart_count": job.policy.restarts, "skipped": skipped,
+                "last_step": last_step}
+
+    def first_step(self, ts: float) -> Optional[dict]:
+        """Under the job's lock, for each train record: the regroup this step completes."""
+        regroup = self.regroup
+        if regroup is None or ts < regroup["since"]:
+            return None
+        self.regroup = None
+        return regroup
+
+    def completed(self, regroup: dict, step: int, ts: float) -> None:
+        """The new group trained its first step here: say what it is."""
+        job = self.job
+        sup = job.supervisor
+        self._offset = self._err_size()  # what torchrun logged about the old group is old
+        facts = worker_facts(list(sup.rank_pids()) if sup is not None else [])
+        claimed = self._hosts_after_takeovers()
+        if claimed != job.spec.hosts:
+            job.spec.with_hosts(claimed)
+        data: Dict[str, Any] = {"ok": True, "hosts": job.spec.hosts, "torchrun_pid":
+                                regroup["pid"], "in_place": True, "first_step": step,
+                                "seconds": round(ts - regroup["since"], 3), **facts}
+        why = regroup["why"]
+        if why == "scale":
+            expect, self.expect = self.expect, None
+            if expect is not None:
+                data.update({"id": expect["id"], "change": expect["change"],
+                             "host": expect["host"]})
+            job._event("scale", "job %s: %s %s done; %s node(s) train from step %d, torchrun "
+                       "kept running" % (job.name, data.get("change", "membership change"),
+                                         data.get("host", ""), facts["nodes"], step), data,
+                       step=step)
+        elif why == "joined":
+            job._event("membership", "job %s: torchrun admitted a node; %s node(s) train from "
+                       "step %d" % (job.name, facts["nodes"], step),
+                       dict(data, change="join"), step=step)
+        elif why == "takeover":
+            job._event("takeover", "job %s: the spare %s trains from step %d with %s node(s)"
+                       % (job.name, job.spec.host, step, facts["nodes"]),
+                       dict(data, spare=job.spec.host, started=True), step=step)
+        job._save()  # said: an agent restarted from here on must not say it again
+
+    def _hosts_after_takeovers(self) -> List[str]:
+        job = self.job
+        hosts = list(job.spec.hosts)
+        for spare in job.spec.spares:
+            claim = job._looking_in(takeover_dir(job.spec),
+                                    lambda spare=spare: read_claim(job.spec, spare),
+                                    "a look for a spare's claim in", "a hung network mount?")
+            if claim and claim.get("replaced") in hosts and spare not in hosts:
+                hosts[hosts.index(claim["replaced"])] = spare
+        return hosts
+
+    # -- operations ------------------------------------------------------------------
+    def check(self, state: str, args: dict) -> None:
+        """Refuse a scale op that cannot apply in `state` (called before it is queued)."""
+        if args.get("join") is not None:
+            if state not in JOINABLE:
+                raise OpError("job %r is %s on this host: it cannot join again"
+                              % (self.job.name, state))
+        elif state not in ("running", "starting"):
+            raise OpError("job %r is %s: only a running elastic job can be scaled"
+                          % (self.job.name, state))
+        if not self.job.spec.elastic and args.get("join") is None:
+            raise OpError("job %r is not elastic (nnodes is not \"MIN:MAX\")" % self.job.name)
+
+    def scale(self, args: dict) -> None:
+        """The operator's change, on the job's thread: join, leave, or expect a regroup."""
+        job = self.job
+        now = time.time()
+        hosts = args.get("hosts") or job.spec.hosts
+        if args.get("join") is not None:
+            spec: LaunchSpec = args["join"]
+            job.spec = spec
+            checkpoint, _skipped = job._newest_checkpoint()
+            job._launch(checkpoint, reason="scale")
+            if job.running:
+                self.expect = self._window(args, now)
+                self.regroup = {"since": now, "why": "scale", "pid": job.supervisor.pid
+                                if job.supervisor else None, "last_step": None}
+                job._save()
+            else:
+                job._event("scale", "job %s: this host could not join" % job.name, {
+                    "ok": False, "id": args.get("id"), "change": "add", "host": spec.host,
+                    "error": "torchrun did not start (see the launch_failed alert)"})
+            return
+        job.spec.with_hosts(list(hosts))
+        if args.get("leave"):
+            job._stop_attempt(why="scale")
+            job.state = EXCLUDED
+            self.expect = self.between = self.regroup = None
+            job._event("scale", "job %s: this host left; its part stopped, the other %d "
+                       "host(s) go on" % (job.name, len(hosts)), {
+                           "ok": True, "id": args.get("id"), "change": "remove",
+                           "host": job.spec.host, "left": True, "hosts": list(hosts)})
+            return
+        # The regroup restarts this host's workers with the others, the joining host's
+        # too: the part goes on as the scale's generation, which the joining host starts
+        # with, so that the markers between it and the hosts that stay need no clocks.
+        # A scale sent with an op id of another shape keeps the part's generation.
+        scaled = peer_end.generation(args.get("id"), job.spec.host)
+        if scaled is not None:
+            job.peers.generations.begin(scaled)
+        self.expect = self._window(args, now)
+        job._save()  # an agent restarted in the window still knows the change is expected
+
+    def _window(self, args: dict, now: float) -> dict:
+        # A regroup shows its first step within the start-up allowance of an attempt.
+        window = float(self.job.spec.hang_startup)
+        return {"id": args.get("id"), "change": args.get("change"), "host": args.get("host"),
+                "window": window, "until": now + window}
+
+    def follow_end(self, timeout: float) -> None:
+        """A pause on a host without rank 0: rank 0's host stops its part, and this host's
+        workers fail on the lost peer. A fixed-size job's torchrun then exits; an elastic
+        job's would form a new group instead, so its part is stopped here once its
+        workers have ended."""
+        job = self.job
+        sup = job.supervisor
+        if sup is None:
+            return
+        deadline = time.time() + timeout
+        workers = list(sup.rank_pids())
+        while sup.running and time.time() < deadline:
+            if workers and not any(alive(p) for p in workers):
+                sup.stop(job.spec.stop_grace)
+                return
+            time.sleep(0.1)
+
+    # -- spares and exclusion ----------------------------------------------------------
+    # -- adoption (agent.wire.jobstate) ----------------------------------------------------
+    def state(self) -> dict:
+        """What a change under way needs after an agent restart: the announced scale (its
+        op id and window), the workers gone with torchrun's next move awaited, and the
+        regroup awaiting its first step. Without them the adopting agent would diagnose
+        the regroup as a failure and never say the scale was done."""
+        between = self.between
+        return {"expect": self.expect, "regroup": self.regroup,
+                "between": None if between is None else {
+                    "since": between["since"], "old": sorted(between["old"])}}
+
+    def restore(self, saved: object) -> None:
+        """As `state` left it; anything unusable (a state saved by an older agent) is
+        taken as no change under way. A window that ran out meanwhile is closed at the
+        next look (`tick`), with the event the operator waits for."""
+        if not isinstance(saved, dict):
+            return
+        expect = saved.get("expect")
+        if isinstance(expect, dict) and isinstance(expect.get("until"), (int, float)) and (
+                isinstance(expect.get("window"), (int, float))):
+            self.expect = dict(expect)
+        regroup = saved.get("regroup")
+        if isinstance(regroup, dict) and isinstance(regroup.get("since"), (int, float)) and (
+                isinstance(regroup.get("why"), str)):
+            self.regroup = dict(regroup)
+        between = saved.get("between")
+        if isinstance(between, dict) and isinstance(between.get("since"), (int, float)) and (
+                isinstance(between.get("old"), list)):
+            self.between = {"since": float(between["since"]),
+                            "old": {p for p in between["old"] if isinstance(p, int)}}
+
+    @property
+    def standby_since(self) -> float:
+        """When this spare started waiting: claims made since then are for it."""
+        return self._standby_since
+
+    def resume_standby(self, since: float) -> None:
+        """Wait as a spare again after an agent restart, still answering the claims
+        made since `since`: one made while no agent was running is taken up now."""
+        self._standby_since = since
+
+    def standby(self) -> None:
+        """Wait as a spare; a claim left from an earlier run of the job is not for us."""
+        self._standby_since = time.time()
+        job = self.job
+        claim = job._looking_in(takeover_dir(job.spec),
+                                lambda: read_claim(job.spec, str(job.spec.host)),
+                                "a look for its claim in", "a hung network mount?")
+        if claim is not None and float(claim.get("ts") or 0) < self._standby_since:
+            try:
+                (takeover_dir(self.job.spec) / ("%s.json" % self.job.spec.host)).unlink()
+            except OSError:
+                pass
+
+    def poll_takeover(self) -> None:
+        job = self.job
+        me = str(job.spec.host)
+        claim = job._looking_in(takeover_dir(job.spec), lambda: read_claim(job.spec, me),
+                                "a look for its claim in", "a hung network mount?")
+        if claim is None or float(claim.get("ts") or 0) < self._standby_since:
+            return
+        hosts = claim.get("hosts")
+        if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
+            job.spec.with_hosts(hosts)
+        generation = claim.get("generation")
+        job.peers.generations.take_over(
+            generation if isinstance(generation, str) and generation else None)
+        checkpoint, skipped = job._newest_checkpoint()
+        job._event("takeover", "job %s: spare %s takes over from %s (%s)" % (
+            job.name, me, claim.get("replaced"), claim.get("cause")), {
+            "ok": True, "spare": me, "replaced": claim.get("replaced"),
+            "cause": claim.get("cause"), "claimed_at": claim.get("ts"), "hosts": job.spec.hosts,
+            "checkpoint": str(checkpoint.path) if checkpoint else None,
+            "step": checkpoint.step if checkpoint else 0, "skipped": skipped})
+        job._launch(checkpoint, reason="takeover")
+        if job.running:
+            self.regroup = {"since": time.time(), "why": "takeover", "pid": job.supervisor.pid
+                            if job.supervisor else None, "last_step": None}
+
+    def exclusion(self, diagnosis: Diagnosis) -> Optional[Tuple[dict, Decision]]:
+        """Whether this host leaves the job after `diagnosis`, and who takes its place.
+
+        Only a cause the job lists in `recovery.exclude_on`, only in an elastic job, never
+        the host serving the rendezvous store (the others would lose the rendezvous with
+        it), and only when the job can go on: with a spare, or with MIN nodes left.
+        """
+        spec = self.job.spec
+        if not spec.elastic or diagnosis.cause not in spec.exclude_on:
+            return None
+        if spec.rdzv_is_host is not False:
+            return None
+        me = str(spec.host)
+        remaining = [h for h in spec.hosts if h != me]
+        spare = claim_spare(spec, me, diagnosis.cause, spec.hosts,
+                            self.job.peers.generations.current)
+        if spare is None and len(remaining) < spec.min_nodes:
+            return None
+        hosts = [spare if h == me else h for h in spec.hosts] if spare else remaining
+        if spare:
+            reason = "%s on this host: excluded, the spare %s takes its place" % (
+                diagnosis.cause, spare)
+        else:
+            reason = "%s on this host: excluded, the job goes on with %d node(s)" % (
+                diagnosis.cause, len(remaining))
+        info = {"host": me, "spare": spare, "hosts": hosts, "cause": diagnosis.cause}
+        return info, Decision(False, 0.0, reason, diagnosis.hint)
+
+    def excluded(self, info: dict) -> None:
+        job = self.job
+        job.spec.with_hosts(info["hosts"])
+        job.state = EXCLUDED
+        spare = info["spare"]
+        job._alert("resource", "warning", "host_excluded", "job %s: host %s excluded after %s%s"
+                   % (job.name, info["host"], info["cause"],
+                      "; spare %s takes its place" % spare if spare else ""),
+                   "check host %s before it rejoins (cockpit scale --add): %s"
+                   % (info["host"], HINTS.get(info["cause"], HINTS[UNKNOWN])),
+                   {"host": info["host"]})
+
+
+def _diagnose(ended: Sequence[Tuple[int, int, Optional[int], int]], lines: Sequence[str],
+              telemetry: dict) -> Diagnosis:
+    """The cause, read in the output of the rank that failed first (torchrun names its pid;
+    else the first failing exit status seen): another rank of this host failing on the
+    collective afterwards is a consequence. A collective that failed on a lost peer is a
+    network cause even when only its exception line names it."""
+    first = None
+    for line in lines:
+        match = _FIRST_FAILED.search(line)
+        if match:
+            first = int(match.group(1))
+            break
+    if first is None:  # a rank killed by a signal is never a peer's consequence
+        failing = sorted((s >= 0, o, p) for o, p, _r, s in ended
+                         if s not in (0, -1, -signal.SIGTERM))
+        first = failing[0][2] if failing else None
+    rank = next((r for _o, p, r, _s in ended if p == first), None)
+    own = list(lines) if rank is None else [
+        line for line in lines if line.startswith("[rank%d]:" % rank)]
+    diagnosis = classify(None, own, None, telemetry)
+    if diagnosis.cause in (USER_CODE, UNKNOWN):
+        gone = [line.strip()[:500] for line in own if _PEER_GONE.search(line)]
+        if gone:
+            return Diagnosis(NCCL, gone[-3:], {"rank": rank} if rank is not None else {})
+    return _own_failure(diagnosis, [e for e in ended if e[1] == first] or ended)
+
+
+def _own_failure(diagnosis: Diagnosis, ended: Sequence[Tuple[int, int, Optional[int], int]]
+                 ) -> Diagnosis:
+    """The cause of a failure of this host's ranks. torchrun is stopped before it writes
+    its root-cause report, so a rank ended by a signal is named from its exit status."""
+    if diagnosis.cause != UNKNOWN:
+        return diagnosis
+    for _o, pid, rank, status in ended:
+        if status < -1 and status != -signal.SIGTERM:
+            try:
+                name = signal.Signals(-status).name
+            except ValueError:
+                name = "signal %d" % -status
+            return Diagnosis(KILLED, ["rank %s (pid %d) killed by %s" % (rank, pid, name)],
+                             {"rank": rank})
+    return diagnosis

@@ -1,0 +1,3 @@
+"""The contract that the hook, the agent and the cockpit share: the protocol, record
+validation and job-state vocabulary.
+"""

@@ -1,0 +1,3 @@
+"""The use cases that wire the layers below: the CLI, watch, operations, the demo and the
+local run.
+"""
