@@ -1,0 +1,147 @@
+"""The Health pane's part of a snapshot: is the hardware well? Every host's link, GPUs
+(with their newest XID), CPU, memory, disk and network, and the interruptions.
+
+Simulated GPUs are marked as such on every cell, so the screen can label them SIM."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cockpit.analysis.stalls import HostPressure
+from cockpit.read.details import (
+    link_state,
+)
+from cockpit.snapshot import (
+    GpuCell,
+    Health,
+    HostHealth,
+    Interruption,
+)
+from cockpit.store.queries import StoreReader
+
+
+def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
+              gpus: Sequence[Mapping[str, Any]]) -> list[HostPressure]:
+    cpus = {h["host"]: h.get("cpu_count") for h in hosts}
+    out = []
+    for s in samples:
+        name = s["host"]
+        utils = [g["util"] for g in gpus if g["host"] == name and g.get("util") is not None]
+        cpu_count = cpus.get(name)
+        out.append(HostPressure(
+            host=name,
+            cpu=s.get("cpu"),
+            load_per_cpu=s["load1"] / cpu_count if s.get("load1") is not None and cpu_count
+            else None,
+            mem_frac=fraction(s.get("mem_used"), s.get("mem_total")),
+            swap_frac=fraction(s.get("swap_used"), s.get("swap_total")),
+            disk_frac=fraction(s.get("disk_used"), s.get("disk_total")),
+            gpu_util=sum(utils) / len(utils) if utils else None,
+        ))
+    return out
+
+def fraction(used: Any, total: Any) -> float | None:
+    return used / total if used is not None and total else None
+
+def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
+            samples: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
+            interruptions: Sequence[Mapping[str, Any]], host_states: Mapping[str, str] | None,
+            now: float, replaying: bool, ended: bool = False) -> Health:
+    by_gpu = {(g["host"], g["gpu"]): g for g in gpus}
+    by_host = {s["host"]: s for s in samples}
+    newest_xid: dict[tuple[str, Any], int] = {}
+    for e in sorted(xids, key=lambda e: e["ts"]):
+        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        if isinstance(data.get("xid"), int):
+            newest_xid[(e["host"], data.get("gpu"))] = data["xid"]
+    out = []
+    simulated = False
+    for h in hosts:
+        name = h["host"]
+        inventory = {g.get("index"): g for g in h.get("gpus") or [] if isinstance(g, dict)}
+        indexes = sorted(set(inventory) | {i for (hn, i) in by_gpu if hn == name},
+                         key=lambda i: (i is None, i))
+        cells = []
+        for index in indexes:
+            inv = inventory.get(index, {})
+            g = by_gpu.get((name, index), {})
+            sim = bool(g.get("sim") or inv.get("simulated") or h.get("gpu_source") == "sim")
+            simulated = simulated or sim
+            cells.append(GpuCell(
+                index=int(index) if index is not None else -1,
+                online=bool(g),
+                simulated=sim,
+                util=g.get("util"),
+                temp=g.get("temp"),
+                power=g.get("power"),
+                power_limit=g.get("power_limit"),
+                mem_used=g.get("mem_used"),
+                mem_total=g.get("mem_total") or inv.get("mem_total"),
+                ecc_unc=g.get("ecc_vol_unc"),
+                xid=newest_xid.get((name, index)),
+                throttle=g.get("throttle"),
+                name=inv.get("name"),
+            ))
+        s = by_host.get(name, {})
+        out.append(HostHealth(
+            host=name,
+            state=link_state(h, host_states, now, replaying, ended=ended),
+            gpu_state=h.get("gpu_state") or "unknown",
+            gpus=tuple(cells),
+            cpu=s.get("cpu"),
+            mem_used=s.get("mem_used"),
+            mem_total=s.get("mem_total") or h.get("mem_total"),
+            disk_used=s.get("disk_used"),
+            disk_total=s.get("disk_total"),
+            net_rx=s.get("net_rx"),
+            net_tx=s.get("net_tx"),
+            last_seen=h.get("last_seen"),
+        ))
+    return Health(
+        hosts=tuple(out),
+        interruptions=tuple(
+            Interruption(
+                cause=str(i.get("cause") or "unknown"),
+                detected_at=float(i["detected_at"]),
+                recovered_in=i.get("recovered_in"),
+                steps_lost=i.get("steps_lost"),
+                restart_count=i.get("restart_count"),
+                evidence=i.get("evidence"),
+                hosts=tuple(i.get("hosts") or ((i["host"],) if i.get("host") else ())),
+                failed_restarts=tuple(i.get("failed_restarts") or ()),
+                ended_by=i.get("ended_by"),
+                detection_latency=i.get("detection_latency"),
+            )
+            for i in interruptions if i.get("detected_at") is not None
+        ),
+        simulated=simulated,
+    )
+
+def peak_memory(reader: StoreReader, host: str, until: float) -> tuple[float, float] | None:
+    """The most GPU memory any GPU of `host` held up to `until`, and its total."""
+    used, total = reader.series_columns("gpu", ("mem_used", "mem_total"), where={"host": host},
+                                        x="ts", buckets=1, until_ts=until)
+    peaks = [v for v in used.hi if v is not None]
+    totals = [v for v in total.hi if v is not None]
+    return (max(peaks), max(totals)) if peaks and totals else None
+
+def first_wire_errors(reader: StoreReader, hosts: Sequence[Mapping[str, Any]],
+                       until_ts: float | None) -> dict[str, tuple[float, int]]:
+    """Read only when a host has had a record rejected or stored without some values:
+    almost never."""
+    bad = tuple(sorted((str(h["host"]), h.get("malformed"), h.get("last_error"))
+                       for h in hosts if h.get("malformed") or h.get("last_error")))
+    if not bad:
+        return {}
+    # Read again when a host's count or newest error changes: a new one arrived.
+    names = [host for host, _, _ in bad]
+    return reader.memo("wire_errors", (bad, until_ts),
+                       lambda: reader.first_wire_errors(names, until_ts=until_ts))
+
+def link_rows(hosts: Sequence[Mapping[str, Any]], health: Health) -> list[dict[str, Any]]:
+    """Host rows with the state shown, and since when where the store knows it (the
+    transport records each change of state)."""
+    return [{**h, "state": s.state,
+             "state_since": h.get("state_ts") if h.get("state") == s.state else None}
+            for h, s in zip(hosts, health.hosts, strict=True)]

@@ -1,0 +1,161 @@
+"""The Progress pane's part of a snapshot: the job's state (the agent's, never a guess
+from silence), where it is, how fast it goes and when it ends.
+
+The state is read from the job's lifecycle events (starts, exits, pauses, resumes,
+interruptions), so a finished, stopped or failed job never shows as running."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cockpit.analysis.eta import estimate_eta, progress_fraction
+from cockpit.analysis.lifecycle import (
+    event_data,
+    exit_reading,
+    failure_reading,
+    gave_up,
+    hosts_given_up,
+    paused,
+    running_seconds,
+)
+from cockpit.analysis.stalls import StallVerdict
+from cockpit.read.train_tail import TrainView, job_lifecycle
+from cockpit.snapshot import (
+    Progress,
+)
+from cockpit.store.queries import Frontiers, StoreReader
+
+ACTIVE_STATES = ("running",)
+
+# Lifecycle events after which the job's processes are starting: until its first step,
+# what the panes show is the previous attempt's.
+STARTING_KINDS = ("job_started", "resume", "relaunch")
+
+# Lifecycle events that start or stop a job's processes: the run time its MTBF counts.
+RUNNING_KINDS = ("job_started", "job_exited", "pause", "resume", "job_adopted")
+
+def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
+           newest_step_ts: float | None, fr: Frontiers) -> str:
+    if job is None:
+        return "unknown"
+    has_steps = newest_step_ts is not None
+    last = job_lifecycle(reader, job, fr, until_ts)
+    kind = last["kind"] if last else None
+    if last is not None and (gave_up(last) or hosts_given_up(
+            lifecycle_events(reader, job, fr, until_ts))):
+        # An agent gave up (a spec or code error, repeated OOM …); the other hosts'
+        # parts then end too (the job cannot form without it): failed, not "exited".
+        return "failed"
+    if kind == "job_exited":
+        return "exited"
+    data = event_data(last) if last else {}
+    # A pause that failed (or a refused freeze) left the job running: not "paused".
+    if last is not None and paused(last):
+        return "paused"
+    if kind == "interruption":
+        return "recovering"
+    if kind == "job_adopted" and data.get("running") is True:
+        return "running"  # a restarted agent found the job still running
+    if kind in STARTING_KINDS and (not has_steps or float(last["ts"]) > newest_step_ts):
+        # Launched (again) and no step since: the figures are the last attempt's.
+        return "starting"
+    if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
+        return "running"
+    return "unknown"
+
+def lifecycle_events(reader: StoreReader, job: str, fr: Frontiers,
+                      until_ts: float | None) -> list[Mapping[str, Any]]:
+    """`job`'s starts, exits, pauses, resumes and interruptions (tens of events, not
+    millions), read once per change of the event table: the state (which hosts gave
+    up) and the MTBF (how long the job ran) both read them."""
+    return reader.memo(f"lifecycle-events:{job}", (job, fr.key("event")),
+                       lambda: reader.rare_events((*RUNNING_KINDS, "interruption"), job,
+                                                  until_ts))
+
+def resume_step(last: Mapping[str, Any] | None) -> int | None:
+    """The checkpoint step a paused job's resume starts from, as its pause event says."""
+    if last is None or not paused(last):
+        return None
+    step = event_data(last).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
+              stall: StallVerdict, resume_step: int | None = None,
+              lifecycle: Sequence[Mapping[str, Any]] = ()) -> Progress:
+    """`lifecycle`: the job's lifecycle events, which say how an exited or failed job
+    ended."""
+    newest = train.newest
+    if state != "paused":
+        resume_step = None
+    if newest is None:
+        note = None
+        if state == "exited":
+            state, note = exit_reading(lifecycle, None)
+        elif state == "failed":
+            note = failure_reading(lifecycle)
+        return Progress(state=state, total_steps=run.get("total_steps"),
+                        resume_step=resume_step, eta_note=note)
+    step = int(newest["step"])
+    total_steps = run.get("total_steps")
+    # Seen so far, assuming the global batch of the newest step held throughout (per
+    # optimizer step: a record covering N steps counts its samples over N).
+    samples = round(step * train.global_samples) if train.global_samples is not None else None
+    tokens = round(step * train.global_tokens) if train.global_tokens is not None else None
+    percent = progress_fraction(
+        step=step, total_steps=total_steps, samples=samples,
+        total_samples=run.get("total_samples"), tokens=tokens,
+        total_tokens=run.get("total_tokens"), epoch=newest.get("epoch"),
+        total_epochs=run.get("total_epochs"),
+    )
+    steps_goal = total_steps
+    if steps_goal is None and run.get("total_samples") and train.global_samples:
+        steps_goal = math.ceil(run["total_samples"] / train.global_samples)
+    if steps_goal is None and run.get("total_tokens") and train.global_tokens:
+        steps_goal = math.ceil(run["total_tokens"] / train.global_tokens)
+    eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=train.walls,
+                       step_counts=train.wall_steps)
+    # A job that is not running has no time left to estimate, only a reason why.
+    eta_note = None
+    if state == "exited":
+        state, eta_note = exit_reading(lifecycle, percent)
+    elif state == "failed":
+        eta_note = failure_reading(lifecycle)
+    elif state in ("paused", "starting"):
+        eta_note = state
+    shown_state = "stalled" if stall.stalled and state == "running" else state
+    if shown_state == "stalled":
+        eta_note = "stalled"  # the rate of its last steps says nothing of when it resumes
+    if eta_note is not None:
+        eta = dataclasses.replace(eta, seconds=None, low=None, high=None)
+    return Progress(
+        stage=newest.get("stage"),
+        epoch=newest.get("epoch"),
+        step=step,
+        total_steps=total_steps,
+        samples=samples,
+        tokens=tokens,
+        percent=None if percent is None else 100.0 * percent,
+        eta_seconds=eta.seconds,
+        eta_low=eta.low,
+        eta_high=eta.high,
+        eta_note=eta_note,
+        steps_per_second=eta.steps_per_second,
+        since_last_step=max(now - float(newest["ts"]), 0.0),
+        stalled=stall.stalled,
+        stall_cause=stall.cause,
+        stall_detail=stall.detail,
+        state=shown_state,
+        resume_step=resume_step,
+    )
+
+def observed_seconds(lifecycle: Sequence[Mapping[str, Any]], job: str, since: float,
+                     at: float) -> float:
+    """The run time a job's MTBF is measured over: while its processes ran, not the
+    pauses nor the recording's time after it exited (`running_seconds`); the span
+    since `since` when no lifecycle event says more."""
+    running = running_seconds((e for e in lifecycle if e.get("job") == job),
+                              since=since, until=at)
+    return at - since if running is None else running
