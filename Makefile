@@ -35,6 +35,7 @@ sshd:
 test: $(STAMP) sshd
 	$(BIN)/ruff check cockpit agent tests bench examples
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # The fast tier for the edit-test loop: lint and the tests that start no process or
@@ -42,6 +43,7 @@ test: $(STAMP) sshd
 check: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal -m "not e2e and not slow and not starts"
 
 # Faults injected into real hosts, agents, a job and the cockpit while records flow;
@@ -52,10 +54,11 @@ chaos: $(STAMP) sshd
 lint: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 bench: $(STAMP) sshd
 	$(BIN)/python -m pip install -q -e '.[train,test,bench]'
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build dist runs .pytest_cache
+	rm -rf $(VENV) build dist runs .pytest_cache .mypy_cache

@@ -87,8 +87,8 @@ def _positive_int(text: str) -> int:
 
 def _job_name(text: str) -> str:
     """The job id names the folders of its logs and spool, so it must be one folder name."""
-    from agent.job.launch import check_job_name
-    from agent.journal.control_inbox import OpError
+    from agent.wire.launch_spec import check_job_name
+    from agent.wire.op_error import OpError
 
     try:
         return check_job_name(text, "job id")

@@ -21,22 +21,24 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from agent import __version__
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
-from agent.job.launch import LaunchSpec, check_job_name
+from agent.job.launch import LaunchSpec
 from agent.job.managed import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
 from agent.job.peer_end import Generations
 from agent.job.supervisor import Supervisor, alive
-from agent.journal.control_inbox import ControlInbox, OpError
+from agent.journal.control_inbox import ControlInbox
 from agent.journal.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal, JournalFull
 from agent.journal.spool import SpoolTailer
 from agent.lockfile import StateLock
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
-from agent.wire import jobstate
+from agent.wire import jobstate, paths
+from agent.wire.launch_spec import check_job_name
+from agent.wire.op_error import OpError
 from agent.wire.protocol import PROTOCOL_VERSION
 
 MIN_INTERVAL = 0.25
@@ -72,12 +74,20 @@ class ObservedJournal:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
 
+    @property
+    def state_dir(self) -> Path:
+        return self._journal.state_dir
+
+    @property
+    def head(self) -> int:
+        return self._journal.head
+
     def append_many(self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None
                     ) -> List[int]:
         records = list(records)
         seqs = self._journal.append_many(records, ts=ts, hold=False)
         for t, fields in records:
-            if t == "train" or t == "event":
+            if t in ("train", "event", "run"):
                 try:
                     self._observe(t, fields)
                 except Exception as exc:
@@ -193,8 +203,8 @@ class Daemon:
         if sup is not None and sup.job == job:
             return sup.run_dir
         for run_dir in self.config.run_dirs:
-            if (run_dir / "spool" / job).is_dir() or (run_dir / "control" / (
-                    "%s.ndjson" % job)).exists():
+            if paths.spool_dir(run_dir, job).is_dir() or paths.control_file(
+                    run_dir, job).exists():
                 return run_dir
         raise OpError("no job %r under this agent's run dirs (%s)" % (
             job, ", ".join(str(p) for p in self.config.run_dirs) or "none given"))
@@ -206,7 +216,7 @@ class Daemon:
         check_job_name(job, "adjust 'job'")  # it names the control file: no path
         if not isinstance(knobs, dict) or not knobs:
             raise OpError("adjust needs 'knobs', a non-empty object of knob: value")
-        path = self._job_run_dir(job) / "control" / ("%s.ndjson" % job)
+        path = paths.control_file(self._job_run_dir(job), job)
         path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"id": op.get("id"), "ts": time.time(), "knobs": knobs},
                           separators=(",", ":"), ensure_ascii=False, default=str)
@@ -251,6 +261,8 @@ class Daemon:
             return
         if t == "train":
             job.on_train(dict(fields))
+        elif t == "run":
+            job.on_run(dict(fields))
         else:
             job.on_event(dict(fields))
 
@@ -426,12 +438,13 @@ class Daemon:
         ranks: Dict[int, Optional[int]] = {}
         for pid, (_job, rank) in self.spools.pid_ranks().items():
             ranks[pid] = rank
-        sources = [self.supervisor] if self.supervisor is not None else []
+        sources: List[Union[Supervisor, ManagedJob]] = (
+            [self.supervisor] if self.supervisor is not None else [])
         sources.extend(self.jobs.values())
         for source in sources:
-            for pid, rank in source.pid_ranks().items():
-                if rank is not None or pid not in ranks:
-                    ranks[pid] = rank
+            for pid, known in source.pid_ranks().items():
+                if known is not None or pid not in ranks:
+                    ranks[pid] = known
         return ranks
 
     def sample_once(self) -> None:

@@ -53,7 +53,8 @@ def env_fingerprint() -> Dict[str, Any]:
         from importlib import metadata
 
         for dist in metadata.distributions():
-            name = (dist.metadata.get("Name") or "").lower()
+            # typeshed's PackageMetadata omits get(), which the real email.message.Message has
+            name = (dist.metadata.get("Name") or "").lower()  # type: ignore[attr-defined]
             if name:
                 packages.append("%s==%s" % (name, dist.version))
     except Exception:

@@ -29,6 +29,26 @@ class Series:
 
 
 @dataclass(frozen=True)
+class RankProgress:
+    """One rank's position: how far it got, how fast it goes, how far it trails."""
+
+    rank: int
+    host: str
+    step: int
+    steps_per_second: float | None = None  # from its median recent step time
+    lag: int = 0  # steps behind the rank furthest ahead
+
+
+@dataclass(frozen=True)
+class StageSpan:
+    """A stretch of the job's wall-clock time in one stage (`cockpit.analysis.timeline`)."""
+
+    start: float
+    end: float
+    stage: str  # "start-up", "train", "eval", "checkpoint", "paused", "restarting"
+
+
+@dataclass(frozen=True)
 class Progress:
     stage: str | None = None
     epoch: float | None = None
@@ -50,6 +70,8 @@ class Progress:
     # Of a paused job: the step of the checkpoint a resume starts from. The steps trained
     # after it (up to `step`) are discarded by the resume.
     resume_step: int | None = None
+    ranks: tuple[RankProgress, ...] = ()  # every rank that reported, by rank
+    stages: tuple[StageSpan, ...] = ()  # the job's stages over time, oldest first
 
 
 @dataclass(frozen=True)
@@ -57,8 +79,12 @@ class Marker:
     """Something done to the run at a step, to see beside the loss it changed."""
 
     step: int
-    kind: str  # "adjust" (an operator changed a lasting knob) or "restart"
+    # "adjust" (an operator changed a lasting knob) or "restart"; and, among `faults`,
+    # "xid", "ecc", "throttle" or "unreachable" (`cockpit.analysis.timeline`)
+    kind: str
     text: str  # "lr_scale=0.5", "resumed from ckpt-00001000.pt at step 1000"
+    host: str | None = None  # where a fault was seen
+    ts: float | None = None  # when it was seen: a fault's step is the one trained then
 
 
 @dataclass(frozen=True)
@@ -93,6 +119,10 @@ class Effect:
     last_lr: float | None = None  # the reference rank's newest recorded LR
     lr_scale: str | None = None  # the operator's scale in force (as acknowledged), if any
     lr_changes: tuple[LrChange, ...] = ()  # the operator's LR changes, by step
+    # Hardware and link faults (XID, ECC, throttling, an unreachable host) at the step
+    # trained when each was seen, by step: drawn with `markers` on the loss and
+    # throughput charts, so a spike or a dip sits beside what caused it.
+    faults: tuple[Marker, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,6 +181,9 @@ class HostHealth:
     net_rx: float | None = None
     net_tx: float | None = None
     last_seen: float | None = None  # ts of the newest record
+    # The jump host (`user@address:port`) the link's last failure says is down in front
+    # of this host: unreachable then through no fault of its own (None: none said so).
+    behind: str | None = None
 
 
 @dataclass(frozen=True)

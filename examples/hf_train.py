@@ -3,7 +3,7 @@
 Run it on one process, or on several under torchrun (CPU/gloo here; on GPUs NCCL):
 
     python examples/hf_train.py --max-steps 200
-    torchrun --nproc-per-node 2 examples/hf_train.py --max-steps 200
+    torchrun --standalone --nproc-per-node 2 examples/hf_train.py --max-steps 200
 
 or under the cockpit's agent with a job spec whose `script` is this file. What it takes
 to be seen and steered is three things, marked `cockpit:` below:

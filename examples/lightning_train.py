@@ -4,10 +4,11 @@ Run it on one process, or on several under torchrun (CPU/gloo here; on GPUs Ligh
 picks NCCL):
 
     python examples/lightning_train.py --max-steps 200
-    torchrun --nproc-per-node 2 examples/lightning_train.py --max-steps 200
+    torchrun --standalone --nproc-per-node 2 examples/lightning_train.py --max-steps 200
 
-or under the cockpit's agent with a job spec whose `command` is the line above. What it
-takes to be seen and steered is two lines, marked `cockpit:` below:
+or under the cockpit's agent with a job spec whose `script` is this file (its `args`
+the options). What it takes to be seen and steered is two lines, marked `cockpit:`
+below:
 
 1. `CockpitCallback()` in the Trainer's callbacks: every optimizer step, evaluation and
    checkpoint is reported (rank 0 writes the run's records; every rank its steps), and the

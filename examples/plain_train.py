@@ -2,7 +2,7 @@
 
     python examples/plain_train.py --steps 300                 # alone: records to ./runs/
     cockpit run -- python examples/plain_train.py --steps 3000 --sleep 0.02   # watched
-    torchrun --nproc-per-node 2 examples/plain_train.py        # two ranks (gloo on CPU)
+    torchrun --standalone --nproc-per-node 2 examples/plain_train.py   # two ranks (gloo)
 
 A tiny MLP learns a fixed random function. Everything a trainer needs to be seen and
 controlled is here, each in a few lines: steps with loss and LR, evaluations,

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,3 +225,60 @@ def test_the_agent_parses_as_the_python_of_an_older_gpu_host() -> None:
         except SyntaxError as exc:
             too_new.append(f"{path.relative_to(ROOT)}:{exc.lineno}: {exc.msg}")
     assert not too_new, too_new
+
+
+def _import_circles(graph: Any) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan, iterative)."""
+    modules = sorted(graph.modules)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    counter = 0
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in graph.modules:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.find_modules_directly_imported_by(nxt)))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        circles.append(sorted(group))
+    return circles
+
+
+def test_no_import_circle_anywhere() -> None:
+    """The layers contract orders packages; this finds a circle inside one too (a module
+    importing another that imports it back, at any depth, lazily or not). Imports made
+    only for the type checker do not run and are left out."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("cockpit", "agent", exclude_type_checking_imports=True)
+    assert _import_circles(graph) == []

@@ -35,16 +35,17 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-ONE_SHOT_KNOBS = ("checkpoint_now", "eval_now")
+from agent.wire import atomic, paths
+from agent.wire.knobs import ONE_SHOT_KNOBS
 
 
 def control_path(run_dir: str, job: str) -> str:
-    return os.path.join(run_dir, "control", job + ".ndjson")
+    return str(paths.control_file(run_dir, job))
 
 
 def acked_path(control_file: str) -> str:
     """The ledger of `control_file`'s acknowledged lines, beside it (shared like it)."""
-    return control_file[: -len(".ndjson")] + ".acked.json"
+    return str(paths.acked_file(control_file))
 
 
 def read_acked(path: str) -> int:
@@ -67,10 +68,7 @@ def read_acked(path: str) -> int:
 def write_acked(path: str, lines: int) -> None:
     """Record that lines 1..`lines` were acknowledged; replaced whole, so a reader never
     sees half a ledger. Raises OSError."""
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"lines": int(lines)}) + "\n")
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps({"lines": int(lines)}) + "\n")
 
 
 class ControlFile:

@@ -161,7 +161,7 @@ class CockpitHFHooks:
         if self._declare and zero:
             # The state's count is the one the Trainer runs (max_steps overrides the
             # arguments' num_train_epochs); older versions only have the argument.
-            epochs = getattr(state, "num_train_epochs", None)
+            epochs: Any = getattr(state, "num_train_epochs", None)
             if not _number(epochs) or epochs <= 0:
                 epochs = getattr(args, "num_train_epochs", None)
             to_dict = getattr(args, "to_dict", None)
@@ -255,7 +255,7 @@ class CockpitHFHooks:
             return  # eval and end-of-training summaries are reported elsewhere
         steps = max(1, self._steps_since_report)
         self._steps_since_report = 0
-        per_step = getattr(args, "per_device_train_batch_size", None)
+        per_step: Any = getattr(args, "per_device_train_batch_size", None)
         accumulate = getattr(args, "gradient_accumulation_steps", 1) or 1
         samples = per_step * accumulate * steps if _number(per_step) else None
         known = ("loss", "learning_rate", "grad_norm", "epoch")
@@ -305,7 +305,10 @@ class CockpitHFHooks:
         if not getattr(state, "is_world_process_zero", True):
             return
         step = getattr(state, "global_step", 0)
-        path = os.path.join(str(getattr(args, "output_dir", ".")), "checkpoint-%d" % step)
+        # Absolute: the record names the folder wherever it is read (the Trainer's own
+        # `output_dir` is often relative to the job's working directory).
+        path = os.path.abspath(os.path.join(str(getattr(args, "output_dir", ".")),
+                                            "checkpoint-%d" % step))
         size = _directory_bytes(path)
         if size is not None:
             mark_complete(path, step)

@@ -9,7 +9,7 @@ treated as a tensor-like scalar: torch is never imported here.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Tuple
+from typing import Any, Literal, Optional, Tuple, overload
 
 from agent.wire.protocol import INT64_MAX, INT64_MIN  # the range the cockpit can keep
 
@@ -68,6 +68,12 @@ def to_number(value: Any) -> Optional[float]:
         raise NotAScalar("is a %s, not a number" % kind.__name__, "type") from exc
 
 
+@overload
+def wire_number(value: Any, integer: Literal[True], nonfinite: bool = False
+                ) -> Optional[int]: ...
+@overload
+def wire_number(value: Any, integer: bool = False, nonfinite: bool = False
+                ) -> Optional[float]: ...
 def wire_number(value: Any, integer: bool = False, nonfinite: bool = False
                 ) -> Optional[float]:
     """`to_number`, narrowed to what the cockpit can load; raises `NotAScalar` otherwise.

@@ -452,7 +452,8 @@ class CockpitLightningHooks:
         the marker and the `checkpoint_saved` event, which acknowledges the request."""
         rep = self.reporter
         zero = getattr(trainer, "is_global_zero", True)
-        path = os.path.join(self._checkpoint_folder(trainer), "cockpit-step=%d.ckpt" % step)
+        path = os.path.abspath(os.path.join(self._checkpoint_folder(trainer),
+                                            "cockpit-step=%d.ckpt" % step))
         started = time.perf_counter()
         self._saving_now = True
         try:
@@ -551,7 +552,9 @@ class CockpitLightningHooks:
             for path, size, mtime in written:
                 seconds = max(0.0, mtime - previous)
                 previous = max(previous, mtime)
-                marks.append((path, size if size >= 0 else _path_bytes(path), seconds))
+                # Absolute: the record names the file wherever it is read.
+                marks.append((os.path.abspath(path), size if size >= 0 else _path_bytes(path),
+                              seconds))
             if zero:
                 def done() -> None:
                     for path, size, seconds in marks:
@@ -574,7 +577,7 @@ class CockpitLightningHooks:
         for attr in ("last_model_path", "best_model_path"):
             candidate = getattr(callback, attr, "") or ""
             if candidate and os.path.exists(candidate):
-                path = candidate
+                path = os.path.abspath(candidate)
                 break
         rep.checkpoint_saved(path or "(unknown path)", pending.step, None)
 

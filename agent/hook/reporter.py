@@ -27,7 +27,6 @@ from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from agent.hook.control import (
-    ONE_SHOT_KNOBS,
     ControlError,
     ControlFile,
     ControlState,
@@ -43,6 +42,7 @@ from agent.hook.control import (
 from agent.hook.lazy_values import NotAScalar, split_nonfinite, wire_number
 from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
 from agent.wire.checkpoints import RESUME_ENV
+from agent.wire.knobs import ONE_SHOT_KNOBS
 from agent.wire.protocol import ALERT_KINDS, MAX_LINE_BYTES, MAX_LOG_LINE, SEVERITIES
 
 PHASES = ("data", "compute", "comm", "checkpoint")
@@ -374,13 +374,13 @@ class Reporter:
     ) -> None:
         """A checkpoint is complete on disk (call after the rename, not before)."""
         seconds = self._non_negative("checkpoint_saved seconds", seconds)
-        bytes = self._non_negative("checkpoint_saved bytes", bytes, integer=True)
-        if bytes is None and os.path.isfile(path):  # a folder's size is its files'
+        measured = self._non_negative("checkpoint_saved bytes", bytes, integer=True)
+        if measured is None and os.path.isfile(path):  # a folder's size is its files'
             try:
-                bytes = os.path.getsize(path)
+                measured = os.path.getsize(path)
             except OSError:
-                bytes = None
-        size = "" if bytes is None else ", %.1f MB" % (bytes / 1e6)
+                measured = None
+        size = "" if measured is None else ", %.1f MB" % (measured / 1e6)
         took = "" if seconds is None else " in %.2f s" % seconds
         self.event(
             "checkpoint_saved",
@@ -388,7 +388,7 @@ class Reporter:
             step=step,
             path=str(path),
             seconds=seconds,
-            bytes=bytes,
+            bytes=measured,
         )
         self.request_done("checkpoint_now", step)
 

@@ -20,13 +20,14 @@ import uuid
 from typing import Any, List, Optional
 
 from agent.hook.lazy_values import INT64_MAX, INT64_MIN
+from agent.wire import paths
 
 SPOOL_VERSION = 1
 DEFAULT_MAX_FILE_BYTES = 64 << 20
 
 
 def spool_dir(run_dir: str, job: str) -> str:
-    return os.path.join(run_dir, "spool", job)
+    return str(paths.spool_dir(run_dir, job))
 
 
 class SpoolWriter:

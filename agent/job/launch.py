@@ -10,17 +10,23 @@ otherwise surface as a crash deep in a restart. Every command is an argv list ha
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from agent.journal.control_inbox import OpError
+from agent.wire import paths
 from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
-
-CHECKPOINT_FIELD = "{checkpoint}"
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from agent.wire.launch_spec import (
+    CHECKPOINT_FIELD,
+    DEFAULTS,
+    ENV_NAME,
+    MAX_NPROC_PER_NODE,
+    MINIMUM,
+    check_job_name,
+    finite,
+    nul_field,
+)
+from agent.wire.op_error import OpError
 
 # A watchdog-friendly environment: NCCL errors abort the collective instead of hanging
 # it, and the process-group timeout is explicit (and longer than the agent's hang check).
@@ -36,20 +42,6 @@ WATCHDOG_ENV = {
 }
 
 
-def check_job_name(name: Any, field: str = "name") -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise OpError("%s must be a non-empty string" % field)
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name):
-        # A job name is shown in every cockpit and report: no terminal controls in it.
-        raise OpError("%s %r has control characters" % (field, name))
-    if name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith("-"):
-        raise OpError("%s %r cannot name a folder: no '/', '\\', NUL or leading '-'"
-                      % (field, name))
-    if len(name) > 128:
-        raise OpError("%s is longer than 128 characters" % field)
-    return name
-
-
 def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = None
               ) -> List[str]:
     value = spec.get(key, default if default is not None else [])
@@ -58,59 +50,28 @@ def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = 
     return list(value)
 
 
-# Processes torchrun starts per host: one per GPU, or per CPU for a CPU job. A count past
-# any host's is a typo that would fork until the host ran out of memory (the cockpit's job
-# spec checks the same bound).
-MAX_NPROC_PER_NODE = 1024
-
-
-def _int(spec: Mapping[str, Any], key: str, default: int, minimum: int = 0,
-         name: Optional[str] = None, maximum: Optional[int] = None) -> int:
-    value = spec.get(key, default)
+def _int(spec: Mapping[str, Any], key: str, name: Optional[str] = None,
+         maximum: Optional[int] = None) -> int:
+    """`key` of `spec` (dotted name `name`), its default and least value as
+    agent.wire.launch_spec gives them."""
+    name = name or key
+    minimum = int(MINIMUM.get(name, 0))
+    value = spec.get(key, DEFAULTS[name])
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OpError("spec field %r must be an integer >= %d" % (name or key, minimum))
+        raise OpError("spec field %r must be an integer >= %d" % (name, minimum))
     if maximum is not None and value > maximum:
-        raise OpError("spec field %r must be at most %d, got %d" % (name or key, maximum, value))
+        raise OpError("spec field %r must be at most %d, got %d" % (name, maximum, value))
     return value
 
 
-def _number(spec: Mapping[str, Any], key: str, default: float, minimum: float = 0.0,
-            name: Optional[str] = None) -> float:
-    number = finite(spec.get(key, default))
+def _number(spec: Mapping[str, Any], key: str, name: Optional[str] = None) -> float:
+    """As `_int`, for a finite number."""
+    name = name or key
+    minimum = MINIMUM.get(name, 0.0)
+    number = finite(spec.get(key, DEFAULTS[name]))
     if number is None or number < minimum:
-        raise OpError("spec field %r must be a finite number >= %g" % (name or key, minimum))
+        raise OpError("spec field %r must be a finite number >= %g" % (name, minimum))
     return number
-
-
-def finite(value: Any) -> Optional[float]:
-    """The value as a float, or None: nan passes every comparison (a hang limit of nan is
-    never reached), and an integer past a float's range (JSON and TOML read any) is none."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def nul_field(value: Any, name: str = "") -> Optional[str]:
-    """The field whose text holds a NUL byte, which no path, argument or environment value
-    can carry: found here, not as a bare "embedded null byte" when the job starts."""
-    if isinstance(value, str):
-        return name if "\0" in value else None
-    if isinstance(value, list):
-        pairs = [(name, item) for item in value]
-    elif isinstance(value, dict):
-        pairs = [("%s.%s" % (name, key) if name else str(key), item)
-                 for key, item in value.items()]
-    else:
-        return None
-    for dotted, item in pairs:
-        found = dotted if "\0" in dotted else nul_field(item, dotted)
-        if found is not None:
-            return found
-    return None
 
 
 def _nnodes(value: Any) -> Tuple[int, int, bool]:
@@ -157,20 +118,21 @@ class LaunchSpec:
         if nul is not None:
             raise OpError("spec field %r holds a NUL byte" % nul)
         self.name = check_job_name(spec.get("name"))
-        self.python = spec.get("python", "python3")
+        self.python = spec.get("python", DEFAULTS["python"])
         if not isinstance(self.python, str) or not self.python:
             raise OpError("spec field 'python' must be a non-empty string")
         self.script = spec.get("script")
         if not isinstance(self.script, str) or not self.script:
             raise OpError("spec field 'script' must name the training script or module")
-        self.module = bool(spec.get("module", False))
+        self.module = bool(spec.get("module", DEFAULTS["module"]))
         self.args = _str_list(spec, "args")
-        self.nproc_per_node = _int(spec, "nproc_per_node", 1, 1, maximum=MAX_NPROC_PER_NODE)
+        self.nproc_per_node = _int(spec, "nproc_per_node", maximum=MAX_NPROC_PER_NODE)
         # An elastic job ("MIN:MAX") lets torchrun's rendezvous admit and lose nodes while
         # the others keep running; its node ranks are the rendezvous's to give.
-        self.min_nodes, self.max_nodes, self.elastic = _nnodes(spec.get("nnodes", 1))
+        self.min_nodes, self.max_nodes, self.elastic = _nnodes(
+            spec.get("nnodes", DEFAULTS["nnodes"]))
         self.nnodes = self.max_nodes
-        self.node_rank = _int(spec, "node_rank", 0, 0)
+        self.node_rank = _int(spec, "node_rank")
         if not self.elastic and self.node_rank >= self.nnodes:
             raise OpError("node_rank %d is not below nnodes %d" % (self.node_rank, self.nnodes))
         self.hosts = _str_list(spec, "hosts")
@@ -183,7 +145,7 @@ class LaunchSpec:
             host = check_job_name(host, "spec field 'host'")
         self.host: Optional[str] = host
         self.shared_dir = Path(os.path.expanduser(run_dir)).resolve()
-        ckpt = spec.get("checkpoint_dir", "checkpoints")
+        ckpt = spec.get("checkpoint_dir", DEFAULTS["checkpoint_dir"])
         if not isinstance(ckpt, str) or not ckpt:
             raise OpError("spec field 'checkpoint_dir' must be a path")
         self.checkpoint_rel = os.path.expanduser(ckpt)
@@ -193,7 +155,7 @@ class LaunchSpec:
         # agent would journal this host's ranks as its own and read its failures.
         self.run_dir = self.shared_dir
         if self.max_nodes > 1:
-            self.run_dir = self.shared_dir / "nodes" / (host or "node-%d" % self.node_rank)
+            self.run_dir = paths.node_dir(self.shared_dir, host or "node-%d" % self.node_rank)
         workdir = spec.get("workdir")
         if workdir is not None and not isinstance(workdir, str):
             raise OpError("spec field 'workdir' must be a path")
@@ -219,9 +181,9 @@ class LaunchSpec:
         if self.elastic and self.resume_newest is None:
             raise OpError("an elastic job needs 'resume.newest_args' (how the trainer resumes "
                           "from its newest checkpoint by itself)")
-        self.override_args = _str_list(spec, "override_args", ["--set", "{key}={value}"])
+        self.override_args = _str_list(spec, "override_args", list(DEFAULTS["override_args"]))
         rdzv = _table(spec, "rendezvous")
-        self.rdzv_backend = rdzv.get("backend", "c10d")
+        self.rdzv_backend = rdzv.get("backend", DEFAULTS["rendezvous.backend"])
         self.rdzv_endpoint = rdzv.get("endpoint")
         self.rdzv_id = rdzv.get("id", self.name)
         for key, value in (("backend", self.rdzv_backend), ("id", self.rdzv_id)):
@@ -237,21 +199,22 @@ class LaunchSpec:
         self.rdzv_is_host: Optional[bool] = is_host
         self.rdzv_last_call = _optional_int(rdzv, "last_call", "rendezvous.last_call", 0)
         self.rdzv_keep_alive = _optional_int(rdzv, "keep_alive", "rendezvous.keep_alive", 1)
-        self.max_restarts = _int(spec, "max_restarts", 0)
+        self.max_restarts = _int(spec, "max_restarts")
         recovery = _table(spec, "recovery")
-        self.restart_budget = _int(recovery, "restart_budget", 10, 0, "recovery.restart_budget")
-        self.backoff = _number(recovery, "backoff", 1.0, 0.0, "recovery.backoff")
-        self.backoff_max = _number(recovery, "backoff_max", 60.0, 0.0, "recovery.backoff_max")
+        self.restart_budget = _int(recovery, "restart_budget", "recovery.restart_budget")
+        self.backoff = _number(recovery, "backoff", "recovery.backoff")
+        self.backoff_max = _number(recovery, "backoff_max", "recovery.backoff_max")
         if self.backoff_max < self.backoff:
             raise OpError("recovery.backoff_max must be >= recovery.backoff")
-        self.exclude_on = _str_list(recovery, "exclude_on", ["gpu_fault"])
+        self.exclude_on = _str_list(recovery, "exclude_on",
+                                    list(DEFAULTS["recovery.exclude_on"]))
         hang = _table(spec, "hang")
-        self.hang_k = _number(hang, "k", 3.0, 0.001, "hang.k")
-        self.hang_floor = _number(hang, "floor", 10.0, 0.001, "hang.floor")
-        self.hang_startup = _number(hang, "startup", 600.0, 0.001, "hang.startup")
-        self.pg_timeout = _number(spec, "pg_timeout", 1800.0, 1.0)
-        self.pause_timeout = _number(spec, "pause_timeout", 300.0, 0.1)
-        self.stop_grace = _number(spec, "stop_grace", 10.0)
+        self.hang_k = _number(hang, "k", "hang.k")
+        self.hang_floor = _number(hang, "floor", "hang.floor")
+        self.hang_startup = _number(hang, "startup", "hang.startup")
+        self.pg_timeout = _number(spec, "pg_timeout")
+        self.pause_timeout = _number(spec, "pause_timeout")
+        self.stop_grace = _number(spec, "stop_grace")
         parent = spec.get("parent")
         self.parent = parent if isinstance(parent, dict) else None
 
@@ -263,7 +226,7 @@ class LaunchSpec:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.run_dir == self.shared_dir:
             return
-        links = [("control", self.shared_dir / "control")]
+        links = [(paths.CONTROL, paths.control_dir(self.shared_dir))]
         if not os.path.isabs(self.checkpoint_rel):
             links.append((self.checkpoint_rel, self.checkpoint_dir))
         for name, target in links:

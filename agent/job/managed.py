@@ -33,20 +33,23 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from agent.job import peer_end
 from agent.job.launch import LaunchSpec
 from agent.job.membership import STANDBY, Membership
+from agent.job.progress import Progress
 from agent.job.recovery import (
-    HANG,
+    Decision,
     Diagnosis,
     HangDetector,
     RecoveryPolicy,
     classify,
+    interruption,
     read_error_file,
 )
 from agent.job.stacks import dump_stacks
 from agent.job.supervisor import Supervisor, alive
-from agent.journal.control_inbox import OpError
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
-from agent.wire import checkpoints, jobstate
+from agent.wire import checkpoints, jobstate, paths
+from agent.wire.causes import HANG
+from agent.wire.op_error import OpError
 
 WATCH = 0.5  # s between checks of the attempt (worker liveness, hang, operations)
 RANKS_REFRESH = 2.0  # s between re-reading which processes are torchrun's workers
@@ -125,25 +128,21 @@ class ManagedJob:
         self.state = STARTING
         self.attempt = 0
         self.supervisor: Optional[Supervisor] = None
-        self._lock = threading.Lock()
+        # The counters the daemon's thread feeds and this job's thread reads, and their
+        # lock (which also guards `_checkpoints`).
+        self.progress = Progress(self.detector)
         self._commands: "queue.Queue[Tuple[str, dict]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._closing = threading.Event()
-        self._attempt_started = 0.0
         self._attempt_checkpoint: Optional[checkpoints.Checkpoint] = None
-        self._cur_max: Optional[int] = None  # newest step of this attempt
-        self._prev_max: Optional[int] = None  # newest step of the attempt before
         self._last_alive: Dict[int, float] = {}
         self._ranks: Dict[int, Optional[int]] = {}
         self._ranks_at = 0.0
         self._checkpoints: List[Tuple[float, int, str]] = []  # (ts, step, path) saved
-        self._pending_recovery: Optional[dict] = None
-        self._xids: List[int] = []
         self._err_offset = 0
         self._failure: dict = {}
         self._vanished_at: Optional[Tuple[float, float, str]] = None
         self._freeze_until: Optional[float] = None
-        self._train_seen_at = 0.0
         self._saved: tuple = ()  # what the last save of the job's state recorded
         self._saved_at = 0.0
         self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
@@ -155,34 +154,42 @@ class ManagedJob:
         step, ts = record.get("step"), record.get("ts")
         if not isinstance(step, int) or not isinstance(ts, (int, float)):
             return
-        with self._lock:
-            self._train_seen_at = time.time()
-            if ts < self._attempt_started:
-                self._prev_max = step if self._prev_max is None else max(self._prev_max, step)
+        progress = self.progress
+        with progress.lock:
+            progress.train_seen_at = time.time()
+            if ts < progress.attempt_started:
+                progress.prev_max = step if progress.prev_max is None else max(
+                    progress.prev_max, step)
                 return
-            self._cur_max = step if self._cur_max is None else max(self._cur_max, step)
+            progress.cur_max = step if progress.cur_max is None else max(progress.cur_max,
+                                                                         step)
             self.detector.observe(step, record.get("step_time"), ts)
-            pending = self._pending_recovery
+            pending = progress.pending_recovery
             if pending is not None:
-                self._pending_recovery = None
+                progress.pending_recovery = None
             regroup = self.membership.first_step(ts)
         if pending is not None:
             self._journal_recovery(pending, step, ts)
         if regroup is not None:
             self.membership.completed(regroup, step, ts)
 
+    def on_run(self, record: dict) -> None:
+        """The trainer's `run` record: its declared final step tells the hang detector
+        when the job is at its end (no hang is declared after it)."""
+        with self.progress.lock:
+            self.detector.declare_total(record.get("total_steps"))
+
     def on_event(self, record: dict) -> None:
         if record.get("kind") == "checkpoint_saved":
             data = record.get("data") or {}
             step = record.get("step", data.get("step"))
-            with self._lock:
+            with self.progress.lock:
                 self._checkpoints.append((float(record.get("ts") or time.time()),
                                           step if isinstance(step, int) else -1,
                                           str(data.get("path"))))
 
     def note_xid(self, gpu: int, xid: int) -> None:
-        with self._lock:
-            self._xids.append(xid)
+        self.progress.note_xid(xid)
 
     def request(self, action: str, args: Optional[dict] = None) -> dict:
         """Queue an operation after checking it makes sense in the current state."""
@@ -239,7 +246,7 @@ class ManagedJob:
         sup = self.supervisor
         if sup is not None and sup.running:
             sup.stop(grace)
-        self._save(STOPPED)  # stopped with the agent: nothing for a new agent to adopt
+        self.save(STOPPED)  # stopped with the agent: nothing for a new agent to adopt
 
     def pid_ranks(self) -> Dict[int, Optional[int]]:
         sup = self.supervisor
@@ -272,12 +279,12 @@ class ManagedJob:
                     self.state = FAILED
                     return
             elif use_newest:
-                checkpoint, _skipped = self._newest_checkpoint()
+                checkpoint, _skipped = self.newest_checkpoint()
             elif self.state != STANDBY and adopted is None and not self._fresh_start():
                 self.state = FAILED
                 return
             if self.state != STANDBY and adopted is None:
-                self._launch(checkpoint)
+                self.launch(checkpoint)
             retry_at: Optional[float] = retry_now
             while not self._closing.is_set():
                 self._save_if_due()
@@ -307,26 +314,26 @@ class ManagedJob:
                     self.membership.poll_takeover()
         except Exception as exc:  # the agent must outlive a bug in one job's handling
             self.state = FAILED
-            self._event("sampler_error", "job %s: recovery loop failed: %s: %s"
-                        % (self.name, type(exc).__name__, exc), {"job_state": self.state})
+            self.event("sampler_error", "job %s: recovery loop failed: %s: %s"
+                       % (self.name, type(exc).__name__, exc), {"job_state": self.state})
         finally:
             sup = self.supervisor
             if sup is not None and sup.running:
                 sup.stop(self.spec.stop_grace)
 
-    def _launch(self, checkpoint: Optional[checkpoints.Checkpoint], reason: str = "launch"
+    def launch(self, checkpoint: Optional[checkpoints.Checkpoint], reason: str = "launch"
                 ) -> None:
         self.attempt += 1
         try:  # a relaunch may bring a new host set, hence a new dir of this host's own
-            self._looking_in(self.spec.shared_dir, self.spec.prepare_dirs,
-                             "preparing its run dir", "a hung network mount?")
+            self.looking_in(self.spec.shared_dir, self.spec.prepare_dirs,
+                            "preparing its run dir", "a hung network mount?")
         except (OpError, OSError) as exc:
             self._launch_failed("job %s: cannot prepare its run dir: %s" % (self.name, exc),
                                 "check the run dir %s on this host" % self.spec.shared_dir)
             return
         path = str(checkpoint.path) if checkpoint is not None else None
         argv = self.spec.argv(path, self.overrides)
-        error_file = self.spec.run_dir / "logs" / ("%s.error.json" % self.name)
+        error_file = paths.error_file(self.spec.run_dir, self.name)
         try:
             error_file.unlink()
         except FileNotFoundError:
@@ -336,29 +343,23 @@ class ManagedJob:
                          started_data={"attempt": self.attempt, "reason": reason,
                                        "checkpoint": path, "spec": self.spec.raw,
                                        "overrides": self.overrides})
-        with self._lock:
-            self._attempt_started = time.time()
-            self._prev_max = self._cur_max if self._cur_max is not None else self._prev_max
-            self._cur_max = None
-            self._attempt_checkpoint = checkpoint
-            self.detector.reset(self._attempt_started)
-            self._xids = []
-        self._ranks, self._ranks_at, self._last_alive = {}, 0.0, {}
-        self._vanished_at = None
-        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        self._attempt_checkpoint = checkpoint
+        self.progress.new_attempt(time.time())
+        self.forget_workers()
+        err = paths.stderr_log(self.spec.run_dir, self.name)
         self._err_offset = err.stat().st_size if err.exists() else 0
         self.membership.started()
         self.supervisor = sup
-        self._save(RUNNING)  # before the start: a job started is never one nobody knows
+        self.save(RUNNING)  # before the start: a job started is never one nobody knows
         try:
             sup.start()
         except RuntimeError as exc:
             self._launch_failed(str(exc), "check the spec's python, script and workdir on "
                                 "this host")
-            self._save()
+            self.save()
             return
         self.state = RUNNING
-        self._save()
+        self.save()
 
     def _launch_failed(self, message: str, hint: str) -> None:
         """No attempt could start: the job has failed, and says so in its lifecycle too
@@ -366,15 +367,12 @@ class ManagedJob:
         the previous event said ("recovering", "starting")."""
         self.state = FAILED
         self.peers.announce(peer_end.GAVE_UP, "launch_failed", message)
-        self._alert("resource", "critical", "launch_failed", message, hint)
+        self.alert("resource", "critical", "launch_failed", message, hint)
         now = time.time()
-        self._event("interruption", "job %s could not start: %s; not restarting" % (
-            self.name, message), {
-            "cause": "launch_failed", "evidence": [message], "where": {}, "hint": hint,
-            "detected_at": now, "detection_latency": 0.0, "failure_at": now,
-            "attempt": self.attempt, "returncode": None, "last_step": self._cur_max,
-            "decision": {"retry": False, "delay": 0.0, "reason": "the launch itself failed",
-                         "hint": hint}})
+        self.interrupted(Diagnosis("launch_failed", [message], {}, hint=hint),
+                         Decision(False, 0.0, "the launch itself failed", hint), now, now,
+                         self.progress.cur_max, msg="job %s could not start: %s; not "
+                         "restarting" % (self.name, message))
 
     def _watch(self) -> Optional[float]:
         """One look at the running attempt; returns when to retry if it just failed."""
@@ -424,6 +422,9 @@ class ManagedJob:
             if status in (0, -1) and verdict is None:
                 # Ended cleanly, or reaped before its status could be read: torchrun's
                 # own exit code (normally within its monitor interval) tells which.
+                if status == 0:  # the job is ending: the others' teardown is no hang
+                    with self.progress.lock:
+                        self.detector.end("rank %s (pid %d) exited cleanly" % (rank, pid))
                 continue
             # A worker failed: the failure is known now, not after torchrun's teardown.
             detected, failure_at, note = self._vanished_at
@@ -432,7 +433,7 @@ class ManagedJob:
                 sup.stop(self.spec.stop_grace)
             return self._failed(detected, failure_at, note,
                                 self.membership.failure if verdict is False else None)
-        with self._lock:
+        with self.progress.lock:
             hung = self.detector.hung(now)
             silent, threshold = self.detector.silent_for(now), self.detector.threshold()
             median, last_step = self.detector.median_step_time(), self.detector.last_step
@@ -455,8 +456,7 @@ class ManagedJob:
                                                self.detector.floor, self.detector.k,
                                                "%.3f s" % median if median else "n/a"))
         ranks = {pid: rank for pid, rank in sup.rank_pids().items() if alive(pid)}
-        stacks_path = self.spec.run_dir / "logs" / ("%s.stacks.%d.txt" % (self.name,
-                                                                           self.attempt))
+        stacks_path = paths.stacks_file(self.spec.run_dir, self.name, self.attempt)
         stacks = dump_stacks(ranks, stacks_path, self._new_err_output)
         evidence = [what]
         if stacks["file"]:
@@ -472,7 +472,7 @@ class ManagedJob:
                                                                       "threshold": threshold})
 
     def _new_err_output(self) -> str:
-        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        err = paths.stderr_log(self.spec.run_dir, self.name)
         try:
             with open(str(err), "rb") as f:
                 f.seek(self._err_offset)
@@ -495,10 +495,9 @@ class ManagedJob:
         if self._peer_ended(at_once=True):
             return None
         if diagnosis is None:
-            error = read_error_file(self.spec.run_dir / "logs" / ("%s.error.json" % self.name))
-            with self._lock:
-                telemetry = {"xid": list(self._xids)}
-            diagnosis = classify(sup.returncode, list(sup.tail), error, telemetry)
+            error = read_error_file(paths.error_file(self.spec.run_dir, self.name))
+            diagnosis = classify(sup.returncode, list(sup.tail), error,
+                                 self.progress.telemetry())
             if note and diagnosis.where.get("rank") is not None:
                 # torchrun's account names the rank that failed first; what /proc showed
                 # may be a peer its teardown took down, so it comes second.
@@ -509,30 +508,20 @@ class ManagedJob:
                 failure_at = min(failure_at, float(error["timestamp"]))
         exclusion = self.membership.exclusion(diagnosis)  # elastic: this host leaves the job
         decision = exclusion[1] if exclusion else self.policy.decide(diagnosis)
-        with self._lock:
-            last_step = self._cur_max
-        data = dict(diagnosis.as_dict())
-        data.update({
-            "detected_at": detected_at, "detection_latency": round(max(
-                0.0, detected_at - failure_at), 3),
-            "failure_at": failure_at, "attempt": self.attempt, "returncode": sup.returncode,
-            "last_step": last_step, "decision": decision.as_dict(),
-        })
-        data.update(extra or {})
+        last_step = self.progress.cur_max
+        extra = dict(extra or {})
         if exclusion:
-            data["exclusion"] = exclusion[0]
-        self._event("interruption", "job %s interrupted (%s): %s; %s" % (
-            self.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence else "",
-            "restarting in %.1f s" % decision.delay if decision.retry
-            else "not restarting: %s" % decision.reason), data, step=last_step)
+            extra["exclusion"] = exclusion[0]
+        self.interrupted(diagnosis, decision, detected_at, failure_at, last_step,
+                         sup.returncode, extra)
         if exclusion:
             self.membership.excluded(exclusion[0])
             return None
         if not decision.retry:
             self.state = FAILED
             self.peers.announce(peer_end.GAVE_UP, diagnosis.cause, decision.reason)
-            self._alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
-                        "recovery_stopped", "job %s stopped after %s: %s" % (
+            self.alert(ALERT_KINDS.get(diagnosis.cause, "resource"), "critical",
+                       "recovery_stopped", "job %s stopped after %s: %s" % (
                 self.name, diagnosis.cause, decision.reason), decision.hint or diagnosis.hint,
                 {"step": last_step, **{k: v for k, v in diagnosis.where.items()
                                        if v is not None}})
@@ -546,8 +535,7 @@ class ManagedJob:
         first step does not end the outage: the recovery still counts from the first
         failure and names its cause (the later ones, often a peer's rendezvous or
         collective failing while the group re-forms, are listed after it)."""
-        with self._lock:
-            ongoing = self._pending_recovery is not None
+        ongoing = self.progress.recovering()
         first = self._failure if ongoing and self._failure else None
         if first is None:
             return {"failure_at": failure_at, "cause": cause, "last_step": last_step,
@@ -558,28 +546,28 @@ class ManagedJob:
                 "then": [*(first.get("then") or []), cause]}
 
     def _restart_after_failure(self) -> None:
-        checkpoint, skipped = self._newest_checkpoint()
+        checkpoint, skipped = self.newest_checkpoint()
         failure = self._failure
         last = failure["last_step"]
-        with self._lock:
-            self._pending_recovery = {
-                "failure_at": failure["failure_at"], "cause": failure["cause"],
-                "checkpoint": str(checkpoint.path) if checkpoint is not None else None,
-                "checkpoint_step": checkpoint.step if checkpoint is not None else 0,
-                "restart_count": self.policy.restarts, "skipped": skipped,
-                "last_step": last, "then": list(failure.get("then") or []),
-            }
-        self._launch(checkpoint, reason="recovery")
+        self.progress.await_recovery({
+            "failure_at": failure["failure_at"], "cause": failure["cause"],
+            "checkpoint": str(checkpoint.path) if checkpoint is not None else None,
+            "checkpoint_step": checkpoint.step if checkpoint is not None else 0,
+            "restart_count": self.policy.restarts, "skipped": skipped,
+            "last_step": last, "then": list(failure.get("then") or []),
+        })
+        self.launch(checkpoint, reason="recovery")
 
     def _journal_recovery(self, pending: dict, step: int, ts: float) -> None:
-        with self._lock:
-            last = max(x for x in (pending["last_step"], self._prev_max, 0) if x is not None)
+        with self.progress.lock:
+            last = max(x for x in (pending["last_step"], self.progress.prev_max, 0)
+                       if x is not None)
         self.policy.progressed()
         lost = max(0, last - pending["checkpoint_step"])
         seconds = round(ts - pending["failure_at"], 3)
         then = list(pending.get("then") or [])
-        self._event("recovery", "job %s recovered from %s%s in %.1f s at step %d (%d step(s) "
-                    "lost, restart %d)" % (
+        self.event("recovery", "job %s recovered from %s%s in %.1f s at step %d (%d step(s) "
+                   "lost, restart %d)" % (
                         self.name, pending["cause"],
                         " (then %s on restart)" % ", ".join(then) if then else "", seconds,
                         step, lost, pending["restart_count"]), {
@@ -587,7 +575,7 @@ class ManagedJob:
             "restart_count": pending["restart_count"], "checkpoint": pending["checkpoint"],
             "checkpoint_step": pending["checkpoint_step"], "first_step": step,
             "skipped": pending["skipped"], "failed_restarts": then}, step=step)
-        self._save()  # now, not at the next look: a new agent must not journal it again
+        self.save()  # now, not at the next look: a new agent must not journal it again
 
     def _fork_checkpoint(self, parent_dir: Path, step: Optional[int]
                          ) -> Optional[checkpoints.Checkpoint]:
@@ -596,9 +584,9 @@ class ManagedJob:
         parent = (self.spec.parent or {}).get("job")
         if step is None:
             source, _skipped = self._newest_valid(parent_dir)
-            why = "no valid checkpoint in %s" % parent_dir
+            why: Optional[str] = "no valid checkpoint in %s" % parent_dir
         else:
-            source, why = self._looking_in(
+            source, why = self.looking_in(
                 parent_dir, lambda: checkpoints.at_step(parent_dir, step))
         copied = None
         if source is not None:
@@ -607,12 +595,12 @@ class ManagedJob:
             except OSError as exc:
                 why = "copying %s failed: %s" % (source.path, exc)
         if copied is None or source is None:
-            self._event("fork", "fork %s of %s failed: %s" % (self.name, parent, why),
-                        {"ok": False, "parent": parent, "error": why})
+            self.event("fork", "fork %s of %s failed: %s" % (self.name, parent, why),
+                       {"ok": False, "parent": parent, "error": why})
             return None
         self.spec.raw["parent"] = {"job": parent, "step": source.step,
                                    "checkpoint": str(source.path)}
-        self._event("fork", "job %s forked from %s at step %d%s" % (
+        self.event("fork", "job %s forked from %s at step %d%s" % (
             self.name, parent, source.step, " with %s" % ", ".join(
                 "%s=%s" % kv for kv in sorted(self.overrides.items()))
             if self.overrides else ""), {
@@ -627,7 +615,7 @@ class ManagedJob:
         or fork of this run would restore the earlier run's newest step. False (and the
         job is not started) when some could not be moved."""
         directory = self.spec.checkpoint_dir
-        target, moved, failed = self._looking_in(
+        target, moved, failed = self.looking_in(
             directory, lambda: checkpoints.set_aside(directory))
         if target is None or not (moved or failed):
             return True
@@ -637,29 +625,29 @@ class ManagedJob:
         data = {"ok": not failed, "from": str(directory), "to": str(target),
                 "moved": len(moved), "failed": [{"path": p, "error": w} for p, w in failed]}
         if failed:
-            self._event("checkpoints_set_aside", "job %s not started: its checkpoint dir %s "
-                        "holds an earlier run's checkpoints and %d could not be moved to %s "
-                        "(%s: %s); a fresh start beside them would recover into them: move "
-                        "them away, or continue that run with resume" % (
+            self.event("checkpoints_set_aside", "job %s not started: its checkpoint dir %s "
+                       "holds an earlier run's checkpoints and %d could not be moved to %s "
+                       "(%s: %s); a fresh start beside them would recover into them: move "
+                       "them away, or continue that run with resume" % (
                             self.name, directory, len(failed), target, failed[0][0],
                             failed[0][1]), data)
-            self._alert("resource", "critical", "launch_refused",
-                        "job %s not started: %d earlier checkpoint(s) in %s could not be "
-                        "moved aside (%s)" % (self.name, len(failed), directory,
+            self.alert("resource", "critical", "launch_refused",
+                       "job %s not started: %d earlier checkpoint(s) in %s could not be "
+                       "moved aside (%s)" % (self.name, len(failed), directory,
                                               failed[0][1]),
-                        "move the earlier run's checkpoints out of %s, or continue that run "
-                        "with resume" % directory)
+                       "move the earlier run's checkpoints out of %s, or continue that run "
+                       "with resume" % directory)
             return False
-        self._event("checkpoints_set_aside", "job %s starts afresh: the earlier run's "
-                    "checkpoints in %s (%s) were moved to %s, so that no restart of this run "
-                    "restores them" % (self.name, directory, where, target), data)
+        self.event("checkpoints_set_aside", "job %s starts afresh: the earlier run's "
+                   "checkpoints in %s (%s) were moved to %s, so that no restart of this run "
+                   "restores them" % (self.name, directory, where, target), data)
         return True
 
     def _newest_valid(self, directory: Path
                       ) -> Tuple[Optional[checkpoints.Checkpoint], List[Tuple[str, str]]]:
-        return self._looking_in(directory, lambda: checkpoints.newest_valid(directory))
+        return self.looking_in(directory, lambda: checkpoints.newest_valid(directory))
 
-    def _looking_in(self, directory: Path, look: Callable[[], T],
+    def looking_in(self, directory: Path, look: Callable[[], T],
                     what: str = "a look at its checkpoint dir",
                     maybe: str = "a checksum of a large checkpoint, or a hung network "
                                  "mount?") -> T:
@@ -672,23 +660,23 @@ class ManagedJob:
         pending = OffThread(look, "checkpoint-look-%s" % self.name)
         if not pending.wait(SLOW_LOOK):
             since = time.time() - SLOW_LOOK
-            self._event("sampler_error", "job %s: %s %s has taken %.0f s so far (%s); the "
-                        "job waits for it" % (self.name, what, directory, SLOW_LOOK, maybe),
-                        {"job_state": self.state, "answered": False, "dir": str(directory),
+            self.event("sampler_error", "job %s: %s %s has taken %.0f s so far (%s); the "
+                       "job waits for it" % (self.name, what, directory, SLOW_LOOK, maybe),
+                       {"job_state": self.state, "answered": False, "dir": str(directory),
                          "within": SLOW_LOOK})
             pending.wait()
             seconds = time.time() - since
-            self._event("sampler_error", "job %s: %s %s was done after about %.0f s"
-                        % (self.name, what, directory, seconds),
-                        {"job_state": self.state, "answered": True, "dir": str(directory),
+            self.event("sampler_error", "job %s: %s %s was done after about %.0f s"
+                       % (self.name, what, directory, seconds),
+                       {"job_state": self.state, "answered": True, "dir": str(directory),
                          "seconds": round(seconds, 1)})
         return pending.result()
 
-    def _newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
+    def newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
         found, skipped = self._newest_valid(self.spec.checkpoint_dir)
         for path, why in skipped:
-            self._event("checkpoint_skipped", "checkpoint %s skipped: %s" % (path, why),
-                        {"path": path, "error": why})
+            self.event("checkpoint_skipped", "checkpoint %s skipped: %s" % (path, why),
+                       {"path": path, "error": why})
         return found, [{"path": p, "error": w} for p, w in skipped]
 
     # -- operations ------------------------------------------------------------------
@@ -708,30 +696,30 @@ class ManagedJob:
             self._resume(args.get("id"))
             return None
         if action == "relaunch":
-            self._stop_attempt(why="relaunch")
+            self.stop_attempt(why="relaunch")
             self._started_by_operator(args.get("id"))  # or left out: its give-up is over
             if args.get("exclude_self"):
                 self.state = STOPPED
-                self._event("relaunch", "job %s: this host is excluded; its part stopped"
-                            % self.name, {"excluded": True})
+                self.event("relaunch", "job %s: this host is excluded; its part stopped"
+                           % self.name, {"excluded": True})
                 return None
             if isinstance(args.get("spec"), LaunchSpec):
                 self.spec = args["spec"]
-            checkpoint, skipped = self._newest_checkpoint()
+            checkpoint, skipped = self.newest_checkpoint()
             self.policy.progressed()
-            self._event("relaunch", "job %s relaunched from %s" % (
+            self.event("relaunch", "job %s relaunched from %s" % (
                 self.name, checkpoint.path if checkpoint else "the start"), {
                 "checkpoint": str(checkpoint.path) if checkpoint else None,
                 "step": checkpoint.step if checkpoint else 0, "skipped": skipped,
                 "nnodes": self.spec.nnodes})
-            self._launch(checkpoint, reason="relaunch")
+            self.launch(checkpoint, reason="relaunch")
             return None
         if action == "stop":
             was = self.state
             # Told before the processes end, as for a pause (see _pause).
             self.peers.announce(peer_end.STOPPED, "operator", "stopped by the operator")
-            ended = self._stop_attempt(float(args.get("grace", self.spec.stop_grace)),
-                                       why="stop")
+            ended = self.stop_attempt(float(args.get("grace", self.spec.stop_grace)),
+                                      why="stop")
             self.state = STOPPED
             if not ended:
                 self._stopped_idle(was)
@@ -750,10 +738,10 @@ class ManagedJob:
         if action == "pause":
             data["mode"] = ("freeze" if args.get("freeze") else
                             "follow" if args.get("follow") else "checkpoint")
-        self._event(action, "job %s: %s failed: %s; the job goes on as it was (%s)" % (
+        self.event(action, "job %s: %s failed: %s; the job goes on as it was (%s)" % (
             self.name, action, data["error"], self.state), data)
 
-    def _stop_attempt(self, grace: Optional[float] = None, why: Optional[str] = None) -> bool:
+    def stop_attempt(self, grace: Optional[float] = None, why: Optional[str] = None) -> bool:
         """Stop the attempt's processes; False when none was running. `why` goes into
         its `job_exited` (a stop for a pause exits non-zero, and is no failure)."""
         sup = self.supervisor
@@ -773,7 +761,7 @@ class ManagedJob:
         if sup is not None and sup.started_at is not None and sup.ended_at is not None:
             seconds = round(sup.ended_at - sup.started_at, 3)
         code = sup.returncode if sup is not None else None
-        self._event("job_exited", "job %s stopped %s; %s" % (
+        self.event("job_exited", "job %s stopped %s; %s" % (
             self.name, "while waiting to restart after a failure: the restart is cancelled"
             if was == BACKOFF else "(it was %s)" % was,
             "its last attempt %s" % describe_status(code) if code is not None
@@ -789,7 +777,7 @@ class ManagedJob:
         if args.get("follow"):
             return self._pause_following(timeout, retry_at)
         requested = time.time()
-        control = self.spec.run_dir / "control" / ("%s.ndjson" % self.name)
+        control = paths.control_file(self.spec.run_dir, self.name)
         control.parent.mkdir(parents=True, exist_ok=True)
         with open(str(control), "a", encoding="utf-8") as f:
             f.write(json.dumps({"id": args.get("id"), "ts": requested,
@@ -812,7 +800,7 @@ class ManagedJob:
             sup = self.supervisor
             if sup is None or not sup.running:
                 break
-            with self._lock:
+            with self.progress.lock:
                 fresh = [c for c in self._checkpoints if c[0] >= requested]
             if fresh:
                 saved = fresh[0]
@@ -835,37 +823,37 @@ class ManagedJob:
                 why = ("its processes %s after %.0f s, before a checkpoint was saved"
                        % (describe_status(code) if code is not None else "ended",
                           time.time() - requested))
-                self._event("pause", "job %s: pause not done: %s; nothing left to pause"
-                            % (self.name, why),
-                            {"mode": "checkpoint", "ok": False, "error": why,
+                self.event("pause", "job %s: pause not done: %s; nothing left to pause"
+                           % (self.name, why),
+                           {"mode": "checkpoint", "ok": False, "error": why,
                              "returncode": code})
                 return retry_at
             self.state = RUNNING if self.running else FAILED
-            self._event("pause", "job %s: pause failed: no checkpoint within %.0f s; the job "
-                        "keeps running" % (self.name, timeout),
-                        {"mode": "checkpoint", "ok": False,
+            self.event("pause", "job %s: pause failed: no checkpoint within %.0f s; the job "
+                       "keeps running" % (self.name, timeout),
+                       {"mode": "checkpoint", "ok": False,
                          "error": "no checkpoint_saved within %g s" % timeout})
             return retry_at
         self._hold_at_reported_checkpoint(min(deadline, time.time() + PAUSE_STEP_WAIT))
         # Told before the processes end: the other hosts' ranks fail on this host's as
         # soon as they do, and their agents must read that failure as this pause.
-        frozen_at, _skipped = self._newest_checkpoint()
+        frozen_at, _skipped = self.newest_checkpoint()
         if frozen_at is not None:
             self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
                                 frozen_at.step, str(frozen_at.path))
-        self._stop_attempt(why="pause")
+        self.stop_attempt(why="pause")
         self._settle_spool()
-        with self._lock:
-            last = self._cur_max
+        with self.progress.lock:
+            last = self.progress.cur_max
         # The ranks kept training until they were stopped and may have saved again (the
         # requested checkpoint after a periodic one): a resume starts from the newest.
-        newest, _skipped = self._newest_checkpoint()
+        newest, _skipped = self.newest_checkpoint()
         _ts, step, path = saved
         if newest is not None and newest.step >= step:
             step, path = newest.step, str(newest.path)
         self.state = PAUSED
-        self._event("pause", "job %s paused at step %d (checkpoint %s); its processes have "
-                    "exited" % (self.name, step, path), {
+        self.event("pause", "job %s paused at step %d (checkpoint %s); its processes have "
+                   "exited" % (self.name, step, path), {
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
         if frozen_at is None or (frozen_at.step, str(frozen_at.path)) != (step, path):
@@ -881,8 +869,8 @@ class ManagedJob:
         step = newest.step if newest is not None else 0
         last = self._failure.get("last_step")
         self.state = PAUSED
-        self._event("pause", "job %s paused while waiting to restart after a failure: the "
-                    "restart is cancelled; a resume starts from %s" % (
+        self.event("pause", "job %s paused while waiting to restart after a failure: the "
+                   "restart is cancelled; a resume starts from %s" % (
                         self.name, newest.path if newest is not None else "the start"), {
                         "mode": "checkpoint", "ok": True,
                         "checkpoint": str(newest.path) if newest is not None else None,
@@ -905,8 +893,8 @@ class ManagedJob:
         while sup is not None and sup.running:
             sup.signal_tree(signal.SIGSTOP)
             newest = self._newest_step()
-            with self._lock:
-                reported = self._cur_max
+            with self.progress.lock:
+                reported = self.progress.cur_max
             if newest is None or (reported is not None and reported >= newest) or (
                     time.time() >= until):
                 return
@@ -919,8 +907,8 @@ class ManagedJob:
         it discards."""
         deadline = time.time() + SPOOL_SETTLE_MAX
         while time.time() < deadline:
-            with self._lock:
-                quiet = time.time() - self._train_seen_at
+            with self.progress.lock:
+                quiet = time.time() - self.progress.train_seen_at
             if quiet >= SPOOL_SETTLE:
                 return
             time.sleep(0.05)
@@ -943,15 +931,15 @@ class ManagedJob:
         if sup is not None and sup.running:
             sup.ended_for = None
             self.state = RUNNING
-            self._event("pause", "job %s: pause failed: this host's part did not end within "
-                        "%.0f s of the pause; it keeps running" % (self.name, timeout),
-                        {"mode": "follow", "ok": False,
+            self.event("pause", "job %s: pause failed: this host's part did not end within "
+                       "%.0f s of the pause; it keeps running" % (self.name, timeout),
+                       {"mode": "follow", "ok": False,
                          "error": "still running after %g s" % timeout})
             return retry_at
-        checkpoint, _skipped = self._newest_checkpoint()
+        checkpoint, _skipped = self.newest_checkpoint()
         self.state = PAUSED
-        self._event("pause", "job %s paused; this host's processes have exited" % self.name,
-                    {"mode": "follow", "ok": True,
+        self.event("pause", "job %s paused; this host's processes have exited" % self.name,
+                   {"mode": "follow", "ok": True,
                      "checkpoint": str(checkpoint.path) if checkpoint else None,
                      "step": checkpoint.step if checkpoint else None})
         self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
@@ -962,15 +950,15 @@ class ManagedJob:
     def _freeze(self, args: dict) -> None:
         sup = self.supervisor
         if self.state != RUNNING or sup is None or not sup.running:
-            self._event("pause", "job %s: freeze refused: it is %s" % (self.name, self.state),
-                        {"mode": "freeze", "ok": False, "error": "job is %s" % self.state})
+            self.event("pause", "job %s: freeze refused: it is %s" % (self.name, self.state),
+                       {"mode": "freeze", "ok": False, "error": "job is %s" % self.state})
             return
         hold = float(args.get("hold", 60.0))
         sup.signal_tree(signal.SIGSTOP)
         self.state = FROZEN
         self._freeze_until = time.time() + hold
-        self._event("pause", "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
-                    {"mode": "freeze", "ok": True, "hold": hold,
+        self.event("pause", "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
+                   {"mode": "freeze", "ok": True, "hold": hold,
                      "pids": sup.tree_pids()})
 
     def _thaw(self, why: str) -> None:
@@ -978,18 +966,18 @@ class ManagedJob:
         if sup is not None:
             sup.signal_tree(signal.SIGCONT)
         self._freeze_until = None
-        with self._lock:
+        with self.progress.lock:
             self.detector.reset(time.time(), new_attempt=False)
         self.state = RUNNING if self.running else FAILED
-        self._event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
-                    {"mode": "thaw", "reason": why})
+        self.event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
+                   {"mode": "thaw", "reason": why})
 
     def _resume(self, op_id: object, peer: Optional[peer_end.PeerResumed] = None) -> None:
         """Start the idle part (paused, stopped, failed) again from the newest valid
         checkpoint, at the operator's word (`op_id`) or, with `peer`, as that host resumed
         the part this one ended with; then tell the other hosts, for one the resume did
         not reach."""
-        checkpoint, skipped = self._newest_checkpoint()
+        checkpoint, skipped = self.newest_checkpoint()
         self.policy.progressed()
         ended_in = self.peers.generations.current
         self._started_by_operator(op_id)
@@ -1003,8 +991,8 @@ class ManagedJob:
             text = ("job %s resumed from %s, as host %s resumed it (the resume did not reach "
                     "this host)" % (self.name, where, peer.host))
             data.update(mode="peer", peer=peer.host)
-        self._event("resume", text, data, step=step)
-        self._launch(checkpoint, reason="resume")
+        self.event("resume", text, data, step=step)
+        self.launch(checkpoint, reason="resume")
         self.peers.announce_resumed(ended_in, step, data["checkpoint"])
 
     def _follow_peers(self) -> bool:
@@ -1024,7 +1012,7 @@ class ManagedJob:
             return False
         # As the operator's resume would have: the same generation, this host's op id.
         self._resume("%s-%s" % (peer.generation, self.spec.host), peer)
-        self._save()
+        self.save()
         return True
 
     # -- the other hosts of a multi-host job (agent.job.peer_end) ---------------------------
@@ -1034,8 +1022,8 @@ class ManagedJob:
         it (a pause, a stop, a relaunch), and a recovery journaled at this start's first
         step would time it with the pause in it, as if the agent had brought the job
         back."""
-        with self._lock:
-            self._pending_recovery = None
+        with self.progress.lock:
+            self.progress.pending_recovery = None
             self._failure = {}
         self.peers.started(op_id)
 
@@ -1049,33 +1037,34 @@ class ManagedJob:
             return False
         was = self.state
         if peer.why == peer_end.PAUSED:
-            self._stop_attempt(why="pause")
-            checkpoint, _skipped = self._newest_checkpoint()
+            self.stop_attempt(why="pause")
+            checkpoint, _skipped = self.newest_checkpoint()
             self.state = PAUSED
-            self._event("pause", "job %s paused as host %s was; this host's processes have "
-                        "exited" % (self.name, peer.host), {
+            self.event("pause", "job %s paused as host %s was; this host's processes have "
+                       "exited" % (self.name, peer.host), {
                             "mode": "peer", "ok": True, "peer": peer.host,
                             "checkpoint": str(checkpoint.path) if checkpoint else None,
                             "step": checkpoint.step if checkpoint else None},
-                        step=checkpoint.step if checkpoint else None)
+                       step=checkpoint.step if checkpoint else None)
         else:
             why = "stop" if peer.why == peer_end.STOPPED else "peer"
-            ended = self._stop_attempt(why=why)
+            ended = self.stop_attempt(why=why)
             self.state = STOPPED if peer.why == peer_end.STOPPED else FAILED
             if not ended:
                 self._stopped_idle(was, why)
-        self._save()
+        self.save()
         return True
 
     # -- adoption (agent.wire.jobstate) ----------------------------------------------------
     def _snapshot(self, state: Optional[str] = None) -> dict:
         sup = self.supervisor
-        with self._lock:
+        progress = self.progress
+        with progress.lock:
             data = {
                 "job": self.name, "state": state or self.state, "spec": self.spec.raw,
                 "overrides": self.overrides, "attempt": self.attempt,
-                "attempt_started": self._attempt_started, "prev_max": self._prev_max,
-                "cur_max": self._cur_max, "pending_recovery": self._pending_recovery,
+                "attempt_started": progress.attempt_started, "prev_max": progress.prev_max,
+                "cur_max": progress.cur_max, "pending_recovery": progress.pending_recovery,
                 "detector": self.detector.state(),
             }
         data.update({
@@ -1090,7 +1079,7 @@ class ManagedJob:
         })
         return data
 
-    def _save(self, state: Optional[str] = None) -> None:
+    def save(self, state: Optional[str] = None) -> None:
         """Write the job's state for a restarted agent; a failure to write is reported,
         never fatal (the job matters more than its adoptability)."""
         if self._closing.is_set() and state != STOPPED:
@@ -1109,22 +1098,22 @@ class ManagedJob:
                 self._saved_at = time.time()
                 return
         if not repeated:
-            self._event("sampler_error", "job %s: cannot save its state for adoption: %s"
-                        % (self.name, error), {"job_state": self.state})
+            self.event("sampler_error", "job %s: cannot save its state for adoption: %s"
+                       % (self.name, error), {"job_state": self.state})
 
     def _save_if_due(self) -> None:
         key = (self.state, self.attempt, self.policy.restarts, self._freeze_until,
-               bool(self._pending_recovery))
+               bool(self.progress.pending_recovery))
         if key != self._saved or (self.state == RUNNING
                                   and time.time() - self._saved_at >= SAVE_EVERY):
-            self._save()
+            self.save()
 
     def _next_look(self) -> float:
         """Seconds until the next look at the attempt: WATCH, or less when the hang
         deadline comes first, so a hang is declared when the limit is reached."""
         if self.state != RUNNING:
             return WATCH
-        with self._lock:
+        with self.progress.lock:
             deadline = self.detector.deadline()
         if deadline is None:
             return WATCH
@@ -1138,10 +1127,11 @@ class ManagedJob:
         self._failure = dict(saved.get("failure") or {})
         self.membership.restore(saved.get("membership"))
         self.peers.restore(saved)
-        with self._lock:
-            self._attempt_started = float(saved.get("attempt_started") or 0.0)
-            self._prev_max, self._cur_max = saved.get("prev_max"), saved.get("cur_max")
-            self._pending_recovery = self._still_pending(saved)
+        progress = self.progress
+        with progress.lock:
+            progress.attempt_started = float(saved.get("attempt_started") or 0.0)
+            progress.prev_max, progress.cur_max = saved.get("prev_max"), saved.get("cur_max")
+            progress.pending_recovery = self._still_pending(saved)
             self.detector.restore(saved.get("detector") or {})
             # The steps trained while no agent watched are still in the spools, journaled
             # from now on: silence is counted from the adoption, never from before it.
@@ -1149,7 +1139,7 @@ class ManagedJob:
         identity = saved.get("process")
         self.supervisor = (Supervisor.adopt(identity, self.journal)
                            if isinstance(identity, dict) else None)
-        err = self.spec.run_dir / "logs" / ("%s.err" % self.name)
+        err = paths.stderr_log(self.spec.run_dir, self.name)
         self._err_offset = err.stat().st_size if err.exists() else 0
 
     def _still_pending(self, saved: dict) -> Optional[dict]:
@@ -1190,9 +1180,9 @@ class ManagedJob:
                 else "its attempt %d ended while no agent watched" % self.attempt
                 if sup is not None else "a spare, still in standby" if standby
                 else "no process of it was recorded")
-        self._event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
-                    % (self.name, saved.get("agent_pid"), what), data,
-                    step=self._cur_max)
+        self.event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
+                   % (self.name, saved.get("agent_pid"), what), data,
+                   step=self.progress.cur_max)
         if previous == BACKOFF:
             self.state = BACKOFF
             return now
@@ -1201,8 +1191,8 @@ class ManagedJob:
             self.membership.resume_standby(float(saved.get("standby_since") or now))
             return None
         if sup is None:
-            checkpoint, _skipped = self._newest_checkpoint()
-            self._launch(checkpoint, reason="resume")
+            checkpoint, _skipped = self.newest_checkpoint()
+            self.launch(checkpoint, reason="resume")
             return None
         if previous == FROZEN and alive_now:
             self.state = FROZEN
@@ -1210,21 +1200,52 @@ class ManagedJob:
             return None
         if previous == PAUSING and alive_now:
             sup.signal_tree(signal.SIGCONT)  # it may have been held for the pause
-            self._event("pause", "job %s: pause failed: the agent restarted while pausing; "
-                        "the job keeps running" % self.name,
-                        {"mode": "checkpoint", "ok": False,
+            self.event("pause", "job %s: pause failed: the agent restarted while pausing; "
+                       "the job keeps running" % self.name,
+                       {"mode": "checkpoint", "ok": False,
                          "error": "agent restarted during the pause"})
         self.state = RUNNING  # one that ended meanwhile is handled by the next look
         return None
 
     # -- records ---------------------------------------------------------------------
-    def _event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:
+    def event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:
         self.journal.append("event", {"kind": kind, "job": self.name, "rank": None,
                                       "step": step, "msg": msg, "data": data})
         self.log(msg)
 
-    def _alert(self, kind: str, severity: str, code: str, what: str, hint: str,
-               where: Optional[dict] = None) -> None:
+    def alert(self, kind: str, severity: str, code: str, what: str, hint: str,
+              where: Optional[dict] = None) -> None:
         self.journal.append("alert", {"kind": kind, "severity": severity, "code": code,
                                       "job": self.name, "where": dict(where or {}),
                                       "what": what, "hint": hint})
+
+    def interrupted(self, diagnosis: Diagnosis, decision: Decision, detected_at: float,
+                    failure_at: float, last_step: Optional[int],
+                    returncode: Optional[int] = None, extra: Optional[dict] = None,
+                    in_place: bool = False, msg: Optional[str] = None) -> None:
+        """Journal an `interruption`: a failure here, a regroup in place
+        (agent.job.membership) or a launch that failed all say it in these words, with
+        the data `agent.job.recovery.interruption` builds."""
+        data = interruption(diagnosis, decision, detected_at, failure_at, self.attempt,
+                            returncode, last_step, in_place)
+        data.update(extra or {})
+        if msg is None:
+            outcome = (decision.reason if in_place else "restarting in %.1f s" % decision.delay
+                       if decision.retry else "not restarting: %s" % decision.reason)
+            msg = "job %s interrupted (%s): %s; %s" % (
+                self.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence
+                else "", outcome)
+        self.event("interruption", msg, data, step=last_step)
+
+    # -- the attempt's workers, as the last look saw them (the job's thread only) ---------
+    def watched_pids(self) -> List[int]:
+        return list(self._ranks)
+
+    def last_alive(self, pid: int, default: float) -> float:
+        return self._last_alive.get(pid, default)
+
+    def forget_workers(self) -> None:
+        """The workers watched so far are gone for good: a new group (an elastic regroup)
+        or a new attempt follows, whose failure is timed from its own workers."""
+        self._ranks, self._ranks_at, self._last_alive = {}, 0.0, {}
+        self._vanished_at = None

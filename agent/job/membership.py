@@ -31,6 +31,7 @@ rendezvous, which the other nodes' torchrun admits in their regroup.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -41,24 +42,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tupl
 
 from agent.job import peer_end
 from agent.job.launch import LaunchSpec
-from agent.job.recovery import (
-    DATA,
-    GPU_FAULT,
-    HINTS,
-    KILLED,
-    NCCL,
-    OOM,
-    UNKNOWN,
-    USER_CODE,
-    Decision,
-    Diagnosis,
-    classify,
-)
+from agent.job.recovery import HINTS, Decision, Diagnosis, classify
 from agent.job.supervisor import alive
-from agent.journal.control_inbox import OpError
+from agent.wire import paths
+from agent.wire.causes import DATA, GPU_FAULT, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+from agent.wire.op_error import OpError
 
 if TYPE_CHECKING:
-    from agent.job.managed import ManagedJob
+    from agent.job.handle import JobHandle
 
 FAILED_LINE = "failed (exitcode"  # torchrun's log line for a worker that failed
 _FIRST_FAILED = re.compile(r"failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: (\d+)\)")
@@ -74,7 +65,7 @@ JOINABLE = (STANDBY, EXCLUDED, "stopped", "finished", "failed")
 
 
 def takeover_dir(spec: LaunchSpec) -> Path:
-    return spec.shared_dir / "control" / ("%s.takeover" % spec.name)
+    return paths.takeover_dir(spec.shared_dir, spec.name)
 
 
 def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str],
@@ -136,9 +127,9 @@ def worker_facts(pids: Sequence[int]) -> Dict[str, Optional[int]]:
 
 class Membership:
     """The elastic side of one `ManagedJob`; runs on the job's thread except `first_step`
-    (the daemon's thread, under the job's lock)."""
+    (the daemon's thread, under `Progress.lock`, agent.job.progress)."""
 
-    def __init__(self, job: ManagedJob) -> None:
+    def __init__(self, job: JobHandle) -> None:
         self.job = job
         self.expect: Optional[dict] = None  # a change the operator announced (scale)
         self.between: Optional[dict] = None  # workers gone, torchrun's next move awaited
@@ -156,7 +147,7 @@ class Membership:
         self._offset = self._err_size()
 
     def _err_path(self) -> Path:
-        return self.job.spec.run_dir / "logs" / ("%s.err" % self.job.name)
+        return paths.stderr_log(self.job.spec.run_dir, self.job.name)
 
     def _err_size(self) -> int:
         try:
@@ -195,20 +186,18 @@ class Membership:
             FAILED_LINE in line for line in lines)
         if not failed:
             if self.between is None and self.regroup is None:
-                old = set(job._ranks) | {p for _o, p, _r, _s in ended}
+                old = set(job.watched_pids()) | {p for _o, p, _r, _s in ended}
                 self.between = {"since": seen, "old": old}
                 self._new_generation(seen)
-                job._save()
+                job.save()
             return True
-        with job._lock:
-            telemetry = {"xid": list(job._xids)}
-        diagnosis = _diagnose(ended, lines, telemetry)
+        diagnosis = _diagnose(ended, lines, job.progress.telemetry())
         expected = self._expected(now)
         # Announced, a change makes the peers' collectives fail in any words; only a cause
         # of this host's own is a failure then.
         if diagnosis.cause == NCCL or (expected is not None and diagnosis.cause not in
                                        OWN_CAUSES):
-            last_seen = [job._last_alive.get(p, now) for _o, p, _r, _s in ended]
+            last_seen = [job.last_alive(p, now) for _o, p, _r, _s in ended]
             if self._begin(seen, "scale" if expected is not None else "peer_lost",
                            diagnosis, failure_at=min(last_seen) if last_seen else now):
                 return True
@@ -229,13 +218,13 @@ class Membership:
         if expect is not None and now > expect["until"] and self.regroup is None and (
                 self.between is None):
             self.expect = None
-            job._event("scale", "job %s: scale (%s %s) not seen here within %.0f s; the job "
-                       "keeps running as it was" % (job.name, expect["change"],
+            job.event("scale", "job %s: scale (%s %s) not seen here within %.0f s; the job "
+                      "keeps running as it was" % (job.name, expect["change"],
                                                     expect["host"], expect["window"]), {
                 "ok": False, "id": expect["id"], "change": expect["change"],
                 "host": expect["host"], "hosts": job.spec.hosts,
                 "error": "no membership change within %g s" % expect["window"]})
-            job._save()
+            job.save()
 
     def _expected(self, now: float) -> Optional[dict]:
         expect = self.expect
@@ -255,15 +244,14 @@ class Membership:
         last = self._new_generation(since)
         if decision is not None and diagnosis is not None:
             self._interruption(diagnosis, decision, now, failure_at or now, last)
-        job._ranks, job._ranks_at, job._last_alive = {}, 0.0, {}
-        job._vanished_at = None
+        job.forget_workers()
         if sup is not None:
             sup.tail.clear()  # a later failure is classified by the new group's output only
         self.between = None
         self.regroup = {"since": since, "why": why, "pid": sup.pid if sup else None,
                         "last_step": last}
         self._offset = self._err_size()
-        job._save()
+        job.save()
         return True
 
     def _new_generation(self, since: float) -> Optional[int]:
@@ -271,42 +259,25 @@ class Membership:
         that the spools still deliver count as before it (they must not look like
         progress to the hang check, which keeps start-up rules until the new group's
         first step). Returns the old group's newest step."""
-        job = self.job
-        with job._lock:
-            last = job._cur_max
-            if last is not None:
-                job._prev_max = last if job._prev_max is None else max(job._prev_max, last)
-            job._cur_max = None
-            job._attempt_started = since
-            job.detector.reset(time.time())
-        return last if last is not None else job._prev_max
+        return self.job.progress.new_generation(since, time.time())
 
     def _interruption(self, diagnosis: Diagnosis, decision: Decision, now: float,
                       failure_at: float, last_step: Optional[int]) -> None:
         job = self.job
         reason = ("a peer node went away; torchrun forms a new group in place (restart %d "
                   "of %d)" % (job.policy.restarts, job.policy.restart_budget))
-        data = dict(diagnosis.as_dict())
-        data.update({"detected_at": now, "detection_latency": round(max(0.0, now - failure_at),
-                                                                     3),
-                     "failure_at": failure_at, "attempt": job.attempt, "returncode": None,
-                     "last_step": last_step,
-                     "decision": dict(decision.as_dict(), delay=0.0, reason=reason,
-                                      in_place=True)})
-        job._event("interruption", "job %s interrupted (%s): %s; %s" % (
-            job.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence else "",
-            reason), data, step=last_step)
-        newest, skipped = job._newest_checkpoint()
-        with job._lock:
-            job._pending_recovery = {
-                "failure_at": failure_at, "cause": diagnosis.cause,
-                "checkpoint": str(newest.path) if newest is not None else None,
-                "checkpoint_step": newest.step if newest is not None else 0,
-                "restart_count": job.policy.restarts, "skipped": skipped,
-                "last_step": last_step}
+        job.interrupted(diagnosis, Decision(decision.retry, 0.0, reason, decision.hint), now,
+                        failure_at, last_step, in_place=True)
+        newest, skipped = job.newest_checkpoint()
+        job.progress.await_recovery({
+            "failure_at": failure_at, "cause": diagnosis.cause,
+            "checkpoint": str(newest.path) if newest is not None else None,
+            "checkpoint_step": newest.step if newest is not None else 0,
+            "restart_count": job.policy.restarts, "skipped": skipped,
+            "last_step": last_step})
 
     def first_step(self, ts: float) -> Optional[dict]:
-        """Under the job's lock, for each train record: the regroup this step completes."""
+        """Under `Progress.lock`, for each train record: the regroup this step completes."""
         regroup = self.regroup
         if regroup is None or ts < regroup["since"]:
             return None
@@ -331,27 +302,27 @@ class Membership:
             if expect is not None:
                 data.update({"id": expect["id"], "change": expect["change"],
                              "host": expect["host"]})
-            job._event("scale", "job %s: %s %s done; %s node(s) train from step %d, torchrun "
-                       "kept running" % (job.name, data.get("change", "membership change"),
+            job.event("scale", "job %s: %s %s done; %s node(s) train from step %d, torchrun "
+                      "kept running" % (job.name, data.get("change", "membership change"),
                                          data.get("host", ""), facts["nodes"], step), data,
-                       step=step)
+                      step=step)
         elif why == "joined":
-            job._event("membership", "job %s: torchrun admitted a node; %s node(s) train from "
-                       "step %d" % (job.name, facts["nodes"], step),
-                       dict(data, change="join"), step=step)
+            job.event("membership", "job %s: torchrun admitted a node; %s node(s) train from "
+                      "step %d" % (job.name, facts["nodes"], step),
+                      dict(data, change="join"), step=step)
         elif why == "takeover":
-            job._event("takeover", "job %s: the spare %s trains from step %d with %s node(s)"
-                       % (job.name, job.spec.host, step, facts["nodes"]),
-                       dict(data, spare=job.spec.host, started=True), step=step)
-        job._save()  # said: an agent restarted from here on must not say it again
+            job.event("takeover", "job %s: the spare %s trains from step %d with %s node(s)"
+                      % (job.name, job.spec.host, step, facts["nodes"]),
+                      dict(data, spare=job.spec.host, started=True), step=step)
+        job.save()  # said: an agent restarted from here on must not say it again
 
     def _hosts_after_takeovers(self) -> List[str]:
         job = self.job
         hosts = list(job.spec.hosts)
         for spare in job.spec.spares:
-            claim = job._looking_in(takeover_dir(job.spec),
-                                    lambda spare=spare: read_claim(job.spec, spare),
-                                    "a look for a spare's claim in", "a hung network mount?")
+            claim = job.looking_in(takeover_dir(job.spec),
+                                   functools.partial(read_claim, job.spec, spare),
+                                   "a look for a spare's claim in", "a hung network mount?")
             if claim and claim.get("replaced") in hosts and spare not in hosts:
                 hosts[hosts.index(claim["replaced"])] = spare
         return hosts
@@ -377,25 +348,25 @@ class Membership:
         if args.get("join") is not None:
             spec: LaunchSpec = args["join"]
             job.spec = spec
-            checkpoint, _skipped = job._newest_checkpoint()
-            job._launch(checkpoint, reason="scale")
+            checkpoint, _skipped = job.newest_checkpoint()
+            job.launch(checkpoint, reason="scale")
             if job.running:
                 self.expect = self._window(args, now)
                 self.regroup = {"since": now, "why": "scale", "pid": job.supervisor.pid
                                 if job.supervisor else None, "last_step": None}
-                job._save()
+                job.save()
             else:
-                job._event("scale", "job %s: this host could not join" % job.name, {
+                job.event("scale", "job %s: this host could not join" % job.name, {
                     "ok": False, "id": args.get("id"), "change": "add", "host": spec.host,
                     "error": "torchrun did not start (see the launch_failed alert)"})
             return
         job.spec.with_hosts(list(hosts))
         if args.get("leave"):
-            job._stop_attempt(why="scale")
+            job.stop_attempt(why="scale")
             job.state = EXCLUDED
             self.expect = self.between = self.regroup = None
-            job._event("scale", "job %s: this host left; its part stopped, the other %d "
-                       "host(s) go on" % (job.name, len(hosts)), {
+            job.event("scale", "job %s: this host left; its part stopped, the other %d "
+                      "host(s) go on" % (job.name, len(hosts)), {
                            "ok": True, "id": args.get("id"), "change": "remove",
                            "host": job.spec.host, "left": True, "hosts": list(hosts)})
             return
@@ -407,7 +378,7 @@ class Membership:
         if scaled is not None:
             job.peers.generations.begin(scaled)
         self.expect = self._window(args, now)
-        job._save()  # an agent restarted in the window still knows the change is expected
+        job.save()  # an agent restarted in the window still knows the change is expected
 
     def _window(self, args: dict, now: float) -> dict:
         # A regroup shows its first step within the start-up allowance of an attempt.
@@ -478,9 +449,9 @@ class Membership:
         """Wait as a spare; a claim left from an earlier run of the job is not for us."""
         self._standby_since = time.time()
         job = self.job
-        claim = job._looking_in(takeover_dir(job.spec),
-                                lambda: read_claim(job.spec, str(job.spec.host)),
-                                "a look for its claim in", "a hung network mount?")
+        claim = job.looking_in(takeover_dir(job.spec),
+                               lambda: read_claim(job.spec, str(job.spec.host)),
+                               "a look for its claim in", "a hung network mount?")
         if claim is not None and float(claim.get("ts") or 0) < self._standby_since:
             try:
                 (takeover_dir(self.job.spec) / ("%s.json" % self.job.spec.host)).unlink()
@@ -490,8 +461,8 @@ class Membership:
     def poll_takeover(self) -> None:
         job = self.job
         me = str(job.spec.host)
-        claim = job._looking_in(takeover_dir(job.spec), lambda: read_claim(job.spec, me),
-                                "a look for its claim in", "a hung network mount?")
+        claim = job.looking_in(takeover_dir(job.spec), lambda: read_claim(job.spec, me),
+                               "a look for its claim in", "a hung network mount?")
         if claim is None or float(claim.get("ts") or 0) < self._standby_since:
             return
         hosts = claim.get("hosts")
@@ -500,14 +471,14 @@ class Membership:
         generation = claim.get("generation")
         job.peers.generations.take_over(
             generation if isinstance(generation, str) and generation else None)
-        checkpoint, skipped = job._newest_checkpoint()
-        job._event("takeover", "job %s: spare %s takes over from %s (%s)" % (
+        checkpoint, skipped = job.newest_checkpoint()
+        job.event("takeover", "job %s: spare %s takes over from %s (%s)" % (
             job.name, me, claim.get("replaced"), claim.get("cause")), {
             "ok": True, "spare": me, "replaced": claim.get("replaced"),
             "cause": claim.get("cause"), "claimed_at": claim.get("ts"), "hosts": job.spec.hosts,
             "checkpoint": str(checkpoint.path) if checkpoint else None,
             "step": checkpoint.step if checkpoint else 0, "skipped": skipped})
-        job._launch(checkpoint, reason="takeover")
+        job.launch(checkpoint, reason="takeover")
         if job.running:
             self.regroup = {"since": time.time(), "why": "takeover", "pid": job.supervisor.pid
                             if job.supervisor else None, "last_step": None}
@@ -545,12 +516,12 @@ class Membership:
         job.spec.with_hosts(info["hosts"])
         job.state = EXCLUDED
         spare = info["spare"]
-        job._alert("resource", "warning", "host_excluded", "job %s: host %s excluded after %s%s"
-                   % (job.name, info["host"], info["cause"],
+        job.alert("resource", "warning", "host_excluded", "job %s: host %s excluded after %s%s"
+                  % (job.name, info["host"], info["cause"],
                       "; spare %s takes its place" % spare if spare else ""),
-                   "check host %s before it rejoins (cockpit scale --add): %s"
-                   % (info["host"], HINTS.get(info["cause"], HINTS[UNKNOWN])),
-                   {"host": info["host"]})
+                  "check host %s before it rejoins (cockpit scale --add): %s"
+                  % (info["host"], HINTS.get(info["cause"], HINTS[UNKNOWN])),
+                  {"host": info["host"]})
 
 
 def _diagnose(ended: Sequence[Tuple[int, int, Optional[int], int]], lines: Sequence[str],

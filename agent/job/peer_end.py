@@ -59,7 +59,6 @@ the job's recovery loop goes on meanwhile (without the markers).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -67,9 +66,10 @@ from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Se
 
 from agent.job.launch import LaunchSpec
 from agent.off_thread import OffThread
+from agent.wire import atomic, paths
 
 if TYPE_CHECKING:
-    from agent.job.managed import ManagedJob
+    from agent.job.handle import JobHandle
 
 GAVE_UP, STOPPED, PAUSED = "gave_up", "stopped", "paused"
 # When several hosts ended differently, the most final ending is followed.
@@ -182,11 +182,11 @@ class PeerResumed(NamedTuple):
 
 
 def marker_dir(spec: LaunchSpec) -> Path:
-    return spec.shared_dir / "control" / ("%s.ended" % spec.name)
+    return paths.ended_dir(spec.shared_dir, spec.name)
 
 
 def resumed_dir(spec: LaunchSpec) -> Path:
-    return spec.shared_dir / "control" / ("%s.resumed" % spec.name)
+    return paths.resumed_dir(spec.shared_dir, spec.name)
 
 
 def _marker(spec: LaunchSpec) -> Path:
@@ -199,11 +199,9 @@ def _resumed_marker(spec: LaunchSpec) -> Path:
 
 def _write(path: Path, data: dict) -> Optional[str]:
     """Write a marker whole (a reader never sees half of one); the error, if any."""
-    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data))
-        os.replace(str(tmp), str(path))
+        atomic.write_text(path, json.dumps(data))
     except OSError as exc:
         return "cannot write %s: %s" % (path, exc)
     return None
@@ -452,7 +450,7 @@ class Peers:
     part follows; what the part then does (its processes stopped or paused, its state)
     stays the job's, as for the operator's own stop or pause."""
 
-    def __init__(self, job: ManagedJob) -> None:
+    def __init__(self, job: JobHandle) -> None:
         self.job = job
         self.operator_start = time.time()  # the latest launch, resume or relaunch here
         self.generations = Generations()  # of this part, and the parts it left
@@ -488,9 +486,9 @@ class Peers:
             self._stalled = time.time()
         if error is not None:
             job = self.job
-            job._event("sampler_error", "job %s: cannot tell the job's other hosts that this "
-                       "host's part %s (%s); %s" % (job.name, what, error, meanwhile),
-                       {"job_state": job.state})
+            job.event("sampler_error", "job %s: cannot tell the job's other hosts that this "
+                      "host's part %s (%s); %s" % (job.name, what, error, meanwhile),
+                      {"job_state": job.state})
 
     def to_follow(self, at_once: bool = False) -> Optional[PeerEnded]:
         """The other host whose part's end this part must follow now, said in the journal;
@@ -534,10 +532,10 @@ class Peers:
             PAUSED: "was paused%s; this host's part, which the pause did not reach, "
                     "stops too" % ("" if peer.step is None else " at step %d" % peer.step),
         }[peer.why]
-        job._event("peer_ended", "job %s: host %s %s" % (job.name, peer.host, happened),
-                   {"host": peer.host, "why": peer.why, "cause": peer.cause,
+        job.event("peer_ended", "job %s: host %s %s" % (job.name, peer.host, happened),
+                  {"host": peer.host, "why": peer.why, "cause": peer.cause,
                     "reason": peer.reason, "step": peer.step, "checkpoint": peer.checkpoint,
-                    "at": peer.at, "state": job.state}, step=job._cur_max)
+                    "at": peer.at, "state": job.state}, step=job.progress.newest_step)
         return peer
 
     def announce_resumed(self, resumed_from: Optional[str], step: Optional[int],
@@ -575,9 +573,9 @@ class Peers:
         for problem in problems:
             if problem not in self._problems:
                 self._problems.add(problem)
-                job._event("sampler_error", "job %s: a marker of another host's part's %s "
-                           "cannot be read, so it is not acted on: %s"
-                           % (job.name, what, problem), {"job_state": job.state})
+                job.event("sampler_error", "job %s: a marker of another host's part's %s "
+                          "cannot be read, so it is not acted on: %s"
+                          % (job.name, what, problem), {"job_state": job.state})
 
     def _answered(self, answered: bool) -> bool:
         """Say once that the shared dir stopped answering, and once that it answers
@@ -586,9 +584,9 @@ class Peers:
         if not answered:
             if self._stalled is None:
                 self._stalled = time.time() - self.shared.within
-                job._event("sampler_error", "job %s: %s (a hung network mount?); until it "
-                           "answers, this host's part does not follow the ends of the job's "
-                           "other hosts' parts" % (job.name,
+                job.event("sampler_error", "job %s: %s (a hung network mount?); until it "
+                          "answers, this host's part does not follow the ends of the job's "
+                          "other hosts' parts" % (job.name,
                                                    self.shared.unanswered(job.spec)), {
                                "job_state": job.state, "answered": False,
                                "dir": str(marker_dir(job.spec)),
@@ -597,9 +595,9 @@ class Peers:
         if self._stalled is not None:
             seconds = time.time() - self._stalled
             self._stalled = None
-            job._event("sampler_error", "job %s: the shared dir %s answers again, after about "
-                       "%.0f s; the ends of the job's other hosts' parts are followed again"
-                       % (job.name, marker_dir(job.spec), seconds), {
+            job.event("sampler_error", "job %s: the shared dir %s answers again, after about "
+                      "%.0f s; the ends of the job's other hosts' parts are followed again"
+                      % (job.name, marker_dir(job.spec), seconds), {
                            "job_state": job.state, "answered": True,
                            "dir": str(marker_dir(job.spec)),
                            "seconds": round(seconds, 1)})

@@ -11,7 +11,11 @@ Three pure pieces the job runner (`agent.job.managed`) combines:
   and stops early on causes that do not heal by themselves (the same out-of-memory or the
   same data error twice), saying what to try instead.
 - `HangDetector` turns step progress into "no step for k × the median step time" (never
-  less than a floor), so a hang is caught long before an NCCL timeout would fire.
+  less than a floor), so a hang is caught long before an NCCL timeout would fire; a job
+  at its end (its declared final step reported, or a rank exited cleanly) is never hung.
+
+Its length is mostly `classify`: the failure signatures, their hints and the readers of
+torchrun's output. The three pieces share the cause names, so they stay in one module.
 """
 
 from __future__ import annotations
@@ -23,16 +27,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
-# Causes, in the order they are checked: a GPU fault often surfaces as a CUDA error in
-# user code, and an OOM as an NCCL failure on the peers, so the specific ones go first.
-OOM = "oom"
-GPU_FAULT = "gpu_fault"
-NCCL = "nccl"
-DATA = "data"
-USER_CODE = "user_code"
-HANG = "hang"
-KILLED = "killed"
-UNKNOWN = "unknown"
+from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+
+# Causes (agent.wire.causes) are checked in this order: a GPU fault often surfaces as a
+# CUDA error in user code, and an OOM as an NCCL failure on the peers, so the specific
+# ones go first.
 
 _PATTERNS = (
     (OOM, re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|"
@@ -141,7 +140,8 @@ def read_error_file(path: Path) -> Optional[dict]:
     message = raw.get("message")
     info: Dict[str, Any] = {}
     if isinstance(message, dict):
-        info = message.get("extraInfo") if isinstance(message.get("extraInfo"), dict) else {}
+        extra = message.get("extraInfo")
+        info = extra if isinstance(extra, dict) else {}
         message = message.get("message")
     if not isinstance(message, str):
         return None
@@ -495,6 +495,25 @@ class Decision:
                 "hint": self.hint}
 
 
+def interruption(diagnosis: Diagnosis, decision: Decision, detected_at: float,
+                 failure_at: float, attempt: int, returncode: Optional[int],
+                 last_step: Optional[int], in_place: bool = False) -> dict:
+    """The data of an `interruption` event (docs/protocol.md), built here only: a crash,
+    a hang, a launch that failed and an elastic regroup all say the same fields.
+    `in_place`: torchrun goes on with a new group, no restart by the agent."""
+    data = dict(diagnosis.as_dict())
+    verdict = decision.as_dict()
+    if in_place:
+        verdict["in_place"] = True
+    data.update({
+        "detected_at": detected_at,
+        "detection_latency": round(max(0.0, detected_at - failure_at), 3),
+        "failure_at": failure_at, "attempt": attempt, "returncode": returncode,
+        "last_step": last_step, "decision": verdict,
+    })
+    return data
+
+
 # How often the same failure may repeat before retrying is pointless.
 DEFAULT_REPEAT_LIMITS = {OOM: 2, DATA: 2, USER_CODE: 2, GPU_FAULT: 2}
 
@@ -553,6 +572,11 @@ class HangDetector:
     Step times come from the trainer's own `step_time`; without them the floor alone
     applies. Before an attempt's first step (imports, data preparation, rendezvous) the
     separate `startup` limit applies instead: start-up is legitimately slow and varies.
+
+    A job at its end is never hung: once it reported its declared final step, or one of
+    its ranks exited cleanly, what follows (the last evaluation and checkpoint, process
+    group teardown, interpreter exit) has no step to wait for, however slow a loaded
+    host makes it, and a restart would only redo the end. torchrun's exit code decides.
     """
 
     def __init__(self, k: float = 3.0, floor: float = 10.0, startup: float = 600.0,
@@ -565,13 +589,38 @@ class HangDetector:
         self._times: Deque[float] = deque(maxlen=window)
         self.last_step: Optional[int] = None
         self.last_progress: Optional[float] = None
+        self.total_steps: Optional[int] = None  # the trainer's declared final step
+        self.ended: Optional[str] = None  # why this attempt is at its end, once it is
 
     def reset(self, now: float, new_attempt: bool = True) -> None:
         """Start watching afresh: a new attempt (steps may go back to a checkpoint's), or
-        the end of a freeze (the frozen time is not silence)."""
+        the end of a freeze (the frozen time is not silence). The declared total stays:
+        it belongs to the run, and a new attempt declares it again."""
         if new_attempt:
             self.last_step = None
+            self.ended = None
         self.last_progress = now
+
+    def declare_total(self, total_steps: object) -> None:
+        """The run's final step, from the trainer's `run` record (ignored unless a
+        positive whole number)."""
+        if isinstance(total_steps, int) and not isinstance(total_steps, bool) and (
+                total_steps > 0):
+            self.total_steps = total_steps
+
+    def end(self, why: str) -> None:
+        """This attempt is finishing (`why`: a rank exited cleanly): no hang from now."""
+        if self.ended is None:
+            self.ended = why
+
+    def at_end(self) -> Optional[str]:
+        """Why this attempt is at its end, or None while steps are still to come."""
+        if self.ended is not None:
+            return self.ended
+        if self.total_steps is not None and self.last_step is not None and (
+                self.last_step >= self.total_steps):
+            return "reported its final step %d of %d" % (self.last_step, self.total_steps)
+        return None
 
     def observe(self, step: int, step_time: Optional[float], ts: float) -> bool:
         """Record one train record; True when it is progress (a step not seen before)."""
@@ -602,9 +651,10 @@ class HangDetector:
 
     def deadline(self) -> Optional[float]:
         """When the silence becomes a hang unless a new step comes first (None: nothing
-        to watch). The watcher sleeps until then rather than polling on a fixed tick, so
-        a hang is declared at the limit, not up to a tick after it."""
-        if self.last_progress is None:
+        to watch, or the attempt is at its end). The watcher sleeps until then rather
+        than polling on a fixed tick, so a hang is declared at the limit, not up to a
+        tick after it."""
+        if self.last_progress is None or self.at_end() is not None:
             return None
         return self.last_progress + self.threshold()
 
@@ -615,7 +665,8 @@ class HangDetector:
     def state(self) -> Dict[str, Any]:
         """The step-time window and the progress seen, for a restarted agent."""
         return {"times": list(self._times), "last_step": self.last_step,
-                "last_progress": self.last_progress}
+                "last_progress": self.last_progress, "total_steps": self.total_steps,
+                "ended": self.ended}
 
     def restore(self, state: Dict[str, Any]) -> None:
         self._times.clear()
@@ -626,3 +677,7 @@ class HangDetector:
         last_progress = state.get("last_progress")
         self.last_progress = (float(last_progress) if isinstance(last_progress, (int, float))
                               else None)
+        self.total_steps = None
+        self.declare_total(state.get("total_steps"))
+        ended = state.get("ended")
+        self.ended = ended if isinstance(ended, str) else None

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 PY_SPY_TIMEOUT = 15.0
 
@@ -127,9 +127,10 @@ def dump_stacks(ranks: Dict[int, Optional[int]], out_path: Path,
             sections.append("=== ranks %s, faulthandler (SIGUSR1) ===\n%s" % (
                 ", ".join(str(r) for _p, r, _s in signalled), text))
             dumped.extend(r for _p, r, _s in signalled)
-    result = {"method": method, "file": None, "ranks": dumped, "unavailable": unavailable}
+    outcome: Dict[str, Any] = {"method": method, "file": None, "ranks": dumped,
+                               "unavailable": unavailable}
     if sections:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text("\n".join(sections), encoding="utf-8")
-        result["file"] = str(out_path)
-    return result
+        outcome["file"] = str(out_path)
+    return outcome

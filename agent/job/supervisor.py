@@ -33,12 +33,26 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from agent.hostinfo import boot_id
 from agent.job import jobwrap
+from agent.job.startup_faults import IMPORT_ERROR, StartupFault, StartupWatch
 from agent.journal.journal import Journal
 from agent.samplers.procinfo import RankResolver
+from agent.wire import atomic, paths
 
 MAX_LOG_LINE = 4096
 TAIL_LINES = 400
@@ -159,7 +173,7 @@ def children_of(pid: int) -> List[int]:
         tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
         tasks = []
-    found = set()
+    found: Set[int] = set()
     try:
         for tid in tasks:
             with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
@@ -208,12 +222,13 @@ class Supervisor:
         self.cwd = cwd
         self.started_data = dict(started_data or {})
         self.tail: Deque[str] = deque(maxlen=TAIL_LINES)  # for classifying a failure
-        self.logs_dir = self.run_dir / "logs"
-        self.status_path = self.logs_dir / ("%s.status.json" % job)
+        self.startup_faults = StartupWatch()  # a stuck start-up, named from its output
+        self.logs_dir = paths.logs_dir(self.run_dir)
+        self.status_path = paths.status_file(self.run_dir, job)
         # How far into each log file the journal has the output, rewritten after every
         # journaled batch: an agent that adopts the job resumes exactly there, so no line
         # is journaled twice (the saved job state is up to a second older).
-        self.journaled_path = self.logs_dir / ("%s.journaled.json" % job)
+        self.journaled_path = paths.journaled_file(self.run_dir, job)
         self.launch_id = secrets.token_hex(8)
         self.adopted = False
         self._bucket = TokenBucket(log_rate, log_burst)
@@ -247,14 +262,14 @@ class Supervisor:
         env.update(self.extra_env)
         env["COCKPIT_RUN_DIR"] = str(self.run_dir)
         env["COCKPIT_JOB"] = self.job
-        env["TORCHELASTIC_ERROR_FILE"] = str(self.logs_dir / ("%s.error.json" % self.job))
+        env["TORCHELASTIC_ERROR_FILE"] = str(paths.error_file(self.run_dir, self.job))
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
         return env
 
     def _log_paths(self) -> Dict[str, Path]:
-        return {"stdout": self.logs_dir / ("%s.out" % self.job),
-                "stderr": self.logs_dir / ("%s.err" % self.job)}
+        return {"stdout": paths.stdout_log(self.run_dir, self.job),
+                "stderr": paths.stderr_log(self.run_dir, self.job)}
 
     def start(self) -> int:
         """Launch the command through the wrapper; returns its pid (also the job's
@@ -530,11 +545,9 @@ class Supervisor:
                 return got
 
     def _note_journaled(self) -> None:
-        tmp = self.journaled_path.with_name(".%s.tmp" % self.journaled_path.name)
-        try:
-            tmp.write_text(json.dumps({"launch": self.launch_id, "offsets": self._offsets}),
-                           encoding="utf-8")
-            os.replace(str(tmp), str(self.journaled_path))
+        try:  # after every journaled batch: durable enough without an fsync each time
+            atomic.write_text(self.journaled_path, json.dumps(
+                {"launch": self.launch_id, "offsets": self._offsets}), durable=False)
         except OSError:
             pass  # the saved job state still holds offsets at most a second old
 
@@ -556,6 +569,9 @@ class Supervisor:
         records: List[tuple] = []
         for raw in raws:
             self.tail.append(clip_line(raw))
+            fault = self.startup_faults.feed(self.tail[-1])
+            if fault is not None:  # before the rate limit: the fault is news however chatty
+                records.extend(self._fault_records(fault, stream))
             if not self._bucket.take():
                 with self._suppressed_lock:
                     self._suppressed += 1
@@ -567,6 +583,19 @@ class Supervisor:
         if records:
             with self._output_lock:
                 self.journal.append_many(records)
+
+    def _fault_records(self, fault: StartupFault, stream: str) -> List[tuple]:
+        """An alert (what, where, the fix) and an event for a fault read from the job's
+        output (`agent.job.startup_faults`), the moment its line arrives: a job stuck in
+        its rendezvous would otherwise be named only at the start-up hang limit."""
+        what = "job %s: %s" % (self.job, fault.what)
+        return [("alert", {"kind": "parameter" if fault.code == IMPORT_ERROR else "resource",
+                           "severity": "critical", "code": fault.code, "job": self.job,
+                           "where": dict(fault.where), "what": what, "hint": fault.fix}),
+                ("event", {"kind": "startup_fault", "job": self.job, "rank": fault.where.get(
+                    "rank"), "step": None, "msg": what,
+                    "data": {"code": fault.code, "where": dict(fault.where), "fix": fault.fix,
+                             "stream": stream, "line": fault.line}})]
 
     def _suppressed_note(self, stream: str) -> List[tuple]:
         """A log line saying how many lines the rate limit kept out (none: empty)."""
@@ -632,7 +661,7 @@ class Supervisor:
             assert code is not None
             how = ("exited with code %d" % code if code >= 0
                    else "was killed by signal %d" % -code)
-        data = {"returncode": code, "pid": self._pid,
+        data: Dict[str, Any] = {"returncode": code, "pid": self._pid,
                 "seconds": None if self.started_at is None
                 else round(time.time() - self.started_at, 3)}
         if self.ended_for:

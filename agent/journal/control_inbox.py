@@ -21,19 +21,17 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Set, Tuple
 
 from agent.journal.journal import Journal, JournalReader
+from agent.wire import atomic, paths
+from agent.wire.op_error import OpError
 
 INBOX_MAX_AGE = 120.0
-
-
-class OpError(Exception):
-    """An op that cannot be carried out; the message becomes the ack's `error`."""
 
 
 Handler = Callable[[dict], Optional[dict]]
 
 
 def inbox_path(state_dir: Path) -> Path:
-    return Path(state_dir) / "control" / "inbox.ndjson"
+    return paths.inbox_file(state_dir)
 
 
 def append_op(state_dir: Path, entry: dict, fresh_line: bool = False) -> None:
@@ -164,9 +162,8 @@ class ControlInbox:
                         self._acked.add(op_id)
 
     def _save(self) -> None:
-        tmp = self.state_path.with_name(".inbox.state.%d.tmp" % os.getpid())
-        tmp.write_text(json.dumps({"offset": self.offset, "seq": self.journal.head}))
-        os.replace(str(tmp), str(self.state_path))
+        atomic.write_text(self.state_path,
+                          json.dumps({"offset": self.offset, "seq": self.journal.head}))
 
     def poll(self) -> int:
         """Handle every complete new inbox line; returns how many ops were answered."""

@@ -31,7 +31,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from agent.journal.full import (
     HOLD_BYTES,
@@ -383,7 +383,7 @@ class Journal:
         self._reserve.make()
         return True
 
-    def _write_entries(self, entries: List[Tuple[str, object, bytes]], requeue: bool,
+    def _write_entries(self, entries: Sequence[Tuple[str, object, bytes]], requeue: bool,
                        strict: bool = False, now: float = 0.0) -> int:
         """Write encoded lines (type, its fields or time, line) numbered from head + 1;
         returns how many reached the journal whole. On a failure the rest are held when
@@ -485,7 +485,8 @@ class Journal:
             except FileNotFoundError:
                 sizes.append((0, now))
         total = sum(s for s, _ in sizes)
-        dropped = {"size cap": [0, None, None], "age cap": [0, None, None]}
+        # reason -> [count, first seq, last seq]
+        dropped: Dict[str, List[Any]] = {"size cap": [0, None, None], "age cap": [0, None, None]}
         # Never drop the segment being written to.
         while len(self._segments) > 1:
             size, mtime = sizes[0]

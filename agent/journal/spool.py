@@ -34,10 +34,11 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
 
-from agent.journal.journal import Journal, JournalReader
+from agent.journal.journal import JournalReader
 from agent.journal.spool_rejects import KEEP_RAW, RejectRing
+from agent.wire import atomic, paths
 from agent.wire.protocol import MAX_LINE_BYTES, SPOOL_HEADER
 from agent.wire.record_check import (
     MAX_RANK,
@@ -90,13 +91,6 @@ def _event(kind: str, job: Optional[str], rank: Optional[int], msg: str, data: d
     return {"kind": kind, "job": job, "rank": rank, "step": None, "msg": msg, "data": data}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
-    with open(str(tmp), "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(str(tmp), str(path))
-
-
 def _open(path: Path) -> BinaryIO:
     """A spool file opened for reading (`FileNotFoundError` once it is gone). Neither a
     FIFO (whose open would block the daemon) nor a link to elsewhere is read: `OSError`
@@ -120,6 +114,20 @@ def _same_head(sf: SpoolFile) -> bool:
         return False
 
 
+class SpoolJournal(Protocol):
+    """What the tailer needs of the journal: where it keeps its state, its newest seq, and
+    appending a batch. The daemon passes the journal wrapped so its jobs see each batch."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def head(self) -> int: ...
+
+    def append_many(self, records: Iterable[Tuple[str, Mapping]], ts: Optional[float] = None
+                    ) -> List[int]: ...
+
+
 class SpoolTailer:
     """Moves spool records into the journal, each exactly once.
 
@@ -128,8 +136,8 @@ class SpoolTailer:
     file (a slow exit during a relaunch) is not cut short.
     """
 
-    def __init__(self, journal: Journal, run_dirs: Iterable[Path] = (), settle: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, journal: SpoolJournal, run_dirs: Iterable[Path] = (),
+                 settle: float = 5.0, clock: Callable[[], float] = time.time) -> None:
         self.journal = journal
         self.run_dirs: List[Path] = []
         for run_dir in run_dirs:
@@ -191,15 +199,17 @@ class SpoolTailer:
         """Persist positions (cheap; the journal stays the source of truth)."""
         if not self._dirty:
             return
-        _atomic_write(self.positions_path, json.dumps(
-            {"v": 1, "seq": self._checkpoint_seq, "files": self._positions}))
+        # Rewritten at every poll while records flow, and only a shortcut: the journal
+        # says how far each file was read (`recover`), so no fsync is spent on it.
+        atomic.write_text(self.positions_path, json.dumps(
+            {"v": 1, "seq": self._checkpoint_seq, "files": self._positions}), durable=False)
         self._dirty = False
 
     # -- discovery -------------------------------------------------------------------
     def _discover(self) -> List[SpoolFile]:
         seen: Dict[str, SpoolFile] = {}
         for run_dir in self.run_dirs:
-            spool = run_dir / "spool"
+            spool = paths.spool_root(run_dir)
             try:
                 jobs = [e for e in os.scandir(str(spool)) if e.is_dir(follow_symlinks=False)]
             except FileNotFoundError:

@@ -23,13 +23,21 @@ def load_psutil() -> Optional[Any]:
         return None
 
 
+def _load_average() -> Tuple[Optional[float], Optional[float], Optional[float]]:
+    """1, 5 and 15-minute load, or None each where the platform has none to give."""
+    try:
+        return os.getloadavg()
+    except (OSError, AttributeError):
+        return None, None, None
+
+
 class HostSampler:
     """`host` record bodies for one filesystem (the run dir's) and one job's processes."""
 
     def __init__(self, disk_path: Path, psutil_module: Any = None,
                  clock: Callable[[], float] = time.monotonic,
                  load: Callable[[], Optional[Any]] = load_psutil) -> None:
-        self.psutil = psutil_module if psutil_module is not None else load()
+        self.psutil: Any = psutil_module if psutil_module is not None else load()
         self.available = self.psutil is not None
         self.disk_path = str(disk_path)
         self._clock = clock
@@ -71,10 +79,7 @@ class HostSampler:
         cpu = ps.cpu_percent(interval=None)
         cpu_value = cpu if self._cpu_primed else None
         self._cpu_primed = True
-        try:
-            load1, load5, load15 = os.getloadavg()
-        except (OSError, AttributeError):
-            load1 = load5 = load15 = None
+        load1, load5, load15 = _load_average()
         mem = ps.virtual_memory()
         swap = ps.swap_memory()
         try:
@@ -102,15 +107,14 @@ class HostSampler:
         """What the standard library gives (load, the disk), the rest None: a host with
         no psutil and no GPU still sends a record every interval, so its link never
         goes stale for want of anything to say."""
-        try:
-            load1, load5, load15 = os.getloadavg()
-        except (OSError, AttributeError):
-            load1 = load5 = load15 = None
+        load1, load5, load15 = _load_average()
+        disk_used: Optional[int] = None
+        disk_total: Optional[int] = None
         try:
             usage = shutil.disk_usage(self.disk_path)
             disk_used, disk_total = usage.used, usage.total
         except OSError:
-            disk_used = disk_total = None
+            pass  # the record says None: no figure for a disk it cannot read
         return {
             "cpu": None, "load1": load1, "load5": load5, "load15": load15,
             "mem_used": None, "mem_total": None, "swap_used": None, "swap_total": None,
@@ -145,7 +149,7 @@ class HostSampler:
         out = []
         alive = {}
         for pid in sorted(pid_ranks):
-            proc = self._procs.get(pid)
+            proc: Any = self._procs.get(pid)
             first = proc is None
             try:
                 if first:

@@ -40,6 +40,8 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from agent.wire import atomic
+
 MARKER_SUFFIX = ".done"
 DCP_COMMIT = ".metadata"  # torch.distributed.checkpoint's commit file
 RESUME_ENV = "COCKPIT_RESUME_FROM"  # the checkpoint a (re)started job resumes from
@@ -239,28 +241,9 @@ def mark_complete(path: "str | os.PathLike[str]", step: int, *, checksum: bool =
     else:
         raise ValueError("%s is neither a file nor a directory" % path)
     target = marker_path(path)
-    tmp = target.with_name(".%s.%d.tmp" % (target.name, os.getpid()))
-    with open(str(tmp), "w", encoding="utf-8") as f:
-        f.write(json.dumps(marker, separators=(",", ":")))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(str(tmp), str(target))
-    _fsync_dir(path.parent)
+    atomic.write_text(target, json.dumps(marker, separators=(",", ":")))
     _prune_orphan_markers(path.parent)
     return target
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(str(directory), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems (and platforms) cannot sync a directory
-    finally:
-        os.close(fd)
 
 
 def _prune_orphan_markers(directory: Path) -> None:
@@ -313,7 +296,7 @@ def candidates(directory: Path) -> List[Tuple[int, Path]]:
 
 def newest_valid(directory: Path) -> Tuple[Optional[Checkpoint], List[Tuple[str, str]]]:
     """The newest intact checkpoint of `directory` and the (path, why) of each one skipped."""
-    skipped = []
+    skipped: List[Tuple[str, str]] = []
     for _step, path in candidates(directory):
         checkpoint, why = inspect(path)
         if checkpoint is not None:

@@ -17,12 +17,14 @@ import os
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
-DIR = "jobs"
+from agent.wire import atomic, paths
+
+DIR = paths.JOBS
 VERSION = 1
 
 
 def path(state_dir: Path, name: str) -> Path:
-    return Path(state_dir) / DIR / ("%s.json" % name)
+    return paths.jobs_dir(state_dir) / ("%s.json" % name)
 
 
 def save(state_dir: Path, name: str, data: dict) -> None:
@@ -33,10 +35,8 @@ def write(target: Path, data: dict) -> None:
     """Replace `target` atomically: a reader (or a daemon killed mid-write) never sees
     half a file."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(".%s.%d.tmp" % (target.name, os.getpid()))
-    with open(str(tmp), "w", encoding="utf-8") as f:
-        f.write(json.dumps(dict(data, v=VERSION), separators=(",", ":"), default=str))
-    os.replace(str(tmp), str(target))
+    atomic.write_text(target, json.dumps(dict(data, v=VERSION), separators=(",", ":"),
+                                         default=str))
 
 
 def read(target: Path) -> Optional[dict]:

@@ -41,7 +41,7 @@ SPOOL_RECORD_TYPES = ("train", "eval", "event", "run", "log", "alert")
 AGENT_EVENT_KINDS = frozenset({
     "job_started", "job_adopted", "job_exited", "peer_ended", "pause", "resume",
     "relaunch", "fork", "scale", "takeover", "membership", "interruption", "recovery",
-    "checkpoints_set_aside", "xid", "spool_error", "sampler_error",
+    "checkpoints_set_aside", "xid", "spool_error", "sampler_error", "startup_fault",
 })
 
 _dumps = json.JSONEncoder(

@@ -236,7 +236,7 @@ _EVENT_DATA: Dict[str, Dict[str, Callable[[Any], None]]] = {
 _EVENT_REQUIRED = {"control_ack": ("op", "ok"), "dropped": ("count",)}
 # The journal's retention report is `dropped` with the seq range it lost; a rank's is a
 # count of records it could not write. Only the agent may say it lost journal seqs.
-_EVENT_FORBIDDEN = {"dropped": ("first", "last")}
+_EVENT_FORBIDDEN: Dict[str, Tuple[str, ...]] = {"dropped": ("first", "last")}
 
 
 def _fields(record: Mapping[str, Any], checks: Mapping[str, Callable[[Any], None]],
@@ -253,6 +253,7 @@ def _event(record: Dict[str, Any]) -> None:
     kind = record.get("kind")
     _want(isinstance(kind, str) and 0 < len(kind) <= MAX_NAME and not _CONTROL.search(kind),
           "kind", "a name (at most %d characters, no control characters)" % MAX_NAME, kind)
+    assert isinstance(kind, str)  # _want has rejected anything else
     if kind in AGENT_EVENT_KINDS:
         raise Rejected("event kind %r is the agent's own: a spool may not write it" % kind)
     data = record.get("data")

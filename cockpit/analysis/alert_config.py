@@ -23,10 +23,15 @@ the line and the key, as a keymap's mistakes are. The documented table:
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, packaged separately
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def load_alert_config(path: str | Path) -> AlertThresholds:
         raise AlertConfigError(f"{path}:{_line_of(text, 'alerts')}: 'alerts' must be a "
                                "table ([alerts])")
     known = {f.name: f.type for f in fields(AlertThresholds)}
-    values: dict[str, float | int] = {}
+    values: dict[str, Any] = {}  # each of its field's type, checked above
     for key, value in table.items():
         where = f"{path}:{_line_of(text, key)}: alerts.{key}"
         if key not in known:

@@ -15,6 +15,8 @@ from typing import Any
 from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.divergence import Divergence
+from cockpit.analysis.jump_hosts import jump_host_alerts, jump_host_down
+from cockpit.analysis.lifecycle import dict_field
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
 from cockpit.analysis.text import counted, duration, where_text
 from cockpit.snapshot import Alert, Interruption
@@ -132,13 +134,20 @@ def xid_alerts(events: Iterable[Row]) -> list[Alert]:
 def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> list[Alert]:
     """`hosts`: host rows with `state`, `last_seen` and `state_since` (when the link
     entered its state, if known); `samples`: latest host samples. An alert is dated when
-    its condition began where that is known, else `now`."""
+    its condition began where that is known, else `now`.
+
+    Hosts unreachable because their jump host is down are one alert, the jump host's,
+    naming the hosts behind it (`jump_host_alerts`), not one "host down" per host."""
     out = []
+    behind: dict[str, list[Row]] = {}
     for h in hosts:
         name = h.get("host")
         state = h.get("state")
         last = h.get("last_seen")
-        if state in BAD_LINK_STATES:
+        jump = jump_host_down(str(h.get("detail") or h.get("last_error") or ""))
+        if state == "unreachable" and jump is not None:
+            behind.setdefault(jump, []).append(h)
+        elif state in BAD_LINK_STATES:
             detail = h.get("detail") or h.get("last_error")
             out.append(_alert(
                 h.get("state_since") or now, RESOURCE, BAD_LINK_STATES[state],
@@ -174,10 +183,14 @@ def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> 
                 "reduce DataLoader workers or prefetch depth, or look for a leak in the "
                 "job processes' RSS; the OOM killer is next",
             ))
+    out.extend(jump_host_alerts(behind, now=now))
     return out
 
 
 def _link_hint(state: str, detail: str = "") -> str:
+    if detail.startswith("jump host ") and " cannot reach " in detail:
+        return ("the jump host answered but cannot reach this host: check the host is up "
+                "and that its SSH port is open to the jump host")
     if detail.startswith("jump host "):  # the bastion is down, not this host
         return ("the jump host named above is down or unreachable: check it; every host "
                 "behind it is out until it answers, and their agents keep recording")
@@ -214,7 +227,7 @@ def data_alerts(
             file = (e.get("data") or {}).get("file")
             spool.setdefault((e.get("host"), file), []).append(e)
         elif e.get("kind") == "dropped":
-            data = e.get("data") if isinstance(e.get("data"), dict) else {}
+            data = dict_field(e, "data")
             count = data.get("count")
             reason = data.get("reason") or "retention"
             out.append(_alert(
@@ -408,8 +421,11 @@ def stall_alerts(verdict: StallVerdict, *, now: float, since: float | None = Non
 # Agent alerts that say a job is down for good: true until the job starts again.
 ENDED_BY_A_START = frozenset({"recovery_stopped"})
 # ... or until the host that raised it starts its part again: the other hosts of the
-# same launch start beside (and often after) a host whose launch failed.
-ENDED_BY_ITS_HOSTS_START = frozenset({"launch_failed"})
+# same launch start beside (and often after) a host whose launch failed. The start-up
+# faults the agent reads from torchrun's output (agent.job.startup_faults) are of that
+# launch: a relaunch with the endpoint, port or environment fixed ends them.
+ENDED_BY_ITS_HOSTS_START = frozenset({"launch_failed", "rdzv_unresolvable",
+                                      "rdzv_unreachable", "port_in_use", "import_error"})
 
 
 def stored_alerts(rows: Iterable[Row], started: Mapping[str, float] | None = None,

@@ -9,15 +9,22 @@ precision, it comes with a band: how fast the job went over recent stretches of 
 would say "as if every step were as slow as the 90th-percentile one" and, when a rare slow
 step recurs (a checkpoint every 50 steps), leave the mean above its top. A job whose
 speed drifts (throttling, a slow rank) shows a wide band; a steady one a narrow band.
+
+That is the compute time left. A long job is also interrupted: `with_restarts` adds the
+restarts the measured interruption rate predicts at what past restarts cost, the rest of
+a restart under way, and the longer (or shorter) steps after a change of world size, so
+the band stays shown, and true, while the job restarts (`restart_aware`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cockpit.analysis.stats import quantile
+from cockpit.snapshot import Interruption, Progress
 
 BAND = (0.1, 0.9)
 MIN_SAMPLES_FOR_BAND = 3
@@ -100,3 +107,125 @@ def stretch_means(times: Sequence[float], counts: Sequence[int] | None = None) -
         out.append(sum(t * n for t, n in part) / sum(n for _, n in part))
         start = end
     return out
+
+
+# -- restarts and world-size changes ---------------------------------------------------
+# A month-long job is interrupted: the time left is the compute time left *plus* the
+# restarts it will likely suffer on the way, each costing what the past ones cost (the
+# outage until the first step after it, and the steps recomputed from the checkpoint).
+# The rate is measured per second the job's processes ran (an outage cannot fail), so
+# over T seconds of compute about λT more interruptions are expected; the band spreads
+# that count by one Poisson standard deviation (√λT) and prices the high end at the
+# dearest restart seen. While the job restarts, the rest of this restart is added: what
+# a restart cost on average, less the time this one has taken so far.
+
+
+@dataclass(frozen=True)
+class RestartHistory:
+    """What the job's interruptions so far say: `count` of them over `run_seconds` of
+    its processes running, and `costs`, the seconds each recovered one cost (empty
+    while none has recovered)."""
+
+    count: int
+    run_seconds: float
+    costs: tuple[float, ...] = ()
+
+
+def restart_costs(outages: Sequence[tuple[float | None, int | None]],
+                  step_seconds: float | None) -> tuple[float, ...]:
+    """The cost of each recovered outage, from (seconds until its first step, steps
+    recomputed) pairs: the outage plus the recomputed steps at `step_seconds` each (none
+    counted when the speed is unknown). An outage not recovered has no cost yet."""
+    out = []
+    for recovered_in, steps_lost in outages:
+        if recovered_in is None or not math.isfinite(recovered_in) or recovered_in < 0:
+            continue
+        redo = (steps_lost or 0) * step_seconds if step_seconds else 0.0
+        out.append(recovered_in + max(redo, 0.0))
+    return tuple(out)
+
+
+def world_size_factor(measured_world: int | None, world: int | None,
+                      measured_batch: float | None, batch: float | None) -> float:
+    """How much longer a step takes at `world` ranks than it did at `measured_world`,
+    when the steps were timed before a change of world size: each rank's share of a
+    step's samples (`batch`: the global batch, samples per step over all ranks), now
+    over then. A trainer that keeps its global batch across the change (dividing it by
+    the world) makes each rank's steps longer when the world shrinks; one that keeps its
+    per-rank batch (the example trainer) takes as long a step. Which one a job does is
+    not guessed: 1 unless both worlds and both batches are known."""
+    if not measured_world or not world or not measured_batch or not batch:
+        return 1.0
+    if min(measured_world, world, measured_batch, batch) <= 0:
+        return 1.0
+    return (batch / world) / (measured_batch / measured_world)
+
+
+def with_restarts(eta: Eta, history: RestartHistory, *, restarting_for: float | None = None,
+                  work_factor: float = 1.0) -> Eta:
+    """`eta` (the compute time left at the recent speed) with the interruptions the job
+    is likely to suffer before it ends, the rest of a restart under way (`restarting_for`:
+    seconds since it began, None when the job runs) and a change of world size
+    (`work_factor`, `world_size_factor`) applied."""
+    if eta.seconds is None:
+        return eta
+    factor = work_factor if work_factor > 0 and math.isfinite(work_factor) else 1.0
+    central = eta.seconds * factor
+    low = (eta.low if eta.low is not None else eta.seconds) * factor
+    high = (eta.high if eta.high is not None else eta.seconds) * factor
+    costs = history.costs
+    mean = sum(costs) / len(costs) if costs else 0.0
+    dearest = max(costs) if costs else 0.0
+    cheapest = min(costs) if costs else 0.0
+    rate = (history.count / history.run_seconds
+            if history.count > 0 and history.run_seconds > 0 else 0.0)
+    central += rate * central * mean
+    low += max(rate * low - math.sqrt(rate * low), 0.0) * mean
+    high += (rate * high + math.sqrt(rate * high)) * dearest
+    if restarting_for is not None:
+        waited = max(restarting_for, 0.0)
+        central += max(mean - waited, 0.0)
+        low += max(cheapest - waited, 0.0)
+        high += max(dearest - waited, 0.0)
+    speed = (eta.steps_per_second / factor if eta.steps_per_second is not None else None)
+    return Eta(central, min(low, central), max(high, central), speed)
+
+
+# States in which the job's processes are coming back: after an interruption, or after
+# a (re)launch before its first step. The compute time left is still known from the
+# speed the job had; what it lacks is the rest of the restart.
+RESTARTING_STATES = ("recovering", "starting")
+
+
+def restarting_for(interruptions: Sequence[Interruption], now: float) -> float | None:
+    """Seconds since the newest outage began, while it is neither recovered nor ended by
+    the operator (None: the job is not in an outage). An outage begins at the failure,
+    before its detection by `detection_latency`."""
+    if not interruptions:
+        return None
+    newest = max(interruptions, key=lambda i: i.detected_at)
+    if newest.recovered_in is not None or newest.ended_by is not None:
+        return None
+    return max(now - newest.detected_at + (newest.detection_latency or 0.0), 0.0)
+
+
+def restart_aware(progress: Progress, interruptions: Sequence[Interruption], *,
+                  run_seconds: float, now: float, work_factor: float = 1.0) -> Progress:
+    """`progress` with its ETA band widened by the job's measured interruptions
+    (`with_restarts`), and, during a restart, the rest of that restart added. A job
+    that is not running nor restarting (paused, stalled, ended: `eta_note` set) keeps
+    its reason instead."""
+    if progress.eta_note is not None or progress.eta_seconds is None:
+        return progress
+    step_seconds = 1.0 / progress.steps_per_second if progress.steps_per_second else None
+    history = RestartHistory(
+        count=len(interruptions), run_seconds=run_seconds,
+        costs=restart_costs([(i.recovered_in, i.steps_lost) for i in interruptions],
+                            step_seconds))
+    waiting = (restarting_for(interruptions, now)
+               if progress.state in RESTARTING_STATES else None)
+    eta = with_restarts(Eta(progress.eta_seconds, progress.eta_low, progress.eta_high,
+                            progress.steps_per_second),
+                        history, restarting_for=waiting, work_factor=work_factor)
+    return dataclasses.replace(progress, eta_seconds=eta.seconds, eta_low=eta.low,
+                               eta_high=eta.high)

@@ -47,15 +47,15 @@ def _merged(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return merged
     start = min(float(g.get("detected_at") or 0.0) for g in group)
     merged["detected_at"] = start
-    recovered = [g.get("recovered_at") for g in group]
-    if all(r is not None for r in recovered):
+    recovered = [float(r) for g in group if (r := g.get("recovered_at")) is not None]
+    if len(recovered) == len(group):
         # The job trains again once its last host does.
-        merged["recovered_at"] = max(float(r) for r in recovered)  # type: ignore[arg-type]
+        merged["recovered_at"] = max(recovered)
         merged["recovered_in"] = merged["recovered_at"] - start
     else:
         merged["recovered_at"] = merged["recovered_in"] = None
     for key in ("steps_lost", "restart_count"):
-        values = [g.get(key) for g in group if g.get(key) is not None]
+        values = [v for g in group if (v := g.get(key)) is not None]
         merged[key] = max(values) if values else None
     # Not recovered: what ended it instead, as the first host that says so tells.
     merged["ended_by"] = None if merged["recovered_in"] is not None else next(

@@ -30,7 +30,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 # Lost-time causes, in the order a second covered by several is given to the first.
@@ -86,7 +86,11 @@ class JobKpis:
     checkpoint_share: float | None = None  # checkpoint stalls / span (0..1)
     last_step: int | None = None
     last_step_ts: float | None = None
-    turnaround_s: float | None = None  # launch -> last step
+    turnaround_s: float | None = None  # launch (a batch job: its submission) -> last step
+    # A batch scheduler's queue: the seconds its submissions waited to start, summed
+    # (counted in the turnaround, not in the GPU time: nothing was allocated).
+    queue_wait_s: float | None = None
+    submitted: float | None = None  # the first submission to a batch scheduler
     target_loss: float | None = None
     target_reached_ts: float | None = None
     turnaround_to_target_s: float | None = None
@@ -144,6 +148,19 @@ def launched_at(events: Sequence[Mapping[str, Any]], first_declared: float | Non
     return min(times) if times else None
 
 
+def queued(events: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None]:
+    """(the first submission's time, the queue wait of every submission summed) of a
+    job on a batch scheduler (`slurm_submitted`, `slurm_running` events); Nones else."""
+    # The cockpit's own sbatch, or Slurm's SubmitTime as a watch saw it (another
+    # process submitted the job, into another recording).
+    submits = [float(e["ts"]) for e in events if e.get("kind") == "slurm_submitted"]
+    submits += [t for e in events if e.get("kind") == "slurm_running"
+                if (t := _num(_data(e).get("submitted_at"))) is not None]
+    waits = [w for e in events if e.get("kind") == "slurm_running"
+             if (w := _num(_data(e).get("queue_wait"))) is not None and w >= 0]
+    return min(submits, default=None), (sum(waits) if waits else None)
+
+
 def job_state(events: Sequence[Mapping[str, Any]]) -> tuple[bool, bool, float | None]:
     """(running, finished, last exit ts) from the newest start and exit events."""
     last_start = max((float(e["ts"]) for e in events if e.get("kind") == "job_started"),
@@ -151,7 +168,8 @@ def job_state(events: Sequence[Mapping[str, Any]]) -> tuple[bool, bool, float | 
     exits = [e for e in events if e.get("kind") == "job_exited"]
     last_exit = exits[-1] if exits else None
     exit_ts = float(last_exit["ts"]) if last_exit is not None else None
-    if last_exit is None or (last_start is not None and last_start > exit_ts):
+    if last_exit is None or exit_ts is None or (last_start is not None
+                                                and last_start > exit_ts):
         return last_start is not None, False, exit_ts
     code = _data(last_exit).get("returncode")
     return False, code == 0 and not isinstance(code, bool), exit_ts
@@ -185,9 +203,9 @@ def lost_spans(events: Sequence[Mapping[str, Any]],
             lo = recovered_at - recovered_in
             # Up to the restart's first step's beginning: that step's own time is counted
             # as step time (the agent measures the outage to the step's record).
-            began = [first_steps[t] for t in starts if lo <= t <= recovered_at
-                     and first_steps.get(t) is not None]
-            stop = min([recovered_at, *(max(lo, b) for b in began)])  # type: ignore[type-var]
+            began = [b for t in starts if lo <= t <= recovered_at
+                     and (b := first_steps.get(t)) is not None]
+            stop = min([recovered_at, *(max(lo, b) for b in began)])
             spans.append(("interruption", lo, stop))
         elif detected is not None:
             stop = min(next_after(resumes, detected), next_after(pauses, detected))
@@ -238,7 +256,7 @@ def mttr_trend(values: Sequence[float]) -> str:
 
 
 def iso_week(ts: float) -> str:
-    year, week, _ = datetime.fromtimestamp(ts, tz=UTC).isocalendar()
+    year, week, _ = datetime.fromtimestamp(ts, tz=timezone.utc).isocalendar()
     return f"{year}-W{week:02d}"
 
 
@@ -247,7 +265,7 @@ def hours_by_week(lo: float, hi: float, gpus: int) -> dict[str, float]:
     out: dict[str, float] = {}
     t = lo
     while t < hi:
-        day = datetime.fromtimestamp(t, tz=UTC)
+        day = datetime.fromtimestamp(t, tz=timezone.utc)
         monday = (day - timedelta(days=day.weekday())).replace(
             hour=0, minute=0, second=0, microsecond=0)
         stop = min(hi, (monday + timedelta(days=7)).timestamp())
@@ -287,9 +305,8 @@ def job_kpis(job: str, *, events: Iterable[Mapping[str, Any]],
     span = max(0.0, end - launched) if launched is not None and end is not None else 0.0
     outages = [i for i in interruptions if i.get("job") in (job, None)]
     lost = dict.fromkeys(LOSS_CAUSES, 0.0)
-    if span > 0:
-        lost.update(split_spans(lost_spans(mine, outages, first_steps, end),
-                                launched, end))  # type: ignore[arg-type]
+    if span > 0 and launched is not None and end is not None:  # span > 0 says both are
+        lost.update(split_spans(lost_spans(mine, outages, first_steps, end), launched, end))
     ckpt = steps.ckpt_time
     if ckpt is None:
         ckpt = sum(s for s in checkpoint_seconds if s is not None and s > 0)
@@ -302,7 +319,11 @@ def job_kpis(job: str, *, events: Iterable[Mapping[str, Any]],
     recovery = tuple(float(i["recovered_in"]) for i in outages
                      if _num(i.get("recovered_in")) is not None)
     reached = target_reached(evals, target_loss)
-    weeks = hours_by_week(launched, end, gpus) if span > 0 else {}  # type: ignore[arg-type]
+    # The turnaround runs from the submission when a scheduler queued the job first.
+    submitted, queue_wait = queued(mine)
+    start = launched if submitted is None or launched is None else min(submitted, launched)
+    weeks = (hours_by_week(launched, end, gpus)
+             if span > 0 and launched is not None and end is not None else {})
     return JobKpis(
         job=job, recording=recording, gpus=gpus, gpus_from=gpus_from, launched=launched,
         end=end, running=running, finished=finished, span_s=span,
@@ -314,12 +335,12 @@ def job_kpis(job: str, *, events: Iterable[Mapping[str, Any]],
         mttr_trend=mttr_trend(recovery), steps_recomputed=steps.redo_steps,
         checkpoint_share=lost["checkpoint"] / span if span > 0 else None,
         last_step=steps.last_step, last_step_ts=steps.last_ts,
-        turnaround_s=(steps.last_ts - launched
-                      if steps.last_ts is not None and launched is not None else None),
+        turnaround_s=(steps.last_ts - start
+                      if steps.last_ts is not None and start is not None else None),
         target_loss=target_loss, target_reached_ts=reached,
-        turnaround_to_target_s=(reached - launched
-                                if reached is not None and launched is not None else None),
-        gpu_hours_by_week=weeks,
+        turnaround_to_target_s=(reached - start
+                                if reached is not None and start is not None else None),
+        gpu_hours_by_week=weeks, queue_wait_s=queue_wait, submitted=submitted,
     )
 
 

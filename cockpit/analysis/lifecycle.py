@@ -27,6 +27,13 @@ def event_data(event: Mapping[str, Any]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def dict_field(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """`mapping[key]` when it is a dict, else {}: the nested parts of a record (an ack's
+    `data`, a diagnosis's `where`) come from hosts and may be missing or malformed."""
+    value = mapping.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def paused(event: Mapping[str, Any]) -> bool:
     """A pause (or freeze) that took effect; the agent marks one that failed `ok: false`."""
     return event.get("kind") == "pause" and event_data(event).get("ok") is not False
@@ -143,7 +150,7 @@ def gave_up(event: Mapping[str, Any]) -> bool:
     if event.get("kind") != "interruption":
         return False
     data = event_data(event)
-    decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+    decision = dict_field(data, "decision")
     return decision.get("retry") is False and not data.get("exclusion")
 
 
@@ -156,7 +163,7 @@ def failure_reading(events: Iterable[Mapping[str, Any]]) -> str:
         return "failed"
     first = given_up[0]
     data = event_data(first)
-    decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+    decision = dict_field(data, "decision")
     reason = f": {decision['reason']}" if decision.get("reason") else ""
     others = f" (and {len(given_up) - 1} more)" if len(given_up) > 1 else ""
     return (f"failed ({first['host']}{others} gave up after {data.get('cause') or 'a failure'}"

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent.hook.control import ONE_SHOT_KNOBS
+from agent.wire.knobs import ONE_SHOT_KNOBS
+from cockpit.analysis.lifecycle import dict_field
 from cockpit.snapshot import Marker
 
 MARKER_KINDS = ("control_ack", "resumed")  # the event kinds markers come from
@@ -25,7 +26,7 @@ MARKER_LIMIT = 200  # markers kept per job, newest
 def _knobs(event: Mapping[str, Any]) -> dict[str, Any] | None:
     """The knobs an acknowledgement applied: from its data, or (recordings made before
     the data carried them) from its message, `applied a=1, b=2`."""
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    data = dict_field(event, "data")
     if isinstance(data.get("knobs"), dict):
         return data["knobs"]
     msg = str(event.get("msg") or "")
@@ -44,7 +45,7 @@ def marker_of(event: Mapping[str, Any]) -> Marker | None:
         return Marker(step, "restart", str(event.get("msg") or "resumed"))
     if kind != "control_ack" or event.get("rank") is None:
         return None  # the agent's own acks say an op was sent, not when it took effect
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    data = dict_field(event, "data")
     if data.get("ok") is False:
         return None
     knobs = _knobs(event)

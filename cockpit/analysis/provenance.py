@@ -172,8 +172,8 @@ def merged_env(env: Mapping[str, Any]) -> dict[str, Any]:
 def provenance(label: str, info: Mapping[str, Any],
                fork: Mapping[str, Any] | None = None) -> Provenance:
     """One side of a diff from `run_info` (and the job's `fork` event data, if any)."""
-    config = info.get("config") if isinstance(info.get("config"), Mapping) else {}
-    flat, manifest, dirty = split_config(config)  # type: ignore[arg-type]
+    config = raw if isinstance(raw := info.get("config"), Mapping) else {}
+    flat, manifest, dirty = split_config(config)
     forked = None
     parent = info.get("forked_from")
     if isinstance(parent, Mapping):
@@ -184,7 +184,7 @@ def provenance(label: str, info: Mapping[str, Any],
     return Provenance(
         label=label, job=info.get("job"), git_commit=info.get("git_commit"), dirty=dirty,
         data_version=info.get("data_version"), manifest=manifest, config=flat,
-        env=merged_env(info.get("env") if isinstance(info.get("env"), Mapping) else {}),
+        env=merged_env(env if isinstance(env := info.get("env"), Mapping) else {}),
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         forked_from=forked,
     )
@@ -277,11 +277,11 @@ def value_text(value: Any, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def diff_rows(d: Diff, limit: int = ROWS_PER_SECTION) -> list[tuple[str, str, str, str]]:
+def diff_rows(d: Diff, limit: int = ROWS_PER_SECTION) -> list[tuple[str, ...]]:
     """(section, key, old -> new, note) per change, for a table: at most `limit` per
     section, then one row saying how many more (a regenerated dataset of 100,000 shards
     is one line of JSON each, not a table to scroll)."""
-    rows: list[tuple[str, str, str, str]] = []
+    rows: list[tuple[str, ...]] = []  # four cells each
     for section in d.changed:
         changes = [c for c in d.changes if c.section == section]
         rows += [(c.section, c.key, f"{value_text(c.old)} → {value_text(c.new)}",

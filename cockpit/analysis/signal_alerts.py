@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from cockpit.analysis.alert_config import current as limits
-from cockpit.analysis.lifecycle import event_data
+from cockpit.analysis.lifecycle import dict_field, event_data
 from cockpit.analysis.text import counted, where_text
 from cockpit.snapshot import Alert, Interruption, Series
 
@@ -63,7 +63,7 @@ def _time(value: Any, fallback: float) -> float:
 
 def _where(data: Mapping[str, Any]) -> dict[str, Any]:
     """The diagnosis's `where`, each part of the type it must have (a host's data)."""
-    raw = data.get("where") if isinstance(data.get("where"), dict) else {}
+    raw = dict_field(data, "where")
     text = {k: str(raw[k])[:300] for k in ("file", "range", "sample")
             if isinstance(raw.get(k), str | int) and not isinstance(raw.get(k), bool)}
     return {"rank": _int(raw.get("rank")), "gpu": _int(raw.get("gpu")), **text}
@@ -142,7 +142,7 @@ def interruption_alerts(
         evidence = data.get("evidence")
         said = str(evidence[0] if isinstance(evidence, list) and evidence else evidence
                    or "")[:500]
-        decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+        decision = dict_field(data, "decision")
         gave_up = decision.get("retry") is False
         times = f" {counted(len(rows), 'time')}," if len(rows) > 1 else ""
         what = (f"the job stopped{times} from {CAUSE_WORDS.get(cause, cause)}"

@@ -22,6 +22,19 @@ def duration(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
+def size(num_bytes: float | None, sep: str = "") -> str:
+    """Binary byte sizes (memory, disk) as the operator's tools show them: `1.5GiB` on a
+    pane, `1.5 GiB` (`sep=" "`) in a report's table; "n/a" when unknown."""
+    if num_bytes is None or not math.isfinite(num_bytes):
+        return "n/a"
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f}{sep}B" if unit == "B" else f"{value:.1f}{sep}{unit}"
+        value /= 1024
+    return f"{value:.1f}{sep}TiB"
+
+
 def where_text(where: dict[str, object]) -> str:
     """`host a / gpu 3 / rank 5 / step 1200`, in that fixed order, skipping absent parts."""
     order = ("host", "gpu", "rank", "file", "range", "step")

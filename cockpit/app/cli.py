@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_theme(demo)
 
     watch = sub.add_parser("watch", help="stream agents on hosts over SSH and show the job")
-    watch.add_argument("targets", nargs="+", help="an inventory TOML file, or user@host[:port] …")
+    watch.add_argument("targets", nargs="+", help="an inventory TOML file, or user@host[:port] "
+                       "…, or a Slurm job spec (docs/slurm.md)")
     watch.add_argument("--store", type=Path, default=None,
                        help="DuckDB recording to write, appended to when it exists "
                        "(default: a new file, recordings/watch-YYYYmmdd-HHMMSS.duckdb under "
@@ -167,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "still refused)")
     ssh_cli.add_ssh_options(watch, known_hosts=False)
     watch.add_argument("--job", type=Path, default=None, metavar="JOB.toml",
-                       help="the job spec: makes the job controllable from the UI")
+                       help="the job spec: makes the job controllable from the UI; a Slurm "
+                       "job's is watched through Slurm, its nodes streamed (docs/slurm.md)")
     watch.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
                        help="no UI: record for SECONDS, then print the report")
     _add_metrics(watch)
@@ -419,12 +421,13 @@ def _cmd_job(args: argparse.Namespace) -> int:
 
     # A spec whose [launcher] is Slurm goes through sbatch/scancel (docs/slurm.md).
     done = slurm_operation(args.command, args.job, args.inventory, args.store, options,
-                           timeout=args.ack_timeout)
+                           timeout=args.ack_timeout,
+                           exclude=tuple(getattr(args, "exclude", ())))
     if done is not None:
         return done
     if args.command == "launch" and not args.no_check:
         ssh_cli.preflight_launch(args, options)
-    kw: dict[str, object] = {}
+    kw: dict[str, Any] = {}
     if args.command == "pause":
         kw = {"freeze": args.freeze, "hold": args.hold}
     elif args.command == "relaunch":

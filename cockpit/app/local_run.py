@@ -21,8 +21,9 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import TypeVar
 
-from agent.job.launch import MAX_NPROC_PER_NODE
+from agent.wire.launch_spec import MAX_NPROC_PER_NODE
 from cockpit.app.operations import wait_streaming
 from cockpit.control.controller import Controller
 from cockpit.control.jobspec import JobSpec, name_problem
@@ -36,6 +37,7 @@ RECORDING_NAME = "recording.duckdb"
 # `python`, `python3`, `python3.11`, `pypy3`: the interpreters a command may start with.
 _PYTHON = re.compile(r"^(?:python|pypy)(?:\d+(?:\.\d+)*)?$")
 _TORCHRUN_NPROC = ("--nproc-per-node", "--nproc_per_node")
+_Run = TypeVar("_Run", bound="LocalRun")
 
 
 class LocalRun(ABC):
@@ -74,7 +76,7 @@ class LocalRun(ABC):
             "--exit-with", str(os.getpid()),
         ]
 
-    def __enter__(self) -> LocalRun:
+    def __enter__(self: _Run) -> _Run:
         try:
             for path in (self.state_dir, self.run_dir):
                 path.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,18 @@ def open_watch(
     options: LinkOptions | None = None,
 ) -> Iterator[LiveSession]:
     """A started live session over SSH for `cockpit watch` (controllable with a job spec);
-    `options`, when given, replace the ones built from the two host-key arguments."""
+    `options`, when given, replace the ones built from the two host-key arguments. A
+    Slurm job spec (`--job`, or the only target) is watched through Slurm instead:
+    its queue state polled, each allocated node's agent streamed (docs/slurm.md)."""
+    from cockpit.app.slurm_cli import slurm_spec_at
+
+    if job_path is None and len(targets) == 1 and slurm_spec_at(Path(targets[0])):
+        job_path, targets = Path(targets[0]), []
+    slurm = slurm_spec_at(job_path) if job_path is not None else None
+    if slurm is not None:
+        yield from _slurm_watch(slurm, targets, store_path, known_hosts,
+                                accept_new_host_keys, raw_window, options)
+        return
     try:
         inventory = _inventory_from(targets)
     except InventoryError as exc:
@@ -95,6 +106,41 @@ def open_watch(
         session.source.controller = controller
     with session:
         yield session
+
+
+def _slurm_watch(spec: JobSpec, targets: Sequence[str], store_path: Path | None,
+                 known_hosts: Path | None, accept_new_host_keys: bool,
+                 raw_window: float | None, options: LinkOptions | None,
+                 every: float = 2.0) -> Iterator[LiveSession]:
+    """`cockpit watch` of a Slurm job: the hosts of `targets` (an inventory with the
+    login node, and any compute node reached directly) streamed from the start, the
+    allocated nodes added as their job starts, Slurm's view recorded as it changes. The
+    screen's controls are not attached: on Slurm they are `cockpit pause|resume|stop|
+    relaunch JOB.toml`, which go through Slurm."""
+    from cockpit.app.slurm_cli import slurm_watch
+
+    try:
+        inventory = _inventory_from(targets) if targets else None
+    except InventoryError as exc:
+        raise CockpitError(str(exc)) from None
+    extra = [known_hosts] if known_hosts else []
+    options = options or LinkOptions(known_hosts=KnownHosts(extra_files=extra,
+                                                            accept_new=accept_new_host_keys))
+    watch = slurm_watch(spec, inventory, options)
+    if store_path is None:
+        store_path = default_recording_path("watch")
+    retention = RetentionPolicy(raw_window=raw_window) if raw_window else None
+    try:
+        session = LiveSession(watch.inventory, store_path, options, retention=retention)
+    except BaseException:
+        watch.stop()
+        raise
+    with session:
+        watch.start(session.writer, session.fleet, every)
+        try:
+            yield session
+        finally:
+            watch.stop()
 
 
 def default_recording_path(kind: str) -> Path:

@@ -153,7 +153,7 @@ def digest(path: Path) -> FileDigest:
     st = path.stat()
     part = part_size_for(st.st_size)
     sha = hashlib.sha256()
-    md5s = []
+    md5s: list[str] = []
     with open(path, "rb") as f:
         while True:
             block = f.read(part)

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cockpit.analysis.lifecycle import dict_field
+
 
 def ack_outcome(ack: Mapping[str, Any]) -> tuple[bool, str]:
     """(accepted, what the agent said): its message when it accepted, its error when it
     refused (the reason is what the operator needs, e.g. "job 'duo' is paused")."""
-    data = ack.get("data") if isinstance(ack.get("data"), dict) else {}
+    data = dict_field(ack, "data")
     detail = str(ack.get("msg") or "")
     ok = bool(data.get("ok"))
     if not ok:

@@ -267,7 +267,9 @@ class Controller:
         (hosts this controller cannot reach)."""
         def member(host: str) -> bool:
             view = views.get(host)
-            return bool(view) and view.get("state") not in OUTSIDE_STATES and host in (
+            if not view:
+                return False
+            return view.get("state") not in OUTSIDE_STATES and host in (
                 view.get("hosts") or (host,))
         members = [h for h in views if member(h)]
         if not members:

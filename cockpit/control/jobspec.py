@@ -55,17 +55,32 @@ import json
 import math
 import re
 import shlex
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import EllipsisType
+from typing import Any, overload
 
-import tomllib
-
-from agent.job.launch import ENV_NAME, MAX_NPROC_PER_NODE, check_job_name, finite, nul_field
-from agent.job.recovery import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
-from agent.journal.control_inbox import OpError
+from agent.wire.causes import CAUSES
 from agent.wire.checkpoints import RESUME_ENV
+from agent.wire.launch_spec import (
+    CHECKPOINT_FIELD,
+    DEFAULTS,
+    ENV_NAME,
+    MAX_NPROC_PER_NODE,
+    MINIMUM,
+    OVERRIDE_PLACEHOLDERS,
+    check_job_name,
+    finite,
+    nul_field,
+)
+from agent.wire.op_error import OpError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, packaged separately
+    import tomli as tomllib
 
 _SIMPLE_KEYS = {"name", "hosts", "nnodes", "spares", "nproc_per_node", "python", "script",
                 "module", "args", "run_dir", "checkpoint_dir", "workdir", "override_args",
@@ -85,23 +100,15 @@ _TABLES: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 _ENDPOINT = re.compile(r"^([^\s:\[\]]+):(\d+)$")
 _NNODES = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
-CAUSES = (OOM, GPU_FAULT, NCCL, DATA, USER_CODE, HANG, KILLED, UNKNOWN)
 # torchrun's own restarts in an elastic job: each node leaving costs every other node one.
 ELASTIC_MAX_RESTARTS = 100
 # The rendezvous backends torchrun knows; an elastic job's store host, spares and
 # `is_host` setting are c10d's, so it must use that one.
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
-# The least value of each number the agent accepts (twin: `agent.job.launch.LaunchSpec`,
-# which re-checks them at launch, where a refusal names no file or line).
-_MINIMUM = {"pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0, "hang.k": 0.001,
-            "hang.floor": 0.001, "hang.startup": 0.001, "recovery.backoff": 0.0,
-            "recovery.backoff_max": 0.0}  # fmt: skip
 # The agent's own variables for the trainer (its run dir, job, checkpoint dir, resume
 # path, timeouts): a spec that set one would point the trainer's spool, checkpoints or
 # resume at another place than the agent watches, so `[env]` may not.
 AGENT_ENV_PREFIX = "COCKPIT_"
-# What `override_args` is filled with, by plain string replacement (agent.job.launch.argv).
-_PLACEHOLDERS = ("{key}", "{value}")
 
 
 class JobSpecError(ValueError):
@@ -121,27 +128,29 @@ class JobSpec:
     nproc_per_node: int
     script: str
     run_dir: str
-    python: str = "python3"
-    module: bool = False
-    args: tuple[str, ...] = ()
-    checkpoint_dir: str = "checkpoints"
+    # The defaults are the agent's (agent.wire.launch_spec), which a `launch` op's spec
+    # that leaves a field out gets.
+    python: str = DEFAULTS["python"]
+    module: bool = DEFAULTS["module"]
+    args: tuple[str, ...] = DEFAULTS["args"]
+    checkpoint_dir: str = DEFAULTS["checkpoint_dir"]
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     resume_args: tuple[str, ...] = ()
     resume_env: str | None = None
-    override_args: tuple[str, ...] = ("--set", "{key}={value}")
+    override_args: tuple[str, ...] = DEFAULTS["override_args"]
     rdzv_endpoint: str | None = None
-    rdzv_backend: str = "c10d"
-    max_restarts: int = 0
-    restart_budget: int = 10
-    backoff: float = 1.0
-    backoff_max: float = 60.0
-    hang_k: float = 3.0
-    hang_floor: float = 10.0
-    hang_startup: float = 600.0
-    pg_timeout: float = 1800.0
-    pause_timeout: float = 300.0
-    stop_grace: float = 10.0
+    rdzv_backend: str = DEFAULTS["rendezvous.backend"]
+    max_restarts: int = DEFAULTS["max_restarts"]
+    restart_budget: int = DEFAULTS["recovery.restart_budget"]
+    backoff: float = DEFAULTS["recovery.backoff"]
+    backoff_max: float = DEFAULTS["recovery.backoff_max"]
+    hang_k: float = DEFAULTS["hang.k"]
+    hang_floor: float = DEFAULTS["hang.floor"]
+    hang_startup: float = DEFAULTS["hang.startup"]
+    pg_timeout: float = DEFAULTS["pg_timeout"]
+    pause_timeout: float = DEFAULTS["pause_timeout"]
+    stop_grace: float = DEFAULTS["stop_grace"]
     # Elastic jobs (`nnodes = "MIN:MAX"`): None for a fixed-size job.
     min_nodes: int | None = None
     max_nodes: int | None = None
@@ -150,7 +159,7 @@ class JobSpec:
     rdzv_host: str | None = None
     rdzv_last_call: int | None = None
     rdzv_keep_alive: int | None = None
-    exclude_on: tuple[str, ...] = (GPU_FAULT,)
+    exclude_on: tuple[str, ...] = DEFAULTS["recovery.exclude_on"]
     source: str = "<spec>"
     # `[launcher]` as written (kind "slurm": cockpit.control.slurm); empty: agents over SSH.
     launcher: dict[str, Any] = field(default_factory=dict)
@@ -363,7 +372,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
         value = number
         if value < 0 or (value == 0 and not allow_zero):
             raise fail(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {value:g}")
-        least = _MINIMUM.get(name, 0.0)
+        least = MINIMUM.get(name, 0.0)
         if value < least:
             raise fail(name, f"must be at least {least:g}, got {value:g}")
         return float(value)
@@ -374,7 +383,12 @@ def parse_jobspec(text: str, source: str = "<spec>",
             raise fail(name, problem)
         return value
 
-    def path(name: str, default: str | None) -> str | None:
+    @overload
+    def path(name: str, default: str | EllipsisType) -> str: ...
+    @overload
+    def path(name: str, default: None) -> str | None: ...
+    def path(name: str, default: str | EllipsisType | None) -> str | None:
+        """A path field: `...` when it is required, None when it may be absent."""
         value = need(name, str, default)
         if value is not None and not value.strip():
             raise fail(name, "must not be empty")
@@ -449,14 +463,14 @@ def parse_jobspec(text: str, source: str = "<spec>",
         raise JobSpecError(source, None, "script", "missing: name the training script "
                            "('script = \"train.py\"') or module ('module = \"pkg.train\"')")
     run_dir = path("run_dir", ...)
-    if not run_dir.startswith(("/", "~")):  # type: ignore[union-attr]
+    if not run_dir.startswith(("/", "~")):
         raise fail("run_dir", f"{run_dir!r} is relative: each host's agent would resolve it "
                    "in whatever directory it was started from; give an absolute path (or "
                    "~/… for each host's home)")
     resume = data.get("resume", {})
     resume_args = str_list("resume.args", resume["args"]) if "args" in resume else ()
-    if resume_args and not any("{checkpoint}" in a for a in resume_args):
-        raise fail("resume.args", "must contain {checkpoint} where the path goes")
+    if resume_args and not any(CHECKPOINT_FIELD in a for a in resume_args):
+        raise fail("resume.args", f"must contain {CHECKPOINT_FIELD} where the path goes")
     resume_env = resume.get("env")
     if resume_env is not None and not ENV_NAME.match(resume_env):
         raise fail("resume.env", f"{resume_env!r} is not an environment variable name")
@@ -466,10 +480,10 @@ def parse_jobspec(text: str, source: str = "<spec>",
                    f"the agent (the resume path is always in {RESUME_ENV}); name the "
                    "trainer's own variable")
     override_args = str_list("override_args", need("override_args", (list, str),
-                                                   ["--set", "{key}={value}"]))
+                                                   list(DEFAULTS["override_args"])))
     _check_override_template(override_args, lambda what: fail("override_args", what))
     rdzv = data.get("rendezvous", {})
-    backend = rdzv.get("backend", "c10d")
+    backend = rdzv.get("backend", DEFAULTS["rendezvous.backend"])
     if backend not in RDZV_BACKENDS:
         raise fail("rendezvous.backend", f"{_toml(backend)} is not a torchrun rendezvous "
                    f"backend; known: {', '.join(RDZV_BACKENDS)}")
@@ -503,7 +517,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
     resume_newest = None
     if "newest_args" in resume:
         resume_newest = str_list("resume.newest_args", resume["newest_args"])
-        if any("{checkpoint}" in a for a in resume_newest):
+        if any(CHECKPOINT_FIELD in a for a in resume_newest):
             raise fail("resume.newest_args", "must not name a checkpoint: torchrun restarts "
                        "the workers with the same command after a membership change, so the "
                        "trainer must find its newest checkpoint itself")  # fmt: skip
@@ -514,14 +528,16 @@ def parse_jobspec(text: str, source: str = "<spec>",
                            "arguments that make the trainer resume from its newest checkpoint "
                            "by itself, e.g. [\"--resume\", \"auto\"] ([] if it always does)")
     recovery, hang = data.get("recovery", {}), data.get("hang", {})
-    backoff = positive("recovery.backoff", recovery.get("backoff", 1.0), allow_zero=True)
-    backoff_max = positive("recovery.backoff_max", recovery.get("backoff_max", 60.0), True)
+    backoff = positive("recovery.backoff", recovery.get("backoff", DEFAULTS["recovery.backoff"]),
+                       allow_zero=True)
+    backoff_max = positive("recovery.backoff_max", recovery.get(
+        "backoff_max", DEFAULTS["recovery.backoff_max"]), True)
     if backoff_max < backoff:
         raise fail("recovery.backoff_max", f"must be >= recovery.backoff ({backoff})")
-    budget = recovery.get("restart_budget", 10)
+    budget = recovery.get("restart_budget", DEFAULTS["recovery.restart_budget"])
     if budget < 0:
         raise fail("recovery.restart_budget", f"must be >= 0, got {budget}")
-    exclude_on = recovery.get("exclude_on", [GPU_FAULT])
+    exclude_on = recovery.get("exclude_on", list(DEFAULTS["recovery.exclude_on"]))
     if "exclude_on" in recovery:
         if not elastic:
             raise fail("recovery.exclude_on", "only an elastic job (nnodes = \"MIN:MAX\") can "
@@ -532,19 +548,20 @@ def parse_jobspec(text: str, source: str = "<spec>",
                        f"{', '.join(CAUSES)}")
     if not all(isinstance(c, str) for c in exclude_on):
         raise fail("recovery.exclude_on", "must be a list of cause names")
-    max_restarts = need("max_restarts", int, ELASTIC_MAX_RESTARTS if elastic else 0)
+    max_restarts = need("max_restarts", int,
+                        ELASTIC_MAX_RESTARTS if elastic else DEFAULTS["max_restarts"])
     if max_restarts < 0:
         raise fail("max_restarts", f"must be >= 0, got {max_restarts}")
     if elastic and max_restarts < 1:
         raise fail("max_restarts", "an elastic job needs torchrun's own restarts: a node that "
                    "leaves fails the others' collectives and torchrun restarts them in a new "
                    f"rendezvous round (default {ELASTIC_MAX_RESTARTS})")
-    pg_timeout = positive("pg_timeout", need("pg_timeout", (int, float), 1800.0))
-    hang_floor = positive("hang.floor", hang.get("floor", 10.0))
-    python = need("python", str, "python3")
+    pg_timeout = positive("pg_timeout", need("pg_timeout", (int, float), DEFAULTS["pg_timeout"]))
+    hang_floor = positive("hang.floor", hang.get("floor", DEFAULTS["hang.floor"]))
+    python = need("python", str, DEFAULTS["python"])
     if not python.strip():
         raise fail("python", "must name the interpreter (default python3), not be empty")
-    checkpoint_dir = path("checkpoint_dir", "checkpoints")
+    checkpoint_dir = path("checkpoint_dir", DEFAULTS["checkpoint_dir"])
     if hang_floor >= pg_timeout:
         raise fail("hang.floor", f"must be shorter than pg_timeout ({pg_timeout:g} s), or the "
                    "collective times out before the hang is noticed")  # fmt: skip
@@ -557,11 +574,14 @@ def parse_jobspec(text: str, source: str = "<spec>",
         resume_args=resume_args, resume_env=resume_env, override_args=override_args,
         rdzv_endpoint=endpoint, rdzv_backend=backend,
         max_restarts=max_restarts, restart_budget=budget, backoff=backoff,
-        backoff_max=backoff_max, hang_k=positive("hang.k", hang.get("k", 3.0)),
-        hang_floor=hang_floor, hang_startup=positive("hang.startup", hang.get("startup", 600.0)),
+        backoff_max=backoff_max, hang_k=positive("hang.k", hang.get("k", DEFAULTS["hang.k"])),
+        hang_floor=hang_floor,
+        hang_startup=positive("hang.startup", hang.get("startup", DEFAULTS["hang.startup"])),
         pg_timeout=pg_timeout,
-        pause_timeout=positive("pause_timeout", need("pause_timeout", (int, float), 300.0)),
-        stop_grace=positive("stop_grace", need("stop_grace", (int, float), 10.0), True),
+        pause_timeout=positive("pause_timeout", need("pause_timeout", (int, float),
+                                                     DEFAULTS["pause_timeout"])),
+        stop_grace=positive("stop_grace", need("stop_grace", (int, float),
+                                               DEFAULTS["stop_grace"]), True),
         min_nodes=min_nodes, max_nodes=max_nodes, spares=tuple(spares),
         resume_newest=resume_newest, rdzv_host=rdzv_host if elastic else rdzv.get("host"),
         rdzv_last_call=rdzv.get("last_call"), rdzv_keep_alive=rdzv.get("keep_alive"),
@@ -580,7 +600,7 @@ def with_inventory_spares(spec: JobSpec, inventory_spares: Iterable[str]) -> Job
 
 def name_problem(value: Any) -> str | None:
     """What is wrong with a job or host name, or None: the agent's rule for the names it
-    makes folders and files of (`agent.job.launch.check_job_name`, applied here so the
+    makes folders and files of (`agent.wire.launch_spec.check_job_name`, applied here so the
     mistake is named before anything starts), and no control character, which would
     break the log lines and the screen that show the name."""
     try:
@@ -595,13 +615,13 @@ def name_problem(value: Any) -> str | None:
 def _check_override_template(args: tuple[str, ...], fail: Any) -> None:
     """A fork's overrides reach the trainer only through {key} and {value}: a template
     without them drops the override unseen, a stray brace passes a broken argument."""
-    missing = [p for p in _PLACEHOLDERS if not any(p in a for a in args)]
+    missing = [p for p in OVERRIDE_PLACEHOLDERS if not any(p in a for a in args)]
     if missing:
         raise fail(f"must contain {' and '.join(missing)}, where each override's name "
                    "and value go (default: [\"--set\", \"{key}={value}\"])")
     for arg in args:
         rest = arg
-        for placeholder in _PLACEHOLDERS:
+        for placeholder in OVERRIDE_PLACEHOLDERS:
             rest = rest.replace(placeholder, "")
         if "{" in rest or "}" in rest:
             raise fail(f"{_toml(arg)} has a '{{' or '}}' that is not part of {{key}} or "

@@ -25,7 +25,9 @@ hostile job name, partition or extra `#SBATCH` value cannot run anything.
 node over SSH) and turns what they say into `event` wire records for a pseudo host
 (`slurm:JOB`), which the store ingests like any agent's: submitted, pending (with the
 reason and `squeue --start`'s estimate), running (nodes, queue wait), finished (state,
-exit code, reason), paused, cancelled.
+exit code, reason, and an interruption with Slurm's state as its cause when the job
+did not finish its work), a node drained under the running job, paused, cancelled,
+relaunched without bad nodes (`--exclude`), requeued by Slurm.
 
 This module is over 500 lines because the script generator, its validation and the
 queue watcher share one set of names and are read together when either changes.
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from agent.wire import paths
 from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
 from agent.wire.protocol import encode
 from cockpit.control.jobspec import JobSpec, JobSpecError
@@ -76,6 +79,10 @@ PENDING, RUNNING = "PENDING", "RUNNING"
 ACTIVE_STATES = frozenset({PENDING, RUNNING, "CONFIGURING", "COMPLETING", "SUSPENDED",
                            "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
                            "SIGNALING", "STAGE_OUT"})
+# Ends Slurm gives a job that did not finish its work: each is an interruption, its
+# cause the state (NODE_FAIL: a node died; TIMEOUT: the time limit; PREEMPTED …).
+FAILED_ENDS = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
+                         "BOOT_FAIL", "DEADLINE", "CANCELLED"})
 RDZV_PORT_BASE = 20000  # the rendezvous port: BASE + job id % SPAN, distinct per job
 RDZV_PORT_SPAN = 20000
 _JOB_ID = re.compile(r"^(\d{1,12})(;.*)?$")
@@ -229,7 +236,7 @@ def current_file(spec: JobSpec) -> str:
 
 
 def control_file(spec: JobSpec) -> str:
-    return str(PurePosixPath(spec.run_dir) / "control" / f"{spec.name}.ndjson")
+    return str(paths.control_file(spec.run_dir, spec.name))
 
 
 def _q(value: str) -> str:
@@ -248,8 +255,13 @@ def _with_checkpoint(arg: str) -> str:
 
 
 def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
-                 resume: bool) -> str:
-    """The batch script `sbatch` runs on the first node of the allocation."""
+                 resume: bool, exclude: Sequence[str] = ()) -> str:
+    """The batch script `sbatch` runs on the first node of the allocation; `exclude`
+    (a relaunch's bad nodes) joins the spec's own `--exclude` in one option. (Over 80
+    lines: the script is one text, read top to bottom as bash will run it.)"""
+    for node in exclude:
+        if not SLURM_NAME.match(node):
+            raise ValueError(f"{node!r} is not a Slurm node name")
     lines = ["#!/bin/bash",
              _sbatch_line("--job-name", spec.name),
              _sbatch_line("--nodes", launcher.nodes),
@@ -263,9 +275,16 @@ def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
             lines.append(_sbatch_line(option, value))
     if launcher.gpus_per_node:
         lines.append(_sbatch_line("--gpus-per-node", launcher.gpus_per_node))
+    excluded: list[str] = []
     for extra in launcher.extra_sbatch:
         name, _, value = extra.partition("=")
+        if exclude and name == "--exclude":
+            excluded += [v for v in value.split(",") if v]
+            continue
         lines.append(_sbatch_line(name, value) if "=" in extra else _sbatch_line(name))
+    if exclude:
+        excluded += [n for n in exclude if n not in excluded]
+        lines.append(_sbatch_line("--exclude", ",".join(excluded)))
     ckpt, control = checkpoint_dir(spec), control_file(spec)
     newest = ("import sys; from pathlib import Path; from agent.wire.checkpoints import "
               "newest_valid; c, _ = newest_valid(Path(sys.argv[1])); "
@@ -327,7 +346,7 @@ def render_node(spec: JobSpec, launcher: SlurmLauncher) -> str:
     """The script `srun` runs once on every node: the agent, supervising torchrun."""
     shared = spec.run_dir
     ckpt = checkpoint_dir(spec)
-    links = [f'link {_q(shared)}/control "$mine"/control']
+    links = [f'link {_q(shared)}/{paths.CONTROL} "$mine"/{paths.CONTROL}']
     if not spec.checkpoint_dir.startswith(("/", "~")):
         links.append(f'link {_q(ckpt)} "$mine"/{_q(spec.checkpoint_dir)}')
     torchrun = [_q(spec.python), "-m", "torch.distributed.run",
@@ -349,8 +368,8 @@ def render_node(spec: JobSpec, launcher: SlurmLauncher) -> str:
         "set -u",
         'node="${SLURMD_NODENAME:?not started by srun}"',
         f"shared={_q(shared)}",
-        'mine="$shared/nodes/$node"',
-        f'mkdir -p "$mine" "$shared/control" "$shared/agents" {_q(ckpt)}',
+        f'mine="$shared/{paths.NODES}/$node"',  # agent.wire.paths.node_dir
+        f'mkdir -p "$mine" "$shared/{paths.CONTROL}" "$shared/agents" {_q(ckpt)}',
         'link() { if [ -L "$2" ] || [ ! -e "$2" ]; then ln -sfn "$1" "$2"; fi; }',
         *links,
         'is_host=0; if [ "$node" = "$COCKPIT_SLURM_HEAD" ]; then is_host=1; fi',
@@ -381,6 +400,7 @@ class QueueState:
     exit_code: str = ""
     restarts: int = 0
     estimate: str = ""  # squeue --start, while pending
+    source: str = "scontrol"  # who said it: scontrol, sacct (accounting), or none
 
     @property
     def active(self) -> bool:
@@ -433,6 +453,10 @@ class SlurmJob:
     def __post_init__(self) -> None:
         self.launcher = launcher_of(self.spec)
         self._sent_header = False
+        # The operator's own pause/stop is under way: the job's end is no interruption.
+        self._ending = False
+        self._allocated: tuple[str, tuple[str, ...]] | None = None  # (job id, nodes)
+        self._unavailable: dict[str, tuple[str, str]] = {}  # node -> (state, reason)
 
     @property
     def host(self) -> str:
@@ -476,11 +500,14 @@ class SlurmJob:
         self._must(["sh", "-c", 'mkdir -p "$1" && cat > "$2"', "sh", folder, path],
                    stdin=text.encode("utf-8"))
 
-    def submit(self, resume: bool = False) -> str:
+    def submit(self, resume: bool = False, exclude: Sequence[str] = ()) -> str:
         """Write the scripts beside the run and `sbatch` them; returns the Slurm job id."""
         stamp = f"{self.spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{len(self.submissions) + 1}"
         paths = ScriptPaths(self.spec.run_dir, stamp)
-        batch = render_batch(self.spec, self.launcher, paths, resume)
+        try:
+            batch = render_batch(self.spec, self.launcher, paths, resume, exclude)
+        except ValueError as exc:
+            raise SlurmError(str(exc)) from None
         node = render_node(self.spec, self.launcher)
         self._write(paths.node, node)
         self._write(paths.batch, batch)
@@ -497,7 +524,7 @@ class SlurmJob:
                    + (" (resuming from the newest checkpoint)" if resume else ""),
                    resume=resume, script=paths.batch, node_script=paths.node,
                    batch_text=batch, node_text=node, nodes=self.launcher.nodes,
-                   partition=self.launcher.partition)
+                   partition=self.launcher.partition, exclude=list(exclude))
         return self.job_id
 
     def attach(self) -> str:
@@ -508,6 +535,30 @@ class SlurmJob:
             raise SlurmError(f"{current_file(self.spec)} holds no Slurm job id")
         self.job_id = match.group(1)
         return self.job_id
+
+    def current_id(self) -> str | None:
+        """The Slurm id in RUN_DIR/slurm/current-job (a later launch or resume changes
+        it), or None while nothing was submitted."""
+        done = self._run(["cat", current_file(self.spec)])
+        match = _JOB_ID.match(done.stdout.strip()) if done.ok else None
+        return match.group(1) if match else None
+
+    def hostnames(self, nodelist: str) -> tuple[str, ...]:
+        """A Slurm node list (`n[1-2]`) as node names, by `scontrol show hostnames`."""
+        if not nodelist or nodelist in ("(null)", "None"):
+            return ()
+        done = self._run(["scontrol", "show", "hostnames", nodelist])
+        names = done.stdout.split() if done.ok else []
+        return tuple(n for n in names if SLURM_NAME.match(n))
+
+    def allocated(self, state: QueueState) -> tuple[str, ...]:
+        """The nodes of a started job (asked once per Slurm job)."""
+        if self._allocated is None or self._allocated[0] != state.job_id:
+            nodes = self.hostnames(state.nodes)
+            if not nodes:
+                return ()
+            self._allocated = (state.job_id, nodes)
+        return self._allocated[1]
 
     def look(self) -> QueueState:
         """The job's state now (scontrol; squeue --start's estimate while pending)."""
@@ -552,16 +603,18 @@ class SlurmJob:
             done.stdout.strip() else []
         if len(row) < 8:
             return QueueState(str(self.job_id), "UNKNOWN",
-                              "gone from scontrol and no accounting (sacct) to ask")
+                              "gone from scontrol and no accounting (sacct) to ask",
+                              source="none")
         return QueueState(str(self.job_id), row[0].split()[0], row[7], row[2], row[3],
-                          row[4], row[5], row[6], row[1])
+                          row[4], row[5], row[6], row[1], source="sacct")
 
     def poll(self) -> QueueState:
         """Look once and record what changed since the last look."""
         now = self.look()
         before = self.last
         self.last = now
-        common = {"state": now.state, "reason": now.reason, "partition": now.partition}
+        common = {"state": now.state, "reason": now.reason, "partition": now.partition,
+                  "submitted_at": _slurm_time(now.submit_time)}  # Slurm's, for a watch
         if before is None or (now.state, now.reason) != (before.state, before.reason):
             if now.state == PENDING:
                 down = self.unavailable_nodes(now.partition)
@@ -578,16 +631,42 @@ class SlurmJob:
                            nodes=now.nodes, queue_wait=wait,
                            restarts=now.restarts, **common)
             elif not now.active:
+                said = now.reason not in ("", "None")
                 self.event("slurm_finished", f"Slurm job {now.job_id} {now.state} (exit "
-                           f"{now.exit_code or '?'}"
-                           + (f", {now.reason}" if now.reason not in ("", "None") else "")
-                           + ")", nodes=now.nodes, exit_code=now.exit_code,
-                           queue_wait=queue_wait(now), **common)
+                           f"{now.exit_code or '?'}" + (f", {now.reason}" if said else "")
+                           + f"; from {now.source})", nodes=now.nodes,
+                           exit_code=now.exit_code, queue_wait=queue_wait(now),
+                           exit_source=now.source, **common)
+                if now.state in FAILED_ENDS and not self._ending:
+                    self.event("interruption", f"Slurm job {now.job_id} ended {now.state} "
+                               f"on {now.nodes or 'no node'} (exit {now.exit_code or '?'})"
+                               + (f": {now.reason}" if said else ""),
+                               cause=f"slurm_{now.state.lower()}", nodes=now.nodes,
+                               exit_code=now.exit_code, **common)
+        if now.state == RUNNING:
+            self._check_nodes(now)
         if before is not None and now.restarts > before.restarts:
             self.event("interruption", f"Slurm requeued job {now.job_id} (restart "
                        f"{now.restarts}): {now.reason or 'no reason given'}",
                        cause="slurm_requeue", restarts=now.restarts, **common)
         return now
+
+    def _check_nodes(self, now: QueueState) -> None:
+        """A running job's node drained, failing or down (an admin's or Slurm's reason
+        said once per change): the node to exclude when the job is relaunched."""
+        mine = set(self.allocated(now))
+        if not mine:
+            return
+        bad = {d["node"]: (d["state"], d["reason"])
+               for d in self.unavailable_nodes(now.partition) if d["node"] in mine}
+        for node, (state, reason) in sorted(bad.items()):
+            if self._unavailable.get(node) != (state, reason):
+                self.event("slurm_node_unavailable", f"node {node} of Slurm job "
+                           f"{now.job_id} is {state}: {reason or 'no reason given'} "
+                           f"(relaunch excluding it: cockpit relaunch JOB.toml --exclude "
+                           f"{node})", node=node, node_state=state, reason=reason,
+                           nodes=now.nodes)
+        self._unavailable = bad
 
     def wait(self, until: Callable[[QueueState], bool], timeout: float,
              every: float = 0.5) -> QueueState:
@@ -610,6 +689,7 @@ class SlurmJob:
         """Checkpoint, then end the allocation: USR1 to the batch shell (it asks the
         trainer for a checkpoint and ends the step once it is saved)."""
         state = self.poll()
+        self._ending = True
         if state.state == PENDING:  # nothing runs: there is nothing to checkpoint
             self._must(["scancel", str(self.job_id)])
             ended = self.wait_ended(timeout)
@@ -630,13 +710,31 @@ class SlurmJob:
     def resume(self) -> str:
         """A new allocation resuming from the newest valid checkpoint."""
         previous = self.job_id
+        self._ending = False
         job_id = self.submit(resume=True)
         self.event("resume", f"resume: Slurm job {job_id} (after {previous}) resumes from "
                    "the newest valid checkpoint", previous=previous)
         return job_id
 
+    def relaunch(self, exclude: Sequence[str], timeout: float = 300.0) -> str:
+        """Resubmit without the bad nodes (`--exclude`), from the newest valid
+        checkpoint; a job still running is paused first (checkpoint, allocation ended)."""
+        for node in exclude:
+            if not SLURM_NAME.match(node):
+                raise SlurmError(f"{node!r} is not a Slurm node name")
+        previous = self.job_id
+        if previous is not None and self.poll().active:
+            self.pause(timeout)
+        self._ending = False
+        job_id = self.submit(resume=True, exclude=exclude)
+        self.event("relaunch", f"relaunch: Slurm job {job_id} (after {previous}) excludes "
+                   f"{', '.join(exclude) or 'no node'} and resumes from the newest valid "
+                   "checkpoint", previous=previous, exclude=list(exclude))
+        return job_id
+
     def stop(self, timeout: float = 120.0) -> QueueState:
         """`scancel`: Slurm ends the job (its agents stop torchrun on SIGTERM)."""
+        self._ending = True
         self._must(["scancel", str(self.job_id)])
         ended = self.wait_ended(timeout)
         self.event("interruption", f"Slurm job {self.job_id} cancelled by the operator "

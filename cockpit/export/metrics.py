@@ -52,7 +52,7 @@ class _Families:
     """Metric families by name, created on first use with their help text and labels."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, Metric] = {}
+        self._by_name: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
 
     def gauge(self, name: str, doc: str, labels: Mapping[str, object],
               value: float | int | None, unit: str = "") -> None:

@@ -27,6 +27,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import orjson
 
@@ -146,10 +147,11 @@ def route_chunk(
             continue
         routed = _fast_route(line)
         if routed is None:
-            routed = _slow_route(line)
-            if isinstance(routed, Malformed):
-                current.malformed.append(routed)
+            slow = _slow_route(line)
+            if isinstance(slow, Malformed):
+                current.malformed.append(slow)
                 continue
+            routed = slow
             line = line.strip()  # valid JSON: what strip() removes is JSON whitespace
         t, seq = routed
         if t == STREAM_TYPE:
@@ -174,7 +176,7 @@ def route_chunk(
             groups[t] = group = []
             seqs[t] = []
         group.append(line)
-        seqs[t].append(seq)
+        cast(list[int], seqs[t]).append(seq)  # this route builds each as a list
         current.end_mark = running
     return [s for s in segments if s.header is not None or s.groups or s.malformed
             or s.duplicates]

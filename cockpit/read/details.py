@@ -9,18 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from cockpit.analysis.alerts import STALE_AFTER_S
-from cockpit.analysis.lifecycle import current_run_started
+from cockpit.analysis.lifecycle import current_run_started, dict_field
 from cockpit.analysis.lr import scale_in_force
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.read.diff_report import diff_summary
 from cockpit.read.kpis_report import kpi_summary
 from cockpit.snapshot import EventRow, Series
 from cockpit.store.queries import StoreReader
+from cockpit.transport.states import STALE, STREAMING, UNKNOWN
 
-DETAIL_KINDS = ("host", "events", "run", "log")
+# What a drill-down screen may ask `Source.details` for; each kind has its dataclass here
+# (`Details`), which a fixed source (the demo) may stand in for with plain data.
+DetailKind = Literal["host", "events", "run", "log"]
+DETAIL_KINDS: tuple[DetailKind, ...] = ("host", "events", "run", "log")
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,9 @@ class RunInfo:
 # --- building them from the store ------------------------------------------------------
 
 
+Details = HostDetail | EventsTimeline | RunInfo | LogTail  # by DetailKind: host, events, run, log
+
+
 def event_row(e: Mapping[str, Any]) -> EventRow:
     return EventRow(ts=float(e["ts"]), host=str(e["host"]), kind=str(e.get("kind") or ""),
                     msg=str(e.get("msg") or ""), step=e.get("step"))
@@ -184,7 +191,7 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
     )
     xids: dict[Any, int] = {}
     for e in sorted(reader.gpu_events(until_ts=until_ts), key=lambda e: e["ts"]):
-        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        data = dict_field(e, "data")
         if e["host"] == host and isinstance(data.get("xid"), int):
             xids[data.get("gpu")] = data["xid"]
     inventory = {g.get("index"): g for g in facts["gpus"] if isinstance(g, dict)}
@@ -247,8 +254,8 @@ def link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, n
         return str(host["state"])
     last = host.get("last_seen")
     if last is None:
-        return "unknown"
-    return "stale" if now - last > STALE_AFTER_S else "streaming"
+        return UNKNOWN
+    return STALE if now - last > STALE_AFTER_S else STREAMING
 
 
 def recording_ended(reader: StoreReader, until_ts: float | None) -> bool:
@@ -342,7 +349,7 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
         peak_flops=info.get("peak_flops"),
         stages=tuple(info.get("stages") or ()),
         tags=tuple(info.get("tags") or ()),
-        config=info.get("config") if isinstance(info.get("config"), dict) else {},
+        config=dict_field(info, "config"),
         env=info.get("env") or {},
         jobs=jobs,
         changes=tuple(info.get("changes") or ()),

@@ -12,10 +12,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cockpit.analysis.lifecycle import dict_field
 from cockpit.analysis.provenance import Diff, Provenance, as_json, diff, diff_rows, provenance
 from cockpit.analysis.text import json_printable
 from cockpit.errors import CockpitError
-from cockpit.read.report_format import FORMATS, render_sections
+from cockpit.read.report_format import FORMATS, Table, render_sections
 from cockpit.store.database import Store, StoreError
 from cockpit.store.earlier_runs import launched_again_as
 from cockpit.store.queries import StoreReader
@@ -44,7 +45,7 @@ def fork_data(reader: StoreReader, job: str, until_ts: float | None = None
               ) -> dict[str, Any] | None:
     """The agent's newest successful `fork` event of `job` (parent, step, overrides)."""
     for e in reversed(reader.rare_events(("fork",), job, until_ts)):
-        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        data = dict_field(e, "data")
         if e.get("job") == job and data.get("ok") is not False and data.get("parent"):
             return data
     return None
@@ -149,7 +150,7 @@ def render_diff(a: str, b: str | None = None, fmt: str = "text") -> str:
     if d.relation:
         rows.append(("relation", d.relation))
     rows.append(("summary", d.summary()))
-    tables = [(DIFF_HEADER, diff_rows(d))] if d.changes else []
+    tables: list[Table] = [(DIFF_HEADER, diff_rows(d))] if d.changes else []
     return render_sections([("Changes", rows, tables)], markdown=fmt == "markdown",
                            title=f"Diff: {d.a} → {d.b}")
 

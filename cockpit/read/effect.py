@@ -1,6 +1,7 @@
 """The Effect pane's part of a snapshot: is the model learning? The loss (raw and
 smoothed), the evaluations, the LR with the operator's changes, spikes pinned to their
-step, NaN/Inf steps and the chart markers (restarts, adjustments).
+step, NaN/Inf steps and the chart markers (restarts, adjustments), and the hardware
+and link faults at the steps the job trained when each was seen (`fault_markers`).
 
 Evaluations, markers and NaN/Inf steps are kept between refreshes and extended from the
 rows added since (`StoreReader.kept`): a job evaluates and checkpoints for days."""
@@ -27,6 +28,16 @@ from cockpit.analysis.lr import (
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
 from cockpit.analysis.smoothing import ema
 from cockpit.analysis.spikes import find_spikes
+from cockpit.analysis.timeline import (
+    HARMFUL_THROTTLE,
+    Fault,
+    GpuState,
+    gpu_faults,
+    link_faults,
+    on_hosts,
+    place,
+    xid_faults,
+)
 from cockpit.read.train_tail import TrainView
 from cockpit.snapshot import (
     Effect,
@@ -37,6 +48,9 @@ from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_train import NonFinite
 
 MAX_PINNED_SPIKES = 20
+# Faults of each source kept between refreshes, the newest: a GPU whose throttling comes
+# and goes for days must not grow the answer without end (the chart keeps far fewer).
+FAULTS_KEPT = 5000
 
 @dataclass(frozen=True)
 class EffectFindings:
@@ -97,7 +111,7 @@ def train_series(reader: StoreReader, job: str | None, train: TrainView,
     if job is None or train.newest is None:
         return {}
     where: dict[str, Any] = {"job": job}
-    columns = TRAIN_SERIES[:4]
+    columns: tuple[str, ...] = TRAIN_SERIES[:4]
     if train.ref_rank is not None:
         where["rank"] = train.ref_rank
         columns = TRAIN_SERIES
@@ -231,7 +245,7 @@ def pin_spikes(reader: StoreReader, job: str, rank: int | None, loss: Series,
         known = {**{k: known[k] for k in keys if k in known},
                  **dict(zip(missing, exact, strict=True))}
         reader.remember("spike_pins", (job, rank), known)
-    return tuple(known[k] if known[k] is not None else int(k[1]) for k in keys)
+    return tuple(v if (v := known[k]) is not None else int(k[1]) for k in keys)
 
 def thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
     """Evaluations are few; keep them all unless there are more than `buckets`."""
@@ -240,3 +254,75 @@ def thin(points: list[tuple[float, float | None]], buckets: int) -> Series:
         points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
     return Series(tuple(p[0] for p in points), tuple(p[1] for p in points),
                   tuple(p[1] for p in points), tuple(p[1] for p in points))
+
+
+def fault_markers(reader: StoreReader, job: str | None, train: TrainView,
+                  link_rows: Sequence[Mapping[str, Any]], until_ts: float | None,
+                  fr: Frontiers) -> tuple[Marker, ...]:
+    """The hardware and link faults (`cockpit.analysis.timeline`) on the job's hosts
+    (those of its ranks' newest steps), at the steps its reference rank trained when
+    each was seen. The XIDs and the GPUs' changes of state are kept and
+    extended from the rows added since (`StoreReader.kept`); the link rows are the
+    hosts as shown (`state`) with since when (`state_since`)."""
+    if job is None:
+        return ()
+    xids = reader.kept("fault_xids", None, "event", fr,
+                       lambda: xid_faults(reader.rare_events(("xid",), None,
+                                                             until_ts))[-FAULTS_KEPT:],
+                       lambda held, after: _more_xids(reader, held, after, until_ts, fr))
+    gpus, _ = reader.kept("fault_gpus", None, "gpu", fr,
+                          lambda: _newest_gpu_faults(gpu_faults(reader.gpu_fault_changes(
+                              HARMFUL_THROTTLE, until_ts=until_ts))),
+                          lambda held, after: _more_gpu_faults(reader, held, after,
+                                                               until_ts, fr))
+    links = link_faults({**r, "state_ts": r.get("state_since")} for r in link_rows)
+    faults = [*xids, *gpus, *links]
+    hosts = {str(r["host"]) for r in train.latest if r.get("host") is not None}
+    faults = on_hosts(faults, hosts)
+    return place(faults, _steps_at(reader, job, train.ref_rank, [f.ts for f in faults],
+                                   until_ts, fr))
+
+
+def _newest_gpu_faults(found: tuple[list[Fault], GpuState]) -> tuple[list[Fault], GpuState]:
+    return found[0][-FAULTS_KEPT:], found[1]
+
+
+def _more_xids(reader: StoreReader, held: list[Fault], after: float, until_ts: float | None,
+               fr: Frontiers) -> list[Fault] | None:
+    added = reader.added_rows("event", after, until_ts, fr)
+    if added is None:
+        return None
+    return [*held, *xid_faults(r for r in added if r.get("kind") == "xid")][-FAULTS_KEPT:]
+
+
+def _more_gpu_faults(reader: StoreReader, held: tuple[list[Fault], GpuState], after: float,
+                     until_ts: float | None, fr: Frontiers
+                     ) -> tuple[list[Fault], GpuState] | None:  # fmt: skip
+    added = reader.added_rows("gpu", after, until_ts, fr)
+    if added is None:
+        return None
+    found, state = gpu_faults(sorted(added, key=lambda r: (r["ts"], r["seq"])), held[1])
+    return [*held[0], *found][-FAULTS_KEPT:], state
+
+
+def _steps_at(reader: StoreReader, job: str, rank: int | None, stamps: list[float],
+              until_ts: float | None, fr: Frontiers) -> dict[float, int | None]:
+    """The step trained at each instant. Once a record of the rank lies after an
+    instant its step stands for good, and is kept; only instants newer than the rank's
+    newest record (a fault seen this refresh) are read again, when a record is added."""
+    held = reader.recall("fault_steps")
+    known: dict[float, int | None] = held[1] if held is not None and held[0] == (job, rank) \
+        else {}
+    settled = fr.ts.get("train")
+    missing = sorted({ts for ts in stamps if ts not in known})
+    if missing:
+        found = reader.memo("fault_steps_missing", (job, rank, tuple(missing), fr.key("train")),
+                            lambda: reader.steps_at(job, rank, missing, until_ts=until_ts))
+        # An instant after the newest record may yet gain a step: asked again later.
+        keep = {ts: step for ts, step in found.items()
+                if settled is not None and ts < settled}
+        wanted = set(stamps)  # a fault no longer kept needs no step
+        reader.remember("fault_steps", (job, rank),
+                        {ts: step for ts, step in {**known, **keep}.items() if ts in wanted})
+        known = {**known, **found}
+    return {ts: known.get(ts) for ts in stamps}

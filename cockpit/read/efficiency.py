@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
@@ -46,7 +46,7 @@ def scaled(value: Any, factor: int) -> Any:
     return None if value is None else value * factor
 
 def rank0_note(kept_from: float, world: int) -> str:
-    when = datetime.fromtimestamp(kept_from, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.fromtimestamp(kept_from, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"rank 0 only: the other ranks' steps before {when} are past the raw window; "
             f"throughput and totals are rank 0's x {world}, spread unknown")
 

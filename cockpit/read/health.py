@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cockpit.analysis.jump_hosts import jump_host_down
+from cockpit.analysis.lifecycle import dict_field
 from cockpit.analysis.stalls import HostPressure
 from cockpit.read.details import (
     link_state,
@@ -52,7 +54,7 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
     by_host = {s["host"]: s for s in samples}
     newest_xid: dict[tuple[str, Any], int] = {}
     for e in sorted(xids, key=lambda e: e["ts"]):
-        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        data = dict_field(e, "data")
         if isinstance(data.get("xid"), int):
             newest_xid[(e["host"], data.get("gpu"))] = data["xid"]
     out = []
@@ -97,6 +99,7 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
             net_rx=s.get("net_rx"),
             net_tx=s.get("net_tx"),
             last_seen=h.get("last_seen"),
+            behind=jump_host_down(str(h.get("detail") or h.get("last_error") or "")),
         ))
     return Health(
         hosts=tuple(out),

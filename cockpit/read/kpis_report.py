@@ -18,13 +18,14 @@ from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.kpis import LOSS_CAUSES, JobKpis, KpiTotals, StepTotals, job_kpis, totals
 from cockpit.analysis.text import duration, json_printable
 from cockpit.errors import CockpitError
-from cockpit.read.report_format import FORMATS, render_sections
+from cockpit.read.report_format import FORMATS, Rows, Table, render_sections
 from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
 KPIS_VERSION = 1
 # Events the accounting reads (rare: starts, exits, pauses, launches; not steps).
-KPI_EVENT_KINDS = ("job_started", "job_exited", "pause", "resume", "control_ack")
+KPI_EVENT_KINDS = ("job_started", "job_exited", "pause", "resume", "control_ack",
+                   "slurm_submitted", "slurm_running")
 CAUSE_NAMES = {
     "interruption": "interruptions (failure to next step)", "pause": "pauses",
     "stopped": "stopped (no process)", "startup": "start-up (start to first step)",
@@ -171,9 +172,13 @@ def kpi_rows(k: JobKpis) -> list[tuple[str, str]]:
          f"trend {k.mttr_trend})"),
         ("checkpoint overhead", _pct(k.checkpoint_share)),
         ("turnaround", "n/a" if k.turnaround_s is None else
-         f"{duration(k.turnaround_s)} (launch to step {k.last_step:,})"
+         f"{duration(k.turnaround_s)} ({'submit' if k.submitted is not None else 'launch'}"
+         f" to step {k.last_step:,})"
          if k.last_step is not None else duration(k.turnaround_s)),
     ]
+    if k.queue_wait_s is not None:
+        rows.append(("queue wait", f"{duration(k.queue_wait_s)} (in the turnaround; no "
+                                   "GPU time)"))
     if k.target_loss is not None:
         rows.append((f"to val loss <= {k.target_loss:g}",
                      duration(k.turnaround_to_target_s) if k.turnaround_to_target_s
@@ -218,7 +223,8 @@ def render_kpis(path: Path, fmt: str = "text", *, job: str | None = None,
         data = {"kpis_version": KPIS_VERSION, "path": str(path),
                 "jobs": [asdict(k) for k in jobs], "totals": asdict(t)}
         return json_printable(json.dumps(data, indent=2, ensure_ascii=False)) + "\n"
-    sections = [(f"Job {k.job} in {k.recording}", kpi_rows(k), []) for k in jobs]
+    sections: list[tuple[str, Rows, list[Table]]] = [
+        (f"Job {k.job} in {k.recording}", kpi_rows(k), []) for k in jobs]
     if len(jobs) > 1:
         rows, tables = _totals_table(jobs, t)
         sections.append(("Totals", rows, tables))

@@ -1,5 +1,6 @@
 """The Progress pane's part of a snapshot: the job's state (the agent's, never a guess
-from silence), where it is, how fast it goes and when it ends.
+from silence), where it is, how fast it goes and when it ends, and its stages over time
+(`stages`: start-up, train, eval, checkpoint, paused, restarting).
 
 The state is read from the job's lifecycle events (starts, exits, pauses, resumes,
 interruptions), so a finished, stopped or failed job never shows as running."""
@@ -22,9 +23,11 @@ from cockpit.analysis.lifecycle import (
     running_seconds,
 )
 from cockpit.analysis.stalls import StallVerdict
+from cockpit.analysis.timeline import STAGE_EVENT_KINDS, STARTS, stage_spans
 from cockpit.read.train_tail import TrainView, job_lifecycle
 from cockpit.snapshot import (
     Progress,
+    StageSpan,
 )
 from cockpit.store.queries import Frontiers, StoreReader
 
@@ -59,7 +62,8 @@ def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
         return "recovering"
     if kind == "job_adopted" and data.get("running") is True:
         return "running"  # a restarted agent found the job still running
-    if kind in STARTING_KINDS and (not has_steps or float(last["ts"]) > newest_step_ts):
+    if last is not None and kind in STARTING_KINDS and (
+            newest_step_ts is None or float(last["ts"]) > newest_step_ts):
         # Launched (again) and no step since: the figures are the last attempt's.
         return "starting"
     if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
@@ -67,7 +71,7 @@ def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
     return "unknown"
 
 def lifecycle_events(reader: StoreReader, job: str, fr: Frontiers,
-                      until_ts: float | None) -> list[Mapping[str, Any]]:
+                      until_ts: float | None) -> list[dict[str, Any]]:
     """`job`'s starts, exits, pauses, resumes and interruptions (tens of events, not
     millions), read once per change of the event table: the state (which hosts gave
     up) and the MTBF (how long the job ran) both read them."""
@@ -123,7 +127,9 @@ def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: 
         state, eta_note = exit_reading(lifecycle, percent)
     elif state == "failed":
         eta_note = failure_reading(lifecycle)
-    elif state in ("paused", "starting"):
+    elif state == "paused":
+        # A job restarting ("starting") keeps its band: the time left is the speed it had
+        # plus the rest of the restart (`analysis.eta.restart_aware`, applied by the caller).
         eta_note = state
     shown_state = "stalled" if stall.stalled and state == "running" else state
     if shown_state == "stalled":
@@ -159,3 +165,41 @@ def observed_seconds(lifecycle: Sequence[Mapping[str, Any]], job: str, since: fl
     running = running_seconds((e for e in lifecycle if e.get("job") == job),
                               since=since, until=at)
     return at - since if running is None else running
+
+
+def stages(reader: StoreReader, job: str | None, now: float, until_ts: float | None,
+           fr: Frontiers) -> tuple[StageSpan, ...]:
+    """The job's stages over time (`cockpit.analysis.timeline.stage_spans`), from its
+    lifecycle events (kept and extended from those added since) and the first step after
+    each start."""
+    if job is None:
+        return ()
+
+    def extend(held: list[dict[str, Any]], after: float) -> list[dict[str, Any]] | None:
+        added = reader.added_rows("event", after, until_ts, fr)
+        if added is None:
+            return None
+        return [*held, *(r for r in added if r.get("kind") in STAGE_EVENT_KINDS
+                         and r.get("job") in (job, None))]
+
+    events = reader.kept("stage_events", job, "event", fr,
+                         lambda: reader.rare_events(STAGE_EVENT_KINDS, job, until_ts), extend)
+    starts = sorted({float(e["ts"]) for e in events if e.get("kind") in STARTS})
+    return stage_spans(events, now, first_steps(reader, job, starts, until_ts, fr))
+
+
+def first_steps(reader: StoreReader, job: str, starts: list[float], until_ts: float | None,
+                fr: Frontiers) -> list[float]:
+    """The first step after each start. Once found it stands for good, and is kept;
+    only a start still waiting for its first step is read again, when a record is added."""
+    held = reader.recall("first_steps")
+    known: dict[float, float] = {
+        ts: first for ts, first in (held[1] if held is not None and held[0] == job else {}).items()
+        if until_ts is None or first <= until_ts}  # a replay sought back has not seen it
+    missing = [ts for ts in starts if ts not in known]
+    if missing:
+        found = reader.memo("first_steps_missing", (job, tuple(missing), fr.key("train")),
+                            lambda: reader.first_steps_after(job, missing, until_ts=until_ts))
+        known = {**known, **{ts: first for ts, first in found.items() if first is not None}}
+        reader.remember("first_steps", job, known)
+    return [known[ts] for ts in starts if ts in known]

@@ -42,8 +42,11 @@ keys may be added):
                      communication wait)}], note}
     health          {simulated, hosts: [{host, state, gpu_state, gpus_online, gpus_total,
                      cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
-                     last_seen, gpus: [{index, name, online, simulated, util, temp, power,
-                     power_limit, mem_used, mem_total, ecc_unc, xid, throttle}]}]}
+                     last_seen, verdict, cause, gpus: [{index, name, online, simulated,
+                     util, temp, power, power_limit, mem_used, mem_total, ecc_unc, xid,
+                     throttle, verdict}]}]} — verdict: the state the screen shows
+                     (`cockpit.analysis.gpu_state`: offline, XID, ECC, throttled, hot,
+                     stale, idle, ok); a host's is its worst GPU's or its link's
     interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
                       hosts, failed_restarts, ended_by, detection_latency}] — one per
                       failure: the host that failed first, then the peers that saw it
@@ -56,6 +59,10 @@ keys may be added):
                     (ts: first seen; state: active, resolved or acknowledged)
     checkpoint      {interval_s, cost_s, mtbf_s, current_interval_s, mtbf_is_lower_bound,
                      advice}
+    slurm           null, or of a job that went through Slurm: {current, submissions:
+                    [{job_id, state, submitted, started, ended, partition, nodes, reason,
+                    estimate, queue_wait, exit_code, exit_source, resume, exclude,
+                    requeues}], queue_wait_s, causes: [{ts, job_id, kind, cause, msg}]}
 
 Percentages are 0..100 except `mfu` (0..1); times in seconds; sizes in bytes; null = n/a.
 """
@@ -66,11 +73,12 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
+from cockpit.analysis.gpu_state import gpu_states, host_cause, host_state
 from cockpit.analysis.lifecycle import current_run_started, process_starts
 from cockpit.analysis.lr import lr_change_text, lr_text
 from cockpit.analysis.text import (
@@ -78,12 +86,15 @@ from cockpit.analysis.text import (
     failed_restarts_text,
     json_printable,
     printable,
+    size,
     unrecovered_text,
 )
 from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
+from cockpit.read.progress import RUNNING_KINDS, observed_seconds
 from cockpit.read.report_format import ALERT_HEADER, FORMATS, Rows, Table, render_sections
-from cockpit.read.source import RUNNING_KINDS, SNAPSHOT_BUCKETS, build_snapshot, observed_seconds
+from cockpit.read.slurm_state import slurm_rows, slurm_summary
+from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot
 from cockpit.snapshot import LrChange, Snapshot
 from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
@@ -201,6 +212,8 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
         "interruptions": [asdict(i) for i in snap.health.interruptions],
         "alerts": [asdict(a) for a in snap.alerts],
         "checkpoint": _checkpoint(advice),
+        # A job that went through Slurm: its submissions, queue waits and exit states.
+        "slurm": slurm_summary(reader, snap.job, until_ts),
     }
 
 
@@ -272,9 +285,13 @@ def _health(snap: Snapshot) -> dict[str, Any]:
     hosts = []
     for h in snap.health.hosts:
         row = asdict(h)
-        row["gpus"] = [asdict(g) for g in h.gpus]
+        states = gpu_states(h)
+        row["gpus"] = [{**asdict(g), "verdict": s.label}
+                       for g, s in zip(h.gpus, states, strict=True)]
         row["gpus_online"] = sum(1 for g in h.gpus if g.online)
         row["gpus_total"] = len(h.gpus)
+        row["verdict"] = host_state(h, states).label
+        row["cause"] = host_cause(h, states)
         hosts.append(row)
     return {"simulated": snap.health.simulated, "hosts": hosts}
 
@@ -307,24 +324,13 @@ def _json_safe(value: Any) -> Any:
 def _when(ts: float | None) -> str:
     if ts is None:
         return NA
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _num(value: float | int | None, spec: str = ",.0f", unit: str = "") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return NA
     return f"{value:{spec}}{unit}"
-
-
-def _size(value: float | int | None) -> str:
-    if value is None:
-        return NA
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{size:.0f} B"
-        size /= 1024
-    return NA
 
 
 def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
@@ -452,19 +458,21 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         *([("note", f["note"])] if f["note"] else []),
     ]
     host_table: Table = (
-        ("host", "link", "GPUs", "GPU state", "CPU", "memory", "disk", "last seen"),
-        [(x["host"], x["state"], f"{x['gpus_online']}/{x['gpus_total']}", x["gpu_state"],
-          _num(x["cpu"], ".0f", "%"), f"{_size(x['mem_used'])} / {_size(x['mem_total'])}",
-          f"{_size(x['disk_used'])} / {_size(x['disk_total'])}", _when(x["last_seen"]))
+        ("host", "link", "GPUs", "health", "GPU state", "CPU", "memory", "disk",
+         "last seen"),
+        [(x["host"], x["state"], f"{x['gpus_online']}/{x['gpus_total']}", x["cause"],
+          x["gpu_state"],
+          _num(x["cpu"], ".0f", "%"), f"{size(x['mem_used'], ' ')} / {size(x['mem_total'], ' ')}",
+          f"{size(x['disk_used'], ' ')} / {size(x['disk_total'], ' ')}", _when(x["last_seen"]))
          for x in h["hosts"]],
     )
     gpu_table: Table = (
-        ("host", "gpu", "util", "temp", "power", "memory", "ECC unc", "XID", "throttle"),
-        [(x["host"], str(g["index"]) + (" SIM" if g["simulated"] else "")
-          + ("" if g["online"] else " offline"),
+        ("host", "gpu", "state", "util", "temp", "power", "memory", "ECC unc", "XID",
+         "throttle"),
+        [(x["host"], str(g["index"]) + (" SIM" if g["simulated"] else ""), g["verdict"],
           _num(g["util"], ".0f", "%"), _num(g["temp"], ".0f", "°C"),
           f"{_num(g['power'], '.0f')} / {_num(g['power_limit'], '.0f', ' W')}",
-          f"{_size(g['mem_used'])} / {_size(g['mem_total'])}", _num(g["ecc_unc"]),
+          f"{size(g['mem_used'], ' ')} / {size(g['mem_total'], ' ')}", _num(g["ecc_unc"]),
           _num(g["xid"], "d"), throttle_text(g["throttle"]))
          for x in h["hosts"] for g in x["gpus"]],
     )
@@ -499,6 +507,7 @@ def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("Alerts", [] if d["alerts"] else [("alerts", "none")],
          [alerts] if d["alerts"] else []),
         ("Checkpoints", [("advice", d["checkpoint"]["advice"])], []),
+        *([("Slurm", slurm_rows(d["slurm"]), [])] if d.get("slurm") else []),
     ]
 
 

@@ -20,27 +20,29 @@ in a small pool (DuckDB releases the GIL while it executes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 from cockpit.analysis import alerts as rules
 from cockpit.analysis import signal_alerts
 from cockpit.analysis.checkpoint_interval import advise
+from cockpit.analysis.eta import restart_aware
 from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.lifecycle import (
     ENDED_STATES,
+    dict_field,
     event_data,
     process_starts,
 )
+from cockpit.analysis.rank_progress import rank_progress
 from cockpit.analysis.stalls import detect_stall
 from cockpit.read.details import (
     DETAIL_KINDS,
-    EventsTimeline,
-    HostDetail,
-    LogTail,
-    RunInfo,
+    DetailKind,
+    Details,
     event_rows,
     events_timeline,
     host_detail,
@@ -50,6 +52,7 @@ from cockpit.read.details import (
 )
 from cockpit.read.effect import (
     build_effect,
+    fault_markers,
     nonfinite_steps,
     train_series,
 )
@@ -75,7 +78,9 @@ from cockpit.read.progress import (
     lifecycle_events,
     observed_seconds,
     resume_step,
+    stages,
 )
+from cockpit.read.slurm_state import screen_state
 from cockpit.read.train_tail import TrainTail, TrainView, job_lifecycle
 from cockpit.snapshot import (
     Alert,
@@ -106,13 +111,69 @@ SNAPSHOT_BUCKETS = 120
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
 
 
+class ScalableSpec(Protocol):
+    """What the screen reads of a job's spec before offering to scale it."""
+
+    @property
+    def elastic(self) -> bool: ...
+
+
 class Controller(Protocol):
-    """Job operations (defined by cockpit.control); only the presence matters here."""
+    """The operations on one job that the screen offers, as `cockpit.control.controller.
+    Controller` (which this layer sits below) provides them. Each sends to the job's
+    agents and returns what it sent, for the operator to read; the agents' answers come
+    back as acks (`last_ops`: host -> id of the op most recently sent there)."""
+
+    @property
+    def job(self) -> str: ...
+
+    @property
+    def hosts(self) -> tuple[str, ...]: ...
+
+    @property
+    def spares(self) -> tuple[str, ...]: ...
+
+    @property
+    def spec(self) -> ScalableSpec: ...
+
+    @property
+    def last_ops(self) -> dict[str, str]: ...
+
+    def refresh(self) -> None: ...  # adopt the job file as it is now
+
+    def controller_for(self, job: str | None) -> Controller | None: ...  # a fork's
+
+    def describe(self, action: str, add: str | None = None, remove: str | None = None
+                 ) -> str: ...
+
+    def check_scale(self, add: str | None, remove: str | None) -> None: ...
+
+    def pause(self) -> object: ...
+
+    def resume(self) -> object: ...
+
+    def relaunch(self, exclude: tuple[str, ...] = ()) -> object: ...
+
+    def fork(self, overrides: dict[str, Any]) -> object: ...
+
+    def adjust(self, **knobs: Any) -> object: ...
+
+    def checkpoint_now(self) -> object: ...
+
+    def eval_now(self) -> object: ...
+
+    def scale(self, add: str | None = None, remove: str | None = None) -> object: ...
+
+    def stop(self) -> object: ...
 
 
 class Source(Protocol):
-    label: str  # "LIVE" or "REPLAY 10x"
-    controller: Controller | None  # None: "no controllable job attached"
+    @property
+    def label(self) -> str: ...  # "LIVE" or "REPLAY 10x"
+
+    @property
+    def controller(self) -> Controller | None: ...  # None: "no controllable job attached"
+
     # The operator's pick among jobs training side by side (None: the newest started);
     # a source that cannot choose (a fixed snapshot) ignores it.
     focus_job: str | None
@@ -124,12 +185,13 @@ class Source(Protocol):
 
     def stop(self) -> None: ...
 
-    def details(self, what: str, **kw: Any) -> object: ...
+    # `Details` from a store; a fixed source may answer with plain data of that shape.
+    def details(self, what: DetailKind, **kw: Any) -> object: ...
 
 
 def details(
-    reader: StoreReader, what: str, *, until_ts: float | None = None, **kw: Any
-) -> HostDetail | EventsTimeline | RunInfo | LogTail:
+    reader: StoreReader, what: DetailKind, *, until_ts: float | None = None, **kw: Any
+) -> Details:
     """Drill-down data for `Source.details`: "host" (host=NAME), "events" (kinds, text,
     limit), "run", "log" (n, text)."""
     if what == "host":
@@ -207,13 +269,12 @@ def _signal_alerts(reader: StoreReader, job: str | None, until_ts: float | None,
         return []
     events = [e for e in lifecycle_events(reader, job, fr, until_ts)
               if e.get("kind") == "interruption" and e.get("job") == job]
-    memory: dict[str, tuple[float, float]] = {}
+    memory: dict[str, tuple[float, float] | None] = {}  # None: no GPU memory recorded
     for e in events:
         if event_data(e).get("cause") == "oom" and e.get("host"):
             host, when = str(e["host"]), float(e.get("ts") or at)
             memory[host] = reader.memo(f"oom-memory:{host}:{when}", when,
-                                       lambda host=host, when=when: peak_memory(
-                                           reader, host, when))
+                                       functools.partial(peak_memory, reader, host, when))
     micro = [int(r["samples"]) // max(int(r.get("steps") or 1), 1) for r in train.latest
              if isinstance(r.get("samples"), int) and r["samples"] > 0]
     return [
@@ -250,7 +311,7 @@ def _operator_starts(started: Sequence[Mapping[str, Any]]
     out: dict[str, float] = {}
     on: dict[tuple[str, str], float] = {}
     for e in started:
-        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        data = dict_field(e, "data")
         job, ts = e.get("job"), float(e.get("ts") or 0.0)
         if job and data.get("reason") != "recovery":
             out[job] = max(out.get(job, 0.0), ts)
@@ -304,14 +365,15 @@ def build_snapshot(
         reader.series_columns_held, "gpu_busy", "gpu", ("util",), where={}, x="ts",
         buckets=buckets, until_ts=until_ts, frontiers=fr)
     nonfinite_f = pool.submit(nonfinite_steps, reader, job, until_ts, fr) if job else None
-    reads = [f for f in (gpus_f, host_samples_f, busy_f, nonfinite_f) if f is not None]
+    reads: list[Future[Any]] = [
+        f for f in (gpus_f, host_samples_f, busy_f, nonfinite_f) if f is not None]
     try:
-        world = run.get("world_size")
+        world: Any = run.get("world_size")  # as the run record says: checked where used
         kept_from = rank0_alone_until(reader, job, world, until_ts)
         # Before the other ranks' kept steps, rank 0 is all there is to find.
         train = (tail.view(job, 1, fr, until_ts) if kept_from is not None
                  else tail.view(job, world, fr, until_ts, run.get("world_since")))
-        if kept_from is not None:
+        if kept_from is not None:  # then `world` is a count above 1 (rank0_alone_until)
             train = whole_job(train, world)
         series = train_series(reader, job, train, until_ts, buckets, fr)
         gpus = gpus_f.result()
@@ -320,6 +382,8 @@ def build_snapshot(
                              recent=_newest_per_host(gpus, host_samples, train.latest))
         state = job_state(reader, job, until_ts,
                        float(train.newest["ts"]) if train.newest else None, fr)
+        # A Slurm job waiting in the queue says so, with Slurm's reason (docs/slurm.md).
+        state = screen_state(reader, job, until_ts, fr.key("event"), state)
         figures = reader.memo(
             "figures", (job, run.get("world_size"), run.get("world_since"),
                         run.get("flops_per_step"), run.get("peak_flops"),
@@ -380,6 +444,10 @@ def build_snapshot(
             starts=process_starts(lifecycle, job),
         )
         health = dataclasses.replace(health, checkpoint_advice=advice.text)
+        # The ETA band with the restarts the measured interruption rate predicts (and,
+        # while the job restarts, the rest of that restart): shown, not n/a, meanwhile.
+        progress = restart_aware(progress, health.interruptions, now=at, run_seconds=(
+            observed_seconds(lifecycle, job, started or first or at, at)))
     events = reader.memo(
         "events", events_key,
         lambda: reader.events(until_ts=until_ts, limit=EVENTS_SHOWN, frontiers=fr))
@@ -398,6 +466,11 @@ def build_snapshot(
                                         limit=STARTS_READ, frontiers=fr))))
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
     link_table = link_rows(hosts, health)
+    # One timeline: the faults at the steps they hit, where each rank is, the stages.
+    effect = dataclasses.replace(found.effect, faults=fault_markers(
+        reader, job, train, link_table, until_ts, fr))
+    progress = dataclasses.replace(progress, ranks=rank_progress(train.latest, figures.ranks),
+                                   stages=stages(reader, job, at, until_ts, fr))
     alerts = rules.merge(
         stored_alerts,
         rules.gpu_alerts(gpus),
@@ -434,7 +507,7 @@ def build_snapshot(
         jobs_training=training,
         jobs=jobs,
         progress=progress,
-        effect=found.effect,
+        effect=effect,
         efficiency=efficiency,
         health=health,
         alerts=alerts,

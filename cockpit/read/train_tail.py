@@ -14,6 +14,7 @@ every `FULL_READ_EVERY`th refresh.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -131,7 +132,7 @@ class TrainTail:
         if len(training) < 2:
             return tuple(training)
         started = {job: reader.memo(f"job_started:{job}", job,
-                                    lambda job=job: reader.job_started_ts(job))
+                                    functools.partial(reader.job_started_ts, job))
                    for job in training}
         return tuple(sorted(training, key=lambda job: (started[job] or -math.inf, job)))
 
@@ -220,8 +221,8 @@ class TrainTail:
         return held
 
 
-def _newest(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    return max(rows, key=lambda r: (r["ts"], r["seq"]))  # type: ignore[return-value]
+def _newest(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    return max(rows, key=lambda r: (r["ts"], r["seq"]))
 
 
 def _complete_after(latest: list[dict[str, Any]], fr: Frontiers, world: int | None) -> float:
@@ -287,7 +288,7 @@ def _extend(held: _Held, added: list[dict[str, Any]], fr: Frontiers) -> _Held | 
     fresh = [_sample(r) for r in rows if r["step"] is not None and r["step"] > low]
     merged = sorted([*(s for s in held.window if s.step > low), *fresh],
                     key=lambda s: (s.step, s.rank, s.ts if s.ts is not None else -math.inf))
-    window = newest_per_rank_step(merged)  # type: ignore[arg-type]
+    window = newest_per_rank_step(merged)
     return _Held(fr, newest_row, held.job, held.world, held.world_since, by_rank,
                  held.complete_after, window, low, steps, _make_view(latest, newest, window),
                  held.extensions + 1)
@@ -331,7 +332,7 @@ def _per_step_total(rows: Iterable[Mapping[str, Any]], key: str) -> int | float 
 
 
 def _ended_after(event: Mapping[str, Any] | None, last_step_ts: float) -> bool:
-    return ended(event) and float(event["ts"]) >= last_step_ts  # type: ignore[index]
+    return event is not None and ended(event) and float(event["ts"]) >= last_step_ts
 
 
 def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,

@@ -20,6 +20,7 @@ from cockpit.analysis.alerts import CRITICAL, RESOURCE, merge
 from cockpit.analysis.text import counted
 from cockpit.control.acks import ack_outcome
 from cockpit.errors import CockpitError
+from cockpit.read.details import DetailKind, Details
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.snapshot import Alert, Snapshot
 from cockpit.store.database import IngestResult, Store, StoreError
@@ -80,7 +81,7 @@ class LiveSource:
             return snapshot
         return replace(snapshot, alerts=merge(snapshot.alerts, [alert]))
 
-    def details(self, what: str, **kw: Any) -> object:
+    def details(self, what: DetailKind, **kw: Any) -> Details:
         return details(self._reader, what, **kw)
 
     def acks(self, op_ids: Sequence[str]) -> dict[str, tuple[bool, str]]:

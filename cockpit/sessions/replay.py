@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.errors import CockpitError
+from cockpit.read.details import DetailKind, Details
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.snapshot import Snapshot
 from cockpit.store.database import Store, StoreError
@@ -163,7 +164,7 @@ class ReplaySource:
         return build_snapshot(self._reader, until_ts=self.position, label=self.label,
                               buckets=buckets, controllable=False, job=self.focus_job)
 
-    def details(self, what: str, **kw: Any) -> object:
+    def details(self, what: DetailKind, **kw: Any) -> Details:
         return details(self._reader, what, until_ts=self.position, **kw)
 
     def stop(self) -> None:

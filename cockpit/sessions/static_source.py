@@ -9,12 +9,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
+from cockpit.read.details import DetailKind
+from cockpit.read.source import Controller
 from cockpit.snapshot import Snapshot
 
 
 class StaticSource:
     def __init__(self, snapshot: Snapshot, details: Mapping[str, object] | None = None,
-                 controller: object | None = None, label: str | None = None) -> None:
+                 controller: Controller | None = None, label: str | None = None) -> None:
         self._snapshot = snapshot
         self._details = dict(details or {})
         self.controller = controller
@@ -43,7 +45,7 @@ class StaticSource:
         self.snapshot_calls += 1
         return self._snapshot
 
-    def details(self, what: str, **kw: object) -> object:
+    def details(self, what: DetailKind, **kw: object) -> object:
         self.details_calls.append((what, dict(kw)))
         value = self._details.get(what)
         if callable(value):

@@ -47,6 +47,7 @@ in-memory marks, which must change only with the commits that move them.)
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
@@ -628,7 +629,7 @@ class Store:
             else:
                 split = route_chunk if careful else split_chunk
                 segments = split(item.chunk(), mark.high_water,
-                                 lambda header, m, mk=mark: self._on_header(mk, header, m))
+                                 functools.partial(self._on_header, mark))
             header_offsets = iter(mark.segment_offsets[seen_headers:])
             for segment in segments:
                 offset = initial_offset

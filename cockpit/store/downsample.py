@@ -151,8 +151,8 @@ def downsample_rows(
     use_levels = (
         spec is not None
         and spec["x"] == x
-        and all(c in spec["columns"] for c in columns)  # type: ignore[operator]
-        and all(k in spec["keys"] and v is not None for k, v in where.items())  # type: ignore[operator]
+        and all(c in spec["columns"] for c in columns)
+        and all(k in spec["keys"] and v is not None for k, v in where.items())
     )
     integer_x = RECORD_COLUMNS[table].get(x, "DOUBLE") in ("BIGINT", "INTEGER")
     if use_levels:
@@ -376,7 +376,7 @@ def _raw_extent(cursor: duckdb.DuckDBPyConnection, table: str, x: str,
 def _level_rows(table: str, columns: Sequence[str] = ()) -> str:
     """The folded level rows of `table` (closed buckets and open ones) with the columns
     the queries below read; the pending rows are read raw (`_raw_part`)."""
-    keys = list(LEVEL_SERIES[table]["keys"])  # type: ignore[call-overload]
+    keys = list(LEVEL_SERIES[table]["keys"])
     values = [f"{c}_{part}" for c in columns for part in ("lo", "hi", "last", "lx")]
     names = ", ".join(f'"{n}"' for n in [*keys, "level", "bucket", "x_lo", "x_hi", "ts_hi",
                                            *values])

@@ -247,7 +247,7 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float,
     # The level rows of the job are all the earlier run's: the flush's own rows are
     # stored after this, and none of the new run's came before its start.
     for table, spec in LEVEL_SERIES.items():
-        if "job" not in spec["keys"]:  # type: ignore[operator]
+        if "job" not in spec["keys"]:
             continue
         for levels in (levels_table(table), levels_open_table(table), pending_table(table)):
             cur.execute(f'UPDATE "{levels}" SET job = ? WHERE job = ?', [name, job])

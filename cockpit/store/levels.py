@@ -99,8 +99,8 @@ def _fold_sql(table: str, source: str) -> _FoldSql:
     row per level, taken as is instead of through a second aggregation.
     """
     spec = LEVEL_SERIES[table]
-    keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
-    columns: tuple[str, ...] = spec["columns"]  # type: ignore[assignment]
+    keys: dict[str, str] = spec["keys"]
+    columns: tuple[str, ...] = spec["columns"]
     x = spec["x"]
     closed = levels_table(table)
     opened = levels_open_table(table)
@@ -312,7 +312,7 @@ def clustered_copy(table: str) -> str:
 
 def _cluster_order(table: str) -> str:
     keys = LEVEL_SERIES[table]["keys"]
-    return ", ".join(["level", *(f'"{k}"' for k in keys), "bucket"])  # type: ignore[union-attr]
+    return ", ".join(["level", *(f'"{k}"' for k in keys), "bucket"])
 
 
 def copy_clustered(cur: duckdb.DuckDBPyConnection, table: str) -> None:

@@ -353,7 +353,7 @@ def load_type(
                                              offset=pieces[0].offset,
                                              **late_params)).fetchone()
         load.stored = int(row[0]) if row else 0
-        missing: set[tuple[int, int]] = set()
+        missing: dict[tuple[int, int], str] = {}  # (piece, seq) -> why its row has no ts
         if load.stored < sum(len(p.lines) for p in pieces):
             rows = cur.execute(_NULL_TS[(table, tagged)], {"path": path}).fetchall()
             missing = {(int(i), int(seq)): _why_invalid(wire_type, int(seq), ts, step)

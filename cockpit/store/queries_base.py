@@ -103,7 +103,7 @@ class ReaderBase:
         with self._memo_lock:
             held = self._memo.get(name)
         if held is not None and held[0] == key:
-            return held[1]  # type: ignore[no-any-return]
+            return held[1]
         value = compute()
         self.remember(name, key, value)
         return value
@@ -163,7 +163,7 @@ class ReaderBase:
         with self._added_lock(table):
             held = self.recall(f"added:{table}")
             if held is not None and held[0] == key:
-                return held[1]  # type: ignore[no-any-return]
+                return held[1]
             cond, args = until_clause(until_ts)
             with self._cur() as cur:
                 rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE ts > ?{cond} '
@@ -193,7 +193,7 @@ class ReaderBase:
             (held_params, held_fr, extensions), value = held
             if held_params == params:
                 if held_fr.key(table) == frontiers.key(table):
-                    return value  # type: ignore[no-any-return]
+                    return value
                 after = (self.added_after(table, held_fr, frontiers)
                          if extensions < FULL_READ_EVERY else None)
                 if after is not None:

@@ -131,6 +131,7 @@ class EventQueries(ReaderBase):
         # recovery is of this outage, not one of its own.
         ended_by_host: dict[str, Row] = {}
         kinds = ("interruption", "recovery", "pause", "job_exited", "job_started")
+        item: Row | None
         for e in self.rare_events(kinds, job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
             if e["kind"] not in ("interruption", "recovery"):

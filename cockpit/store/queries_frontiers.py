@@ -49,18 +49,20 @@ def probe_frontiers(
     """Frontiers of `tables`; `sizes` (rows per table, possibly stale) picks which
     tables are probed in windows and which are scanned whole."""
     if until_ts is None:
-        parts = " UNION ALL ".join(
+        query = " UNION ALL ".join(
             f"SELECT '{t}', (SELECT count(*) FROM \"{t}\"), (SELECT max(ts) FROM \"{t}\")"
             for t in tables
         )
-        found = cur.execute(parts).fetchall()
+        found = cur.execute(query).fetchall()
         return Frontiers(None, {t: _float(hi) for t, _, hi in found},
                          {t: int(n) for t, n, _ in found})
     rows: dict[str, int] = {}
     ts: dict[str, float | None] = {}
     pending = list(tables)
     for i, window in enumerate(windows):
-        parts, args, whole = [], [], set()
+        parts: list[str] = []
+        args: list[object] = []
+        whole: set[str] = set()
         for t in pending:
             count = f'(SELECT count(*) FROM "{t}")' if i == 0 else "NULL"
             if window is None or sizes.get(t, SMALL_TABLE_ROWS + 1) <= SMALL_TABLE_ROWS:

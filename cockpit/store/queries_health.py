@@ -46,7 +46,7 @@ class HealthQueries(ReaderBase):
                                        frontiers)
             else:
                 seen = self._last_seen(cur, sorted(names), until_ts, frontiers)
-        out = []
+        out: list[Row] = []
         for name in sorted(names):
             hello = hellos.get(name, {})
             link = links.get(name, {})
@@ -200,4 +200,34 @@ class HealthQueries(ReaderBase):
                 cur, "event", until_ts=until_ts, where=" AND kind = 'xid'",
                 columns="host, seq, ts, kind, step, msg, data", limit=limit,
                 enough=lambda rows: bool(rows), frontiers=frontiers,
+            )
+
+    def gpu_fault_changes(self, throttle_mask: int, *, after_ts: float | None = None,
+                          until_ts: float | None = None) -> list[Row]:
+        """The GPU samples (after `after_ts`) where a GPU's throttling by `throttle_mask`
+        began or ended or its uncorrectable ECC count rose, and each GPU's first sample
+        in the range (its state there is known only to whoever held the samples
+        before), oldest first: a few rows out of every sample of every GPU.
+
+        Only the GPUs that were throttled or counted an error in the range are looked
+        at in order (a GPU never in trouble has no change to find): a healthy fleet of a
+        thousand GPUs costs one scan of two columns, not a sort of every sample."""
+        cond, args = until_clause(until_ts)
+        after_sql, after_args = (" AND ts > ?", [after_ts]) if after_ts is not None else ("", [])
+        flag = "(coalesce(throttle, 0) & ?) != 0"
+        where = f"true{after_sql}{cond}"
+        with self._cur() as cur:
+            return self.fetch(
+                cur,
+                f"WITH troubled AS (SELECT DISTINCT host, gpu FROM gpu WHERE {where} "
+                f"AND ({flag} OR coalesce(ecc_vol_unc, 0) > 0)) "
+                f"SELECT host, gpu, ts, throttle, ecc_vol_unc FROM (SELECT host, gpu, ts, "
+                f"seq, throttle, ecc_vol_unc, {flag} AS hot, "
+                f"lag({flag}) OVER w AS was_hot, lag(coalesce(ecc_vol_unc, 0)) OVER w AS was_ecc "
+                f"FROM gpu SEMI JOIN troubled USING (host, gpu) WHERE {where} "
+                "WINDOW w AS (PARTITION BY host, gpu ORDER BY ts, seq)) "
+                "WHERE was_hot IS NULL OR hot != was_hot "
+                "OR coalesce(ecc_vol_unc, 0) > was_ecc ORDER BY ts, seq",
+                [*after_args, *args, throttle_mask, throttle_mask, throttle_mask, *after_args,
+                 *args],
             )

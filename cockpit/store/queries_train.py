@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from cockpit.snapshot import Series
 from cockpit.store.downsample import (
@@ -53,6 +53,7 @@ SAMPLE_COLUMNS = (
 )
 NONFINITE_LIMIT = 1000
 LR_AROUND_STEPS = 100_000  # how far from an LR change its neighbouring records are looked for
+STEP_AT_SECONDS = 3600.0  # how long before an instant its step is looked for (`steps_at`)
 # Seconds before the newest step record that `latest_train` looks at, widening in turn.
 LATEST_STEP_WINDOWS: tuple[float | None, ...] = (30.0, *WINDOWS)
 
@@ -535,6 +536,50 @@ class TrainQueries(ReaderBase):
             out[step] = (before, after, after_ts)
         return out
 
+    def steps_at(
+        self, job: str, rank: int | None, stamps: list[float], *,
+        until_ts: float | None = None,
+    ) -> dict[float, int | None]:
+        """For each instant, the step of `rank`'s newest record at or before it, in one
+        statement: where on a step axis something seen only by its time (an XID, a
+        host lost) belongs. None where no record lies within `STEP_AT_SECONDS` before
+        it (the job was not training then); the bound keeps each lookup to the few row
+        groups around it, however long the run."""
+        if not stamps:
+            return {}
+        cond, args = until_clause(until_ts)
+        rank_sql, rank_args = (" AND rank = ?", [rank]) if rank is not None else ("", [])
+        parts = []
+        params: list[Any] = []
+        for i, ts in enumerate(stamps):
+            parts.append(
+                f"(SELECT {i} AS i, step FROM train WHERE job = ? AND ts <= ? AND ts > ?"
+                f"{rank_sql}{cond} AND step IS NOT NULL ORDER BY ts DESC, seq DESC LIMIT 1)")
+            params += [job, ts, ts - STEP_AT_SECONDS, *rank_args, *args]
+        with self._cur() as cur:
+            found = dict(cur.execute(" UNION ALL ".join(parts), params).fetchall())
+        return {ts: (int(found[i]) if found.get(i) is not None else None)
+                for i, ts in enumerate(stamps)}
+
+    def first_steps_after(self, job: str, stamps: list[float], *,
+                          until_ts: float | None = None) -> dict[float, float | None]:
+        """For each instant (a start of the job's processes), the ts of the job's first
+        step record at or after it, within `STEP_AT_SECONDS`: where its start-up ended.
+        None where no step followed within that time."""
+        if not stamps:
+            return {}
+        cond, args = until_clause(until_ts)
+        parts = []
+        params: list[Any] = []
+        for i, ts in enumerate(stamps):
+            parts.append(f"(SELECT {i} AS i, min(ts) FROM train WHERE job = ? AND ts >= ? "
+                         f"AND ts < ?{cond})")
+            params += [job, ts, ts + STEP_AT_SECONDS, *args]
+        with self._cur() as cur:
+            found = dict(cur.execute(" UNION ALL ".join(parts), params).fetchall())
+        return {ts: (float(found[i]) if found.get(i) is not None else None)
+                for i, ts in enumerate(stamps)}
+
 
 def record_steps(extra: Any) -> int:
     """`STEPS_SQL` for a record already read: the optimizer steps its `extra` says it
@@ -552,7 +597,10 @@ def _to_series(found: Downsampled, n_columns: int) -> list[Series]:
             for xs, last, lo, hi in results(found.rows, n_columns)]
 
 
-def newest_per_rank_step(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+_Row = TypeVar("_Row", bound=tuple[Any, ...])  # a stored row, or a sample built from one
+
+
+def newest_per_rank_step(rows: list[_Row]) -> list[_Row]:
     """Rows of `SAMPLE_COLUMNS` sorted by (step, rank, ts, seq), keeping the last, i.e.
     the newest run, of each (rank, step)."""
     return [r for r, after in zip(rows, [*rows[1:], None], strict=True)

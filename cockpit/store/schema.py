@@ -20,6 +20,7 @@ agent's own seq space, the value a reconnect passes to `--from`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 SCHEMA_VERSION = 3
 # The oldest version a read-only open (replay, report) reads as it is: the tables added
@@ -127,9 +128,17 @@ DDL_V1: list[str] = [
 ]
 
 
-# Series kept in level tables: x axis, key columns (NULL keys stored as '' / -1) and the
-# value columns. Level L has buckets of width 2 ** (LEVEL_BASE_BITS + LEVEL_BITS * L).
-LEVEL_SERIES: dict[str, dict[str, object]] = {
+class LevelSeries(TypedDict):
+    """A series kept in level tables: its x axis, its key columns (name -> SQL type; NULL
+    keys stored as '' / -1) and its value columns."""
+
+    x: str
+    keys: dict[str, str]
+    columns: tuple[str, ...]
+
+
+# Level L has buckets of width 2 ** (LEVEL_BASE_BITS + LEVEL_BITS * L).
+LEVEL_SERIES: dict[str, LevelSeries] = {
     "train": {
         "x": "step",
         "keys": {"job": "VARCHAR", "rank": "INTEGER"},
@@ -168,11 +177,11 @@ def levels_ddl(table: str, name: str | None = None) -> str:
     re-clustering.
     """
     spec = LEVEL_SERIES[table]
-    keys: dict[str, str] = spec["keys"]  # type: ignore[assignment]
+    keys = spec["keys"]
     cols = [f'"{k}" {t} NOT NULL' for k, t in keys.items()]
     cols += ["level INTEGER NOT NULL", "bucket BIGINT NOT NULL", "n BIGINT",
              "x_lo DOUBLE", "x_hi DOUBLE", "ts_hi DOUBLE"]
-    for c in spec["columns"]:  # type: ignore[attr-defined]
+    for c in spec["columns"]:
         cols += [f'"{c}_lo" DOUBLE', f'"{c}_hi" DOUBLE', f'"{c}_last" DOUBLE', f'"{c}_lx" DOUBLE']
     return f'CREATE TABLE IF NOT EXISTS "{name or levels_table(table)}" ({", ".join(cols)})'
 
@@ -197,9 +206,9 @@ def pending_table(table: str) -> str:
 def pending_columns(table: str) -> dict[str, str]:
     """What a fold needs of a row of `table`: its series keys, x, ts and value columns."""
     spec = LEVEL_SERIES[table]
-    names = [*spec["keys"], spec["x"], "ts", *spec["columns"]]  # type: ignore[misc]
+    names = [*spec["keys"], spec["x"], "ts", *spec["columns"]]
     types = {**RECORD_COLUMNS[table], "ts": "DOUBLE", "host": "VARCHAR"}
-    return {name: types[name] for name in dict.fromkeys(names)}  # type: ignore[index]
+    return {name: types[name] for name in dict.fromkeys(names)}
 
 
 def pending_ddl(table: str) -> str:

@@ -57,16 +57,35 @@ class Fleet:
         self._listener = on_state
         self._lock = threading.Lock()
         self._status: dict[str, HostStatus] = {}
-        builder = ZipappBuilder()
+        self._high_water, self._on_chunk = high_water, on_chunk
+        self._builder = ZipappBuilder()
+        self._started = False
         self.links: dict[str, BaseLink] = {}
         for spec in specs:
-            self._status[spec.name] = HostStatus(spec.name, STOPPED, "", spec.spare)
-            hw = _bind(high_water, spec.name)
-            if spec.is_local:
-                link: BaseLink = LocalLink(spec, hw, on_chunk, self._on_state, self.options)
-            else:
-                link = HostLink(spec, hw, on_chunk, self._on_state, self.options, builder)
-            self.links[spec.name] = link
+            self._make_link(spec)
+
+    def _make_link(self, spec: HostSpec) -> BaseLink:
+        self._status[spec.name] = HostStatus(spec.name, STOPPED, "", spec.spare)
+        hw = _bind(self._high_water, spec.name)
+        if spec.is_local:
+            link: BaseLink = LocalLink(spec, hw, self._on_chunk, self._on_state, self.options)
+        else:
+            link = HostLink(spec, hw, self._on_chunk, self._on_state, self.options,
+                            self._builder)
+        self.links[spec.name] = link
+        return link
+
+    def add(self, spec: HostSpec) -> bool:
+        """Stream one more host (a batch scheduler's node, known once its allocation
+        starts); started at once when the fleet runs. False when the name is taken."""
+        with self._lock:
+            if spec.name in self.links:
+                return False
+            link = self._make_link(spec)
+            started = self._started
+        if started:
+            link.start()
+        return True
 
     def _on_state(self, host: str, state: str, detail: str) -> None:
         with self._lock:
@@ -76,14 +95,20 @@ class Fleet:
             self._listener(host, state, detail)
 
     def start(self) -> None:
-        for link in self.links.values():
+        with self._lock:
+            self._started = True
+            links = list(self.links.values())
+        for link in links:
             link.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every link; they close in parallel so stopping 256 hosts stays quick."""
-        for link in self.links.values():
+        with self._lock:
+            self._started = False
+            links = list(self.links.values())
+        for link in links:
             link.request_stop()
-        for link in self.links.values():
+        for link in links:
             link.stop(timeout)
 
     def __enter__(self) -> Fleet:
@@ -107,7 +132,7 @@ class Fleet:
     def broadcast(self, op: dict, hosts: Iterable[str] | None = None) -> dict[str, str | None]:
         """Send to many hosts; per host None (sent) or the reason it was not sent."""
         results: dict[str, str | None] = {}
-        for name in self.links if hosts is None else hosts:
+        for name in list(self.links) if hosts is None else hosts:
             try:
                 self.send(name, op)
                 results[name] = None

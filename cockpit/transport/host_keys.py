@@ -19,6 +19,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import platformdirs
@@ -145,13 +146,15 @@ class KnownHosts:
         """The keys of one file, parsed again only when the file has changed."""
         stat = path.stat()
         signature = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        # Parsed under the lock: a fleet's first wave of connects all find the cache
+        # empty at once, and each parsing the file for itself was most of the cockpit's
+        # CPU while 256 hosts connected. The others wait for the one parse and share it.
         with self._lock:
             cached = self._parsed.get(path)
-        if cached is not None and cached[0] == signature:
-            return cached[1]
-        parsed = paramiko.HostKeys()
-        parsed.load(str(path))
-        with self._lock:
+            if cached is not None and cached[0] == signature:
+                return cached[1]
+            parsed = paramiko.HostKeys()
+            parsed.load(str(path))
             self._parsed[path] = (signature, parsed)
         return parsed
 
@@ -183,7 +186,7 @@ class KnownHosts:
         parse cache and lock). `accept-new` records into the first UserKnownHostsFile
         when one is named, as ssh does; `--accept-new-host-keys` (the command line) wins
         over the config, as `ssh -o` does. `no` needs `allow_unchecked`."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}  # KnownHosts fields, each of its own type
         if user_files:
             changes["user_files"] = tuple(Path(p) for p in user_files)
         if system_files:

@@ -15,7 +15,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cockpit.transport.connect_slots import ConnectSlots
 from cockpit.transport.host_keys import KnownHosts
+from cockpit.transport.identities import IdentityCache
 from cockpit.transport.inventory import HostSpec
 from cockpit.transport.pump import PumpResult, StderrTail, StreamPump, StreamSource
 from cockpit.transport.ssh_config import SshConfig
@@ -59,12 +61,20 @@ class LinkOptions:
     backoff_cap: float = 30.0
     # Handshakes in flight at once across the fleet: a cockpit that opens 256 links at
     # start (or after a network blip) would otherwise do 256 key exchanges in one burst,
-    # time itself out on a busy box and retry them all again.
-    max_concurrent_connects: int = 16
-    connect_slots: threading.BoundedSemaphore = field(init=False, repr=False)
+    # time itself out on a busy box and retry them all again. Enough to overlap the
+    # round trips of a WAN handshake (16 made 256 hosts at 100 ms take 13 s or more);
+    # few enough that the CPU they cost at once stays a fraction of a second.
+    max_concurrent_connects: int = 64
+    # Handshakes in flight to one SSH server (the first hop: a jump host serves every
+    # host behind it), under OpenSSH's default MaxStartups of 10 (`connect_slots`).
+    max_connects_per_server: int = 8
+    connect_slots: ConnectSlots = field(init=False, repr=False)
+    # Identity files are loaded once for all links (`identities`).
+    identities: IdentityCache = field(default_factory=IdentityCache, repr=False)
 
     def __post_init__(self) -> None:
-        self.connect_slots = threading.BoundedSemaphore(max(1, self.max_concurrent_connects))
+        self.connect_slots = ConnectSlots(self.max_concurrent_connects,
+                                          self.max_connects_per_server)
 
     def config(self) -> SshConfig:
         if self.ssh_config is None:

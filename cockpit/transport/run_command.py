@@ -80,7 +80,7 @@ class SshCommands:
         self._conn: Connection | None = None
         self._lock = threading.Lock()
 
-    def _client(self):  # type: ignore[no-untyped-def]
+    def _client(self):
         if self._conn is None:
             try:
                 self._conn = connect(self.spec, self.options)

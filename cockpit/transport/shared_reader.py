@@ -138,15 +138,15 @@ class SharedReader:
             self._drain_wake()
         served: set[int] = set()
         for fd in ready:
-            entry = owners.get(fd)
-            if entry is None or id(entry) in served:
+            owner = owners.get(fd)
+            if owner is None or id(owner) in served:
                 continue
-            served.add(id(entry))
+            served.add(id(owner))
             try:
-                if entry.stream.service():
-                    self._finish(entry, "eof")
+                if owner.stream.service():
+                    self._finish(owner, "eof")
             except Exception as exc:  # the consumer's, or the source's: that stream ends
-                self._finish(entry, "stopped", exc)
+                self._finish(owner, "stopped", exc)
 
     def _drain_wake(self) -> None:
         try:

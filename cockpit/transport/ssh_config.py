@@ -14,6 +14,7 @@ import pwd
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -68,7 +69,7 @@ class SshConfig:
             except (OSError, ValueError, paramiko.ConfigParseError) as exc:
                 raise SshConfigError(f"{self.path}: cannot parse SSH config: {exc}") from exc
 
-    def lookup(self, alias: str) -> dict[str, object]:
+    def lookup(self, alias: str) -> dict[str, Any]:  # str values; identityfile a list
         try:
             return dict(self._config.lookup(alias))
         except (ValueError, paramiko.ConfigParseError, socket.gaierror) as exc:

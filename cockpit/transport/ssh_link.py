@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from paramiko.pipe import make_pipe
 from cockpit.transport import commands
 from cockpit.transport.deploy import DeployedAgent, DeployError, ZipappBuilder, push_agent
 from cockpit.transport.host_keys import HostKeyError, changed_key_message, known_hosts_name
+from cockpit.transport.identities import CachingClient
 from cockpit.transport.inventory import AUTO_AGENT, HostSpec
 from cockpit.transport.link import BaseLink, LinkOptions
 from cockpit.transport.pump import READ_SIZE
@@ -161,11 +163,14 @@ class _ConnectFailed(Exception):
 ConnectFailed = _ConnectFailed
 
 
-def connect(spec: HostSpec, options: LinkOptions) -> Connection:
+def connect(spec: HostSpec, options: LinkOptions,
+            stopping: Callable[[], bool] | None = None) -> Connection:  # fmt: skip
     """Open an authenticated SSH connection to the host (through its ProxyJump chain).
 
     Raises `_ConnectFailed` carrying the link state to report; `slow` marks failures that
-    need the operator (keys, trust) and are retried at the slowest pace.
+    need the operator (keys, trust) and are retried at the slowest pace. The first hop's
+    handshake waits for one of its server's slots (`LinkOptions.connect_slots`), giving
+    up as unreachable if `stopping()` turns true meanwhile.
     """
     try:
         endpoint = options.config().resolve(spec)
@@ -179,19 +184,13 @@ def connect(spec: HostSpec, options: LinkOptions) -> Connection:
         label = spec.name if is_target else f"{spec.name} via jump host {hop.hostname}"
         timeout = hop.connect_timeout or options.connect_timeout
         if sock is None:
+            client = _first_hop(hop, label, is_target, options, timeout, stopping)
+        else:
             try:
-                sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
-            except OSError as exc:
+                client = _handshake(hop, sock, label, options, timeout)
+            except BaseException:
                 _close_all(jumps)
-                where = hop.label() if is_target else f"jump host {hop.label()}"
-                raise _ConnectFailed(
-                    UNREACHABLE, f"{where}: cannot connect: {exc}", slow=False
-                ) from exc
-        try:
-            client = _handshake(hop, sock, label, options, timeout)
-        except BaseException:
-            _close_all(jumps)
-            raise
+                raise
         if is_target:
             return Connection(client, jumps)
         jumps.append(client)
@@ -211,6 +210,24 @@ def connect(spec: HostSpec, options: LinkOptions) -> Connection:
                 slow=False,
             ) from exc
     raise AssertionError("unreachable: the hop list always ends with the target")
+
+
+def _first_hop(hop: Endpoint, label: str, is_target: bool, options: LinkOptions,
+               timeout: float, stopping: Callable[[], bool] | None) -> paramiko.SSHClient:
+    """TCP connect and handshake to the first hop, holding one of its server's slots
+    until the server has authenticated us (what its MaxStartups counts)."""
+    where = hop.label() if is_target else f"jump host {hop.label()}"
+    with options.connect_slots.server((hop.hostname, hop.port), stopping) as held:
+        if not held:
+            raise _ConnectFailed(UNREACHABLE, f"{where}: stopped before connecting",
+                                 slow=False)
+        try:
+            sock = socket.create_connection((hop.hostname, hop.port), timeout=timeout)
+        except OSError as exc:
+            raise _ConnectFailed(
+                UNREACHABLE, f"{where}: cannot connect: {exc}", slow=False
+            ) from exc
+        return _handshake(hop, sock, label, options, timeout)
 
 
 def _close_all(clients: list[paramiko.SSHClient]) -> None:
@@ -236,7 +253,7 @@ def _handshake(
     options: LinkOptions,
     timeout: float,
 ) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
+    client = CachingClient(options.identities)
     # The host's SSH config entry: its known_hosts files and StrictHostKeyChecking.
     known = options.known_hosts.for_config(hop.user_known_hosts, hop.global_known_hosts,
                                            hop.strict_host_key_checking)
@@ -251,7 +268,7 @@ def _handshake(
             port=hop.port,
             username=hop.user,
             key_filename=list(hop.identity_files) or None,
-            sock=sock,  # type: ignore[arg-type]
+            sock=sock,
             timeout=timeout,
             banner_timeout=timeout,
             auth_timeout=timeout,
@@ -350,17 +367,14 @@ class HostLink(BaseLink):
 
     def _attempt(self, backoff: Backoff) -> float:
         self._set_state(CONNECTING, self.spec.address)
-        slots = self.options.connect_slots
-        while not slots.acquire(timeout=0.5):
-            if self._stopping_now():
+        with self.options.connect_slots.fleet(self._stopping_now) as held:
+            if not held:
                 return 0.0
-        try:
-            connection = connect(self.spec, self.options)
-        except _ConnectFailed as failure:
-            self._set_state(failure.state, failure.detail)
-            return backoff.slowest() if failure.slow else backoff.next_delay()
-        finally:
-            slots.release()
+            try:
+                connection = connect(self.spec, self.options, self._stopping_now)
+            except _ConnectFailed as failure:
+                self._set_state(failure.state, failure.detail)
+                return backoff.slowest() if failure.slow else backoff.next_delay()
         with self._conn_lock:
             self._connection = connection
         if self._stopping_now():

@@ -21,6 +21,9 @@ AGENT_MISSING = "agent-missing"
 AGENT_FAILED = "agent-failed"
 DEPLOYING = "deploying"
 STOPPED = "stopped"
+# No transport's word: what the read layer says of a host it has no record from yet
+# (a replay or a store without a live link), so not in ALL_STATES.
+UNKNOWN = "unknown"
 
 ALL_STATES = (
     CONNECTING,

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState
 
 from cockpit.analysis.signal_alerts import acknowledge
 from cockpit.analysis.text import printable
+from cockpit.read.details import DetailKind
 from cockpit.read.source import SNAPSHOT_BUCKETS, Source
 from cockpit.snapshot import Snapshot
 from cockpit.ui import keymap as keys
@@ -191,7 +192,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self._load_details(message.what, message.params)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="details")
-    def _load_details(self, what: str, params: dict[str, object]) -> None:
+    def _load_details(self, what: DetailKind, params: dict[str, object]) -> None:
         details = self.source.details(what, **params)
         self.post_message(DetailsReady(what, params, details))
 

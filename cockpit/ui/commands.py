@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.keys import format_key
@@ -11,19 +12,22 @@ from textual.keys import format_key
 from cockpit.ui.keymap import KEYS, effective_keys
 from cockpit.ui.replay_actions import is_replayable
 
+if TYPE_CHECKING:
+    from cockpit.ui.app import CockpitApp
+
 
 class CockpitCommands(Provider):
     def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
-        app = self.app
-        keys = effective_keys(getattr(app, "keymap", {}))
-        replaying = is_replayable(getattr(app, "source", None))
-        commands = [
+        app = cast("CockpitApp", self.app)  # the one App that lists this provider
+        keys = effective_keys(app.keymap)
+        replaying = is_replayable(app.source)
+        commands: list[tuple[str, str, Callable[[], object]]] = [
             (spec.description, f"{spec.id} · key {format_key(keys[spec.id].split(',')[0])}",
-             partial(app.run_keyed_action, spec.id))  # type: ignore[attr-defined]
+             partial(app.run_keyed_action, spec.id))
             for spec in KEYS
             if replaying or spec.scope != "replay"  # play/seek mean nothing live
         ]
-        for name in getattr(app, "theme_names", []):
+        for name in app.theme_names:
             commands.append((f"Theme: {name}", "switch the colour theme",
                              partial(setattr, app, "theme", name)))
         return commands

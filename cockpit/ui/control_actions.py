@@ -9,77 +9,97 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from textual import work
+from textual.notifications import SeverityLevel
 
+from cockpit.analysis.gpu_state import host_problem
 from cockpit.analysis.markers import knob_in_force
 from cockpit.control.controller import SPEC_OPERATIONS, ControlError
+from cockpit.read.source import Controller, Source
+from cockpit.snapshot import Snapshot
 from cockpit.ui import job_control as jc
 from cockpit.ui.messages import ControlAcked, ControlDone, ControlPlanned
 from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.prompt import PromptScreen
-from cockpit.ui.widgets.gpu_grid import host_problem
 
 ACK_WAIT_S = 30.0  # an agent answers within a second or two; its link may be reconnecting
 ACK_POLL_S = 0.5
 
-class ControlActions:
-    """Mixed into the App; expects `source`, `snapshot`, `notify`, `push_screen`."""
+if TYPE_CHECKING:  # the mixin's view of the App it is mixed into
+    from textual.app import App
 
-    def _controller(self) -> object | None:
+    _AppBase = App[Any]
+else:
+    _AppBase = object
+
+
+@runtime_checkable
+class FollowsAcks(Protocol):
+    """A source that can read the agents' answers to the ops it sent (a live one)."""
+
+    def acks(self, op_ids: list[str]) -> dict[str, tuple[bool, str]]: ...
+
+class ControlActions(_AppBase):
+    """Mixed into the App, whose `source` holds the controller and whose `snapshot` says
+    which job is on screen."""
+
+    source: Source
+    snapshot: Snapshot | None
+
+    def _controller(self) -> Controller | None:
         """The controller of the job on screen (the one `j` chose), so a key never acts
         on a job other than the one the operator is looking at."""
-        base = getattr(self.source, "controller", None)  # type: ignore[attr-defined]
+        base = self.source.controller
         if base is None:
-            self.notify(jc.NO_CONTROLLER, title="Read-only", severity="warning")  # type: ignore[attr-defined]
+            self.notify(jc.NO_CONTROLLER, title="Read-only", severity="warning")
             return None
-        snapshot = self.snapshot  # type: ignore[attr-defined]
+        snapshot = self.snapshot
         shown = snapshot.job if snapshot is not None else None
         controller = base.controller_for(shown)
         if controller is None:
-            self.notify(jc.not_controlled(shown, base.job), title="Not this job",  # type: ignore[attr-defined]
+            self.notify(jc.not_controlled(shown, base.job), title="Not this job",
                         severity="warning")
         return controller
 
-    def request_operation(self, name: str, kwargs: dict[str, object] | None = None,
-                          controller: object | None = None) -> None:
+    def request_operation(self, name: str, kwargs: dict[str, Any] | None = None,
+                          controller: Controller | None = None) -> None:
         controller = controller or self._controller()
         if controller is None:
             return
-        snapshot = self.snapshot  # type: ignore[attr-defined]
-        if snapshot is not None and snapshot.job == jc.job_of(controller):
+        snapshot = self.snapshot
+        if snapshot is not None and snapshot.job == controller.job:
             why = jc.refusal(name, snapshot.job, snapshot.progress.state,
                              snapshot.progress.eta_note)
             if why is not None:
-                self.notify(why, title=jc.OPERATIONS[name].title, severity="warning")  # type: ignore[attr-defined]
+                self.notify(why, title=jc.OPERATIONS[name].title, severity="warning")
                 return
         op = jc.OPERATIONS[name]
-        shown_here = snapshot is not None and snapshot.job == jc.job_of(controller)
+        shown_here = snapshot is not None and snapshot.job == controller.job
         warning = jc.state_warning(name, snapshot.job, snapshot.progress.state) \
-            if shown_here else ""
+            if shown_here and snapshot is not None else ""
         if op.destructive or warning:
             links = {h.host: h.state for h in snapshot.health.hosts} if snapshot else {}
             self._plan_operation(controller, name, kwargs or {}, warning + jc.link_warning(
-                getattr(controller, "hosts", ()), links, name))
+                controller.hosts, links, name))
         else:
             self._run_operation(controller, name, kwargs or {})
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
-    def _plan_operation(self, controller: object, name: str, kwargs: dict[str, object],
+    def _plan_operation(self, controller: Controller, name: str, kwargs: dict[str, Any],
                         warning: str = "") -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
-        refresh = getattr(controller, "refresh", None)
-        if refresh is not None and name in SPEC_OPERATIONS:  # say what will really start
-            refresh()
+        if name in SPEC_OPERATIONS:  # say what will really start
+            controller.refresh()
         text = jc.plan_text(controller, op, kwargs) + warning
-        self.post_message(ControlPlanned(name, kwargs, text, controller))  # type: ignore[attr-defined]
+        self.post_message(ControlPlanned(name, kwargs, text, controller))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="control")
-    def _run_operation(self, controller: object, name: str, kwargs: dict[str, object]
+    def _run_operation(self, controller: Controller, name: str, kwargs: dict[str, Any]
                        ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
-        severity = "information"
+        severity: SeverityLevel = "information"
         try:
             result = op.call(controller, kwargs)
         except ControlError as exc:
@@ -88,17 +108,18 @@ class ControlActions:
             # Sent to some hosts: their answers are followed like any others', and the
             # operator learns what the missed hosts do meanwhile, not "control failed".
             result, severity = jc.partly_sent_text(name, exc.sent, exc.unsent), "warning"
-        ops = dict(getattr(controller, "last_ops", None) or {})
-        self.post_message(ControlDone(name, result, jc.job_of(controller), ops, severity))  # type: ignore[attr-defined]
+        ops = dict(controller.last_ops)
+        self.post_message(ControlDone(name, result, controller.job, ops, severity))
 
     @work(thread=True, exit_on_error=False, group="acks")
     def _follow_acks(self, action: str, job: str | None, ops: dict[str, str]) -> None:
         """Wait for the agents' answers to an op the screen said was sent: a refusal
         ("job 'duo' is paused") or silence must reach the operator, not only the events
         list. Reads through the source, like every other worker."""
-        acks = getattr(self.source, "acks", None)  # type: ignore[attr-defined]
-        if acks is None:
+        source = self.source
+        if not isinstance(source, FollowsAcks):
             return
+        acks = source.acks
         deadline = time.monotonic() + ACK_WAIT_S
         found: dict[str, tuple[bool, str]] = {}
         while True:
@@ -107,14 +128,14 @@ class ControlActions:
                 break
             time.sleep(ACK_POLL_S)
         answers = {host: found.get(op_id) for host, op_id in ops.items()}
-        self.post_message(ControlAcked(action, job, answers))  # type: ignore[attr-defined]
+        self.post_message(ControlAcked(action, job, answers))
 
     def on_control_acked(self, message: ControlAcked) -> None:
         text, severity = jc.ack_text(jc.OPERATIONS[message.action], message.answers,
                                      ACK_WAIT_S)
         if text:
             title = f"Job control · {message.job}" if message.job else "Job control"
-            self.notify(text, title=title, severity=severity, timeout=8)  # type: ignore[attr-defined]
+            self.notify(text, title=title, severity=severity, timeout=8)
 
     def on_control_planned(self, message: ControlPlanned) -> None:
         op = jc.OPERATIONS[message.action]
@@ -123,22 +144,21 @@ class ControlActions:
             if yes:
                 self._run_operation(message.controller, message.action, message.kwargs)
             else:
-                self.notify(f"{op.title}: cancelled", timeout=3)  # type: ignore[attr-defined]
+                self.notify(f"{op.title}: cancelled", timeout=3)
 
-        self.push_screen(ConfirmScreen(op.title + "?", message.description), answered)  # type: ignore[attr-defined]
+        self.push_screen(ConfirmScreen(op.title + "?", message.description), answered)
 
     def on_control_done(self, message: ControlDone) -> None:
         op = jc.OPERATIONS[message.action]
         title = f"Job control · {message.job}" if message.job else "Job control"
-        longer = {"timeout": 8} if message.severity == "warning" else {}
-        self.notify(jc.result_text(op, message.result), title=title,  # type: ignore[attr-defined]
-                    severity=message.severity, **longer)
+        self.notify(jc.result_text(op, message.result), title=title, severity=message.severity,
+                    timeout=8 if message.severity == "warning" else None)
         if message.ops:
             self._follow_acks(message.action, message.job, message.ops)
 
     def _prompt(self, title: str, help_text: str, parse: Callable[[str], object],
-                then: Callable[[Any, object], None], value: str = "",
-                controller: object | None = None) -> None:
+                then: Callable[[Any, Controller], None], value: str = "",
+                controller: Controller | None = None) -> None:
         """Ask, then `then(answer, controller)`: the controller is chosen before the
         prompt opens, so a refresh that changes the shown job meanwhile cannot redirect
         the answer to another job."""
@@ -150,7 +170,7 @@ class ControlActions:
             if result is not None:
                 then(result, controller)
 
-        self.push_screen(PromptScreen(title, help_text, parse, value), done)  # type: ignore[attr-defined]
+        self.push_screen(PromptScreen(title, help_text, parse, value), done)
 
     def action_pause_job(self) -> None:
         self.request_operation("pause")
@@ -169,7 +189,7 @@ class ControlActions:
 
     def action_adjust_lr(self) -> None:
         low, high = jc.LR_SCALE_RANGE
-        snapshot = self.snapshot  # type: ignore[attr-defined]
+        snapshot = self.snapshot
         now = knob_in_force(snapshot.effect.markers, "lr_scale") if snapshot else None
         try:  # as the prompt writes scales: 2, not 2.0 beside "1, as configured"
             now = f"{float(now):g}" if now is not None else None
@@ -190,10 +210,10 @@ class ControlActions:
         controller = self._controller()
         if controller is None:
             return
-        snapshot = self.snapshot  # type: ignore[attr-defined]
+        snapshot = self.snapshot
         hosts = [h for h in snapshot.health.hosts] if snapshot else []
         failing = " ".join(h.host for h in hosts if host_problem(h) == "error")
-        members = tuple(getattr(controller, "hosts", ()))
+        members = controller.hosts
         self._prompt("Relaunch the job", "Hosts to exclude (space separated; prefilled "
                      "with failing hosts, empty: none):",
                      lambda text: jc.parse_exclusions(text, [h.host for h in hosts], members),
@@ -204,15 +224,14 @@ class ControlActions:
         controller = self._controller()
         if controller is None:
             return
-        spec = getattr(controller, "spec", None)
-        if spec is not None and not spec.elastic:  # said before anything is typed
-            self.notify(str(controller.describe("scale")), title="Scale the job",  # type: ignore[attr-defined]
+        if not controller.spec.elastic:  # said before anything is typed
+            self.notify(controller.describe("scale"), title="Scale the job",
                         severity="warning")
             return
-        snapshot = self.snapshot  # type: ignore[attr-defined]
+        snapshot = self.snapshot
         known = [h.host for h in snapshot.health.hosts] if snapshot else []
-        members = list(getattr(controller, "hosts", ()))
-        spares = list(getattr(controller, "spares", ()))
+        members = list(controller.hosts)
+        spares = list(controller.spares)
         offer = " (spares: " + ", ".join(spares) + ")" if spares else ""
 
         def parse(text: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +26,11 @@ from cockpit.snapshot import (
     LrChange,
     Marker,
     Progress,
+    RankProgress,
     RankTime,
     Series,
     Snapshot,
+    StageSpan,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +43,7 @@ BUCKETS = 120
 HOSTS = ("gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-d")
 
 
-def _series(values: list[float | None], xs: list[float]) -> Series:
+def _series(values: Sequence[float | None], xs: list[float]) -> Series:
     return Series(x=tuple(xs), last=tuple(values), lo=tuple(values), hi=tuple(values))
 
 
@@ -61,13 +64,27 @@ def _effect() -> Effect:
         last_loss=raw[-1], last_val_loss=val[-1], best_val_step=int(val_x[best]),
         best_val_loss=val[best], divergence_step=int(val_x[best]),
         spike_steps=(int(xs[70]),), nonfinite_steps=(), last_loss_scale=65536.0,
-        markers=(Marker(ADJUST_STEP, "adjust", "lr_scale=0.5"),), last_lr=lr[-1],
+        markers=(Marker(RESUMED_STEP, "restart", f"resumed from step {RESUMED_STEP}"),
+                 Marker(ADJUST_STEP, "adjust", "lr_scale=0.5")), last_lr=lr[-1],
         lr_scale="0.5", lr_changes=(LrChange(ADJUST_STEP, "lr_scale=0.5", _lr(ADJUST_STEP),
                                              _lr(ADJUST_STEP + 1)),),
+        faults=FAULTS,
     )
 
 
 ADJUST_STEP = 8_000
+# The node failure: gpu-node-b lost at LOST_STEP, the job back from the checkpoint at
+# RESUMED_STEP; later a GPU throttled for heat and one that fell off the bus.
+LOST_STEP = 5_600
+RESUMED_STEP = LOST_STEP - 180
+THROTTLE_STEP = STEPS - 700
+XID_STEP = STEPS - 140
+FAULTS = (
+    Marker(LOST_STEP, "unreachable", "gpu-node-b: host unreachable", host="gpu-node-b"),
+    Marker(THROTTLE_STEP, "throttle", "gpu-node-c: gpu 5 throttled: thermal (SW)",
+           host="gpu-node-c"),
+    Marker(XID_STEP, "xid", "gpu-node-b: XID 79 gpu 3", host="gpu-node-b"),
+)
 
 
 def _lr(step: float) -> float:
@@ -101,17 +118,57 @@ def _health() -> Health:
     return Health(hosts=hosts, interruptions=interruptions, simulated=True)
 
 
+def _throughput(step: float) -> float:
+    """Samples/s by step: a ripple, nothing while the job restarted, slower while a GPU
+    was throttled."""
+    if LOST_STEP - 100 < step <= LOST_STEP + 100:
+        return 0.0
+    slow = 0.8 if THROTTLE_STEP <= step < XID_STEP else 1.0
+    return slow * (800 + 30 * math.sin(step / 700))
+
+
 def _efficiency() -> Efficiency:
     xs = [float(i) for i in range(BUCKETS)]
-    tput = [800 + 60 * math.sin(i / 8) for i in range(BUCKETS)]
+    steps = [STEPS * (i + 1) / BUCKETS for i in range(BUCKETS)]
+    tput = [_throughput(x) for x in steps]
     busy = [85 + 8 * math.sin(i / 11) for i in range(BUCKETS)]
     return Efficiency(
         gpu_busy=86.5, samples_per_s=812.0, tokens_per_s=1.66e6, data_wait_pct=7.5,
         comm_pct=18.0, mfu=0.41, step_time_median=0.84, step_time_spread=0.23,
         slowest_ranks=(RankTime(13, "gpu-node-b", 1.03), RankTime(21, "gpu-node-c", 0.97),
                        RankTime(2, "gpu-node-a", 0.88)),
-        throughput_history=_series(tput, xs), gpu_busy_history=_series(busy, xs),
+        throughput_history=_series(tput, steps), gpu_busy_history=_series(busy, xs),
     )
+
+
+def _ranks() -> tuple[RankProgress, ...]:
+    """Eight ranks a host; rank 13 (on gpu-node-b) a few steps behind the rest."""
+    lag = {13: 3, 21: 1}
+    return tuple(RankProgress(r, HOSTS[r // 8], STEPS - lag.get(r, 0),
+                              1 / (0.84 + (0.19 if r == 13 else 0.13 if r == 21 else 0.0)),
+                              lag.get(r, 0))
+                 for r in range(8 * len(HOSTS)))
+
+
+def _stages() -> tuple[StageSpan, ...]:
+    """Start-up, then training with an evaluation and a checkpoint every 1,000 steps
+    (at 1.19 steps/s), and the restart after the node failure."""
+    rate = 1.19
+    start = T0 - STEPS / rate - 600
+    spans = [StageSpan(start, start + 600, "start-up")]
+    at = start + 600
+    for k in range(1, STEPS // 1000 + 1):
+        end = at + 1000 / rate
+        if k == LOST_STEP // 1000 + 1:
+            lost = at + (LOST_STEP % 1000) / rate
+            spans += [StageSpan(at, lost, "train"), StageSpan(lost, lost + 95, "restarting")]
+            at = lost + 95
+            end = at + (1000 - LOST_STEP % 1000 + 180) / rate
+        spans += [StageSpan(at, end, "train"), StageSpan(end, end + 60, "eval"),
+                  StageSpan(end + 60, end + 90, "checkpoint")]
+        at = end + 90
+    spans.append(StageSpan(at, T0, "train"))
+    return tuple(spans)
 
 
 def demo_snapshot(*, stalled: bool = False, label: str = "DEMO") -> Snapshot:
@@ -122,7 +179,7 @@ def demo_snapshot(*, stalled: bool = False, label: str = "DEMO") -> Snapshot:
         since_last_step=42.0 if stalled else 0.8, stalled=stalled,
         stall_cause="data starved" if stalled else None,
         stall_detail="data wait 92% on all ranks" if stalled else None,
-        state="stalled" if stalled else "running",
+        state="stalled" if stalled else "running", ranks=_ranks(), stages=_stages(),
     )
     alerts = (
         Alert(T0 - 120, "resource", "critical", "gpu-xid", "host gpu-node-b / gpu 3 / rank 11",

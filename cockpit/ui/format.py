@@ -16,7 +16,9 @@ import time
 
 from textual.content import Content
 
+from cockpit.analysis.text import duration as duration  # one owner, re-exported for panes
 from cockpit.analysis.text import printable
+from cockpit.analysis.text import size as size
 
 NA_TEXT = "n/a"
 
@@ -40,23 +42,6 @@ def na(value: object, fmt: str = "{}") -> str:
     return fmt.format(value)
 
 
-def duration(seconds: float | None) -> str:
-    """Compact human duration ("3d 4h", "2h 10m", "45s") for ETAs and recovery times."""
-    if seconds is None:
-        return NA_TEXT
-    s = max(0, round(seconds))
-    days, rem = divmod(s, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
-
-
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
@@ -70,18 +55,6 @@ def si(value: float | None, unit: str = "") -> str:
     if float(value).is_integer():
         return f"{int(value)}{unit}"
     return f"{value:.3g}{unit}"
-
-
-def size(num_bytes: float | None) -> str:
-    """Binary byte sizes (memory, disk) as the operator's tools show them."""
-    if num_bytes is None:
-        return NA_TEXT
-    value = float(num_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    return f"{value:.1f}TiB"
 
 
 def percent(value: float | None, digits: int = 0) -> str:

@@ -10,12 +10,21 @@ hosts to exclude, the host to add or remove) is parsed here, each parser raising
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-import tomllib
+from textual.notifications import SeverityLevel
 
 from cockpit.control.controller import LR_SCALE_RANGE, missed_hosts_text
+from cockpit.read.source import Controller
+from cockpit.transport.states import STALE, STREAMING
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, packaged separately
+    import tomli as tomllib
 
 NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
 
@@ -25,42 +34,43 @@ class Operation:
     name: str  # what `controller.describe` is asked about
     title: str
     destructive: bool
-    call: Callable[[object, dict[str, object]], object]
+    # The operator's parameters are of the operation's own types (hosts, overrides, knobs).
+    call: Callable[[Controller, dict[str, Any]], object]
 
 
 OPERATIONS = {
     op.name: op
     for op in (
-        Operation("pause", "Pause the job", True, lambda c, kw: c.pause()),  # type: ignore[attr-defined]
-        Operation("resume", "Resume the job", False, lambda c, kw: c.resume()),  # type: ignore[attr-defined]
+        Operation("pause", "Pause the job", True, lambda c, kw: c.pause()),
+        Operation("resume", "Resume the job", False, lambda c, kw: c.resume()),
         Operation("relaunch", "Relaunch the job", True,
-                  lambda c, kw: c.relaunch(exclude=kw.get("exclude", ()))),  # type: ignore[attr-defined]
+                  lambda c, kw: c.relaunch(exclude=kw.get("exclude", ()))),
         Operation("fork", "Fork the job", True,
-                  lambda c, kw: c.fork(kw.get("overrides", {}))),  # type: ignore[attr-defined]
+                  lambda c, kw: c.fork(kw.get("overrides", {}))),
         Operation("adjust", "Adjust the learning rate", False,
-                  lambda c, kw: c.adjust(**kw)),  # type: ignore[attr-defined]
+                  lambda c, kw: c.adjust(**kw)),
         Operation("checkpoint", "Checkpoint now", False,
-                  lambda c, kw: c.checkpoint_now()),  # type: ignore[attr-defined]
-        Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),  # type: ignore[attr-defined]
+                  lambda c, kw: c.checkpoint_now()),
+        Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),
         Operation("scale", "Scale the job", True,
-                  lambda c, kw: c.scale(add=kw.get("add"), remove=kw.get("remove"))),  # type: ignore[attr-defined]
+                  lambda c, kw: c.scale(add=kw.get("add"), remove=kw.get("remove"))),
         # On every host, whatever each one's state: a host that gave up and its peer
         # that keeps restarting into a rendezvous nobody joins are both ended.
-        Operation("stop", "Stop the job", True, lambda c, kw: c.stop()),  # type: ignore[attr-defined]
+        Operation("stop", "Stop the job", True, lambda c, kw: c.stop()),
     )
 }
 
 
-def plan_text(controller: object, op: Operation, kwargs: dict[str, object]) -> str:
+def plan_text(controller: Controller, op: Operation, kwargs: dict[str, Any]) -> str:
     """The controller's own account of the operation, plus the operator's parameters."""
     if op.name == "scale":
-        return str(controller.describe("scale", add=kwargs.get("add"),  # type: ignore[attr-defined]
+        return str(controller.describe("scale", add=kwargs.get("add"),
                                        remove=kwargs.get("remove")))
-    text = str(controller.describe(op.name))  # type: ignore[attr-defined]
+    text = str(controller.describe(op.name))
     if kwargs.get("exclude"):
-        text += "\nExcluded hosts: " + ", ".join(map(str, kwargs["exclude"]))  # type: ignore[call-overload]
+        text += "\nExcluded hosts: " + ", ".join(map(str, kwargs["exclude"]))
     if kwargs.get("overrides"):
-        pairs = kwargs["overrides"].items()  # type: ignore[union-attr]
+        pairs = kwargs["overrides"].items()
         text += "\nOverrides: " + ", ".join(f"{k}={v!r}" for k, v in pairs)
     return text
 
@@ -95,7 +105,7 @@ def link_warning(hosts: Iterable[str], links: dict[str, str], op: str = "") -> s
     others by themselves (and a resume, when paused or stopped with them), and any other
     operation not at all."""
     out = [f"{h} ({links[h]})" for h in hosts
-           if links.get(h, "streaming") not in ("streaming", "stale")]
+           if links.get(h, STREAMING) not in (STREAMING, STALE)]
     if not out:
         return ""
     return (f"\nNot reachable now: {', '.join(out)}. The operation cannot be sent there; "
@@ -133,17 +143,12 @@ def not_controlled(shown: str | None, controlled: str) -> str:
             f"{shown}'s job spec to control it")
 
 
-def job_of(controller: object) -> str | None:
-    job = getattr(controller, "job", None)
-    return job if isinstance(job, str) else None
-
-
 def result_text(op: Operation, result: object) -> str:
     return f"{op.title}: {result}" if result not in (None, "", True) else f"{op.title}: done"
 
 
 def ack_text(op: Operation, answers: dict[str, tuple[bool, str] | None],
-             waited: float) -> tuple[str, str]:
+             waited: float) -> tuple[str, SeverityLevel]:
     """(text, severity) of the agents' answers to a sent op; no text when every host
     accepted (the "sent" toast said so, and the job's panes show the rest)."""
     refused = [f"{host}: {answer[1]}" for host, answer in answers.items()
@@ -236,10 +241,10 @@ def parse_scale(text: str, members: Iterable[str], known: Iterable[str]) -> dict
     return {"add": host}
 
 
-def check_scale(controller: object, kwargs: dict[str, str]) -> None:
+def check_scale(controller: Controller, kwargs: dict[str, str]) -> None:
     """The controller's own refusal (below MIN or above MAX nodes, the host serving the
     rendezvous store) reported as an input error, before anything is confirmed."""
     try:
-        controller.check_scale(kwargs.get("add"), kwargs.get("remove"))  # type: ignore[attr-defined]
+        controller.check_scale(kwargs.get("add"), kwargs.get("remove"))
     except Exception as exc:  # the controller says why in its message
         raise ValueError(str(exc)) from None

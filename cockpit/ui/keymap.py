@@ -10,12 +10,17 @@ must not silently leave a destructive action on an unexpected key.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.keys import KEY_TO_UNICODE_NAME, Keys, _character_to_key, format_key
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, packaged separately
+    import tomli as tomllib
 
 MODIFIERS = frozenset({"ctrl", "alt", "shift", "meta", "super", "hyper"})
 
@@ -28,7 +33,9 @@ class KeySpec:
     key: str
     action: str
     description: str
-    scope: str  # "app", "main", "host", "filter" (alerts / log), "alerts", "replay"
+    # "app", "main", "map" (the Health pane's GPU map), "host", "filter" (alerts / log),
+    # "alerts", "replay"
+    scope: str
     show: bool = True
     # Before the focused widget's own use of the key (a table or log scrolls sideways
     # with ←/→): in a replay the arrows seek on every screen, as the help says.
@@ -42,6 +49,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("focus_health", "4", "focus_pane('health')", "Health", "main"),
     KeySpec("maximise", "m", "toggle_maximise", "Max/restore", "main"),
     KeySpec("toggle_log_y", "g", "toggle_log_y", "Log-y", "main"),
+    KeySpec("toggle_timeline", "t", "toggle_timeline", "Chart events", "main"),
     KeySpec("host_detail", "h", "open_host_detail", "Host", "app"),
     KeySpec("alerts", "a", "open_alerts", "Alerts", "app"),
     KeySpec("run_info", "i", "open_run_info", "Run info", "app"),
@@ -69,13 +77,15 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("next_host", "right_square_bracket", "cycle_host(1)", "Next host", "host"),
     KeySpec("filter", "slash", "filter", "Filter", "filter"),
     KeySpec("acknowledge", "x", "acknowledge", "Acknowledge shown", "alerts"),
+    KeySpec("filter_map", "slash", "filter_map", "Filter hosts", "map"),
+    KeySpec("open_map_host", "enter", "open_map_host", "Open host", "map"),
 )
 
 SPECS = {spec.id: spec for spec in KEYS}
 
 # Scopes that are active together: a key must be unique within each group.
 _ACTIVE_TOGETHER = (
-    {"app", "main", "replay"},
+    {"app", "main", "map", "replay"},
     {"app", "host", "replay"},
     {"app", "filter", "alerts", "replay"},
 )
@@ -85,7 +95,7 @@ class KeymapError(ValueError):
     """A keymap file that cannot be applied; the message names file, line and entry."""
 
 
-def bindings(scope: str) -> list[Binding]:
+def bindings(scope: str) -> list[BindingType]:
     """Textual bindings for one scope, each carrying its id so keymaps can rebind it."""
     return [
         Binding(spec.key, spec.action, spec.description, show=spec.show, id=spec.id,

@@ -6,8 +6,13 @@ attributes on the panes in response (attributes down, messages up).
 
 from __future__ import annotations
 
-from textual.message import Message
+from typing import Any
 
+from textual.message import Message
+from textual.notifications import SeverityLevel
+
+from cockpit.read.details import DetailKind
+from cockpit.read.source import Controller
 from cockpit.snapshot import Snapshot
 
 
@@ -29,7 +34,7 @@ class SnapshotReady(Message):
 class DetailsReady(Message):
     """A drill-down query (`source.details(what, **params)`) finished."""
 
-    def __init__(self, what: str, params: dict[str, object], details: object) -> None:
+    def __init__(self, what: DetailKind, params: dict[str, object], details: object) -> None:
         super().__init__()
         self.what = what
         self.params = params
@@ -39,8 +44,8 @@ class DetailsReady(Message):
 class ControlPlanned(Message):
     """The controller described a destructive action; the user must now confirm it."""
 
-    def __init__(self, action: str, kwargs: dict[str, object], description: str,
-                 controller: object) -> None:  # fmt: skip
+    def __init__(self, action: str, kwargs: dict[str, Any], description: str,
+                 controller: Controller) -> None:  # fmt: skip
         super().__init__()
         self.action = action
         self.kwargs = kwargs
@@ -52,7 +57,8 @@ class ControlDone(Message):
     """A job-control action returned; `result` is what the controller answered."""
 
     def __init__(self, action: str, result: object, job: str | None = None,
-                 ops: dict[str, str] | None = None, severity: str = "information") -> None:
+                 ops: dict[str, str] | None = None, severity: SeverityLevel = "information",
+                 ) -> None:
         super().__init__()
         self.action = action
         self.result = result
@@ -84,7 +90,7 @@ class PaneFocused(Message):
 class DetailsRequested(Message):
     """A drill-down screen wants `source.details(what, **params)`; the app fetches it."""
 
-    def __init__(self, what: str, params: dict[str, object]) -> None:
+    def __init__(self, what: DetailKind, params: dict[str, object]) -> None:
         super().__init__()
         self.what = what
         self.params = params

@@ -9,12 +9,18 @@ installed wheel ships them as `cockpit/_themes`.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import tomllib
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, packaged separately
+    import tomli as tomllib
 
 DEFAULT_THEME = "dark"
 BASE_CSS = "base.tcss"
@@ -62,7 +68,7 @@ def parse_theme(name: str, table: object, source: str) -> Theme:
         raise ThemeError(f"{where} must be a table of colours")
     if "primary" not in table:
         raise ThemeError(f"{where} has no 'primary' colour")
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}  # Theme's fields, each checked above to be of its type
     for field_name, value in table.items():
         if field_name in _COLOUR_FIELDS:
             if not isinstance(value, str):
@@ -82,7 +88,7 @@ def parse_theme(name: str, table: object, source: str) -> Theme:
         else:
             allowed = ", ".join([*_COLOUR_FIELDS, *_OTHER_FIELDS])
             raise ThemeError(f"{where}: unknown field {field_name!r} (allowed: {allowed})")
-    return Theme(name=name, **kwargs)  # type: ignore[arg-type]
+    return Theme(name=name, **kwargs)
 
 
 def load_themes(directory: Path | None = None) -> ThemeSet:

@@ -112,9 +112,9 @@ def test_the_operators_start_ends_an_outage_still_awaiting_its_recovery(tmp_path
     pause), and a failure after it starts an outage of its own."""
     job = ManagedJob(_spec(tmp_path, "a"), Journal(tmp_path / "state"))
     job._failure = {"failure_at": 1.0, "cause": "killed", "last_step": 40, "then": []}
-    job._pending_recovery = {"failure_at": 1.0, "cause": "killed", "restart_count": 1}
+    job.progress.pending_recovery = {"failure_at": 1.0, "cause": "killed", "restart_count": 1}
     job._started_by_operator()
-    assert job._pending_recovery is None and job._failure == {}
+    assert job.progress.pending_recovery is None and job._failure == {}
     assert job._outage(5.0, "oom", 50)["cause"] == "oom"
 
 
@@ -228,7 +228,7 @@ def test_a_spare_that_takes_over_runs_the_replaced_hosts_generation(
     spare._started_by_operator("launch1-c")
     spare.state = "standby"
     spare.membership.standby()
-    monkeypatch.setattr(spare, "_launch", lambda checkpoint, reason: None)
+    monkeypatch.setattr(spare, "launch", lambda checkpoint, reason: None)
     assert claim_spare(LaunchSpec({**spec, "host": "b"}), "b", "gpu_fault", ["a", "b"],
                        "resume2") == "c"
     spare.membership.poll_takeover()
@@ -341,7 +341,7 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
 
     monkeypatch.setattr(checkpoints, "newest_valid", hung)
     threading.Timer(0.5, answer.set).start()
-    assert job._newest_checkpoint() == (None, [])
+    assert job.newest_checkpoint() == (None, [])
     said = _events(job, "sampler_error")
     assert [e["data"]["answered"] for e in said] == [False, True], said
     where = str(job.spec.checkpoint_dir)
@@ -349,7 +349,7 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     assert "the job waits for it" in said[0]["msg"]
     assert said[0]["data"]["dir"] == where and said[1]["data"]["seconds"] >= 0.4
     monkeypatch.setattr(checkpoints, "newest_valid", lambda directory: (None, []))
-    assert job._newest_checkpoint() == (None, [])
+    assert job.newest_checkpoint() == (None, [])
     assert len(_events(job, "sampler_error")) == 2
 
     def unreadable(directory: Path) -> tuple:
@@ -357,14 +357,14 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
 
     monkeypatch.setattr(checkpoints, "newest_valid", unreadable)
     with pytest.raises(PermissionError):
-        job._newest_checkpoint()
+        job.newest_checkpoint()
     # Preparing the run dir at a launch is watched the same way.
     answer.clear()
     threading.Timer(0.3, answer.set).start()
     monkeypatch.setattr(job.spec, "prepare_dirs", lambda: answer.wait(60))
     monkeypatch.setattr(job.spec, "argv", lambda *args: 1 / 0)  # the launch stops here
     with pytest.raises(ZeroDivisionError):
-        job._launch(None)
+        job.launch(None)
     said = _events(job, "sampler_error")[2:]
     assert [e["data"]["answered"] for e in said] == [False, True], said
     assert f"preparing its run dir {job.spec.shared_dir} has taken" in said[0]["msg"]
@@ -488,12 +488,12 @@ def test_a_paused_part_resumes_in_the_generation_of_the_resume_it_follows(
     it leaves a resume marker of its own, and a later look finds nothing more to follow."""
     a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
     launched: list[object] = []
-    monkeypatch.setattr(b, "_launch", lambda checkpoint, reason="launch": launched.append(
+    monkeypatch.setattr(b, "launch", lambda checkpoint, reason="launch": launched.append(
         (checkpoint, reason)))
     b.state = "paused"
     assert b._peer_resumed() is False  # nothing resumed yet
     a.state = "paused"
-    monkeypatch.setattr(a, "_launch", lambda checkpoint, reason="launch": None)
+    monkeypatch.setattr(a, "launch", lambda checkpoint, reason="launch": None)
     a._resume("resume2-a")  # the operator's resume, which reached a only
     b.peers._resumes_checked = 0.0
     assert b._peer_resumed() is True
@@ -533,8 +533,8 @@ def test_the_hosts_a_scale_keeps_go_on_in_its_generation_with_the_host_it_adds(
     # Paused together in scale2, the resume reaches c only: a follows it.
     a.state = "paused"
     a.spec = LaunchSpec({**spec, "hosts": after, "host": "a"})
-    monkeypatch.setattr(a, "_launch", lambda checkpoint, reason="launch": None)
-    monkeypatch.setattr(c, "_launch", lambda checkpoint, reason="launch": None)
+    monkeypatch.setattr(a, "launch", lambda checkpoint, reason="launch": None)
+    monkeypatch.setattr(c, "launch", lambda checkpoint, reason="launch": None)
     c.state = "paused"
     c._resume("resume3-c")
     a.peers._resumes_checked = 0.0
@@ -554,7 +554,7 @@ def test_the_parts_a_resume_would_start_again_follow_it_and_only_those(
     to run; a running or frozen one is not ended (a thaw is not followed)."""
     a, b = _job(tmp_path, "a", "launch1-a"), _job(tmp_path, "b", "launch1-b")
     for job in (a, b):
-        monkeypatch.setattr(job, "_launch", lambda checkpoint, reason="launch": None)
+        monkeypatch.setattr(job, "launch", lambda checkpoint, reason="launch": None)
     a.state, b.state = "stopped", state
     a._resume("resume2-a")
     b.peers._resumes_checked = 0.0

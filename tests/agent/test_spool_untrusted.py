@@ -271,7 +271,7 @@ def test_every_event_kind_the_agent_journals_is_refused_from_spools() -> None:
         if "hook" in path.relative_to(agent_dir).parts:
             continue  # the trainer's side: what it writes is checked, not trusted
         text = path.read_text()
-        found |= set(re.findall(r'_event\(\s*"([a-z_]+)"', text))
+        found |= set(re.findall(r'(?:_event|\.event)\(\s*"([a-z_]+)"', text))
         found |= set(re.findall(r'\("event", \{\s*"kind": "([a-z_]+)"', text))
         found |= set(re.findall(r'append\("event", \{\s*"kind": "([a-z_]+)"', text))
     shared = {"control_ack", "dropped", "checkpoint_skipped"}  # the hook writes them too
@@ -528,7 +528,7 @@ def test_hostile_spool_lines_leave_the_daemon_and_its_job_running(tmp_path: Path
         writer.train(7)
         _wait(lambda: 7 in _steps(state), "the good step after the bad lines")
         assert thread.is_alive(), failed
-        assert job._cur_max == 7  # the job still sees its ranks' steps
+        assert job.progress.cur_max == 7  # the job still sees its ranks' steps
         assert len(_errors(state)) == 5
     finally:
         daemon.stop()

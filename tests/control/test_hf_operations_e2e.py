@@ -72,6 +72,14 @@ def test_hf_job_adjust_pause_resume_continues_from_the_checkpoint_step(
     first_scaled = ack["data"]["applied_step"]
     assert (first_scaled - 1) % EVERY == 0, ack  # agreed at a boundary, in force after it
 
+    # `e`: the Trainer's own evaluation runs at the agreed step; its record, then the ack.
+    ask_eval = d.op("adjust", job=NAME, knobs={"eval_now": True})
+    evaluated = d.wait_for(lambda: d.event("control_ack", lambda e: e["rank"] == 0 and e[
+        "data"].get("id") == ask_eval["id"]), 90, "the eval_now ack")
+    assert evaluated["msg"] == "applied eval_now=True", evaluated
+    evals = [r for r in d.records("eval") if r["job"] == NAME]
+    assert [r["step"] for r in evals] == [evaluated["step"]] and evals[0]["loss"] > 0, evals
+
     ranks = children(started["data"]["pid"])
     d.op("pause", job=NAME)
     paused = d.wait_for(lambda: d.event("pause", lambda e: e["job"] == NAME), 150, "pause")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent.job.launch import LaunchSpec
-from agent.journal.control_inbox import OpError
+from agent.wire.op_error import OpError
 from cockpit.control.jobspec import JobSpecError, load_jobspec, parse_jobspec
 
 GOOD = textwrap.dedent("""\

@@ -14,9 +14,10 @@ import pytest
 from agent.job.launch import LaunchSpec
 from agent.job.managed import ManagedJob
 from agent.job.membership import _diagnose, _own_failure, claim_spare, read_claim
-from agent.job.recovery import GPU_FAULT, KILLED, NCCL, OOM, USER_CODE, Diagnosis
-from agent.journal.control_inbox import OpError
+from agent.job.recovery import Diagnosis
 from agent.journal.journal import Journal
+from agent.wire.causes import GPU_FAULT, KILLED, NCCL, OOM, USER_CODE
+from agent.wire.op_error import OpError
 from cockpit.app.cli import build_parser
 from cockpit.control.controller import ControlError, Controller
 from cockpit.control.jobspec import JobSpecError, parse_jobspec, with_inventory_spares

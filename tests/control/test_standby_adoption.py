@@ -60,7 +60,7 @@ def adopted(journal: Journal, saved: dict) -> tuple[ManagedJob, list[str]]:
     """A new agent's job adopted from `saved`; the launches it asks for are recorded."""
     job = ManagedJob(LaunchSpec(saved["spec"]), journal, saved.get("overrides"))
     launched: list[str] = []
-    job._launch = lambda checkpoint, reason="launch": launched.append(reason)  # type: ignore[method-assign]
+    job.launch = lambda checkpoint, reason="launch": launched.append(reason)  # type: ignore[method-assign]
     job.adopt(saved)
     return job, launched
 

@@ -312,7 +312,7 @@ def test_a_host_the_resume_did_not_reach_resumes_with_the_other(
 def test_each_host_keeps_its_own_files_in_the_shared_run_dir(tmp_path: Path) -> None:
     """Spool, logs and error file per host; checkpoints and controls shared through links."""
     from agent.job.launch import LaunchSpec
-    from agent.journal.control_inbox import OpError
+    from agent.wire.op_error import OpError
 
     hosts = ("gpu1", "gpu2")
     text = textwrap.dedent(f"""\

@@ -18,7 +18,7 @@ from tests.read import synthetic as syn
 
 TOP_KEYS = {"report_version", "recording", "at", "first_ts", "last_ts", "job", "jobs", "run",
             "progress", "effect", "efficiency", "health", "interruptions", "alerts",
-            "checkpoint"}
+            "checkpoint", "slurm"}
 
 
 def test_json_report_has_the_documented_keys(recording: Path) -> None:

@@ -60,9 +60,9 @@ def slurm_spec(tmp_path: Path, data: Path, name: str = "sjob", steps: int = 1000
 
 
 def tiny_spec(tmp_path: Path, name: str, folder: str, code: str, launcher: str = "",
-               tables: str = "") -> str:
-    """A 2-node job of a few lines of Python (one rank per node); its spec's text, also
-    written to FOLDER.toml."""
+               tables: str = "", nodes: int = 2) -> str:
+    """A job of a few lines of Python on `nodes` nodes (one rank per node); its spec's
+    text, also written to FOLDER.toml."""
     script = tmp_path / f"{folder}.py"
     script.write_text(code)
     text = textwrap.dedent(f"""\
@@ -75,10 +75,10 @@ def tiny_spec(tmp_path: Path, name: str, folder: str, code: str, launcher: str =
         [env]
         PYTHONPATH = {json.dumps(str(ROOT))}
         GLOO_SOCKET_IFNAME = "lo"
-    """) + tables + textwrap.dedent("""\
+    """) + tables + textwrap.dedent(f"""\
         [launcher]
         kind = "slurm"
-        nodes = 2
+        nodes = {nodes}
     """) + launcher
     (tmp_path / f"{folder}.toml").write_text(text)
     return text

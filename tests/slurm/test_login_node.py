@@ -3,20 +3,25 @@ in a spec's [launcher] makes the cockpit do.
 
 Over SSH a command is one shell line, so this is where quoting matters most: a job whose
 name and extra `#SBATCH` value are hostile is written, submitted, watched and finished
-through the SSH seam, and nothing but the job runs.
+through the SSH seam, and nothing but the job runs. The watch then streams both nodes'
+agents through the login node (its SSH settings, the nodes' journals on shared storage),
+as `cockpit watch` does when the compute nodes accept no SSH.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from cockpit.control.jobspec import parse_jobspec
+from cockpit.app.slurm_cli import SlurmWatch
+from cockpit.control.jobspec import JobSpec, parse_jobspec
 from cockpit.control.slurm import SlurmJob, commands_for, launcher_of
+from cockpit.sessions.live import LiveSession
 from cockpit.transport.inventory import Inventory
 from cockpit.transport.run_command import CommandResult, Commands, SshCommands
 from tests.harness.slurm import SlurmCluster
@@ -86,6 +91,37 @@ def test_a_hostile_job_through_the_login_node(
                    .glob("*/logs/*.out"))
     assert logs.count("hello from the job") == 2, logs
     assert not list(tmp_path.rglob("pwned")) and not list(Path.home().glob("pwned"))
+    _watch_through_the_login_node(slurm, host, spec, tmp_path)
+
+
+def _watch_through_the_login_node(slurm: SlurmCluster, host: SshdHost, spec: JobSpec,
+                                  tmp_path: Path) -> None:
+    """The nodes are not in the inventory: each is streamed over the login node's SSH."""
+    options = options_for([host], tmp_path)
+    commands = SshCommands(spec_for(host), options)
+    watch = SlurmWatch(spec, Inventory(()), _LoginEnv(commands, slurm.conf),
+                       login=spec_for(host), known={})
+    session = LiveSession(Inventory(()), tmp_path / "watch.duckdb", options)
+    try:
+        with session:
+            watch.start(session.writer, session.fleet, every=0.5)
+            deadline = time.monotonic() + 90
+            while True:
+                session.writer.flush()
+                with session.store.cursor() as cur:
+                    ended = {r[0] for r in cur.execute(
+                        "SELECT host FROM event WHERE kind = 'job_exited'").fetchall()}
+                if ended >= {"n1", "n2"} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            links = {name: link.spec for name, link in session.fleet.links.items()}
+            watch.stop()
+    finally:
+        commands.close()
+    assert ended >= {"n1", "n2"}, (ended, session.fleet.status())
+    for node in ("n1", "n2"):  # through the login node: its address, the node's journal
+        assert (links[node].address, links[node].port) == (host.address, host.port)
+        assert links[node].state_dir == f"{spec.run_dir}/agents/{node}"
 
 
 def test_a_login_host_missing_from_the_inventory_is_named(tmp_path: Path) -> None:

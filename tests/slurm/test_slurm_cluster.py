@@ -21,8 +21,12 @@ import pytest
 
 from agent.journal.journal import JournalReader
 from cockpit.app.cli import main as cli_main
-from cockpit.control.jobspec import parse_jobspec
+from cockpit.app.watch import open_watch
+from cockpit.control.jobspec import JobSpec, parse_jobspec
 from cockpit.control.slurm import PENDING, RUNNING, SlurmJob
+from cockpit.read.kpis_report import collect_kpis
+from cockpit.read.report import render_report
+from cockpit.sessions.live import LiveSession
 from cockpit.store.database import Store
 from cockpit.transport.run_command import LocalCommands
 from tests.harness.slurm import SlurmCluster
@@ -64,11 +68,29 @@ def _ingest_agents(store: Store, agents: Path) -> None:
 def test_two_node_job_pending_running_pause_resume_cancel(
         slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Driven by the operator's commands (`cockpit launch|pause|resume|stop JOB.toml`),
-    each appending to one recording."""
+    each appending to one recording, while `cockpit watch JOB.toml` (this machine is
+    the login node) follows the job through Slurm into a recording of its own and
+    streams each allocated node's agent as soon as the job runs."""
     spec = slurm_spec(tmp_path, tmp_path / "data")
     spec_path, rec = tmp_path / "sjob.toml", tmp_path / "rec.duckdb"
+    watch_rec = tmp_path / "watch.duckdb"
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     monkeypatch.chdir(tmp_path)
+    with open_watch([str(spec_path)], store_path=watch_rec, known_hosts=None,
+                    accept_new_host_keys=False) as live:
+        _life(slurm, spec, spec_path, rec, live)
+    _check_watch_recording(watch_rec, spec.name)
+
+
+def _watched(live: LiveSession, sql: str) -> list[tuple]:
+    """Rows of the watch's recording, what its hosts sent so far committed first."""
+    live.writer.flush()
+    with live.store.cursor() as cur:
+        return cur.execute(sql).fetchall()
+
+
+def _life(slurm: SlurmCluster, spec: JobSpec, spec_path: Path, rec: Path,
+          live: LiveSession) -> None:
 
     def cockpit(action: str, *extra: str) -> None:
         assert cli_main([action, str(spec_path), "--store", str(rec), *extra]) == 0, action
@@ -86,6 +108,14 @@ def test_two_node_job_pending_running_pause_resume_cancel(
         pending = job.look()
         assert pending.state == PENDING, pending
         assert pending.reason and pending.estimate, pending
+        # The watch saw it pending: the screen says so, with Slurm's reason.
+        _wait("the watch to record the pending job", lambda: _watched(
+            live, "SELECT data FROM event WHERE kind = 'slurm_pending'"), 30, job)
+        shown = live.source.snapshot()
+        assert shown.job == spec.name, shown.job
+        assert shown.progress.state.startswith(f"queued in Slurm (job {first_id}: "), \
+            shown.progress.state
+        assert pending.reason in shown.progress.state, shown.progress.state
     finally:
         slurm.run("scontrol", "update", "nodename=n2", "state=resume")
     running = job.wait(lambda s: s.state == RUNNING, 60)
@@ -97,6 +127,11 @@ def test_two_node_job_pending_running_pause_resume_cancel(
                         if r["step"] >= least]
 
     _wait("training on both nodes", trained(10), 120, job)
+    # Both nodes' agents stream into the watch's recording, added once the job ran.
+    _wait("the watch to stream both nodes", lambda: {r[0] for r in _watched(
+        live, "SELECT DISTINCT host FROM train")} >= {"n1", "n2"}, 60, job)
+    assert {"n1", "n2"} <= set(live.fleet.links)
+    assert live.source.snapshot().progress.state == "running"
 
     # Pause: USR1 to the batch shell -> checkpoint_now -> checkpoint -> step ends.
     cockpit("pause", "--ack-timeout", "120")
@@ -150,6 +185,32 @@ def test_two_node_job_pending_running_pause_resume_cancel(
     store.close()
 
 
+def _check_watch_recording(path: Path, name: str) -> None:
+    """What the watch kept: Slurm's view of both submissions beside both nodes' steps,
+    and a report and KPIs that carry it."""
+    store = Store(path)
+    with store.cursor() as cur:
+        rows = cur.execute("SELECT kind, data FROM event WHERE host = ? ORDER BY seq",
+                           [f"slurm:{name}"]).fetchall()
+        hosts = {r[0] for r in cur.execute("SELECT DISTINCT host FROM train").fetchall()}
+    store.close()
+    kinds = [r[0] for r in rows]
+    assert kinds.count("slurm_running") == 2 and "slurm_pending" in kinds, kinds
+    ends = [json.loads(d) for k, d in rows if k == "slurm_finished"]
+    assert [(e["state"], e["exit_source"]) for e in ends] == [
+        ("COMPLETED", "scontrol"), ("CANCELLED", "scontrol")], ends
+    assert {"n1", "n2"} <= hosts, hosts
+    text = render_report(path, fmt="text")
+    second = ends[-1]["slurm_job_id"]
+    assert f"{second} (2 submissions" in text, text
+    assert "CANCELLED" in text and "queue wait" in text, text
+    kpis = collect_kpis(path, job=name)[0]
+    assert kpis.queue_wait_s is not None and kpis.queue_wait_s > 0, kpis
+    assert kpis.submitted is not None and kpis.launched is not None
+    assert kpis.submitted < kpis.launched  # the GPU time starts with the allocation
+    assert kpis.turnaround_s is not None and kpis.turnaround_s > kpis.queue_wait_s
+
+
 def test_a_killed_rank_fails_the_job_with_its_cause(slurm: SlurmCluster,
                                                      tmp_path: Path) -> None:
     """A rank killed by SIGKILL: its torchrun and agent fail, srun ends the step on the
@@ -170,6 +231,11 @@ def test_a_killed_rank_fails_the_job_with_its_cause(slurm: SlurmCluster,
     finished = [json.loads(line) for chunk in records for line in chunk.splitlines()
                 if b'"slurm_finished"' in line]
     assert finished and finished[-1]["data"]["state"] == "FAILED", records
+    # Slurm's end is an interruption of the job, its cause Slurm's state.
+    causes = [json.loads(line)["data"] for chunk in records for line in chunk.splitlines()
+              if b'"interruption"' in line]
+    assert [c["cause"] for c in causes] == ["slurm_failed"], causes
+    assert causes[0]["exit_code"] == ended.exit_code
     exits = [r for n in ("n1", "n2") for r in _records(tmp_path / "runs" / "killed" /
                                                         "agents" / n, "event")
              if r["kind"] == "job_exited"]
@@ -286,3 +352,80 @@ def test_hostile_name_and_extra_sbatch_run_nothing_else(
     store.close()
     assert [(r[0], json.loads(r[1])["slurm_job_id"]) for r in rows] == [
         (HOSTILE_NAME, job.job_id)]
+
+
+CHECKPOINTING_TRAINER = textwrap.dedent("""\
+    import os, sys, time
+    from pathlib import Path
+    from agent.wire.checkpoints import mark_complete
+    if "--resume" in sys.argv:
+        print("resumed from", sys.argv[sys.argv.index("--resume") + 1], flush=True)
+        time.sleep(600)
+    run, job = Path(os.environ["COCKPIT_RUN_DIR"]), os.environ["COCKPIT_JOB"]
+    control = run / "control" / f"{job}.ndjson"
+    while not (control.exists() and "checkpoint_now" in control.read_text()):
+        time.sleep(0.2)
+    folder = Path(os.environ["COCKPIT_CHECKPOINT_DIR"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "step-3.pt").write_bytes(b"weights")
+    mark_complete(folder / "step-3.pt", 3)
+    time.sleep(600)
+""")
+
+
+def test_a_node_drained_under_the_job_is_reported_and_relaunch_excludes_it(
+        slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An admin drains the node a running job holds (a bad GPU): the cockpit records
+    it with the admin's reason, and `cockpit relaunch JOB.toml --exclude NODE`
+    checkpoints the job, ends its allocation and resubmits it without that node, from
+    the checkpoint."""
+    tiny_spec(tmp_path, "drained", "drained", CHECKPOINTING_TRAINER,
+              tables='[resume]\nargs = ["--resume", "{checkpoint}"]\n', nodes=1)
+    spec_path, rec = tmp_path / "drained.toml", tmp_path / "rec.duckdb"
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["launch", str(spec_path), "--store", str(rec)]) == 0
+    records: list[bytes] = []
+    job = SlurmJob(parse_jobspec(spec_path.read_text(), str(spec_path)),
+                   LocalCommands(slurm.env), emit=lambda host, chunk: records.append(chunk))
+    first_id = job.attach()
+    bad = job.wait(lambda s: s.state == RUNNING, 60).nodes
+    assert bad in ("n1", "n2"), bad
+    reason = "cockpit test: ECC errors on GPU 3"
+    slurm.run("scontrol", "update", f"nodename={bad}", "state=drain", f"reason={reason}")
+    try:
+        job.poll()
+        said = [json.loads(line)["data"] for chunk in records for line in chunk.splitlines()
+                if b'"slurm_node_unavailable"' in line]
+        assert len(said) == 1 and said[0]["node"] == bad and said[0]["reason"] == reason, said
+        assert said[0]["node_state"] in ("drng", "drain"), said
+
+        assert cli_main(["relaunch", str(spec_path), "--store", str(rec), "--exclude", bad,
+                         "--ack-timeout", "120"]) == 0
+        second = job.attach()
+        assert second != first_id
+        now = job.wait(lambda s: s.state == RUNNING, 60)
+        assert now.nodes not in ("", bad), now
+        run_dir = tmp_path / "runs" / "drained"
+        first_out = (run_dir / "slurm" / f"slurm-{first_id}.out").read_text()
+        assert "checkpoint saved" in first_out, first_out
+        checkpoint = run_dir / "checkpoints" / "step-3.pt"
+
+        def resumed() -> bool:
+            return any(f"resumed from {checkpoint}" in p.read_text()
+                       for p in (run_dir / "nodes" / now.nodes).glob("logs/*.out"))
+
+        _wait("the relaunched job to resume from the checkpoint", resumed, 60, job)
+        job.stop()
+    finally:
+        slurm.run("scontrol", "update", f"nodename={bad}", "state=resume")
+    store = Store(rec)
+    with store.cursor() as cur:
+        rows = cur.execute("SELECT kind, data FROM event WHERE host = 'slurm:drained' "
+                           "ORDER BY seq").fetchall()
+    store.close()
+    relaunch = [json.loads(d) for k, d in rows if k == "relaunch"]
+    assert relaunch and relaunch[0]["exclude"] == [bad], rows
+    assert relaunch[0]["previous"] == first_id and relaunch[0]["slurm_job_id"] == second
+    submitted = [json.loads(d) for k, d in rows if k == "slurm_submitted"]
+    assert f"#SBATCH --exclude={bad}" in submitted[-1]["batch_text"]

@@ -88,6 +88,13 @@ def test_a_bastion_outage_is_hinted_as_the_bastion() -> None:
 
     hosts = [{"host": "gpu1", "state": "unreachable", "last_seen": 1.0,
               "detail": "jump host ops@10.0.0.9:22: cannot connect: refused"},
-             {"host": "gpu2", "state": "unreachable", "last_seen": 1.0, "detail": "timed out"}]
+             {"host": "gpu2", "state": "unreachable", "last_seen": 1.0, "detail": "timed out"},
+             {"host": "gpu3", "state": "unreachable", "last_seen": 1.0,
+              "detail": "jump host ops@10.0.0.9:22 cannot reach 10.0.0.3:22: refused"}]
     hints = {a.where: a.hint for a in alerts.host_alerts(hosts, [], now=2.0)}
-    assert "jump host" in hints["host gpu1"] and "jump host" not in hints["host gpu2"]
+    # gpu1 is behind the jump host that is down: the jump host's alert names it.
+    assert "check the jump host ops@10.0.0.9:22" in hints[
+        "jump host ops@10.0.0.9:22 / behind it gpu1"]
+    assert "host gpu1" not in hints and "jump host" not in hints["host gpu2"]
+    # The jump host answered but cannot reach gpu3: gpu3's own fault.
+    assert "cannot reach this host" in hints["host gpu3"]

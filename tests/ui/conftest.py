@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,13 +32,26 @@ def no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("textual.widgets.Input.cursor_blink", False, raising=False)
 
 
+@dataclass(frozen=True)
+class FixedSpec:
+    elastic: bool = True  # the scale prompt opens (a fixed job's refusal is the real one's)
+
+
 class RecordingController:
-    """Stands where the job-control layer's Controller goes; remembers every call."""
+    """Stands where the job-control layer's Controller goes (`cockpit.read.source.
+    Controller`, the protocol the screen uses); remembers every call."""
 
     def __init__(self, job: str = "demo-7b") -> None:
         self.job = job
         self.calls: list[tuple[str, tuple, dict]] = []
         self.forks: dict[str, RecordingController] = {}
+        self.hosts: tuple[str, ...] = ()  # the job's hosts are not followed here
+        self.spares: tuple[str, ...] = ()
+        self.spec = FixedSpec()
+        self.last_ops: dict[str, str] = {}  # no agent answers: nothing to follow
+
+    def refresh(self) -> None:
+        self.calls.append(("refresh", (), {}))
 
     def controller_for(self, job: str | None) -> RecordingController | None:
         """As the real one: itself, a fork named as forks are (made on first use), or None."""
@@ -47,7 +61,7 @@ class RecordingController:
             return None
         return self.forks.setdefault(job, RecordingController(job))
 
-    def describe(self, action: str) -> str:
+    def describe(self, action: str, add: str | None = None, remove: str | None = None) -> str:
         self.calls.append(("describe", (action,), {}))
         return f"{action}: signal ranks 0-15 of {self.job} on gpu-node-a, gpu-node-b"
 
@@ -80,7 +94,7 @@ class RecordingController:
         return self._record("stop")
 
     def names(self) -> list[str]:
-        return [name for name, _, _ in self.calls if name != "describe"]
+        return [name for name, _, _ in self.calls if name not in ("describe", "refresh")]
 
 
 class ManualClock:

@@ -69,7 +69,7 @@ async def test_recorded_run_reaches_every_pane_and_the_header(
         assert "n/a" not in text(app, "#throughput")
         assert text(app, "#throughput").endswith("(before it finished)")  # not training now
         assert f"@{FACTS.host}" in text(app, "#stragglers")
-        grid = text(app, "#gpu-grid")
+        grid = text(app, "#gpu-map")
         assert f"{FACTS.host} streaming  {FACTS.gpu_count}/{FACTS.gpu_count}" in grid
         # The run's rank 1 was SIGKILLed; the agent recovered it from a checkpoint.
         cut = FACTS.interruption
@@ -92,7 +92,7 @@ async def test_replay_shows_only_what_the_clock_has_reached(
     async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
         await settle(pilot)
         assert "step n/a / n/a" in text(app, "#progress-position")  # nothing trained yet
-        assert FACTS.host in text(app, "#gpu-grid")  # the agent's hello came first
+        assert FACTS.host in text(app, "#gpu-map")  # the agent's hello came first
         middle = (FACTS.first_ts + FACTS.last_ts) / 2
         replay_clock.advance((middle - FACTS.first_ts) / source.speed)
         expected = step_line(FACTS.step_at(middle))
@@ -140,7 +140,7 @@ async def test_missing_fields_show_na_and_no_sim_badge() -> None:
         assert "ETA n/a" in text(app, "#progress-eta")
         assert "n/a" in text(app, "#gauge-mfu")
         assert "n/a samples/s" in text(app, "#throughput")
-        assert "no hosts reported yet" in text(app, "#gpu-grid")
+        assert "no hosts reported yet" in text(app, "#gpu-map")
         assert "job n/a" in text(app, "#status-bar")
         assert not app.screen.query_one("#sim-badge").display
         assert not app.screen.query_one("#stall-banner").display

@@ -8,6 +8,7 @@ import random
 import pytest
 from textual.content import Content
 
+from cockpit.analysis.gpu_state import host_problem
 from cockpit.read.details import RunInfo
 from cockpit.snapshot import Effect, GpuCell, HostHealth, Interruption, Marker, Progress, Series
 from cockpit.ui import format as fmt
@@ -16,7 +17,7 @@ from cockpit.ui.replay_actions import SPEEDS, next_speed
 from cockpit.ui.screens.run_info import shown
 from cockpit.ui.widgets.detail_view import field_cell, series_value_text
 from cockpit.ui.widgets.gauge import level_style
-from cockpit.ui.widgets.gpu_grid import host_line, host_problem
+from cockpit.ui.widgets.gpu_grid import host_line
 from cockpit.ui.widgets.interruption_log import interruption_line
 from cockpit.ui.widgets.loss_chart import legend, nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text

@@ -5,12 +5,14 @@ be heavier than a snapshot)."""
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
+from cockpit.read.details import DetailKind
 from cockpit.snapshot import Snapshot
 from cockpit.ui.messages import DetailsRequested
 
@@ -19,7 +21,7 @@ DETAILS_REFRESH_S = 2.0
 
 class DrillDownScreen(Screen):
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", id="back")]
-    WHAT = ""  # the `source.details` kind this screen shows; "" for none
+    WHAT: ClassVar[DetailKind | None] = None  # the `source.details` kind shown, if any
 
     # Shown through the screen's widgets, which repaint themselves when they change.
     snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
@@ -95,7 +97,7 @@ class DrillDownScreen(Screen):
         self._trailing = None
         self.request_details()
 
-    def accepts(self, what: str, params: dict[str, object]) -> bool:
+    def accepts(self, what: DetailKind, params: dict[str, object]) -> bool:
         """Whether a details result is the one this screen currently wants."""
         return what == self.WHAT and params == self.details_params()
 

@@ -12,7 +12,8 @@ from textual.widgets import DataTable, Static
 from cockpit.ui.keymap import KEYS, effective_keys
 
 SCOPES = {
-    "app": "anywhere", "main": "main screen", "host": "host detail",
+    "app": "anywhere", "main": "main screen", "map": "Health pane (GPU map)",
+    "host": "host detail",
     "filter": "alerts / log", "alerts": "alerts", "replay": "replay only",
 }
 

@@ -7,13 +7,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static, Tab, Tabs
 
+from cockpit.analysis.gpu_state import gpu_problem
 from cockpit.analysis.throttle import throttle_text
 from cockpit.snapshot import HostHealth, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui import keymap
 from cockpit.ui.screens.drill_down import DrillDownScreen
 from cockpit.ui.widgets.detail_view import DetailView, table_cell
-from cockpit.ui.widgets.gpu_grid import gpu_problem
 from cockpit.ui.widgets.pane import update_text
 
 GPU_COLUMNS = ("gpu", "name", "state", "util", "temp", "power", "memory", "ECC unc",

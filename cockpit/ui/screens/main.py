@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Grid
+from textual.dom import DOMNode
 from textual.events import DescendantFocus
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -16,8 +17,10 @@ from textual.widgets import Footer
 
 from cockpit.snapshot import Snapshot
 from cockpit.ui import keymap
+from cockpit.ui.screens.host_detail import HostDetailScreen
 from cockpit.ui.widgets.effect_pane import EffectPane
 from cockpit.ui.widgets.efficiency_pane import EfficiencyPane
+from cockpit.ui.widgets.gpu_map import GpuMap
 from cockpit.ui.widgets.health_pane import HealthPane
 from cockpit.ui.widgets.pane import Pane
 from cockpit.ui.widgets.progress_pane import ProgressPane
@@ -94,10 +97,14 @@ class MainScreen(Screen):
         for other in self.query(Pane):
             other.set_class(other is pane, "-expanded")
 
+    def on_gpu_map_host_chosen(self, message: GpuMap.HostChosen) -> None:
+        """A host opened on the map: its detail screen, over this one."""
+        self.app.push_screen(HostDetailScreen(self.snapshot, host=message.host))
+
     def focused_pane(self) -> Pane | None:
-        node = self.focused
+        node: DOMNode | None = self.focused
         while node is not None and not isinstance(node, Pane):
-            node = node.parent  # type: ignore[assignment]
+            node = node.parent
         return node
 
     def action_focus_pane(self, pane_id: str) -> None:
@@ -109,6 +116,15 @@ class MainScreen(Screen):
             return
         pane = self.focused_pane() or self.query_one("#progress", Pane)
         self.maximize(pane, container=False)
+
+    def action_toggle_timeline(self) -> None:
+        """Show or hide the restarts, adjustments and faults on the loss and throughput
+        charts together: the two share one axis, and the marks line up across them."""
+        effect = self.query_one(EffectPane)
+        shown = not effect.timeline
+        effect.timeline = shown
+        self.query_one(ProgressPane).timeline = shown
+        self.notify(f"chart events: {'shown' if shown else 'hidden'}", timeout=2)
 
     def action_toggle_log_y(self) -> None:
         effect = self.query_one(EffectPane)

@@ -32,9 +32,10 @@ def shown(details: object) -> object:
     when it did not (then only what its steps show is known), not a `declared` flag."""
     if not isinstance(details, RunInfo):
         return details
+    changes = details.changes
     data = dict(as_mapping(details) or {})
     data = _starts(data, data.pop("run_started", None))
-    changes = data.pop("changes", ())
+    data.pop("changes", None)
     parent = data.pop("forked_from", None)
     if isinstance(parent, dict):  # first: what this run is a branch of
         step = parent.get("step")

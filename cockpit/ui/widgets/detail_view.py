@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeGuard
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -108,7 +109,7 @@ def flatten(mapping: Mapping[str, object], prefix: str = "") -> list[tuple[str, 
     return rows
 
 
-def is_record_list(value: object) -> bool:
+def is_record_list(value: object) -> TypeGuard[Sequence[object]]:
     return (isinstance(value, Sequence) and not isinstance(value, str) and bool(value)
             and all(as_mapping(item) is not None for item in value))
 
@@ -186,7 +187,7 @@ class DetailView(VerticalScroll):
                 yield self.key_values(flatten(rest))
             return
         if is_record_list(value):
-            yield self.records(value)  # type: ignore[arg-type]
+            yield self.records(value)
             return
         if isinstance(value, Sequence) and not isinstance(value, str):
             text = "\n".join(printable(cell(item)) for item in value) or fmt.NA_TEXT
@@ -195,8 +196,9 @@ class DetailView(VerticalScroll):
         yield Static(fmt.text(cell(value)))
 
     @staticmethod
-    def key_values(rows: list[tuple[str, object]]) -> DataTable:
-        table = DataTable(show_header=False, cursor_type="row", classes="detail-kv")
+    def key_values(rows: Sequence[tuple[str, object]]) -> DataTable:
+        table: DataTable[Text] = DataTable(show_header=False, cursor_type="row",
+                                           classes="detail-kv")
         table.add_columns("field", "value")
         for key, value in rows:
             table.add_row(table_cell(title(key)), table_cell(field_cell(key, value)))
@@ -208,7 +210,8 @@ class DetailView(VerticalScroll):
         columns: list[str] = []
         for row in rows:
             columns.extend(k for k in row if k not in columns)
-        table = DataTable(cursor_type="row", zebra_stripes=True, classes="detail-records")
+        table: DataTable[Text] = DataTable(cursor_type="row", zebra_stripes=True,
+                                           classes="detail-records")
         table.add_columns(*(table_cell(title(c)) for c in columns))
         for row in rows:
             table.add_row(*(table_cell(field_cell(c, row.get(c))) for c in columns))

@@ -1,6 +1,7 @@
 """Effect: is it learning? Latest losses, best validation, divergence and the chart,
 and under it the learning rate: its course and value now (a sparkline), and the
-operator's changes of it (each also marked ▼ on the loss chart, at its step)."""
+operator's changes of it (each also marked ▼ on the loss chart, at its step). The chart
+also marks restarts and the hardware and link faults at their steps (`t` hides them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from cockpit.analysis.lr import lr_change_text, lr_value
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Effect, Snapshot
 from cockpit.ui import format as fmt
-from cockpit.ui.widgets.loss_chart import LossChart, legend
+from cockpit.ui.widgets.loss_chart import FAULT_STYLES, LossChart, legend
 from cockpit.ui.widgets.pane import Pane, update_text
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
@@ -46,6 +47,18 @@ def warnings_line(e: Effect) -> str:
     return " · ".join(notes) or "[$success]no divergence, spikes or NaN/Inf[/]"
 
 
+def newest_fault(e: Effect) -> Content | None:
+    """The newest fault marked on the chart, in words: "X gpu-node-b: XID 79 gpu 3 at
+    step 11,860" (a host's name comes from the wire: shown as text, never as markup)."""
+    if not e.faults:
+        return None
+    fault = e.faults[-1]
+    glyph, colour = next(((marker, colour) for kind, marker, _, colour in FAULT_STYLES
+                          if kind == fault.kind), ("?", "error"))
+    return (Content.from_markup(f"[${colour}]{glyph}[/] ") + fmt.text(fault.text)
+            + Content(f" at step {fault.step:,}"))
+
+
 def lr_line(e: Effect) -> Content:
     """The operator's LR changes, newest last: "▼ lr_scale=0.1 at step 1,200: 0.0003 →
     3e-05" (the LR now is on the LR chart's line above). A knob's value comes from the
@@ -66,6 +79,7 @@ class EffectPane(Pane):
     NUMBER = 2
 
     log_y: reactive[bool] = reactive(False, repaint=False)
+    timeline: reactive[bool] = reactive(True, repaint=False)  # `t`: the chart's events
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="effect-line")
@@ -84,11 +98,18 @@ class EffectPane(Pane):
         # Figures and the cockpit's own words: no wire text to keep out of markup.
         update_text(self.query_one("#effect-line", Static),
                     Content(effect_line(effect, self.log_y)))
+        warnings = Content.from_markup(warnings_line(effect))
+        fault = newest_fault(effect) if self.timeline else None
         update_text(self.query_one("#effect-warnings", Static),
-                    Content.from_markup(warnings_line(effect)))
+                    warnings if fault is None else warnings + Content(" · ") + fault)
         update_text(self.query_one("#loss-legend", Static),
-                    Content.from_markup(legend(effect, self.log_y)))
+                    Content.from_markup(legend(effect, self.log_y, self.timeline)))
         update_text(self.query_one("#effect-lr", Static), lr_line(effect))
+
+    def watch_timeline(self, timeline: bool) -> None:
+        self.query_one(LossChart).timeline = timeline
+        if self.snapshot is not None:
+            self._update_lines(self.snapshot.effect)
 
     def watch_log_y(self, log_y: bool) -> None:
         self.query_one(LossChart).log_y = log_y

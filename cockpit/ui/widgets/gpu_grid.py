@@ -1,58 +1,30 @@
-"""Hosts × GPUs at a glance: one line per host, one glyph per GPU.
+"""One host on one line: its link, GPUs (one glyph each), temperature, power, memory,
+disk and network. The GPU map shows hosts this way while there is room for a line each.
 
-Glyphs differ in shape as well as colour (● ok, ▲ throttled or hot, ✖ ECC/XID, ○
-offline) so the grid reads the same in every theme and for colour-blind operators.
-Hosts with a problem are listed first; with hundreds of hosts the healthy ones are
-what the operator can afford to scroll past.
+Glyphs and colours are the states of `cockpit.analysis.gpu_state`, which owns the
+verdict; this module only formats.
 """
 
 from __future__ import annotations
 
 from textual.content import Content
-from textual.reactive import reactive
-from textual.widgets import Static
 
-from cockpit.analysis.throttle import BENIGN
+from cockpit.analysis import gpu_state as gs
+from cockpit.analysis.gpu_state import GpuState, Level
 from cockpit.snapshot import GpuCell, HostHealth
 from cockpit.ui import format as fmt
-from cockpit.ui.widgets.pane import update_text
 
-HOT_CELSIUS = 85.0
-LEGEND = ("[$success]●[/] ok  [$warning]▲[/] throttled/hot  [$error]✖[/] ECC/XID  "
-          "[$error]○[/] offline")
-_LINK_OK = {"streaming", "local"}
-_LINK_WAIT = {"connecting", "stale", "deploying"}
-# A link the cockpit closed itself (the end of a recording): no fault, nothing streams.
-_LINK_ENDED = {"stopped"}
-
-
-def gpu_problem(cell: GpuCell) -> str | None:
-    """"error", "warning" or None for one GPU, by what the operator must act on."""
-    if not cell.online or cell.xid or (cell.ecc_unc or 0) > 0:
-        return "error"
-    if (cell.throttle or 0) & ~BENIGN or (cell.temp or 0) >= HOT_CELSIUS:
-        return "warning"
-    return None
+LEVEL_STYLE = {Level.ERROR: "$error", Level.WARNING: "$warning", Level.NOTICE: "$primary",
+                Level.OK: "$success", Level.UNKNOWN: "$text-muted"}
 
 
 def gpu_glyph(cell: GpuCell) -> str:
-    if not cell.online:
-        return "[$error]○[/]"
-    problem = gpu_problem(cell)
-    if problem == "error":
-        return "[$error]✖[/]"
-    if problem == "warning":
-        return "[$warning]▲[/]"
-    return "[$success]●[/]"
+    """One GPU by its own state, as markup of the cockpit's own (no wire text)."""
+    return state_glyph(gs.gpu_state(cell))
 
 
-def host_problem(host: HostHealth) -> str | None:
-    problems = [gpu_problem(cell) for cell in host.gpus]
-    if host.state not in _LINK_OK | _LINK_WAIT | _LINK_ENDED or "error" in problems:
-        return "error"
-    if host.state in _LINK_WAIT or "warning" in problems:
-        return "warning"
-    return None
+def state_glyph(state: GpuState) -> str:
+    return f"[{LEVEL_STYLE[state.level]}]{state.glyph}[/]"
 
 
 def _max(values: list[float | None]) -> float | None:
@@ -65,13 +37,17 @@ def _sum(values: list[float | None]) -> float | None:
     return sum(known) if known else None
 
 
-def host_line(host: HostHealth, name_width: int) -> Content:
+def host_line(host: HostHealth, name_width: int,
+              states: tuple[GpuState, ...] | None = None) -> Content:
+    """`states`: the GPUs' as `gpu_state.gpu_states` gives them (their link counted),
+    when the caller has them already."""
     cells = host.gpus
     online = sum(1 for c in cells if c.online)
-    link_style = ("$success" if host.state in _LINK_OK else "$warning"
-                  if host.state in _LINK_WAIT else "$text-muted"
-                  if host.state in _LINK_ENDED else "$error")
-    glyphs = "".join(gpu_glyph(c) for c in cells) or "[$text-muted]-[/]"
+    link_style = ("$success" if host.state in gs.LINK_OK else "$warning"
+                  if host.state in gs.LINK_WAIT else "$text-muted"
+                  if host.state in gs.LINK_ENDED else "$error")
+    states = gs.gpu_states(host) if states is None else states
+    glyphs = "".join(map(state_glyph, states)) or "[$text-muted]-[/]"
     temp = fmt.na(_max([c.temp for c in cells]), "{:.0f}°C")
     power = fmt.na(_sum([c.power for c in cells]), "{:.0f}W")
     mem = fmt.percent(fmt.ratio(_sum([c.mem_used for c in cells]),
@@ -83,22 +59,8 @@ def host_line(host: HostHealth, name_width: int) -> Content:
                 f"{online}/{len(cells)} {glyphs} {temp} {power} mem {mem} disk {disk} {net}")
     if host.gpu_state not in ("ok", "simulated"):
         template += " [$warning]($gpu_state)[/]"
+    if host.behind and host.state == "unreachable":  # its jump host is down, not itself
+        template += " [$text-muted](behind jump host $behind, which is down)[/]"
     return fmt.markup(template, host=fmt.printable(host.host).ljust(name_width),
-                      state=fmt.printable(host.state).ljust(10), gpu_state=host.gpu_state)
-
-
-def grid_markup(hosts: tuple[HostHealth, ...]) -> Content:
-    if not hosts:
-        return Content.from_markup("[$text-muted]no hosts reported yet[/]")
-    rank = {"error": 0, "warning": 1, None: 2}
-    ordered = sorted(hosts, key=lambda h: (rank[host_problem(h)], h.host))
-    width = min(16, max(len(fmt.printable(h.host)) for h in hosts))
-    legend = Content.from_markup(LEGEND + "  (net in B/s)")
-    return Content("\n").join([legend, *(host_line(h, width) for h in ordered)])
-
-
-class GpuGrid(Static):
-    hosts: reactive[tuple[HostHealth, ...]] = reactive((), repaint=False)  # update_text does
-
-    def watch_hosts(self, hosts: tuple[HostHealth, ...]) -> None:
-        update_text(self, grid_markup(hosts))
+                      state=fmt.printable(host.state).ljust(10), gpu_state=host.gpu_state,
+                      behind=fmt.printable(host.behind or ""))

@@ -4,7 +4,8 @@ Drawn through `self.plt` at render time, with colours read from the active theme
 theme switch or a resize redraws correctly without any global plotext state. Markers:
 divergence (vertical line), spikes and non-finite losses, the best validation step, and
 along the bottom what was done to the run: operator adjustments (▼) and restarts from a
-checkpoint (↻).
+checkpoint (↻); along the top the faults seen while the job trained those steps:
+XID (X), uncorrectable ECC (E), throttling (T), a host lost (U). `t` hides both rows.
 
 The chart is redrawn on every refresh that brings new losses, so the drawing is turned
 into screen lines straight from plotext's character matrix (`matrix_strips`, through
@@ -35,16 +36,44 @@ from textual.visual import Visual
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
-from cockpit.snapshot import Effect, Series
+from cockpit.snapshot import Effect, Marker, Series
 from cockpit.ui.themes import rgb
 from cockpit.ui.widgets.line_cache import LineCache
 
-# How each kind of `Marker` is drawn: (kind, plotted marker, legend label).
-MARKER_STYLES = (("adjust", "▼", "adjusted"), ("restart", "↻", "restart"))
+# How each kind of `Marker` is drawn: (kind, plotted marker, legend label, theme colour).
+# The operator's adjustments and restarts go along the bottom of a chart, the faults
+# (`Effect.faults`) along its top: neither hides a point of the curve, and a letter
+# names each fault kind, so colour is never the only thing telling them apart.
+MARKER_STYLES = (("adjust", "▼", "adjusted", "secondary"),
+                 ("restart", "↻", "restart", "secondary"))
+FAULT_STYLES = (("xid", "X", "XID", "error"), ("ecc", "E", "ECC", "error"),
+                ("throttle", "T", "throttled", "warning"),
+                ("unreachable", "U", "host lost", "error"))
 
-def legend(effect: Effect | None, log_y: bool) -> str:
+
+def timeline_legend(markers: Iterable[Marker], faults: Iterable[Marker]) -> list[str]:
+    """Legend entries ("[$error]X[/] XID") of the timeline marks present."""
+    kinds = {m.kind for m in markers} | {m.kind for m in faults}
+    return [f"[${colour}]{marker}[/] {label}"
+            for kind, marker, label, colour in (*MARKER_STYLES, *FAULT_STYLES)
+            if kind in kinds]
+
+
+def draw_timeline(plt: Any, markers: Iterable[Marker], faults: Iterable[Marker],
+                  bottom: float, top: float, variables: dict[str, str]) -> None:
+    """The operator's marks at `bottom`, the faults at `top`, each at its step."""
+    for styles, marks, y in ((MARKER_STYLES, markers, bottom), (FAULT_STYLES, faults, top)):
+        shown = list(marks)
+        for kind, marker, _label, colour in styles:
+            steps = [m.step for m in shown if m.kind == kind]
+            if steps:
+                plt.scatter(steps, [y] * len(steps), marker=marker,
+                            color=rgb(variables, colour))
+
+def legend(effect: Effect | None, log_y: bool, timeline: bool = True) -> str:
     """What the chart draws, each in its marker and colour: a line of its own rather than
-    plotext's legend, which sits top left, where a loss curve starts."""
+    plotext's legend, which sits top left, where a loss curve starts. `timeline`: the
+    operator's marks and the faults are shown (`t` hides them)."""
     if effect is None:
         return ""
     drawn = [
@@ -58,11 +87,13 @@ def legend(effect: Effect | None, log_y: bool) -> str:
         (bool(effect.nonfinite_steps), "✖", "error", "NaN/Inf"),
         (effect.divergence_step is not None, "│", "warning", "diverging"),
     ]
-    kinds = {m.kind for m in effect.markers}
-    drawn += [(kind in kinds, marker, "secondary", label)
-              for kind, marker, label in MARKER_STYLES]
-    return "  ".join(f"[${colour}]{marker}[/] {label}"
-                     for shown, marker, colour, label in drawn if shown)
+    entries = [f"[${colour}]{marker}[/] {label}"
+               for shown, marker, colour, label in drawn if shown]
+    if timeline:
+        entries += timeline_legend(effect.markers, effect.faults)
+    elif effect.markers or effect.faults:
+        entries.append("[$text-muted]events hidden[/]")
+    return "  ".join(entries)
 
 
 def finite_points(series: Series, positive: bool = False) -> tuple[list[float], list[float]]:
@@ -93,7 +124,8 @@ def _cell_style(colors: tuple[Any, Any, Any], ansi_theme: TerminalTheme) -> Styl
     """The style of a run of cells with these plotext colours (foreground, style,
     background): what parsing plotext's ANSI codes for them gives."""
     parsed = Text.from_ansi(plotext_utility.colors_to_ansi(*colors) + " ")
-    return Style.from_rich_style(parsed.spans[0].style, ansi_theme) if parsed.spans else None
+    style = parsed.spans[0].style if parsed.spans else None
+    return Style.from_rich_style(style, ansi_theme) if isinstance(style, RichStyle) else None
 
 
 def _runs(matrix: Any) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
@@ -182,13 +214,11 @@ def step_labels(ticks: list[int]) -> list[str]:
     return [f"{t / factor:.4g}{suffix}" if t else "0" for t in ticks]
 
 
-class LossChart(PlotextPlot):
-    """Redrawn only when `effect` or `log_y` change (and on resize or theme change)."""
+class MatrixPlot(PlotextPlot):
+    """A plot drawn by `_draw` and shown through the line API (`matrix_strips`),
+    redrawn only when `_drawn_from()` changes (and on resize or theme change)."""
 
     ALLOW_SELECT = False  # a plot is not text to copy
-
-    effect: reactive[Effect | None] = reactive(None)
-    log_y: reactive[bool] = reactive(False)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -209,9 +239,11 @@ class LossChart(PlotextPlot):
         plt._set_size(width, height)
         plt.theme(self._get_plotext_theme_name(self.app.theme))
         try:
-            plt._set_sizes()  # what `plt.build()` does before writing the matrix as ANSI
-            plt._build_matrix()
-            return plt.monitor.matrix
+            # What `plt.build()` does before writing the matrix as ANSI: plotext internals,
+            # absent from its types, and from some versions (the fallback below).
+            plt._set_sizes()  # type: ignore[attr-defined]
+            plt._build_matrix()  # type: ignore[attr-defined]
+            return plt.monitor.matrix  # type: ignore[attr-defined]
         except AttributeError:
             return plt.build()
 
@@ -224,7 +256,11 @@ class LossChart(PlotextPlot):
 
     def render_line(self, y: int) -> Strip:
         """Textual's line API: the plot's screen lines, built once per drawing."""
-        return self._lines.line(self, y, self.log_y, self._draw_lines)
+        return self._lines.line(self, y, self._drawn_from(), self._draw_lines)
+
+    def _drawn_from(self) -> Any:
+        """What the drawing depends on besides the data (whose change calls `forget`)."""
+        return None
 
     def _draw_lines(self) -> list[Strip]:
         if not (self.size.width and self.size.height):
@@ -238,6 +274,10 @@ class LossChart(PlotextPlot):
         return matrix_strips(matrix, self.app.ansi_theme, base, styles)
 
     def _draw(self) -> None:
+        """Plot the data on `self.plt`."""
+
+    def _canvas(self) -> dict[str, str]:
+        """`self.plt` cleared and coloured from the theme; the theme's variables."""
         plt = self.plt
         plt.clear_data()
         plt.clear_color()
@@ -246,6 +286,23 @@ class LossChart(PlotextPlot):
         plt.axes_color(rgb(variables, "surface"))
         plt.ticks_color(rgb(variables, "foreground"))
         plt.yscale("linear")
+        return variables
+
+
+class LossChart(MatrixPlot):
+    """Redrawn only when `effect`, `log_y` or `timeline` change (and on resize or theme
+    change)."""
+
+    effect: reactive[Effect | None] = reactive(None)
+    log_y: reactive[bool] = reactive(False)
+    timeline: reactive[bool] = reactive(True)  # the operator's marks and the faults
+
+    def _drawn_from(self) -> Any:
+        return (self.log_y, self.timeline)
+
+    def _draw(self) -> None:
+        plt = self.plt
+        variables = self._canvas()
         plt.xlabel("step")
         effect = self.effect
         if effect is None:
@@ -265,7 +322,8 @@ class LossChart(PlotextPlot):
             plt.scatter(val_x, val_y, color=rgb(variables, "accent"), marker="◆")
         if raw_x or ema_x or val_x:
             ticks = step_ticks(min(raw_x + ema_x + val_x), max(raw_x + ema_x + val_x))
-            plt.xticks(ticks, step_labels(ticks))
+            positions: list[float] = list(ticks)
+            plt.xticks(positions, step_labels(ticks))
             if len(ticks) == 1:  # one step so far: around it, not -1.00 … 1.00
                 plt.xlim(ticks[0] - 1, ticks[0] + 1)
         if not (raw_x or ema_x or val_x):
@@ -292,14 +350,8 @@ class LossChart(PlotextPlot):
         ):
             plt.scatter([effect.best_val_step], [best], marker="★",
                         color=rgb(variables, "success"))
-        if ys:
-            # Along the bottom of the curve, so they never hide a loss point.
-            bottom = min(ys)
-            for kind, marker, _label in MARKER_STYLES:
-                steps = [m.step for m in effect.markers if m.kind == kind]
-                if steps:
-                    plt.scatter(steps, [bottom] * len(steps), marker=marker,
-                                color=rgb(variables, "secondary"))
+        if ys and self.timeline:
+            draw_timeline(plt, effect.markers, effect.faults, min(ys), max(ys), variables)
 
     def _scatter(self, steps: Iterable[int], xs: list[float], ys: list[float],
                  marker: str, color: tuple) -> None:
@@ -314,4 +366,7 @@ class LossChart(PlotextPlot):
         self.refresh()
 
     def watch_log_y(self) -> None:
+        self.refresh()
+
+    def watch_timeline(self) -> None:
         self.refresh()

@@ -1,17 +1,30 @@
-"""Progress: where is the job? Stage, position, ETA as an estimate, and stalls."""
+"""Progress: where is the job? Stage, position, ETA as an estimate, and stalls; where
+each rank (or host) is and how far it trails; throughput by step with the restarts and
+faults marked (on the loss chart's axis); and the job's stages over time as a band.
+
+The table, the chart and the band each draw as one widget whatever the fleet's size:
+a 128-host job is one table of its hosts furthest behind, not a widget per rank.
+"""
 
 from __future__ import annotations
 
 import math
+from itertools import groupby
 
 from textual.app import ComposeResult
 from textual.content import Content
+from textual.events import Resize
+from textual.reactive import reactive
 from textual.widgets import ProgressBar, Static
 
-from cockpit.analysis.text import counted
-from cockpit.snapshot import Progress, Snapshot
+from cockpit.analysis.rank_progress import progress_rows
+from cockpit.analysis.text import counted, printable
+from cockpit.analysis.timeline import STAGES, band_cells
+from cockpit.snapshot import Progress, RankProgress, Snapshot, StageSpan
 from cockpit.ui import format as fmt
+from cockpit.ui.widgets.loss_chart import timeline_legend
 from cockpit.ui.widgets.pane import Pane, update_text
+from cockpit.ui.widgets.throughput_chart import Throughput, ThroughputChart
 
 _STATE_STYLE = {
     "running": "$success",
@@ -78,9 +91,92 @@ def stall_text(p: Progress) -> Content:
     return fmt.text(f"⚠ STALLED: likely {cause}{detail}")
 
 
+# How each stage shows in the band: (glyph, theme colour). A glyph of its own for each,
+# so colour is never the only thing telling them apart.
+STAGE_STYLES = {
+    "train": ("━", "success"), "eval": ("≡", "accent"), "checkpoint": ("▮", "primary"),
+    "start-up": ("┄", "text-muted"), "paused": ("‖", "warning"),
+    "restarting": ("↻", "error"),
+}
+OTHER_STAGE = ("─", "foreground")  # a stage the trainer named that the band does not know
+RANK_ROWS_MAX = 8  # the table's lines at most: the chart below keeps the rest
+RANK_ROWS_MIN = 3  # its header, the rank or host furthest behind, and how many more
+# Lines of the body besides the table and the bar: the four text lines, the chart's
+# least height with its heading, the band and its legend.
+OTHER_LINES = 4 + 7 + 2
+
+
+def ranks_text(ranks: tuple[RankProgress, ...], lines: int) -> Content:
+    """The table of ranks (or hosts) furthest behind, in `lines` lines with its header:
+    "rank 13    gpu-node-b   11,997   0.97   3"."""
+    if not ranks:
+        return Content.from_markup("[$text-muted]no rank has reported a step yet[/]")
+    rows, more = progress_rows(ranks, max(1, lines - 1))
+    per_rank = bool(rows) and rows[0].rank is not None
+    # Per rank: the rank and its host; per host: the host (wider) and its ranks.
+    first, second = (10, 16) if per_rank else (26, 6)
+    kind = "rank" if per_rank else "host"
+    head = Content.from_markup(
+        f"[b]{kind:<{first}} {'host' if per_rank else 'ranks':<{second}} {'step':>10} "
+        f"{'steps/s':>8} {'lag':>7}[/b]")
+    out = [head]
+    for row in rows:
+        speed = fmt.na(row.steps_per_second, "{:.2f}")
+        line = fmt.markup(f"$label $second {row.step:>10,} {speed:>8} ",
+                          label=printable(row.label)[:first].ljust(first),
+                          second=printable(row.host if per_rank else str(row.ranks))
+                          [:second].ljust(second))
+        lag = f"{row.lag:>7,}"
+        out.append(line + (Content.from_markup(f"[$warning]{lag}[/]") if row.lag
+                           else Content(lag)))
+    if more:
+        out.append(Content.from_markup(
+            f"[$text-muted]+{more} more {kind}s, none further behind[/]"))
+    return Content("\n").join(out)
+
+
+def band_text(spans: tuple[StageSpan, ...], now: float, width: int) -> Content:
+    """The stages from the job's first start to `now` in `width` cells, and under them
+    the stages shown and the time the band spans."""
+    if not spans or width <= 0:
+        return Content.from_markup("[$text-muted]stages: none recorded yet[/]")
+    lo = spans[0].start
+    cells = band_cells(spans, lo, max(now, spans[-1].end), width)
+    parts = []
+    for stage, run in groupby(cells):  # a run of cells in one stage is one span of style
+        count = len(list(run))
+        if stage is None:
+            parts.append(Content(" " * count))
+            continue
+        glyph, colour = STAGE_STYLES.get(stage, OTHER_STAGE)
+        parts.append(Content.from_markup(f"[${colour}]{glyph * count}[/]"))
+    shown = {c for c in cells if c is not None}
+    known = [s for s in STAGES if s in shown]
+    keys = Content("  ").join(
+        Content.from_markup(f"[${STAGE_STYLES[s][1]}]{STAGE_STYLES[s][0]}[/] ") + Content(s)
+        for s in known)
+    others = sorted(shown - set(STAGES))
+    if others:
+        keys += Content(f"  {OTHER_STAGE[0]} ") + fmt.text(", ".join(others))
+    span = Content(f"  · last {fmt.duration(max(now, spans[-1].end) - lo)}")
+    return Content("").join(parts) + Content("\n") + keys + span
+
+
+def throughput_heading(snapshot: Snapshot, timeline: bool) -> Content:
+    """The chart's unit and what its marks mean."""
+    e = snapshot.effect
+    unit = "samples/s" if snapshot.efficiency.samples_per_s is not None else "steps/s"
+    marks = timeline_legend(e.markers, e.faults) if timeline else []
+    hidden = not timeline and (e.markers or e.faults)
+    tail = "  ".join(marks) or ("[$text-muted]events hidden[/]" if hidden else "")
+    return Content(f"{unit}  ") + Content.from_markup(tail)
+
+
 class ProgressPane(Pane):
     TITLE = "Progress"
     NUMBER = 1
+
+    timeline: reactive[bool] = reactive(True, repaint=False)
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="progress-position")
@@ -89,6 +185,38 @@ class ProgressPane(Pane):
         yield Static(id="progress-eta")
         yield Static(id="progress-last")
         yield Static(id="stall-banner", classes="stall")
+        yield Static(id="progress-ranks")
+        yield Static(id="throughput-heading")
+        yield ThroughputChart(id="throughput-chart")
+        yield Static(id="progress-stages")
+
+    def on_resize(self, event: Resize) -> None:
+        # The table's rows and the band's cells follow the pane's size.
+        if self.snapshot is not None and self._ready:
+            self._show_fleet(self.snapshot)
+
+    def watch_timeline(self, timeline: bool) -> None:
+        if not self._ready:
+            return
+        self.query_one(ThroughputChart).timeline = timeline
+        if self.snapshot is not None:
+            update_text(self.query_one("#throughput-heading", Static),
+                        throughput_heading(self.snapshot, timeline))
+
+    def _show_fleet(self, snapshot: Snapshot) -> None:
+        """The table, the chart and the band."""
+        p = snapshot.progress
+        bar = self.query_one("#progress-bar", ProgressBar).outer_size.height
+        lines = min(RANK_ROWS_MAX, max(RANK_ROWS_MIN, self.size.height - OTHER_LINES - bar))
+        update_text(self.query_one("#progress-ranks", Static), ranks_text(p.ranks, lines))
+        update_text(self.query_one("#throughput-heading", Static),
+                    throughput_heading(snapshot, self.timeline))
+        e = snapshot.effect
+        self.query_one(ThroughputChart).data = Throughput(
+            snapshot.efficiency.throughput_history, markers=e.markers, faults=e.faults)
+        band = self.query_one("#progress-stages", Static)
+        width = band.size.width or max(self.size.width - 4, 1)
+        update_text(band, band_text(p.stages, snapshot.ts, width))
 
     def show(self, snapshot: Snapshot) -> None:
         p = snapshot.progress
@@ -109,6 +237,7 @@ class ProgressPane(Pane):
         banner.display = p.stalled
         if p.stalled:
             update_text(banner, stall_text(p))
+        self._show_fleet(snapshot)
 
     def summary(self, snapshot: Snapshot) -> Content:
         p = snapshot.progress

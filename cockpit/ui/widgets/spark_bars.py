@@ -9,8 +9,10 @@ them out itself, as that path would: the same cells, for a fraction of the time.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
+from rich.console import ConsoleRenderable
 from rich.segment import Segment
 from textual.strip import Strip
 from textual.widgets import Sparkline
@@ -36,8 +38,11 @@ class SparkBars(Sparkline):
             return []
         base = self.visual_style.rich_style
         console = self.app.console
-        bars = self.render().__rich_console__(  # type: ignore[union-attr]
-            console, console.options.update(width=width, height=height, highlight=False))
+        # Textual annotates render() as a RenderResult; what it returns is its Sparkline
+        # renderable, which yields Segments.
+        renderable = cast("ConsoleRenderable", self.render())
+        bars = cast("Iterable[Segment]", renderable.__rich_console__(
+            console, console.options.update(width=width, height=height, highlight=False)))
         lines: list[list[Segment]] = [[]]
         for segment in bars:
             if segment.text == "\n":

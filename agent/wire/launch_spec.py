@@ -1,0 +1,106 @@
+"""The job spec's fields as the agent's `launch` op takes them: their defaults, their
+least values and the checks both sides apply.
+
+The cockpit checks the operator's TOML (`cockpit.control.jobspec`) and the agent checks
+the JSON again (`agent.job.launch.LaunchSpec`), because it arrives over a channel. Both
+read the defaults and bounds here, so a spec that leaves a field out means the same on
+both sides and a value one side accepts is never refused by the other.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Dict, Optional
+
+from agent.wire.causes import GPU_FAULT
+from agent.wire.op_error import OpError
+
+# An environment variable name, as `[env]` and `resume.env` may set one.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Where `resume.args` puts the checkpoint's path.
+CHECKPOINT_FIELD = "{checkpoint}"
+# What `override_args` is filled with, by plain string replacement (LaunchSpec.argv).
+OVERRIDE_PLACEHOLDERS = ("{key}", "{value}")
+# Processes torchrun starts per host: one per GPU, or per CPU for a CPU job. A count past
+# any host's is a typo that would fork until the host ran out of memory.
+MAX_NPROC_PER_NODE = 1024
+MAX_NAME = 128  # characters in a job or host name
+
+# A field left out of a spec, by its dotted name (`hang.k` is `k` in `[hang]`). Lists
+# are tuples here: callers copy them into their own.
+DEFAULTS: Dict[str, Any] = {
+    "python": "python3",
+    "module": False,
+    "args": (),
+    "nproc_per_node": 1,
+    "nnodes": 1,
+    "node_rank": 0,
+    "checkpoint_dir": "checkpoints",
+    "override_args": ("--set", "{key}={value}"),
+    "rendezvous.backend": "c10d",
+    "max_restarts": 0,
+    "recovery.restart_budget": 10,
+    "recovery.backoff": 1.0,  # s, doubled per consecutive failure
+    "recovery.backoff_max": 60.0,
+    "recovery.exclude_on": (GPU_FAULT,),
+    "hang.k": 3.0,  # × the median step time
+    "hang.floor": 10.0,  # s
+    "hang.startup": 600.0,  # s allowed before the first step
+    "pg_timeout": 1800.0,  # s
+    "pause_timeout": 300.0,  # s
+    "stop_grace": 10.0,  # s
+}
+
+# The least value of each number, by dotted name (a number not listed: 0).
+MINIMUM: Dict[str, float] = {
+    "nproc_per_node": 1, "recovery.restart_budget": 0, "recovery.backoff": 0.0,
+    "recovery.backoff_max": 0.0, "hang.k": 0.001, "hang.floor": 0.001,
+    "hang.startup": 0.001, "pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0,
+}
+
+
+def check_job_name(name: Any, field: str = "name") -> str:
+    """A job or host name the agent can make folders and files of, or OpError."""
+    if not isinstance(name, str) or not name.strip():
+        raise OpError("%s must be a non-empty string" % field)
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name):
+        # A job name is shown in every cockpit and report: no terminal controls in it.
+        raise OpError("%s %r has control characters" % (field, name))
+    if name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith("-"):
+        raise OpError("%s %r cannot name a folder: no '/', '\\', NUL or leading '-'"
+                      % (field, name))
+    if len(name) > MAX_NAME:
+        raise OpError("%s is longer than %d characters" % (field, MAX_NAME))
+    return name
+
+
+def finite(value: Any) -> Optional[float]:
+    """The value as a float, or None: nan passes every comparison (a hang limit of nan is
+    never reached), and an integer past a float's range (JSON and TOML read any) is none."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def nul_field(value: Any, name: str = "") -> Optional[str]:
+    """The field whose text holds a NUL byte, which no path, argument or environment value
+    can carry: found here, not as a bare "embedded null byte" when the job starts."""
+    if isinstance(value, str):
+        return name if "\0" in value else None
+    if isinstance(value, list):
+        pairs = [(name, item) for item in value]
+    elif isinstance(value, dict):
+        pairs = [("%s.%s" % (name, key) if name else str(key), item)
+                 for key, item in value.items()]
+    else:
+        return None
+    for dotted, item in pairs:
+        found = dotted if "\0" in dotted else nul_field(item, dotted)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,96 @@
+"""Watching a Slurm job from the cockpit: its queue state polled, its nodes streamed.
+
+`cockpit watch --job JOB.toml` on a Slurm job spec cannot wait for the operator's
+commands to record the job's life: a job pends, starts and ends on Slurm's schedule.
+`SlurmWatcher` asks Slurm every few seconds (through the login node, or on this
+machine when it is one) with `SlurmJob.poll()`, so every change (pending with its
+reason and estimate, running with its nodes and queue wait, finished with Slurm's exit
+state, a requeue, a node drained under the job) becomes an event in the recording as
+it happens. It follows the job across submissions: a `resume` or `relaunch` from
+another terminal writes a new id to RUN_DIR/slurm/current-job, and the next look
+watches that one.
+
+Once a submission runs, `on_nodes` is told its nodes (once per Slurm job), so the
+caller can stream each node's agent; how a node is reached is the caller's choice
+(docs/slurm.md, "Reaching the compute nodes").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from cockpit.control.slurm import SlurmError, SlurmJob
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVERY_S = 2.0
+
+
+class SlurmWatcher:
+    """Polls one cockpit job's Slurm state on a thread of its own."""
+
+    def __init__(self, job: SlurmJob, on_nodes: Callable[[tuple[str, ...]], None],
+                 every: float = DEFAULT_EVERY_S) -> None:
+        self.job, self.on_nodes, self.every = job, on_nodes, every
+        self.problem: str | None = None  # the latest look that failed, until one works
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._told: set[str] = set()  # Slurm ids whose nodes were handed on
+        self._ended: set[str] = set()  # Slurm ids seen finished: nothing more to ask
+
+    def start(self) -> SlurmWatcher:
+        self._thread = threading.Thread(target=self._loop, name="slurm-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop polling, after one last look: a job that ended since the previous look
+        has its end recorded before the recording closes."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return  # still inside a look that hangs: no second one beside it
+        try:
+            self.look_once()
+        except SlurmError as exc:
+            log.warning("slurm watch of %s, last look: %s", self.job.spec.name, exc)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.look_once()
+                self.problem = None
+            except SlurmError as exc:  # the login node unreachable, say: tried again
+                if str(exc) != self.problem:
+                    log.warning("slurm watch of %s: %s", self.job.spec.name, exc)
+                    self.job.event("slurm_unreachable", f"cannot ask Slurm about "
+                                   f"{self.job.spec.name}: {exc}", error=str(exc))
+                self.problem = str(exc)
+            self._stop.wait(self.every)
+
+    def look_once(self) -> None:
+        """One look: the current submission's state recorded when it changed, and its
+        nodes handed on once it runs."""
+        current = self.job.current_id()
+        if current is None:
+            return  # not launched yet
+        if current != self.job.job_id:
+            previous = self.job.job_id
+            # Ended (a pause, say) and replaced between two looks: its end first.
+            if previous is not None and previous not in self._ended \
+                    and not self.job.poll().active:
+                self._ended.add(previous)
+            self.job.job_id, self.job.last = current, None
+        if current in self._ended:
+            return
+        state = self.job.poll()
+        if not state.active:
+            self._ended.add(current)
+        if current not in self._told and state.state not in ("PENDING", "UNKNOWN"):
+            nodes = self.job.allocated(state)
+            if nodes:
+                self._told.add(current)
+                self.on_nodes(nodes)

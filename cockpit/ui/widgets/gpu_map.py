@@ -1,0 +1,398 @@
+"""The fleet's GPUs at a glance: one cell per GPU, grouped by host, worst hosts first.
+
+A cell's colour is its state's level and its glyph the state itself (● ok, · idle,
+▲ hot, ▼ throttled, ? stale, ◆ ECC, ✖ XID, ○ offline), so the map reads the same in
+every theme and without colour; the verdicts are `cockpit.analysis.gpu_state`'s. The
+map picks the densest form the room needs: one line per host (a few hosts, with their
+figures), one cell per GPU (blocks of a host's GPUs), or, where even that does not fit
+(80 × 24 with 128 hosts), one cell per host in its worst GPU's state. Host CPU, memory,
+disk and network follow on one line: the fullest host's share, and how many hosts are
+high or full (the fullest named); the line under it is the cursor's host in words.
+
+The whole map is one widget drawing one `Content`, rebuilt once per snapshot, filter,
+cursor move or change of room: no widget per cell, so a 1,024-GPU refresh costs one
+pass over the hosts. The cursor (a host) survives new snapshots by name; the pane
+moves it, filters the map and opens the host it is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from textual import events
+from textual.content import Content
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from cockpit.analysis import gpu_state as gs
+from cockpit.analysis.gpu_state import GpuState, Level
+from cockpit.analysis.text import counted
+from cockpit.snapshot import HostHealth
+from cockpit.ui import format as fmt
+from cockpit.ui.widgets.gpu_grid import LEVEL_STYLE, host_line
+
+CURSOR = "reverse"
+MUTED = "$text-muted"
+# Hosts per group of the per-host map: a space between groups helps counting, and ten
+# (not a host's eight GPUs) keeps it from reading as the per-GPU map.
+GROUP = 10
+# Lines around the map: legend, counts, resources, the cursor's host.
+FRAME_LINES = 4
+RESOURCE_NAMES = {"cpu": "CPU", "mem": "RAM", "disk": "disk"}
+
+
+def state_style(state: GpuState) -> str:
+    return LEVEL_STYLE[state.level]
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host as the map shows it, computed once per snapshot."""
+
+    host: HostHealth
+    state: GpuState  # its worst GPU, or its link's state
+    states: tuple[GpuState, ...]  # each GPU's
+    cause: str  # why it is in `state`, in words
+    labels: frozenset[str]  # the states it shows, for the filter
+    sort_key: tuple[int, int, str]  # `gpu_state.sort_key`: worst first
+
+    @property
+    def name(self) -> str:
+        return self.host.host
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The hosts worst first, with the counts the legend shows."""
+
+    rows: tuple[HostRow, ...] = ()
+    counts: tuple[tuple[GpuState, int], ...] = ()  # GPUs by state, worst first, non-zero
+    gpus: int = 0
+    # The fleet's CPU, RAM, disk and network line (all hosts, whatever the filter).
+    resources: Content = field(default_factory=Content)
+
+
+def host_row(host: HostHealth) -> HostRow:
+    states = gs.gpu_states(host)
+    state = gs.host_state(host, states)
+    labels = {state.label.lower(), state.level.value, *(s.label.lower() for s in set(states))}
+    return HostRow(host, state, states, gs.host_cause(host, states), frozenset(labels),
+                   gs.sort_key(host, states))
+
+
+def fleet_view(hosts: tuple[HostHealth, ...]) -> FleetView:
+    rows = sorted(map(host_row, hosts), key=attrgetter("sort_key"))
+    counts = dict.fromkeys(GpuState, 0)
+    for row in rows:
+        for state in set(row.states):
+            counts[state] += row.states.count(state)
+    ordered = tuple(rows)
+    resources = Content.assemble(*_resources(ordered, gs.busiest_net_rate(hosts)))
+    return FleetView(ordered, tuple((s, n) for s, n in counts.items() if n),
+                     sum(len(r.states) for r in rows), resources)
+
+
+def matches(row: HostRow, query: str) -> bool:
+    """Every word of `query` is part of the host's name or names one of its states
+    ("xid", "offline", "error"...), in any case."""
+    name = row.name.lower()
+    return all(word in name or any(label.startswith(word) for label in row.labels)
+               for word in query.lower().split())
+
+
+# Drawing -------------------------------------------------------------------------------
+
+Piece = tuple[str, str] | str
+
+
+@dataclass
+class Drawing:
+    """The map's text and where each host's cells are, for clicks and scrolling."""
+
+    content: Content
+    mode: str  # "list", "gpus" or "hosts"
+    hits: dict[int, list[tuple[int, int, str]]]  # line -> (from x, to x, host)
+    cursor_line: int | None = None
+    height: int = 1  # lines
+
+
+def _legend() -> list[Piece]:
+    parts: list[Piece] = []
+    for state in GpuState:
+        parts += [(state.glyph, state_style(state)), f" {state.label}  "]
+    return parts
+
+
+LEGEND = Content.assemble(*_legend())
+
+
+def _counts(view: FleetView, shown: int, query: str, mode: str) -> list[Piece]:
+    parts: list[Piece] = [f"{counted(len(view.rows), 'host')} · "
+                          f"{counted(view.gpus, 'GPU')}:"]
+    for state, n in view.counts:
+        parts += [" ", (f"{state.glyph}{n:,}", state_style(state))]
+    if query:
+        parts.append(" · filter ")
+        parts.append((fmt.printable(query), "bold"))
+        parts.append(f": {shown} shown")
+    if mode == "hosts":
+        parts.append(" · a cell per host (its worst GPU)")
+    return parts
+
+
+def _resources(rows: tuple[HostRow, ...], busiest_net: float | None) -> list[Piece]:
+    """CPU, RAM and disk: the fullest host's share, and how many hosts are high or full
+    (the fullest named then); the network: the busiest host's rates."""
+    usages = [(row, gs.host_usage(row.host, busiest_net)) for row in rows]
+    parts: list[Piece] = []
+    for key, label in RESOURCE_NAMES.items():
+        known = [(row, u[key]) for row, u in usages if u[key].fraction is not None]
+        if not known:
+            parts += [(f"{label} n/a", MUTED), " · "]
+            continue
+        row, top = max(known, key=lambda item: item[1].fraction or 0.0)
+        share = f"{100 * (top.fraction or 0):.0f}%"
+        if top.level is Level.OK:
+            parts += [f"{label} ", ("ok", LEVEL_STYLE[Level.OK]), f" ≤{share} · "]
+            continue
+        parts.append(f"{label}")
+        for level, word in ((Level.ERROR, "full"), (Level.WARNING, "high")):
+            n = sum(1 for _, usage in known if usage.level is level)
+            if n:
+                parts += [" ", (f"{n} {word}", LEVEL_STYLE[level])]
+        parts.append(f" (max {fmt.printable(row.name)} {share}) · ")
+    busiest = max(rows, key=lambda r: gs.net_rate(r.host) or -1.0, default=None)
+    if busiest is None or gs.net_rate(busiest.host) is None:
+        parts.append(("net n/a", MUTED))
+    else:
+        h = busiest.host
+        parts.append(f"net max ↓{fmt.si(h.net_rx, 'B/s')} ↑{fmt.si(h.net_tx, 'B/s')}")
+    return parts
+
+
+def _cursor_line(row: HostRow | None) -> list[Piece]:
+    if row is None:
+        return [("no host matches the filter", MUTED)]
+    h = row.host
+    return ["▶ ", (fmt.printable(h.host), "bold"), " ",
+            (f"{row.state.glyph} {fmt.printable(row.cause)}", state_style(row.state)),
+            "" if row.cause == h.state else f" · {fmt.printable(h.state)}",
+            f" · CPU {fmt.percent(h.cpu)}"
+            f" RAM {fmt.percent(fmt.ratio(h.mem_used, h.mem_total))}"
+            f" disk {fmt.percent(fmt.ratio(h.disk_used, h.disk_total))}"
+            f" net ↓{fmt.si(h.net_rx)} ↑{fmt.si(h.net_tx)}"]
+
+
+def _cells(states: tuple[GpuState, ...], width: int, cursor: bool) -> list[Piece]:
+    """A host's GPU cells, runs of one state in one piece, padded to `width`."""
+    extra = f" {CURSOR}" if cursor else ""
+    parts: list[Piece] = []
+    run: list[GpuState] = []
+    for state in states:
+        if run and state is not run[0]:
+            parts.append(("".join(s.glyph for s in run), state_style(run[0]) + extra))
+            run = []
+        run.append(state)
+    if run:
+        parts.append(("".join(s.glyph for s in run), state_style(run[0]) + extra))
+    if not states:
+        parts.append(("-", MUTED + extra))
+    pad = width - max(1, len(states))
+    if pad > 0:
+        parts.append(" " * pad)
+    return parts
+
+
+def choose_mode(view_rows: int, gpus_per_host: int, room: Size) -> str:
+    """The most detailed form that fits the room: a line per host, a cell per GPU, or a
+    cell per host (which is used, scrolling, where nothing fits)."""
+    if view_rows + FRAME_LINES <= room.height:
+        return "list"
+    per_row = max(1, (room.width + 1) // (gpus_per_host + 1))
+    if -(-view_rows // per_row) + FRAME_LINES <= room.height:
+        return "gpus"
+    return "hosts"
+
+
+def draw(view: FleetView, rows: tuple[HostRow, ...], room: Size, cursor: str | None,
+         query: str) -> Drawing:
+    """The map for `rows` (the filtered hosts of `view`) in `room` (the space the pane
+    gives it), the `cursor` host highlighted."""
+    width = max(room.width, 10)
+    gpus_per_host = max((len(r.states) for r in rows), default=1) or 1
+    mode = choose_mode(len(rows), gpus_per_host, room)
+    lines: list[Content] = [LEGEND,
+                            Content.assemble(*_counts(view, len(rows), query, mode))]
+    hits: dict[int, list[tuple[int, int, str]]] = {}
+    cursor_line = None
+    if mode == "list":
+        name_width = min(16, max((len(fmt.printable(r.name)) for r in rows), default=1))
+        for row in rows:
+            mark = "▶ " if row.name == cursor else "  "
+            hits[len(lines)] = [(0, width, row.name)]
+            if row.name == cursor:
+                cursor_line = len(lines)
+            lines.append(Content(mark) + host_line(row.host, name_width, row.states))
+    else:
+        block = gpus_per_host if mode == "gpus" else 1
+        per_row = max(1, (width + 1) // (block + 1)) if mode == "gpus" else max(
+            GROUP, (width + 1) // (GROUP + 1) * GROUP)
+        for start in range(0, len(rows), per_row):
+            parts: list[Piece] = []
+            spans: list[tuple[int, int, str]] = []
+            x = 0
+            for i, row in enumerate(rows[start:start + per_row]):
+                gap = " " if mode == "gpus" and i else (
+                    " " if mode == "hosts" and i and i % GROUP == 0 else "")
+                if gap:
+                    parts.append(gap)
+                    x += 1
+                here = row.name == cursor
+                if here:
+                    cursor_line = len(lines)
+                states = row.states if mode == "gpus" else (row.state,)
+                parts += _cells(states, block, here)
+                spans.append((x, x + block, row.name))
+                x += block
+            hits[len(lines)] = spans
+            lines.append(Content.assemble(*parts))
+    lines.append(view.resources)
+    current = next((r for r in rows if r.name == cursor), None)
+    lines.append(Content.assemble(*_cursor_line(current)))
+    if not view.rows:
+        lines = [Content.assemble(("no hosts reported yet", MUTED))]
+        hits = {}
+    return Drawing(Content("\n").join(lines), mode, hits, cursor_line, len(lines))
+
+
+class GpuMap(Widget):
+    """Draws `hosts` (set by the Health pane) as a map; `cursor`, `filter_text` and the room
+    the pane has are set by the pane too. Posts `HostChosen` when a host is opened."""
+
+    # One map line is one screen line (its height is counted so): long lines end in "…".
+    DEFAULT_CSS = "GpuMap { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }"
+
+    hosts: reactive[tuple[HostHealth, ...]] = reactive((), repaint=False)
+    # Not `query`: that name is Textual's DOM query, which a reactive would replace.
+    filter_text: reactive[str] = reactive("", repaint=False)
+    cursor: reactive[str | None] = reactive(None, repaint=False)
+
+    class HostChosen(Message):
+        """The operator opened a host (Enter on the cursor, or a click on its cells)."""
+
+        def __init__(self, host: str) -> None:
+            super().__init__()
+            self.host = host
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view = FleetView()
+        self.shown: tuple[HostRow, ...] = ()  # the hosts the filter lets through, in order
+        self._room = Size(0, 0)
+        self._drawing: Drawing | None = None
+        # Until the operator moves the cursor it follows the worst host shown; after,
+        # it stays on the host they chose for as long as that host is shown.
+        self._pinned = False
+
+    # Inputs -------------------------------------------------------------------------
+
+    def watch_hosts(self, hosts: tuple[HostHealth, ...]) -> None:
+        self.view = fleet_view(hosts)
+        self._filter()
+
+    def watch_filter_text(self) -> None:
+        self._pinned = False
+        self._filter()
+
+    def watch_cursor(self) -> None:
+        self._redraw()
+
+    def _filter(self) -> None:
+        query = self.filter_text.strip()
+        rows = self.view.rows
+        self.shown = tuple(r for r in rows if matches(r, query)) if query else rows
+        names = [r.name for r in self.shown]
+        if self.cursor not in names or not self._pinned:
+            self._pinned = False
+            self.set_reactive(GpuMap.cursor, names[0] if names else None)
+        self._redraw()
+
+    def _redraw(self) -> None:
+        if not self._room.width:
+            return  # not laid out yet: the first layout draws it
+        before = self._drawing
+        self._drawing = draw(self.view, self.shown, self._room, self.cursor,
+                             self.filter_text.strip())
+        same_height = (before is not None
+                       and before.height == self._drawing.height)
+        self.refresh(layout=not same_height)
+        self.scroll_to_cursor()
+
+    # Moving -------------------------------------------------------------------------
+
+    def move(self, dx: int, dy: int) -> None:
+        """Move the cursor `dx` hosts along and `dy` lines of the map down."""
+        names = [r.name for r in self.shown]
+        if not names:
+            return
+        index = names.index(self.cursor) if self.cursor in names else 0
+        step = dx + dy * self.per_line()
+        self._pinned = True
+        self.cursor = names[max(0, min(len(names) - 1, index + step))]
+
+    def per_line(self) -> int:
+        """Hosts on one line of the map as drawn now."""
+        if self._drawing is None or not self._drawing.hits:
+            return 1
+        return max(len(spans) for spans in self._drawing.hits.values())
+
+    def open_cursor(self) -> None:
+        if self.cursor is not None:
+            self.post_message(self.HostChosen(self.cursor))
+
+    def scroll_to_cursor(self) -> None:
+        drawing = self._drawing
+        if drawing is None or drawing.cursor_line is None or not self.size.height:
+            return
+        self.call_after_refresh(self._scroll_to_line, drawing.cursor_line)
+
+    def _scroll_to_line(self, line: int) -> None:
+        """Bring the cursor's line into the scrolling container's view."""
+        container = self.parent
+        if isinstance(container, Widget) and container.is_scrollable:
+            box = self.virtual_region
+            container.scroll_to_region(Region(box.x, box.y + line, box.width, 1),
+                                       animate=False, immediate=True)
+
+    def on_click(self, event: events.Click) -> None:
+        drawing = self._drawing
+        if drawing is None:
+            return
+        for start, end, name in drawing.hits.get(event.y, ()):
+            if start <= event.x < end:
+                if name == self.cursor or event.chain > 1:
+                    self.post_message(self.HostChosen(name))
+                self._pinned = True
+                self.cursor = name
+                return
+
+    # Drawing ------------------------------------------------------------------------
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return container.width
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        room = Size(width, container.height)
+        if room != self._room or self._drawing is None:
+            self._room = room
+            self._drawing = draw(self.view, self.shown, room, self.cursor,
+                                 self.filter_text.strip())
+        return self._drawing.height
+
+    def render(self) -> Content:
+        if self._drawing is None:
+            return Content("")
+        return self._drawing.content
