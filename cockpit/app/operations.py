@@ -368,7 +368,7 @@ def run_operation(
     **kw: Any,
 ) -> int:
     """`cockpit ACTION JOB.toml …`: 0 when every host acknowledged, 1 otherwise."""
-    from cockpit.app.watch import default_recording_path
+    from cockpit.app.paths import default_recording_path
 
     # Hosts beside the spec's: the one a scale adds or removes, and those a relaunch
     # excludes (one added by an earlier scale is not in the spec, and its part must be

@@ -61,7 +61,7 @@ def slurm_operation(action: str, spec_path: Path, inventory_path: Path | None,
     except (JobSpecError, InventoryError, OSError) as exc:
         raise CockpitError(str(exc)) from None
     if store_path is None:
-        from cockpit.app.watch import default_recording_path
+        from cockpit.app.paths import default_recording_path
 
         store_path = default_recording_path(f"job-{spec.name}")
     store_path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,13 +4,11 @@ knows nothing of job files."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from platformdirs import user_data_path
-
+from cockpit.app.paths import default_recording_path
 from cockpit.control.controller import Controller, Send
 from cockpit.control.jobspec import (
     JobFile,
@@ -141,8 +139,3 @@ def _slurm_watch(spec: JobSpec, targets: Sequence[str], store_path: Path | None,
             yield session
         finally:
             watch.stop()
-
-
-def default_recording_path(kind: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return user_data_path("training-cockpit") / "recordings" / f"{kind}-{stamp}.duckdb"

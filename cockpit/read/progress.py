@@ -199,7 +199,7 @@ def first_steps(reader: StoreReader, job: str, starts: list[float], until_ts: fl
     missing = [ts for ts in starts if ts not in known]
     if missing:
         found = reader.memo("first_steps_missing", (job, tuple(missing), fr.key("train")),
-                            lambda: reader.first_steps_after(job, missing, until_ts=until_ts))
+                            lambda: reader.first_step_ts_after(job, missing, until_ts=until_ts))
         known = {**known, **{ts: first for ts, first in found.items() if first is not None}}
         reader.remember("first_steps", job, known)
     return [known[ts] for ts in starts if ts in known]

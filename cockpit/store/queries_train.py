@@ -561,7 +561,7 @@ class TrainQueries(ReaderBase):
         return {ts: (int(found[i]) if found.get(i) is not None else None)
                 for i, ts in enumerate(stamps)}
 
-    def first_steps_after(self, job: str, stamps: list[float], *,
+    def first_step_ts_after(self, job: str, stamps: list[float], *,
                           until_ts: float | None = None) -> dict[float, float | None]:
         """For each instant (a start of the job's processes), the ts of the job's first
         step record at or after it, within `STEP_AT_SECONDS`: where its start-up ended.
