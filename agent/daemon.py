@@ -25,9 +25,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from agent import __version__
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
+from agent.job.generations import Generations
 from agent.job.launch import LaunchSpec
 from agent.job.managed import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
-from agent.job.peer_end import Generations
 from agent.job.supervisor import Supervisor, alive
 from agent.journal.control_inbox import ControlInbox
 from agent.journal.journal import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Journal, JournalFull

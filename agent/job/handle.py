@@ -10,18 +10,22 @@ which keeps the lock. The job's own bookkeeping stays its own.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Optional, Protocol, Tuple, TypeVar
+from typing import Callable, List, Optional, Protocol, Tuple, TypeVar
 
+from agent.job.generations import Generations
 from agent.job.launch import LaunchSpec
 from agent.job.progress import Progress
 from agent.job.recovery import Decision, Diagnosis, RecoveryPolicy
 from agent.job.supervisor import Supervisor
 from agent.wire import checkpoints
 
-if TYPE_CHECKING:
-    from agent.job.peer_end import Peers
-
 T = TypeVar("T")
+
+
+class PeerGenerations(Protocol):
+    """What the job's parts use of its peer-end state: the generations of its part."""
+
+    generations: Generations
 
 
 class JobHandle(Protocol):
@@ -35,7 +39,9 @@ class JobHandle(Protocol):
     policy: RecoveryPolicy
     supervisor: Optional[Supervisor]
     progress: Progress
-    peers: "Peers"
+
+    @property
+    def peers(self) -> PeerGenerations: ...
 
     @property
     def running(self) -> bool: ...

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.keys import format_key
@@ -12,13 +12,21 @@ from textual.keys import format_key
 from cockpit.ui.keymap import KEYS, effective_keys
 from cockpit.ui.replay_actions import is_replayable
 
-if TYPE_CHECKING:
-    from cockpit.ui.app import CockpitApp
+
+class _KeyedApp(Protocol):
+    """What the palette needs of the app that lists it (named here, not imported: the
+    app imports this provider)."""
+
+    keymap: dict[str, str]
+    theme_names: list[str]
+    source: object
+
+    def run_keyed_action(self, spec_id: str) -> Awaitable[None]: ...
 
 
 class CockpitCommands(Provider):
     def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
-        app = cast("CockpitApp", self.app)  # the one App that lists this provider
+        app = cast(_KeyedApp, self.app)  # the one App that lists this provider
         keys = effective_keys(app.keymap)
         replaying = is_replayable(app.source)
         commands: list[tuple[str, str, Callable[[], object]]] = [

@@ -12,6 +12,7 @@ import pytest
 
 from agent.job import managed as job_module
 from agent.job import membership, peer_end
+from agent.job.generations import KEEP
 from agent.job.launch import LaunchSpec
 from agent.job.managed import ManagedJob
 from agent.job.membership import claim_spare
@@ -194,9 +195,9 @@ def test_a_host_started_anew_keeps_the_generations_it_left(tmp_path: Path) -> No
     """Stopped, then launched afresh: the new part is a new ManagedJob, yet a marker of the
     first launch is still an earlier part's to it, and after an agent restart too."""
     gens = peer_end.Generations()
-    for n in range(peer_end.KEEP + 3):
+    for n in range(KEEP + 3):
         gens.begin(f"op{n}")
-    assert gens.current == f"op{peer_end.KEEP + 2}" and len(gens.past) == peer_end.KEEP
+    assert gens.current == f"op{KEEP + 2}" and len(gens.past) == KEEP
     assert gens.judge(gens.current) is True and gens.judge(gens.past[0]) is False
     assert gens.judge("op0") is None and gens.judge(None) is None  # long gone: the clocks
     b = _job(tmp_path, "b", "launch1-b")
