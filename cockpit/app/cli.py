@@ -867,8 +867,19 @@ class EndedBySignal(KeyboardInterrupt):
         self.status = 128 + signum
 
 
+_ENDED_BY: list[int] = []  # the signal that ended this process, once one has
+
+
 def _ended_by(signum: int, _frame: object) -> None:
+    _ENDED_BY.append(signum)
     raise EndedBySignal(signum)
+
+
+def _ending_status() -> int | None:
+    """The exit status for a process a signal is ending, whatever the exception that
+    reached the top: a signal that lands while DuckDB runs a query on this thread
+    surfaces as the client's own `RuntimeError("Query interrupted")`, not as ours."""
+    return 128 + _ENDED_BY[0] if _ENDED_BY else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -895,6 +906,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except CockpitError as exc:
+        status = _ending_status()
+        if status is not None:
+            return status  # the error is the signal's doing: a query it interrupted
         print(f"cockpit: {exc}", file=sys.stderr)
         return 2
     except EndedBySignal as ended:
@@ -905,6 +919,11 @@ def main(argv: list[str] | None = None) -> int:
         # Output piped into `head` and the like: not an error worth a traceback.
         sys.stderr.close()
         return 0
+    except Exception:
+        status = _ending_status()
+        if status is None:
+            raise
+        return status
 
 
 if __name__ == "__main__":

