@@ -36,7 +36,7 @@ from agent.lockfile import StateLock
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
-from agent.wire import jobstate, paths
+from agent.wire import jobstate, paths, states
 from agent.wire.launch_spec import check_job_name
 from agent.wire.op_error import OpError
 from agent.wire.protocol import PROTOCOL_VERSION
@@ -256,7 +256,8 @@ class Daemon:
 
     # -- managed jobs ----------------------------------------------------------------
     def _observe(self, t: str, fields: Mapping) -> None:
-        job = self.jobs.get(fields.get("job"))  # type: ignore[arg-type]
+        name = fields.get("job")
+        job = self.jobs.get(name) if isinstance(name, str) else None
         if job is None:
             return
         if t == "train":
@@ -282,8 +283,7 @@ class Daemon:
                    fork_from: Optional[Tuple[Path, Optional[int]]] = None,
                    standby: bool = False, op_id: object = None) -> ManagedJob:
         current = self.jobs.get(spec.name)
-        if current is not None and current.state not in ("finished", "failed", "stopped",
-                                                         "excluded"):
+        if current is not None and current.state not in states.ENDED:
             raise OpError("job %r is already %s on this host" % (spec.name, current.state))
         job = ManagedJob(spec, self.journal, overrides, log=self.log)
         if current is not None:  # its parts' markers are earlier parts' to the new one
@@ -294,7 +294,7 @@ class Daemon:
         return job
 
     def _op_launch(self, op: dict) -> dict:
-        spec = LaunchSpec(op.get("spec"))  # type: ignore[arg-type]
+        spec = LaunchSpec(op.get("spec"))
         overrides = op.get("overrides") or {}
         if not isinstance(overrides, dict):
             raise OpError("'overrides' must be an object of key: value")
@@ -349,7 +349,7 @@ class Daemon:
             if not spec.elastic:
                 raise OpError("job %r is not elastic (nnodes is not \"MIN:MAX\")" % spec.name)
             job = self.jobs.get(spec.name)
-            if job is None or job.state in ("finished", "failed", "stopped", "excluded"):
+            if job is None or job.state in states.ENDED:
                 job = self._start_job(spec, standby=True, op_id=op.get("id"))
             return job.request("scale", {"id": op.get("id"), "join": spec, "change": "add",
                                          "host": spec.host, "hosts": spec.hosts})
@@ -561,7 +561,7 @@ class Daemon:
             if saved.get("state") not in ADOPTABLE_STATES:
                 continue
             try:
-                job = ManagedJob(LaunchSpec(saved.get("spec")), self.journal,  # type: ignore[arg-type]
+                job = ManagedJob(LaunchSpec(saved.get("spec")), self.journal,
                                  saved.get("overrides"), log=self.log)
                 job.adopt(saved)
             except Exception as exc:  # a bad saved state must not keep the agent down
@@ -715,6 +715,8 @@ def run_daemon(config: DaemonConfig) -> int:
     sys.setswitchinterval(0.001)
     signal.signal(signal.SIGINT, _term)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A block inherited through exec would keep SIGTERM pending: no clean stop, ever.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     daemon = Daemon(config)
     holder.append(daemon)
     if stopping.is_set():

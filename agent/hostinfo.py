@@ -53,8 +53,9 @@ def env_fingerprint() -> Dict[str, Any]:
         from importlib import metadata
 
         for dist in metadata.distributions():
-            # typeshed's PackageMetadata omits get(), which the real email.message.Message has
-            name = (dist.metadata.get("Name") or "").lower()  # type: ignore[attr-defined]
+            # typeshed's PackageMetadata omits get(), which the real email.message.Message
+            # has (`metadata["Name"]` would be typed, but warns or raises when missing)
+            name = (dist.metadata.get("Name") or "").lower()  # type: ignore[attr-defined]  # typeshed's PackageMetadata
             if name:
                 packages.append("%s==%s" % (name, dist.version))
     except Exception:

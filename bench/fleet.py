@@ -1,7 +1,7 @@
 """Fleet bench: hundreds of hosts x 8 GPUs at 1 Hz into one DuckDB file.
 
 Each pretend host is a loopback address served by a real sshd; its remote command is a
-synthetic agent (this file, `synth` mode) that emits realistic gpu/host/train records at
+synthetic agent (`bench/synth_host.py`) that emits realistic gpu/host/train records at
 the real rate, resuming from `--from` like the real agent. The cockpit side is what the
 live cockpit runs: `Fleet` (one SSH link per host) feeding the store writer.
 
@@ -23,11 +23,9 @@ The last line printed is the JSON result.
 
 from __future__ import annotations
 
-# Only what the synthetic agent needs is imported here: 256 of them start at once, and
-# argparse, tempfile, json and pathlib would be most of each one's start-up CPU. The
-# cockpit side imports the rest where it runs (`Path` in annotations is that one).
+# The cockpit side imports the rest where it runs (`Path` in annotations is that one): a
+# baseline revision's synthetic agent is this file in `synth` mode, and cheap to start.
 import os
-import select
 import sys
 import time
 
@@ -36,94 +34,6 @@ GOAL_CPU_SHARE = 0.25
 GOAL_P95_S = 2.0
 UNIT = "cores (cockpit CPU time / wall)"
 GOAL = f"value <= {GOAL_CPU_SHARE} and p95_latency_s <= {GOAL_P95_S}"
-
-
-# --------------------------------------------------------------------------------------
-# The synthetic agent (runs on the "host", started by sshd). Standard library only, and
-# cheap: records are formatted from templates, and it sleeps on stdin until the next tick.
-
-
-def synth_agent(argv: list[str]) -> int:
-    after = int(argv[argv.index("--from") + 1])
-    host = argv[argv.index("--host") + 1]
-    out = sys.stdout.buffer
-    stdin = sys.stdin.fileno()
-    gpu = (
-        '{"t":"gpu","seq":%d,"ts":%.3f,"gpu":%d,"uuid":"GPU-%s-%d","sim":true,'
-        '"util":%.1f,"mem_util":%.1f,"mem_used":%d,"mem_total":85899345920,"temp":%.1f,'
-        '"power":%.1f,"power_limit":700.0,"sm_clock":1980,"mem_clock":2619,"fan":null,'
-        '"throttle":0,"ecc_vol_corr":0,"ecc_vol_unc":0,"ecc_agg_corr":0,"ecc_agg_unc":0,'
-        '"retired_pages":0,"remap_pending":false,"pcie_tx":%.1f,"pcie_rx":%.1f,'
-        '"pcie_replay":0,"nvlink_err":0,"procs":[{"pid":%d,"mem":%d,"rank":%d}]}\n'
-    )
-    hostrec = (
-        '{"t":"host","seq":%d,"ts":%.3f,"cpu":%.1f,"load1":%.2f,"load5":%.2f,"load15":%.2f,'
-        '"mem_used":%d,"mem_total":2164392632320,"swap_used":0,"swap_total":0,'
-        '"disk_path":"/data","disk_used":%d,"disk_total":7681501126656,'
-        '"disk_read":%.1f,"disk_write":%.1f,"net_rx":%.1f,"net_tx":%.1f,"procs":[]}\n'
-    )
-    train = (
-        '{"t":"train","seq":%d,"ts":%.3f,"job":"bench","rank":%d,"step":%d,"epoch":%.3f,'
-        '"stage":"train","loss":%.5f,"nonfinite":null,"lr":0.0003,"samples":32,'
-        '"tokens":65536,"step_time":%.4f,"data_time":0.01,"compute_time":0.8,'
-        '"comm_time":0.1,"ckpt_time":null,"loss_scale":65536.0,"grad_norm":%.4f,"extra":{}}\n'
-    )
-    header = (
-        '{"t":"stream","seq":0,"ts":%.3f,"protocol":1,"agent_version":"bench",'
-        '"journal_id":"bench-%s","from":%d,"first":1,"head":%d}\n'
-    )
-    seq = after
-    now = time.time()
-    out.write((header % (now, host, after, after)).encode())
-    out.flush()
-    tick = int(now) + 1
-    step = after // (GPUS + 2)
-    while True:
-        wait = tick - time.time()
-        if wait > 0:
-            ready, _, _ = select.select([stdin], [], [], wait)
-            if ready and not os.read(stdin, 4096):
-                return 0  # the cockpit closed the channel
-        ts = time.time()
-        step += 1
-        lines = []
-        for g in range(GPUS):
-            seq += 1
-            phase = (step + g) % 10
-            lines.append(
-                gpu
-                % (
-                    seq,
-                    ts,
-                    g,
-                    host,
-                    g,
-                    90 + phase,
-                    40 + phase,
-                    60 << 30,
-                    65 + phase,
-                    600 + phase,
-                    1e4,
-                    2e4,
-                    4000 + g,
-                    60 << 30,
-                    g,
-                )
-            )
-        seq += 1
-        lines.append(
-            hostrec % (seq, ts, 40.0, 30.1, 29.5, 28.0, 900 << 30, 3 << 40, 1e7, 5e6, 1e8, 1e8)
-        )
-        seq += 1
-        lines.append(train % (seq, ts, 0, step, step / 1000, 2.5 - step * 1e-5, 1.01, 0.9))
-        try:
-            out.write("".join(lines).encode())
-            out.flush()
-        except BrokenPipeError:
-            return 0
-        tick += 1
-        if tick < time.time() - 5:  # fell far behind (suspended): skip ahead, do not burst
-            tick = int(time.time()) + 1
 
 
 # --------------------------------------------------------------------------------------
@@ -152,6 +62,19 @@ class _Counter:
 
     def high_water(self, host: str) -> int:
         return 0
+
+
+def _synth_command(tree: Path) -> list[str]:  # noqa: F821 (imported where used)
+    """argv of the synthetic agent of the checkout at `tree`: `bench/synth_host.py`, or
+    this file's `synth` mode in a revision from before that module."""
+    bench = tree / "bench"
+    if (bench / "synth_host.py").is_file():
+        sys.path.insert(0, str(bench))
+        import synth_host
+
+        sys.path.remove(str(bench))
+        return synth_host.command(sys.executable, str(bench))
+    return [sys.executable, "-S", str(bench / "fleet.py"), "synth"]
 
 
 def run_fleet(n_hosts: int, seconds: float, workdir: os.PathLike[str], store: bool = True
@@ -184,7 +107,7 @@ def run_fleet(n_hosts: int, seconds: float, workdir: os.PathLike[str], store: bo
 
     base = Path(workdir) / f"fleet-{n_hosts}-{'store' if store else 'transport'}"
     with sshd_hosts(n_hosts, base / "sshd", hosts_per_process=MAX_LISTEN_ADDRESSES) as hosts:
-        agent = shlex.join([sys.executable, "-S", str(Path(__file__).resolve()), "synth"])
+        agent = shlex.join(_synth_command(Path(__file__).resolve().parents[1]))
         specs = [
             HostSpec(
                 name=h.name,
@@ -293,7 +216,7 @@ def fanout_probe(argv: list[str]) -> int:
     from tests.harness.sshd import MAX_LISTEN_ADDRESSES, sshd_hosts
 
     extra = {"reexec": False} if args.no_reexec else {}
-    agent = shlex.join([sys.executable, "-S", str(tree / "bench" / "fleet.py"), "synth"])
+    agent = shlex.join(_synth_command(tree))
     first: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-fanout-") as tmp:
         base = Path(tmp)
@@ -423,8 +346,11 @@ def run_fanout(hosts: int, rounds: int, ref: str, workdir: Path) -> dict:  # noq
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "synth":
-        return synth_agent(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "synth":  # as before bench/synth_host.py
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import synth_host
+
+        return synth_host.main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "fanout-probe":
         return fanout_probe(sys.argv[2:])
     import argparse

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent.wire import states
+
 NA = None  # a field the source cannot give; widgets show "n/a"
 
 
@@ -66,7 +68,7 @@ class Progress:
     stalled: bool = False
     stall_cause: str | None = None  # "data starved", "resource contention", "straggler sync"...
     stall_detail: str | None = None
-    state: str = "unknown"  # running, paused, stalled, finished, exited, failed, recovering…
+    state: str = states.UNKNOWN  # `agent.wire.states`: running, paused, stalled, exited…
     # Of a paused job: the step of the checkpoint a resume starts from. The steps trained
     # after it (up to `step`) are discarded by the resume.
     resume_step: int | None = None
@@ -165,6 +167,15 @@ class GpuCell:
     xid: int | None = None  # most recent XID, if any
     throttle: int | None = None
     name: str | None = None
+    # The GPU's fault history, kept across runs of the job (a relaunch, a fork): its
+    # XIDs in the whole recording, those before the current run began, the codes seen
+    # (`read.health`), and its lifetime uncorrectable ECC count (NVML's aggregate
+    # counter, which a reset or reboot keeps).
+    xid_count: int = 0
+    xid_earlier: int = 0
+    xid_codes: tuple[int, ...] = ()
+    xid_earlier_last: float | None = None
+    ecc_lifetime: int | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +222,9 @@ class Health:
     interruptions: tuple[Interruption, ...] = ()
     simulated: bool = False  # any GPU in the view is simulated: show SIM
     checkpoint_advice: str | None = None  # Young/Daly interval from measured cost and MTBF
+    # The job-wide restart budget, used and left, as the newest restart decision left it
+    # (`cockpit.analysis.restart_budget`); None before any.
+    restart_budget: str | None = None
 
 
 @dataclass(frozen=True)

@@ -64,14 +64,12 @@ _perf = time.perf_counter
 _wall = time.time
 
 
-class _ClosedQueue:
-    """Stands in for the buffer after close(): reporting then fails loudly, at no cost before."""
+class _ClosedQueue(Deque[tuple]):
+    """Stands in for the buffer after close(): reporting then fails loudly, at no cost before.
+    An empty deque to whatever drains it."""
 
-    def append(self, _item: Any) -> None:
+    def append(self, _item: tuple) -> None:
         raise RuntimeError("this Reporter is closed; create a new one to keep reporting")
-
-    def __len__(self) -> int:
-        return 0
 
 
 class _Phase:
@@ -157,6 +155,9 @@ class Reporter:
         honours: Optional[Iterable[str]] = None,
         honoured_by: str = "this trainer",
     ) -> None:
+        # Over 80 lines: the Reporter's whole state, declared in one place; the hot path
+        # (`log`, `step`) reads these attributes, and helpers that set them would hide
+        # what one call touches.
         generated = False
         if job is None:
             job, generated = _default_job()
@@ -662,7 +663,7 @@ class Reporter:
             self._drain(holdback=False)
             self._drain(holdback=False)  # whatever the last drain itself had to report
         finally:
-            self._q = _ClosedQueue()  # type: ignore[assignment]
+            self._q = _ClosedQueue()
             self._writer.close()
             atexit.unregister(self.close)
 

@@ -91,10 +91,13 @@ class SpoolWriter:
             self._open_next()
 
     def _write_all(self, data: bytes) -> None:
+        fd = self._fd
+        if fd is None:
+            raise ValueError("spool file %s is closed" % self.path)
         view = memoryview(data)
         while view:
             try:
-                written = os.write(self._fd, view)  # type: ignore[arg-type]
+                written = os.write(fd, view)
             except OSError:
                 self._torn = len(view) != len(data)
                 raise

@@ -25,6 +25,7 @@ from agent.wire.launch_spec import (
     check_job_name,
     finite,
     nul_field,
+    per_cause_budget,
 )
 from agent.wire.op_error import OpError
 
@@ -110,7 +111,10 @@ def _table(spec: Mapping[str, Any], key: str) -> Dict[str, Any]:
 class LaunchSpec:
     """The validated spec of one job on this host."""
 
-    def __init__(self, spec: Mapping[str, Any]) -> None:
+    def __init__(self, spec: object) -> None:
+        # `object`: a spec comes from an op or a saved state, whatever its shape; this
+        # is where it is checked. Over 80 lines: one check per field, in the spec's
+        # order, each setting the attribute it checks.
         if not isinstance(spec, dict):
             raise OpError("'spec' must be an object")
         self.raw = dict(spec)
@@ -206,6 +210,8 @@ class LaunchSpec:
         self.backoff_max = _number(recovery, "backoff_max", "recovery.backoff_max")
         if self.backoff_max < self.backoff:
             raise OpError("recovery.backoff_max must be >= recovery.backoff")
+        self.budget_window = _number(recovery, "window", "recovery.window")
+        self.per_cause: Dict[str, int] = per_cause_budget(recovery.get("per_cause"))
         self.exclude_on = _str_list(recovery, "exclude_on",
                                     list(DEFAULTS["recovery.exclude_on"]))
         hang = _table(spec, "hang")

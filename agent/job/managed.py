@@ -17,6 +17,12 @@ detected_at, detection_latency), and every recovery as `recovery` (recovery_seco
 the failure to the first new step, steps_lost, restart_count, checkpoint), as
 docs/protocol.md lays down. Operations (pause, freeze, thaw, resume, relaunch, stop) are
 queued to the job's thread and acknowledged by `event`s when they have happened.
+
+Over 500 lines because `ManagedJob` is the job's state machine: every transition
+(launch, failure and restart, pause, freeze, resume, stop, adoption) runs on the job's
+own thread and moves `state` under its one lock. What does not move the state lives apart,
+behind `agent.job.handle.JobHandle`: the supervisor with its output and process tree,
+progress, generations, membership, peer ends, and recovery's classifier and policy.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from agent.job import peer_end
 from agent.job.launch import LaunchSpec
-from agent.job.membership import STANDBY, Membership
+from agent.job.membership import Membership
 from agent.job.progress import Progress
 from agent.job.recovery import (
     Decision,
@@ -43,6 +49,7 @@ from agent.job.recovery import (
     interruption,
     read_error_file,
 )
+from agent.job.restart_budget import JobBudget, read_others, write_mine
 from agent.job.stacks import dump_stacks
 from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
@@ -50,6 +57,18 @@ from agent.off_thread import OffThread
 from agent.wire import checkpoints, jobstate, paths
 from agent.wire.causes import HANG
 from agent.wire.op_error import OpError
+from agent.wire.states import (
+    BACKOFF,
+    FAILED,
+    FINISHED,
+    FROZEN,
+    PAUSED,
+    PAUSING,
+    RUNNING,
+    STANDBY,
+    STARTING,
+    STOPPED,
+)
 
 WATCH = 0.5  # s between checks of the attempt (worker liveness, hang, operations)
 RANKS_REFRESH = 2.0  # s between re-reading which processes are torchrun's workers
@@ -62,8 +81,6 @@ SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agen
 # s a look at the checkpoint dir may take before the journal says the job waits on it
 SLOW_LOOK = 30.0
 
-STARTING, RUNNING, BACKOFF, PAUSING = "starting", "running", "backoff", "pausing"
-PAUSED, FROZEN, FINISHED, FAILED, STOPPED = "paused", "frozen", "finished", "failed", "stopped"
 IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
 # Idle states a resume starts again, and in which a part follows the other hosts' resume
 # that did not reach it (agent.job.peer_end): a finished job has nothing left to run.
@@ -124,6 +141,8 @@ class ManagedJob:
         self.overrides = dict(overrides or {})
         self.log = log
         self.policy = RecoveryPolicy(spec.restart_budget, spec.backoff, spec.backoff_max)
+        self.budget = JobBudget(spec.per_cause, spec.budget_window, spec.restart_budget,
+                                spec.host or "local")
         self.detector = HangDetector(spec.hang_k, spec.hang_floor, spec.hang_startup)
         self.state = STARTING
         self.attempt = 0
@@ -507,7 +526,7 @@ class ManagedJob:
             if error is not None and error.get("timestamp"):
                 failure_at = min(failure_at, float(error["timestamp"]))
         exclusion = self.membership.exclusion(diagnosis)  # elastic: this host leaves the job
-        decision = exclusion[1] if exclusion else self.policy.decide(diagnosis)
+        decision = exclusion[1] if exclusion else self._decide(diagnosis, failure_at)
         last_step = self.progress.cur_max
         extra = dict(extra or {})
         if exclusion:
@@ -529,6 +548,36 @@ class ManagedJob:
         self._failure = self._outage(failure_at, diagnosis.cause, last_step)
         self.state = BACKOFF
         return time.time() + decision.delay
+
+    def _decide(self, diagnosis: Diagnosis, failure_at: float) -> Decision:
+        """Retry or stop, within the job-wide restart budget (agent.job.restart_budget):
+        this host's restarts and, for a multi-host job, the other hosts' as the shared
+        dir has them (a dir that does not answer leaves this host's own, said in the
+        decision's budget)."""
+        spec = self.spec
+        generation = self.peers.generations.current
+        others: List[dict] = []
+        unread = None
+        if spec.nnodes > 1 or len(spec.hosts) > 1:
+            answered, found = self.peers.shared.call(
+                lambda: read_others(spec.shared_dir, self.name, spec.host or "local"))
+            others = list(found or [])
+            if not answered:
+                unread = self.peers.shared.unanswered(spec)
+        judged = self.budget.judge(diagnosis.cause, failure_at, generation, others,
+                                   time.time())
+        if unread is not None:
+            judged["unread"] = unread
+        decision = self.policy.decide(diagnosis, judged)
+        if decision.retry:
+            self.budget.record(diagnosis.cause, failure_at, generation)
+            if others or spec.nnodes > 1 or len(spec.hosts) > 1:
+                entries = self.budget.state()
+                answered, error = self.peers.shared.call(lambda: write_mine(
+                    spec.shared_dir, self.name, spec.host or "local", entries))
+                if not answered or error:
+                    judged["unwritten"] = error or self.peers.shared.unanswered(spec)
+        return decision
 
     def _outage(self, failure_at: float, cause: str, last_step: Optional[int]) -> dict:
         """The failure a recovery will be measured from. A restart that fails before its
@@ -770,6 +819,9 @@ class ManagedJob:
              "seconds": seconds, "ended_for": why})
 
     def _pause(self, args: dict, retry_at: Optional[float]) -> Optional[float]:
+        # Over 80 lines: one pause in the order it happens (ask for a checkpoint, wait
+        # for it, give up or stop the processes, record where it paused); every step
+        # reads the request's time and the checkpoint found.
         if self.state == BACKOFF:
             self._pause_in_backoff()
             return None  # the restart that was due is dropped
@@ -1068,7 +1120,8 @@ class ManagedJob:
                 "detector": self.detector.state(),
             }
         data.update({
-            "policy": self.policy.state(), "failure": self._failure,
+            "policy": self.policy.state(), "budget": self.budget.state(),
+            "failure": self._failure,
             "freeze_until": self._freeze_until,
             "standby_since": self.membership.standby_since,
             "membership": self.membership.state(),
@@ -1124,6 +1177,7 @@ class ManagedJob:
         now = time.time()
         self.attempt = int(saved.get("attempt") or 0)
         self.policy.restore(saved.get("policy") or {})
+        self.budget.restore(saved.get("budget"))
         self._failure = dict(saved.get("failure") or {})
         self.membership.restore(saved.get("membership"))
         self.peers.restore(saved)

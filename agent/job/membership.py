@@ -27,6 +27,10 @@ the first free spare with a file in the job's shared control dir
 (`control/JOB.takeover/SPARE.json`, created exclusively, so two hosts never take the
 same spare); the spare's agent looks for that file, and starts torchrun with the job's
 rendezvous, which the other nodes' torchrun admits in their regroup.
+
+Over 500 lines because the regroup, the scale, the exclusion of a faulty host and the
+takeover by a spare read and change one state of the job (its generation, the hosts
+expected, the regroup pending) on the job's thread, each checked against the others.
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ from agent.job.supervisor import alive
 from agent.wire import paths
 from agent.wire.causes import DATA, GPU_FAULT, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 from agent.wire.op_error import OpError
+from agent.wire.states import (
+    EXCLUDED,
+    FAILED,
+    FINISHED,
+    RUNNING,
+    STANDBY,
+    STARTING,
+    STOPPED,
+)
 
 if TYPE_CHECKING:
     from agent.job.handle import JobHandle
@@ -59,9 +72,8 @@ _PEER_GONE = re.compile(r"gloo/transport|Broken pipe|Connection (?:reset|closed)
 # Causes that are this host's own even while its nodes change.
 OWN_CAUSES = (OOM, GPU_FAULT, DATA, KILLED)
 SETTLE = 0.3  # s for what torchrun and the ranks just wrote to reach the log
-STANDBY, EXCLUDED = "standby", "excluded"
 # States in which a host can be told to join an elastic job.
-JOINABLE = (STANDBY, EXCLUDED, "stopped", "finished", "failed")
+JOINABLE = (STANDBY, EXCLUDED, STOPPED, FINISHED, FAILED)
 
 
 def takeover_dir(spec: LaunchSpec) -> Path:
@@ -334,7 +346,7 @@ class Membership:
             if state not in JOINABLE:
                 raise OpError("job %r is %s on this host: it cannot join again"
                               % (self.job.name, state))
-        elif state not in ("running", "starting"):
+        elif state not in (RUNNING, STARTING):
             raise OpError("job %r is %s: only a running elastic job can be scaled"
                           % (self.job.name, state))
         if not self.job.spec.elastic and args.get("join") is None:

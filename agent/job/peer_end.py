@@ -54,6 +54,11 @@ The markers live on a shared filesystem, often a network mount; a hard-mounted N
 whose server stopped answering blocks every listing, read and write in the kernel until
 it is back. `Shared` runs them off the job's thread and waits ANSWER_WITHIN at most, so
 the job's recovery loop goes on meanwhile (without the markers).
+
+Over 500 lines because the end markers and the resume markers are one protocol: both are
+read and written through the same shared-dir access (`Shared`, which keeps a hung mount
+off the job's thread), and the same rules (generations, else the clocks) say whether a
+marker counts.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Se
 from agent.job.generations import Generations, generation
 from agent.job.launch import LaunchSpec
 from agent.off_thread import OffThread
-from agent.wire import atomic, paths
+from agent.wire import atomic, paths, states
 
 if TYPE_CHECKING:
     from agent.job.handle import JobHandle
@@ -448,7 +453,7 @@ class Peers:
         peers, problems = looked
         now = time.time()
         self._report(problems, "ending")
-        if job.state == "paused":
+        if job.state == states.PAUSED:
             # Paused, this part follows a stop only (a paused job's processes are gone
             # already), and only one the stop itself has had time to reach here: the
             # operator's stop of the whole job reaches every host at about the same time.

@@ -267,6 +267,13 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
             own = [root_error["message"], *(root_error.get("traceback") or "").splitlines(),
                    *own]
         found = _by_pattern(own)
+        if found is not None and found.cause == NCCL:
+            # Without error files torchrun's "first observed failure" is whichever rank it
+            # reaped first, often a peer whose collective broke because the rank that
+            # really failed went away: a failure of a rank's own (`_local_cause`) wins.
+            local = _local_cause([line for line in tail if line not in own])
+            if local is not None:
+                return local
         if found is not None:
             found.where.setdefault("rank", rank)
             return found
@@ -278,6 +285,8 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
         if exceptions:
             return _user_exception(exceptions, where_rank)
     found = _by_pattern(texts)
+    if found is not None and found.cause == NCCL:
+        found = _local_cause(texts) or found
     if found is not None:
         return found
     exceptions = _exception_lines(texts)
@@ -433,6 +442,31 @@ def _by_pattern(texts: Sequence[str]) -> Optional[Diagnosis]:
     return None
 
 
+# Causes that begin in the rank that shows them: a peer's failure cannot make a rank run
+# out of memory, read a bad input or raise an XID, while it does break its collectives.
+_LOCAL_CAUSES = (OOM, GPU_FAULT, DATA)
+_RANK_PREFIX = re.compile(r"^\[\w*?(\d+)\]:")
+
+
+def _local_cause(texts: Sequence[str]) -> Optional[Diagnosis]:
+    """The first failure of a rank's own (`_LOCAL_CAUSES`) in `texts`, with the rank
+    whose output shows it, or None."""
+    for cause, pattern in _PATTERNS:
+        if cause not in _LOCAL_CAUSES:
+            continue
+        hits = [line for line in texts if pattern.search(line)]
+        if not hits:
+            continue
+        found = _by_pattern(hits)
+        if found is None:
+            continue
+        prefix = _RANK_PREFIX.match(hits[0])
+        if prefix is not None:
+            found.where.setdefault("rank", int(prefix.group(1)))
+        return found
+    return None
+
+
 def _strip_rank(line: str) -> str:
     return re.sub(r"^\[\w*\d+\]:\s*", "", line)
 
@@ -483,16 +517,22 @@ def _dedupe(lines: Iterable[str]) -> List[str]:
 class Decision:
     """What to do after a failure: retry after `delay` seconds, or stop and say why."""
 
-    def __init__(self, retry: bool, delay: float, reason: str, hint: Optional[str] = None
-                 ) -> None:
+    def __init__(self, retry: bool, delay: float, reason: str, hint: Optional[str] = None,
+                 budget: Optional[dict] = None) -> None:
         self.retry = retry
         self.delay = delay
         self.reason = reason
         self.hint = hint
+        # The job-wide restart budget as this decision found it
+        # (agent.job.restart_budget.JobBudget.judge); None where none was judged.
+        self.budget = budget
 
     def as_dict(self) -> dict:
-        return {"retry": self.retry, "delay": self.delay, "reason": self.reason,
-                "hint": self.hint}
+        out = {"retry": self.retry, "delay": self.delay, "reason": self.reason,
+               "hint": self.hint}
+        if self.budget is not None:
+            out["budget"] = {k: v for k, v in self.budget.items() if k != "spent"}
+        return out
 
 
 def interruption(diagnosis: Diagnosis, decision: Decision, detected_at: float,
@@ -550,20 +590,27 @@ class RecoveryPolicy:
         self.history = [Diagnosis(str(cause), [], signature=str(signature))
                         for cause, signature in state.get("history") or []]
 
-    def decide(self, diagnosis: Diagnosis) -> Decision:
+    def decide(self, diagnosis: Diagnosis, budget: Optional[dict] = None) -> Decision:
+        """`budget`: the job-wide restart budget as judged for this failure
+        (`agent.job.restart_budget.JobBudget.judge`); its `spent` reason stops the job."""
         self.history.append(diagnosis)
         same = sum(1 for d in self.history if d.signature == diagnosis.signature)
         limit = self.repeat_limits.get(diagnosis.cause)
         if limit is not None and same >= limit:
             return Decision(False, 0.0, "%s failure repeated %d times: retrying will not heal "
-                            "it" % (diagnosis.cause, same), diagnosis.hint)
+                            "it" % (diagnosis.cause, same), diagnosis.hint, budget)
+        if budget is not None and budget.get("spent"):
+            return Decision(False, 0.0, str(budget["spent"]), diagnosis.hint or (
+                "the job fails for %s again and again: find out why before relaunching "
+                "(a relaunch starts a fresh budget)" % budget.get("cause")), budget)
         if self.restarts >= self.restart_budget:
             return Decision(False, 0.0, "restart budget of %d used up" % self.restart_budget,
-                            diagnosis.hint)
+                            diagnosis.hint, budget)
         delay = min(self.backoff_max, self.backoff * (2 ** self._streak))
         self._streak += 1
         self.restarts += 1
-        return Decision(True, delay, "restart %d of %d" % (self.restarts, self.restart_budget))
+        return Decision(True, delay, "restart %d of %d" % (self.restarts, self.restart_budget),
+                        budget=budget)
 
 
 class HangDetector:

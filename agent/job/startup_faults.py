@@ -25,8 +25,9 @@ from __future__ import annotations
 import re
 from typing import Dict, NamedTuple, Optional, Set, Tuple
 
-# The agent's alert codes for these faults (the cockpit ends them when the host's part of
-# the job starts again, like `launch_failed`).
+# The agent's alert codes for these faults. The cockpit ends one, like `launch_failed`,
+# once the start is no longer pending: the host's part made a step after it, the
+# operator started it again, stopped or paused the job, or took the host out of it.
 UNRESOLVABLE = "rdzv_unresolvable"
 UNREACHABLE = "rdzv_unreachable"
 PORT_IN_USE = "port_in_use"

@@ -2,8 +2,9 @@
 
 A session of its own keeps the daemon out of every signal meant for the job. torchrun
 starts each rank in a session of its own, though, so signals go to the whole process
-tree (torchrun, its ranks and whatever they forked), collected before the first signal so
-that ranks orphaned by a dying torchrun are not missed.
+tree (torchrun, its ranks and whatever they forked), collected from /proc
+(`agent.job.proctree`) before the first signal so that ranks orphaned by a dying
+torchrun are not missed.
 
 The job must outlive the agent: a `kill -9` of the daemon (or a crash, or an upgrade)
 must neither end the job nor leave a restarted daemon blind to it. So the command is
@@ -15,47 +16,34 @@ re-attach (`Supervisor.adopt`): the pids guarded by their start times against pi
 the boot, the status file and how far the logs were read.
 
 The tailed output goes, rate-limited and cut to 4 KiB a line, into the journal as `log`
-records so the cockpit can show the tail (the last lines are also kept in memory,
-unthrottled, to classify a failure). torchrun is asked to prefix its ranks' teed lines
-with `[rankN]:` (unless the user chose another template) so each line can name its rank.
+records (`agent.job.output`) so the cockpit can show the tail (the last lines are also
+kept in memory, unthrottled, to classify a failure). torchrun is asked to prefix its
+ranks' teed lines with `[rankN]:` (unless the user chose another template) so each line
+can name its rank.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Deque,
-    Dict,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-)
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence
 
 from agent.hostinfo import boot_id
 from agent.job import jobwrap
-from agent.job.startup_faults import IMPORT_ERROR, StartupFault, StartupWatch
+from agent.job.output import JobOutput
+from agent.job.proctree import alive, children_of, descendants, group_pids
+from agent.job.startup_faults import StartupWatch
 from agent.journal.journal import Journal
 from agent.samplers.procinfo import RankResolver
 from agent.wire import atomic, paths
 
-MAX_LOG_LINE = 4096
-TAIL_LINES = 400
 READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
 FOLLOW_POLL = 0.5  # s between looks at the log files when nothing new came
 EXIT_POLL = 0.05  # s between looks at an adopted job's wrapper
@@ -65,141 +53,11 @@ STREAMS = ("stdout", "stderr")
 # -I: the job's PYTHON* environment is for the job, not for the wrapper.
 _WRAPPER = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.job.jobwrap import main; "
             "sys.exit(main(sys.argv[2:]))")
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)?(\d+)\]:")
-
-
-def parse_rank(line: str) -> Optional[int]:
-    """Global rank from a `[rank3]:` / `[3]:` prefix (torchrun tee, c10d), else None."""
-    match = _RANK_PREFIX.match(line)
-    return int(match.group(1)) if match else None
-
-
-def clip_line(raw: bytes) -> str:
-    """One log line as text: newline stripped, at most 4 KiB of UTF-8."""
-    raw = raw.rstrip(b"\r\n")
-    if len(raw) > MAX_LOG_LINE:
-        raw = raw[:MAX_LOG_LINE]
-        return raw.decode("utf-8", "ignore")
-    return raw.decode("utf-8", "replace")
-
-
 # Why the agent ends an attempt itself, as its job_exited says it.
 ENDED_FOR = {"pause": "for a pause", "stop": "on a stop request",
              "relaunch": "for a relaunch", "scale": "as this host left the job",
              "shutdown": "as the agent shut down",
              "peer": "as another host of the job gave up"}
-
-
-class TokenBucket:
-    """`rate` lines/s on average, bursts up to `burst`: a chatty job cannot flood the
-    journal, and the full output stays in the log files anyway."""
-
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self._clock = clock
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            now = self._clock()
-            self.tokens = min(self.burst, self.tokens + (now - self._last) * self.rate)
-            self._last = now
-            if self.tokens >= 1.0:
-                self.tokens -= 1.0
-                return True
-            return False
-
-
-def _proc_stats(entries: List[str]) -> Iterator[Tuple[int, List[bytes]]]:
-    """(pid, fields after the command name) of every readable /proc/PID/stat."""
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        yield int(name), stat[stat.rfind(b")") + 2 :].split()
-
-
-def group_pids(pgid: int) -> List[int]:
-    """Pids whose process group is `pgid` (Linux /proc; psutil elsewhere)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        try:
-            import psutil
-
-            return [p.pid for p in psutil.process_iter() if _pgid(p.pid) == pgid]
-        except ImportError:
-            return [pgid]
-    return sorted(pid for pid, fields in _proc_stats(entries)
-                  if len(fields) > 2 and int(fields[2]) == pgid)
-
-
-def _parents() -> Dict[int, List[int]]:
-    children: Dict[int, List[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return children
-    for pid, fields in _proc_stats(entries):
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(pid)
-    return children
-
-
-def descendants(pid: int) -> List[int]:
-    """Every live descendant of `pid` (Linux /proc), children before grandchildren."""
-    children = _parents()
-    found: List[int] = []
-    queue = [pid]
-    while queue:
-        for child in children.get(queue.pop(0), []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def children_of(pid: int) -> List[int]:
-    """Direct children of `pid`. The kernel's per-thread `children` lists answer without
-    walking all of /proc (the watcher asks every second); the walk is the fallback."""
-    try:
-        tasks = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        tasks = []
-    found: Set[int] = set()
-    try:
-        for tid in tasks:
-            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
-                found.update(int(c) for c in f.read().split())
-    except OSError:  # no CONFIG_PROC_CHILDREN, or the process is gone: walk /proc
-        return sorted(_parents().get(pid, []))
-    if not tasks:
-        return sorted(_parents().get(pid, []))
-    return sorted(found)
-
-
-def alive(pid: int) -> bool:
-    """Running or stopped, not a zombie (a zombie is dead, only not yet reaped)."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
-
-
-def _pgid(pid: int) -> Optional[int]:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 class Supervisor:
@@ -221,9 +79,10 @@ class Supervisor:
         self.on_exit = on_exit
         self.cwd = cwd
         self.started_data = dict(started_data or {})
-        self.tail: Deque[str] = deque(maxlen=TAIL_LINES)  # for classifying a failure
-        self.startup_faults = StartupWatch()  # a stuck start-up, named from its output
         self.logs_dir = paths.logs_dir(self.run_dir)
+        self.output = JobOutput(job, journal, self.logs_dir, log_rate, log_burst)
+        self.tail: Deque[str] = self.output.tail  # for classifying a failure
+        self.startup_faults: StartupWatch = self.output.startup_faults
         self.status_path = paths.status_file(self.run_dir, job)
         # How far into each log file the journal has the output, rewritten after every
         # journaled batch: an agent that adopts the job resumes exactly there, so no line
@@ -231,10 +90,6 @@ class Supervisor:
         self.journaled_path = paths.journaled_file(self.run_dir, job)
         self.launch_id = secrets.token_hex(8)
         self.adopted = False
-        self._bucket = TokenBucket(log_rate, log_burst)
-        self._suppressed = 0
-        self._suppressed_lock = threading.Lock()
-        self._output_lock = threading.Lock()  # output vs. the stop note (see `stop`)
         self._wrapper: Optional[subprocess.Popen] = None  # set when this agent started it
         self._wrapper_pid: Optional[int] = None
         self._wrapper_start: Optional[int] = None
@@ -406,14 +261,14 @@ class Supervisor:
             # Signals first: nothing the agent fails to write (a full disk, a hung one)
             # may keep a stop from ending the job. Output journaled meanwhile waits (for
             # a while) so that the note below precedes the job's answer to the signal.
-            held = self._output_lock.acquire(timeout=OUTPUT_HOLD)
+            held = self.output.lock.acquire(timeout=OUTPUT_HOLD)
             try:
                 self.signal_tree(signal.SIGCONT, tree)  # a frozen job cannot act on SIGTERM
                 self.signal_tree(signal.SIGTERM, tree)
                 self._note_deliberate_stop()
             finally:
                 if held:
-                    self._output_lock.release()
+                    self.output.lock.release()
             if not self._exited.wait(grace):
                 self.signal_tree(signal.SIGKILL, tree + self.tree_pids())
                 self._exited.wait(grace + 5.0)
@@ -505,7 +360,7 @@ class Supervisor:
                 f.close()
         for stream in STREAMS:
             if partial[stream]:
-                self._emit([partial[stream]], stream)
+                self.output.emit([partial[stream]], stream)
                 self._offsets[stream] += len(partial[stream])
         self._note_journaled()
 
@@ -538,7 +393,7 @@ class Supervisor:
                 raws.append(rest[:READ_LINE])
                 rest = rest[READ_LINE:]
             partial[stream] = rest
-            self._emit(raws, stream)
+            self.output.emit(raws, stream)
             self._offsets[stream] += sum(len(raw) for raw in raws)
             self._note_journaled()
             if not to_end:
@@ -564,49 +419,6 @@ class Supervisor:
             return {}
         return {stream: value for stream, value in offsets.items()
                 if stream in STREAMS and isinstance(value, int) and value >= 0}
-
-    def _emit(self, raws: List[bytes], stream: str) -> None:
-        records: List[tuple] = []
-        for raw in raws:
-            self.tail.append(clip_line(raw))
-            fault = self.startup_faults.feed(self.tail[-1])
-            if fault is not None:  # before the rate limit: the fault is news however chatty
-                records.extend(self._fault_records(fault, stream))
-            if not self._bucket.take():
-                with self._suppressed_lock:
-                    self._suppressed += 1
-                continue
-            line = clip_line(raw)
-            records.extend(self._suppressed_note(stream))
-            records.append(("log", {"job": self.job, "rank": parse_rank(line),
-                                    "stream": stream, "line": line}))
-        if records:
-            with self._output_lock:
-                self.journal.append_many(records)
-
-    def _fault_records(self, fault: StartupFault, stream: str) -> List[tuple]:
-        """An alert (what, where, the fix) and an event for a fault read from the job's
-        output (`agent.job.startup_faults`), the moment its line arrives: a job stuck in
-        its rendezvous would otherwise be named only at the start-up hang limit."""
-        what = "job %s: %s" % (self.job, fault.what)
-        return [("alert", {"kind": "parameter" if fault.code == IMPORT_ERROR else "resource",
-                           "severity": "critical", "code": fault.code, "job": self.job,
-                           "where": dict(fault.where), "what": what, "hint": fault.fix}),
-                ("event", {"kind": "startup_fault", "job": self.job, "rank": fault.where.get(
-                    "rank"), "step": None, "msg": what,
-                    "data": {"code": fault.code, "where": dict(fault.where), "fix": fault.fix,
-                             "stream": stream, "line": fault.line}})]
-
-    def _suppressed_note(self, stream: str) -> List[tuple]:
-        """A log line saying how many lines the rate limit kept out (none: empty)."""
-        with self._suppressed_lock:
-            suppressed, self._suppressed = self._suppressed, 0
-        if not suppressed:
-            return []
-        return [("log", {
-            "job": self.job, "rank": None, "stream": stream,
-            "line": "[%d lines not journaled: over the log rate limit; full output in "
-                    "%s]" % (suppressed, self.logs_dir)})]
 
     # -- exit ------------------------------------------------------------------------
     def _status(self) -> dict:
@@ -654,7 +466,7 @@ class Supervisor:
     def _journal_exit(self, code: Optional[int], how: Optional[str]) -> None:
         """The exit, as the journal tells it (the caller sets `_exited` whatever happens
         here: a job whose exit cannot be written is still one that ended)."""
-        note = self._suppressed_note("stdout")
+        note = self.output.suppressed_note("stdout")
         if note:
             self.journal.append_many(note)
         if how is None:

@@ -420,13 +420,16 @@ class Journal:
         that stopped it). What a failed write left is cut back to its last whole line at
         once; if even that fails, before the next write."""
         start = self._size
+        fd = self._fd
+        if fd is None:  # `_rotate` opens a segment or raises: no write without one
+            return 0, OSError(errno.EBADF, "no journal segment is open")
         try:
             if self._torn:
-                os.ftruncate(self._fd, start)  # type: ignore[arg-type]
+                os.ftruncate(fd, start)
                 self._torn = False
             view = memoryview(data)
             while view:
-                written = os.write(self._fd, view)  # type: ignore[arg-type]
+                written = os.write(fd, view)
                 if written <= 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 view = view[written:]
@@ -434,14 +437,14 @@ class Journal:
         except OSError as exc:
             error = exc
         try:
-            reached = os.fstat(self._fd).st_size - start  # type: ignore[arg-type]
+            reached = os.fstat(fd).st_size - start
         except OSError:
             reached = 0  # unknown: keep nothing of it, so the cut below removes it all
             self._torn = True
         keep = data.rfind(b"\n", 0, max(0, min(reached, len(data)))) + 1
         if self._torn or reached != keep:
             try:
-                os.ftruncate(self._fd, start + keep)  # type: ignore[arg-type]
+                os.ftruncate(fd, start + keep)
                 self._torn = False
             except OSError:
                 self._torn = True  # no newline after `keep`: readers never take it
@@ -673,6 +676,9 @@ class JournalReader:
         first seq sent next)` returns is yielded where they were, so that the loss is
         told (a stream sends a header there), never skipped in silence.
         """
+        # Over 80 lines: one reader's position (segment, inode, offset, seq) carried
+        # through rotation, retention and replacement; split, each part would hand all
+        # four back and forth around its yields.
         current: Optional[Tuple[int, Path]] = None
         inode: Optional[int] = None  # of the file `current` named when it was chosen
         offset = 0

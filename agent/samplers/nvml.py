@@ -17,11 +17,12 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from agent.samplers.procinfo import RankResolver
+from agent.wire import states
 
-STATE_OK = "ok"
-STATE_NO_DRIVER = "no NVIDIA driver"
-STATE_NO_PYNVML = "pynvml not installed"
-STATE_NO_GPUS = "no GPUs found"
+STATE_OK = states.GPU_OK
+STATE_NO_DRIVER = states.GPU_NO_DRIVER
+STATE_NO_PYNVML = states.GPU_NO_PYNVML
+STATE_NO_GPUS = states.GPU_NO_GPUS
 
 # NVML error codes meaning "there is no usable driver on this machine".
 _NO_DRIVER_CODES = (9, 12)  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND

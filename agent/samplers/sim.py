@@ -13,7 +13,9 @@ import random
 import time
 from typing import Callable, Dict, List, Mapping, Optional
 
-STATE_SIMULATED = "simulated"
+from agent.wire import states
+
+STATE_SIMULATED = states.GPU_SIMULATED
 GIB = 1 << 30
 
 # NVML clocks-event-reason bits used by the simulation.

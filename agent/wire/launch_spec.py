@@ -13,7 +13,17 @@ import math
 import re
 from typing import Any, Dict, Optional
 
-from agent.wire.causes import GPU_FAULT
+from agent.wire.causes import (
+    CAUSES,
+    DATA,
+    GPU_FAULT,
+    HANG,
+    KILLED,
+    NCCL,
+    OOM,
+    UNKNOWN,
+    USER_CODE,
+)
 from agent.wire.op_error import OpError
 
 # An environment variable name, as `[env]` and `resume.env` may set one.
@@ -44,6 +54,13 @@ DEFAULTS: Dict[str, Any] = {
     "recovery.backoff": 1.0,  # s, doubled per consecutive failure
     "recovery.backoff_max": 60.0,
     "recovery.exclude_on": (GPU_FAULT,),
+    # The job-wide restart budget per cause: at most N restarts for a cause within
+    # `recovery.window` seconds, counted over all the job's hosts (one failure that each
+    # host restarts from is one restart); past it the job stops and says so instead of
+    # restarting in a loop. `[recovery.per_cause]` in a spec sets the causes it names.
+    "recovery.window": 3600.0,  # s
+    "recovery.per_cause": ((OOM, 3), (GPU_FAULT, 3), (NCCL, 5), (DATA, 3), (USER_CODE, 3),
+                           (HANG, 5), (KILLED, 5), (UNKNOWN, 5)),
     "hang.k": 3.0,  # × the median step time
     "hang.floor": 10.0,  # s
     "hang.startup": 600.0,  # s allowed before the first step
@@ -55,9 +72,29 @@ DEFAULTS: Dict[str, Any] = {
 # The least value of each number, by dotted name (a number not listed: 0).
 MINIMUM: Dict[str, float] = {
     "nproc_per_node": 1, "recovery.restart_budget": 0, "recovery.backoff": 0.0,
-    "recovery.backoff_max": 0.0, "hang.k": 0.001, "hang.floor": 0.001,
+    "recovery.backoff_max": 0.0, "recovery.window": 1.0, "hang.k": 0.001, "hang.floor": 0.001,
     "hang.startup": 0.001, "pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0,
 }
+
+
+def per_cause_budget(value: Any) -> Dict[str, int]:
+    """`recovery.per_cause` over the defaults: {cause: restarts allowed per window}, or
+    OpError naming what is wrong (a cause not in agent.wire.causes, a count that is not
+    a whole number >= 0)."""
+    budget = dict(DEFAULTS["recovery.per_cause"])
+    if value is None:
+        return budget
+    if not isinstance(value, dict):
+        raise OpError("recovery.per_cause must be a table of cause = restarts")
+    for cause, count in value.items():
+        if cause not in CAUSES:
+            raise OpError("recovery.per_cause: unknown cause %r; known: %s"
+                          % (cause, ", ".join(CAUSES)))
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise OpError("recovery.per_cause.%s must be a whole number >= 0, got %r"
+                          % (cause, count))
+        budget[cause] = count
+    return budget
 
 
 def check_job_name(name: Any, field: str = "name") -> str:

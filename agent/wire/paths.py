@@ -103,6 +103,12 @@ def resumed_dir(shared_dir: PathLike, job: str) -> Path:
     return control_dir(shared_dir) / ("%s.resumed" % job)
 
 
+def restarts_dir(shared_dir: PathLike, job: str) -> Path:
+    """Each host's restarts of the job, one file per host: the job-wide restart budget
+    (agent.job.restart_budget) counts them all."""
+    return control_dir(shared_dir) / ("%s.restarts" % job)
+
+
 def node_dir(shared_dir: PathLike, node: str) -> Path:
     return Path(shared_dir) / NODES / node
 

@@ -9,17 +9,19 @@ next, not a restatement of the problem.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.alert_config import current as limits
+from cockpit.analysis.alert_ends import ENDED_BY_A_STEP, AlertEnds, alert_mark
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.jump_hosts import jump_host_alerts, jump_host_down
 from cockpit.analysis.lifecycle import dict_field
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, STRAGGLER, StallVerdict
 from cockpit.analysis.text import counted, duration, where_text
 from cockpit.snapshot import Alert, Interruption
+from cockpit.transport import states as link
 
 Row = Mapping[str, Any]
 
@@ -35,12 +37,12 @@ MEM_WARN = 0.95
 STALE_AFTER_S = 30.0
 DATA_WAIT_WARN_PCT = 30.0
 BAD_LINK_STATES = {
-    "unreachable": CRITICAL,
-    "auth-failed": CRITICAL,
-    "hostkey-unknown": CRITICAL,
-    "hostkey-changed": CRITICAL,
-    "agent-missing": WARNING,
-    "stale": WARNING,
+    link.UNREACHABLE: CRITICAL,
+    link.AUTH_FAILED: CRITICAL,
+    link.HOSTKEY_UNKNOWN: CRITICAL,
+    link.HOSTKEY_CHANGED: CRITICAL,
+    link.AGENT_MISSING: WARNING,
+    link.STALE: WARNING,
 }
 
 # What an XID usually means, and what to do about it (NVIDIA XID catalogue).
@@ -145,7 +147,7 @@ def host_alerts(hosts: Iterable[Row], samples: Iterable[Row], *, now: float) -> 
         state = h.get("state")
         last = h.get("last_seen")
         jump = jump_host_down(str(h.get("detail") or h.get("last_error") or ""))
-        if state == "unreachable" and jump is not None:
+        if state == link.UNREACHABLE and jump is not None:
             behind.setdefault(jump, []).append(h)
         elif state in BAD_LINK_STATES:
             detail = h.get("detail") or h.get("last_error")
@@ -194,13 +196,13 @@ def _link_hint(state: str, detail: str = "") -> str:
     if detail.startswith("jump host "):  # the bastion is down, not this host
         return ("the jump host named above is down or unreachable: check it; every host "
                 "behind it is out until it answers, and their agents keep recording")
-    if state == "hostkey-unknown":
+    if state == link.HOSTKEY_UNKNOWN:
         return "verify the host key out of band, then `cockpit hosts trust HOST`"
-    if state.startswith("hostkey"):
+    if state == link.HOSTKEY_CHANGED:
         return "verify the host key out of band, then update known_hosts"
-    if state == "auth-failed":
+    if state == link.AUTH_FAILED:
         return "check the SSH user, key and ssh-agent for this host"
-    if state == "agent-missing":
+    if state == link.AGENT_MISSING:
         return "deploy the agent (the cockpit can push its zipapp over SFTP)"
     return "check the host is up and reachable over SSH; the agent keeps recording meanwhile"
 
@@ -418,34 +420,25 @@ def stall_alerts(verdict: StallVerdict, *, now: float, since: float | None = Non
                    STALL_HINTS.get(verdict.cause, STALL_HINTS[None]))]
 
 
-# Agent alerts that say a job is down for good: true until the job starts again.
-ENDED_BY_A_START = frozenset({"recovery_stopped"})
-# ... or until the host that raised it starts its part again: the other hosts of the
-# same launch start beside (and often after) a host whose launch failed. The start-up
-# faults the agent reads from torchrun's output (agent.job.startup_faults) are of that
-# launch: a relaunch with the endpoint, port or environment fixed ends them.
-ENDED_BY_ITS_HOSTS_START = frozenset({"launch_failed", "rdzv_unresolvable",
-                                      "rdzv_unreachable", "port_in_use", "import_error"})
-
-
 def stored_alerts(rows: Iterable[Row], started: Mapping[str, float] | None = None,
-                  started_on: Mapping[tuple[str, str], float] | None = None
+                  started_on: Mapping[tuple[str, str], float] | None = None, *,
+                  stopped: Mapping[str, float] | None = None,
+                  left: Mapping[tuple[str, str], float] | None = None,
+                  stepped: Collection[tuple[str, str, float]] = frozenset()
                   ) -> list[Alert]:  # fmt: skip
     """Alerts the agents raised themselves (the `alert` table).
 
     `started` maps a job to the time it last started (launch, resume, relaunch), and
     `started_on` a (job, host) to the time that host's part did: an alert that the job
     is down for good, raised before that, is over, since the operator fixed and
-    restarted the job; still shown, it would keep a critical alert on a job that trains."""
-    started, started_on = started or {}, started_on or {}
+    restarted the job; still shown, it would keep a critical alert on a job that trains.
+    `stopped` and `left` (`AlertEnds`) and `stepped`, the (job, host, ts) of the alerts
+    about a failed start after which that host's part made a step, end those alerts
+    too (`ENDED_BY_A_STEP`)."""
+    ends = AlertEnds(started or {}, started_on or {}, stopped or {}, left or {})
     out = []
     for r in rows:
-        code, at = r.get("code"), float(r.get("ts") or 0.0)
-        began = started.get(r.get("job") or "")
-        if code in ENDED_BY_A_START and began is not None and began > at:
-            continue
-        began = started_on.get((r.get("job") or "", r.get("host") or ""))
-        if code in ENDED_BY_ITS_HOSTS_START and began is not None and began > at:
+        if ends.over(r) or (r.get("code") in ENDED_BY_A_STEP and alert_mark(r) in stepped):
             continue
         where = r.get("where")
         out.append(Alert(

@@ -71,7 +71,10 @@ def compute_efficiency(
     peak_flops: float | None = None,
     n_gpus: int | None = None,
     top: int = TOP_SLOWEST,
+    walls: tuple[Sequence[float], Sequence[int]] | None = None,
 ) -> EfficiencyFigures:
+    """`walls`: `step_walls(steps)`, where the caller has it already (a snapshot's
+    training view holds it), as working it out again is most of this function's time."""
     utils = finite(gpu_utils)
     busy = sum(utils) / len(utils) if utils else None
     ranks = summarize_ranks(steps)
@@ -81,7 +84,7 @@ def compute_efficiency(
     # Achieved FLOP/s are of the job's wall time, its slow steps (checkpoints,
     # evaluations) included: the mean step's rate, as its throughput and ETA read it,
     # not the median step's, which left them out and overstated MFU.
-    speed = steps_per_second(*step_walls(steps))
+    speed = steps_per_second(*(step_walls(steps) if walls is None else walls))
     own = [r.own_time for r in ranks]
     own_mid = median(own)
     spread = (max(own) - min(own)) / own_mid if len(ranks) > 1 and own_mid > 0 else None

@@ -12,8 +12,9 @@ speed drifts (throttling, a slow rank) shows a wide band; a steady one a narrow 
 
 That is the compute time left. A long job is also interrupted: `with_restarts` adds the
 restarts the measured interruption rate predicts at what past restarts cost, the rest of
-a restart under way, and the longer (or shorter) steps after a change of world size, so
-the band stays shown, and true, while the job restarts (`restart_aware`).
+a restart under way, and the longer (or shorter) steps after a change of world size (the
+steps timed before it rescaled, `rescaled_steps`), so the band stays shown, and true,
+while the job restarts (`restart_aware`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.wire import states
+from cockpit.analysis.ranks import StepSample
 from cockpit.analysis.stats import quantile
 from cockpit.snapshot import Interruption, Progress
 
@@ -161,6 +164,42 @@ def world_size_factor(measured_world: int | None, world: int | None,
     return (batch / world) / (measured_batch / measured_world)
 
 
+def per_rank_batch(samples: Sequence[StepSample]) -> float | None:
+    """The samples one rank processes in one optimizer step, averaged over `samples`
+    (a record covering N steps counts its samples over N); None when none says."""
+    known = [s.samples / max(s.steps, 1) for s in samples if s.samples is not None]
+    return sum(known) / len(known) if known else None
+
+
+def rescaled_steps(samples: Sequence[StepSample], *, world: int | None,
+                   world_before: int | None, world_since: float | None
+                   ) -> list[StepSample]:
+    """`samples` (the recent steps the ETA and the speed are measured on) with the step
+    times of those taken before the job's world changed from `world_before` to `world`
+    ranks (at `world_since`) scaled by `world_size_factor`: what those steps would take
+    at the current world. Right after a rescale most of the window is the old world's
+    steps, and a trainer that keeps its global batch would otherwise be shown at its old
+    speed until the window turned over. The batches are measured, not assumed: each
+    world's global batch is its ranks' per-rank batch (`per_rank_batch`, of the steps
+    taken in it) times its ranks, so the factor stays 1 until the new world has stepped."""
+    if world_since is None:
+        return list(samples)
+    before = [s for s in samples if s.ts is not None and s.ts < world_since]
+    if not before:
+        return list(samples)
+    after = [s for s in samples if s.ts is not None and s.ts >= world_since]
+    old, new = per_rank_batch(before), per_rank_batch(after)
+    factor = world_size_factor(
+        world_before, world,
+        old * world_before if old is not None and world_before else None,
+        new * world if new is not None and world else None)
+    if factor == 1.0:
+        return list(samples)
+    return [s._replace(step_time=s.step_time * factor)
+            if s.step_time is not None and s.ts is not None and s.ts < world_since else s
+            for s in samples]
+
+
 def with_restarts(eta: Eta, history: RestartHistory, *, restarting_for: float | None = None,
                   work_factor: float = 1.0) -> Eta:
     """`eta` (the compute time left at the recent speed) with the interruptions the job
@@ -194,7 +233,7 @@ def with_restarts(eta: Eta, history: RestartHistory, *, restarting_for: float | 
 # States in which the job's processes are coming back: after an interruption, or after
 # a (re)launch before its first step. The compute time left is still known from the
 # speed the job had; what it lacks is the rest of the restart.
-RESTARTING_STATES = ("recovering", "starting")
+RESTARTING_STATES = (states.RECOVERING, states.STARTING)
 
 
 def restarting_for(interruptions: Sequence[Interruption], now: float) -> float | None:

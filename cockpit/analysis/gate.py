@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agent.wire import states
+
 EXIT_OK = 0
 EXIT_UNUSABLE = 2
 EXIT_JOB_FAILED = 3
@@ -30,7 +32,7 @@ EXIT_THRESHOLD = 5
 # Progress states of a job that ended without finishing: its agent gave up ("failed"),
 # or its processes exited before its end or with an error ("exited"; a clean end at its
 # total is "finished").
-FAILED_STATES = ("failed", "exited")
+FAILED_STATES = (states.FAILED, states.EXITED)
 
 EXIT_CODES_HELP = (
     "exit status: 0 the run is healthy; 2 a usage error, or the recording cannot be "

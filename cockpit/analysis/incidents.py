@@ -57,6 +57,10 @@ def _merged(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for key in ("steps_lost", "restart_count"):
         values = [v for g in group if (v := g.get(key)) is not None]
         merged[key] = max(values) if values else None
+    # The restart budget as the host that had counted the most failures saw it.
+    budgets = [b for g in group if isinstance(b := g.get("budget"), dict)]
+    merged["budget"] = max(budgets, key=lambda b: _count(b.get("total_used")),
+                           default=primary.get("budget"))
     # Not recovered: what ended it instead, as the first host that says so tells.
     merged["ended_by"] = None if merged["recovered_in"] is not None else next(
         (g.get("ended_by") for g in group if g.get("ended_by")), None)
@@ -64,3 +68,8 @@ def _merged(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged["failed_restarts"] = max((list(g.get("failed_restarts") or ()) for g in group),
                                     key=len)
     return merged
+
+
+def _count(value: Any) -> int:
+    """A count as a host sent it: a whole number, else none (0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

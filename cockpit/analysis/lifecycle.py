@@ -6,14 +6,15 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agent.wire import states
+
 # Newest lifecycle event kinds after which a job's processes are gone (a pause that
 # failed is not one: the job keeps running).
 ENDING_KINDS = frozenset({"job_exited", "pause"})
 STOPPED_CAUSE = "stopped on request"
 # Job states in which its processes are gone and stay gone until an operator acts: the
-# agent's own words (agent.job.managed FINISHED, STOPPED, FAILED, PAUSED) and "exited" (it ended
-# early or badly and its agent is not restarting it).
-ENDED_STATES = ("finished", "stopped", "failed", "exited", "paused")
+# agent's own words and "exited" (it ended early or badly and its agent is not restarting it).
+ENDED_STATES = (states.FINISHED, states.STOPPED, states.FAILED, states.EXITED, states.PAUSED)
 
 
 def event_data(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,12 +88,12 @@ def exit_reading(events: Iterable[Mapping[str, Any]],
     causes = [cause for cause in map(_exit_cause, troubled) if cause]
     if causes:  # the first host to end badly says why the job ended
         # The operator's stop is the agent's "stopped", whatever step it ended at.
-        return ("stopped" if causes[0] == STOPPED_CAUSE else "exited"), causes[0]
+        return (states.STOPPED if causes[0] == STOPPED_CAUSE else states.EXITED), causes[0]
     if early:
-        return "exited", "exited before its end"
+        return states.EXITED, "exited before its end"
     if troubled or not exits:
-        return "exited", "exited, its exit status unknown"
-    return "finished", "finished"
+        return states.EXITED, "exited, its exit status unknown"
+    return states.FINISHED, "finished"
 
 
 def current_run_started(events: Iterable[Mapping[str, Any]]) -> float | None:

@@ -66,6 +66,10 @@ def _where(data: Mapping[str, Any]) -> dict[str, Any]:
     raw = dict_field(data, "where")
     text = {k: str(raw[k])[:300] for k in ("file", "range", "sample")
             if isinstance(raw.get(k), str | int) and not isinstance(raw.get(k), bool)}
+    span = raw.get("range")
+    if isinstance(span, list) and len(span) == 2 and all(_int(x) is not None for x in span):
+        # The agent's own shape (agent.job.recovery: [first, last] from the evidence).
+        text["range"] = f"{span[0]}-{span[1]}"
     return {"rank": _int(raw.get("rank")), "gpu": _int(raw.get("gpu")), **text}
 
 

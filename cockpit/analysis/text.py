@@ -7,6 +7,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from agent.wire import states
+
 
 def duration(seconds: float | None) -> str:
     """`42s`, `5m 03s`, `2h 10m`, `3d 4h`: coarse enough to read at a glance."""
@@ -61,7 +63,7 @@ def ended_text(ended_by: str) -> str:
 # Job states in which the newest outage may still recover: its agent waits to restart it,
 # or has restarted it and waits for the first step (an operator's start would have ended
 # the outage instead).
-RECOVERING_STATES = frozenset({"recovering", "starting"})
+RECOVERING_STATES = frozenset({states.RECOVERING, states.STARTING})
 
 
 def unrecovered_text(ended_by: str | None, newest: bool, state: str) -> str:
@@ -71,7 +73,7 @@ def unrecovered_text(ended_by: str | None, newest: bool, state: str) -> str:
         return ended_text(ended_by)
     if newest and state in RECOVERING_STATES:
         return "not recovered yet"
-    if newest and state == "failed":
+    if newest and state == states.FAILED:
         return "not recovered: the agent stopped retrying"
     return "not recovered"
 

@@ -27,6 +27,7 @@ from typing import Any
 from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.lifecycle import event_data, took_effect
 from cockpit.snapshot import Marker, StageSpan
+from cockpit.transport.states import UNREACHABLE
 
 FAULT_KINDS = ("xid", "ecc", "throttle", "unreachable")
 FAULT_LIMIT = 200  # fault marks kept, newest steps
@@ -34,7 +35,7 @@ FAULT_LIMIT = 200  # fault marks kept, newest steps
 # GPU or clocks an administrator set (`cockpit.analysis.throttle.BENIGN`).
 HARMFUL_THROTTLE = (throttle_bits.SW_THERMAL | throttle_bits.HW_THERMAL
                     | throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN)
-UNREACHABLE_STATES = ("unreachable",)
+UNREACHABLE_STATES = (UNREACHABLE,)
 
 # The stages a band shows, the most telling first: a cell of the band covering several
 # shows the first of them, so a ten-second checkpoint in an hour per cell still shows.

@@ -3,12 +3,18 @@
 Heavy parts (Textual, DuckDB, paramiko) are imported inside the command that needs them,
 so `cockpit --help` and `cockpit report` stay fast and the UI is never loaded headless.
 Every user-facing failure ends as one clear line on stderr and exit status 2.
+
+Over 500 lines: the argument declarations of every command and the few lines of wiring
+each runs. Commands with a family of their own live apart (`ssh_cli`, `slurm_cli`,
+`compare_cli`); the recording commands (report, diff, archive, import, export) are the
+next seam to move out along.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit import __version__
 from cockpit.analysis.text import counted, printable
-from cockpit.app import ssh_cli
+from cockpit.app import compare_cli, ssh_cli
 from cockpit.errors import CockpitError
 
 if TYPE_CHECKING:
@@ -36,6 +42,18 @@ def _add_theme(p: argparse.ArgumentParser, top_level: bool = False) -> None:
                    help="dark (default), light or high-contrast")
     p.add_argument("--keymap", type=Path, default=None if top_level else argparse.SUPPRESS,
                    help="TOML file remapping keys")
+    p.add_argument("--screenshots", type=_existing_dir, metavar="DIR",
+                   default=None if top_level else argparse.SUPPRESS,
+                   help="where the command palette's Screenshot saves (default: the "
+                        "recording's directory)")
+
+
+def _existing_dir(text: str) -> Path:
+    """A directory that exists: a screenshot is refused at start, not lost at the end."""
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such directory")
+    return path
 
 
 def _positive_float(text: str) -> float:
@@ -110,6 +128,8 @@ def _raw_window(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Over 80 lines: the top-level options and the short subcommands, declared in the
+    # order `cockpit --help` lists them; the longer families have their own `_add_*`.
     parser = argparse.ArgumentParser(
         prog="cockpit",
         description="A terminal cockpit for long-running distributed PyTorch training.",
@@ -202,8 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a recording's tables as Parquet or CSV")
     export.add_argument("file", type=Path, metavar="RECORDING")
     export.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
-    export.add_argument("--what", action="append", default=None, metavar="TABLE",
-                        help="a table (train, eval, gpu, host_sample, event, …); "
+    export.add_argument("--what", action="append", default=None, metavar="TABLE[.SERIES]",
+                        help="a table (train, eval, gpu, host_sample, event, …) or one "
+                             "series of it (train.loss, eval.loss, gpu.temp: the values "
+                             "with their host, seq, ts, job, rank, step or gpu); "
                              "repeatable; default: every table")
     export.add_argument("--format", choices=("parquet", "csv"), default="parquet")
 
@@ -250,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="REC or REC:JOB (default: A's parent if A is a fork, else the "
                            "earlier run of A's name in the same recording)")
     diff.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    compare_cli.add_command(sub, _add_theme)
 
     return parser
 
@@ -463,7 +486,8 @@ def _build_app(source: Source, args: argparse.Namespace) -> CockpitApp:
     from cockpit.ui.app_factory import make_app
 
     with _ui_errors():
-        return make_app(source, theme=args.theme, keymap_path=args.keymap)
+        return make_app(source, theme=args.theme, keymap_path=args.keymap,
+                        screenshot_dir=getattr(args, "screenshots", None))
 
 
 def _check_ui_options(args: argparse.Namespace) -> None:
@@ -664,6 +688,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     with _readable_recording(args) as (path, _name):
         source = ReplaySource(path, speed=args.speed)
+        if getattr(args, "screenshots", None) is None and isinstance(args.file, Path):
+            # Next to the recording itself, not the reader's copy of a live one.
+            args.screenshots = args.file.parent
         try:
             app = _build_app(source, args)
         except CockpitError:
@@ -839,6 +866,7 @@ COMMANDS = {
     "replay": _cmd_replay,
     "report": _cmd_report,
     "diff": _cmd_diff,
+    "compare": lambda args: compare_cli.cmd_compare(args, discard_typeahead),
     "archive": _cmd_archive,
     "import": _cmd_import,
     "export": _cmd_export,
@@ -854,8 +882,12 @@ def end_on_hangup() -> None:
     (left to the default action they would run on, for days, with nobody watching)."""
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (a caller embedding the CLI)
-    for signum in (signal.SIGHUP, signal.SIGTERM):
+    ending = (signal.SIGHUP, signal.SIGTERM)
+    for signum in ending:
         signal.signal(signum, _ended_by)
+    # A parent that blocked them (some supervisors and CI runners do) passes the block
+    # on through exec: the signal would then wait, pending, for days.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, ending)
 
 
 class EndedBySignal(KeyboardInterrupt):
@@ -868,11 +900,27 @@ class EndedBySignal(KeyboardInterrupt):
 
 
 _ENDED_BY: list[int] = []  # the signal that ended this process, once one has
+# How long the way out may take once a signal ends the cockpit: the demo's jobs get
+# their stop grace (10 s by default) and the recording its last commit. Past it the
+# process exits at once: a library's clean-up can hang (DuckDB's cancelling of an
+# interrupted query has been seen to wait forever), and a closed SSH session must not
+# leave a cockpit running for days.
+ENDING_GRACE_S = 30.0
 
 
 def _ended_by(signum: int, _frame: object) -> None:
+    if not _ENDED_BY:
+        watchdog = threading.Timer(ENDING_GRACE_S, _exit_now, (128 + signum,))
+        watchdog.daemon = True
+        watchdog.start()
     _ENDED_BY.append(signum)
     raise EndedBySignal(signum)
+
+
+def _exit_now(status: int) -> None:
+    print(f"cockpit: still ending {ENDING_GRACE_S:g} s after the signal; exiting now",
+          file=sys.stderr, flush=True)
+    os._exit(status)
 
 
 def _ending_status() -> int | None:

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TypeVar
 
+from agent.wire import states
 from agent.wire.launch_spec import MAX_NPROC_PER_NODE
 from cockpit.app.operations import wait_streaming
 from cockpit.control.controller import Controller
@@ -124,7 +125,7 @@ class LocalRun(ABC):
     def finished(self) -> bool:
         """Whether the job ran to its end and exited cleanly (a crash it recovers from,
         or a failure, is not an end: the agent may start it again)."""
-        return self.source.snapshot().progress.state == "finished"
+        return self.source.snapshot().progress.state == states.FINISHED
 
     def __exit__(self, *exc: object) -> None:
         try:

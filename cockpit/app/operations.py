@@ -368,6 +368,8 @@ def run_operation(
     **kw: Any,
 ) -> int:
     """`cockpit ACTION JOB.toml …`: 0 when every host acknowledged, 1 otherwise."""
+    # Over 80 lines: one operation in the order its output reads (connect, check, send,
+    # acknowledgements), so that every refusal visibly comes before the first op leaves.
     from cockpit.app.paths import default_recording_path
 
     # Hosts beside the spec's: the one a scale adds or removes, and those a relaunch

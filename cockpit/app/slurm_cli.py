@@ -24,6 +24,7 @@ from cockpit.control.slurm import (
     is_slurm,
     launcher_of,
 )
+from cockpit.control.slurm_controller import SlurmController
 from cockpit.control.slurm_watch import SlurmWatcher
 from cockpit.errors import CockpitError
 from cockpit.store.database import Store
@@ -153,6 +154,14 @@ class SlurmWatch:
                 fleet.add(node_host(node, self.spec, self.login, self.known.get(node)))
 
         self.watcher = SlurmWatcher(job, on_nodes, every=every).start()
+
+    def controller(self, spec_path: Path | None = None) -> SlurmController:
+        """The screen's controller of this job, through Slurm (docs/slurm.md,
+        "Controls"): it shares the watcher's job, so its events go on the same record;
+        `spec_path` is read again before a resume or relaunch, as the commands do."""
+        if self.watcher is None:
+            raise CockpitError("the Slurm watch is not started: no job to control yet")
+        return SlurmController(self.watcher.job, spec_path=spec_path)
 
     def stop(self) -> None:
         if self.watcher is not None:

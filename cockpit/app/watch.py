@@ -113,8 +113,8 @@ def _slurm_watch(spec: JobSpec, targets: Sequence[str], store_path: Path | None,
     """`cockpit watch` of a Slurm job: the hosts of `targets` (an inventory with the
     login node, and any compute node reached directly) streamed from the start, the
     allocated nodes added as their job starts, Slurm's view recorded as it changes. The
-    screen's controls are not attached: on Slurm they are `cockpit pause|resume|stop|
-    relaunch JOB.toml`, which go through Slurm."""
+    screen's controls go through Slurm (`SlurmController`), as `cockpit pause|resume|
+    stop|relaunch JOB.toml` do."""
     from cockpit.app.slurm_cli import slurm_watch
 
     try:
@@ -135,6 +135,8 @@ def _slurm_watch(spec: JobSpec, targets: Sequence[str], store_path: Path | None,
         raise
     with session:
         watch.start(session.writer, session.fleet, every)
+        spec_path = Path(spec.source) if Path(spec.source).is_file() else None
+        session.source.controller = watch.controller(spec_path)
         try:
             yield session
         finally:

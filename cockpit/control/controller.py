@@ -23,6 +23,10 @@ when a command line starts afresh from the spec).
 method returns a one-line account of what was sent; hosts that could not be reached are
 named in a `ControlError` (the ops that did go out stay sent: the agents acknowledge each
 one with a `control_ack` event in the store).
+
+Over 500 lines because every operation of the `Controller` is checked, described and
+sent against the same membership (hosts, spares, the agents' views), which `sync` keeps
+current: the operations share it rather than pass it around.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from agent.wire import states
 from cockpit.analysis.text import counted
 from cockpit.control.jobspec import JobSpec, JobSpecError, name_problem
 
@@ -44,9 +49,9 @@ LR_SCALE_RANGE = (1e-3, 100.0)
 Send = Callable[[str, dict], None]  # (host, op); raises when the host is not reachable
 FORK_INFIX = "-fork-"  # a fork's default name: the parent's, this, a short id
 # Agent job states of a host that is not (or no longer) one of the job's members.
-OUTSIDE_STATES = frozenset({"standby", "excluded"})
+OUTSIDE_STATES = frozenset(states.OUTSIDE)
 # Agent job states of a host whose part has ended: its agent takes a new launch there.
-ENDED_STATES = frozenset({"finished", "failed", "stopped", "excluded"})
+ENDED_STATES = frozenset(states.ENDED)
 # Operations that send the job's spec (its command, arguments, hosts) to the agents; the
 # others name the job only, and the agents use the spec it was started with. Only these
 # need the job file as it is now, so a file left broken mid-edit never blocks a pause.
@@ -198,7 +203,7 @@ class Controller:
             return
         where = ", ".join(f"{h} ({state})" for h, state in live.items())
         idle = [h for h in self.hosts if h not in live]
-        if not idle and set(live.values()) == {"paused"}:
+        if not idle and set(live.values()) == {states.PAUSED}:
             raise ControlError(f"job {self.job} is paused on {', '.join(live)}: resume it to "
                                "go on from its checkpoint, or stop it to launch it afresh")
         if not idle:
@@ -278,7 +283,7 @@ class Controller:
                                                            *self.spec.spares, *views)))}
         self.hosts = tuple(sorted(members, key=order.__getitem__))
         self.spares = tuple(h for h in self.spec.spares if h not in members and (
-            (views.get(h) or {}).get("state") in (None, "standby", "stopped")))
+            (views.get(h) or {}).get("state") in (None, states.STANDBY, states.STOPPED)))
         reported = {h for h in members for h in (views[h] or {}).get("hosts") or ()}
         return sorted(reported - set(views))
 

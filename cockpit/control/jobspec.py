@@ -46,6 +46,10 @@ checked spec becomes, per host, the JSON the agent's `launch` op takes
 
     [launcher]                          # kind = "slurm": Slurm allocates the nodes and
     kind = "slurm"                      # `hosts` is left out (docs/slurm.md)
+
+Over 500 lines because the job spec is one contract: the layout above, the table of its
+fields and types, the parser whose every error names its line, and the per-host launch
+spec (`JobSpec.for_host`) it becomes.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from agent.wire.launch_spec import (
     check_job_name,
     finite,
     nul_field,
+    per_cause_budget,
 )
 from agent.wire.op_error import OpError
 
@@ -91,7 +96,7 @@ _TABLES: dict[str, dict[str, type | tuple[type, ...]]] = {
     "rendezvous": {"endpoint": str, "backend": str, "host": str, "last_call": int,
                    "keep_alive": int},
     "recovery": {"restart_budget": int, "backoff": (int, float), "backoff_max": (int, float),
-                 "exclude_on": list},
+                 "exclude_on": list, "window": (int, float), "per_cause": dict},
     "hang": {"k": (int, float), "floor": (int, float), "startup": (int, float)},
     # Checked in full by cockpit.control.slurm (the launcher that reads them).
     "launcher": {"kind": str, "partition": str, "nodes": int, "gpus_per_node": int,
@@ -145,6 +150,10 @@ class JobSpec:
     restart_budget: int = DEFAULTS["recovery.restart_budget"]
     backoff: float = DEFAULTS["recovery.backoff"]
     backoff_max: float = DEFAULTS["recovery.backoff_max"]
+    # The job-wide restart budget per cause (agent.job.restart_budget).
+    budget_window: float = DEFAULTS["recovery.window"]
+    per_cause: dict[str, int] = field(
+        default_factory=lambda: dict(DEFAULTS["recovery.per_cause"]))
     hang_k: float = DEFAULTS["hang.k"]
     hang_floor: float = DEFAULTS["hang.floor"]
     hang_startup: float = DEFAULTS["hang.startup"]
@@ -185,7 +194,9 @@ class JobSpec:
                                       "endpoint": self.rdzv_endpoint, "id": self.name}
         resume: dict[str, Any] = {"args": list(self.resume_args), "env": self.resume_env}
         recovery: dict[str, Any] = {"restart_budget": self.restart_budget,
-                                    "backoff": self.backoff, "backoff_max": self.backoff_max}
+                                    "backoff": self.backoff, "backoff_max": self.backoff_max,
+                                    "window": self.budget_window,
+                                    "per_cause": dict(self.per_cause)}
         if self.elastic:
             nnodes = f"{self.min_nodes}:{self.max_nodes}"
             store = self.store_host(hosts)
@@ -292,6 +303,9 @@ def load_jobspec(path: Path | str, known_hosts: list[str] | tuple[str, ...] | No
 
 def parse_jobspec(text: str, source: str = "<spec>",
                   known_hosts: list[str] | tuple[str, ...] | None = None) -> JobSpec:
+    # Over 80 lines: one pass over the spec's fields in the order the docs list them,
+    # each check beside the error it raises; the helpers (`fail`, `need` …) close over
+    # the file's text so that every error names its line.
     # Editors on Windows save a byte-order mark that TOML does not allow; it says nothing.
     text = text.removeprefix("\ufeff")
     try:
@@ -537,6 +551,14 @@ def parse_jobspec(text: str, source: str = "<spec>",
     budget = recovery.get("restart_budget", DEFAULTS["recovery.restart_budget"])
     if budget < 0:
         raise fail("recovery.restart_budget", f"must be >= 0, got {budget}")
+    budget_window = positive("recovery.window", recovery.get(
+        "window", DEFAULTS["recovery.window"]))
+    if budget_window < MINIMUM["recovery.window"]:
+        raise fail("recovery.window", f"must be at least {MINIMUM['recovery.window']:g} s")
+    try:
+        per_cause = per_cause_budget(recovery.get("per_cause"))
+    except OpError as exc:
+        raise fail("recovery.per_cause", str(exc).split(": ", 1)[-1]) from None
     exclude_on = recovery.get("exclude_on", list(DEFAULTS["recovery.exclude_on"]))
     if "exclude_on" in recovery:
         if not elastic:
@@ -574,6 +596,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
         resume_args=resume_args, resume_env=resume_env, override_args=override_args,
         rdzv_endpoint=endpoint, rdzv_backend=backend,
         max_restarts=max_restarts, restart_budget=budget, backoff=backoff,
+        budget_window=budget_window, per_cause=per_cause,
         backoff_max=backoff_max, hang_k=positive("hang.k", hang.get("k", DEFAULTS["hang.k"])),
         hang_floor=hang_floor,
         hang_startup=positive("hang.startup", hang.get("startup", DEFAULTS["hang.startup"])),

@@ -14,6 +14,7 @@ probes' scripts and the code that reads their answers must change together.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -64,7 +65,7 @@ def place(p):
         d = tempfile.mkdtemp(prefix=".cockpit-check-", dir=q); os.rmdir(d)
     except OSError as e:
         return {"path": p, "error": "cannot write in %s: %s" % (q, e.strerror or e)}
-    return {"path": p, "exists": q == p, "free": shutil.disk_usage(q).free}
+    return {"path": p, "exists": q == p, "free": shutil.disk_usage(q).free, "at": q}
 out["dirs"] = {k: place(v) for k, v in a["dirs"].items()}
 if a.get("agent"): out["agent_on_path"] = shutil.which(a["agent"])
 z = os.path.expanduser(a["zipapp"])
@@ -90,6 +91,22 @@ if r:
     except socket.gaierror as e:
         out["rdzv"] = {"error": str(e)[:200]}
 print(json.dumps(out))
+"""
+
+# Whether the hosts of a job see one checkpoint dir: one host leaves an empty folder in
+# the nearest existing folder of the dir (as `place` finds it, on its own view of the
+# path: a `~` is each host's home) and the others look for it in theirs. argv[1]:
+# [path, null] makes the folder (its name printed), [path, name] looks for it, and
+# [path, name, true] also removes it.
+SHARED_PROBE = r"""
+import json, os, sys, tempfile
+p, name, *rm = json.loads(sys.argv[1]); q = os.path.expanduser(p)
+while not os.path.isdir(q): q = os.path.dirname(q) or "/"
+if name is None:
+    print(os.path.basename(tempfile.mkdtemp(prefix=".cockpit-check-shared-", dir=q)))
+else:
+    d = os.path.join(q, name); print("seen" if os.path.isdir(d) else "absent in " + q)
+    if rm and os.path.isdir(d): os.rmdir(d)
 """
 
 # Holds the rendezvous port on the host that will serve it while the others dial it.
@@ -229,6 +246,7 @@ class _Host:
     runner: _Runner | None = None
     probe: dict[str, Any] = field(default_factory=dict)
     jump_down: tuple[str, str, str] | None = None  # (jump label, what failed, fix)
+    torch: str | None = None  # the torch version the job's Python imports here
 
     def add(self, item: str, ok: bool, detail: str, fix: str = "", fatal: bool = True) -> None:
         self.findings.append(Finding(self.spec.name, item, ok, detail, fix, fatal))
@@ -271,6 +289,10 @@ def check(hosts: Sequence[HostSpec], options: LinkOptions, spec: JobSpec | None 
         job_findings: list[Finding] = []
         if spec is not None and rdzv is not None:
             job_findings = _check_rendezvous(states, spec, rdzv)
+        if spec is not None:
+            _check_shared(states, spec)
+            job_findings += torch_versions({s.spec.name: s.torch for s in states
+                                            if s.torch is not None})
         for state in states:
             report.findings += state.findings
         report.findings += _jump_outages(states) + job_findings
@@ -373,9 +395,7 @@ def _probe(state: _Host, spec: JobSpec | None, rdzv: tuple[str, int] | None,
     in_job = spec is not None and host.name in (*spec.hosts, *spec.spares)
     if spec is not None and in_job:
         dirs["job run dir"] = spec.run_dir
-        ckpt = spec.checkpoint_dir
-        dirs["checkpoint dir"] = ckpt if ckpt.startswith(("/", "~")) else \
-            f"{spec.run_dir.rstrip('/')}/{ckpt}"
+        dirs["checkpoint dir"] = _checkpoint_dir(spec)
     argument = {
         "dirs": dirs,
         "agent": commands.DEFAULT_AGENT_ARGV[0] if host.agent == AUTO_AGENT
@@ -401,6 +421,12 @@ def _probe(state: _Host, spec: JobSpec | None, rdzv: tuple[str, int] | None,
     _report_agent(state, answer, agent_hash)
     for item, where in dirs.items():
         _report_dir(state, item, where, answer.get("dirs", {}).get(item))
+
+
+def _checkpoint_dir(spec: JobSpec) -> str:
+    """The spec's checkpoint dir as each host's agent reads it (before `~` expands)."""
+    ckpt = spec.checkpoint_dir
+    return ckpt if ckpt.startswith(("/", "~")) else f"{spec.run_dir.rstrip('/')}/{ckpt}"
 
 
 def _word(value: object, limit: int = 200) -> str:
@@ -476,12 +502,24 @@ def _check_torch(state: _Host, spec: JobSpec) -> None:
     status, out, err = state.runner.run(command, TORCH_TIMEOUT)
     line = out.strip().splitlines()[-1] if out.strip() else ""
     if status == 0 and line.startswith("OK "):
-        state.add("torch", True, f"{spec.python} imports torch {_word(line[3:], 60)}")
+        state.torch = _word(line[3:], 60)
+        state.add("torch", True, f"{spec.python} imports torch {state.torch}")
         return
     why = line[6:] if line.startswith("ERROR ") else (err or out).strip()[-300:]
     state.add("torch", False, f"{spec.python} cannot import torch: {printable(why)}",
               f"install torch for {spec.python} on {state.spec.name}, or set `python` in "
               "the job spec to the interpreter that has it")
+
+
+def torch_versions(found: dict[str, str]) -> list[Finding]:
+    """One torch for the whole job (`found`: host -> the version its job Python
+    imports): ranks whose torch differs (a host upgraded alone) may fail their
+    rendezvous or hang in a collective whose wire format changed."""
+    if len(set(found.values())) < 2:
+        return []
+    return [Finding("job", "torch", False, "the job's hosts import different torch "
+                    "versions: " + ", ".join(f"{host} {v}" for host, v in found.items()),
+                    "install the same torch version for the job's Python on every host")]
 
 
 def _check_rendezvous(states: list[_Host], spec: JobSpec, rdzv: tuple[str, int]
@@ -514,7 +552,8 @@ def _check_rendezvous(states: list[_Host], spec: JobSpec, rdzv: tuple[str, int]
                         f"{endpoint} is no job host's address (or its port is taken)",
                         "c10d serves the store on the host whose address the endpoint "
                         "names: name one of the job's hosts")]
-    listener = server.runner.open(commands.python_script(  # type: ignore[union-attr]
+    assert server.runner is not None  # its `rdzv` probe ran through it
+    listener = server.runner.open(commands.python_script(
         server.spec.python, LISTEN_PROBE, json.dumps([name, port])))
     try:
         try:
@@ -545,3 +584,54 @@ def _check_rendezvous(states: list[_Host], spec: JobSpec, rdzv: tuple[str, int]
     finally:
         _close(listener)
     return []
+
+
+_MARKER = re.compile(r"\.cockpit-check-shared-[A-Za-z0-9_]{1,64}")
+
+
+def _check_shared(states: list[_Host], spec: JobSpec) -> None:
+    """On a job of several hosts, whether every host sees the checkpoint dir the others
+    write: each agent restarts from the newest checkpoint in its own view of the dir, so
+    a dir that is not shared (a `~` in homes that are not, a local disk) makes a restart
+    on one host miss the checkpoints rank 0 wrote on another."""
+    if len((*spec.hosts, *spec.spares)) < 2:
+        return
+    members = [s for s in states if s.spec.name in (*spec.hosts, *spec.spares)
+               and s.runner is not None and isinstance(s.probe.get("dirs"), dict)
+               and any(f.item == "checkpoint dir" and f.ok for f in s.findings)]
+    if len(members) < 2:
+        return
+    path = _checkpoint_dir(spec)
+    writer, readers = members[0], members[1:]
+
+    def probe(state: _Host, *argument: object) -> str:
+        assert state.runner is not None
+        _, out, err = state.runner.run(commands.python_script(
+            state.spec.python, SHARED_PROBE, json.dumps([path, *argument])), PROBE_TIMEOUT)
+        return (out or err).strip()[-300:]
+
+    name = probe(writer, None)
+    if not _MARKER.fullmatch(name):
+        writer.add("shared", False, f"{path}: could not leave a marker to look for from the "
+                   f"other hosts: {printable(name)}", "run the check again")
+        return
+    try:
+        with ThreadPoolExecutor(max_workers=min(32, len(readers))) as pool:
+            seen = list(pool.map(lambda s: probe(s, name), readers))
+    finally:
+        probe(writer, name, True)
+    for state, said in zip(readers, seen, strict=True):
+        if said == "seen":
+            state.add("shared", True, f"{path}: the same dir as on {writer.spec.name}")
+        elif said.startswith("absent in "):
+            state.add("shared", False, f"{path} is not the dir {writer.spec.name} sees: a "
+                      f"folder {writer.spec.name} made in it is not in {printable(said[10:])}"
+                      " here", "put `run_dir` (and an absolute `checkpoint_dir`) on storage "
+                      "every host of the job mounts at the same path (NFS, Lustre …): a "
+                      "restart reads the checkpoints the other hosts wrote")
+        else:
+            state.add("shared", False, f"{path}: could not look for the folder "
+                      f"{writer.spec.name} made: {printable(said)[-200:]}",
+                      "run the check again")
+    if all(said == "seen" for said in seen):
+        writer.add("shared", True, f"{path}: seen alike from {len(readers)} other host(s)")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -400,11 +401,21 @@ class QueueState:
     exit_code: str = ""
     restarts: int = 0
     estimate: str = ""  # squeue --start, while pending
-    source: str = "scontrol"  # who said it: scontrol, sacct (accounting), or none
+    # Who said it: scontrol; sacct (accounting) or jobcomp (the completion record of
+    # `JobCompType=jobcomp/filetxt`) once slurmctld forgot the job; none when no one knew.
+    source: str = "scontrol"
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds the job ran (start to end), once it ended."""
+        start, end = _slurm_time(self.start_time), _slurm_time(self.end_time)
+        if self.active or start is None or end is None or end < start:
+            return None
+        return end - start
 
 
 def parse_scontrol(text: str) -> dict[str, str]:
@@ -455,8 +466,14 @@ class SlurmJob:
         self._sent_header = False
         # The operator's own pause/stop is under way: the job's end is no interruption.
         self._ending = False
-        self._allocated: tuple[str, tuple[str, ...]] | None = None  # (job id, nodes)
+        # ((job id, Slurm's node list), node names): a requeued job keeps its id but
+        # may start on other nodes.
+        self._allocated: tuple[tuple[str, str], tuple[str, ...]] | None = None
         self._unavailable: dict[str, tuple[str, str]] = {}  # node -> (state, reason)
+        # Held by a watcher's look and by a screen's control, which share this object
+        # (one numbering of its events): never one inside the other's half-done poll.
+        self.lock = threading.RLock()
+        self._jobcomp: tuple[str | None, str] | None = None  # (file, why none)
 
     @property
     def host(self) -> str:
@@ -552,13 +569,23 @@ class SlurmJob:
         return tuple(n for n in names if SLURM_NAME.match(n))
 
     def allocated(self, state: QueueState) -> tuple[str, ...]:
-        """The nodes of a started job (asked once per Slurm job)."""
-        if self._allocated is None or self._allocated[0] != state.job_id:
+        """The nodes of a started job (asked once per allocation of a Slurm job)."""
+        key = (state.job_id, state.nodes)
+        if self._allocated is None or self._allocated[0] != key:
             nodes = self.hostnames(state.nodes)
             if not nodes:
                 return ()
-            self._allocated = (state.job_id, nodes)
+            self._allocated = (key, nodes)
         return self._allocated[1]
+
+    def failed_nodes(self, state: QueueState) -> list[dict[str, str]]:
+        """The nodes `state`'s allocation held that are down, drained or failing now,
+        with the reason an admin (or Slurm: "Not responding") gave: why Slurm ended or
+        requeued the job (NODE_FAIL)."""
+        mine = set(self.allocated(state))
+        if not mine:
+            return []
+        return [d for d in self.unavailable_nodes(state.partition) if d["node"] in mine]
 
     def look(self) -> QueueState:
         """The job's state now (scontrol; squeue --start's estimate while pending)."""
@@ -597,16 +624,60 @@ class SlurmJob:
         return nodes
 
     def _from_sacct(self) -> QueueState:
+        """A job slurmctld forgot (MinJobAge after its end): Slurm's accounting, else
+        the cluster's job completion record, else UNKNOWN saying why."""
         done = self._run(["sacct", "-n", "-P", "-X", "-j", str(self.job_id), "-o",
                           "State,ExitCode,NodeList,Partition,Submit,Start,End,Reason"])
         row = done.stdout.strip().splitlines()[0].split("|") if done.ok and \
             done.stdout.strip() else []
-        if len(row) < 8:
-            return QueueState(str(self.job_id), "UNKNOWN",
-                              "gone from scontrol and no accounting (sacct) to ask",
-                              source="none")
-        return QueueState(str(self.job_id), row[0].split()[0], row[7], row[2], row[3],
-                          row[4], row[5], row[6], row[1], source="sacct")
+        if len(row) >= 8:
+            return QueueState(str(self.job_id), row[0].split()[0], row[7], row[2], row[3],
+                              row[4], row[5], row[6], row[1], source="sacct")
+        sacct = (done.stdout + done.stderr).strip().splitlines()
+        no_sacct = f"sacct: {sacct[-1] if sacct else 'no record of the job'}"
+        found, no_jobcomp = self._from_jobcomp()
+        if found is not None:
+            return found
+        return QueueState(str(self.job_id), "UNKNOWN", f"gone from scontrol; {no_sacct}; "
+                          f"{no_jobcomp}", source="none")
+
+    def _jobcomp_file(self) -> tuple[str | None, str]:
+        """The cluster's job completion file (`JobCompType=jobcomp/filetxt`, at
+        `JobCompLoc`), or None and why not; asked once."""
+        if self._jobcomp is None:
+            done = self._run(["scontrol", "show", "config"])
+            conf = {}
+            for line in done.stdout.splitlines() if done.ok else ():
+                key, eq, value = line.partition("=")
+                if eq:
+                    conf[key.strip()] = value.strip()
+            kind = conf.get("JobCompType", "unknown")
+            if kind != "jobcomp/filetxt" or not conf.get("JobCompLoc", "").startswith("/"):
+                self._jobcomp = (None, f"no job completion file (JobCompType={kind})")
+            else:
+                self._jobcomp = (conf["JobCompLoc"], "")
+        return self._jobcomp
+
+    def _from_jobcomp(self) -> tuple[QueueState | None, str]:
+        """The job's last completion record (a requeued job has one per end), read
+        where the Slurm clients run; or None and why not."""
+        path, why = self._jobcomp_file()
+        if path is None:
+            return None, why
+        head = f"JobId={self.job_id} "
+        done = self._run(["grep", "-a", "-F", "-e", head, path])
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith(head)] \
+            if done.ok else []
+        if not lines:
+            problem = done.stderr.strip().splitlines()
+            return None, (f"no completion record in {path}"
+                          + (f" ({problem[-1]})" if problem else ""))
+        f = parse_scontrol(lines[-1])
+        return QueueState(str(self.job_id), f.get("JobState", "UNKNOWN"), "",
+                          f.get("NodeList", ""), f.get("Partition", ""),
+                          f.get("SubmitTime", ""), f.get("StartTime", ""),
+                          f.get("EndTime", ""), f.get("ExitCode", ""),
+                          source="jobcomp"), ""
 
     def poll(self) -> QueueState:
         """Look once and record what changed since the last look."""
@@ -636,19 +707,26 @@ class SlurmJob:
                            f"{now.exit_code or '?'}" + (f", {now.reason}" if said else "")
                            + f"; from {now.source})", nodes=now.nodes,
                            exit_code=now.exit_code, queue_wait=queue_wait(now),
-                           exit_source=now.source, **common)
+                           elapsed=now.elapsed, exit_source=now.source, **common)
                 if now.state in FAILED_ENDS and not self._ending:
+                    failed = self.failed_nodes(now) if now.state == "NODE_FAIL" else []
                     self.event("interruption", f"Slurm job {now.job_id} ended {now.state} "
                                f"on {now.nodes or 'no node'} (exit {now.exit_code or '?'})"
-                               + (f": {now.reason}" if said else ""),
+                               + (f": {now.reason}" if said else "") + _nodes_text(failed),
                                cause=f"slurm_{now.state.lower()}", nodes=now.nodes,
-                               exit_code=now.exit_code, **common)
+                               exit_code=now.exit_code, failed_nodes=failed, **common)
         if now.state == RUNNING:
             self._check_nodes(now)
         if before is not None and now.restarts > before.restarts:
+            # The nodes it ran on, as they are now: a node failure names its node and
+            # reason (an admin's `state=down reason=…`, Slurm's "Not responding").
+            failed = self.failed_nodes(before) if before.nodes else []
             self.event("interruption", f"Slurm requeued job {now.job_id} (restart "
-                       f"{now.restarts}): {now.reason or 'no reason given'}",
-                       cause="slurm_requeue", restarts=now.restarts, **common)
+                       f"{now.restarts}"
+                       + (f", was on {before.nodes}" if before.nodes else "") + "): "
+                       + (now.reason or "no reason given") + _nodes_text(failed),
+                       cause="slurm_requeue", restarts=now.restarts,
+                       previous_nodes=before.nodes, failed_nodes=failed, **common)
         return now
 
     def _check_nodes(self, now: QueueState) -> None:
@@ -741,6 +819,12 @@ class SlurmJob:
                    f"(scancel): {ended.state}", cause="scancel", state=ended.state,
                    exit_code=ended.exit_code)
         return ended
+
+
+def _nodes_text(failed: Sequence[dict[str, str]]) -> str:
+    """"; node n1 down: PSU failed" for each failed node, or nothing."""
+    return "".join(f"; node {d['node']} {d['state']}: {d['reason'] or 'no reason given'}"
+                   for d in failed)
 
 
 def queue_wait(state: QueueState) -> float | None:

@@ -37,7 +37,8 @@ class SlurmWatcher:
         self.problem: str | None = None  # the latest look that failed, until one works
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._told: set[str] = set()  # Slurm ids whose nodes were handed on
+        # (Slurm id, node list) handed on: a requeued job keeps its id, not its nodes.
+        self._told: set[tuple[str, str]] = set()
         self._ended: set[str] = set()  # Slurm ids seen finished: nothing more to ask
 
     def start(self) -> SlurmWatcher:
@@ -73,7 +74,11 @@ class SlurmWatcher:
 
     def look_once(self) -> None:
         """One look: the current submission's state recorded when it changed, and its
-        nodes handed on once it runs."""
+        nodes handed on once it runs (after any control of the screen under way)."""
+        with self.job.lock:
+            self._look()
+
+    def _look(self) -> None:
         current = self.job.current_id()
         if current is None:
             return  # not launched yet
@@ -89,8 +94,9 @@ class SlurmWatcher:
         state = self.job.poll()
         if not state.active:
             self._ended.add(current)
-        if current not in self._told and state.state not in ("PENDING", "UNKNOWN"):
+        told = (current, state.nodes)
+        if told not in self._told and state.state not in ("PENDING", "UNKNOWN"):
             nodes = self.job.allocated(state)
             if nodes:
-                self._told.add(current)
+                self._told.add(told)
                 self.on_nodes(nodes)

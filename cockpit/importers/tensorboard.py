@@ -4,7 +4,9 @@ Each directory holding `events.out.tfevents.*` files is one run, imported as one
 named for its path under the directory given. Reading through TensorBoard's accumulator
 (all scalars kept, no sampling) means the import holds exactly the (tag, step, value)
 points TensorBoard shows, including its handling of a run restarted from an earlier step
-(the orphaned later points are dropped, as TensorBoard drops them). Scalars written as
+(a restart written to a new event file keeps both attempts' points of the repeated steps,
+each at its own wall time; the accumulator purges later points only after a session
+restart marker, which torch's SummaryWriter does not write). Scalars written as
 tensors (TF2's `tf.summary.scalar`) are read too. Wall times are kept, so speed and ETA
 are true.
 """

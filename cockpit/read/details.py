@@ -23,8 +23,8 @@ from cockpit.transport.states import STALE, STREAMING, UNKNOWN
 
 # What a drill-down screen may ask `Source.details` for; each kind has its dataclass here
 # (`Details`), which a fixed source (the demo) may stand in for with plain data.
-DetailKind = Literal["host", "events", "run", "log"]
-DETAIL_KINDS: tuple[DetailKind, ...] = ("host", "events", "run", "log")
+DetailKind = Literal["host", "events", "run", "log", "compare"]
+DETAIL_KINDS: tuple[DetailKind, ...] = ("host", "events", "run", "log", "compare")
 
 
 @dataclass(frozen=True)

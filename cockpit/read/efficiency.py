@@ -73,7 +73,7 @@ def efficiency_figures(run: Mapping[str, Any], train: TrainView, gpus: Sequence[
     n_gpus = run.get("world_size") or (len(train.latest) or None)
     figures = compute_efficiency(
         train.samples, utils, flops_per_step=run.get("flops_per_step"),
-        peak_flops=run.get("peak_flops"), n_gpus=n_gpus,
+        peak_flops=run.get("peak_flops"), n_gpus=n_gpus, walls=(train.walls, train.wall_steps),
     )
     if rank0_for is None:
         return figures

@@ -10,6 +10,7 @@ from typing import Any
 
 from cockpit.analysis.jump_hosts import jump_host_down
 from cockpit.analysis.lifecycle import dict_field
+from cockpit.analysis.restart_budget import newest_budget
 from cockpit.analysis.stalls import HostPressure
 from cockpit.read.details import (
     link_state,
@@ -26,10 +27,16 @@ from cockpit.store.queries import StoreReader
 def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
               gpus: Sequence[Mapping[str, Any]]) -> list[HostPressure]:
     cpus = {h["host"]: h.get("cpu_count") for h in hosts}
+    # Grouped once: a per-sample pass over every GPU was hosts x GPUs (1,024 GPUs: a
+    # tenth of a refresh).
+    utils_of: dict[Any, list[Any]] = {}
+    for g in gpus:
+        if g.get("util") is not None:
+            utils_of.setdefault(g["host"], []).append(g["util"])
     out = []
     for s in samples:
         name = s["host"]
-        utils = [g["util"] for g in gpus if g["host"] == name and g.get("util") is not None]
+        utils = utils_of.get(name, ())
         cpu_count = cpus.get(name)
         out.append(HostPressure(
             host=name,
@@ -49,20 +56,33 @@ def fraction(used: Any, total: Any) -> float | None:
 def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
             samples: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
             interruptions: Sequence[Mapping[str, Any]], host_states: Mapping[str, str] | None,
-            now: float, replaying: bool, ended: bool = False) -> Health:
+            now: float, replaying: bool, ended: bool = False,
+            xid_history: Sequence[Mapping[str, Any]] | None = None) -> Health:
+    """`xids`: recent XID events; `xid_history`: `StoreReader.xid_history`'s rows, every
+    GPU's XIDs over the recording, which win where given (a GPU's XID in an earlier run
+    stays shown in the next, whatever XIDs came since on other GPUs)."""
+    # Over 80 lines: three constructors filled field by field (a GPU cell, a host, an
+    # interruption), one for each row the Health pane draws.
     by_gpu = {(g["host"], g["gpu"]): g for g in gpus}
+    # Each host's sampled GPU indexes, found once (not a pass over the fleet per host).
+    sampled: dict[Any, set[Any]] = {}
+    for hn, i in by_gpu:
+        sampled.setdefault(hn, set()).add(i)
     by_host = {s["host"]: s for s in samples}
     newest_xid: dict[tuple[str, Any], int] = {}
     for e in sorted(xids, key=lambda e: e["ts"]):
         data = dict_field(e, "data")
         if isinstance(data.get("xid"), int):
             newest_xid[(e["host"], data.get("gpu"))] = data["xid"]
+    history = {(h["host"], h["gpu"]): h for h in xid_history or ()}
+    for key, h in history.items():
+        newest_xid[key] = h["newest"]
     out = []
     simulated = False
     for h in hosts:
         name = h["host"]
         inventory = {g.get("index"): g for g in h.get("gpus") or [] if isinstance(g, dict)}
-        indexes = sorted(set(inventory) | {i for (hn, i) in by_gpu if hn == name},
+        indexes = sorted(set(inventory) | sampled.get(name, set()),
                          key=lambda i: (i is None, i))
         cells = []
         for index in indexes:
@@ -70,6 +90,7 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
             g = by_gpu.get((name, index), {})
             sim = bool(g.get("sim") or inv.get("simulated") or h.get("gpu_source") == "sim")
             simulated = simulated or sim
+            past = history.get((name, index), {})
             cells.append(GpuCell(
                 index=int(index) if index is not None else -1,
                 online=bool(g),
@@ -84,6 +105,11 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
                 xid=newest_xid.get((name, index)),
                 throttle=g.get("throttle"),
                 name=inv.get("name"),
+                xid_count=int(past.get("count") or 0),
+                xid_earlier=int(past.get("earlier") or 0),
+                xid_codes=tuple(past.get("codes") or ()),
+                xid_earlier_last=past.get("earlier_last_ts"),
+                ecc_lifetime=g.get("ecc_agg_unc"),
             ))
         s = by_host.get(name, {})
         out.append(HostHealth(
@@ -119,6 +145,7 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
             for i in interruptions if i.get("detected_at") is not None
         ),
         simulated=simulated,
+        restart_budget=newest_budget(interruptions),
     )
 
 def peak_memory(reader: StoreReader, host: str, until: float) -> tuple[float, float] | None:

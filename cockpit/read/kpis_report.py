@@ -14,12 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from agent.wire import states
 from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.kpis import LOSS_CAUSES, JobKpis, KpiTotals, StepTotals, job_kpis, totals
 from cockpit.analysis.text import duration, json_printable
 from cockpit.errors import CockpitError
+from cockpit.read.opened import reading
 from cockpit.read.report_format import FORMATS, Rows, Table, render_sections
-from cockpit.store.database import Store, StoreError
 from cockpit.store.queries import StoreReader
 
 KPIS_VERSION = 1
@@ -58,7 +59,11 @@ def job_kpis_of(reader: StoreReader, job: str, *, until_ts: float | None = None,
     info = reader.run_info(job, until_ts=until_ts)
     events = reader.rare_events(KPI_EVENT_KINDS, job, until_ts)
     raw = reader.step_totals(job, until_ts=until_ts)
-    steps = StepTotals(**{k: v for k, v in raw.items() if k != "rank"})  # type: ignore[arg-type]
+    steps = StepTotals(
+        records=raw["records"], first_ts=raw["first_ts"], last_ts=raw["last_ts"],
+        last_step=raw["last_step"], step_time=raw["step_time"], data_time=raw["data_time"],
+        ckpt_time=raw["ckpt_time"], redo_records=raw["redo_records"],
+        redo_steps=raw["redo_steps"], redo_time=raw["redo_time"])
     starts = [float(e["ts"]) for e in events
               if e.get("job") == job and e.get("kind") == "job_started"]
     span = reader.time_range()
@@ -114,12 +119,7 @@ def collect_kpis(path: Path, *, job: str | None = None,
     """The KPIs of every job (or `job`) of every recording at `path`."""
     out: list[JobKpis] = []
     for rec in recordings_in(path):
-        try:
-            store = Store(rec, read_only=True)
-        except StoreError as exc:
-            raise CockpitError(f"{rec}: {exc}") from None
-        try:
-            reader = StoreReader(store)
+        with reading(rec, str(rec)) as (_store, reader):
             jobs = reader.jobs()
             if job is not None and job not in jobs:
                 if len(recordings_in(path)) == 1:
@@ -129,10 +129,6 @@ def collect_kpis(path: Path, *, job: str | None = None,
             for name in [job] if job is not None else jobs:
                 out.append(job_kpis_of(reader, name, target_loss=target_loss,
                                        recording=rec.name))
-        except StoreError as exc:
-            raise CockpitError(f"{rec}: {exc}") from None
-        finally:
-            store.close()
     return out
 
 
@@ -149,7 +145,7 @@ def _hours(value: float) -> str:
 
 def kpi_rows(k: JobKpis) -> list[tuple[str, str]]:
     """One job's KPIs as (name, value) rows: what the report and run info show."""
-    state = "running" if k.running else "finished" if k.finished else "ended"
+    state = states.RUNNING if k.running else states.FINISHED if k.finished else "ended"
     rows = [
         ("state", state),
         ("GPUs", f"{k.gpus} ({k.gpus_from})"),

@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cockpit.analysis.eta import estimate_eta, progress_fraction
+from agent.wire import states
+from cockpit.analysis.eta import estimate_eta, progress_fraction, rescaled_steps
 from cockpit.analysis.lifecycle import (
     event_data,
     exit_reading,
@@ -22,6 +23,7 @@ from cockpit.analysis.lifecycle import (
     paused,
     running_seconds,
 )
+from cockpit.analysis.ranks import step_walls
 from cockpit.analysis.stalls import StallVerdict
 from cockpit.analysis.timeline import STAGE_EVENT_KINDS, STARTS, stage_spans
 from cockpit.read.train_tail import TrainView, job_lifecycle
@@ -31,7 +33,7 @@ from cockpit.snapshot import (
 )
 from cockpit.store.queries import Frontiers, StoreReader
 
-ACTIVE_STATES = ("running",)
+ACTIVE_STATES = (states.RUNNING,)
 
 # Lifecycle events after which the job's processes are starting: until its first step,
 # what the panes show is the previous attempt's.
@@ -43,7 +45,7 @@ RUNNING_KINDS = ("job_started", "job_exited", "pause", "resume", "job_adopted")
 def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
            newest_step_ts: float | None, fr: Frontiers) -> str:
     if job is None:
-        return "unknown"
+        return states.UNKNOWN
     has_steps = newest_step_ts is not None
     last = job_lifecycle(reader, job, fr, until_ts)
     kind = last["kind"] if last else None
@@ -51,24 +53,24 @@ def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
             lifecycle_events(reader, job, fr, until_ts))):
         # An agent gave up (a spec or code error, repeated OOM …); the other hosts'
         # parts then end too (the job cannot form without it): failed, not "exited".
-        return "failed"
+        return states.FAILED
     if kind == "job_exited":
-        return "exited"
+        return states.EXITED
     data = event_data(last) if last else {}
     # A pause that failed (or a refused freeze) left the job running: not "paused".
     if last is not None and paused(last):
-        return "paused"
+        return states.PAUSED
     if kind == "interruption":
-        return "recovering"
+        return states.RECOVERING
     if kind == "job_adopted" and data.get("running") is True:
-        return "running"  # a restarted agent found the job still running
+        return states.RUNNING  # a restarted agent found the job still running
     if last is not None and kind in STARTING_KINDS and (
             newest_step_ts is None or float(last["ts"]) > newest_step_ts):
         # Launched (again) and no step since: the figures are the last attempt's.
-        return "starting"
+        return states.STARTING
     if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
-        return "running"
-    return "unknown"
+        return states.RUNNING
+    return states.UNKNOWN
 
 def lifecycle_events(reader: StoreReader, job: str, fr: Frontiers,
                       until_ts: float | None) -> list[dict[str, Any]]:
@@ -86,19 +88,37 @@ def resume_step(last: Mapping[str, Any] | None) -> int | None:
     step = event_data(last).get("step")
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
+def at_current_world(run: Mapping[str, Any], train: TrainView) -> TrainView:
+    """`train` with the recent steps taken before the job's world last changed timed
+    as they would be at its current world (`analysis.eta.rescaled_steps`): the ETA and
+    the speed after a rescale are the new world's, not the old one's."""
+    world, before = run.get("world_size"), run.get("world_before")
+    if not (isinstance(world, int) and isinstance(before, int)) or isinstance(
+            world, bool) or isinstance(before, bool):
+        return train
+    since = run.get("world_since")
+    steps = rescaled_steps(train.samples, world=world, world_before=before,
+                           world_since=float(since) if isinstance(since, (int, float))
+                           else None)
+    if all(a is b for a, b in zip(steps, train.samples, strict=True)):
+        return train
+    walls, wall_steps = step_walls(steps)
+    return dataclasses.replace(train, walls=walls, wall_steps=wall_steps)
+
+
 def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
               stall: StallVerdict, resume_step: int | None = None,
               lifecycle: Sequence[Mapping[str, Any]] = ()) -> Progress:
     """`lifecycle`: the job's lifecycle events, which say how an exited or failed job
     ended."""
     newest = train.newest
-    if state != "paused":
+    if state != states.PAUSED:
         resume_step = None
     if newest is None:
         note = None
-        if state == "exited":
+        if state == states.EXITED:
             state, note = exit_reading(lifecycle, None)
-        elif state == "failed":
+        elif state == states.FAILED:
             note = failure_reading(lifecycle)
         return Progress(state=state, total_steps=run.get("total_steps"),
                         resume_step=resume_step, eta_note=note)
@@ -119,20 +139,21 @@ def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: 
         steps_goal = math.ceil(run["total_samples"] / train.global_samples)
     if steps_goal is None and run.get("total_tokens") and train.global_tokens:
         steps_goal = math.ceil(run["total_tokens"] / train.global_tokens)
-    eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=train.walls,
-                       step_counts=train.wall_steps)
+    timed = at_current_world(run, train)  # after a rescale: the new world's speed
+    eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=timed.walls,
+                       step_counts=timed.wall_steps)
     # A job that is not running has no time left to estimate, only a reason why.
     eta_note = None
-    if state == "exited":
+    if state == states.EXITED:
         state, eta_note = exit_reading(lifecycle, percent)
-    elif state == "failed":
+    elif state == states.FAILED:
         eta_note = failure_reading(lifecycle)
-    elif state == "paused":
+    elif state == states.PAUSED:
         # A job restarting ("starting") keeps its band: the time left is the speed it had
         # plus the rest of the restart (`analysis.eta.restart_aware`, applied by the caller).
         eta_note = state
-    shown_state = "stalled" if stall.stalled and state == "running" else state
-    if shown_state == "stalled":
+    shown_state = states.STALLED if stall.stalled and state == states.RUNNING else state
+    if shown_state == states.STALLED:
         eta_note = "stalled"  # the rate of its last steps says nothing of when it resumes
     if eta_note is not None:
         eta = dataclasses.replace(eta, seconds=None, low=None, high=None)

@@ -40,11 +40,14 @@ keys may be added):
                      step_time_median, step_time_spread,
                      slowest_ranks: [{rank, host, step_time (its own: less the
                      communication wait)}], note}
-    health          {simulated, hosts: [{host, state, gpu_state, gpus_online, gpus_total,
+    health          {simulated, restart_budget (text: restarts used and left, job-wide),
+                     hosts: [{host, state, gpu_state, gpus_online, gpus_total,
                      cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
                      last_seen, verdict, cause, gpus: [{index, name, online, simulated,
                      util, temp, power, power_limit, mem_used, mem_total, ecc_unc, xid,
-                     throttle, verdict}]}]} — verdict: the state the screen shows
+                     throttle, xid_count, xid_earlier (XIDs before the current run began),
+                     xid_codes, xid_earlier_last, ecc_lifetime (NVML's aggregate
+                     uncorrectable count), verdict}]}]} — verdict: the state the screen shows
                      (`cockpit.analysis.gpu_state`: offline, XID, ECC, throttled, hot,
                      stale, idle, ok); a host's is its worst GPU's or its link's
     interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
@@ -61,8 +64,9 @@ keys may be added):
                      advice}
     slurm           null, or of a job that went through Slurm: {current, submissions:
                     [{job_id, state, submitted, started, ended, partition, nodes, reason,
-                    estimate, queue_wait, exit_code, exit_source, resume, exclude,
-                    requeues}], queue_wait_s, causes: [{ts, job_id, kind, cause, msg}]}
+                    estimate, queue_wait, elapsed, exit_code, exit_source (scontrol,
+                    sacct, jobcomp or none), resume, exclude, requeues}], queue_wait_s,
+                    causes: [{ts, job_id, kind, cause, msg}]}
 
 Percentages are 0..100 except `mfu` (0..1); times in seconds; sizes in bytes; null = n/a.
 """
@@ -73,37 +77,29 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.gpu_state import gpu_states, host_cause, host_state
 from cockpit.analysis.lifecycle import current_run_started, process_starts
-from cockpit.analysis.lr import lr_change_text, lr_text
 from cockpit.analysis.text import (
-    duration,
-    failed_restarts_text,
     json_printable,
     printable,
-    size,
-    unrecovered_text,
 )
-from cockpit.analysis.throttle import throttle_text
 from cockpit.errors import CockpitError
+from cockpit.read.opened import reading
 from cockpit.read.progress import RUNNING_KINDS, observed_seconds
-from cockpit.read.report_format import ALERT_HEADER, FORMATS, Rows, Table, render_sections
-from cockpit.read.slurm_state import slurm_rows, slurm_summary
+from cockpit.read.report_format import FORMATS, render_sections
+from cockpit.read.report_text import sections, sparkline, title
+from cockpit.read.slurm_state import slurm_summary
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot
-from cockpit.snapshot import LrChange, Snapshot
-from cockpit.store.database import Store, StoreError
+from cockpit.snapshot import Snapshot
+from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from cockpit.store.step_time import step_ts
 
 REPORT_VERSION = 1
-SPARK_WIDTH = 60  # characters of a trend line
-SPARK = "▁▂▃▄▅▆▇█"
-NA = "n/a"
 # Agent events that say why a job restarted from a checkpoint (`_restart_causes`).
 RESTART_KINDS = ("resume", "recovery", "fork", "relaunch")
 
@@ -124,12 +120,7 @@ def report_data(path: str | Path, until_ts: float | None = None, job: str | None
     it (a live cockpit's copy is named for the recording it copies). `at_step`: as of
     when `job` (else the job that trained last) first reached that step; `at_offset`:
     as of that many seconds after the recording's first record (`cockpit report --at`)."""
-    try:
-        store = Store(path, read_only=True)
-    except StoreError as exc:
-        raise CockpitError(str(exc)) from None
-    try:
-        reader = StoreReader(store)
+    with reading(path) as (store, reader):
         if at_step is not None:
             until_ts = _step_instant(store, reader, job, at_step)
         elif at_offset is not None:
@@ -138,10 +129,6 @@ def report_data(path: str | Path, until_ts: float | None = None, job: str | None
                 raise CockpitError(f"{name or path} holds no records: no +{at_offset:g} s")
             until_ts = span[0] + at_offset
         return collect(reader, name or str(path), until_ts, job)
-    except StoreError as exc:
-        raise CockpitError(str(exc)) from None
-    finally:
-        store.close()
 
 
 def _step_instant(store: Store, reader: StoreReader, job: str | None, step: int) -> float:
@@ -162,7 +149,7 @@ def format_report(data: dict[str, Any], fmt: str = "text") -> str:
         raise CockpitError(f"unknown report format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "json":
         return json_printable(json.dumps(_json_safe(data), indent=2, ensure_ascii=False)) + "\n"
-    return _render(_sections(data), markdown=fmt == "markdown", title=_title(data))
+    return render_sections(sections(data), markdown=fmt == "markdown", title=title(data))
 
 
 def collect(reader: StoreReader, recording: str, until_ts: float | None,
@@ -285,15 +272,16 @@ def _health(snap: Snapshot) -> dict[str, Any]:
     hosts = []
     for h in snap.health.hosts:
         row = asdict(h)
-        states = gpu_states(h)
+        verdicts = gpu_states(h)
         row["gpus"] = [{**asdict(g), "verdict": s.label}
-                       for g, s in zip(h.gpus, states, strict=True)]
+                       for g, s in zip(h.gpus, verdicts, strict=True)]
         row["gpus_online"] = sum(1 for g in h.gpus if g.online)
         row["gpus_total"] = len(h.gpus)
-        row["verdict"] = host_state(h, states).label
-        row["cause"] = host_cause(h, states)
+        row["verdict"] = host_state(h, verdicts).label
+        row["cause"] = host_cause(h, verdicts)
         hosts.append(row)
-    return {"simulated": snap.health.simulated, "hosts": hosts}
+    return {"simulated": snap.health.simulated, "hosts": hosts,
+            "restart_budget": snap.health.restart_budget}
 
 
 def _checkpoint(a: CheckpointAdvice) -> dict[str, Any]:
@@ -316,202 +304,6 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     return value
 
-
-# --- text and Markdown ---------------------------------------------------------------
-
-
-
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return NA
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _num(value: float | int | None, spec: str = ",.0f", unit: str = "") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return NA
-    return f"{value:{spec}}{unit}"
-
-
-def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if not vals:
-        return ""
-    if len(vals) > width:  # every k-th point, the newest kept
-        stride = math.ceil(len(vals) / width)
-        vals = vals[::-1][::stride][::-1]
-    lo, hi = min(vals), max(vals)
-    scale = (len(SPARK) - 1) / (hi - lo) if hi > lo else 0.0
-    return "".join(SPARK[round((v - lo) * scale)] for v in vals)
-
-
-def _unrecovered(item: dict[str, Any], d: dict[str, Any]) -> str:
-    """Only the newest interruption of a job still recovering may yet recover."""
-    newest = max(d["interruptions"], key=lambda i: i["detected_at"])
-    return unrecovered_text(item.get("ended_by"), item is newest, d["progress"]["state"])
-
-
-def _title(d: dict[str, Any]) -> str:
-    return f"Training report: {d['job'] or 'no job'} ({Path(d['recording']).name})"
-
-
-def _idle_note(state: str) -> str:
-    """GPU busy is read at the report's instant: after the job ended its GPUs idle."""
-    return {"exited": " (now: the job has exited)", "finished": " (now: the job has finished)",
-            "paused": " (now: the job is paused)", "stopped": " (now: the job was stopped)",
-            "failed": " (now: the job failed)"}.get(state, "")
-
-
-def _nonfinite_text(e: dict[str, Any]) -> str:
-    steps, count, last = e["nonfinite_steps"], e["nonfinite_count"], e["nonfinite_last"]
-    if not steps:
-        return "none"
-    shown = ", ".join(f"{s:,}" for s in steps[:20])
-    if count <= 20:
-        return shown
-    return f"{count:,} steps, the newest {last:,}; first: {shown}, …"
-
-
-def _sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
-    p, e, f, h = d["progress"], d["effect"], d["efficiency"], d["health"]
-    span = NA
-    if d["first_ts"] is not None and d["last_ts"] is not None:
-        span = (f"{_when(d['first_ts'])} to {_when(d['last_ts'])} "
-                f"({duration(d['last_ts'] - d['first_ts'])})")
-    overview: Rows = [("report at", _when(d["at"])), ("recording", span)]
-    others = [j for j in d["jobs"] if j != d["job"]]
-    if others:
-        overview.append(("other jobs", ", ".join(others) + " (report one with --job NAME)"))
-    run = d["run"]
-    if run.get("run_started") is not None:
-        overview.append(("run started", _when(run["run_started"])))
-    if run.get("started") is not None and run["started"] != run.get("run_started"):
-        overview.append(("first launch", _when(run["started"])))
-    parent = run.get("forked_from")
-    if parent:
-        overview.append(("forked from", f"{parent['job']} at step {_num(parent['step'])}"))
-    for key in ("world_size", "seed", "data_version", "git_commit"):
-        if run.get(key) is not None:
-            overview.append((key.replace("_", " "), str(run[key])))
-    for change in run.get("changes") or ():
-        overview.append((f"{change['field'].replace('_', ' ')} changed",
-                         f"{change['old']} → {change['new']} at {_when(change['ts'])}"))
-    if run.get("tags"):
-        overview.append(("tags", ", ".join(map(str, run["tags"]))))
-
-    step = _num(p["step"]) + (f" / {_num(p['total_steps'])}" if p["total_steps"] else "")
-    if p["percent"] is not None:
-        step += f" ({p['percent']:.1f}%)"
-    eta = NA if p["eta_note"] is None else f"{NA} (job {p['eta_note']})"
-    if p["resume_step"] is not None:
-        eta += f"; a resume starts from the checkpoint of step {p['resume_step']:,}"
-    if p["eta_seconds"] is not None:
-        eta = (f"{duration(p['eta_seconds'])} (estimate; {duration(p['eta_low'])} to "
-               f"{duration(p['eta_high'])})")
-    stall = "no"
-    if p["stalled"]:
-        stall = f"YES: {p['stall_cause'] or 'cause unknown'}: {p['stall_detail'] or ''}".strip()
-    progress: Rows = [
-        ("state", p["state"]), ("stage", p["stage"] or NA), ("epoch", _num(p["epoch"], ".2f")),
-        ("step", step), ("samples seen", _num(p["samples"])),
-        ("tokens seen", _num(p["tokens"])),
-        ("speed", _num(p["steps_per_second"], ".3g", " steps/s")), ("ETA", eta),
-        ("last step", duration(p["since_last_step"]) + " ago"
-         if p["since_last_step"] is not None else NA),
-        ("stalled", stall),
-    ]
-    ema = [v for v in e["train_loss"]["ema"] if v is not None]
-    effect: Rows = [
-        ("train loss", _num(e["last_loss"], ".4g") + (f" (smoothed {ema[-1]:.4g})" if ema else "")),
-        ("train trend", sparkline(e["train_loss"]["ema"]) or NA),
-        ("val loss", _num(e["last_val_loss"], ".4g")),
-        ("best val", f"{_num(e['best_val_loss'], '.4g')} at step {_num(e['best_val_step'])}"
-         if e["best_val_step"] is not None else NA),
-        ("val trend", sparkline(e["val_loss"]["loss"]) or NA),
-        ("divergence", f"from step {e['divergence_step']:,} (val stopped improving while "
-         "train kept improving)" if e["divergence_step"] is not None else "none"),
-        ("loss spikes", ", ".join(f"{s:,}" for s in e["spike_steps"]) or "none"),
-        ("NaN/Inf steps", _nonfinite_text(e)),
-        ("loss scale", _num(e["last_loss_scale"], ".6g")),
-        ("LR", lr_text(e["last_lr"], e["lr_scale"]).removeprefix("LR ")),
-        ("LR trend", sparkline(e["lr"]["lr"]) or NA),
-        ("LR changes", "; ".join(lr_change_text(LrChange(**c)) for c in e["lr_changes"])
-         or "none"),
-        ("changes", "; ".join(f"{m['text'] if m['kind'] == 'adjust' else 'restart'} at step "
-                              f"{m['step']:,}" + (f" ({m['why']})" if m.get("why") else "")
-                              for m in e["markers"]) or "none"),
-    ]
-    slow = ", ".join(f"rank {r['rank']} ({r['host']}) {r['step_time']:.3g}s"
-                     for r in f["slowest_ranks"]) or NA
-    efficiency: Rows = [
-        ("GPU busy", _num(f["gpu_busy"], ".0f", "%") + _idle_note(p["state"])),
-        ("samples/s", _num(f["samples_per_s"], ",.1f")),
-        ("tokens/s", _num(f["tokens_per_s"], ",.0f")),
-        ("data wait", _num(f["data_wait_pct"], ".1f", "%")),
-        ("communication", _num(f["comm_pct"], ".1f", "%")),
-        ("MFU", _num(None if f["mfu"] is None else 100 * f["mfu"], ".1f", "%")),
-        ("step time", _num(f["step_time_median"], ".3g", " s (median)")),
-        ("rank spread", _num(None if f["step_time_spread"] is None
-                             else 100 * f["step_time_spread"], ".0f", "%")),
-        ("slowest ranks", slow + (" (own time: step time less comm wait)"
-                                  if f["slowest_ranks"] else "")),
-        *([("note", f["note"])] if f["note"] else []),
-    ]
-    host_table: Table = (
-        ("host", "link", "GPUs", "health", "GPU state", "CPU", "memory", "disk",
-         "last seen"),
-        [(x["host"], x["state"], f"{x['gpus_online']}/{x['gpus_total']}", x["cause"],
-          x["gpu_state"],
-          _num(x["cpu"], ".0f", "%"), f"{size(x['mem_used'], ' ')} / {size(x['mem_total'], ' ')}",
-          f"{size(x['disk_used'], ' ')} / {size(x['disk_total'], ' ')}", _when(x["last_seen"]))
-         for x in h["hosts"]],
-    )
-    gpu_table: Table = (
-        ("host", "gpu", "state", "util", "temp", "power", "memory", "ECC unc", "XID",
-         "throttle"),
-        [(x["host"], str(g["index"]) + (" SIM" if g["simulated"] else ""), g["verdict"],
-          _num(g["util"], ".0f", "%"), _num(g["temp"], ".0f", "°C"),
-          f"{_num(g['power'], '.0f')} / {_num(g['power_limit'], '.0f', ' W')}",
-          f"{size(g['mem_used'], ' ')} / {size(g['mem_total'], ' ')}", _num(g["ecc_unc"]),
-          _num(g["xid"], "d"), throttle_text(g["throttle"]))
-         for x in h["hosts"] for g in x["gpus"]],
-    )
-    health_rows: Rows = [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")]
-    interruptions: Table = (
-        ("detected", "after failure", "cause", "hosts", "down (failure to next step)",
-         "steps lost", "restarts"),
-        [(_when(i["detected_at"]), duration(i["detection_latency"]), i["cause"],
-          ", ".join(i["hosts"]) or NA,
-          duration(i["recovered_in"]) if i["recovered_in"] is not None
-          else _unrecovered(i, d),
-          _num(i["steps_lost"]), _num(i["restart_count"]) + (
-              f" ({failed_restarts_text(i['failed_restarts'])})"
-              if i.get("failed_restarts") else ""))
-         for i in d["interruptions"]],
-    )
-    alerts: Table = (
-        ALERT_HEADER,
-        # A resolved (over) or acknowledged alert says so beside its severity.
-        [(a["severity"] + ("" if a.get("state", "active") == "active" else f" ({a['state']})"),
-          a["kind"], a["code"], a["where"], a["what"], a["hint"])
-         for a in d["alerts"]],
-    )
-    return [
-        ("Overview", overview, []),
-        ("Progress", progress, []),
-        ("Effect", effect, []),
-        ("Efficiency", efficiency, []),
-        ("Health", health_rows, [host_table, gpu_table]),
-        ("Interruptions", [] if d["interruptions"] else [("interruptions", "none")],
-         [interruptions] if d["interruptions"] else []),
-        ("Alerts", [] if d["alerts"] else [("alerts", "none")],
-         [alerts] if d["alerts"] else []),
-        ("Checkpoints", [("advice", d["checkpoint"]["advice"])], []),
-        *([("Slurm", slurm_rows(d["slurm"]), [])] if d.get("slurm") else []),
-    ]
-
-
-_render = render_sections
 
 __all__ = ["FORMATS", "REPORT_VERSION", "collect", "render_report", "render_sections",
            "sparkline"]

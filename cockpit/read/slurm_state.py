@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent.wire import states
 from cockpit.analysis.lifecycle import event_data
 from cockpit.store.queries import StoreReader
 
@@ -20,7 +21,7 @@ SLURM_KINDS = ("slurm_submitted", "slurm_pending", "slurm_running", "slurm_finis
                "slurm_node_unavailable", "interruption", "pause", "resume", "relaunch")
 HOST_PREFIX = "slurm:"
 # Agent-side states a queued Slurm job shows instead: nothing of it runs yet.
-NOT_YET = frozenset({"unknown", "starting"})
+NOT_YET = frozenset({states.UNKNOWN, states.STARTING})
 
 
 def slurm_host(job: str) -> str:
@@ -81,6 +82,8 @@ def _apply(sub: dict[str, Any], kind: str, data: Mapping[str, Any], ts: float) -
             sub["nodes"] = data["nodes"]
         if isinstance(data.get("queue_wait"), int | float):
             sub["queue_wait"] = float(data["queue_wait"])
+        if isinstance(data.get("elapsed"), int | float):
+            sub["elapsed"] = float(data["elapsed"])
     elif kind == "interruption" and data.get("cause") == "slurm_requeue":
         sub["requeues"] = int(data.get("restarts") or 0)
 
@@ -117,6 +120,8 @@ def slurm_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
             ("Slurm state", cur["state"] + (f" ({cur['reason']})" if cur.get("reason")
                                             and cur["reason"] != "None" else "")),
             ("exit code", exit_text)]
+    if isinstance(cur.get("elapsed"), int | float):
+        rows.append(("elapsed", f"{cur['elapsed']:.0f} s (Slurm's start to end)"))
     if summary["queue_wait_s"] is not None:
         waits = ", ".join(f"{s['job_id']} {s['queue_wait']:.0f} s"
                           for s in summary["submissions"] if "queue_wait" in s)

@@ -22,23 +22,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import Any
 
+from agent.wire import states
 from cockpit.analysis import alerts as rules
 from cockpit.analysis import signal_alerts
 from cockpit.analysis.checkpoint_interval import advise
 from cockpit.analysis.eta import restart_aware
+from cockpit.analysis.gpu_history import history_alerts, run_began
 from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.lifecycle import (
     ENDED_STATES,
-    dict_field,
     event_data,
     process_starts,
 )
 from cockpit.analysis.rank_progress import rank_progress
 from cockpit.analysis.stalls import detect_stall
+from cockpit.read.agent_alerts import standing_agent_alerts
+from cockpit.read.compare import Comparison, compare_in_recording
 from cockpit.read.details import (
     DETAIL_KINDS,
     DetailKind,
@@ -80,6 +83,7 @@ from cockpit.read.progress import (
     resume_step,
     stages,
 )
+from cockpit.read.seams import SNAPSHOT_BUCKETS, Controller, Source
 from cockpit.read.slurm_state import screen_state
 from cockpit.read.train_tail import TrainTail, TrainView, job_lifecycle
 from cockpit.snapshot import (
@@ -89,12 +93,13 @@ from cockpit.snapshot import (
     Series,
     Snapshot,
 )
-from cockpit.store.earlier_runs import is_earlier_run
 from cockpit.store.queries import Frontiers, StoreReader
 from cockpit.store.queries_train import NonFinite
 
 __all__ = [
     "DETAIL_KINDS",
+    "SNAPSHOT_BUCKETS",
+    "Controller",
     "Source",
     "build_snapshot",
     "details",
@@ -104,96 +109,14 @@ __all__ = [
 EVENTS_SHOWN = 50
 DATA_EVENT_KINDS = ("spool_error", "dropped")
 DATA_EVENTS_READ = 500
-STARTS_READ = 500  # newest job starts read to tell which agent alerts a restart ended
-# Points per chart series. The loss analysis (spikes, divergence, LR) reads the same
-# series, so the screen and the report must ask for the same number to agree.
-SNAPSHOT_BUCKETS = 120
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
-
-
-class ScalableSpec(Protocol):
-    """What the screen reads of a job's spec before offering to scale it."""
-
-    @property
-    def elastic(self) -> bool: ...
-
-
-class Controller(Protocol):
-    """The operations on one job that the screen offers, as `cockpit.control.controller.
-    Controller` (which this layer sits below) provides them. Each sends to the job's
-    agents and returns what it sent, for the operator to read; the agents' answers come
-    back as acks (`last_ops`: host -> id of the op most recently sent there)."""
-
-    @property
-    def job(self) -> str: ...
-
-    @property
-    def hosts(self) -> tuple[str, ...]: ...
-
-    @property
-    def spares(self) -> tuple[str, ...]: ...
-
-    @property
-    def spec(self) -> ScalableSpec: ...
-
-    @property
-    def last_ops(self) -> dict[str, str]: ...
-
-    def refresh(self) -> None: ...  # adopt the job file as it is now
-
-    def controller_for(self, job: str | None) -> Controller | None: ...  # a fork's
-
-    def describe(self, action: str, add: str | None = None, remove: str | None = None
-                 ) -> str: ...
-
-    def check_scale(self, add: str | None, remove: str | None) -> None: ...
-
-    def pause(self) -> object: ...
-
-    def resume(self) -> object: ...
-
-    def relaunch(self, exclude: tuple[str, ...] = ()) -> object: ...
-
-    def fork(self, overrides: dict[str, Any]) -> object: ...
-
-    def adjust(self, **knobs: Any) -> object: ...
-
-    def checkpoint_now(self) -> object: ...
-
-    def eval_now(self) -> object: ...
-
-    def scale(self, add: str | None = None, remove: str | None = None) -> object: ...
-
-    def stop(self) -> object: ...
-
-
-class Source(Protocol):
-    @property
-    def label(self) -> str: ...  # "LIVE" or "REPLAY 10x"
-
-    @property
-    def controller(self) -> Controller | None: ...  # None: "no controllable job attached"
-
-    # The operator's pick among jobs training side by side (None: the newest started);
-    # a source that cannot choose (a fixed snapshot) ignores it.
-    focus_job: str | None
-
-    def start(self, on_data: Callable[[], None]) -> None: ...
-
-    # Blocking: called off the UI thread.
-    def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot: ...
-
-    def stop(self) -> None: ...
-
-    # `Details` from a store; a fixed source may answer with plain data of that shape.
-    def details(self, what: DetailKind, **kw: Any) -> object: ...
 
 
 def details(
     reader: StoreReader, what: DetailKind, *, until_ts: float | None = None, **kw: Any
-) -> Details:
+) -> Details | Comparison:
     """Drill-down data for `Source.details`: "host" (host=NAME), "events" (kinds, text,
-    limit), "run", "log" (n, text)."""
+    limit), "run", "log" (n, text), "compare" (job)."""
     if what == "host":
         host = kw.get("host")
         if not isinstance(host, str) or not host:
@@ -208,6 +131,9 @@ def details(
     if what == "log":
         return log_tail(reader, until_ts=until_ts, n=int(kw.get("n", 500)),
                         text=kw.get("text"), job=kw.get("job"))
+    if what == "compare":  # the job on screen beside its parent or earlier run
+        return compare_in_recording(reader, reader.recording_name(), kw.get("job"),
+                                    until_ts=until_ts)
     raise ValueError(f"unknown details kind {what!r}; expected one of {', '.join(DETAIL_KINDS)}")
 
 
@@ -302,24 +228,6 @@ def _before_any_record(reader: StoreReader, until_ts: float | None, label: str,
                     controllable=controllable)
 
 
-def _operator_starts(started: Sequence[Mapping[str, Any]]
-                     ) -> tuple[dict[str, float], dict[tuple[str, str], float]]:  # fmt: skip
-    """Each job's newest start by the operator (a launch, resume, relaunch or fork), not
-    by the agents' own recovery, and each (job, host)'s: only such a start ends a
-    "recovery stopped" or "launch failed" alert (a peer host's restart after one host
-    gave up does not make the job whole)."""
-    out: dict[str, float] = {}
-    on: dict[tuple[str, str], float] = {}
-    for e in started:
-        data = dict_field(e, "data")
-        job, ts = e.get("job"), float(e.get("ts") or 0.0)
-        if job and data.get("reason") != "recovery":
-            out[job] = max(out.get(job, 0.0), ts)
-            key = (job, str(e.get("host") or ""))
-            on[key] = max(on.get(key, 0.0), ts)
-    return out, on
-
-
 def build_snapshot(
     reader: StoreReader,
     *,
@@ -338,6 +246,10 @@ def build_snapshot(
     `job` is the operator's pick (`j`, `cockpit report --job`): shown while it is one of
     the recording's jobs, training or not (`TrainTail.job`).
     """
+    # Over 80 lines: the one orchestration of a snapshot; the reads start side by side,
+    # each instrument is built as its inputs arrive, and a failure waits for the reads
+    # still running. Split, the pool's futures and the frontiers would pass through
+    # every part.
     fr = reader.frontiers(until_ts=until_ts)
     frontier = fr.newest
     if frontier is None:
@@ -399,9 +311,9 @@ def build_snapshot(
         )
         progress = build_progress(run, train, at, state, stall,
                              resume_step(job_lifecycle(reader, job, fr, until_ts))
-                             if job is not None and state == "paused" else None,
+                             if job is not None and state == states.PAUSED else None,
                              lifecycle_events(reader, job, fr, until_ts)
-                             if job is not None and state in ("exited", "failed") else ())
+                             if job is not None and state in (states.EXITED, states.FAILED) else ())
         nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
         found = build_effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
         efficiency = build_efficiency(train, figures, series, busy_f.result()[0],
@@ -425,9 +337,16 @@ def build_snapshot(
     interruptions = reader.memo(
         "interruptions", (job, events_key),
         lambda: merge_incidents(reader.interruptions(job, until_ts=until_ts))) if job else []
+    # Every GPU's XIDs over the recording, split at the start of the job's current run:
+    # a GPU that failed an earlier run (a relaunch, a fork's parent) is flagged in this.
+    began = run_began(lifecycle_events(reader, job, fr, until_ts),
+                      run.get("started")) if job is not None else None
+    xid_history = reader.memo("xid_history", (events_key, began),
+                              lambda: reader.xid_history(until_ts=until_ts, before_ts=began))
     health = build_health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
                      replaying=until_ts is not None,
-                     ended=until_ts is not None and recording_ended(reader, until_ts))
+                     ended=until_ts is not None and recording_ended(reader, until_ts),
+                     xid_history=xid_history)
     if job is not None:
         checkpoints = reader.memo(
             "checkpoint_costs", (job, events_key),
@@ -455,15 +374,7 @@ def build_snapshot(
         "data_events", events_key,
         lambda: reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
                               limit=DATA_EVENTS_READ, frontiers=fr))
-    # An earlier run filed away by a fresh launch of its name is over: its alerts do not
-    # stand against the new run (they stay in its own report).
-    stored_alerts = reader.memo(
-        "alerts", (fr.key("alert"), events_key, job),
-        lambda: rules.stored_alerts([a for a in reader.alerts(until_ts=until_ts, frontiers=fr)
-                                     if a.get("job") == job or not is_earlier_run(a.get("job"))],
-                                    *_operator_starts(reader.events(
-                                        until_ts=until_ts, kinds=("job_started",),
-                                        limit=STARTS_READ, frontiers=fr))))
+    stored_alerts = standing_agent_alerts(reader, job, fr, until_ts)
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
     link_table = link_rows(hosts, health)
     # One timeline: the faults at the steps they hit, where each rank is, the stages.
@@ -475,6 +386,7 @@ def build_snapshot(
         stored_alerts,
         rules.gpu_alerts(gpus),
         rules.xid_alerts(xids),
+        history_alerts(health.hosts, at),
         rules.host_alerts(link_table, host_samples, now=at),
         rules.data_alerts(
             data_wait_pct=figures.data_wait_pct,
@@ -490,7 +402,7 @@ def build_snapshot(
             spike_steps=found.effect.spike_steps,
             divergence=found.divergence, lr_reason=found.lr_reason, now=at,
         ),
-        rules.interruption_alerts(health.interruptions, gave_up=state == "failed"),
+        rules.interruption_alerts(health.interruptions, gave_up=state == states.FAILED),
         rules.run_change_alerts(run.get("changes") or ()),
         rules.rejected_alerts(hosts, first_wire_errors(reader, hosts, until_ts)),
         rules.stall_alerts(stall, now=at,

@@ -20,6 +20,7 @@ from cockpit.analysis.alerts import CRITICAL, RESOURCE, merge
 from cockpit.analysis.text import counted
 from cockpit.control.acks import ack_outcome
 from cockpit.errors import CockpitError
+from cockpit.read.compare import Comparison
 from cockpit.read.details import DetailKind, Details
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.snapshot import Alert, Snapshot
@@ -57,6 +58,7 @@ class LiveSource:
 
     def __init__(self, session: LiveSession) -> None:
         self._session = session
+        self.recording = session.store_path  # the file written (screenshots go next to it)
         self._reader = StoreReader(session.store)
         self.controller: Any = None  # set when a controllable job is attached
         self.focus_job: str | None = None  # the operator's pick among jobs training
@@ -81,7 +83,7 @@ class LiveSource:
             return snapshot
         return replace(snapshot, alerts=merge(snapshot.alerts, [alert]))
 
-    def details(self, what: DetailKind, **kw: Any) -> Details:
+    def details(self, what: DetailKind, **kw: Any) -> Details | Comparison:
         return details(self._reader, what, **kw)
 
     def acks(self, op_ids: Sequence[str]) -> dict[str, tuple[bool, str]]:

@@ -15,13 +15,15 @@ the operating system's file cache.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from cockpit.errors import CockpitError
+from cockpit.read.compare import Comparison
 from cockpit.read.details import DetailKind, Details
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot, details
 from cockpit.snapshot import Snapshot
@@ -30,6 +32,7 @@ from cockpit.store.queries import StoreReader
 
 TICK_S = 0.25  # on_data ~4x per second while playing
 MEMORY_LIMIT = "64MB"  # DuckDB buffer pool of a replay (see the module docstring)
+STOP_WAIT_S = 10.0  # at most this long for a read in flight when the replay stops
 
 
 class ReplaySource:
@@ -39,6 +42,7 @@ class ReplaySource:
     def __init__(self, path: str | Path, speed: float = 10.0, *,
                  clock: Callable[[], float] = time.monotonic, tick: float = TICK_S) -> None:
         _check_speed(speed)
+        self.recording = Path(path)  # the file replayed (screenshots go next to it)
         try:
             self._store = Store(path, read_only=True, memory_limit=MEMORY_LIMIT)
         except StoreError as exc:
@@ -62,6 +66,9 @@ class ReplaySource:
         self._playing = True
         self._dirty = threading.Event()
         self._stopped = threading.Event()
+        self._reads = threading.Condition()  # guards the two below
+        self._busy = 0  # snapshots and details being read now
+        self._closing = False
         self._thread: threading.Thread | None = None
 
     # -- the clock -------------------------------------------------------------------
@@ -161,17 +168,39 @@ class ReplaySource:
                 on_data()
 
     def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot:
-        return build_snapshot(self._reader, until_ts=self.position, label=self.label,
-                              buckets=buckets, controllable=False, job=self.focus_job)
+        with self._reading():
+            return build_snapshot(self._reader, until_ts=self.position, label=self.label,
+                                  buckets=buckets, controllable=False, job=self.focus_job)
 
-    def details(self, what: DetailKind, **kw: Any) -> Details:
-        return details(self._reader, what, until_ts=self.position, **kw)
+    def details(self, what: DetailKind, **kw: Any) -> Details | Comparison:
+        with self._reading():
+            return details(self._reader, what, until_ts=self.position, **kw)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Counts a read in flight; refused once `stop` has begun."""
+        with self._reads:
+            if self._closing:
+                raise CockpitError("the replay has stopped")
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._reads:
+                self._busy -= 1
+                self._reads.notify_all()
 
     def stop(self) -> None:
+        """Stop the clock and close the recording once no read is in flight: the app
+        quits with a snapshot still being built on its worker thread (a replay playing
+        builds four a second), and DuckDB refuses to close a connection in use."""
         self._stopped.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
+        with self._reads:
+            self._closing = True
+            self._reads.wait_for(lambda: self._busy == 0, timeout=STOP_WAIT_S)
         self._store.close()
 
 

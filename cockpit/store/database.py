@@ -609,6 +609,9 @@ class Store:
     def _write(
         self, items: list[_HostBatch], careful: bool
     ) -> tuple[IngestResult, dict[str, _HostMark]]:
+        # Over 80 lines: one flush in one transaction (route each host's lines past its
+        # mark, then load, file runs and fold levels); the careful and the fast path share
+        # every step of it.
         assert self._scratch is not None
         marks: dict[str, _HostMark] = {}
         pieces: dict[str, list[Piece]] = {}  # wire type -> its pieces, all hosts

@@ -36,6 +36,10 @@ in, so that a series extended from added rows equals a full read. Level rows hol
 series key each (one GPU, one rank), where two rows at the same x are a repeat: their
 folds keep either (`cockpit.store.levels`), as a tie-breaking key would cost them five
 times as much.
+
+Over 500 lines because a downsampled read is one algorithm over two sources (the raw
+rows and the level tables), whose queries and the fold of added rows
+(`extend_downsampled`) must agree bucket for bucket.
 """
 
 from __future__ import annotations

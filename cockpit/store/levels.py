@@ -98,6 +98,8 @@ def _fold_sql(table: str, source: str) -> _FoldSql:
     one finest bucket (again most flushes of a fleet sampling at 1 Hz) has exactly one
     row per level, taken as is instead of through a second aggregation.
     """
+    # Over 80 lines: the SQL of one fold, its column lists first and then its statements
+    # in the order DuckDB runs them; each statement reads the lists built above it.
     spec = LEVEL_SERIES[table]
     keys: dict[str, str] = spec["keys"]
     columns: tuple[str, ...] = spec["columns"]

@@ -8,6 +8,7 @@ talks SQL. Every method takes `until_ts` (the replay cursor; None = everything).
 from __future__ import annotations
 
 from cockpit.store.queries_base import RECORD_TABLES, StoreLike
+from cockpit.store.queries_compare import CompareQueries
 from cockpit.store.queries_events import EventQueries
 from cockpit.store.queries_frontiers import Frontiers
 from cockpit.store.queries_health import HealthQueries
@@ -17,7 +18,7 @@ from cockpit.store.queries_train import TrainQueries
 __all__ = ["Frontiers", "StoreReader"]
 
 
-class StoreReader(TrainQueries, HealthQueries, EventQueries, KpiQueries):
+class StoreReader(TrainQueries, HealthQueries, EventQueries, KpiQueries, CompareQueries):
     def __init__(self, store: StoreLike) -> None:
         super().__init__(store)
 

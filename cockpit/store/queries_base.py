@@ -7,6 +7,10 @@ roughly time order, so a predicate `ts > T` skips almost every row group when T 
 recent. `_recent` therefore asks for a narrow window before the table's newest record
 and widens it geometrically only when the window holds too little; the unbounded query
 is the last resort for data that is genuinely old.
+
+Over 500 lines because the reader's kept answers (`memo`, `kept`, `latest_per_held`) and
+the bounded probes are one mechanism: every kept answer is keyed by the frontiers found
+here and extended from the rows added past them, with the probes' windows.
 """
 
 from __future__ import annotations
@@ -283,10 +287,19 @@ class ReaderBase:
         stop short of the cursor (a long jump over a dense table: probed instead)."""
         after = "" if frontier is None else "ts > ? AND "
         with self._cur() as cur:
-            rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE {after}ts <= ? '
-                                   f"ORDER BY ts, host, seq LIMIT {READ_AHEAD_ROWS}",
-                              [*([] if frontier is None else [frontier]),
-                               until_ts + NEAR_MOVE_S])
+            # The rows chosen on the three ordering columns, then read whole by rowid: a
+            # top-N over every column had each scanning thread pin a block of every
+            # column, the largest need of a replay's reads (a 1,024-GPU recording's
+            # `gpu` table: over 16 MB at 2 threads and more per thread, against the
+            # replay's 64 MB pool; this way under 14 MB, the same rows).
+            chosen = [rowid for (rowid,) in cur.execute(
+                f'SELECT rowid FROM "{table}" WHERE {after}ts <= ? '
+                f"ORDER BY ts, host, seq LIMIT {READ_AHEAD_ROWS}",
+                [*([] if frontier is None else [frontier]), until_ts + NEAR_MOVE_S],
+            ).fetchall()]
+            rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE rowid IN '
+                                   "(SELECT unnest(?::BIGINT[])) ORDER BY ts, host, seq",
+                              [chosen]) if chosen else []
         hi: float | None = until_ts + NEAR_MOVE_S
         if len(rows) == READ_AHEAD_ROWS:
             # Cut by the limit: keep whole timestamps only, the last one may go on.
@@ -319,6 +332,16 @@ class ReaderBase:
     def scalar(cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         row = cur.execute(sql, list(params)).fetchone()
         return row[0] if row else None
+
+    def reference_rank(self, cur: Any, job: str, cond: str, args: Sequence[Any],
+                       ) -> tuple[Any, str, list[Any]]:
+        """The job's lowest rank (its wall times are the job's: ranks wait on each other
+        every step), with the SQL condition and arguments that select its records."""
+        rank = self.scalar(cur, f"SELECT min(rank) FROM train WHERE job = ?{cond}",
+                           [job, *args])
+        if rank is None:
+            return None, " AND rank IS NULL", []
+        return rank, " AND rank = ?", [rank]
 
     def table_frontier(
         self, cur: Any, table: str, until_ts: float | None, where: str = "",

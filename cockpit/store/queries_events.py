@@ -149,6 +149,7 @@ class EventQueries(ReaderBase):
                     # the agent's recovery will measure from its first failure.
                     ongoing["failed_restarts"].append(data.get("cause") or "unknown")
                     ongoing["retrying"] = _retrying(data)
+                    ongoing["budget"] = _budget(data) or ongoing.get("budget")
                     continue
                 item = {
                     "host": e["host"], "job": e["job"], "step": e["step"],
@@ -159,6 +160,7 @@ class EventQueries(ReaderBase):
                     "recovered_in": None, "steps_lost": None, "restart_count": None,
                     "checkpoint": None, "recovered_at": None, "failed_restarts": [],
                     "retrying": _retrying(data), "ended_by": None,
+                    "budget": _budget(data),
                 }
                 out.append(item)
                 open_by_host[e["host"]] = item
@@ -228,6 +230,14 @@ def _retrying(data: dict[str, Any]) -> bool:
     interruption of the same host, before any recovery, part of the same outage."""
     decision = data.get("decision")
     return isinstance(decision, dict) and decision.get("retry") is True
+
+
+def _budget(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The job-wide restart budget as the agent's decision found it (as sent: checked
+    where it is shown, `cockpit.analysis.restart_budget`)."""
+    decision = data.get("decision")
+    budget = decision.get("budget") if isinstance(decision, dict) else None
+    return budget if isinstance(budget, dict) else None
 
 
 def _text(value: Any) -> str | None:

@@ -202,6 +202,32 @@ class HealthQueries(ReaderBase):
                 enough=lambda rows: bool(rows), frontiers=frontiers,
             )
 
+    def xid_history(self, *, until_ts: float | None = None,
+                    before_ts: float | None = None) -> list[Row]:
+        """Every GPU's XIDs over the whole recording, one row per (host, gpu): how many,
+        how many before `before_ts` (the current run's start: an earlier run's), the
+        newest code, the distinct codes (at most 8) and when the first and newest came.
+
+        XID events belong to no job (the agent journals them for the GPU), so they
+        survive a relaunch or a fork; read over the whole table, not a recent window, a
+        GPU's old XID is not hidden by another GPU's new one. An event whose `gpu` or
+        `xid` is not a whole number (it came from a host) is not counted."""
+        cond, args = until_clause(until_ts)
+        before = before_ts if before_ts is not None else float("-inf")
+        with self._cur() as cur:
+            return self.fetch(
+                cur,
+                "SELECT host, gpu, count(*) AS count, count(*) FILTER (WHERE ts < ?) "
+                "AS earlier, arg_max(xid, ts) AS newest, min(ts) AS first_ts, "
+                "max(ts) AS last_ts, max(ts) FILTER (WHERE ts < ?) AS earlier_last_ts, "
+                "list_sort(list_distinct(list(xid)))[1:8] AS codes "
+                "FROM (SELECT host, ts, "
+                "TRY_CAST(json_extract_string(data, '$.gpu') AS INTEGER) AS gpu, "
+                "TRY_CAST(json_extract_string(data, '$.xid') AS INTEGER) AS xid "
+                f"FROM event WHERE kind = 'xid'{cond}) "
+                "WHERE gpu IS NOT NULL AND xid IS NOT NULL GROUP BY host, gpu ORDER BY host, gpu",
+                [before, before, *args])
+
     def gpu_fault_changes(self, throttle_mask: int, *, after_ts: float | None = None,
                           until_ts: float | None = None) -> list[Row]:
         """The GPU samples (after `after_ts`) where a GPU's throttling by `throttle_mask`

@@ -8,13 +8,30 @@ checkpoint), so the sums are taken where the rows are and one row comes back.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 from cockpit.store.queries_base import ReaderBase, until_clause
-from cockpit.store.queries_train import STEPS_SQL
+from cockpit.store.queries_train import REDO_SQL, STEPS_SQL
+
+
+class StepTotalsRow(TypedDict):
+    """`step_totals`: the reference rank and the fields of `cockpit.analysis.kpis.StepTotals`."""
+
+    rank: int | None
+    records: int
+    first_ts: float | None
+    last_ts: float | None
+    last_step: int | None
+    step_time: float
+    data_time: float
+    ckpt_time: float | None
+    redo_records: int
+    redo_steps: int
+    redo_time: float
 
 
 class KpiQueries(ReaderBase):
-    def step_totals(self, job: str, *, until_ts: float | None = None) -> dict[str, object]:
+    def step_totals(self, job: str, *, until_ts: float | None = None) -> StepTotalsRow:
         """Sums over the job's reference rank (its lowest: every rank waits for the
         others each step, so one rank's wall times are the job's): step, data and
         checkpoint time of the records that reached a new step, and the records, steps
@@ -22,14 +39,10 @@ class KpiQueries(ReaderBase):
         at or below the highest one before it in time)."""
         cond, args = until_clause(until_ts)
         with self._cur() as cur:
-            rank = self.scalar(cur, f"SELECT min(rank) FROM train WHERE job = ?{cond}",
-                               [job, *args])
-            rank_sql, rank_args = (" AND rank = ?", [rank]) if rank is not None else (
-                " AND rank IS NULL", [])
+            rank, rank_sql, rank_args = self.reference_rank(cur, job, cond, args)
             row = cur.execute(
                 "WITH r AS (SELECT step, ts, step_time, data_time, ckpt_time, "
-                f"{STEPS_SQL} AS n, coalesce(step <= max(step) OVER (ORDER BY ts, seq ROWS "
-                "BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false) AS redo "
+                f"{STEPS_SQL} AS n, {REDO_SQL} AS redo "
                 f"FROM train WHERE job = ?{rank_sql}{cond}) "
                 "SELECT count(*), min(ts), max(ts), max(step), "
                 "coalesce(sum(step_time) FILTER (WHERE NOT redo), 0), "

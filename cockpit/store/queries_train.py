@@ -45,6 +45,12 @@ STEPS_SQL = (
     f"{_STEPS_VALUE} BETWEEN 1 AND {MAX_STEPS_PER_RECORD} AND {_STEPS_VALUE} = "
     f"floor({_STEPS_VALUE}) THEN CAST({_STEPS_VALUE} AS BIGINT) ELSE 1 END"
 )
+# Whether a record redid steps already reached: its step is at or below the highest one
+# before it in time (a restart from an older checkpoint). Such records are not speed.
+REDO_SQL = (
+    "coalesce(step <= max(step) OVER (ORDER BY ts, seq ROWS BETWEEN UNBOUNDED PRECEDING "
+    "AND 1 PRECEDING), false)"
+)
 # What the efficiency, ETA and stall rules read of recent steps, in the order of
 # `cockpit.analysis.ranks.StepSample`'s fields (a rank that reported none is -1).
 SAMPLE_COLUMNS = (
@@ -218,6 +224,7 @@ class TrainQueries(ReaderBase):
         changes: list[dict[str, Any]] = []
         declared: dict[tuple[Any, str], Any] = {}  # by rank: ranks may seed differently
         world_since = None
+        world_before = None
         for record in runs:
             for name in RUN_FIELDS:
                 value = record.get(name)
@@ -225,6 +232,7 @@ class TrainQueries(ReaderBase):
                     continue
                 if name == "world_size" and value != info[name]:
                     world_since = record["ts"]
+                    world_before = info[name]
                 info[name] = value
                 if name not in RUN_IDENTITY:
                     continue
@@ -237,6 +245,7 @@ class TrainQueries(ReaderBase):
         # Since when the job has had its current world: the ranks numbered past a world
         # that shrank and silent since then are gone (`world_clause`).
         info["world_since"] = world_since
+        info["world_before"] = world_before  # the world it had until then (None: first)
         info["started"] = self.job_started_ts(job, until_ts=until_ts)
         info["forked_from"] = self.forked_from(job, until_ts=until_ts)
         info["declared"] = bool(runs)
@@ -342,10 +351,16 @@ class TrainQueries(ReaderBase):
 
         Retention drops other ranks' steps past the raw window, so a replay before this
         instant sees rank 0's steps alone (`cockpit.store.retention`).
+
+        The first row by time, not `min(ts)`: DuckDB's top-1 pushes its bound into the
+        scan, which then skips every row group whose zone map starts later (one row
+        group of a day-long recording instead of all of them; the replay's first screen
+        asks this).
         """
         with self._cur() as cur:
             row = cur.execute(
-                "SELECT min(ts) FROM train WHERE job = ? AND rank <> 0 AND nonfinite IS NULL",
+                "SELECT ts FROM train WHERE job = ? AND rank <> 0 AND nonfinite IS NULL "
+                "ORDER BY ts LIMIT 1",
                 [job],
             ).fetchone()
         return float(row[0]) if row and row[0] is not None else None
@@ -579,6 +594,24 @@ class TrainQueries(ReaderBase):
             found = dict(cur.execute(" UNION ALL ".join(parts), params).fetchall())
         return {ts: (float(found[i]) if found.get(i) is not None else None)
                 for i, ts in enumerate(stamps)}
+
+    def stepped_after(self, marks: list[tuple[str, str, float]], *,
+                      until_ts: float | None = None) -> set[tuple[str, str, float]]:
+        """Those of `marks` (job, host, ts) after which that host's part of that job
+        recorded a step (by the cursor): one probe each, stopping at the first row, for
+        the few agent alerts about a failed start that only a step can end."""
+        if not marks:
+            return set()
+        cond, args = until_clause(until_ts)
+        parts = []
+        params: list[Any] = []
+        for i, (job, host, ts) in enumerate(marks):
+            parts.append(f"(SELECT {i} AS i, (SELECT 1 FROM train WHERE job = ? AND "
+                         f"host = ? AND ts > ?{cond} LIMIT 1) AS hit)")
+            params += [job, host, ts, *args]
+        with self._cur() as cur:
+            found = cur.execute(" UNION ALL ".join(parts), params).fetchall()
+        return {marks[i] for i, hit in found if hit is not None}
 
 
 def record_steps(extra: Any) -> int:

@@ -123,6 +123,8 @@ def load_inventory(path: str | Path) -> Inventory:
 
 
 def parse_inventory(text: str, source: str = "<inventory>") -> Inventory:
+    # Over 80 lines: one pass over the file, each check beside the error (with its line)
+    # it raises.
     # Editors on Windows save a byte-order mark that TOML does not allow; it says nothing.
     text = text.removeprefix("\ufeff")
     try:

@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -32,6 +33,7 @@ from cockpit.ui.control_actions import ControlActions
 from cockpit.ui.messages import DataArrived, DetailsReady, DetailsRequested, SnapshotReady
 from cockpit.ui.replay_actions import REPLAY_ACTIONS, ReplayActions, is_replayable
 from cockpit.ui.screens.alerts import AlertsScreen
+from cockpit.ui.screens.compare import CompareScreen
 from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.drill_down import DrillDownScreen
 from cockpit.ui.screens.help import HelpScreen
@@ -54,9 +56,11 @@ class CockpitApp(ControlActions, ReplayActions, App):
     COMMANDS = App.COMMANDS | {CockpitCommands}
 
     def __init__(self, source: Source, theme_set: ThemeSet, theme: str,
-                 keymap: dict[str, str] | None = None) -> None:
+                 keymap: dict[str, str] | None = None,
+                 screenshot_dir: Path | None = None) -> None:
         super().__init__(css_path=list(theme_set.css_paths))
         self.source = source
+        self.screenshot_dir = screenshot_dir  # None: the recording's directory
         self.keymap = keymap or {}
         self.theme_names = theme_set.names()
         for definition in theme_set.themes:
@@ -104,6 +108,31 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def get_default_screen(self) -> Screen:
         return self.main_screen
+
+    def screenshot_folder(self) -> Path:
+        """Where screenshots go: the directory given (`--screenshots`), else the
+        recording's (a source reading one names it as `recording`), else the current
+        one. Never Textual's default, the user's Downloads folder, which a server or a
+        container often lacks (the save then failed and did not say where it had tried)."""
+        if self.screenshot_dir is not None:
+            return self.screenshot_dir
+        recording = getattr(self.source, "recording", None)
+        return Path(recording).parent if recording is not None else Path.cwd()
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The command palette's Screenshot (and `action_screenshot`): an SVG of the
+        screen in `screenshot_folder()` (or `path`), and a toast that says where it is,
+        or why it could not be written there."""
+        folder = Path(path) if path is not None else self.screenshot_folder()
+        try:
+            saved = self.save_screenshot(filename, str(folder), time_format)
+        except OSError as exc:
+            self.notify(f"screenshot not saved in {folder}: {exc.strerror or exc}",
+                        title="Screenshot", severity="error")
+            return None
+        self.notify(f"screenshot saved: {saved}", title="Screenshot")
+        return saved
 
     def on_mount(self) -> None:
         self.refresh_label()
@@ -229,6 +258,9 @@ class CockpitApp(ControlActions, ReplayActions, App):
     def action_open_run_info(self) -> None:
         self._open(RunInfoScreen(self.snapshot))
 
+    def action_open_compare(self) -> None:
+        self._open(CompareScreen(self.snapshot))
+
     def action_next_job(self) -> None:
         """Show the next job of the recording: those training first (a fork and its
         parent side by side), then the others (a paused fork, to resume it)."""
@@ -276,10 +308,13 @@ class CockpitApp(ControlActions, ReplayActions, App):
             while len(self.screen_stack) > 1:
                 self.pop_screen()
             await self.run_action(spec.action, self.main_screen)
-        elif spec.scope in ("host", "filter"):
-            wanted = HostDetailScreen if spec.scope == "host" else (AlertsScreen, LogTailScreen)
+        elif spec.scope in ("host", "filter", "compare"):
+            screens: dict[str, tuple[tuple[type[Screen], ...], str]] = {
+                "host": ((HostDetailScreen,), "host detail"),
+                "filter": ((AlertsScreen, LogTailScreen), "alerts or log"),
+                "compare": ((CompareScreen,), "compare")}
+            wanted, where = screens[spec.scope]
             if not isinstance(self.screen, wanted):
-                where = "host detail" if spec.scope == "host" else "alerts or log"
                 self.notify(f"{spec.description}: only on the {where} screen", timeout=3)
                 return
             await self.run_action(spec.action, self.screen)

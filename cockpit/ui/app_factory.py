@@ -30,7 +30,8 @@ def ui_options(*, theme: str = DEFAULT_THEME, keymap_path: str | Path | None = N
 
 def make_app(source: Source, *, theme: str = DEFAULT_THEME,
              keymap_path: str | Path | None = None,
-             themes_path: str | Path | None = None) -> CockpitApp:
+             themes_path: str | Path | None = None,
+             screenshot_dir: Path | None = None) -> CockpitApp:
     theme_set, keymap = ui_options(theme=theme, keymap_path=keymap_path,
                                    themes_path=themes_path)
-    return CockpitApp(source, theme_set, theme, keymap)
+    return CockpitApp(source, theme_set, theme, keymap, screenshot_dir=screenshot_dir)

@@ -41,6 +41,14 @@ class FollowsAcks(Protocol):
 
     def acks(self, op_ids: list[str]) -> dict[str, tuple[bool, str]]: ...
 
+
+@runtime_checkable
+class RefusesOperations(Protocol):
+    """A controller that does not offer every key (a Slurm job's: no fork, no live LR
+    change); it says why, and the screen says so before any prompt or dialog opens."""
+
+    def refuses(self, action: str) -> str | None: ...
+
 class ControlActions(_AppBase):
     """Mixed into the App, whose `source` holds the controller and whose `snapshot` says
     which job is on screen."""
@@ -63,10 +71,17 @@ class ControlActions(_AppBase):
                         severity="warning")
         return controller
 
+    def _not_offered(self, controller: Controller, name: str) -> bool:
+        """True (and the operator told why) when `controller` does not offer `name`."""
+        why = controller.refuses(name) if isinstance(controller, RefusesOperations) else None
+        if why is not None:
+            self.notify(why, title=jc.OPERATIONS[name].title, severity="warning")
+        return why is not None
+
     def request_operation(self, name: str, kwargs: dict[str, Any] | None = None,
                           controller: Controller | None = None) -> None:
         controller = controller or self._controller()
-        if controller is None:
+        if controller is None or self._not_offered(controller, name):
             return
         snapshot = self.snapshot
         if snapshot is not None and snapshot.job == controller.job:
@@ -188,6 +203,9 @@ class ControlActions(_AppBase):
         self.request_operation("eval")
 
     def action_adjust_lr(self) -> None:
+        controller = self._controller()
+        if controller is None or self._not_offered(controller, "adjust"):
+            return
         low, high = jc.LR_SCALE_RANGE
         snapshot = self.snapshot
         now = knob_in_force(snapshot.effect.markers, "lr_scale") if snapshot else None
@@ -199,16 +217,21 @@ class ControlActions(_AppBase):
                      f"replacing the one in force (now {now or '1, as configured'}; "
                      f"{low:g}–{high:g}):",
                      jc.parse_lr_scale,
-                     lambda scale, c: self.request_operation("adjust", {"lr_scale": scale}, c))
+                     lambda scale, c: self.request_operation("adjust", {"lr_scale": scale}, c),
+                     controller=controller)
 
     def action_fork_job(self) -> None:
+        controller = self._controller()
+        if controller is None or self._not_offered(controller, "fork"):
+            return
         self._prompt("Fork the job", "Config overrides for the fork, key=value, comma "
                      "separated (empty: same config):", jc.parse_overrides,
-                     lambda o, c: self.request_operation("fork", {"overrides": o}, c))
+                     lambda o, c: self.request_operation("fork", {"overrides": o}, c),
+                     controller=controller)
 
     def action_relaunch_job(self) -> None:
         controller = self._controller()
-        if controller is None:
+        if controller is None or self._not_offered(controller, "relaunch"):
             return
         snapshot = self.snapshot
         hosts = [h for h in snapshot.health.hosts] if snapshot else []
@@ -222,7 +245,7 @@ class ControlActions(_AppBase):
 
     def action_scale_job(self) -> None:
         controller = self._controller()
-        if controller is None:
+        if controller is None or self._not_offered(controller, "scale"):
             return
         if not controller.spec.elastic:  # said before anything is typed
             self.notify(controller.describe("scale"), title="Scale the job",

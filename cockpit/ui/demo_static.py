@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent.wire import states
 from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import (
     Alert,
@@ -32,6 +33,7 @@ from cockpit.snapshot import (
     Snapshot,
     StageSpan,
 )
+from cockpit.transport import states as link
 
 if TYPE_CHECKING:
     from textual.pilot import Pilot
@@ -106,7 +108,8 @@ def _gpu(host_i: int, gpu: int) -> GpuCell:
 
 def _health() -> Health:
     hosts = tuple(
-        HostHealth(host=name, state="stale" if i == 3 else "streaming", gpu_state="simulated",
+        HostHealth(host=name, state=link.STALE if i == 3 else link.STREAMING,
+                   gpu_state=states.GPU_SIMULATED,
                    gpus=tuple(_gpu(i, g) for g in range(8)), cpu=35.0 + i, mem_used=200 * 2**30,
                    mem_total=512 * 2**30, disk_used=(400 + 100 * i) * 2**30,
                    disk_total=2048 * 2**30, net_rx=1.2e9, net_tx=0.9e9, last_seen=T0 - i)
@@ -179,7 +182,7 @@ def demo_snapshot(*, stalled: bool = False, label: str = "DEMO") -> Snapshot:
         since_last_step=42.0 if stalled else 0.8, stalled=stalled,
         stall_cause="data starved" if stalled else None,
         stall_detail="data wait 92% on all ranks" if stalled else None,
-        state="stalled" if stalled else "running", ranks=_ranks(), stages=_stages(),
+        state=states.STALLED if stalled else states.RUNNING, ranks=_ranks(), stages=_stages(),
     )
     alerts = (
         Alert(T0 - 120, "resource", "critical", "gpu-xid", "host gpu-node-b / gpu 3 / rank 11",

@@ -17,6 +17,7 @@ from typing import Any
 
 from textual.notifications import SeverityLevel
 
+from agent.wire import states
 from cockpit.control.controller import LR_SCALE_RANGE, missed_hosts_text
 from cockpit.read.source import Controller
 from cockpit.transport.states import STALE, STREAMING
@@ -77,9 +78,10 @@ def plan_text(controller: Controller, op: Operation, kwargs: dict[str, Any]) -> 
 
 # Operations that need the job's processes running (or about to run again).
 NEEDS_PROCESSES = frozenset({"pause", "checkpoint", "eval"})
-LIVE_STATES = frozenset({"running", "stalled", "recovering", "unknown"})
+LIVE_STATES = frozenset({states.RUNNING, states.STALLED, states.RECOVERING, states.UNKNOWN})
 # States of a job that runs no process and will not start one by itself.
-IDLE_STATES = frozenset({"failed", "paused", "exited", "finished", "stopped"})
+IDLE_STATES = frozenset({states.FAILED, states.PAUSED, states.EXITED, states.FINISHED,
+                         states.STOPPED})
 
 
 def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str | None:
@@ -89,12 +91,12 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
         why = eta_note if eta_note and eta_note.startswith(state) else state + (
             f" ({eta_note})" if eta_note and eta_note != state else "")
         return (f"job {job} is {why}"
-                + f": no process to {op}" + ("; resume it first (r)" if state == "paused"
+                + f": no process to {op}" + ("; resume it first (r)" if state == states.PAUSED
                                              else ""))
-    if op == "resume" and state == "finished":
+    if op == "resume" and state == states.FINISHED:
         return (f"job {job} finished: resuming it would exit at once; fork it (f) with new "
                 "settings to train on")
-    if op == "resume" and state in ("running", "stalled"):
+    if op == "resume" and state in (states.RUNNING, states.STALLED):
         return f"job {job} is {state}: there is nothing to resume"
     return None
 
@@ -130,7 +132,7 @@ def state_warning(name: str, job: str | None, state: str) -> str:
     text = ""
     if name == "relaunch":
         text += f"\nJob {job} runs no process now ({state}): nothing is stopped."
-    if state == "failed":
+    if state == states.FAILED:
         text += (f"\nJob {job} failed and the agent stopped retrying: the same spec fails "
                  "the same way unless its cause is fixed (the job log, L, says what it was; "
                  "a fork with corrected settings, f, is the other way).")

@@ -34,7 +34,7 @@ class KeySpec:
     action: str
     description: str
     # "app", "main", "map" (the Health pane's GPU map), "host", "filter" (alerts / log),
-    # "alerts", "replay"
+    # "alerts", "compare", "replay"
     scope: str
     show: bool = True
     # Before the focused widget's own use of the key (a table or log scrolls sideways
@@ -53,6 +53,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("host_detail", "h", "open_host_detail", "Host", "app"),
     KeySpec("alerts", "a", "open_alerts", "Alerts", "app"),
     KeySpec("run_info", "i", "open_run_info", "Run info", "app"),
+    KeySpec("compare", "C", "open_compare", "Compare jobs", "app", show=False),
     KeySpec("log", "L", "open_log", "Log", "app"),
     KeySpec("next_job", "j", "next_job", "Next job", "app", show=False),
     KeySpec("pause_job", "p", "pause_job", "Pause job", "app"),
@@ -79,6 +80,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("acknowledge", "x", "acknowledge", "Acknowledge shown", "alerts"),
     KeySpec("filter_map", "slash", "filter_map", "Filter hosts", "map"),
     KeySpec("open_map_host", "enter", "open_map_host", "Open host", "map"),
+    KeySpec("compare_axis", "x", "toggle_axis", "Step/time axis", "compare"),
 )
 
 SPECS = {spec.id: spec for spec in KEYS}
@@ -88,6 +90,7 @@ _ACTIVE_TOGETHER = (
     {"app", "main", "map", "replay"},
     {"app", "host", "replay"},
     {"app", "filter", "alerts", "replay"},
+    {"app", "compare", "replay"},
 )
 
 

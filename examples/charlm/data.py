@@ -172,6 +172,7 @@ class TokenShards:
         self._maps: list[mmap.mmap] = []
         self._data: list[torch.Tensor] = []
         self._starts: list[int] = []  # cumulative count of valid window starts
+        self._paths: list[Path] = []
         total = 0
         for shard in index["shards"]:
             if shard["split"] != split or shard["bytes"] <= block_size + 1:
@@ -185,6 +186,7 @@ class TokenShards:
             with open(path, "rb") as f:
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
             self._maps.append(mm)
+            self._paths.append(path)
             self._data.append(torch.frombuffer(mm, dtype=torch.uint8))
             self._starts.append(total)
             total += shard["bytes"] - block_size - 1
@@ -203,6 +205,16 @@ class TokenShards:
             rows.append(self._data[shard][offset : offset + span])
         chunk = torch.stack(rows).long()
         return chunk[:, :-1], chunk[:, 1:]
+
+
+    def where(self, starts: torch.Tensor) -> tuple[Path, int, int]:
+        """The shard the first of these windows is read from, and the range of windows
+        (offsets into that shard) the batch reads there: what a data error names."""
+        first = int(starts[0])
+        shard = bisect.bisect_right(self._starts, first) - 1
+        offsets = [s - self._starts[shard] for s in starts.tolist()
+                   if bisect.bisect_right(self._starts, s) - 1 == shard]
+        return self._paths[shard], min(offsets), max(offsets)
 
 
 def seed_for(*parts: int | str) -> int:

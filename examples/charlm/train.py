@@ -251,15 +251,27 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
         checkpoint.restore_rng(rng, d.device)
     last_print = time.perf_counter()
     every = cfg["control"]["every"]
+    fault = cfg["fault"]
     while step < max_steps:
         step += 1
         with rep.phase("data"):
+            if fault["data_sleep"] > 0:
+                time.sleep(fault["data_sleep"])  # a slow data loader (fault.data_sleep)
+            if step == fault["bad_shard_at"] and d.rank == fault["kill_rank"]:
+                path, low, high = train_shards.where(sampler.starts(step))
+                raise DataError(f"invalid record in shard {path}: windows {low}-{high} fail "
+                                "their check (fault.bad_shard_at)")
             x, y = sampler.batch(step)
             x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
         lr = lr_at(step, cfg) * lr_scale
         for group in opt.param_groups:
             group["lr"] = lr
         with rep.phase("compute"):
+            if d.rank == fault["slow_rank"] and fault["slow_by"] > 0 and (
+                    step >= fault["slow_from"]):
+                time.sleep(fault["slow_by"])  # a straggler (fault.slow_rank)
+            if step == fault["oom_at"] and d.rank == fault["kill_rank"]:
+                raise simulated_oom(len(x), m["block_size"])
             with autocast():
                 loss = ddp(x, y)
             if scaler is not None:
@@ -323,6 +335,14 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     rep.close()
     d.close()
     return 0
+
+
+def simulated_oom(windows: int, block_size: int) -> torch.OutOfMemoryError:
+    """The error an allocation past the device's memory raises (`fault.oom_at`), made
+    here so the traceback's raising line reads as a real one's, without the error's name."""
+    return torch.OutOfMemoryError(
+        f"out of memory: tried to allocate the activations of {windows} windows of "
+        f"{block_size} characters (fault.oom_at)")
 
 
 def resume(spec: str, ckpt_dir: Path, model: CharLM, opt: torch.optim.Optimizer,
@@ -400,7 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, overrides)
         return run(cfg, args)
     except (ConfigError, DataError, checkpoint.CheckpointError) as exc:
-        print(f"charlm: error: {exc}", file=sys.stderr, flush=True)
+        # Under torchrun, the rank first, as torch prefixes a rank's traceback: which rank
+        # failed is what a supervisor reading the job's output needs to name.
+        rank = os.environ.get("RANK")
+        prefix = f"[rank{rank}]: " if rank is not None and rank.isdigit() else ""
+        print(f"{prefix}charlm: error: {exc}", file=sys.stderr, flush=True)
         return 2
 
 

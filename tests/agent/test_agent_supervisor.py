@@ -5,7 +5,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from agent.job.supervisor import Supervisor, clip_line, parse_rank
+from agent.job.output import clip_line, parse_rank
+from agent.job.supervisor import Supervisor
 from agent.journal.journal import Journal, JournalReader
 from tests.harness.waiting import wait_for
 

@@ -2,6 +2,7 @@
 started by the agent daemon and read back through `cockpit-agent stream` as the cockpit
 would. The agent names the cause, with the fix, as an alert while torchrun still loops on
 its lookups: long before the start-up hang limit, and before c10d's own connect timeout.
+The operator's stop then ends the alert, read from the agent's own exit event.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.journal.control_inbox import append_op
+from cockpit.analysis.alert_ends import operator_ends
 from cockpit.analysis.alerts import stored_alerts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -87,6 +90,21 @@ def test_an_unresolvable_rendezvous_endpoint_is_an_alert_with_the_fix(
         shown = stored_alerts([{**alert, "host": "gpu1"}])
         assert shown[0].where == "host gpu1 / endpoint nonexistent-host.invalid:29400"
         assert shown[0].hint == alert["hint"]
+
+        # The operator stops the job: its start is no longer pending, and the alert is
+        # over as the cockpit reads the agent's own exit event.
+        append_op(state, {"op": "stop", "id": "stop-1", "_rx": time.time(), "job": "rdzv"})
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and records[-1].get("kind") != "job_exited":
+            records.append(json.loads(lines.get(timeout=max(deadline - time.monotonic(),
+                                                               0.1))))
+        exited = records[-1]
+        assert exited.get("kind") == "job_exited", records[-5:]
+        events = [{**r, "host": "gpu1"} for r in records if r.get("t") == "event"]
+        ends = operator_ends(events)
+        assert ends.stopped == {"rdzv": exited["ts"]}
+        assert stored_alerts([{**alert, "host": "gpu1"}], ends.started, ends.started_on,
+                             stopped=ends.stopped, left=ends.left) == []
     finally:
         stream.stdin.close()
         if job_pid is not None:  # the job outlives its agent: end the torchrun it started

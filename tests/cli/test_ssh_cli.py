@@ -71,6 +71,17 @@ def test_check_trust_and_accept_new_from_the_given_ssh_config(sshd_hosts, tmp_pa
     again = cockpit(tmp_path, "check", str(inventory), "--ssh-config", str(config))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "all checks passed" in again.stdout and "via " in again.stdout
+    # Every key went where the config said, none into the cockpit's own file.
+    assert not list((tmp_path / "xdg").rglob("known_hosts*"))
+
+    # The key came through the jump host: with the bastion down (the host itself up),
+    # it cannot be fetched, and the error names the bastion.
+    bastion = hosts[0]
+    bastion.stop()
+    cut = cockpit(tmp_path, "hosts", "trust", "gpu1", "--ssh-config", str(config), "--yes")
+    assert cut.returncode != 0, cut.stdout + cut.stderr
+    assert f"jump host {bastion.user}@{bastion.address}:{bastion.port}" in cut.stderr, \
+        cut.stderr
 
 
 def test_launch_with_an_unresolvable_endpoint_is_refused_before_anything_starts(
@@ -92,3 +103,8 @@ def test_launch_with_an_unresolvable_endpoint_is_refused_before_anything_starts(
     assert "nothing was started" in launched.stderr
     assert not store.exists()  # no session was opened, no agent asked anything
     assert [list(h.state_dir.iterdir()) for h in hosts[1:]] == [[], []]
+    assert not (tmp_path / "run").exists()  # no host made the job's run dir
+    # Refused for the endpoint alone: the hosts, keys and torch all passed through the jump.
+    assert "via " in launched.stderr
+    assert "2 check(s) failed: gpu1 rendezvous, gpu2 rendezvous\n" in launched.stderr, \
+        launched.stderr

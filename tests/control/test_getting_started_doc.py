@@ -19,13 +19,16 @@ def _toml_blocks() -> list[str]:
 
 
 def _keys_written(block: str) -> set[str]:
-    """Every key of `block`, commented-out ones included, as TABLE.KEY or KEY."""
+    """Every key of `block`, commented-out ones included, as TABLE.KEY or KEY; a
+    sub-table (`[recovery.per_cause]`) is itself the key TABLE.SUB."""
     keys, table = set(), ""
     for line in block.splitlines():
         line = line.strip().removeprefix("# ").strip()
-        header = re.match(r"^\[\[?([a-z_]+)\]\]?", line)
+        header = re.match(r"^\[\[?([a-z_.]+)\]\]?", line)
         if header:
             table = header.group(1)
+            if "." in table:
+                keys.add(table)
             continue
         key = re.match(r"^([A-Za-z_]+)\s*=", line)
         if key:

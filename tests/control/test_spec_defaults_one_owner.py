@@ -29,6 +29,7 @@ def test_the_cockpit_and_the_agent_take_the_same_defaults() -> None:
         "recovery.restart_budget": (spec.restart_budget, launch.restart_budget),
         "recovery.backoff": (spec.backoff, launch.backoff),
         "recovery.backoff_max": (spec.backoff_max, launch.backoff_max),
+        "recovery.window": (spec.budget_window, launch.budget_window),
         "hang.k": (spec.hang_k, launch.hang_k),
         "hang.floor": (spec.hang_floor, launch.hang_floor),
         "hang.startup": (spec.hang_startup, launch.hang_startup),

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,7 +132,9 @@ def _kill_stepds(root: Path) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
-def _config(root: Path, ctld_port: int, ports: dict[str, int]) -> str:
+def _config(root: Path, ctld_port: int, ports: dict[str, int],
+            settings: Mapping[str, str] | None = None) -> str:
+    """slurm.conf; `settings` replace (or add) a KEY=VALUE line each."""
     cpus = os.cpu_count() or 1
     lines = [
         "ClusterName=cockpit",
@@ -158,8 +160,13 @@ def _config(root: Path, ctld_port: int, ports: dict[str, int]) -> str:
         "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/backfill",
         "MpiDefault=none",
-        "ReturnToService=2",
-        "JobCompType=jobcomp/none",
+        # A node an admin sets DOWN (a node failure, in the tests) stays down with its
+        # reason until set back; one DOWN for not responding returns when it answers.
+        "ReturnToService=1",
+        # Each finished job's completion record, appended to a text file: what the
+        # cockpit reads once slurmctld forgot a job and there is no accounting (sacct).
+        "JobCompType=jobcomp/filetxt",
+        f"JobCompLoc={root / 'jobcomp.txt'}",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
         "SlurmctldTimeout=30",
@@ -169,6 +176,9 @@ def _config(root: Path, ctld_port: int, ports: dict[str, int]) -> str:
         "InactiveLimit=0",
         "SchedulerParameters=sched_interval=1",
     ]
+    for key, value in (settings or {}).items():
+        lines = [line for line in lines if line.split("=", 1)[0] != key]
+        lines.append(f"{key}={value}")
     for name, addr in NODES:
         lines.append(f"NodeName={name} NodeAddr={addr} NodeHostname={name} "
                      f"Port={ports[name]} CPUs={cpus} State=UNKNOWN")
@@ -198,7 +208,7 @@ def _start_munged(root: Path) -> subprocess.Popen:
     return proc
 
 
-def start_cluster(root: Path) -> SlurmCluster:
+def start_cluster(root: Path, settings: Mapping[str, str] | None = None) -> SlurmCluster:
     """Start munged, slurmctld and the two slurmd under `root`; wait until both nodes
     are idle. The caller stops it with `cluster.stop()`."""
     ensure_installed()
@@ -208,7 +218,7 @@ def start_cluster(root: Path) -> SlurmCluster:
         (root / sub).mkdir(parents=True, exist_ok=True)
     ports = {name: _free_port() for name, _ in NODES}
     conf = root / "slurm.conf"
-    conf.write_text(_config(root, _free_port(), ports))
+    conf.write_text(_config(root, _free_port(), ports, settings))
     # slurmd reads cgroup.conf only with cgroup plugins; an empty one keeps it quiet.
     (root / "cgroup.conf").write_text("")
     cluster = SlurmCluster(root, conf)
@@ -240,9 +250,11 @@ def start_cluster(root: Path) -> SlurmCluster:
 
 
 @contextlib.contextmanager
-def slurm_cluster() -> Iterator[SlurmCluster]:
+def slurm_cluster(settings: Mapping[str, str] | None = None) -> Iterator[SlurmCluster]:
+    """A started cluster, stopped and removed on exit; `settings` replace slurm.conf
+    lines (`{"MinJobAge": "2"}`)."""
     root = Path(tempfile.mkdtemp(prefix="slurm-"))
-    cluster = start_cluster(root)
+    cluster = start_cluster(root, settings)
     try:
         yield cluster
     finally:

@@ -8,12 +8,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
 from cockpit.importers.mapping import MappingError, field_for, parse_overrides
 from cockpit.importers.sources import import_paths
+from cockpit.store.export import export_tables
+from cockpit.store.schema import RECORD_COLUMNS
 from tests.harness.recording import RECORDING, load_recording
 
 COCKPIT = str(Path(sys.executable).parent / "cockpit")
@@ -36,21 +39,37 @@ def test_an_override_beats_the_rules_and_a_bad_one_is_named() -> None:
         parse_overrides(["loss=weight"])
 
 
+RESTART_AT, RESTART_T = 10, T0 + 100.0  # run b: steps 0-29, then again from step 10
+
+
+def _write_steps(w: Any, steps: range, t0: float, shift: float = 0.0) -> None:
+    """A SummaryWriter's scalars for `steps`, 0.5 s of wall time per step from `t0`."""
+    for step in steps:
+        t = t0 + 0.5 * step
+        w.add_scalar("train/loss", 3.0 / (step + 1) + 0.1234567 + shift, step, walltime=t)
+        w.add_scalar("train/lr", 1e-3 * 0.99 ** step, step, walltime=t)
+        w.add_scalar("throughput", 100.0 + step + shift, step, walltime=t)
+        if step % 10 == 9:
+            w.add_scalar("val/loss", 2.0 / (step + 1) + shift, step, walltime=t)
+
+
 def _tensorboard_runs(root: Path) -> None:
     """Two runs written by torch's SummaryWriter, with wall times 0.5 s per step apart;
-    the second restarts from step 10 (TensorBoard drops the orphaned later points)."""
+    the second restarts from step 10 in a new event file after reaching step 29.
+    TensorBoard's accumulator keeps both attempts' points of steps 10-29 (it purges
+    only after a session restart marker, which SummaryWriter does not write), and the
+    import must hold exactly what it holds, in its order."""
     from torch.utils.tensorboard import SummaryWriter
 
-    for name in ("a", "b"):
-        w = SummaryWriter(str(root / name))
-        for step in range(40):
-            t = T0 + 0.5 * step
-            w.add_scalar("train/loss", 3.0 / (step + 1) + 0.1234567, step, walltime=t)
-            w.add_scalar("train/lr", 1e-3 * 0.99 ** step, step, walltime=t)
-            w.add_scalar("throughput", 100.0 + step, step, walltime=t)
-            if step % 10 == 9:
-                w.add_scalar("val/loss", 2.0 / (step + 1), step, walltime=t)
-        w.close()
+    w = SummaryWriter(str(root / "a"))
+    _write_steps(w, range(40), T0)
+    w.close()
+    w = SummaryWriter(str(root / "b"))
+    _write_steps(w, range(30), T0)
+    w.close()
+    w = SummaryWriter(str(root / "b"), filename_suffix=".restart")
+    _write_steps(w, range(RESTART_AT, 40), RESTART_T, shift=0.5)
+    w.close()
 
 
 def _accumulated(run: Path) -> dict[str, list[tuple[int, float]]]:
@@ -75,18 +94,23 @@ def test_tensorboard_runs_import_every_point_exactly(tmp_path: Path) -> None:
         want = _accumulated(tb / job)
         stored = {
             "train/loss": con.execute("SELECT step, loss FROM train WHERE job = ? AND loss "
-                                      "IS NOT NULL ORDER BY step", [job]).fetchall(),
+                                      "IS NOT NULL ORDER BY ts, step", [job]).fetchall(),
             "train/lr": con.execute("SELECT step, lr FROM train WHERE job = ? AND lr IS NOT "
-                                    "NULL ORDER BY step", [job]).fetchall(),
+                                    "NULL ORDER BY ts, step", [job]).fetchall(),
             "throughput": [(s, float(v)) for s, v in con.execute(
                 "SELECT step, (extra->>'throughput') FROM train WHERE job = ? AND "
-                "(extra->>'throughput') IS NOT NULL ORDER BY step", [job]).fetchall()],
-            "val/loss": con.execute("SELECT step, loss FROM eval WHERE job = ? ORDER BY step",
-                                    [job]).fetchall(),
+                "(extra->>'throughput') IS NOT NULL ORDER BY ts, step", [job]).fetchall()],
+            "val/loss": con.execute("SELECT step, loss FROM eval WHERE job = ? ORDER BY ts, "
+                                    "step", [job]).fetchall(),
         }
         assert stored == want  # float32 values compare equal, every point
         ts = con.execute("SELECT min(ts), max(ts) FROM train WHERE job = ?", [job]).fetchone()
-        assert ts == (T0, T0 + 0.5 * 39)  # TensorBoard's wall times kept
+        last = T0 + 0.5 * 39 if job == "a" else RESTART_T + 0.5 * 39
+        assert ts == (T0, last)  # TensorBoard's wall times kept
+    # Run b: both attempts at steps 10-29, each at its own wall time, as TensorBoard has them.
+    assert sorted(len(v) for v in _accumulated(tb / "b").values()) == [6, 60, 60, 60]
+    assert con.execute("SELECT count(*), min(ts) FROM train WHERE job = 'b' AND ts >= ?",
+                       [RESTART_T]).fetchone() == (40 - RESTART_AT, RESTART_T + 0.5 * RESTART_AT)
     con.close()
     report = json.loads(subprocess.run([COCKPIT, "report", str(rec), "--format", "json",
                                         "--job", "a"], capture_output=True, text=True,
@@ -123,13 +147,15 @@ def test_a_wire_recording_imports_to_the_same_store_as_a_live_stream_of_it(
     imported = tmp_path / "imported.duckdb"
     [done] = import_paths([RECORDING], imported, host="gpu-host-1")
     assert done.kind == "wire"
-    query = ("SELECT host, seq, step, rank, loss, lr, ts FROM train ORDER BY host, seq")
     a = duckdb.connect(str(live), read_only=True)
     b = duckdb.connect(str(imported), read_only=True)
-    assert a.execute(query).fetchall() == b.execute(query).fetchall()
-    for table in ("gpu", "event", "eval", "hello"):
-        q = f"SELECT host, seq FROM {table} ORDER BY seq"
-        assert a.execute(q).fetchall() == b.execute(q).fetchall(), table
+    # Every column of every record table, row for row: the same store.
+    for table in RECORD_COLUMNS:
+        q = f'SELECT * FROM "{table}" ORDER BY host, seq'
+        rows = a.execute(q).fetchall()
+        assert b.execute(q).fetchall() == rows, table
+    for table in ("train", "gpu", "event", "eval", "hello"):  # none of them left empty
+        assert a.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] > 0, table
     a.close()
     b.close()
 
@@ -151,3 +177,24 @@ def test_export_round_trips_parquet_and_writes_csv(recorded_store: Path, tmp_pat
     bad = subprocess.run([COCKPIT, "export", str(recorded_store), "-o", str(out), "--what",
                           "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "no such table: nope" in bad.stderr
+
+
+def test_export_of_a_series_round_trips(recorded_store: Path, tmp_path: Path) -> None:
+    """`--what TABLE.SERIES`: the stored values of one column, keyed, read back equal."""
+    out = tmp_path / "out"
+    written = export_tables(recorded_store, out, "parquet", ["train.loss", "gpu.temp"])
+    assert written == [out / "train.loss.parquet", out / "gpu.temp.parquet"]
+    con = duckdb.connect(str(recorded_store), read_only=True)
+    for path, query in (
+            (written[0], "SELECT host, seq, ts, job, rank, step, loss FROM train "
+                         "WHERE loss IS NOT NULL ORDER BY host, seq"),
+            (written[1], "SELECT host, seq, ts, gpu, temp FROM gpu WHERE temp IS NOT NULL "
+                         "ORDER BY host, seq")):
+        stored = con.execute(query).fetchall()
+        assert len(stored) > 10
+        assert duckdb.sql(f"SELECT * FROM '{path}'").fetchall() == stored
+    con.close()
+    with pytest.raises(ValueError, match=r"train has no series 'weight' .*loss"):
+        export_tables(recorded_store, out, "csv", ["train.weight"])
+    with pytest.raises(ValueError, match="train has no series 'step'"):
+        export_tables(recorded_store, out, "csv", ["train.step"])

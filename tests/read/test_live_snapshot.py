@@ -73,6 +73,21 @@ def test_a_reader_gets_what_is_committed_at_each_request(
     assert server.served == 2
 
 
+def test_report_on_a_live_recording_returns_the_newest_committed_step(
+        live: tuple[Store, SnapshotServer], capsys: pytest.CaptureFixture[str]) -> None:
+    """`cockpit report` on the file a live session writes, as a second terminal runs it."""
+    from cockpit.app.cli import main
+
+    store, server = live
+    for steps in (60, 90):  # the writer goes on between the two reports
+        _ingest(store, steps)
+        main(["report", str(store.path), "--format", "json"])  # its verdict: the data's
+        out = capsys.readouterr()
+        assert json.loads(out.out)["progress"]["step"] == steps - 1, out.err
+        assert "is being written by a live cockpit" in out.err
+    assert server.served == 2
+
+
 def test_the_socket_is_the_owners_alone_and_goes_with_the_session(tmp_path: Path) -> None:
     store = Store(tmp_path / "run.duckdb")
     server = SnapshotServer(store).start()

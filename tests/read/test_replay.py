@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,35 @@ def test_at_its_end_a_replay_shows_the_links_as_the_report_does(tmp_path: Path) 
         assert not any(a.code.startswith("host_") for a in source.snapshot().alerts)
     finally:
         source.stop()
+
+
+def test_stop_waits_for_a_snapshot_in_flight_then_refuses_reads(
+        recording: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app quits while its worker still builds a snapshot: the recording is closed
+    once that read returns (DuckDB refuses to close a connection in use), not under it."""
+    import cockpit.sessions.replay as replay_module
+
+    source = ReplaySource(recording, speed=1.0)
+    reading, release = threading.Event(), threading.Event()
+    real = replay_module.build_snapshot
+
+    def slow(*args: Any, **kw: Any) -> Any:
+        reading.set()
+        assert release.wait(10)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(replay_module, "build_snapshot", slow)
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.append(source.snapshot()))
+    worker.start()
+    assert reading.wait(10)
+    stopper = threading.Thread(target=source.stop)
+    stopper.start()
+    stopper.join(0.3)
+    assert stopper.is_alive(), "stop must wait for the snapshot being built"
+    release.set()
+    worker.join(10)
+    stopper.join(10)
+    assert not stopper.is_alive() and len(results) == 1  # the snapshot came back whole
+    with pytest.raises(CockpitError, match="the replay has stopped"):
+        source.snapshot()

@@ -5,6 +5,8 @@ on real recordings written through the real ingest path."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -169,6 +171,17 @@ def test_a_breached_threshold_exits_5(finished: Path, capsys: pytest.CaptureFixt
     assert "--fail-if 'val_loss>0.5': val_loss is 0.9" in err and "step<100" not in err
     code, _out, err = _report(capsys, finished, "--fail-if", "val_loss>5")
     assert code == EXIT_OK, err
+
+
+def test_the_exit_status_reaches_the_shell(finished: Path, tmp_path: Path) -> None:
+    """The installed `cockpit` command, as a CI step runs it: the process's own status."""
+    cockpit = str(Path(sys.executable).parent / "cockpit")
+    failed = _finish(syn.write_recording(tmp_path / "r.duckdb", steps=SHORT), returncode=1)
+    for args, code in ((["report", str(finished)], EXIT_OK),
+                       (["report", str(failed)], EXIT_JOB_FAILED),
+                       (["report", str(finished), "--fail-if", "val_loss>0.5"], EXIT_THRESHOLD)):
+        done = subprocess.run([cockpit, *args], capture_output=True, text=True, timeout=180)
+        assert done.returncode == code, (args, done.stderr[-2000:])
 
 
 def test_a_bad_threshold_is_a_usage_error(finished: Path,

@@ -10,7 +10,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from cockpit.transport.host_keys import KnownHosts, changed_key_message
+from cockpit.transport.host_keys import KnownHosts, KnownHostsFile, changed_key_message
 from cockpit.transport.ssh_link import HostLink
 from tests.transport.support import Collector, options_for, spec_for
 
@@ -194,3 +194,49 @@ def test_known_hosts_files_are_parsed_once_and_give_each_client_only_its_hosts_k
         handle.write(f"[h4]:2222 {rsa.get_name()} {rsa.get_base64()}\n")
     assert keys_for("[h4]:2222").lookup("[h4]:2222")[rsa.get_name()] == rsa
     assert parses[3:] == [str(first)]
+
+
+def test_a_hashed_known_hosts_file_gives_the_keys_paramiko_finds_without_hashing_per_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain, hashed (HashKnownHosts) and mixed lines give each host the keys paramiko's
+    own lookup gives, first line first per key type; a hashed name that does not decode
+    matches nothing instead of failing every lookup."""
+    keys = [paramiko.ECDSAKey.generate() for _ in range(3)]
+    rsa = paramiko.RSAKey.generate(1024)
+    hashed = paramiko.HostKeys.hash_host
+
+    def line(names: str, key: paramiko.PKey) -> str:
+        return f"{names} {key.get_name()} {key.get_base64()}\n"
+
+    lines = [line(hashed(f"[h{i}]:2222"), keys[i % 3]) for i in range(40)]
+    lines += [line(f"[h1]:2222,{hashed('[h50]:2222')}", keys[2]),  # a type h1 has: unused
+              line(hashed("[h1]:2222"), rsa),  # a type h1 lacks, on a later line
+              line("[h60]:2222", keys[0]), line("[h60]:2222", keys[1])]
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(lines))
+    reference = paramiko.HostKeys(str(path))
+    path.write_text("".join(lines) + line("|1|@@@|###", keys[0]))
+    indexed = KnownHostsFile(str(path))
+    hashes: list[str] = []
+
+    def counted(hostname: str, salt: str | None = None) -> str:
+        hashes.append(hostname)
+        return hashed(hostname, salt)
+
+    monkeypatch.setattr(paramiko.HostKeys, "hash_host", staticmethod(counted))
+    names = ["[h0]:2222", "[h1]:2222", "[h39]:2222", "[h50]:2222", "[h60]:2222",
+             "[h99]:2222", "h1", "|1|@@@|###"]
+    found = {name: indexed.keys_for(name) for name in names}
+    assert hashes == []  # no line's hash was formatted: one HMAC each, on bytes
+    for name in names:
+        expected = reference.lookup(name)
+        if expected is None:
+            assert found[name] is None, name
+            continue
+        got = found[name]
+        assert got is not None, name
+        assert list(got) == list(dict.fromkeys(expected.keys())), name
+        assert all(got[kind] == expected[kind] for kind in got), name
+    assert found["[h1]:2222"] == {keys[1].get_name(): keys[1], rsa.get_name(): rsa}
+    assert found["[h60]:2222"] == {keys[0].get_name(): keys[0]}

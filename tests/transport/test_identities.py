@@ -60,6 +60,37 @@ def test_a_key_that_does_not_load_fails_the_same_way_every_time(tmp_path: Path) 
     assert cache.loads == 0
 
 
+def test_a_key_file_that_is_not_the_class_tried_is_read_once_until_it_changes(
+    tmp_path: Path,
+) -> None:
+    """paramiko tries RSA, ECDSA, then Ed25519 on every identity file, every connect:
+    the failed tries are kept like the key, so an ed25519 file is parsed once per class."""
+    key_file = tmp_path / "id"
+    _keygen(key_file)
+    cache = IdentityCache()
+    reads: list[type[paramiko.PKey]] = []
+
+    def load(klass: type[paramiko.PKey]) -> paramiko.PKey:
+        def loader() -> paramiko.PKey:
+            reads.append(klass)
+            return klass.from_private_key_file(str(key_file), None)
+        return cache.load(str(key_file), klass, None, loader)
+
+    messages = []
+    for _ in range(3):
+        for klass in (paramiko.RSAKey, paramiko.ECDSAKey):
+            with pytest.raises(paramiko.SSHException) as failed:
+                load(klass)
+            messages.append(str(failed.value))
+        assert isinstance(load(paramiko.Ed25519Key), paramiko.Ed25519Key)
+    assert reads == [paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key]
+    assert messages[:2] == messages[2:4] == messages[4:]  # the same error every time
+    assert cache.failures == 2 and cache.loads == 1
+    _keygen(key_file, "rsa")  # now an RSA key in the same place: read again, and it loads
+    assert isinstance(load(paramiko.RSAKey), paramiko.RSAKey)
+    assert reads[3:] == [paramiko.RSAKey]
+
+
 def test_links_share_one_load_of_their_identity(two_hosts, tmp_path: Path) -> None:
     options = options_for(two_hosts, tmp_path)
     for host in two_hosts:

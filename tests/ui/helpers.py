@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from textual.app import App
 from textual.pilot import Pilot
@@ -42,3 +43,13 @@ async def wait_until(pilot: Pilot, condition: Callable[[], bool], what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         await pilot.pause(0.05)
+
+
+async def show(pilot: Pilot, source: Any, snapshot: Any) -> None:
+    """Hand `snapshot` to a `StaticSource` and wait until the app shows it: the refresh
+    gate builds at most four per second, so a second change within 250 ms waits on a
+    timer that `settle` alone does not wait for."""
+    source.set_snapshot(snapshot)
+    await wait_until(pilot, lambda: getattr(pilot.app, "snapshot", None) is snapshot,
+                     "the new snapshot on screen")
+    await settle(pilot)

@@ -27,7 +27,7 @@ from cockpit.ui.app_factory import make_app
 from cockpit.ui.themes import load_themes
 from cockpit.ui.widgets.gpu_map import GpuMap, draw, fleet_view
 from tests.ui import fleet
-from tests.ui.helpers import settle
+from tests.ui.helpers import settle, show
 
 SIZES = {"160x48": (160, 48), "80x24": (80, 24)}
 THEMES = load_themes().names()
@@ -45,8 +45,7 @@ async def test_fleet_screens(snapshot: SnapshotAssertion, theme: str) -> None:
         for size_name, size in SIZES.items():
             await pilot.resize_terminal(*size)
             for state in fleet.STATES:
-                source.set_snapshot(fleet.fleet_snapshot(state))
-                await settle(pilot)
+                await show(pilot, source, fleet.fleet_snapshot(state))
                 gpu_map = app.screen.query_one(GpuMap)
                 assert gpu_map.view.gpus == fleet.HOSTS * fleet.GPUS
                 expected = "gpus" if size_name == "160x48" else "hosts"
@@ -110,8 +109,7 @@ async def test_arrows_and_clicks_move_the_cursor_which_stays_on_its_host() -> No
         chosen = names[1 + per_line]
         assert gpu_map.cursor == chosen
         # A new snapshot (the lost host is back) reorders the hosts: the cursor stays.
-        source.set_snapshot(fleet.fleet_snapshot("healthy"))
-        await settle(pilot)
+        await show(pilot, source, fleet.fleet_snapshot("healthy"))
         assert gpu_map.cursor == chosen
         # A click on the third host block of the map's first line moves the cursor there.
         drawing = gpu_map._drawing

@@ -86,6 +86,7 @@ def test_missing_file_is_a_keymap_error(tmp_path: Path) -> None:
 
 def test_every_default_key_is_valid_and_every_binding_has_its_id() -> None:
     assert all(check_key(spec.key) is None for spec in KEYS)
-    scoped = [b for scope in ("app", "main", "map", "host", "filter", "alerts", "replay")
+    scoped = [b for scope in ("app", "main", "map", "host", "filter", "alerts", "compare",
+                              "replay")
               for b in bindings(scope)]
     assert sorted(b.id for b in scoped) == sorted(SPECS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -19,6 +20,21 @@ from cockpit.ui.screens.filterable import FilterableScreen, matches
 from cockpit.ui.widgets.pane import update_text
 
 SEVERITY_STYLE = {"critical": "$error", "warning": "$warning", "info": "$primary"}
+
+
+@runtime_checkable
+class _ShowsSnapshot(Protocol):
+    """A screen that shows the newest snapshot (the main screen, a drill-down)."""
+
+    snapshot: Snapshot | None
+
+
+@runtime_checkable
+class _Acknowledging(_ShowsSnapshot, Protocol):
+    """The app that keeps the operator's acknowledgements (named here, not imported: the
+    app imports this screen)."""
+
+    acknowledged: set[tuple[str, str]]
 
 
 def alert_text(a: Alert) -> str:
@@ -72,18 +88,17 @@ class AlertsScreen(FilterableScreen):
         stay listed, marked, and leave the header's count until they clear."""
         fresh = {(a.code, a.where) for a in self._shown() if a.state == "active"}
         app = self.app
-        acked = getattr(app, "acknowledged", None)
-        if not fresh or acked is None:
+        if not fresh or not isinstance(app, _Acknowledging):
             self.notify("no active alert shown to acknowledge", title="Alerts")
             return
-        acked |= fresh
+        app.acknowledged |= fresh
         snapshot = self.snapshot
         if snapshot is not None:
-            app.snapshot = dataclasses.replace(  # type: ignore[attr-defined]
-                snapshot, alerts=acknowledge(snapshot.alerts, acked))
+            app.snapshot = dataclasses.replace(
+                snapshot, alerts=acknowledge(snapshot.alerts, app.acknowledged))
             for screen in app.screen_stack:
-                if hasattr(screen, "snapshot"):
-                    screen.snapshot = app.snapshot  # type: ignore[attr-defined]
+                if isinstance(screen, _ShowsSnapshot):
+                    screen.snapshot = app.snapshot
         self.notify(f"acknowledged {counted(len(fresh), 'alert')}", title="Alerts")
 
     def compose(self) -> ComposeResult:

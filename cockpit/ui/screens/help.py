@@ -14,7 +14,8 @@ from cockpit.ui.keymap import KEYS, effective_keys
 SCOPES = {
     "app": "anywhere", "main": "main screen", "map": "Health pane (GPU map)",
     "host": "host detail",
-    "filter": "alerts / log", "alerts": "alerts", "replay": "replay only",
+    "filter": "alerts / log", "alerts": "alerts", "compare": "compare",
+    "replay": "replay only",
 }
 
 

@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static, Tab, Tabs
 
+from cockpit.analysis.gpu_history import xid_label
 from cockpit.analysis.gpu_state import gpu_problem
 from cockpit.analysis.throttle import throttle_text
 from cockpit.snapshot import HostHealth, Snapshot
@@ -32,7 +33,7 @@ def gpu_rows(host: HostHealth) -> list[tuple[Text, ...]]:
         memory = f"{fmt.size(c.mem_used)} / {fmt.size(c.mem_total)}"
         rows.append(tuple(map(table_cell, (
             str(c.index), c.name or fmt.NA_TEXT, state, fmt.percent(c.util),
-            fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc), fmt.na(c.xid),
+            fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc), fmt.na(xid_label(c)),
             throttle_text(c.throttle)))))
     return rows
 

@@ -6,6 +6,7 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
+from agent.wire import states
 from cockpit.snapshot import Efficiency, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.gauge import Gauge
@@ -16,10 +17,10 @@ SLOWEST_SHOWN = 3
 
 
 # Job states in which nothing trains now: the step figures are those of its last steps.
-IDLE_STATES = {"paused": "before the pause", "exited": "before it exited",
-               "finished": "before it finished", "stopped": "before it was stopped",
-               "stalled": "before the stall", "failed": "before it failed",
-               "starting": "before the restart"}
+IDLE_STATES = {states.PAUSED: "before the pause", states.EXITED: "before it exited",
+               states.FINISHED: "before it finished", states.STOPPED: "before it was stopped",
+               states.STALLED: "before the stall", states.FAILED: "before it failed",
+               states.STARTING: "before the restart"}
 
 
 def idle_note(e: Efficiency, state: str) -> str:
@@ -28,7 +29,7 @@ def idle_note(e: Efficiency, state: str) -> str:
     return f" [$text-muted]({when})[/]" if when and e.samples_per_s is not None else ""
 
 
-def throughput_line(e: Efficiency, state: str = "running") -> str:
+def throughput_line(e: Efficiency, state: str = states.RUNNING) -> str:
     return (f"throughput {fmt.si(e.samples_per_s)} samples/s · "
             f"{fmt.si(e.tokens_per_s)} tokens/s{idle_note(e, state)}")
 

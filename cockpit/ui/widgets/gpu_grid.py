@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from agent.wire.states import GPU_OK, GPU_SIMULATED
 from cockpit.analysis import gpu_state as gs
 from cockpit.analysis.gpu_state import GpuState, Level
+from cockpit.analysis.timeline import UNREACHABLE_STATES
 from cockpit.snapshot import GpuCell, HostHealth
 from cockpit.ui import format as fmt
 
@@ -57,9 +59,9 @@ def host_line(host: HostHealth, name_width: int,
     # Names and states from the wire go in as text: padded here, not by the template.
     template = (f"$host [{link_style}]$state[/] "
                 f"{online}/{len(cells)} {glyphs} {temp} {power} mem {mem} disk {disk} {net}")
-    if host.gpu_state not in ("ok", "simulated"):
+    if host.gpu_state not in (GPU_OK, GPU_SIMULATED):
         template += " [$warning]($gpu_state)[/]"
-    if host.behind and host.state == "unreachable":  # its jump host is down, not itself
+    if host.behind and host.state in UNREACHABLE_STATES:  # its jump host is down, not itself
         template += " [$text-muted](behind jump host $behind, which is down)[/]"
     return fmt.markup(template, host=fmt.printable(host.host).ljust(name_width),
                       state=fmt.printable(host.state).ljust(10), gpu_state=host.gpu_state,

@@ -11,7 +11,11 @@ high or full (the fullest named); the line under it is the cursor's host in word
 
 The whole map is one widget drawing one `Content`, rebuilt once per snapshot, filter,
 cursor move or change of room: no widget per cell, so a 1,024-GPU refresh costs one
-pass over the hosts. The cursor (a host) survives new snapshots by name; the pane
+pass over the hosts. Turning that text into screen cells costs more than building it
+(a style per run of cells), and from one snapshot to the next most lines of the map
+read the same (GPUs change state far less often than their figures change): each line
+is turned into cells once and kept while its text and styles, the width and the
+theme stay the same. The cursor (a host) survives new snapshots by name; the pane
 moves it, filters the map and opens the host it is on.
 """
 
@@ -19,12 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any
 
 from textual import events
 from textual.content import Content
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 
 from cockpit.analysis import gpu_state as gs
@@ -41,11 +48,19 @@ MUTED = "$text-muted"
 GROUP = 10
 # Lines around the map: legend, counts, resources, the cursor's host.
 FRAME_LINES = 4
+# Map lines whose cells are kept (`GpuMap.render_line`): more than a screen's worth, so
+# that a line that comes back after a few snapshots (a host's state flapping) is found.
+STRIPS_KEPT = 1024
 RESOURCE_NAMES = {"cpu": "CPU", "mem": "RAM", "disk": "disk"}
 
 
+# Each state's style, by its rank: a map draws a style per run of cells, and looking an
+# enum up in a dict hashes it in Python (a thousand GPUs: a good part of a redraw).
+_STATE_STYLES = {s.rank: LEVEL_STYLE[s.level] for s in GpuState}
+
+
 def state_style(state: GpuState) -> str:
-    return LEVEL_STYLE[state.level]
+    return _STATE_STYLES[state.rank]
 
 
 @dataclass(frozen=True)
@@ -78,19 +93,20 @@ class FleetView:
 def host_row(host: HostHealth) -> HostRow:
     states = gs.gpu_states(host)
     state = gs.host_state(host, states)
-    labels = {state.label.lower(), state.level.value, *(s.label.lower() for s in set(states))}
+    labels = {state.label.lower(), state.level.value, *(s.label.lower() for s in states)}
     return HostRow(host, state, states, gs.host_cause(host, states), frozenset(labels),
                    gs.sort_key(host, states))
 
 
 def fleet_view(hosts: tuple[HostHealth, ...]) -> FleetView:
     rows = sorted(map(host_row, hosts), key=attrgetter("sort_key"))
-    counts = dict.fromkeys(GpuState, 0)
+    tally = dict.fromkeys((s.rank for s in GpuState), 0)  # GPUs per state, by its rank
     for row in rows:
-        for state in set(row.states):
-            counts[state] += row.states.count(state)
+        for state in row.states:
+            tally[state.rank] += 1
     ordered = tuple(rows)
     resources = Content.assemble(*_resources(ordered, gs.busiest_net_rate(hosts)))
+    counts = {s: tally[s.rank] for s in GpuState}  # in the enum's order, as before
     return FleetView(ordered, tuple((s, n) for s, n in counts.items() if n),
                      sum(len(r.states) for r in rows), resources)
 
@@ -117,6 +133,7 @@ class Drawing:
     hits: dict[int, list[tuple[int, int, str]]]  # line -> (from x, to x, host)
     cursor_line: int | None = None
     height: int = 1  # lines
+    lines: tuple[Content, ...] = ()  # `content`'s lines, each drawn on its own
 
 
 def _legend() -> list[Piece]:
@@ -265,7 +282,8 @@ def draw(view: FleetView, rows: tuple[HostRow, ...], room: Size, cursor: str | N
     if not view.rows:
         lines = [Content.assemble(("no hosts reported yet", MUTED))]
         hits = {}
-    return Drawing(Content("\n").join(lines), mode, hits, cursor_line, len(lines))
+    return Drawing(Content("\n").join(lines), mode, hits, cursor_line, len(lines),
+                   tuple(lines))
 
 
 class GpuMap(Widget):
@@ -296,6 +314,10 @@ class GpuMap(Widget):
         # Until the operator moves the cursor it follows the worst host shown; after,
         # it stays on the host they chose for as long as that host is shown.
         self._pinned = False
+        # Each map line's cells by its text and styles, for the width and colours in
+        # `_strips_for` (see `render_line`).
+        self._strips: dict[tuple[int, str, tuple[Any, ...]], Strip] = {}
+        self._strips_for: tuple[Any, ...] | None = None
 
     # Inputs -------------------------------------------------------------------------
 
@@ -396,3 +418,31 @@ class GpuMap(Widget):
         if self._drawing is None:
             return Content("")
         return self._drawing.content
+
+    def render_line(self, y: int) -> Strip:
+        """Line `y` of the map as `render`'s text would draw it, each line's cells kept
+        while that line reads the same (with the same styles) at the same place, width
+        and colours. The lines are drawn one by one, which for this text (no wrapping: a
+        line never runs onto the next; top-left aligned) gives the cells that the whole
+        text gives; a line is drawn below `y` empty ones, as the cells carry their
+        offset in the text (for selecting it with the mouse). While text is selected
+        Textual draws the whole text, selection included."""
+        drawing = self._drawing
+        if drawing is None or self.text_selection is not None:
+            return super().render_line(y)
+        width = self.size.width
+        style = self.visual_style
+        if y >= min(len(drawing.lines), self.size.height) or not width:
+            return Strip.blank(width, style.rich_style)
+        app = self.app
+        context = (width, app.theme, app.theme_variables, style)
+        if context != self._strips_for or len(self._strips) > STRIPS_KEPT:
+            self._strips.clear()
+            self._strips_for = context
+        line = drawing.lines[y]
+        key = (y, line.plain, tuple(line.spans))
+        strip = self._strips.get(key)
+        if strip is None:
+            placed = Content("\n" * y) + line if y else line
+            strip = self._strips[key] = Visual.to_strips(self, placed, width, y + 1, style)[y]
+        return strip

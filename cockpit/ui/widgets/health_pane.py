@@ -92,6 +92,7 @@ class HealthPane(Pane):
         log = self.query_one(InterruptionLog)
         log.interruptions = health.interruptions
         log.advice = health.checkpoint_advice
+        log.budget = health.restart_budget
         log.job_state = snapshot.progress.state
 
     def summary(self, snapshot: Snapshot) -> Content:

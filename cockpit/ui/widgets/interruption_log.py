@@ -78,12 +78,18 @@ class InterruptionLog(Static):
     interruptions: reactive[tuple[Interruption, ...]] = reactive((), repaint=False)
     advice: reactive[str | None] = reactive(None, repaint=False)
     job_state: reactive[str] = reactive("", repaint=False)  # whether the newest may recover
+    budget: reactive[str | None] = reactive(None, repaint=False)  # restarts used and left
 
     def _render_log(self) -> None:
         text = log_markup(self.interruptions, self.job_state)
+        if self.budget:
+            text += fmt.markup("\n[dim]restart budget:[/] $budget", budget=self.budget)
         if self.advice:
             text += fmt.markup("\n[dim]checkpoints:[/] $advice", advice=self.advice)
         update_text(self, text)
+
+    def watch_budget(self, budget: str | None) -> None:
+        self._render_log()
 
     def watch_interruptions(self, items: tuple[Interruption, ...]) -> None:
         self._render_log()

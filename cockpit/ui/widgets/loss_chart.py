@@ -241,9 +241,9 @@ class MatrixPlot(PlotextPlot):
         try:
             # What `plt.build()` does before writing the matrix as ANSI: plotext internals,
             # absent from its types, and from some versions (the fallback below).
-            plt._set_sizes()  # type: ignore[attr-defined]
-            plt._build_matrix()  # type: ignore[attr-defined]
-            return plt.monitor.matrix  # type: ignore[attr-defined]
+            plt._set_sizes()  # type: ignore[attr-defined]  # textual-plotext's typed Plot omits it
+            plt._build_matrix()  # type: ignore[attr-defined]  # textual-plotext's Plot omits it
+            return plt.monitor.matrix  # type: ignore[attr-defined]  # textual-plotext's Plot omits it
         except AttributeError:
             return plt.build()
 

@@ -17,6 +17,7 @@ from textual.events import Resize
 from textual.reactive import reactive
 from textual.widgets import ProgressBar, Static
 
+from agent.wire import states
 from cockpit.analysis.rank_progress import progress_rows
 from cockpit.analysis.text import counted, printable
 from cockpit.analysis.timeline import STAGES, band_cells
@@ -27,13 +28,13 @@ from cockpit.ui.widgets.pane import Pane, update_text
 from cockpit.ui.widgets.throughput_chart import Throughput, ThroughputChart
 
 _STATE_STYLE = {
-    "running": "$success",
-    "paused": "$warning",
-    "stalled": "$error",
-    "recovering": "$warning",
-    "finished": "$success",
-    "exited": "$text-muted",
-    "stopped": "$text-muted",
+    states.RUNNING: "$success",
+    states.PAUSED: "$warning",
+    states.STALLED: "$error",
+    states.RECOVERING: "$warning",
+    states.FINISHED: "$success",
+    states.EXITED: "$text-muted",
+    states.STOPPED: "$text-muted",
 }
 
 
@@ -225,7 +226,8 @@ class ProgressPane(Pane):
                     Content(f"samples {fmt.si(p.samples)} · tokens {fmt.si(p.tokens)}"))
         bar = self.query_one("#progress-bar", ProgressBar)
         # An unknown total animates the bar, which says "working": only while it is.
-        moving = p.percent is None and p.state in ("running", "starting", "recovering")
+        moving = p.percent is None and p.state in (states.RUNNING, states.STARTING,
+                                                   states.RECOVERING)
         bar.update(total=None if moving else 100, progress=bar_progress(p.percent))
         update_text(self.query_one("#progress-eta", Static), fmt.text(eta_text(p)))
         style = _STATE_STYLE.get(p.state, "$text-muted")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Label
 
@@ -70,5 +71,13 @@ class SparklineChart(Horizontal):
         for line in self.query(SparkBars):
             line.data = series_values(series) if series else []
         if self.value_text is not None:
+            text = fmt.text(range_text(series, self.value_text))
             for label in self.query(".spark-range").results(Label):
-                label.update(fmt.text(range_text(series, self.value_text)))
+                shown = label.content
+                if isinstance(shown, Content) and shown.is_same(text):
+                    continue
+                # The label is as wide as its text: the screen is laid out again (every
+                # widget on it arranged) only when that width changes, not on every
+                # refresh that brings a new value.
+                label.update(text, layout=not isinstance(shown, Content)
+                             or shown.cell_length != text.cell_length)
