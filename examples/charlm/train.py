@@ -144,6 +144,10 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     t, m, o = cfg["train"], cfg["model"], cfg["optim"]
     if d.device.type == "cpu":
         torch.set_num_threads(t["threads"])
+    if t["deterministic"]:
+        # cuBLAS reads this when it first starts, which is at the first matrix product.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
 
     def say(msg: str) -> None:
         if d.rank == 0:
