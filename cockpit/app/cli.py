@@ -251,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--charts", type=Path, default=None, metavar="DIR",
                         help="also write the loss, LR, throughput and GPU charts to DIR as "
                              "SVG and PNG")
+    report.add_argument("--compare", action="append", default=[], metavar="REC[:JOB]",
+                        help="also compare this run with REC's job (repeatable, up to five): "
+                             "final and best metrics, speed, KPIs and the provenance "
+                             "differences side by side, as `cockpit compare` prints them")
     _add_s3_options(report)
     report.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     report.add_argument("--job", metavar="NAME",
@@ -811,7 +815,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         data = report_data(path, at.ts if at is not None else None, args.job, name=name,
                            at_step=at.step if at is not None else None,
                            at_offset=at.offset if at is not None else None)
+        compared = _compare_section(args, path) if args.compare else None
+        if compared is not None and args.format == "json":
+            data = {**data, "compare": compared[1]}
         print(format_report(data, args.format))
+        if compared is not None and args.format != "json":
+            print("\n" + compared[0], end="")
         if args.charts is not None:
             from cockpit.export.charts import charts_of
 
@@ -822,6 +831,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for why in reasons:
         print(f"cockpit: {printable(why)}", file=sys.stderr)
     return code
+
+
+def _compare_section(args: argparse.Namespace, readable: Path) -> tuple[str, Any]:
+    """`report --compare`: this recording's job (the one reported) against each
+    `--compare` side, as text or Markdown, and as data for the JSON report."""
+    from cockpit.read.compare import as_data, render_comparison
+
+    if len(args.compare) > 5:
+        raise CockpitError("--compare: at most five other sides")
+    # Without --job, the side names the recording alone: compare then takes the job the
+    # report shows (the one that trained last, else the one it declared).
+    first = f"{readable}:{args.job}" if args.job else str(readable)
+    comparison, _folder = compare_cli.comparison_of([first, *args.compare])
+    return render_comparison(comparison, args.format), as_data(comparison)
 
 
 @contextlib.contextmanager

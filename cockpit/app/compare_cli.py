@@ -67,13 +67,13 @@ def _names(paths: list[Path]) -> dict[Path, str]:
     return names
 
 
-def cmd_compare(args: argparse.Namespace, before_ui: Callable[[], None] = lambda: None
-                ) -> int:
-    """`before_ui`: what to do just before the screen shows (drop keys typed ahead)."""
-    from cockpit.read.compare import load_comparison, parse_sides, render_comparison
+def comparison_of(texts: list[str]) -> tuple[Comparison, Path]:
+    """The comparison of the sides named `texts` (REC or REC:JOB), each recording read
+    as `cockpit report` reads it, and the first recording's folder (for screenshots)."""
+    from cockpit.read.compare import load_comparison, parse_sides
     from cockpit.store.live_socket import LiveSnapshotError, readable_recording
 
-    sides = parse_sides(args.sides)
+    sides = parse_sides(texts)
     names = _names([path for path, _job in sides])
     with contextlib.ExitStack() as stack:
         readable: dict[Path, Path] = {}
@@ -90,10 +90,19 @@ def cmd_compare(args: argparse.Namespace, before_ui: Callable[[], None] = lambda
                       "it had committed just now", file=sys.stderr)
         comparison = load_comparison([(readable[p.resolve()], job, names[p.resolve()])
                                       for p, job in sides])
+    return comparison, sides[0][0].resolve().parent
+
+
+def cmd_compare(args: argparse.Namespace, before_ui: Callable[[], None] = lambda: None
+                ) -> int:
+    """`before_ui`: what to do just before the screen shows (drop keys typed ahead)."""
+    from cockpit.read.compare import render_comparison
+
+    comparison, folder = comparison_of(args.sides)
     if args.format is not None:
         print(render_comparison(comparison, args.format), end="")
         return 0
-    app = compare_app(comparison, args, screenshots=sides[0][0].resolve().parent)
+    app = compare_app(comparison, args, screenshots=folder)
     before_ui()
     app.run()
     return 0
@@ -115,4 +124,4 @@ def compare_app(comparison: Comparison, args: argparse.Namespace,
         raise CockpitError(str(exc)) from None
 
 
-__all__ = ["add_command", "cmd_compare", "compare_app"]
+__all__ = ["add_command", "cmd_compare", "compare_app", "comparison_of"]

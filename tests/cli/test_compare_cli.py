@@ -144,3 +144,35 @@ def test_help_says_how_a_side_is_named(capsys: pytest.CaptureFixture[str]) -> No
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "REC.duckdb:JOB" in out and "exit status" in out
+
+
+def test_the_report_has_a_compare_section_with_the_provenance_differences(
+        forks: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`cockpit report REC --compare OTHER`: the report of the run, then the comparison
+    with the other side (text and Markdown), or under `compare` in the JSON report."""
+    code, out, err = cockpit(capsys, "report", forks, "--job", "fork",
+                             "--compare", f"{forks}:parent", "--format", "markdown")
+    assert code == 0, err
+    report, _, section = out.partition("# Compare: ")
+    assert "fork" in report and section, out
+    assert section.startswith(f"{forks.name}:fork vs {forks.name}:parent")
+    assert "## Provenance" in section and "## KPIs" in section
+    assert f"| config | optim.lr | {fork_runs.FORK_LR} | {fork_runs.PARENT_LR} |" in section
+    # Without --job the report's own job (the one that trained last) is the first side.
+    code, out, err = cockpit(capsys, "report", forks, "--compare", f"{forks}:parent")
+    assert code == 0, err
+    assert "Compare: " in out and "optim.lr" in out.partition("Compare: ")[2]
+    code, out, err = cockpit(capsys, "report", forks, "--compare", f"{forks}:parent",
+                             "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert [s["job"] for s in data["compare"]["sides"]] == ["fork", "parent"]
+    (d,) = data["compare"]["diffs"]
+    assert [(c["key"], c["old"], c["new"]) for c in d["changes"]] == [
+        ("optim.lr", fork_runs.FORK_LR, fork_runs.PARENT_LR)]
+
+
+def test_report_compare_with_a_missing_side_exits_2(
+        forks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = cockpit(capsys, "report", forks, "--compare", tmp_path / "none.duckdb")
+    assert code == 2 and "none.duckdb" in err
