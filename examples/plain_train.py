@@ -1,7 +1,7 @@
 """A plain PyTorch training loop that the cockpit can watch and steer: the whole recipe.
 
     python examples/plain_train.py --steps 300                 # alone: records to ./runs/
-    cockpit run -- python examples/plain_train.py --steps 3000 --sleep 0.02   # watched
+    cockpit run -- python examples/plain_train.py --steps 1000 --sleep 0.02   # watched
     torchrun --standalone --nproc-per-node 2 examples/plain_train.py   # two ranks (gloo)
 
 A tiny MLP learns a fixed random function. Everything a trainer needs to be seen and

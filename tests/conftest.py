@@ -7,12 +7,15 @@ Subpackages add their own fixtures in their own conftest files.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.harness import leftovers
 from tests.harness.recording import load_recording
 from tests.harness.sshd import SshdHost, require_sshd_or_explain
 from tests.harness.sshd import sshd_hosts as _sshd_hosts
@@ -41,6 +44,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "starts: starts real processes (sshd, agent, torchrun, tmux); set "
         "automatically from the fixtures a test uses")
+    config.addinivalue_line(
+        "markers", "pilot: drives the Textual app (Pilot, snapshots); set automatically "
+        "for tests under tests/ui/ and coroutine tests")
+
+
+def _drives_the_app(item: pytest.Item) -> bool:
+    """The second tier: a test that runs the Textual app (Pilot, snapshots) or the
+    screens' pieces, every test under tests/ui/ and every coroutine test (Pilot's)."""
+    return ("tests/ui/" in item.nodeid
+            or inspect.iscoroutinefunction(getattr(item, "obj", None)))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -51,9 +64,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.starts)
+        if _drives_the_app(item):
+            item.add_marker(pytest.mark.pilot)
     items.sort(key=lambda item: not (item.get_closest_marker("slow")
                                      or item.get_closest_marker("e2e")
                                      or item.get_closest_marker("starts")))
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that starts processes, end any it left running (found by its
+    tmp_path; `tests/harness/leftovers.py`) and warn, naming them."""
+    starts = any(request.node.get_closest_marker(m) for m in ("starts", "e2e", "slow"))
+    folder = (str(request.getfixturevalue("tmp_path"))
+              if starts and "tmp_path" in request.fixturenames else None)
+    yield
+    if folder is None:
+        return
+    left = leftovers.left_running(folder)
+    if left:
+        leftovers.end(list(left))
+        warnings.warn(f"{request.node.nodeid} left {len(left)} processes running, ended "
+                      f"now: " + "; ".join(f"{pid}: {cmd[:120]}" for pid, cmd in left.items()),
+                      stacklevel=1)
 
 
 # Loopback addresses per pytest-xdist worker: the second worker's hosts are 127.0.4.2 …,

@@ -76,9 +76,15 @@ class Proc:
         return self.popen.wait(timeout)
 
     def close(self) -> None:
+        """SIGTERM first: a daemon then stops the job it started (its stop grace), where
+        a SIGKILL would leave the job training on as an orphan; SIGKILL if it hangs."""
         if self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait(10)
+            self.popen.terminate()
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
         for pipe in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             if pipe is not None:
                 pipe.close()

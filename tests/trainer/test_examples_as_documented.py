@@ -72,7 +72,8 @@ def documented() -> list[str]:
 
 
 # charlm's two torchrun lines are one story: the run, then `--resume auto` after it.
-CHARLM_RUN = "torchrun --standalone --nproc-per-node 2 examples/charlm/train.py --job demo"
+CHARLM_RUN = ("torchrun --standalone --nproc-per-node 2 examples/charlm/train.py --job demo "
+              "--max-steps 100")
 CHARLM_RESUME = CHARLM_RUN + " --resume auto"
 
 
