@@ -81,7 +81,7 @@ def _nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if folder is None:
         return
-    left = leftovers.left_running(folder)
+    left = leftovers.settled(folder)
     if left:
         leftovers.end(list(left))
         warnings.warn(f"{request.node.nodeid} left {len(left)} processes running, ended "

@@ -35,7 +35,7 @@ from cockpit.transport.inventory import (
     Inventory,
 )
 from cockpit.transport.link import LinkOptions
-from cockpit.transport.states import FAILED_STATES
+from cockpit.transport.states import FAILED_STATES, STREAMING
 
 if TYPE_CHECKING:
     pass
@@ -112,6 +112,7 @@ class LiveSession:
         self._listeners: list[Callable[[], None]] = []
         self._taps: list[Callable[[str, bytes], None]] = []
         self._lock = threading.Lock()
+        self._streamed: set[str] = set()  # hosts whose link has streamed at least once
         self.retention = retention or RetentionPolicy()
         self._clustering: threading.Thread | None = None
         # Writes the recording could not take: how many, the latest while they are still
@@ -232,11 +233,15 @@ class LiveSession:
                           "queued lines are retried, and past the backlog limit dropped")
 
     def link_problems(self) -> dict[str, str]:
-        """Hosts whose link failed and did not recover (never connected, or lost), each
+        """Hosts whose link failed and did not recover (lost, or never connected: still
+        trying counts, as a slow refusal must not pass for a host that delivered), each
         with its state and reason: what a headless run must not hide."""
+        with self._lock:
+            streamed = set(self._streamed)
         return {name: f"{status.state}" + (f": {status.detail}" if status.detail else "")
                 for name, status in self.fleet.status().items()
-                if status.state in FAILED_STATES}
+                if status.state in FAILED_STATES
+                or (name not in streamed and status.state != STREAMING)}
 
     def record_for(self, seconds: float, done: Callable[[], bool] | None = None) -> None:
         """Headless recording (no UI) for `seconds`, or until `done()` (asked about once
@@ -292,6 +297,9 @@ class LiveSession:
         self.writer.put(host, chunk)
 
     def _on_state(self, host: str, state: str, detail: str) -> None:
+        if state == STREAMING:
+            with self._lock:
+                self._streamed.add(host)
         if self._closed:
             return
         try:

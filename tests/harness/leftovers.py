@@ -12,7 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
+
+# A remote `agent stream` ends when sshd closes its session, a moment after the test's
+# own teardown: such a process is on its way out, not left running.
+SETTLE_S = 3.0
 
 
 def _read(path: Path) -> bytes:
@@ -39,6 +44,16 @@ def left_running(folder: str) -> dict[int, str]:
         if mark in cmdline or mark in cwd or mark in _read(entry / "environ"):
             found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return found
+
+
+def settled(folder: str, wait: float = SETTLE_S) -> dict[int, str]:
+    """`left_running(folder)` once those ending by themselves have had `wait` seconds."""
+    deadline = time.monotonic() + wait
+    left = left_running(folder)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = left_running(folder)
+    return left
 
 
 def end(pids: list[int]) -> None:

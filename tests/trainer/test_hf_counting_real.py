@@ -31,9 +31,10 @@ from tests.trainer.test_adapters_real import VOCAB, _RandomTokens  # noqa: E402
 MAX_STEPS = 60
 LOG_EVERY = 5
 BATCH = 4
-# Reading an item takes this long, so that a step's time is mostly steady work and the
-# Trainer's start-up (in its runtime, before any record) a small part of the run.
-ITEM_PAUSE = 0.01
+# Reading an item takes this long, so that a step's time is mostly steady waiting (the
+# same on a loaded machine) and the Trainer's start-up (in its runtime, before any
+# record) a small part of the run.
+ITEM_PAUSE = 0.04
 # The Trainer's runtime includes its start-up and the steps before the first record,
 # which the cockpit (timing from the first record on) does not see; on a loaded machine
 # that part runs slower and the two speeds part by up to ~15 %. A record per 5 steps
