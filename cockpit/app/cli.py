@@ -252,9 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also write the loss, LR, throughput and GPU charts to DIR as "
                              "SVG and PNG")
     report.add_argument("--compare", action="append", default=[], metavar="REC[:JOB]",
-                        help="also compare this run with REC's job (repeatable, up to five): "
-                             "final and best metrics, speed, KPIs and the provenance "
-                             "differences side by side, as `cockpit compare` prints them")
+                        help="also compare this run with REC's job (repeatable; six "
+                             "sides at most, this one counted): final and best metrics, "
+                             "speed, KPIs and the provenance differences side by side, "
+                             "as `cockpit compare` prints them")
     _add_s3_options(report)
     report.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     report.add_argument("--job", metavar="NAME",
@@ -838,8 +839,6 @@ def _compare_section(args: argparse.Namespace, readable: Path) -> tuple[str, Any
     `--compare` side, as text or Markdown, and as data for the JSON report."""
     from cockpit.read.compare import as_data, render_comparison
 
-    if len(args.compare) > 5:
-        raise CockpitError("--compare: at most five other sides")
     # Without --job, the side names the recording alone: compare then takes the job the
     # report shows (the one that trained last, else the one it declared).
     first = f"{readable}:{args.job}" if args.job else str(readable)

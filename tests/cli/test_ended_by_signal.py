@@ -39,11 +39,16 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_hangup_during_a_query_exits_with_the_hangup_status(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=tmp_path, capture_output=True, text=True,
-        timeout=90, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+def _cockpit(script: str, where: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`script` run as its own process, as a shell would start the cockpit."""
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=where, capture_output=True, text=True,
+        timeout=timeout, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
+
+
+def test_a_hangup_during_a_query_exits_with_the_hangup_status(tmp_path: Path) -> None:
+    done = _cockpit(SCRIPT, tmp_path, timeout=90)
     # DuckDB usually ends the query at once; should its clean-up hang (it has been
     # seen to), the cockpit's watchdog ends the process after its grace instead.
     assert done.returncode == 128 + signal.SIGHUP, done.stderr[-2000:]
@@ -72,9 +77,6 @@ HUNG_CLEANUP = textwrap.dedent(
 
 
 def test_a_way_out_that_hangs_is_cut_short_after_the_grace(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", HUNG_CLEANUP], cwd=tmp_path, capture_output=True, text=True,
-        timeout=50, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-    )
+    done = _cockpit(HUNG_CLEANUP, tmp_path, timeout=50)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
     assert "still ending 1 s after the signal; exiting now" in done.stderr
