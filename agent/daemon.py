@@ -12,6 +12,7 @@ of the main loop and its shutdown order are one piece of lifecycle that reads be
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -26,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from agent import __version__
 from agent.hostinfo import boot_id, env_fingerprint, hostname, mem_total
 from agent.job.generations import Generations
+from agent.job.gpu_history import GpuHistory
 from agent.job.launch import LaunchSpec
 from agent.job.managed import ADOPTABLE_STATES, BACKOFF, FROZEN, IDLE_STATES, ManagedJob
 from agent.job.supervisor import Supervisor, alive
@@ -160,6 +162,7 @@ class Daemon:
         disk = config.run_dirs[0] if config.run_dirs else config.state_dir
         self.host = host if host is not None else HostSampler(disk)
         self.jobs: Dict[str, ManagedJob] = {}
+        self.gpu_history = GpuHistory(config.state_dir)  # read in run(), said there
         self.spools = SpoolTailer(ObservedJournal(self.journal, self._observe, log),
                                   config.run_dirs, settle=config.spool_settle)
         for note in self.spools.notes:
@@ -460,6 +463,11 @@ class Daemon:
             gpus = self._guard("gpu", lambda: self.gpus.sample(ranks))
         for record in gpus or ():
             records.append(("gpu", record))
+            if isinstance(record.get("gpu"), int) and isinstance(record.get("ecc_agg_unc"),
+                                                                 int):
+                self._note_fault(functools.partial(
+                    self.gpu_history.note_ecc, record["gpu"], record.get("uuid"),
+                    record.get("ecc_agg_unc"), time.time(), list(self.jobs)))
         if records:
             self.journal.append_many(records)
 
@@ -483,8 +491,31 @@ class Daemon:
             if item["index"] == gpu:
                 uuid = item["uuid"]
         self.journal.append_many(xid_records(gpu, xid, uuid, ts))
+        self._note_fault(lambda: self.gpu_history.note_xid(gpu, xid, ts, list(self.jobs)))
         for job in list(self.jobs.values()):
             job.note_xid(gpu, xid)
+
+    def _note_fault(self, note: Callable[[], Any]) -> None:
+        """Keep a GPU fault in this host's history (agent.job.gpu_history); a state dir
+        that cannot be written is logged once, and the fault is journaled regardless."""
+        try:
+            note()
+        except OSError as exc:
+            self._io_error("GPU fault history", exc)
+
+    def _load_gpu_history(self) -> None:
+        """This host's GPU faults across runs; an unusable file is set aside and said,
+        never a reason for the daemon to stop."""
+        why = self.gpu_history.load()
+        if why is None:
+            return
+        msg = "GPU fault history %s unusable: %s; it starts empty" % (
+            self.gpu_history.path, why)
+        self.log(msg)
+        self.journal.append("event", {"kind": "sampler_error", "job": None, "rank": None,
+                                      "step": None, "msg": msg,
+                                      "data": {"sampler": "gpu_history",
+                                               "set_aside": len(self.gpu_history.set_aside)}})
 
     # -- life ------------------------------------------------------------------------
     def stop(self) -> None:
@@ -616,6 +647,7 @@ class Daemon:
         cfg = self.config
         try:
             self.journal.append("hello", self.hello())
+            self._load_gpu_history()
             self._adopt_jobs()
             if isinstance(self.gpus, Nvml):
                 self.xid = XidWatcher(self.gpus, self._on_xid)

@@ -17,6 +17,7 @@ from agent.job.launch import LaunchSpec
 from agent.job.progress import Progress
 from agent.job.recovery import Decision, Diagnosis, RecoveryPolicy
 from agent.job.supervisor import Supervisor
+from agent.journal.journal import Journal
 from agent.wire import checkpoints
 
 T = TypeVar("T")
@@ -34,6 +35,7 @@ class JobHandle(Protocol):
 
     name: str
     spec: LaunchSpec
+    journal: Journal  # its state dir holds this host's GPU fault history too
     state: str
     attempt: int
     policy: RecoveryPolicy
@@ -58,6 +60,10 @@ class JobHandle(Protocol):
                     returncode: Optional[int] = None, extra: Optional[dict] = None,
                     in_place: bool = False, msg: Optional[str] = None) -> None:
         """Journal the `interruption` event (agent.job.recovery.interruption)."""
+
+    def decide_restart(self, diagnosis: Diagnosis, failure_at: float) -> Decision:
+        """Restart or stop after a failure at `failure_at`, within the job-wide restart
+        budget (agent.job.restart_budget), which a restart granted is counted against."""
 
     def save(self, state: Optional[str] = None) -> None:
         """Write the job's state for a restarted agent (agent.wire.jobstate)."""

@@ -88,6 +88,8 @@ RESUMABLE = (PAUSED, STOPPED, FAILED)
 # A new agent takes these over (a spare in standby keeps waiting for its claim).
 ADOPTABLE_STATES = (STARTING, RUNNING, BACKOFF, PAUSING, FROZEN, STANDBY)
 ALERT_KINDS = {"data": "data", "oom": "parameter", "user_code": "parameter"}
+# Marks an operation the previous agent acknowledged, queued again by the adopting one.
+CARRIED = "_carried_over"
 T = TypeVar("T")
 
 
@@ -165,6 +167,14 @@ class ManagedJob:
         self._saved: tuple = ()  # what the last save of the job's state recorded
         self._saved_at = 0.0
         self._save_lock = threading.Lock()  # the job's thread and the daemon's both save
+        # Operations acknowledged and not yet carried out, oldest first, kept in the saved
+        # state until done (agent.wire.jobstate.pending_out), with their lock; and, once
+        # adopted, those the previous agent left and this one carries out, with those
+        # dropped as unusable (why).
+        self._accepted: List[dict] = []
+        self._accepted_lock = threading.Lock()
+        self._carried: List[dict] = []
+        self._dropped_ops: List[str] = []
         self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
         self.peers = peer_end.Peers(self)  # multi-host jobs: the other hosts' parts' ends
 
@@ -213,9 +223,22 @@ class ManagedJob:
     def request(self, action: str, args: Optional[dict] = None) -> dict:
         """Queue an operation after checking it makes sense in the current state."""
         state = self.state
+        self._check(action, args or {}, state)
+        if action in jobstate.PENDING_ACTIONS:
+            # Kept in the saved state before it is queued: acknowledged, it is carried out
+            # by this agent or, if this one is killed first, by the one that adopts the job.
+            with self._accepted_lock:
+                self._accepted.append({"action": action, "args": dict(args or {}),
+                                       "at": time.time()})
+            self.save()
+        self._commands.put((action, dict(args or {})))
+        return {"job": self.name, "state": state}
+
+    def _check(self, action: str, args: dict, state: str) -> None:
+        """Refuse (OpError) an operation that makes no sense in `state`."""
         if action == "pause" and state not in (RUNNING, BACKOFF, STARTING):
             raise OpError("job %r is %s: only a running job can be paused" % (self.name, state))
-        if action == "pause" and state == BACKOFF and (args or {}).get("freeze"):
+        if action == "pause" and state == BACKOFF and args.get("freeze"):
             raise OpError("job %r is waiting to restart after a failure: it has no process "
                           "to freeze (a pause without freeze cancels the restart)" % self.name)
         if action == "thaw" and state != FROZEN:
@@ -225,9 +248,7 @@ class ManagedJob:
         if action == "stop" and state in (STOPPED, FINISHED):
             raise OpError("job %r is already %s" % (self.name, state))
         if action == "scale":
-            self.membership.check(state, args or {})
-        self._commands.put((action, dict(args or {})))
-        return {"job": self.name, "state": state}
+            self.membership.check(state, args)
 
     # -- life ------------------------------------------------------------------------
     def start(self, use_newest: bool = False,
@@ -314,10 +335,14 @@ class ManagedJob:
                 if action:
                     if action == "close":
                         break
+                    if args.pop(CARRIED, False) and not self._still_applies(action, args):
+                        continue
                     try:
                         retry_at = self._operate(action, args, retry_at)
                     except OSError as exc:
                         self._op_failed(action, args, exc)
+                    finally:
+                        self._carried_out(action)
                     continue
                 if self._follow_peers():
                     retry_at = None  # this part ended or started again as another's did
@@ -526,7 +551,7 @@ class ManagedJob:
             if error is not None and error.get("timestamp"):
                 failure_at = min(failure_at, float(error["timestamp"]))
         exclusion = self.membership.exclusion(diagnosis)  # elastic: this host leaves the job
-        decision = exclusion[1] if exclusion else self._decide(diagnosis, failure_at)
+        decision = exclusion[1] if exclusion else self.decide_restart(diagnosis, failure_at)
         last_step = self.progress.cur_max
         extra = dict(extra or {})
         if exclusion:
@@ -549,7 +574,7 @@ class ManagedJob:
         self.state = BACKOFF
         return time.time() + decision.delay
 
-    def _decide(self, diagnosis: Diagnosis, failure_at: float) -> Decision:
+    def decide_restart(self, diagnosis: Diagnosis, failure_at: float) -> Decision:
         """Retry or stop, within the job-wide restart budget (agent.job.restart_budget):
         this host's restarts and, for a multi-host job, the other hosts' as the shared
         dir has them (a dir that does not answer leaves this host's own, said in the
@@ -777,6 +802,40 @@ class ManagedJob:
             self.membership.scale(args)
             return retry_at
         return retry_at
+
+    def _pending(self) -> List[dict]:
+        with self._accepted_lock:
+            return list(self._accepted)
+
+    def _carried_out(self, action: str) -> None:
+        """The oldest pending `action` is done (or its failure said): no agent is to carry
+        it out again. Operations are carried out in the order they were accepted."""
+        if action not in jobstate.PENDING_ACTIONS:
+            return
+        with self._accepted_lock:
+            done = next((e for e in self._accepted if e["action"] == action), None)
+            if done is None:
+                return
+            self._accepted.remove(done)
+        self.save()
+
+    def _still_applies(self, action: str, args: dict) -> bool:
+        """An operation the previous agent acknowledged, checked as the operator's own
+        would be against the state the job was found in; one that no longer makes sense
+        (a thaw of a job whose processes ended meanwhile) is not carried out, and its
+        event says so and why."""
+        try:
+            self._check(action, args, self.state)
+        except OpError as exc:
+            data: Dict[str, Any] = {"ok": False, "carried_over": True, "error": str(exc),
+                                    "job_state": self.state}
+            if action == "pause":
+                data["mode"] = "freeze" if args.get("freeze") else "checkpoint"
+            self.event(action, "job %s: the %s the previous agent accepted is not carried "
+                       "out: %s" % (self.name, action, exc), data)
+            self._carried_out(action)
+            return False
+        return True
 
     def _op_failed(self, action: str, args: dict, exc: OSError) -> None:
         """An operation the disk could not carry out (a full run dir): it failed, and its
@@ -1127,6 +1186,7 @@ class ManagedJob:
             "membership": self.membership.state(),
             **self.peers.state(),
             "process": sup.identity() if sup is not None else None,
+            "pending_ops": jobstate.pending_out(self._pending()),
             "agent_pid": os.getpid(), "saved_at": time.time(),
             "journal_head": self.journal.head,
         })
@@ -1181,6 +1241,7 @@ class ManagedJob:
         self._failure = dict(saved.get("failure") or {})
         self.membership.restore(saved.get("membership"))
         self.peers.restore(saved)
+        self._restore_pending(saved)
         progress = self.progress
         with progress.lock:
             progress.attempt_started = float(saved.get("attempt_started") or 0.0)
@@ -1195,6 +1256,22 @@ class ManagedJob:
                            if isinstance(identity, dict) else None)
         err = paths.stderr_log(self.spec.run_dir, self.name)
         self._err_offset = err.stat().st_size if err.exists() else 0
+
+    def _restore_pending(self, saved: dict) -> None:
+        """The operations the previous agent acknowledged and did not carry out, queued
+        here in the order it accepted them, ahead of any the operator sends this agent.
+        A pause it had begun (`pausing`) is not begun again: the adoption says that pause
+        failed and the job keeps running (`_adopt`)."""
+        accepted, self._dropped_ops = jobstate.pending_in(saved.get("pending_ops"))
+        if saved.get("state") == PAUSING:
+            begun = next((e for e in accepted if e["action"] == "pause"), None)
+            if begun is not None:
+                accepted.remove(begun)
+        with self._accepted_lock:
+            self._accepted = list(accepted)
+        self._carried = list(accepted)
+        for entry in accepted:
+            self._commands.put((entry["action"], dict(entry["args"], **{CARRIED: True})))
 
     def _still_pending(self, saved: dict) -> Optional[dict]:
         """The saved recovery awaiting its first step, unless the journal shows that the
@@ -1234,15 +1311,29 @@ class ManagedJob:
                 else "its attempt %d ended while no agent watched" % self.attempt
                 if sup is not None else "a spare, still in standby" if standby
                 else "no process of it was recorded")
+        carried = [e["action"] for e in self._carried]
+        if carried:
+            data["carried_over"] = carried
+            what += ("; the %s it had accepted and not carried out is carried out now "
+                     "(its own event says how it went)" % " then ".join(carried))
+        if self._dropped_ops:
+            data["dropped_ops"] = list(self._dropped_ops)
+            what += "; %d saved operation(s) unusable, not carried out (%s)" % (
+                len(self._dropped_ops), "; ".join(self._dropped_ops))
         self.event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
                    % (self.name, saved.get("agent_pid"), what), data,
                    step=self.progress.cur_max)
+        # A stop accepted before: no restart, no launch, whatever state the job was in.
+        stopping = "stop" in carried
         if previous == BACKOFF:
             self.state = BACKOFF
-            return now
+            return None if stopping else now
         if standby:
             self.state = STANDBY
             self.membership.resume_standby(float(saved.get("standby_since") or now))
+            return None
+        if sup is None and stopping:
+            self.state = STARTING  # nothing of it runs: the stop ends it as it is
             return None
         if sup is None:
             checkpoint, _skipped = self.newest_checkpoint()

@@ -14,8 +14,10 @@ workers of this host end while torchrun stays up:
   a kill...): a failure, recovered as before (torchrun is stopped at once, or it would
   restart them in place);
 - they failed on the network (`nccl`: a peer node went away): torchrun regroups; it is
-  an interruption (unless the operator announced the change with `scale`), and its
-  recovery is recorded at the new group's first step;
+  an interruption (unless the operator announced the change with `scale`), counted
+  against the job-wide restart budget for its cause like any restart (refused once that
+  is spent: then a failure, which stops the job), and its recovery is recorded at the
+  new group's first step;
 - torchrun stopped them itself (no failure: a node joined): a regroup, confirmed when
   torchrun starts new workers; if torchrun exits instead, its exit code decides.
 
@@ -44,12 +46,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from agent.job import peer_end
+from agent.job import gpu_history, peer_end
 from agent.job.launch import LaunchSpec
 from agent.job.recovery import HINTS, Decision, Diagnosis, classify
 from agent.job.supervisor import alive
-from agent.wire import paths
-from agent.wire.causes import DATA, GPU_FAULT, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+from agent.wire import atomic, paths
+from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 from agent.wire.op_error import OpError
 from agent.wire.states import (
     EXCLUDED,
@@ -74,6 +76,10 @@ OWN_CAUSES = (OOM, GPU_FAULT, DATA, KILLED)
 SETTLE = 0.3  # s for what torchrun and the ranks just wrote to reach the log
 # States in which a host can be told to join an elastic job.
 JOINABLE = (STANDBY, EXCLUDED, STOPPED, FINISHED, FAILED)
+# Failures a faulty GPU often causes without naming itself: with GPU faults in this host's
+# history (agent.job.gpu_history), they are taken as the GPU's in a job excluding on them.
+SUSPECT_CAUSES = (HANG, KILLED, UNKNOWN)
+HEALTH_EVERY = 60.0  # s between a spare's publications of its GPU fault history
 
 
 def takeover_dir(spec: LaunchSpec) -> Path:
@@ -86,7 +92,8 @@ def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str
     spare's part is the replaced host's: of its `generation` (agent.job.peer_end)."""
     folder = takeover_dir(spec)
     folder.mkdir(parents=True, exist_ok=True)
-    for spare in spec.spares:
+    # A spare whose GPUs faulted lately (as it published) comes after the clean ones.
+    for spare in sorted(spec.spares, key=lambda s: spare_faults(spec, s) > 0):
         if spare in hosts:
             continue
         claim = {"spare": spare, "replaced": replaced, "cause": cause, "ts": time.time(),
@@ -102,6 +109,22 @@ def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str
             f.write(json.dumps(claim))
         return spare
     return None
+
+
+def health_file(spec: LaunchSpec, host: str) -> Path:
+    return paths.health_dir(spec.shared_dir, spec.name) / ("%s.json" % host)
+
+
+def spare_faults(spec: LaunchSpec, spare: str) -> int:
+    """The GPU faults the spare published (`Membership.publish_health`); 0 when it
+    published none or the file is unusable (the spare is then taken in its turn)."""
+    try:
+        data = json.loads(health_file(spec, spare).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    faults = data.get("faults") if isinstance(data, dict) else None
+    return faults if isinstance(faults, int) and not isinstance(faults, bool) and (
+        faults > 0) else 0
 
 
 def read_claim(spec: LaunchSpec, spare: str) -> Optional[dict]:
@@ -150,6 +173,7 @@ class Membership:
         self._offset = 0  # where this worker generation's output starts in the .err log
         self._gone: Set[int] = set()  # workers of earlier generations (torchrun reaps them late)
         self._standby_since = 0.0
+        self._health_at: Optional[float] = None  # when the spare last published its health
 
     # -- generations -----------------------------------------------------------------
     def started(self) -> None:
@@ -250,8 +274,12 @@ class Membership:
         sup = job.supervisor
         decision = None
         if why == "peer_lost" and diagnosis is not None:
-            decision = job.policy.decide(diagnosis)
-            if not decision.retry:  # the restart budget is spent: recovered as a failure
+            # A regroup after a lost peer is a restart of the job as much as one the agent
+            # makes: it is counted against the same job-wide budget, per cause, and refused
+            # once that is spent. Refused, it is this host's failure (`workers_ended`
+            # False): the job's own decision then stops it and its alert names the budget.
+            decision = job.decide_restart(diagnosis, failure_at or now)
+            if not decision.retry:
                 return False
         last = self._new_generation(since)
         if decision is not None and diagnosis is not None:
@@ -276,10 +304,15 @@ class Membership:
     def _interruption(self, diagnosis: Diagnosis, decision: Decision, now: float,
                       failure_at: float, last_step: Optional[int]) -> None:
         job = self.job
+        budget = decision.budget or {}
         reason = ("a peer node went away; torchrun forms a new group in place (restart %d "
-                  "of %d)" % (job.policy.restarts, job.policy.restart_budget))
-        job.interrupted(diagnosis, Decision(decision.retry, 0.0, reason, decision.hint), now,
-                        failure_at, last_step, in_place=True)
+                  "of %d%s)" % (job.policy.restarts, job.policy.restart_budget,
+                                "; %s: %s of %s job-wide" % (
+                                    budget["cause"], budget.get("used"), budget["limit"])
+                                if budget.get("limit") is not None else ""))
+        job.interrupted(diagnosis, Decision(decision.retry, 0.0, reason, decision.hint,
+                                            decision.budget),
+                        now, failure_at, last_step, in_place=True)
         newest, skipped = job.newest_checkpoint()
         job.progress.await_recovery({
             "failure_at": failure_at, "cause": diagnosis.cause,
@@ -470,8 +503,31 @@ class Membership:
             except OSError:
                 pass
 
+    def publish_health(self, now: float) -> None:
+        """A spare leaves its GPU fault history (agent.job.gpu_history) where the hosts
+        that claim spares read it, at most every HEALTH_EVERY s. Best effort: a shared
+        dir that cannot be written leaves the spare taken in its turn."""
+        if self._health_at is not None and now - self._health_at < HEALTH_EVERY:
+            return
+        self._health_at = now
+        job = self.job
+        found = gpu_history.read_summary(job.journal.state_dir, now)
+        target = health_file(job.spec, str(job.spec.host))
+        text = json.dumps(dict(found, host=job.spec.host, at=now), separators=(",", ":"))
+
+        def write() -> None:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                atomic.write_text(target, text, durable=False)
+            except OSError:
+                pass  # said nowhere else: the history stays in this host's state dir
+
+        job.looking_in(target.parent, write, "publishing its GPU fault history in",
+                       "a hung network mount?")
+
     def poll_takeover(self) -> None:
         job = self.job
+        self.publish_health(time.time())
         me = str(job.spec.host)
         claim = job.looking_in(takeover_dir(job.spec), lambda: read_claim(job.spec, me),
                                "a look for its claim in", "a hung network mount?")
@@ -498,12 +554,17 @@ class Membership:
     def exclusion(self, diagnosis: Diagnosis) -> Optional[Tuple[dict, Decision]]:
         """Whether this host leaves the job after `diagnosis`, and who takes its place.
 
-        Only a cause the job lists in `recovery.exclude_on`, only in an elastic job, never
-        the host serving the rendezvous store (the others would lose the rendezvous with
-        it), and only when the job can go on: with a spare, or with MIN nodes left.
+        Only a cause the job lists in `recovery.exclude_on` (or, in a job that lists
+        `gpu_fault`, a hang, a kill or an unknown failure on a host whose GPUs faulted
+        within gpu_history.WINDOW_S, this run or an earlier one), only in an elastic job,
+        never the host serving the rendezvous store (the others would lose the rendezvous
+        with it), and only when the job can go on: with a spare, or with MIN nodes left.
         """
         spec = self.job.spec
-        if not spec.elastic or diagnosis.cause not in spec.exclude_on:
+        if not spec.elastic:
+            return None
+        history = self._fault_history(diagnosis)
+        if diagnosis.cause not in spec.exclude_on and history is None:
             return None
         if spec.rdzv_is_host is not False:
             return None
@@ -514,22 +575,40 @@ class Membership:
         if spare is None and len(remaining) < spec.min_nodes:
             return None
         hosts = [spare if h == me else h for h in spec.hosts] if spare else remaining
+        suspect = (", whose %s" % gpu_history.describe(history)) if history else ""
         if spare:
-            reason = "%s on this host: excluded, the spare %s takes its place" % (
-                diagnosis.cause, spare)
+            reason = "%s on this host%s: excluded, the spare %s takes its place" % (
+                diagnosis.cause, suspect, spare)
         else:
-            reason = "%s on this host: excluded, the job goes on with %d node(s)" % (
-                diagnosis.cause, len(remaining))
-        info = {"host": me, "spare": spare, "hosts": hosts, "cause": diagnosis.cause}
+            reason = "%s on this host%s: excluded, the job goes on with %d node(s)" % (
+                diagnosis.cause, suspect, len(remaining))
+        info: Dict[str, Any] = {"host": me, "spare": spare, "hosts": hosts,
+                                "cause": diagnosis.cause}
+        if history:
+            info["gpu_history"] = history  # this host's faults across runs that bore on it
         return info, Decision(False, 0.0, reason, diagnosis.hint)
+
+    def _fault_history(self, diagnosis: Diagnosis) -> Optional[dict]:
+        """This host's GPU faults across runs (agent.job.gpu_history.summary), when there
+        are any and they decide the exclusion: a failure of an unclear cause in a job
+        that excludes a host on GPU faults; else None (a cause the job excludes on is
+        reason enough by itself)."""
+        exclude_on = self.job.spec.exclude_on
+        if GPU_FAULT not in exclude_on or diagnosis.cause not in SUSPECT_CAUSES or (
+                diagnosis.cause in exclude_on):
+            return None
+        found = gpu_history.read_summary(self.job.journal.state_dir, time.time())
+        return found if found["faults"] else None
 
     def excluded(self, info: dict) -> None:
         job = self.job
         job.spec.with_hosts(info["hosts"])
         job.state = EXCLUDED
         spare = info["spare"]
-        job.alert("resource", "warning", "host_excluded", "job %s: host %s excluded after %s%s"
+        history = info.get("gpu_history")
+        job.alert("resource", "warning", "host_excluded", "job %s: host %s excluded after %s%s%s"
                   % (job.name, info["host"], info["cause"],
+                      " (its %s)" % gpu_history.describe(history) if history else "",
                       "; spare %s takes its place" % spare if spare else ""),
                   "check host %s before it rejoins (cockpit scale --add): %s"
                   % (info["host"], HINTS.get(info["cause"], HINTS[UNKNOWN])),

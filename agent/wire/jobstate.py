@@ -5,7 +5,8 @@ of the daemon, torchrun and its ranks train on. The restarted daemon must then k
 which jobs were its own, which processes they are (pids with their start times, so a
 recycled pid is never mistaken for the job), and where their bookkeeping stood: the
 spec and overrides, the attempt, the restart budget used, the failure awaiting a
-restart, the hang detector's step times. `STATE_DIR/jobs/NAME.json` holds that,
+restart, the hang detector's step times, the operations it acknowledged and had not yet
+carried out (`pending_ops`). `STATE_DIR/jobs/NAME.json` holds that,
 rewritten atomically whenever it changes (and every second while the job trains);
 `STATE_DIR/command.json` holds the identity of the `run -- CMD` job.
 """
@@ -13,9 +14,10 @@ rewritten atomically whenever it changes (and every second while the job trains)
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from agent.wire import atomic, paths
 
@@ -70,3 +72,94 @@ def load_all(state_dir: Path) -> List[Tuple[Path, Union[dict, str]]]:
             continue
         found.append((file, data))
     return found
+
+
+# -- operations accepted but not yet carried out -----------------------------------------
+# An operation is acknowledged when it is queued to the job's thread, and carried out
+# after. A stop, a pause or a thaw the operator was told is under way must not vanish
+# with an agent killed in between: the job's state keeps them (`pending_ops`) until they
+# are done, and the adopting agent carries them out (agent.job.managed).
+PENDING_ACTIONS = ("stop", "pause", "thaw")
+MAX_PENDING = len(PENDING_ACTIONS)  # one of each: a second stop or pause adds nothing
+MAX_OP_ID = 200  # characters of an operator's op id kept with its operation
+_FLAGS = ("freeze", "follow")
+_SECONDS = {"grace": 0.0, "hold": None, "timeout": None}  # key: least value (None: > 0)
+_ARGS = {"stop": ("grace", "id"), "pause": ("id", "freeze", "follow", "hold", "timeout"),
+         "thaw": ("id",)}
+
+
+def pending_out(accepted: Sequence[dict]) -> List[dict]:
+    """What the job's state keeps of the operations accepted and not yet done, oldest
+    first: the first of each action (a later one repeats it), MAX_PENDING at most."""
+    out: List[dict] = []
+    for entry in accepted:
+        if entry.get("action") in PENDING_ACTIONS and all(
+                e["action"] != entry["action"] for e in out):
+            args = dict(entry.get("args") or {})
+            if "id" in args and not _usable_id(args["id"]):
+                args["id"] = None  # the operation still counts; its id cannot be kept
+            out.append({"action": entry["action"], "args": args, "at": entry.get("at")})
+    return out[:MAX_PENDING]
+
+
+def pending_in(saved: Any) -> Tuple[List[dict], List[str]]:
+    """The saved `pending_ops`, each checked as an operator's op would be: (the usable
+    ones, oldest first, as `pending_out` wrote them; why each other one is dropped). A
+    state written before they were kept has none."""
+    if saved is None:
+        return [], []
+    if not isinstance(saved, list):
+        return [], ["pending_ops is %s, not a list" % type(saved).__name__]
+    kept: List[dict] = []
+    dropped: List[str] = []
+    if len(saved) > MAX_PENDING:
+        dropped.append("%d pending operations saved, %d at most: the first %d are read"
+                       % (len(saved), MAX_PENDING, MAX_PENDING))
+    for raw in saved[:MAX_PENDING]:
+        entry, why = _pending_entry(raw)
+        if entry is None:
+            dropped.append(why)
+        elif any(e["action"] == entry["action"] for e in kept):
+            dropped.append("a second pending %s" % entry["action"])
+        else:
+            kept.append(entry)
+    return kept, dropped
+
+
+def _pending_entry(raw: Any) -> Tuple[Optional[dict], str]:
+    if not isinstance(raw, dict) or raw.get("action") not in PENDING_ACTIONS:
+        return None, "not a pending %s" % "/".join(PENDING_ACTIONS)
+    action = raw["action"]
+    args = raw.get("args")
+    if not isinstance(args, dict):
+        return None, "pending %s without its arguments" % action
+    at = raw.get("at")
+    out: Dict[str, Any] = {}
+    for key, value in args.items():
+        if key not in _ARGS[action]:
+            return None, "pending %s with an unknown argument %r" % (action, str(key)[:40])
+        if key == "id":
+            if not _usable_id(value):
+                return None, "pending %s with an unusable op id" % action
+        elif key in _FLAGS:
+            if not isinstance(value, bool):
+                return None, "pending %s: %s is not true or false" % (action, key)
+        elif not _seconds(value, _SECONDS[key]):
+            return None, "pending %s: %s is not a usable number of seconds" % (action, key)
+        out[key] = value
+    return {"action": action, "args": out,
+            "at": float(at) if isinstance(at, (int, float)) and not isinstance(at, bool)
+            else None}, ""
+
+
+def _seconds(value: Any, least: Optional[float]) -> bool:
+    """A finite number of seconds >= `least` (None: > 0), as the daemon checks an op's."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            value):
+        return False
+    return value > 0 if least is None else value >= least
+
+
+def _usable_id(value: Any) -> bool:
+    return value is None or (isinstance(value, (str, int)) and not isinstance(value, bool)
+                             and len(str(value)) <= MAX_OP_ID)

@@ -13,9 +13,12 @@ the cockpit (a Slurm node's control file) all use.
     SHARED/control/JOB.takeover/SPARE.json  a spare's claim (agent.job.membership)
     SHARED/control/JOB.ended/HOST.json      a host's part ended (agent.job.peer_end)
     SHARED/control/JOB.resumed/HOST.json    a host's part resumed (agent.job.peer_end)
+    SHARED/control/JOB.health/HOST.json     a spare's GPU fault history (agent.job.membership)
     SHARED/nodes/HOST/                      a multi-host job's run dir of one host
     STATE_DIR/control/inbox.ndjson          the agent's control inbox
     STATE_DIR/jobs/                         the managed jobs' state (agent.wire.jobstate)
+    STATE_DIR/gpu_history.json              this host's GPU faults across runs
+                                            (agent.job.gpu_history)
 
 SHARED is the run dir every host of a job sees; RUN_DIR is this host's own (the same
 dir for a one-host job).
@@ -107,6 +110,17 @@ def restarts_dir(shared_dir: PathLike, job: str) -> Path:
     """Each host's restarts of the job, one file per host: the job-wide restart budget
     (agent.job.restart_budget) counts them all."""
     return control_dir(shared_dir) / ("%s.restarts" % job)
+
+
+def health_dir(shared_dir: PathLike, job: str) -> Path:
+    """The spares' GPU fault histories, one file per spare: the host that claims a spare
+    takes one with a clean record first (agent.job.membership)."""
+    return control_dir(shared_dir) / ("%s.health" % job)
+
+
+def gpu_history_file(state_dir: PathLike) -> Path:
+    """This host's GPU faults across runs (agent.job.gpu_history)."""
+    return Path(state_dir) / "gpu_history.json"
 
 
 def node_dir(shared_dir: PathLike, node: str) -> Path:

@@ -6,7 +6,9 @@ norm (slowdown). The cause is the first that the telemetry supports, checked in 
 order because each later one can be a symptom of an earlier one:
 
 - straggler sync: one rank stopped at an older step, or one rank's own work is much
-  longer than the others' while they wait in communication;
+  longer than the others' while they wait in communication (a wait the ranks measured
+  names the rank that holds them up, so it goes before the host-wide signals; a pressed
+  host of that rank is part of its detail);
 - resource contention: a host is short of CPU, memory, swap or disk while its GPUs idle;
 - data starved: the input pipeline takes a large share of each step.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cockpit.analysis.ranks import RankSummary
+from cockpit.analysis.ranks import RankSummary, StepSample, summarize_ranks
 from cockpit.analysis.stats import finite, median
 from cockpit.analysis.text import duration
 
@@ -89,6 +91,9 @@ def likely_cause(
                 f"reached {front} and wait for it in a collective",
                 {"host": r.host, "rank": r.rank, "step": r.last_step},
             )
+    straggler = _own_work_straggler(ranks, hosts)
+    if straggler is not None:
+        return straggler
     for h in hosts:
         pressure = _pressures(h)
         if pressure and (h.gpu_util is None or h.gpu_util < GPU_IDLE_UTIL):
@@ -109,25 +114,35 @@ def likely_cause(
                 f"(worst: rank {worst.rank} on {worst.host}, {100 * (worst.data_share or 0):.0f}%)",
                 {"host": worst.host, "rank": worst.rank},
             )
-    if len(ranks) > 1:
-        slow = max(ranks, key=lambda r: r.own_time)
-        others = [r for r in ranks if r is not slow]
-        own_mid = median([r.own_time for r in others])
-        waits = finite(r.comm_share for r in others)
-        if (
-            own_mid > 0
-            and slow.own_time >= STRAGGLER_RATIO * own_mid
-            and waits
-            and median(waits) >= STRAGGLER_COMM_SHARE
-        ):
-            return (
-                STRAGGLER,
-                f"rank {slow.rank} on {slow.host} works {slow.own_time / own_mid:.1f}x longer "
-                f"than the others, which spend {100 * median(waits):.0f}% of each step waiting "
-                "in communication",
-                {"host": slow.host, "rank": slow.rank},
-            )
     return None, None, {}
+
+
+def _own_work_straggler(
+    ranks: Sequence[RankSummary], hosts: Sequence[HostPressure]
+) -> tuple[str, str, dict[str, object]] | None:
+    """The rank whose own work (step time less its communication wait) is much longer
+    than the others' while they wait in communication for it, or None.
+
+    Both halves are needed: a rank that merely works longer, with the others not
+    waiting, holds nobody up; ranks that all wait are waiting for the network."""
+    if len(ranks) < 2:
+        return None
+    slow = max(ranks, key=lambda r: r.own_time)
+    others = [r for r in ranks if r is not slow]
+    own_mid = median([r.own_time for r in others])
+    waits = finite(r.comm_share for r in others)
+    if not (own_mid > 0 and slow.own_time >= STRAGGLER_RATIO * own_mid and waits
+            and median(waits) >= STRAGGLER_COMM_SHARE):
+        return None
+    detail = (f"rank {slow.rank} on {slow.host} works {slow.own_time / own_mid:.1f}x longer "
+              f"than the others, which spend {100 * median(waits):.0f}% of each step waiting "
+              "in communication")
+    if slow.data_share is not None and slow.data_share >= DATA_STARVED_SHARE:
+        detail += f"; its data loading takes {100 * slow.data_share:.0f}% of its step"
+    pressure = next((_pressures(h) for h in hosts if h.host == slow.host), [])
+    if pressure:
+        detail += f"; its host: {', '.join(pressure)}"
+    return STRAGGLER, detail, {"host": slow.host, "rank": slow.rank}
 
 
 def detect_stall(
@@ -138,11 +153,17 @@ def detect_stall(
     hosts: Sequence[HostPressure] = (),
     active: bool = True,
     steps_per_record: int = 1,
+    steps: Sequence[StepSample] = (),
 ) -> StallVerdict:
     """`recent_wall_times`: the wall time of one optimizer step per recent record,
     oldest first; `steps_per_record`: how many steps the trainer's newest record covers
     (a trainer logging every N steps is heard from once per N steps, so the silence
     that is usual between its records is N steps long).
+
+    `steps`: the samples `ranks` summarize. A slowdown is its last RECENT_STEPS steps
+    against those before, so its cause is looked for in those steps alone: over the
+    whole window a rank that turned slow a few steps ago still has the median of its
+    fast steps and is not told apart (without `steps`, `ranks` is used).
 
     `active` is False for a job that is paused or has exited: those are not stalls.
     """
@@ -166,9 +187,16 @@ def detect_stall(
         before = median(times[:-RECENT_STEPS])
         now = median(times[-RECENT_STEPS:])
         if before > 0 and now >= SLOWDOWN_FACTOR * before:
-            cause, detail, where = likely_cause(ranks, hosts, no_progress=False)
+            cause, detail, where = likely_cause(_recent(steps) or ranks, hosts,
+                                                no_progress=False)
             lead = f"steps {now / before:.1f}x slower than usual ({now:.3g}s vs {before:.3g}s)"
             return StallVerdict(
                 True, "slowdown", cause, f"{lead}: {detail}" if detail else lead, where
             )
     return StallVerdict(False)
+
+
+def _recent(steps: Sequence[StepSample]) -> list[RankSummary]:
+    """The ranks summarized over the newest RECENT_STEPS recorded steps only."""
+    newest = set(sorted({s.step for s in steps})[-RECENT_STEPS:])
+    return summarize_ranks([s for s in steps if s.step in newest])

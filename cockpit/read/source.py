@@ -306,6 +306,7 @@ def build_snapshot(
             recent_wall_times=train.walls,
             steps_per_record=train.record_steps,
             ranks=figures.ranks,
+            steps=train.samples,
             hosts=host_pressure(hosts, host_samples, gpus),
             active=state in ACTIVE_STATES,
         )

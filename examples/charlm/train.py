@@ -8,7 +8,9 @@ a validation split fixed before training, shuffling at read time, warm-up + cosi
 gradient clipping, optional AMP, periodic evaluation, atomic checksummed checkpoints and
 resuming bit for bit from the newest intact one (random generator states included) --
 and the `agent.hook.Reporter` calls that let the cockpit see progress, effect and
-efficiency and adjust the run (LR scale, checkpoint or evaluate now).
+efficiency and adjust the run (LR scale, checkpoint or evaluate now), with DDP's
+all-reduce timed by a communication hook (`agent.hook.ddp_comm.CommWait`) so that a
+rank's wait for a slower one is reported as communication, not as its own work.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from agent.hook import Reporter  # noqa: E402
+from agent.hook.ddp_comm import CommWait  # noqa: E402
 from examples.charlm import checkpoint  # noqa: E402
 from examples.charlm.config import ConfigError, load_config  # noqa: E402
 from examples.charlm.data import (  # noqa: E402
@@ -211,6 +214,9 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     if args.resume != "none":
         step, rng = resume(args.resume, ckpt_dir, model, opt, scaler, index, rep, d, say)
     ddp = DistributedDataParallel(model) if d.world > 1 else model
+    # DDP overlaps its gradient all-reduce with the backward pass: this hook (the same
+    # all-reduce, timed) tells the wait for the other ranks apart from this rank's work.
+    comm = CommWait().register(ddp) if d.world > 1 else None
 
     max_steps = t["max_steps"]
     tokens_per_step = t["batch_size"] * m["block_size"]
@@ -270,26 +276,31 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
         lr = lr_at(step, cfg) * lr_scale
         for group in opt.param_groups:
             group["lr"] = lr
-        with rep.phase("compute"):
-            if d.rank == fault["slow_rank"] and fault["slow_by"] > 0 and (
-                    step >= fault["slow_from"]):
-                time.sleep(fault["slow_by"])  # a straggler (fault.slow_rank)
-            if step == fault["oom_at"] and d.rank == fault["kill_rank"]:
-                raise simulated_oom(len(x), m["block_size"])
-            with autocast():
-                loss = ddp(x, y)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(opt)
-            else:
-                loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
-            if scaler is not None:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
-            opt.zero_grad(set_to_none=True)
+        computing = time.perf_counter()
+        if d.rank == fault["slow_rank"] and fault["slow_by"] > 0 and (
+                step >= fault["slow_from"]):
+            time.sleep(fault["slow_by"])  # a straggler (fault.slow_rank)
+        if step == fault["oom_at"] and d.rank == fault["kill_rank"]:
+            raise simulated_oom(len(x), m["block_size"])
+        with autocast():
+            loss = ddp(x, y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        # The block's wall time: its all-reduce wait as `comm`, the rest as `compute`.
+        if comm is not None:
+            comm.report(rep, time.perf_counter() - computing)
+        else:
+            rep.phase_time("compute", time.perf_counter() - computing)
         # GradScaler keeps its scale only as a private tensor; a copy is read later by
         # the Reporter's flusher, so reporting it never syncs the device.
         scale = scaler._scale.detach().clone() if scaler is not None else None

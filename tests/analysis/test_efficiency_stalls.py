@@ -129,3 +129,44 @@ def test_mfu_is_of_the_achieved_rate_slow_steps_included() -> None:
     assert eff.steps_per_s == pytest.approx(10 / 10.9)
     assert eff.mfu == pytest.approx(0.1 * 10 / 10.9)
     assert eff.step_time_median == pytest.approx(1.0)
+
+
+def _turned_slow(fast: int = 24, slow: int = 8) -> list[StepSample]:
+    """Two ranks on one host, as DDP's timed all-reduce reports them: 0.2 s steps, then
+    rank 1 works 1.1 s a step and finds rank 0 ready, rank 0 works 0.1 s and waits 1.0 s
+    for it in the all-reduce."""
+    rows = []
+    for step in range(1, fast + slow + 1):
+        for rank in range(2):
+            if step <= fast:
+                work, comm = 0.19, 0.01
+            else:
+                work, comm = (1.1, 0.0) if rank == 1 else (0.1, 1.0)
+            rows.append(StepSample(rank=rank, host="local", step=step, step_time=work + comm,
+                                   data_time=0.01, compute_time=work - 0.01, comm_time=comm))
+    return rows
+
+
+def test_a_measured_wait_names_the_straggler_on_a_pressed_host() -> None:
+    """A few steps into the slowdown, on a host short of CPU: the slowdown's own steps
+    name rank 1, and the host's pressure is said beside it rather than blamed instead."""
+    rows = _turned_slow()
+    hosts = [HostPressure("local", cpu=99.0, load_per_cpu=2.0)]
+    walls = step_wall_times(rows)
+    v = detect_stall(since_last_step=1.0, recent_wall_times=walls,
+                     ranks=summarize_ranks(rows), hosts=hosts, steps=rows)
+    assert v.stalled and v.kind == "slowdown"
+    assert v.cause == STRAGGLER and v.where == {"host": "local", "rank": 1}
+    assert "rank 1 on local works 11.0x longer" in (v.detail or "")
+    assert "its host: CPU 99%, load 2.0/CPU" in (v.detail or "")
+    # Over the whole window rank 1 still has the median of its fast steps: the cause
+    # is then looked for where nothing tells the ranks apart, and the host is blamed.
+    v = detect_stall(since_last_step=1.0, recent_wall_times=walls,
+                     ranks=summarize_ranks(rows), hosts=hosts)
+    assert v.cause == CONTENTION and v.where == {"host": "local"}
+    # Without the measured wait (the all-reduce counted as compute: both ranks as busy)
+    # the slowdown's own steps do not tell them apart either.
+    untimed = [r._replace(compute_time=r.step_time, comm_time=None) for r in rows]
+    v = detect_stall(since_last_step=1.0, recent_wall_times=walls,
+                     ranks=summarize_ranks(untimed), hosts=hosts, steps=untimed)
+    assert v.cause == CONTENTION and v.where == {"host": "local"}

@@ -2,7 +2,8 @@
 example trainer: the job trains on, a restarted daemon adopts it (same pids), journals
 its records with no gap and no repeat, operates it, and recovers it from a rank crash;
 a crash while no daemon runs is recovered by the next one, from the exit status the
-job's wrapper wrote down."""
+job's wrapper wrote down; a stop left undone by a killed daemon is carried out by the
+next one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from agent.wire import jobstate
 
 from .conftest import AgentDaemon, charlm_spec, children, process_alive
 
@@ -152,7 +155,31 @@ def test_killed_agent_is_replaced_and_the_new_one_adopts_the_job(
     # Each failure counted and recovered once, whichever agent saw it.
     assert [e["data"]["restart_count"] for e in d3.events("recovery", job)] == [1, 2]
     assert [e["data"]["attempt"] for e in d3.events("interruption", job)] == [1, 2]
-    d3.op("stop", job=job)
-    d3.wait_for(lambda: d3.event("job_exited", lambda e: e["job"] == job
-                                 and e["data"]["pid"] != torchrun2
-                                 and e["data"]["pid"] != torchrun), 30, "the stop")
+
+    # 6. A stop the agent acknowledged but was killed before carrying out: it is in the
+    # job's saved state (the order of the two is tests/control/test_pending_ops_adoption.py),
+    # and the next agent carries it out instead of letting the job train on.
+    third = d3.event("job_started", lambda e: e["job"] == job and e["data"]["attempt"] == 3)
+    assert third is not None
+    torchrun3 = third["data"]["pid"]
+    _kill_daemon(d3)
+    saved_file = jobstate.path(state, job)
+    saved = jobstate.read(saved_file)
+    assert saved is not None and saved["state"] == "running" and saved["pending_ops"] == []
+    jobstate.write(saved_file, dict(saved, pending_ops=[
+        {"action": "stop", "args": {"grace": 10.0}, "at": time.time()}]))
+    assert process_alive(torchrun3)
+    d4 = AgentDaemon(state)
+    daemons.append(d4)
+    adopted = d4.wait_for(lambda: d4.event("job_adopted", lambda e: e["job"] == job
+                                           and e["data"]["attempt"] == 3), 30,
+                          "the third adoption")  # fmt: skip
+    assert adopted["data"]["running"] is True and adopted["data"]["carried_over"] == ["stop"]
+    exited = d4.wait_for(lambda: d4.event("job_exited", lambda e: e["job"] == job
+                                          and e["data"]["pid"] == torchrun3), 30,
+                         "the stop carried out")  # fmt: skip
+    assert exited["data"]["ended_for"] == "stop"
+    d4.wait_for(lambda: d4.op("jobs")["jobs"][0]["state"] == "stopped", 30, "stopped")
+    assert not process_alive(torchrun3)
+    assert d4.event("job_started", lambda e: e["job"] == job
+                    and e["data"]["attempt"] == 4) is None  # stopped, not restarted
