@@ -4,7 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test check chaos lint bench venv sshd clean
+.PHONY: demo test check check-app chaos lint bench venv sshd clean
+
+# Compiled modules are kept (__pycache__, ignored by git): every test worker and every
+# process a test starts (agent, cockpit, trainer) would otherwise compile the project,
+# and pytest its rewritten test modules, again each time.
+unexport PYTHONDONTWRITEBYTECODE
+
+PYTEST = $(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,15 +43,21 @@ test: $(STAMP) sshd
 	$(BIN)/ruff check cockpit agent tests bench examples
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal --durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	$(PYTEST) --durations=25 --cpu-durations=25; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-# The fast tier for the edit-test loop: lint and the tests that start no process or
-# server (the `starts` marker is set from the fixtures a test uses; see tests/conftest.py).
+# The fast tier for the edit-test loop: lint, types and the first tier of tests, those
+# that start no process or server, drive no app and load no training framework (the
+# tiers: tests/harness/tiers.py; the `starts` marker is set from the fixtures a test
+# uses, tests/conftest.py). Test modules outside the tier are not even imported.
 check: $(STAMP)
 	$(BIN)/ruff check cockpit agent tests bench examples
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal -m "not e2e and not slow and not starts"
+	$(PYTEST) --tier pure
+
+# The second tier: the Textual app driven by Pilot, and its SVG snapshots.
+check-app: $(STAMP)
+	$(PYTEST) --tier app
 
 # Faults injected into real hosts, agents, a job and the cockpit while records flow;
 # ends with the account of every record (tests/chaos/run.py). CI runs a smaller one.

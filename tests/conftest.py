@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import leftovers
+from tests.harness import leftovers, tiers
+from tests.harness.cpu_account import CpuAccount
 from tests.harness.recording import load_recording
 from tests.harness.sshd import SshdHost, require_sshd_or_explain
 from tests.harness.sshd import sshd_hosts as _sshd_hosts
@@ -40,7 +41,33 @@ PROCESS_FIXTURES = frozenset({
 })
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier", choices=tiers.TIERS, default="all",
+        help="pure: no process, no app, no training framework (make check); app: the "
+        "Textual app by Pilot (make check-app); all: everything (make test)")
+    parser.addoption(
+        "--cpu-durations", type=int, default=0, metavar="N",
+        help="list the N tests that used the most CPU, their processes' included")
+
+
+TESTS_ROOT = Path(__file__).resolve().parent
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module none of whose tests can be in the chosen tier is not imported (its
+    imports may cost more than the tier's tests; tests/harness/tiers.py)."""
+    tier = config.getoption("--tier")
+    if tier == "all" or collection_path.suffix != ".py" \
+            or not collection_path.name.startswith("test_"):
+        return None
+    return True if tiers.module_is_outside(tier, collection_path, TESTS_ROOT) else None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--cpu-durations") > 0:
+        config.pluginmanager.register(CpuAccount(config.getoption("--cpu-durations")),
+                                      "cpu-account")
     config.addinivalue_line(
         "markers", "starts: starts real processes (sshd, agent, torchrun, tmux); set "
         "automatically from the fixtures a test uses")
@@ -56,16 +83,39 @@ def _drives_the_app(item: pytest.Item) -> bool:
             or inspect.iscoroutinefunction(getattr(item, "obj", None)))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests that start processes, then order: the slow and end-to-end tests first.
-    On several workers the long ones then start early, and the suite ends on short tests
-    the workers share, not on one long test that keeps one worker busy while the others
-    wait."""
+def _needs_framework(item: pytest.Item, seen: dict[Path, bool]) -> bool:
+    path = Path(item.path)
+    if path not in seen:
+        try:
+            seen[path] = tiers.module_facts(path.read_text(encoding="utf-8")).frameworks
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            seen[path] = True
+    return seen[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests that start processes, keep those of the chosen tier, then order: the
+    slow and end-to-end tests first. On several workers the long ones then start early,
+    and the suite ends on short tests the workers share, not on one long test that keeps
+    one worker busy while the others wait."""
     for item in items:
-        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if (PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+                or tiers.starts_a_process(getattr(item, "obj", None))):
             item.add_marker(pytest.mark.starts)
         if _drives_the_app(item):
             item.add_marker(pytest.mark.pilot)
+    tier = config.getoption("--tier")
+    if tier != "all":
+        frameworks: dict[Path, bool] = {}
+        keep, drop = [], []
+        for item in items:
+            markers = {m.name for m in item.iter_markers()}
+            inside = tiers.item_is_inside(tier, markers, _drives_the_app(item),
+                                          _needs_framework(item, frameworks))
+            (keep if inside else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     items.sort(key=lambda item: not (item.get_closest_marker("slow")
                                      or item.get_closest_marker("e2e")
                                      or item.get_closest_marker("starts")))

@@ -20,10 +20,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 OLDEST = "3.8"
 
 
+@pytest.mark.slow
 def test_the_agent_calls_nothing_newer_than_python_38() -> None:
     run = subprocess.run(
         [sys.executable, "-c",

@@ -92,6 +92,7 @@ def _sources(*folders: str) -> list[Path]:
     return sorted(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", ["agent", "cockpit"])
 def test_no_source_file_imports_across_the_boundary(package: str) -> None:
     """A static check too: lazy imports inside functions are violations as well."""
@@ -109,6 +110,7 @@ def test_no_source_file_imports_across_the_boundary(package: str) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("library", "owner"), [
     ("duckdb", "cockpit/store/"),
     ("paramiko", "cockpit/transport/"),
@@ -125,6 +127,7 @@ def test_one_package_owns_each_outside_library(library: str, owner: str) -> None
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_only_the_store_runs_sql() -> None:
     """The store's cursor is public for its own modules and tests: code outside the store
     that borrowed it (a setting, a query) would touch DuckDB without importing it."""

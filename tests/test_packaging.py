@@ -41,6 +41,7 @@ def _run_in(site: Path, code: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_installed_copy_finds_themes_and_example_trainer(unpacked_wheel: Path,
                                                           tmp_path: Path) -> None:
     out = _run_in(unpacked_wheel, (
@@ -58,6 +59,7 @@ def test_installed_copy_finds_themes_and_example_trainer(unpacked_wheel: Path,
     assert Path(lines[4], "train.py").is_file()
 
 
+@pytest.mark.slow
 def test_installed_example_trainer_imports_its_modules(unpacked_wheel: Path,
                                                        tmp_path: Path) -> None:
     trainer = unpacked_wheel / "cockpit" / "_examples" / "examples" / "charlm" / "train.py"

@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cockpit", "agent")
 MODULE_LINES = 500
@@ -55,6 +57,7 @@ def long_without_reason() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_long_modules_and_functions_say_why() -> None:
     found = long_without_reason()
     assert not found, "\n".join(found)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from agent.wire import states as job_states
 from cockpit.transport import states as link_states
 
@@ -55,6 +57,7 @@ def retyped(tree: ast.AST, words: set[str]) -> list[tuple[int, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_state_name_is_retyped_as_a_literal() -> None:
     words = _words()
     problems = []

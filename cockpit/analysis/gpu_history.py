@@ -49,10 +49,14 @@ def history_alerts(hosts: Iterable[HostHealth], ts: float) -> list[Alert]:
     out = []
     for host in hosts:
         for cell in host.gpus:
+            earlier = cell.xid_earlier > 0
+            ecc = (cell.ecc_lifetime or 0) > 0 and not (cell.ecc_unc or 0) > 0
+            if not (earlier or ecc):
+                continue  # most GPUs have no past: no words made for them
             where = where_text({"host": host.host, "gpu": cell.index})
             drain = (f"if it faults again, relaunch without the host (`cockpit relaunch "
                      f"SPEC --exclude {host.host}`) and reset or replace the GPU")
-            if cell.xid_earlier > 0:
+            if earlier:
                 codes = ", ".join(str(c) for c in cell.xid_codes)
                 out.append(Alert(
                     ts=cell.xid_earlier_last if cell.xid_earlier_last is not None else ts,
@@ -61,7 +65,7 @@ def history_alerts(hosts: Iterable[HostHealth], ts: float) -> list[Alert]:
                     what=(f"GPU {cell.index} raised {counted(cell.xid_earlier, 'XID')} "
                           f"before this run began (codes {codes})"),
                     hint=f"it failed an earlier run of this job: watch it; {drain}"))
-            if (cell.ecc_lifetime or 0) > 0 and not (cell.ecc_unc or 0) > 0:
+            if ecc:
                 out.append(Alert(
                     ts=ts, kind="resource", severity="warning", code="gpu_ecc_history",
                     where=where,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from cockpit.analysis.divergence import (
@@ -295,13 +296,17 @@ def _more_xids(reader: StoreReader, held: list[Fault], after: float, until_ts: f
     return [*held, *xid_faults(r for r in added if r.get("kind") == "xid")][-FAULTS_KEPT:]
 
 
+# Oldest first: every GPU of a fleet adds a sample per second, sorted by a C key.
+_TS_SEQ = itemgetter("ts", "seq")
+
+
 def _more_gpu_faults(reader: StoreReader, held: tuple[list[Fault], GpuState], after: float,
                      until_ts: float | None, fr: Frontiers
                      ) -> tuple[list[Fault], GpuState] | None:  # fmt: skip
     added = reader.added_rows("gpu", after, until_ts, fr)
     if added is None:
         return None
-    found, state = gpu_faults(sorted(added, key=lambda r: (r["ts"], r["seq"])), held[1])
+    found, state = gpu_faults(sorted(added, key=_TS_SEQ), held[1])
     return [*held[0], *found][-FAULTS_KEPT:], state
 
 

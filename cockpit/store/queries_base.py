@@ -19,6 +19,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from operator import itemgetter
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -66,6 +67,11 @@ def _decode(name: str, value: Any) -> Any:
 
 
 def _ordered(by_key: dict[tuple, Row], keys: Sequence[str]) -> list[Row]:
+    """The rows by their `keys`' values, NULLs last. `by_key` is keyed by those values
+    (as `latest_per` keys it): where none is NULL, the keys themselves sort the rows,
+    which spares building a sort key per row (a 1,024-GPU fleet, every refresh)."""
+    if not any(None in key for key in by_key):
+        return [by_key[key] for key in sorted(by_key)]
     return sorted(by_key.values(), key=lambda r: tuple((r[k] is None, r[k]) for k in keys))
 
 
@@ -322,10 +328,13 @@ class ReaderBase:
     def fetch(cur: Any, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         cur.execute(sql, list(params))
         names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        # Every row has every name (DuckDB's rows are as wide as its description).
+        rows = [dict(zip(names, row, strict=False)) for row in cur.fetchall()]
         for name in JSON_COLUMNS.intersection(names):  # decoded only where JSON can be
             for row in rows:
-                row[name] = _decode(name, row[name])
+                value = row[name]
+                if isinstance(value, str | bytes):
+                    row[name] = _decode(name, value)
         return rows
 
     @staticmethod
@@ -510,8 +519,11 @@ def _fold_latest(keys: Sequence[str], by_key: dict[tuple, Row], added: Sequence[
     """The newest row per group once `added` is folded into `by_key`, chosen as
     `latest_per` chooses (the first window holding any), or None when that window
     starts before what the held answer knew."""
+    # A live fleet adds every GPU's sample each second: the key by one C call per row.
+    pick = itemgetter(*keys)
+    single = len(keys) == 1
     for row in added:
-        key = tuple(row[k] for k in keys)
+        key = (pick(row),) if single else pick(row)
         old = by_key.get(key)
         if old is None or (row["ts"], row["seq"]) > (old["ts"], old["seq"]):
             by_key[key] = row

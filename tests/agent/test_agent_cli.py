@@ -79,6 +79,7 @@ def _status(state: Path) -> dict:
     return json.loads(result.stdout) if result.returncode == 0 else {}
 
 
+@pytest.mark.slow
 def test_zipapp_runs_version_run_and_stream(tmp_path: Path) -> None:
     built = _run("build-zipapp", "--out", str(tmp_path))
     assert built.returncode == 0, built.stderr

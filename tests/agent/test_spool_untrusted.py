@@ -701,6 +701,7 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return value is None or isinstance(value, (bool, str))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, database=None)
 @given(_records_st)
 def test_any_json_value_is_a_valid_record_or_a_reject(value: Any) -> None:
@@ -724,6 +725,7 @@ _lines = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, database=None,  # each example is a real file
           suppress_health_check=[HealthCheck.too_slow])
 @given(header=st.one_of(st.none(), st.just(_header().encode()), st.binary(max_size=40).map(

@@ -10,6 +10,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from agent.journal.journal import Journal, JournalReader, list_segments
 from agent.journal.stream import run_stream
 from cockpit.store import Store
@@ -57,6 +59,7 @@ def test_a_reader_yields_what_on_gap_gives_where_records_were_dropped(tmp_path: 
     assert _seqs(b"".join(quiet))[0] == segments[4][0]
 
 
+@pytest.mark.slow
 def test_records_dropped_under_a_stream_are_counted_lost_by_the_store(tmp_path: Path) -> None:
     state = tmp_path / "state"
     segments = _fill(state, 6_000)  # ~100 segments: more than a pipe holds

@@ -203,6 +203,7 @@ def test_store_step_totals_split_redone_steps(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_synthetic_recording_kpis(recording_path: Path) -> None:
     """tests/read/synthetic.py: 600 one-second steps on 4 ranks over 2 two-GPU hosts,
     data 0.1 s a step, two 30 s checkpoints, a 40 s outage recovered in 35 s."""

@@ -55,6 +55,7 @@ def test_help_lists_every_command(script: str, parser) -> None:
     assert commands and set(commands) <= listed
 
 
+@pytest.mark.slow
 def test_report_json_holds_the_four_instruments_of_the_recording(
         recorded_store: Path) -> None:
     facts = recording_facts()
@@ -219,6 +220,7 @@ def test_numbers_a_run_cannot_use_are_refused_up_front(args: tuple[str, ...],
     assert words in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_headless_watch_whose_host_never_connected_fails_and_says_why(
         tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nothing listens on
@@ -240,6 +242,7 @@ def test_a_headless_watch_whose_host_never_connected_fails_and_says_why(
     assert f"appending to the existing recording {store}" in again.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [("demo", "--dir", "DIR"), ("watch", "me@127.0.0.1:1")])
 def test_a_bad_theme_or_keymap_is_refused_before_anything_starts(
         tmp_path: Path, command: tuple[str, ...]) -> None:

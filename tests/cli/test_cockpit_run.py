@@ -98,6 +98,7 @@ def test_names_and_counts_are_checked_before_anything_starts(tmp_path: Path,
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_run_without_a_command_is_one_clear_error(tmp_path: Path) -> None:
     line = one_clear_error(run("cockpit", "run", "--headless", "1", cwd=tmp_path))
     assert line == "cockpit: run: give the command after --, e.g. `cockpit run -- python train.py`"

@@ -48,6 +48,7 @@ def cockpit(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_a_fork_beside_its_parent_lists_its_override_and_both_runs_metrics(
         forks: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cockpit(capsys, "compare", f"{forks}:parent", f"{forks}:fork",
@@ -84,6 +85,7 @@ def test_a_fork_beside_its_parent_lists_its_override_and_both_runs_metrics(
     assert "optim.lr" in out and "is a fork of parent" in out and "steps/s" in out
 
 
+@pytest.mark.slow
 def test_a_recording_names_its_main_job_and_three_sides_line_up(
         forks: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # REC alone: the job it trained last (the fork, whose steps end last).
@@ -100,6 +102,7 @@ def test_a_recording_names_its_main_job_and_three_sides_line_up(
             f"{fork_runs.PARENT_LR} |") in out
 
 
+@pytest.mark.slow
 def test_an_imported_jsonl_run_beside_a_recorded_run(
         imported: Path, recorded_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cockpit(capsys, "compare", imported, recorded_store, "--format", "json")
@@ -146,6 +149,7 @@ def test_help_says_how_a_side_is_named(capsys: pytest.CaptureFixture[str]) -> No
     assert "REC.duckdb:JOB" in out and "exit status" in out
 
 
+@pytest.mark.slow
 def test_the_report_has_a_compare_section_with_the_provenance_differences(
         forks: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`cockpit report REC --compare OTHER`: the report of the run, then the comparison

@@ -132,6 +132,7 @@ def test_kpis_of_the_recorded_run(recorded_store: Path,
     assert 0 < job["utilization"] < 1
 
 
+@pytest.mark.slow
 def test_kpis_of_a_directory_give_a_table_per_job_and_totals(
         two_jobs: Path, recorded_store: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

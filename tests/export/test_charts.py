@@ -10,6 +10,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from cockpit.export.charts import DPI, SIZE_IN, write_charts
 from cockpit.snapshot import GpuCell, Health, HostHealth, Snapshot
 
@@ -22,6 +24,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
+@pytest.mark.slow
 def test_report_writes_every_chart_as_svg_and_png(recorded_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "charts"
     done = subprocess.run([str(Path(sys.executable).parent / "cockpit"), "report",
@@ -38,6 +41,7 @@ def test_report_writes_every_chart_as_svg_and_png(recorded_store: Path, tmp_path
     assert "validation loss" in svg and "restart" in svg
 
 
+@pytest.mark.slow
 def test_hostile_names_are_drawn_as_text(tmp_path: Path) -> None:
     host = "gpu$\\alpha$\x1b]0;x\x07"
     snap = Snapshot(ts=1.0, source_label="REPORT", job="j$x$", health=Health(hosts=(

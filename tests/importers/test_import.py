@@ -141,6 +141,7 @@ def test_a_jsonl_log_imports_its_lines_and_counts_what_it_skips(tmp_path: Path) 
     con.close()
 
 
+@pytest.mark.slow
 def test_a_wire_recording_imports_to_the_same_store_as_a_live_stream_of_it(
         tmp_path: Path) -> None:
     live = load_recording(tmp_path / "live.duckdb")
@@ -160,6 +161,7 @@ def test_a_wire_recording_imports_to_the_same_store_as_a_live_stream_of_it(
     b.close()
 
 
+@pytest.mark.slow
 def test_export_round_trips_parquet_and_writes_csv(recorded_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run([COCKPIT, "export", str(recorded_store), "-o", str(out), "--what",
@@ -179,6 +181,7 @@ def test_export_round_trips_parquet_and_writes_csv(recorded_store: Path, tmp_pat
     assert bad.returncode != 0 and "no such table: nope" in bad.stderr
 
 
+@pytest.mark.slow
 def test_export_of_a_series_round_trips(recorded_store: Path, tmp_path: Path) -> None:
     """`--what TABLE.SERIES`: the stored values of one column, keyed, read back equal."""
     out = tmp_path / "out"

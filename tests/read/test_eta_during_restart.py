@@ -40,6 +40,7 @@ def _restarting(tmp_path: Path, *kinds: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kinds", "state"), [((), "recovering"),
                                               (("job_started",), "starting")])
 def test_the_band_is_shown_while_the_job_restarts(tmp_path: Path, kinds: tuple[str, ...],

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent.wire.protocol import encode
 from cockpit.analysis.gpu_history import run_began
 from cockpit.read.report import render_report
@@ -78,6 +80,7 @@ def _snapshot(path: Path) -> Snapshot:
         return build_snapshot(StoreReader(store), until_ts=None, label="REPLAY", job="j1")
 
 
+@pytest.mark.slow
 def test_a_gpu_that_failed_the_previous_run_is_flagged_in_the_next(tmp_path: Path) -> None:
     path = _recording(tmp_path / "r.duckdb")
     snap = _snapshot(path)

@@ -53,6 +53,7 @@ def live(tmp_path: Path) -> Iterator[tuple[Store, SnapshotServer]]:
         store.close()
 
 
+@pytest.mark.slow
 def test_a_reader_gets_what_is_committed_at_each_request(
         live: tuple[Store, SnapshotServer]) -> None:
     store, server = live
@@ -73,6 +74,7 @@ def test_a_reader_gets_what_is_committed_at_each_request(
     assert server.served == 2
 
 
+@pytest.mark.slow
 def test_report_on_a_live_recording_returns_the_newest_committed_step(
         live: tuple[Store, SnapshotServer], capsys: pytest.CaptureFixture[str]) -> None:
     """`cockpit report` on the file a live session writes, as a second terminal runs it."""
@@ -103,6 +105,7 @@ def test_the_socket_is_the_owners_alone_and_goes_with_the_session(tmp_path: Path
         assert (path, is_copy) == (store.path, False)
 
 
+@pytest.mark.slow
 def test_a_stale_socket_of_a_killed_cockpit_is_ignored_then_replaced(tmp_path: Path) -> None:
     recording = tmp_path / "run.duckdb"
     with Store(recording) as store:
@@ -137,6 +140,7 @@ def test_a_file_in_the_sockets_place_is_left_alone(tmp_path: Path) -> None:
     assert socket_path(store.path).read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_long_path_is_served_through_its_directory(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent.wire.protocol import encode
 from cockpit.read.source import build_snapshot
 from cockpit.store import Store
@@ -31,6 +33,7 @@ def test_extending_counts_new_steps_once() -> None:
     assert capped.extended({4000}) is None  # NaN before or not: only a fresh read can tell
 
 
+@pytest.mark.slow
 def test_a_run_that_stays_nan_is_counted_to_its_newest_step(tmp_path: Path) -> None:
     last = NONFINITE_LIMIT + 300
     with Store(tmp_path / "nan.duckdb") as store:

@@ -10,6 +10,7 @@ from cockpit.store.queries import StoreReader
 from tests.read import synthetic as syn
 
 
+@pytest.mark.slow
 def test_time_range_frontier_and_jobs(reader: StoreReader) -> None:
     first, last = reader.time_range() or (0.0, 0.0)
     assert first == syn.T0

@@ -135,6 +135,7 @@ def test_the_lr_and_the_operators_change_of_it_are_shown(recording: Path) -> Non
     assert info.lr == pytest.approx(lr(200)) and info.lr_scale == "0.1"
 
 
+@pytest.mark.slow
 def test_the_report_counts_steps_and_prints_the_lr(recording: Path) -> None:
     text = render_report(recording)
     assert re.search(r"\n  samples seen +3,200\n", text)

@@ -31,6 +31,7 @@ def test_frontiers_match_the_table_by_table_probe(reader: StoreReader) -> None:
                 assert found.rows[table] == rows
 
 
+@pytest.mark.slow
 def test_a_replay_reader_asks_only_about_tables_its_cursor_moved(recording: Path) -> None:
     """On a read-only store the frontiers of tables whose next row lies beyond the
     cursor are carried over; every answer equals a fresh probe's."""
@@ -54,6 +55,7 @@ def test_a_replay_reader_asks_only_about_tables_its_cursor_moved(recording: Path
         assert all(s.count("UNION ALL") < len(RECORD_TABLES) - 1 for s in counting.statements)
 
 
+@pytest.mark.slow
 def test_a_long_lived_reader_builds_what_a_fresh_one_builds(recording: Path) -> None:
     """Forward, backward and repeated cursors, as a replay with seeks produces them."""
     with Store(recording, read_only=True) as store:
@@ -149,6 +151,7 @@ def test_a_refresh_that_finds_nothing_new_reads_almost_nothing(recording: Path) 
             counting.statements.clear()
 
 
+@pytest.mark.slow
 def test_spike_pins_are_looked_up_again_only_when_their_bucket_changes(
     recording: Path,
 ) -> None:

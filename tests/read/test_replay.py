@@ -157,6 +157,7 @@ def test_a_replay_caps_the_database_memory(replay: ReplaySource) -> None:
     assert actual == capped != default
 
 
+@pytest.mark.slow
 def test_at_its_end_a_replay_shows_the_links_as_the_report_does(tmp_path: Path) -> None:
     """The session that recorded the run closed its links ("stopped"): a replay that
     reached the end reads that too, not "streaming" as if the hosts still sent."""

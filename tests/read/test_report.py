@@ -89,6 +89,7 @@ def test_a_truncated_recording_is_named_damaged_not_a_traceback(
         assert "damaged or truncated" in str(exc) or "cannot open the recording" in str(exc)
 
 
+@pytest.mark.slow
 def test_a_recording_overwritten_in_the_middle_is_named_damaged_not_a_traceback(
         recording: Path, tmp_path: Path) -> None:
     """Overwritten pages fail their checksum when a query reaches them, which DuckDB
@@ -133,6 +134,7 @@ def test_sparkline_scales_to_the_range() -> None:
     assert sparkline([]) == ""
 
 
+@pytest.mark.slow
 def test_the_report_lists_what_was_done_to_the_run(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     with Store(path) as store:
@@ -144,6 +146,7 @@ def test_the_report_lists_what_was_done_to_the_run(tmp_path: Path) -> None:
     assert [m["kind"] for m in data["effect"]["markers"]] == ["restart", "adjust"]
 
 
+@pytest.mark.slow
 def test_a_recording_of_a_job_and_its_fork_reports_either(tmp_path: Path) -> None:
     """By default the job the screen shows (the fork, started last); `job=` any job of
     the recording, training or not; the report names the others, and refuses a job
@@ -187,6 +190,7 @@ def test_a_recording_without_records_reports_its_hosts_and_why(tmp_path: Path) -
     assert "SHA256:xJg5abc" in text
 
 
+@pytest.mark.slow
 def test_a_forks_report_names_its_parent_and_the_step_it_started_from(tmp_path: Path) -> None:
     """The agent's `fork` event says both (as a demo fork recorded it); without them the
     fork's first step reads as a restart of a job of its own."""
@@ -207,6 +211,7 @@ def test_a_forks_report_names_its_parent_and_the_step_it_started_from(tmp_path: 
     assert re.search(r"forked from +parent at step 50\n", render_report(path, job="fork"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "data", "why"), [
     ("resume", {"checkpoint": "ckpt.pt", "step": syn.RESUME_STEP}, "resume after a pause"),
     ("recovery", {"cause": "killed", "checkpoint_step": syn.RESUME_STEP, "steps_lost": 5},

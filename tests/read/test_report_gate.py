@@ -122,6 +122,7 @@ def test_the_verdict_is_the_most_severe_reason_and_names_every_one() -> None:
     assert code == EXIT_THRESHOLD and "mfu is not known" in why[0]
 
 
+@pytest.mark.slow
 def test_every_metric_reads_the_reports_own_data(finished: Path) -> None:
     from cockpit.read.report import report_data
 
@@ -154,6 +155,7 @@ def test_a_failed_run_exits_3_and_says_why(tmp_path: Path, capsys: pytest.Captur
     assert f"cockpit: job job-1 {note}" in err
 
 
+@pytest.mark.slow
 def test_an_active_critical_alert_exits_4(recording: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = _report(capsys, recording)
@@ -173,6 +175,7 @@ def test_a_breached_threshold_exits_5(finished: Path, capsys: pytest.CaptureFixt
     assert code == EXIT_OK, err
 
 
+@pytest.mark.slow
 def test_the_exit_status_reaches_the_shell(finished: Path, tmp_path: Path) -> None:
     """The installed `cockpit` command, as a CI step runs it: the process's own status."""
     cockpit = str(Path(sys.executable).parent / "cockpit")

@@ -82,6 +82,7 @@ def test_the_report_carries_the_note(stores) -> None:
     assert "rank 0 only" in data["efficiency"]["note"]
 
 
+@pytest.mark.slow
 def test_a_replay_moving_across_the_cut_reads_the_same_as_fresh_ones(stores) -> None:
     """One reader, as a replay uses it: its held reads must not carry rank 0's stand-in
     across the cut, nor the other way."""

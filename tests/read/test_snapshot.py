@@ -345,6 +345,7 @@ def _alert_across_starts(tmp_path: Path, alerting: str,
     return path, last
 
 
+@pytest.mark.slow
 def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
         tmp_path: Path) -> None:
     """The agent gave up and said so (critical); the operator fixed the job and
@@ -357,6 +358,7 @@ def test_a_recovery_stopped_alert_ends_when_the_operator_starts_the_job_again(
     assert "recovery_stopped" in _alert_codes(path, until_ts=last + 2.5)
 
 
+@pytest.mark.slow
 def test_a_launch_failed_alert_ends_when_that_hosts_part_starts_again(
         tmp_path: Path) -> None:
     """node-b's launch failed (its run dir was broken) while node-a's part of the same
@@ -368,6 +370,7 @@ def test_a_launch_failed_alert_ends_when_that_hosts_part_starts_again(
         ("node-a", "relaunch", 1.5), "node-b")
 
 
+@pytest.mark.slow
 def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
         tmp_path: Path) -> None:
     """node-b's link is down: its ranks' steps arrive later, all at once. Meanwhile the
@@ -392,6 +395,7 @@ def test_ranks_whose_steps_stopped_arriving_are_named_beside_the_throughput(
     assert "ranks 2, 3 (node-b) not in the recent steps" in render_report(path)
 
 
+@pytest.mark.slow
 def test_ranks_a_scale_down_took_away_are_neither_counted_nor_named(tmp_path: Path) -> None:
     """node-b leaves the job (a scale-down); node-a's two ranks go on from the step 400
     checkpoint as a world of two. node-b's ranks 2 and 3 keep their steps in the store,
@@ -455,6 +459,7 @@ def test_a_pause_that_failed_leaves_the_job_running(
     assert (p.eta_note is None) == (state == "running")
 
 
+@pytest.mark.slow
 def test_a_paused_job_says_which_checkpoint_a_resume_starts_from(tmp_path: Path) -> None:
     """The position shows the newest step trained; a resume starts from the pause's
     checkpoint, which is older: the steps between are trained again."""
@@ -475,6 +480,7 @@ def test_a_paused_job_says_which_checkpoint_a_resume_starts_from(tmp_path: Path)
     assert "a resume starts from the checkpoint of step 400" in render_report(path)
 
 
+@pytest.mark.slow
 def test_a_restart_on_other_code_is_named_where_the_run_is_described(tmp_path: Path) -> None:
     """A resume after a `git pull` trains other code under the same job: the run info,
     an alert and the report say so, from when it happened."""
@@ -517,6 +523,7 @@ def test_records_the_store_rejected_are_an_alert_not_a_secret(tmp_path: Path) ->
     assert "records_rejected" in render_report(path)
 
 
+@pytest.mark.slow
 def test_records_stored_without_some_values_are_said_too(tmp_path: Path) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     with Store(path) as store:

@@ -69,6 +69,7 @@ def faulted(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_it_ends_when_that_hosts_part_steps_after_a_restart_got_through(
         faulted: Path) -> None:
     """node-a's ranks stepping does not end node-b's alert (node-a may train on alone
@@ -94,6 +95,7 @@ def test_a_step_before_the_newest_fault_does_not_end_it(tmp_path: Path) -> None:
     assert _standing(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["stop", "stop_on_a_peer", "pause", "excluded", "scale"])
 def test_it_ends_when_the_operator_ends_the_job_or_takes_the_host_out(
         faulted: Path, end: str) -> None:
@@ -115,6 +117,7 @@ def test_it_ends_when_the_operator_ends_the_job_or_takes_the_host_out(
     assert not _standing(faulted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("record", [
     _event("job_exited", LAST + 30, returncode=1),  # the attempt failed again
     _event("job_exited", LAST + 30, returncode=-15, ended_for="shutdown"),

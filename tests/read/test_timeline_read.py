@@ -68,6 +68,7 @@ def _snapshot(path: Path, until_ts: float | None = None,
         return build_snapshot(reader or StoreReader(store), until_ts=until_ts, label="REPLAY")
 
 
+@pytest.mark.slow
 def test_gpu_faults_sit_at_the_steps_trained_when_they_were_seen(store_path: Path) -> None:
     faults = _snapshot(store_path).effect.faults
     assert [(m.kind, m.step) for m in faults] == [("throttle", _between(HOT)[1]),
@@ -75,11 +76,13 @@ def test_gpu_faults_sit_at_the_steps_trained_when_they_were_seen(store_path: Pat
     assert "thermal (SW)" in faults[0].text and "2 uncorrectable ECC" in faults[1].text
 
 
+@pytest.mark.slow
 def test_a_replay_shows_only_the_faults_seen_by_its_cursor(store_path: Path) -> None:
     at = _between(HOT + 10)[0]
     assert [m.kind for m in _snapshot(store_path, until_ts=at).effect.faults] == ["throttle"]
 
 
+@pytest.mark.slow
 def test_faults_kept_across_a_moving_cursor_match_a_fresh_read(store_path: Path) -> None:
     """The faults extended from the rows each refresh adds are those a fresh read finds."""
     end = recording_facts().last_ts

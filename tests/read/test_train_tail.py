@@ -57,6 +57,7 @@ def check(reader: StoreReader, tail: TrainTail, until_ts: float | None,
     return tail._held.extensions if tail._held else 0
 
 
+@pytest.mark.slow
 def test_replay_forward_extends_and_matches(store: Store) -> None:
     store.ingest("h1", steps(1, 600, seq0=1))
     reader = StoreReader(store)
@@ -65,6 +66,7 @@ def test_replay_forward_extends_and_matches(store: Store) -> None:
     assert counts[0] == 0 and counts[-1] == 39
 
 
+@pytest.mark.slow
 def test_live_growth_extends_until_a_rollback_or_a_new_job(store: Store) -> None:
     reader = StoreReader(store)
     tail = TrainTail(reader)
@@ -88,6 +90,7 @@ def test_live_growth_extends_until_a_rollback_or_a_new_job(store: Store) -> None
     assert check(reader, tail, None) == 0
 
 
+@pytest.mark.slow
 def test_a_late_row_from_a_lagging_host_forces_a_full_read(store: Store) -> None:
     reader = StoreReader(store)
     tail = TrainTail(reader)
@@ -101,6 +104,7 @@ def test_a_late_row_from_a_lagging_host_forces_a_full_read(store: Store) -> None
     assert check(reader, tail, None) == 0
 
 
+@pytest.mark.slow
 def test_a_rank_silent_past_the_held_window_is_found_by_a_full_read(store: Store) -> None:
     reader = StoreReader(store)
     tail = TrainTail(reader)
@@ -132,6 +136,7 @@ def test_the_global_batch_counts_ranks_a_few_steps_behind(store: Store) -> None:
     assert tail._held is not None and tail._held.view.global_samples == 8 * RANKS
 
 
+@pytest.mark.slow
 def test_the_ranks_a_scale_down_took_stay_out_as_steps_arrive(store: Store) -> None:
     """Ranks 2 and 3 leave at step 100; ranks 0 and 1 go on from the step 80 checkpoint
     as a world of two. Neither the held view nor a full read has ranks 2 and 3 again,
@@ -186,6 +191,7 @@ def write_fork_beside_parent(store: Store) -> int:
     return 1000
 
 
+@pytest.mark.slow
 def test_a_fork_training_beside_its_parent_is_shown_steadily(store: Store) -> None:
     """Two jobs write steps side by side: the view stays on the one started last (the
     fork), whichever wrote the newest row, until it has been silent for a minute."""

@@ -53,6 +53,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("state", sorted(CASES))
 def test_the_state_is_the_agents_in_the_snapshot_and_the_report(
         tmp_path: Path, state: str) -> None:
@@ -69,6 +70,7 @@ def test_the_state_is_the_agents_in_the_snapshot_and_the_report(
     assert "running" not in report.split("Effect")[0]
 
 
+@pytest.mark.slow
 def test_a_failed_operation_leaves_the_state_as_it_was(tmp_path: Path) -> None:
     """A pause that failed while the job ran leaves it running (here with no step for
     minutes since: stalled), never paused."""

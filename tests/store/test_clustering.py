@@ -58,6 +58,7 @@ def _store(path: Path) -> Store:
     return Store(path, fold_interval=0.0)  # fold every flush: level rows close at once
 
 
+@pytest.mark.slow
 def test_level_tables_are_rewritten_only_once_they_have_grown_by_a_row_group(
     tmp_path: Path,
 ) -> None:
@@ -75,6 +76,7 @@ def test_level_tables_are_rewritten_only_once_they_have_grown_by_a_row_group(
         assert keys == sorted(keys)  # the rewrite left the table in chart order
 
 
+@pytest.mark.slow
 def test_rows_closed_while_the_copy_is_written_are_kept_by_the_swap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent.wire.protocol import encode
 from cockpit.store import Store
 from cockpit.store.earlier_runs import steps_before
@@ -131,6 +133,7 @@ def test_only_a_filed_runs_name_reads_as_an_earlier_run() -> None:
     assert not is_earlier_run(None)
 
 
+@pytest.mark.slow
 def test_the_earlier_runs_nan_steps_and_evals_do_not_follow_the_new_run(store: Store) -> None:
     """What the screen keeps up to date from the rows added since (the NaN/Inf steps,
     the evaluations) must be read afresh for the new run, not extended."""
@@ -279,6 +282,7 @@ def test_a_host_that_starts_the_launch_in_the_filing_flush_keeps_its_new_steps(
     assert count(store, "event", "job = 'j1' AND kind = 'job_started'") == 2
 
 
+@pytest.mark.slow
 def test_which_run_a_row_is_filed_under_does_not_depend_on_how_the_streams_were_cut(
     tmp_path: Path,
 ) -> None:

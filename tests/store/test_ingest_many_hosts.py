@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agent.wire.protocol import encode
 from cockpit.store import Store
 from tests.store.wire import TS0, count, gpu, header, train, trains
@@ -113,6 +115,7 @@ def test_a_type_sharing_a_prefix_with_a_known_one_is_routed_by_its_full_name(
     assert _rows(store, "SELECT seq, t FROM other") == [(2, "gpux")]
 
 
+@pytest.mark.slow
 def test_levels_from_a_shared_flush_equal_levels_from_one_host_flushes(tmp_path) -> None:
     def stream(host_index: int) -> bytes:
         return b"".join(

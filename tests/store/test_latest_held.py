@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
 from cockpit.store.queries_health import SAMPLE_WINDOWS
@@ -27,6 +29,7 @@ def _both(reader: CountingReader, until_ts: float | None) -> None:
                                         windows=SAMPLE_WINDOWS)
 
 
+@pytest.mark.slow
 def test_replay_and_live_growth_match_a_full_read(tmp_path: Path) -> None:
     store = Store(tmp_path / "g.duckdb")
     try:

@@ -47,6 +47,7 @@ def _fill(tmp_path: Path, name: str, fold_interval: float) -> Store:
     return store
 
 
+@pytest.mark.slow
 def test_charts_see_parked_rows_and_a_late_fold_equals_folding_every_flush(
     tmp_path: Path,
 ) -> None:
@@ -71,6 +72,7 @@ def test_charts_see_parked_rows_and_a_late_fold_equals_folding_every_flush(
         eager.close()
 
 
+@pytest.mark.slow
 def test_rows_parked_by_a_writer_that_stopped_are_folded_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,6 +93,7 @@ def test_rows_parked_by_a_writer_that_stopped_are_folded_by_the_next(
             assert _levels(store, table) == _reference(store, table), table
 
 
+@pytest.mark.slow
 def test_a_large_backlog_is_folded_without_waiting_for_the_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,6 +107,7 @@ def test_a_large_backlog_is_folded_without_waiting_for_the_interval(
         assert sizes.count(0) > 1  # folded more than once, with no time passing
 
 
+@pytest.mark.slow
 def test_a_flush_that_reaches_the_limit_is_folded_without_being_parked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,6 +130,7 @@ def test_a_flush_that_reaches_the_limit_is_folded_without_being_parked(
             assert _levels(store, table) == _reference(store, table), table
 
 
+@pytest.mark.slow
 def test_closing_folds_what_is_parked(tmp_path: Path) -> None:
     path = tmp_path / "closed.duckdb"
     _fill(tmp_path, "closed", math.inf).close()

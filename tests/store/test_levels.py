@@ -129,6 +129,7 @@ def _ingest(store: Store, flush: list[tuple[str, bytes]]) -> None:
         store.ingest_many(flush)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reopen_every", [None, 4], ids=["one_store", "reopened"])
 def test_levels_after_many_flushes_equal_levels_built_in_one_go(
     tmp_path: Path, reopen_every: int | None
@@ -237,6 +238,7 @@ def tables_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return scanned
 
 
+@pytest.mark.slow
 def test_a_usual_flush_reads_no_closed_level_row(tmp_path: Path, tables_read: list[str]) -> None:
     seqs = iter(range(1, 100_000))
 

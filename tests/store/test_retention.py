@@ -171,6 +171,7 @@ def test_other_ranks_steps_past_the_window_go_rank_0_and_nonfinite_stay(store: S
     assert RetentionPolicy().raw_window == 3 * DAY
 
 
+@pytest.mark.slow
 def test_the_month_estimate_costs_each_table_from_its_own_measured_size() -> None:
     """`bench/storage.py` and `python -m cockpit.store.retention` rest on this."""
     from cockpit.store.retention import estimate_month, measure_bytes_per_row
@@ -190,6 +191,7 @@ def test_the_month_estimate_costs_each_table_from_its_own_measured_size() -> Non
     assert parts["chart levels"] == everything["gib"]["chart levels"]  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_a_long_backlog_is_trimmed_an_hour_at_a_time_to_the_same_result(tmp_path: Path) -> None:
     """The first pass over an old recording folds and deletes hours of raw rows, with a
     gap of days between them: one transaction per slice of raw rows (each followed by a
@@ -240,6 +242,7 @@ def _backlog() -> bytes:
     return b"".join(lines)
 
 
+@pytest.mark.slow
 def test_a_backlog_is_worked_through_in_parts_within_a_time_budget(store: Store) -> None:
     """A live session holds up ingest while retention runs, so it asks for a part at a
     time: each call does at least one slice and says whether rows are left."""

@@ -67,6 +67,7 @@ def recorded(tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_replay_moving_forward_extends_and_matches_a_full_read(recorded: Store) -> None:
     reader = StoreReader(recorded)
     extensions = [_held(reader, TS0 + 1500.0 + i * 3.7) for i in range(40)]
@@ -74,6 +75,7 @@ def test_replay_moving_forward_extends_and_matches_a_full_read(recorded: Store) 
     assert max(extensions) > 30  # almost every refresh was an extension
 
 
+@pytest.mark.slow
 def test_series_against_time_over_all_gpus_extends_too(recorded: Store) -> None:
     reader = StoreReader(recorded)
     # Long enough a span for the level rows to answer (a raw read's bucket width
@@ -83,6 +85,7 @@ def test_series_against_time_over_all_gpus_extends_too(recorded: Store) -> None:
     assert max(found) > 20
 
 
+@pytest.mark.slow
 def test_seeking_back_reads_in_full(recorded: Store) -> None:
     reader = StoreReader(recorded)
     assert _held(reader, TS0 + 2000.0) == 0
@@ -90,6 +93,7 @@ def test_seeking_back_reads_in_full(recorded: Store) -> None:
     assert _held(reader, TS0 + 1200.0) == 0
 
 
+@pytest.mark.slow
 def test_live_growth_extends_and_a_late_row_in_an_old_bucket_reads_in_full(
     tmp_path,
 ) -> None:
@@ -117,6 +121,7 @@ def test_live_growth_extends_and_a_late_row_in_an_old_bucket_reads_in_full(
         store.close()
 
 
+@pytest.mark.slow
 def test_a_span_that_changes_the_bucket_width_reads_in_full(tmp_path) -> None:
     store = Store(tmp_path / "grow.duckdb")
     try:

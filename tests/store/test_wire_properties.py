@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,6 +75,7 @@ def _chunk(lines: list[tuple[bytes, bool]]) -> bytes:
     return b"".join(line + b"\n" for line, _ in lines)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, **_FUZZ)
 @given(_LINES, st.integers(0, 45))
 def test_the_router_accepts_each_seq_once_in_order_within_bounds(lines, mark: int) -> None:
@@ -100,6 +102,7 @@ def _stored_rows(store: Store, host: str) -> list[int]:
     return seqs
 
 
+@pytest.mark.slow
 @settings(max_examples=15, **_FUZZ)
 @given(_LINES, st.lists(st.integers(1, 24), max_size=3), st.booleans())
 def test_any_bytes_are_stored_or_counted_and_never_fail_a_flush(

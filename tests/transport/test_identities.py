@@ -60,6 +60,7 @@ def test_a_key_that_does_not_load_fails_the_same_way_every_time(tmp_path: Path) 
     assert cache.loads == 0
 
 
+@pytest.mark.slow
 def test_a_key_file_that_is_not_the_class_tried_is_read_once_until_it_changes(
     tmp_path: Path,
 ) -> None:

@@ -135,6 +135,7 @@ def _shows_as_text(value: str) -> bool:
     return not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in value)
 
 
+@pytest.mark.slow
 @_FUZZ
 @given(_INVENTORY)
 def test_any_inventory_gives_hosts_or_an_error_naming_the_file(data: dict) -> None:

@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Input
 
-from cockpit.analysis.gpu_state import host_problem
+from cockpit.analysis.gpu_state import Level
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
 from cockpit.ui import keymap
@@ -99,7 +99,10 @@ class HealthPane(Pane):
         health = snapshot.health
         gpus = [c for h in health.hosts for c in h.gpus]
         online = sum(1 for c in gpus if c.online)
-        bad = sum(1 for h in health.hosts if host_problem(h) == "error")
+        # The map's view of these hosts (worked out once for both): a host whose state
+        # is at the error level is what `host_problem` calls "error".
+        view = self.query_one(GpuMap).view_for(health.hosts)
+        bad = sum(1 for row in view.rows if row.state.level is Level.ERROR)
         n = len(health.hosts)
         line = f"{counted(n, 'host')} · GPUs {online}/{len(gpus)} online"
         line += f" · [$error]{counted(bad, 'host')} failing[/]" if bad else " · [$success]ok[/]"
