@@ -463,13 +463,16 @@ class Daemon:
             gpus = self._guard("gpu", lambda: self.gpus.sample(ranks))
         for record in gpus or ():
             records.append(("gpu", record))
+        if records:
+            self.journal.append_many(records)
+        # After the samples are journaled: keeping the history may write a file (once
+        # per GPU first seen, and per rise), which must not hold the samples back.
+        for record in gpus or ():
             if isinstance(record.get("gpu"), int) and isinstance(record.get("ecc_agg_unc"),
                                                                  int):
                 self._note_fault(functools.partial(
                     self.gpu_history.note_ecc, record["gpu"], record.get("uuid"),
                     record.get("ecc_agg_unc"), time.time(), list(self.jobs)))
-        if records:
-            self.journal.append_many(records)
 
     def _guard(self, name: str, fn: Callable[[], Any]) -> Any:
         """Run a sampler; a failure is journaled (at most once a minute per message)."""

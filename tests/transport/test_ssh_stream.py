@@ -98,8 +98,9 @@ def test_control_op_reaches_the_daemon_and_is_acked(
     assert collector.wait_for(acked), daemon.stderr
     ack = next(r for r in collector.records[name] if r.get("kind") == "control_ack")
     assert ack["data"]["ok"] is True
-    types = {r["t"] for r in collector.records[name]}
-    assert {"hello", "gpu", "host"} <= types
+    # The samples are periodic, so they may come after the ack; the stream carries them.
+    assert collector.wait_for(lambda: {"hello", "gpu", "host"} <= {
+        r["t"] for r in collector.records[name]}), collector.records[name]
 
 
 def test_control_op_refused_when_not_streaming(
