@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -21,9 +19,8 @@ from agent.job.recovery import Diagnosis
 from agent.journal.journal import Journal, JournalReader
 from agent.wire import paths
 from agent.wire.causes import GPU_FAULT, HANG, USER_CODE
-from cockpit.control.jobspec import parse_jobspec
+from tests.harness.elastic import NAME, elastic_spec
 
-NAME = "el"
 HARDWARE_XID = 79  # fallen off the bus
 APP_XID = sorted(gpu_history.APP_XIDS)[0]
 
@@ -134,26 +131,9 @@ def test_a_daemon_starts_with_an_unusable_history_and_says_so(tmp_path: Path) ->
 
 
 # -- the elastic job's exclusion and spare choice ---------------------------------------------
-def _spec(tmp_path: Path, host: str = "a", spares: str = '"c", "d"') -> dict:
-    text = textwrap.dedent(f"""\
-        name = "{NAME}"
-        hosts = ["a", "b"]
-        spares = [{spares}]
-        nnodes = "1:3"
-        nproc_per_node = 1
-        python = {json.dumps(sys.executable)}
-        script = {json.dumps(str(tmp_path / "train.py"))}
-        run_dir = {json.dumps(str(tmp_path / "shared" / NAME))}
-        [resume]
-        newest_args = ["--resume", "auto"]
-        [rendezvous]
-        endpoint = "127.0.0.1:29999"
-        host = "b"
-        [recovery]
-        exclude_on = ["gpu_fault"]
-    """)
-    (tmp_path / "train.py").write_text("")
-    return parse_jobspec(text, str(tmp_path / "job.toml")).for_host(host)
+def _spec(tmp_path: Path, host: str = "a") -> dict:
+    return elastic_spec(tmp_path, host, spares=("c", "d"), nnodes="1:3",
+                        recovery='exclude_on = ["gpu_fault"]')
 
 
 def _job(tmp_path: Path, host: str = "a") -> ManagedJob:

@@ -7,9 +7,6 @@ membership's own entry point, and the refused one's failure through the job's.""
 from __future__ import annotations
 
 import collections
-import json
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -19,33 +16,14 @@ from agent.job.recovery import Diagnosis
 from agent.job.restart_budget import INCIDENT_S, read_others, write_mine
 from agent.journal.journal import Journal, JournalReader
 from agent.wire.causes import NCCL
-from cockpit.control.jobspec import parse_jobspec
+from tests.harness.elastic import NAME, elastic_spec
 
-NAME = "el"
 GONE = Diagnosis(NCCL, ["[rank0]: RuntimeError: Connection reset by peer"], {"rank": 0})
 
 
 def _job(tmp_path: Path, nccl_budget: int) -> ManagedJob:
-    text = textwrap.dedent(f"""\
-        name = "{NAME}"
-        hosts = ["a", "b", "c"]
-        nnodes = "2:3"
-        nproc_per_node = 1
-        python = {json.dumps(sys.executable)}
-        script = {json.dumps(str(tmp_path / "train.py"))}
-        run_dir = {json.dumps(str(tmp_path / "shared" / NAME))}
-        [resume]
-        newest_args = ["--resume", "auto"]
-        [rendezvous]
-        endpoint = "127.0.0.1:29999"
-        host = "b"
-        [recovery]
-        restart_budget = 10
-        [recovery.per_cause]
-        nccl = {nccl_budget}
-    """)
-    (tmp_path / "train.py").write_text("")
-    spec = parse_jobspec(text, str(tmp_path / "job.toml")).for_host("a")
+    spec = elastic_spec(tmp_path, "a", hosts=("a", "b", "c"), recovery=(
+        f"restart_budget = 10\n[recovery.per_cause]\nnccl = {nccl_budget}"))
     job = ManagedJob(LaunchSpec(spec), Journal(tmp_path / "state"))
     job.spec.prepare_dirs()
     job.state = "running"

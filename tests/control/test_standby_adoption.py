@@ -4,9 +4,6 @@ starts is recorded instead of run (the takeover end to end is test_scale_e2e.py)
 
 from __future__ import annotations
 
-import json
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,32 +12,13 @@ from agent.job.managed import ManagedJob
 from agent.job.membership import claim_spare
 from agent.journal.journal import Journal, JournalReader
 from agent.wire import jobstate
-from cockpit.control.jobspec import parse_jobspec
+from tests.harness.elastic import NAME, elastic_spec
 from tests.harness.waiting import wait_for
-
-NAME = "el"
 
 
 def spare_spec(tmp_path: Path, host: str = "c") -> dict:
-    text = textwrap.dedent(f"""\
-        name = "{NAME}"
-        hosts = ["a", "b"]
-        spares = ["c"]
-        nnodes = "2:3"
-        nproc_per_node = 1
-        python = {json.dumps(sys.executable)}
-        script = {json.dumps(str(tmp_path / "train.py"))}
-        run_dir = {json.dumps(str(tmp_path / "shared" / NAME))}
-        [resume]
-        newest_args = ["--resume", "auto"]
-        [rendezvous]
-        endpoint = "127.0.0.1:29999"
-        host = "a"
-        [recovery]
-        exclude_on = ["gpu_fault"]
-    """)
-    (tmp_path / "train.py").write_text("")
-    return parse_jobspec(text, str(tmp_path / "job.toml")).for_host(host)
+    return elastic_spec(tmp_path, host, spares=("c",), rendezvous_host="a",
+                        recovery='exclude_on = ["gpu_fault"]')
 
 
 def standby_then_agent_killed(journal: Journal, spec: dict) -> dict:
