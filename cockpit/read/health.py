@@ -5,7 +5,6 @@ Simulated GPUs are marked as such on every cell, so the screen can label them SI
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,24 +51,6 @@ def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[
     return out
 
 _NONE: Mapping[str, Any] = {}
-_GPU_CELL_FIELDS = frozenset(f.name for f in dataclasses.fields(GpuCell))
-_new = object.__new__
-
-
-def gpu_cell(**fields: Any) -> GpuCell:
-    """A `GpuCell` with every one of its fields given, equal to `GpuCell(**fields)`.
-
-    A frozen dataclass's `__init__` sets each field through `object.__setattr__`: with
-    eighteen fields that is most of the cost of a snapshot's health at 1,024 GPUs (about
-    10 ms of CPU a refresh). Here the instance's fields are filled in one step; equality,
-    hashing and the text are the dataclass's own, which read the same attributes."""
-    if fields.keys() != _GPU_CELL_FIELDS:
-        raise TypeError("gpu_cell needs exactly GpuCell's fields; missing "
-                        f"{sorted(_GPU_CELL_FIELDS - fields.keys())}, unknown "
-                        f"{sorted(fields.keys() - _GPU_CELL_FIELDS)}")
-    cell = _new(GpuCell)
-    cell.__dict__.update(fields)
-    return cell
 
 
 def fraction(used: Any, total: Any) -> float | None:
@@ -115,7 +96,7 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
             sim = bool(g.get("sim") or inv.get("simulated") or host_sim)
             simulated = simulated or sim
             past = history.get(key, _NONE)
-            cells.append(gpu_cell(
+            cells.append(GpuCell(
                 index=int(index) if index is not None else -1,
                 online=bool(g),
                 simulated=sim,

@@ -271,70 +271,37 @@ def added_buckets(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, 
     matches NULL), (bucket, largest x, smallest x, then per column the value at the
     largest x where it is not NULL (the largest of several there), its minimum and its
     maximum), in bucket order.
-    A handful of rows: cheaper folded here than planned as a statement. A live fleet
-    adds a sample of every GPU per second to one bucket, so the rows are grouped per
-    bucket first and each group is folded with the builtin `min`/`max` (NaN, which they
-    do not order as DuckDB does, sends a group to `_fold_bucket`)."""
-    groups: dict[int, list[Mapping[str, Any]]] = {}
-    wanted = list(where.items())
+    A handful of rows: cheaper folded here than planned as a statement."""
+    found: dict[int, list[Any]] = {}
+    n = len(columns)
     for row in rows:
-        if wanted and any(row[k] != v if v is not None else row[k] is not None
-                          for k, v in wanted):
+        if any(row[k] != v if v is not None else row[k] is not None
+               for k, v in where.items()):
             continue
         at = row[x]
         if at is None:
             continue
-        groups.setdefault(math.floor(at / width), []).append(row)
-    out = []
-    for tb in sorted(groups):
-        group = groups[tb]
-        xs = [row[x] for row in group]
-        if any(_is_nan(v) for v in xs):
-            out.append(_fold_bucket(tb, group, columns, x))
-            continue
-        found: list[Any] = [tb, max(xs), min(xs)]
-        for column in columns:
-            pairs = [(at, v) for at, v in zip(xs, (row[column] for row in group), strict=True)
-                     if v is not None]
-            values = [v for _, v in pairs]
-            if not values:
-                found += [None, None, None]
+        tb = math.floor(at / width)
+        acc = found.get(tb)
+        if acc is None:
+            # bucket, max x, min x, then per column: last, lo, hi, x of last.
+            acc = found[tb] = [tb, at, at, *([None, None, None, None] * n)]
+        else:
+            acc[1] = _top(acc[1], at)
+            acc[2] = _bottom(acc[2], at)
+        for i, column in enumerate(columns):
+            value = row[column]
+            if value is None:
                 continue
-            if any(_is_nan(v) for v in values):
-                found += _fold_column(pairs)
-                continue
-            newest = max(at for at, _ in pairs)
-            found += [max(v for at, v in pairs if at == newest), min(values), max(values)]
-        out.append(tuple(found))
-    return out
-
-
-def _fold_column(pairs: Sequence[tuple[Any, Any]]) -> list[Any]:
-    """(last, lo, hi) of one column's (x, value) pairs in row order, with DuckDB's order
-    of NaN (`_top`, `_bottom`)."""
-    last = last_x = lo = hi = None
-    for at, value in pairs:
-        if last_x is None or at > last_x:
-            last, last_x = value, at
-        elif at == last_x:  # the tie rule of the statements: the largest value
-            last = _top(last, value)
-        lo = _bottom(lo, value)
-        hi = _top(hi, value)
-    return [last, lo, hi]
-
-
-def _fold_bucket(tb: int, group: Sequence[Mapping[str, Any]], columns: Sequence[str],
-                 x: str) -> tuple[Any, ...]:
-    """`added_buckets`' row for one bucket whose x holds NaN, folded row by row."""
-    top = bottom = None
-    for row in group:
-        top = _top(top, row[x])
-        bottom = _bottom(bottom, row[x])
-    found: list[Any] = [tb, top, bottom]
-    for column in columns:
-        found += _fold_column([(row[x], row[column]) for row in group
-                               if row[column] is not None])
-    return tuple(found)
+            k = 3 + 4 * i
+            if acc[k + 3] is None or at > acc[k + 3]:
+                acc[k], acc[k + 3] = value, at
+            elif at == acc[k + 3]:  # the tie rule of the statements: the largest value
+                acc[k] = _top(acc[k], value)
+            acc[k + 1] = _bottom(acc[k + 1], value)
+            acc[k + 2] = _top(acc[k + 2], value)
+    return [(*acc[:3], *(v for i in range(n) for v in acc[3 + 4 * i: 6 + 4 * i]))
+            for _, acc in sorted(found.items())]
 
 
 def results(rows: Sequence[tuple[Any, ...]], n_columns: int) -> list[Result]:
