@@ -39,6 +39,7 @@ from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
 from agent.wire import jobstate, paths, states
+from agent.wire.events import JOB_ADOPTED, SAMPLER_ERROR
 from agent.wire.launch_spec import check_job_name
 from agent.wire.op_error import OpError
 from agent.wire.protocol import PROTOCOL_VERSION
@@ -483,7 +484,7 @@ class Daemon:
             now = time.monotonic()
             if now - self._sampler_errors.get(text, -1e9) >= 60.0:
                 self._sampler_errors[text] = now
-                self.journal.append("event", {"kind": "sampler_error", "job": None,
+                self.journal.append("event", {"kind": SAMPLER_ERROR, "job": None,
                                               "rank": None, "step": None, "msg": text,
                                               "data": {"sampler": name}})
             return None
@@ -515,7 +516,7 @@ class Daemon:
         msg = "GPU fault history %s unusable: %s; it starts empty" % (
             self.gpu_history.path, why)
         self.log(msg)
-        self.journal.append("event", {"kind": "sampler_error", "job": None, "rank": None,
+        self.journal.append("event", {"kind": SAMPLER_ERROR, "job": None, "rank": None,
                                       "step": None, "msg": msg,
                                       "data": {"sampler": "gpu_history",
                                                "set_aside": len(self.gpu_history.set_aside)}})
@@ -570,7 +571,7 @@ class Daemon:
                 self._sampler_errors[text] = now
                 self.log("%s\n%s" % (text, traceback.format_exc()))
                 self._survive("spool report", lambda: self.journal.append("event", {
-                    "kind": "sampler_error", "job": None, "rank": None, "step": None,
+                    "kind": SAMPLER_ERROR, "job": None, "rank": None, "step": None,
                     "msg": text, "data": {"sampler": "spool"}}))
             try:
                 self.spools.resync()
@@ -619,7 +620,7 @@ class Daemon:
                 sup = None
             if sup is not None and sup.found_running:
                 self.journal.append("event", {
-                    "kind": "job_adopted", "job": sup.job, "rank": None, "step": None,
+                    "kind": JOB_ADOPTED, "job": sup.job, "rank": None, "step": None,
                     "msg": "job %s adopted from the previous agent: pid %s still runs"
                            % (sup.job, sup.pid),
                     "data": {"ok": True, "running": True, "pid": sup.pid,
@@ -643,7 +644,7 @@ class Daemon:
 
     def _adopt_error(self, job: str, msg: str) -> None:
         self.log(msg)
-        self.journal.append("event", {"kind": "job_adopted", "job": job, "rank": None,
+        self.journal.append("event", {"kind": JOB_ADOPTED, "job": job, "rank": None,
                                       "step": None, "msg": msg, "data": {"ok": False}})
 
     def run(self) -> int:

@@ -13,6 +13,7 @@ import pytest
 
 from agent.wire import states as job_states
 from cockpit.transport import states as link_states
+from tests.harness.ast_names import names_a
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cockpit", "agent")
@@ -27,18 +28,7 @@ def _words() -> set[str]:
 
 
 def _names_a_state(node: ast.expr) -> bool:
-    """`state`, `x.state`, `row["state"]`, `row.get("state")` (any name ending so)."""
-    if isinstance(node, ast.Name):
-        return node.id.endswith("state")
-    if isinstance(node, ast.Attribute):
-        return node.attr.endswith("state")
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        return str(node.slice.value).endswith("state")
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "get" and node.args
-            and isinstance(node.args[0], ast.Constant)):
-        return str(node.args[0].value).endswith("state")
-    return False
+    return names_a(node, "state")
 
 
 def retyped(tree: ast.AST, words: set[str]) -> list[tuple[int, str]]:

@@ -42,6 +42,7 @@ from agent.hook.control import (
 from agent.hook.lazy_values import NotAScalar, split_nonfinite, wire_number
 from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_line
 from agent.wire.checkpoints import RESUME_ENV
+from agent.wire.events import CHECKPOINT_SAVED, CONTROL_ACK, DROPPED, RESUMED, STAGE
 from agent.wire.knobs import ONE_SHOT_KNOBS
 from agent.wire.protocol import ALERT_KINDS, MAX_LINE_BYTES, MAX_LOG_LINE, SEVERITIES
 
@@ -360,7 +361,7 @@ class Reporter:
     def stage(self, name: str) -> None:
         """Enter a named stage (pretrain, finetune...): later train records carry it."""
         self._stage = str(name)
-        self.event("stage", "stage %s started" % name, stage=self._stage)
+        self.event(STAGE, "stage %s started" % name, stage=self._stage)
 
     def event(self, kind: str, msg: str = "", *, step: Any = None, **data: Any) -> None:
         """Record that something happened; `data` holds kind-specific details."""
@@ -384,7 +385,7 @@ class Reporter:
         size = "" if measured is None else ", %.1f MB" % (measured / 1e6)
         took = "" if seconds is None else " in %.2f s" % seconds
         self.event(
-            "checkpoint_saved",
+            CHECKPOINT_SAVED,
             "checkpoint at step %s saved%s%s" % (step, took, size),
             step=step,
             path=str(path),
@@ -501,7 +502,7 @@ class Reporter:
         once the checkpoint is loaded): the cockpit's restart marker and its recovery
         record come from this event."""
         name = os.path.basename(os.path.normpath(str(path))) if path else None
-        self.event("resumed", "resumed from %s at step %s" % (name or "a checkpoint", step),
+        self.event(RESUMED, "resumed from %s at step %s" % (name or "a checkpoint", step),
                    step=step, path=None if path is None else str(path))
 
     def poll_control(self, step: Any = None) -> List[Dict[str, Any]]:
@@ -636,7 +637,7 @@ class Reporter:
 
     def _ack(self, msg: str, step: Any, lineno: int, data: Dict[str, Any]) -> None:
         """A `control_ack` event that, once written, counts line `lineno` as acknowledged."""
-        record = self._base("event", kind="control_ack", step=self._step_value(step),
+        record = self._base("event", kind=CONTROL_ACK, step=self._step_value(step),
                             msg=msg, data=data)
         self._q.append((_READY, record, lineno))
         self._wake.set()
@@ -750,7 +751,7 @@ class Reporter:
             acked = None
             if self._dropped:
                 lines.append(encode_line(self._base(
-                    "event", kind="dropped", step=None,
+                    "event", kind=DROPPED, step=None,
                     msg="%d spool records lost: %s" % (self._dropped, self._drop_reason),
                     data={"count": self._dropped, "reason": self._drop_reason})))  # fmt: skip
             for item in items:

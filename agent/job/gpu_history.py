@@ -38,7 +38,9 @@ MAX_SET_ASIDE = 5  # corrupt files kept beside it (the oldest is replaced)
 # XIDs of the application, not of the hardware, in NVIDIA's XID catalogue: a kernel's
 # own fault (13, 31), a process killed or hung (43), the cleanup after another XID (45).
 APP_XIDS = frozenset((13, 31, 43, 45))
-KINDS = ("xid", "ecc")
+# The kinds of an entry (this file's own words, not event kinds).
+XID_ENTRY, ECC_ENTRY = "xid", "ecc"
+KINDS = (XID_ENTRY, ECC_ENTRY)
 
 
 class GpuHistory:
@@ -69,7 +71,7 @@ class GpuHistory:
         for an application's XID, which says nothing of the GPU."""
         if xid in APP_XIDS:
             return False
-        self._add({"at": float(at), "gpu": int(gpu), "kind": "xid", "code": int(xid),
+        self._add({"at": float(at), "gpu": int(gpu), "kind": XID_ENTRY, "code": int(xid),
                    "jobs": _jobs(jobs)})
         return True
 
@@ -91,7 +93,7 @@ class GpuHistory:
                 del self.ecc_seen[next(iter(self.ecc_seen))]
         rise = max(0, lifetime - before)  # a lower count: a new board under this name
         if rise:
-            self._add({"at": float(at), "gpu": int(gpu), "kind": "ecc", "code": rise,
+            self._add({"at": float(at), "gpu": int(gpu), "kind": ECC_ENTRY, "code": rise,
                        "jobs": _jobs(jobs)})
         else:
             self._save()
@@ -186,10 +188,10 @@ def summary(entries: Sequence[dict], now: float, window: float = WINDOW_S) -> di
     recent = [e for e in entries if now - window <= e["at"] <= now + 60.0]
     xids: Dict[str, int] = {}
     for e in recent:
-        if e["kind"] == "xid":
+        if e["kind"] == XID_ENTRY:
             xids[str(e["code"])] = xids.get(str(e["code"]), 0) + 1
     return {"faults": len(recent), "xids": xids,
-            "ecc": sum(e["code"] for e in recent if e["kind"] == "ecc"),
+            "ecc": sum(e["code"] for e in recent if e["kind"] == ECC_ENTRY),
             "gpus": sorted({e["gpu"] for e in recent}),
             "jobs": sorted({j for e in recent for j in e.get("jobs") or []}),
             "last": max((e["at"] for e in recent), default=None), "window": window}

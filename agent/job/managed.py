@@ -56,6 +56,20 @@ from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
 from agent.wire import checkpoints, jobstate, paths
 from agent.wire.causes import HANG
+from agent.wire.events import (
+    CHECKPOINT_SAVED,
+    CHECKPOINT_SKIPPED,
+    CHECKPOINTS_SET_ASIDE,
+    FORK,
+    INTERRUPTION,
+    JOB_ADOPTED,
+    JOB_EXITED,
+    PAUSE,
+    RECOVERY,
+    RELAUNCH,
+    RESUME,
+    SAMPLER_ERROR,
+)
 from agent.wire.op_error import OpError
 from agent.wire.states import (
     BACKOFF,
@@ -209,7 +223,7 @@ class ManagedJob:
             self.detector.declare_total(record.get("total_steps"))
 
     def on_event(self, record: dict) -> None:
-        if record.get("kind") == "checkpoint_saved":
+        if record.get("kind") == CHECKPOINT_SAVED:
             data = record.get("data") or {}
             step = record.get("step", data.get("step"))
             with self.progress.lock:
@@ -358,7 +372,7 @@ class ManagedJob:
                     self.membership.poll_takeover()
         except Exception as exc:  # the agent must outlive a bug in one job's handling
             self.state = FAILED
-            self.event("sampler_error", "job %s: recovery loop failed: %s: %s"
+            self.event(SAMPLER_ERROR, "job %s: recovery loop failed: %s: %s"
                        % (self.name, type(exc).__name__, exc), {"job_state": self.state})
         finally:
             sup = self.supervisor
@@ -640,7 +654,7 @@ class ManagedJob:
         lost = max(0, last - pending["checkpoint_step"])
         seconds = round(ts - pending["failure_at"], 3)
         then = list(pending.get("then") or [])
-        self.event("recovery", "job %s recovered from %s%s in %.1f s at step %d (%d step(s) "
+        self.event(RECOVERY, "job %s recovered from %s%s in %.1f s at step %d (%d step(s) "
                    "lost, restart %d)" % (
                         self.name, pending["cause"],
                         " (then %s on restart)" % ", ".join(then) if then else "", seconds,
@@ -669,12 +683,12 @@ class ManagedJob:
             except OSError as exc:
                 why = "copying %s failed: %s" % (source.path, exc)
         if copied is None or source is None:
-            self.event("fork", "fork %s of %s failed: %s" % (self.name, parent, why),
+            self.event(FORK, "fork %s of %s failed: %s" % (self.name, parent, why),
                        {"ok": False, "parent": parent, "error": why})
             return None
         self.spec.raw["parent"] = {"job": parent, "step": source.step,
                                    "checkpoint": str(source.path)}
-        self.event("fork", "job %s forked from %s at step %d%s" % (
+        self.event(FORK, "job %s forked from %s at step %d%s" % (
             self.name, parent, source.step, " with %s" % ", ".join(
                 "%s=%s" % kv for kv in sorted(self.overrides.items()))
             if self.overrides else ""), {
@@ -699,7 +713,7 @@ class ManagedJob:
         data = {"ok": not failed, "from": str(directory), "to": str(target),
                 "moved": len(moved), "failed": [{"path": p, "error": w} for p, w in failed]}
         if failed:
-            self.event("checkpoints_set_aside", "job %s not started: its checkpoint dir %s "
+            self.event(CHECKPOINTS_SET_ASIDE, "job %s not started: its checkpoint dir %s "
                        "holds an earlier run's checkpoints and %d could not be moved to %s "
                        "(%s: %s); a fresh start beside them would recover into them: move "
                        "them away, or continue that run with resume" % (
@@ -712,7 +726,7 @@ class ManagedJob:
                        "move the earlier run's checkpoints out of %s, or continue that run "
                        "with resume" % directory)
             return False
-        self.event("checkpoints_set_aside", "job %s starts afresh: the earlier run's "
+        self.event(CHECKPOINTS_SET_ASIDE, "job %s starts afresh: the earlier run's "
                    "checkpoints in %s (%s) were moved to %s, so that no restart of this run "
                    "restores them" % (self.name, directory, where, target), data)
         return True
@@ -734,13 +748,13 @@ class ManagedJob:
         pending = OffThread(look, "checkpoint-look-%s" % self.name)
         if not pending.wait(SLOW_LOOK):
             since = time.time() - SLOW_LOOK
-            self.event("sampler_error", "job %s: %s %s has taken %.0f s so far (%s); the "
+            self.event(SAMPLER_ERROR, "job %s: %s %s has taken %.0f s so far (%s); the "
                        "job waits for it" % (self.name, what, directory, SLOW_LOOK, maybe),
                        {"job_state": self.state, "answered": False, "dir": str(directory),
                          "within": SLOW_LOOK})
             pending.wait()
             seconds = time.time() - since
-            self.event("sampler_error", "job %s: %s %s was done after about %.0f s"
+            self.event(SAMPLER_ERROR, "job %s: %s %s was done after about %.0f s"
                        % (self.name, what, directory, seconds),
                        {"job_state": self.state, "answered": True, "dir": str(directory),
                          "seconds": round(seconds, 1)})
@@ -749,7 +763,7 @@ class ManagedJob:
     def newest_checkpoint(self) -> Tuple[Optional[checkpoints.Checkpoint], list]:
         found, skipped = self._newest_valid(self.spec.checkpoint_dir)
         for path, why in skipped:
-            self.event("checkpoint_skipped", "checkpoint %s skipped: %s" % (path, why),
+            self.event(CHECKPOINT_SKIPPED, "checkpoint %s skipped: %s" % (path, why),
                        {"path": path, "error": why})
         return found, [{"path": p, "error": w} for p, w in skipped]
 
@@ -774,14 +788,14 @@ class ManagedJob:
             self._started_by_operator(args.get("id"))  # or left out: its give-up is over
             if args.get("exclude_self"):
                 self.state = STOPPED
-                self.event("relaunch", "job %s: this host is excluded; its part stopped"
+                self.event(RELAUNCH, "job %s: this host is excluded; its part stopped"
                            % self.name, {"excluded": True})
                 return None
             if isinstance(args.get("spec"), LaunchSpec):
                 self.spec = args["spec"]
             checkpoint, skipped = self.newest_checkpoint()
             self.policy.progressed()
-            self.event("relaunch", "job %s relaunched from %s" % (
+            self.event(RELAUNCH, "job %s relaunched from %s" % (
                 self.name, checkpoint.path if checkpoint else "the start"), {
                 "checkpoint": str(checkpoint.path) if checkpoint else None,
                 "step": checkpoint.step if checkpoint else 0, "skipped": skipped,
@@ -869,7 +883,7 @@ class ManagedJob:
         if sup is not None and sup.started_at is not None and sup.ended_at is not None:
             seconds = round(sup.ended_at - sup.started_at, 3)
         code = sup.returncode if sup is not None else None
-        self.event("job_exited", "job %s stopped %s; %s" % (
+        self.event(JOB_EXITED, "job %s stopped %s; %s" % (
             self.name, "while waiting to restart after a failure: the restart is cancelled"
             if was == BACKOFF else "(it was %s)" % was,
             "its last attempt %s" % describe_status(code) if code is not None
@@ -934,13 +948,13 @@ class ManagedJob:
                 why = ("its processes %s after %.0f s, before a checkpoint was saved"
                        % (describe_status(code) if code is not None else "ended",
                           time.time() - requested))
-                self.event("pause", "job %s: pause not done: %s; nothing left to pause"
+                self.event(PAUSE, "job %s: pause not done: %s; nothing left to pause"
                            % (self.name, why),
                            {"mode": "checkpoint", "ok": False, "error": why,
                              "returncode": code})
                 return retry_at
             self.state = RUNNING if self.running else FAILED
-            self.event("pause", "job %s: pause failed: no checkpoint within %.0f s; the job "
+            self.event(PAUSE, "job %s: pause failed: no checkpoint within %.0f s; the job "
                        "keeps running" % (self.name, timeout),
                        {"mode": "checkpoint", "ok": False,
                          "error": "no checkpoint_saved within %g s" % timeout})
@@ -963,7 +977,7 @@ class ManagedJob:
         if newest is not None and newest.step >= step:
             step, path = newest.step, str(newest.path)
         self.state = PAUSED
-        self.event("pause", "job %s paused at step %d (checkpoint %s); its processes have "
+        self.event(PAUSE, "job %s paused at step %d (checkpoint %s); its processes have "
                    "exited" % (self.name, step, path), {
                         "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
                         "steps_discarded": max(0, (last or step) - step)}, step=step)
@@ -980,7 +994,7 @@ class ManagedJob:
         step = newest.step if newest is not None else 0
         last = self._failure.get("last_step")
         self.state = PAUSED
-        self.event("pause", "job %s paused while waiting to restart after a failure: the "
+        self.event(PAUSE, "job %s paused while waiting to restart after a failure: the "
                    "restart is cancelled; a resume starts from %s" % (
                         self.name, newest.path if newest is not None else "the start"), {
                         "mode": "checkpoint", "ok": True,
@@ -1042,14 +1056,14 @@ class ManagedJob:
         if sup is not None and sup.running:
             sup.ended_for = None
             self.state = RUNNING
-            self.event("pause", "job %s: pause failed: this host's part did not end within "
+            self.event(PAUSE, "job %s: pause failed: this host's part did not end within "
                        "%.0f s of the pause; it keeps running" % (self.name, timeout),
                        {"mode": "follow", "ok": False,
                          "error": "still running after %g s" % timeout})
             return retry_at
         checkpoint, _skipped = self.newest_checkpoint()
         self.state = PAUSED
-        self.event("pause", "job %s paused; this host's processes have exited" % self.name,
+        self.event(PAUSE, "job %s paused; this host's processes have exited" % self.name,
                    {"mode": "follow", "ok": True,
                      "checkpoint": str(checkpoint.path) if checkpoint else None,
                      "step": checkpoint.step if checkpoint else None})
@@ -1061,14 +1075,14 @@ class ManagedJob:
     def _freeze(self, args: dict) -> None:
         sup = self.supervisor
         if self.state != RUNNING or sup is None or not sup.running:
-            self.event("pause", "job %s: freeze refused: it is %s" % (self.name, self.state),
+            self.event(PAUSE, "job %s: freeze refused: it is %s" % (self.name, self.state),
                        {"mode": "freeze", "ok": False, "error": "job is %s" % self.state})
             return
         hold = float(args.get("hold", 60.0))
         sup.signal_tree(signal.SIGSTOP)
         self.state = FROZEN
         self._freeze_until = time.time() + hold
-        self.event("pause", "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
+        self.event(PAUSE, "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
                    {"mode": "freeze", "ok": True, "hold": hold,
                      "pids": sup.tree_pids()})
 
@@ -1080,7 +1094,7 @@ class ManagedJob:
         with self.progress.lock:
             self.detector.reset(time.time(), new_attempt=False)
         self.state = RUNNING if self.running else FAILED
-        self.event("resume", "job %s thawed (SIGCONT): %s" % (self.name, why),
+        self.event(RESUME, "job %s thawed (SIGCONT): %s" % (self.name, why),
                    {"mode": "thaw", "reason": why})
 
     def _resume(self, op_id: object, peer: Optional[peer_end.PeerResumed] = None) -> None:
@@ -1102,7 +1116,7 @@ class ManagedJob:
             text = ("job %s resumed from %s, as host %s resumed it (the resume did not reach "
                     "this host)" % (self.name, where, peer.host))
             data.update(mode="peer", peer=peer.host)
-        self.event("resume", text, data, step=step)
+        self.event(RESUME, text, data, step=step)
         self.launch(checkpoint, reason="resume")
         self.peers.announce_resumed(ended_in, step, data["checkpoint"])
 
@@ -1151,7 +1165,7 @@ class ManagedJob:
             self.stop_attempt(why="pause")
             checkpoint, _skipped = self.newest_checkpoint()
             self.state = PAUSED
-            self.event("pause", "job %s paused as host %s was; this host's processes have "
+            self.event(PAUSE, "job %s paused as host %s was; this host's processes have "
                        "exited" % (self.name, peer.host), {
                             "mode": "peer", "ok": True, "peer": peer.host,
                             "checkpoint": str(checkpoint.path) if checkpoint else None,
@@ -1211,7 +1225,7 @@ class ManagedJob:
                 self._saved_at = time.time()
                 return
         if not repeated:
-            self.event("sampler_error", "job %s: cannot save its state for adoption: %s"
+            self.event(SAMPLER_ERROR, "job %s: cannot save its state for adoption: %s"
                        % (self.name, error), {"job_state": self.state})
 
     def _save_if_due(self) -> None:
@@ -1281,7 +1295,7 @@ class ManagedJob:
         if not isinstance(pending, dict) or not isinstance(head, int):
             return pending if isinstance(pending, dict) else None
         for record in JournalReader(self.journal.state_dir).records(head):
-            if record.get("t") == "event" and record.get("kind") == "recovery" and (
+            if record.get("t") == "event" and record.get("kind") == RECOVERY and (
                     record.get("job") == self.name) and (record.get("data") or {}).get(
                     "restart_count") == pending.get("restart_count"):
                 return None
@@ -1320,7 +1334,7 @@ class ManagedJob:
             data["dropped_ops"] = list(self._dropped_ops)
             what += "; %d saved operation(s) unusable, not carried out (%s)" % (
                 len(self._dropped_ops), "; ".join(self._dropped_ops))
-        self.event("job_adopted", "job %s adopted from the previous agent (pid %s): %s"
+        self.event(JOB_ADOPTED, "job %s adopted from the previous agent (pid %s): %s"
                    % (self.name, saved.get("agent_pid"), what), data,
                    step=self.progress.cur_max)
         # A stop accepted before: no restart, no launch, whatever state the job was in.
@@ -1345,7 +1359,7 @@ class ManagedJob:
             return None
         if previous == PAUSING and alive_now:
             sup.signal_tree(signal.SIGCONT)  # it may have been held for the pause
-            self.event("pause", "job %s: pause failed: the agent restarted while pausing; "
+            self.event(PAUSE, "job %s: pause failed: the agent restarted while pausing; "
                        "the job keeps running" % self.name,
                        {"mode": "checkpoint", "ok": False,
                          "error": "agent restarted during the pause"})
@@ -1380,7 +1394,7 @@ class ManagedJob:
             msg = "job %s interrupted (%s): %s; %s" % (
                 self.name, diagnosis.cause, diagnosis.evidence[0] if diagnosis.evidence
                 else "", outcome)
-        self.event("interruption", msg, data, step=last_step)
+        self.event(INTERRUPTION, msg, data, step=last_step)
 
     # -- the attempt's workers, as the last look saw them (the job's thread only) ---------
     def watched_pids(self) -> List[int]:

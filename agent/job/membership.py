@@ -52,6 +52,7 @@ from agent.job.recovery import HINTS, Decision, Diagnosis, classify
 from agent.job.supervisor import alive
 from agent.wire import atomic, paths
 from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
+from agent.wire.events import MEMBERSHIP, SCALE, TAKEOVER
 from agent.wire.op_error import OpError
 from agent.wire.states import (
     EXCLUDED,
@@ -254,7 +255,7 @@ class Membership:
         if expect is not None and now > expect["until"] and self.regroup is None and (
                 self.between is None):
             self.expect = None
-            job.event("scale", "job %s: scale (%s %s) not seen here within %.0f s; the job "
+            job.event(SCALE, "job %s: scale (%s %s) not seen here within %.0f s; the job "
                       "keeps running as it was" % (job.name, expect["change"],
                                                     expect["host"], expect["window"]), {
                 "ok": False, "id": expect["id"], "change": expect["change"],
@@ -347,16 +348,16 @@ class Membership:
             if expect is not None:
                 data.update({"id": expect["id"], "change": expect["change"],
                              "host": expect["host"]})
-            job.event("scale", "job %s: %s %s done; %s node(s) train from step %d, torchrun "
+            job.event(SCALE, "job %s: %s %s done; %s node(s) train from step %d, torchrun "
                       "kept running" % (job.name, data.get("change", "membership change"),
                                          data.get("host", ""), facts["nodes"], step), data,
                       step=step)
         elif why == "joined":
-            job.event("membership", "job %s: torchrun admitted a node; %s node(s) train from "
+            job.event(MEMBERSHIP, "job %s: torchrun admitted a node; %s node(s) train from "
                       "step %d" % (job.name, facts["nodes"], step),
                       dict(data, change="join"), step=step)
         elif why == "takeover":
-            job.event("takeover", "job %s: the spare %s trains from step %d with %s node(s)"
+            job.event(TAKEOVER, "job %s: the spare %s trains from step %d with %s node(s)"
                       % (job.name, job.spec.host, step, facts["nodes"]),
                       dict(data, spare=job.spec.host, started=True), step=step)
         job.save()  # said: an agent restarted from here on must not say it again
@@ -401,7 +402,7 @@ class Membership:
                                 if job.supervisor else None, "last_step": None}
                 job.save()
             else:
-                job.event("scale", "job %s: this host could not join" % job.name, {
+                job.event(SCALE, "job %s: this host could not join" % job.name, {
                     "ok": False, "id": args.get("id"), "change": "add", "host": spec.host,
                     "error": "torchrun did not start (see the launch_failed alert)"})
             return
@@ -410,7 +411,7 @@ class Membership:
             job.stop_attempt(why="scale")
             job.state = EXCLUDED
             self.expect = self.between = self.regroup = None
-            job.event("scale", "job %s: this host left; its part stopped, the other %d "
+            job.event(SCALE, "job %s: this host left; its part stopped, the other %d "
                       "host(s) go on" % (job.name, len(hosts)), {
                            "ok": True, "id": args.get("id"), "change": "remove",
                            "host": job.spec.host, "left": True, "hosts": list(hosts)})
@@ -540,7 +541,7 @@ class Membership:
         job.peers.generations.take_over(
             generation if isinstance(generation, str) and generation else None)
         checkpoint, skipped = job.newest_checkpoint()
-        job.event("takeover", "job %s: spare %s takes over from %s (%s)" % (
+        job.event(TAKEOVER, "job %s: spare %s takes over from %s (%s)" % (
             job.name, me, claim.get("replaced"), claim.get("cause")), {
             "ok": True, "spare": me, "replaced": claim.get("replaced"),
             "cause": claim.get("cause"), "claimed_at": claim.get("ts"), "hosts": job.spec.hosts,

@@ -18,6 +18,7 @@ from typing import Callable, Deque, List, Optional
 
 from agent.job.startup_faults import IMPORT_ERROR, StartupFault, StartupWatch
 from agent.journal.journal import Journal
+from agent.wire.events import STARTUP_FAULT
 from agent.wire.protocol import MAX_LOG_LINE
 
 TAIL_LINES = 400
@@ -107,7 +108,7 @@ class JobOutput:
         return [("alert", {"kind": "parameter" if fault.code == IMPORT_ERROR else "resource",
                            "severity": "critical", "code": fault.code, "job": self.job,
                            "where": dict(fault.where), "what": what, "hint": fault.fix}),
-                ("event", {"kind": "startup_fault", "job": self.job, "rank": fault.where.get(
+                ("event", {"kind": STARTUP_FAULT, "job": self.job, "rank": fault.where.get(
                     "rank"), "step": None, "msg": what,
                     "data": {"code": fault.code, "where": dict(fault.where), "fix": fault.fix,
                              "stream": stream, "line": fault.line}})]

@@ -73,6 +73,7 @@ from agent.job.generations import Generations, generation
 from agent.job.launch import LaunchSpec
 from agent.off_thread import OffThread
 from agent.wire import atomic, paths, states
+from agent.wire.events import PEER_ENDED, SAMPLER_ERROR
 
 if TYPE_CHECKING:
     from agent.job.handle import JobHandle
@@ -427,7 +428,7 @@ class Peers:
             self._stalled = time.time()
         if error is not None:
             job = self.job
-            job.event("sampler_error", "job %s: cannot tell the job's other hosts that this "
+            job.event(SAMPLER_ERROR, "job %s: cannot tell the job's other hosts that this "
                       "host's part %s (%s); %s" % (job.name, what, error, meanwhile),
                       {"job_state": job.state})
 
@@ -473,7 +474,7 @@ class Peers:
             PAUSED: "was paused%s; this host's part, which the pause did not reach, "
                     "stops too" % ("" if peer.step is None else " at step %d" % peer.step),
         }[peer.why]
-        job.event("peer_ended", "job %s: host %s %s" % (job.name, peer.host, happened),
+        job.event(PEER_ENDED, "job %s: host %s %s" % (job.name, peer.host, happened),
                   {"host": peer.host, "why": peer.why, "cause": peer.cause,
                     "reason": peer.reason, "step": peer.step, "checkpoint": peer.checkpoint,
                     "at": peer.at, "state": job.state}, step=job.progress.newest_step)
@@ -514,7 +515,7 @@ class Peers:
         for problem in problems:
             if problem not in self._problems:
                 self._problems.add(problem)
-                job.event("sampler_error", "job %s: a marker of another host's part's %s "
+                job.event(SAMPLER_ERROR, "job %s: a marker of another host's part's %s "
                           "cannot be read, so it is not acted on: %s"
                           % (job.name, what, problem), {"job_state": job.state})
 
@@ -525,7 +526,7 @@ class Peers:
         if not answered:
             if self._stalled is None:
                 self._stalled = time.time() - self.shared.within
-                job.event("sampler_error", "job %s: %s (a hung network mount?); until it "
+                job.event(SAMPLER_ERROR, "job %s: %s (a hung network mount?); until it "
                           "answers, this host's part does not follow the ends of the job's "
                           "other hosts' parts" % (job.name,
                                                    self.shared.unanswered(job.spec)), {
@@ -536,7 +537,7 @@ class Peers:
         if self._stalled is not None:
             seconds = time.time() - self._stalled
             self._stalled = None
-            job.event("sampler_error", "job %s: the shared dir %s answers again, after about "
+            job.event(SAMPLER_ERROR, "job %s: the shared dir %s answers again, after about "
                       "%.0f s; the ends of the job's other hosts' parts are followed again"
                       % (job.name, marker_dir(job.spec), seconds), {
                            "job_state": job.state, "answered": True,

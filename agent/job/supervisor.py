@@ -43,6 +43,7 @@ from agent.job.startup_faults import StartupWatch
 from agent.journal.journal import Journal
 from agent.samplers.procinfo import RankResolver
 from agent.wire import atomic, paths
+from agent.wire.events import JOB_EXITED, JOB_STARTED
 
 READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
 FOLLOW_POLL = 0.5  # s between looks at the log files when nothing new came
@@ -176,7 +177,7 @@ class Supervisor:
         self._boot = boot_id()
         self.started_at = time.time()
         self.journal.append("event", {
-            "kind": "job_started", "job": self.job, "rank": None, "step": None,
+            "kind": JOB_STARTED, "job": self.job, "rank": None, "step": None,
             "msg": "job %s started (pid %d): %s" % (self.job, self._pid, " ".join(self.cmd)),
             "data": dict(self.started_data, pid=self._pid, cmd=self.cmd,
                          run_dir=str(self.run_dir)),
@@ -480,6 +481,6 @@ class Supervisor:
             how += " (ended by the agent %s)" % ENDED_FOR.get(self.ended_for, self.ended_for)
             data["ended_for"] = self.ended_for
         self.journal.append("event", {
-            "kind": "job_exited", "job": self.job, "rank": None, "step": None,
+            "kind": JOB_EXITED, "job": self.job, "rank": None, "step": None,
             "msg": "job %s %s" % (self.job, how), "data": data,
         })

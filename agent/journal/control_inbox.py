@@ -22,8 +22,12 @@ from typing import Callable, Dict, Optional, Set, Tuple
 
 from agent.journal.journal import Journal, JournalReader
 from agent.wire import atomic, paths
+from agent.wire.events import CONTROL_ACK
 from agent.wire.op_error import OpError
 
+# What a journal chunk, and then a line, holds when it is an ack: as the journal encodes it.
+_ACK_WORD = ('"%s"' % CONTROL_ACK).encode()
+_ACK_FIELD = ('"kind":"%s"' % CONTROL_ACK).encode()
 INBOX_MAX_AGE = 120.0
 
 
@@ -78,7 +82,7 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
     if outcome is None:
         outcome = "accepted" if op in ACCEPTED_OPS else "done"
     msg = "control op %s %s" % (name, outcome)
-    return ("event", {"kind": "control_ack", "job": job if isinstance(job, str) else None,
+    return ("event", {"kind": CONTROL_ACK, "job": job if isinstance(job, str) else None,
                       "rank": None, "step": None, "msg": msg, "data": data})
 
 
@@ -109,7 +113,7 @@ def _daemon_ack_id(line: bytes) -> Optional[str]:
         record = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(record, dict) or record.get("kind") != "control_ack" or (
+    if not isinstance(record, dict) or record.get("kind") != CONTROL_ACK or (
             "src" in record):
         return None
     data = record.get("data")
@@ -153,10 +157,10 @@ class ControlInbox:
         if after > self.journal.head:
             self.offset, after = 0, 0
         for chunk in JournalReader(self.journal.state_dir).chunks(after):
-            if b'"control_ack"' not in chunk:
+            if _ACK_WORD not in chunk:
                 continue
             for line in chunk.splitlines():
-                if b'"kind":"control_ack"' in line:
+                if _ACK_FIELD in line:
                     op_id = _daemon_ack_id(line)
                     if op_id is not None:
                         self._acked.add(op_id)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Deque, Dict, List, Optional, Tuple
 
 from agent.hostinfo import hostname
+from agent.wire.events import DROPPED
 
 HOLD_BYTES = 8 << 20  # records held in memory while the journal cannot write
 RETRY_EVERY = 1.0  # s between attempts to write held records
@@ -236,7 +237,7 @@ class DiskFault:
         if count:
             kinds = ", ".join("%s: %d" % kv for kv in sorted(held.dropped.items()))
             records.append(("event", {
-                "kind": "dropped", "job": None, "rank": None, "step": None,
+                "kind": DROPPED, "job": None, "rank": None, "step": None,
                 "msg": "journal %s: dropped %d records made while it could not write "
                        "(%s), over %s of memory" % (reason, count, kinds,
                                                     _size(self.hold_limit)),

@@ -44,6 +44,7 @@ from agent.journal.full import (
     Reserve,
     free_bytes,
 )
+from agent.wire.events import DROPPED
 from agent.wire.protocol import encode
 
 SEGMENT_SUFFIX = ".ndjson"
@@ -520,7 +521,7 @@ class Journal:
                         (
                             "event",
                             {
-                                "kind": "dropped",
+                                "kind": DROPPED,
                                 "job": None,
                                 "rank": None,
                                 "step": None,

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Mapping, Optio
 from agent.journal.journal import JournalReader
 from agent.journal.spool_rejects import KEEP_RAW, RejectRing
 from agent.wire import atomic, paths
+from agent.wire.events import SPOOL_ERROR
 from agent.wire.protocol import MAX_LINE_BYTES, SPOOL_HEADER
 from agent.wire.record_check import (
     MAX_RANK,
@@ -276,7 +277,7 @@ class SpoolTailer:
             return
         self._reported.add(key)
         self._pending_errors.append(("event", _event(
-            "spool_error", job, rank, msg, {"file": visible(path), "line": None,
+            SPOOL_ERROR, job, rank, msg, {"file": visible(path), "line": None,
                                             "error": msg})))
 
     def _identify(self, sf: SpoolFile, mtime: float,
@@ -337,7 +338,7 @@ class SpoolTailer:
         return True
 
     def _error(self, sf: SpoolFile, lineno: int, error: str, end: int) -> Record:
-        fields = _event("spool_error", sf.job, sf.rank,
+        fields = _event(SPOOL_ERROR, sf.job, sf.rank,
                         "spool line %d of %s skipped: %s" % (lineno, sf.path, error),
                         {"file": str(sf.path), "line": lineno, "error": error})
         if end:
@@ -371,7 +372,7 @@ class SpoolTailer:
         if summary is None:
             return
         count, first, last, error, end = summary
-        fields = _event("spool_error", sf.job, sf.rank,
+        fields = _event(SPOOL_ERROR, sf.job, sf.rank,
                         "%d more spool lines of %s skipped (lines %d-%d; %d refused in "
                         "all), the last because: %s" % (count, sf.path, first, last,
                                                         sf.rejected, error),

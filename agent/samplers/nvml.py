@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from agent.samplers.procinfo import RankResolver
 from agent.wire import states
+from agent.wire.events import XID
 
 STATE_OK = states.GPU_OK
 STATE_NO_DRIVER = states.GPU_NO_DRIVER
@@ -267,7 +268,7 @@ def xid_records(gpu: int, xid: int, uuid: Optional[str], ts: float) -> List[Tupl
     hint = XID_HINTS.get(xid, "look up XID %d in NVIDIA's XID catalogue; check dmesg" % xid)
     what = "GPU %d reported XID %d" % (gpu, xid)
     return [
-        ("event", {"kind": "xid", "job": None, "rank": None, "step": None, "msg": what,
+        ("event", {"kind": XID, "job": None, "rank": None, "step": None, "msg": what,
                    "data": {"gpu": gpu, "xid": xid, "uuid": uuid}, "ts": ts}),
         ("alert", {"kind": "resource", "severity": "critical", "code": "gpu_xid",
                    "where": {"gpu": gpu}, "what": what, "hint": hint, "ts": ts}),

@@ -32,17 +32,8 @@ SEVERITIES = ("info", "warning", "critical")
 SPOOL_HEADER = "spool"
 SPOOL_RECORD_TYPES = ("train", "eval", "event", "run", "log", "alert")
 
-# Event kinds that only the agent journals (job lifecycle, operator ops, its own faults).
-# A trainer's `Reporter.event(kind)` may name any other kind; one of these from a spool
-# would forge the agent's account of a job (a `job_started` renames its history), so it
-# is refused there. `control_ack` and `dropped` are both the agent's and the hook's: the
-# spool reader accepts only the hook's shapes of them (an adjust's ack; a count of spool
-# records the Reporter could not write).
-AGENT_EVENT_KINDS = frozenset({
-    "job_started", "job_adopted", "job_exited", "peer_ended", "pause", "resume",
-    "relaunch", "fork", "scale", "takeover", "membership", "interruption", "recovery",
-    "checkpoints_set_aside", "xid", "spool_error", "sampler_error", "startup_fault",
-})
+# The kinds of `event` records, and which of them only the agent may journal
+# (`AGENT_EVENT_KINDS`), are spelt in `agent.wire.events`.
 
 _dumps = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str

@@ -18,8 +18,9 @@ import math
 import re
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from agent.wire import events
+from agent.wire.events import AGENT_EVENT_KINDS
 from agent.wire.protocol import (
-    AGENT_EVENT_KINDS,
     ALERT_KINDS,
     INT64_MAX,
     INT64_MIN,
@@ -225,18 +226,18 @@ _REQUIRED = {"log": ("line",), "alert": ("kind", "severity", "code", "what")}
 
 # The hook's own event kinds, by the shape of their `data`.
 _EVENT_DATA: Dict[str, Dict[str, Callable[[Any], None]]] = {
-    "checkpoint_saved": {"path": _text("path"), "seconds": _number("seconds", 0.0),
-                         "bytes": _int("bytes", 0), "step": _int("step")},
-    "control_ack": {"op": _choice("op", ("adjust",)), "id": _text("id"),
-                    "ok": _bool("ok"), "applied_step": _int("applied_step"),
-                    "knobs": _object("knobs"), "error": _text("error")},
-    "dropped": {"count": _int("count", 0), "reason": _text("reason")},
-    "stage": {"stage": _text("stage", MAX_NAME)},
+    events.CHECKPOINT_SAVED: {"path": _text("path"), "seconds": _number("seconds", 0.0),
+                              "bytes": _int("bytes", 0), "step": _int("step")},
+    events.CONTROL_ACK: {"op": _choice("op", ("adjust",)), "id": _text("id"),
+                         "ok": _bool("ok"), "applied_step": _int("applied_step"),
+                         "knobs": _object("knobs"), "error": _text("error")},
+    events.DROPPED: {"count": _int("count", 0), "reason": _text("reason")},
+    events.STAGE: {"stage": _text("stage", MAX_NAME)},
 }
-_EVENT_REQUIRED = {"control_ack": ("op", "ok"), "dropped": ("count",)}
+_EVENT_REQUIRED = {events.CONTROL_ACK: ("op", "ok"), events.DROPPED: ("count",)}
 # The journal's retention report is `dropped` with the seq range it lost; a rank's is a
 # count of records it could not write. Only the agent may say it lost journal seqs.
-_EVENT_FORBIDDEN: Dict[str, Tuple[str, ...]] = {"dropped": ("first", "last")}
+_EVENT_FORBIDDEN: Dict[str, Tuple[str, ...]] = {events.DROPPED: ("first", "last")}
 
 
 def _fields(record: Mapping[str, Any], checks: Mapping[str, Callable[[Any], None]],

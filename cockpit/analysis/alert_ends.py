@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agent.wire.events import JOB_EXITED, JOB_STARTED, PAUSE, RELAUNCH
 from cockpit.analysis.lifecycle import event_data, paused
 
 Row = Mapping[str, Any]
@@ -73,7 +74,7 @@ def awaiting_a_step(rows: Iterable[Row], ends: AlertEnds) -> list[tuple[str, str
 
 
 # The lifecycle events `operator_ends` reads.
-ENDING_EVENT_KINDS = ("job_started", "job_exited", "pause", "relaunch")
+ENDING_EVENT_KINDS = (JOB_STARTED, JOB_EXITED, PAUSE, RELAUNCH)
 
 
 def operator_ends(events: Iterable[Row]) -> AlertEnds:
@@ -96,12 +97,12 @@ def operator_ends(events: Iterable[Row]) -> AlertEnds:
             continue
         on = (job, str(e.get("host") or ""))
         data = event_data(e)
-        if kind == "job_started" and data.get("reason") != "recovery":
+        if kind == JOB_STARTED and data.get("reason") != "recovery":
             note(started, job, ts)
             note(started_on, on, ts)
-        elif (kind == "job_exited" and data.get("ended_for") == "stop") or paused(e):
+        elif (kind == JOB_EXITED and data.get("ended_for") == "stop") or paused(e):
             note(stopped, job, ts)
-        elif (kind == "relaunch" and data.get("excluded") is True) or (
-                kind == "job_exited" and data.get("ended_for") == "scale"):
+        elif (kind == RELAUNCH and data.get("excluded") is True) or (
+                kind == JOB_EXITED and data.get("ended_for") == "scale"):
             note(left, on, ts)
     return AlertEnds(started, started_on, stopped, left)

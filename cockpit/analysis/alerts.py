@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from agent.wire.events import DROPPED, SPOOL_ERROR, XID
 from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.alert_ends import ENDED_BY_A_STEP, AlertEnds, alert_mark
@@ -117,7 +118,7 @@ def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
 def xid_alerts(events: Iterable[Row]) -> list[Alert]:
     out = []
     for e in events:
-        if e.get("kind") != "xid":
+        if e.get("kind") != XID:
             continue
         data = e.get("data") or {}
         xid = data.get("xid")
@@ -225,10 +226,10 @@ def data_alerts(
         ))
     spool: dict[tuple[Any, Any], list[Row]] = {}
     for e in events:
-        if e.get("kind") == "spool_error":
+        if e.get("kind") == SPOOL_ERROR:
             file = (e.get("data") or {}).get("file")
             spool.setdefault((e.get("host"), file), []).append(e)
-        elif e.get("kind") == "dropped":
+        elif e.get("kind") == DROPPED:
             data = dict_field(e, "data")
             count = data.get("count")
             reason = data.get("reason") or "retention"

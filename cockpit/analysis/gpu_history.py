@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agent.wire.events import JOB_STARTED
 from cockpit.analysis.lifecycle import event_data
 from cockpit.analysis.text import counted, where_text
 from cockpit.snapshot import Alert, GpuCell, HostHealth
@@ -30,7 +31,7 @@ def run_began(lifecycle: Sequence[Mapping[str, Any]], fallback: float | None) ->
     hosts of one launch each journal one: the first of the newest group counts), else
     `fallback` (when the job first declared itself)."""
     starts = sorted(float(e["ts"]) for e in lifecycle
-                    if e.get("kind") == "job_started" and e.get("ts") is not None
+                    if e.get("kind") == JOB_STARTED and e.get("ts") is not None
                     and event_data(e).get("reason") in RUN_STARTS)
     if not starts:
         return fallback

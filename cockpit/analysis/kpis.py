@@ -33,6 +33,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from agent.wire.events import (
+    CONTROL_ACK,
+    JOB_EXITED,
+    JOB_STARTED,
+    PAUSE,
+    RESUME,
+    SLURM_RUNNING,
+    SLURM_SUBMITTED,
+)
+
 # Lost-time causes, in the order a second covered by several is given to the first.
 SPAN_CAUSES = ("interruption", "pause", "stopped", "startup")
 STEP_CAUSES = ("data_wait", "checkpoint", "recomputed")
@@ -140,9 +150,9 @@ def launched_at(events: Sequence[Mapping[str, Any]], first_declared: float | Non
     """Submit time: the operator's launch acknowledgement, else the first start, else
     the first `run` record (a trainer run without an agent)."""
     times = [float(e["ts"]) for e in events
-             if (e.get("kind") == "control_ack" and _data(e).get("op") in ("launch", "fork")
+             if (e.get("kind") == CONTROL_ACK and _data(e).get("op") in ("launch", "fork")
                  and _data(e).get("ok") is not False)
-             or e.get("kind") == "job_started"]
+             or e.get("kind") == JOB_STARTED]
     if first_declared is not None:
         times.append(first_declared)
     return min(times) if times else None
@@ -153,19 +163,19 @@ def queued(events: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | N
     job on a batch scheduler (`slurm_submitted`, `slurm_running` events); Nones else."""
     # The cockpit's own sbatch, or Slurm's SubmitTime as a watch saw it (another
     # process submitted the job, into another recording).
-    submits = [float(e["ts"]) for e in events if e.get("kind") == "slurm_submitted"]
-    submits += [t for e in events if e.get("kind") == "slurm_running"
+    submits = [float(e["ts"]) for e in events if e.get("kind") == SLURM_SUBMITTED]
+    submits += [t for e in events if e.get("kind") == SLURM_RUNNING
                 if (t := _num(_data(e).get("submitted_at"))) is not None]
-    waits = [w for e in events if e.get("kind") == "slurm_running"
+    waits = [w for e in events if e.get("kind") == SLURM_RUNNING
              if (w := _num(_data(e).get("queue_wait"))) is not None and w >= 0]
     return min(submits, default=None), (sum(waits) if waits else None)
 
 
 def job_state(events: Sequence[Mapping[str, Any]]) -> tuple[bool, bool, float | None]:
     """(running, finished, last exit ts) from the newest start and exit events."""
-    last_start = max((float(e["ts"]) for e in events if e.get("kind") == "job_started"),
+    last_start = max((float(e["ts"]) for e in events if e.get("kind") == JOB_STARTED),
                      default=None)
-    exits = [e for e in events if e.get("kind") == "job_exited"]
+    exits = [e for e in events if e.get("kind") == JOB_EXITED]
     last_exit = exits[-1] if exits else None
     exit_ts = float(last_exit["ts"]) if last_exit is not None else None
     if last_exit is None or exit_ts is None or (last_start is not None
@@ -182,13 +192,13 @@ def lost_spans(events: Sequence[Mapping[str, Any]],
     """(cause, start, end) spans in which the job made no step: `first_steps` maps each
     `job_started` ts to when its first step began (None: none yet)."""
     spans: list[tuple[str, float, float]] = []
-    starts = [float(e["ts"]) for e in events if e.get("kind") == "job_started"]
+    starts = [float(e["ts"]) for e in events if e.get("kind") == JOB_STARTED]
     resumes = sorted(float(e["ts"]) for e in events
-                     if (e.get("kind") == "job_started"
+                     if (e.get("kind") == JOB_STARTED
                          and _data(e).get("reason") in OPERATOR_STARTS)
                      # a frozen job's thaw; a resume of a stopped one ends at its start
-                     or (e.get("kind") == "resume" and _data(e).get("mode") == "thaw"))
-    pauses = sorted(float(e["ts"]) for e in events if e.get("kind") == "pause"
+                     or (e.get("kind") == RESUME and _data(e).get("mode") == "thaw"))
+    pauses = sorted(float(e["ts"]) for e in events if e.get("kind") == PAUSE
                     and _data(e).get("ok") is not False)
 
     def next_after(times: Sequence[float], t: float) -> float:
@@ -213,7 +223,7 @@ def lost_spans(events: Sequence[Mapping[str, Any]],
     for t in pauses:
         spans.append(("pause", t, next_after(resumes, t)))
     for e in events:
-        if e.get("kind") == "job_exited":
+        if e.get("kind") == JOB_EXITED:
             t = float(e["ts"])
             spans.append(("stopped", t, next_after(starts, t)))
     for t in starts:

@@ -7,10 +7,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent.wire import states
+from agent.wire.events import INTERRUPTION, JOB_ADOPTED, JOB_EXITED, JOB_STARTED, PAUSE, RESUME
 
 # Newest lifecycle event kinds after which a job's processes are gone (a pause that
 # failed is not one: the job keeps running).
-ENDING_KINDS = frozenset({"job_exited", "pause"})
+ENDING_KINDS = frozenset({JOB_EXITED, PAUSE})
 STOPPED_CAUSE = "stopped on request"
 # Job states in which its processes are gone and stay gone until an operator acts: the
 # agent's own words and "exited" (it ended early or badly and its agent is not restarting it).
@@ -37,7 +38,7 @@ def dict_field(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 def paused(event: Mapping[str, Any]) -> bool:
     """A pause (or freeze) that took effect; the agent marks one that failed `ok: false`."""
-    return event.get("kind") == "pause" and event_data(event).get("ok") is not False
+    return event.get("kind") == PAUSE and event_data(event).get("ok") is not False
 
 
 def took_effect(event: Mapping[str, Any]) -> bool:
@@ -65,7 +66,7 @@ def ended(event: Mapping[str, Any] | None) -> bool:
         return True
     if event is None or event.get("kind") not in ENDING_KINDS:
         return False
-    return event.get("kind") == "job_exited" or paused(event)
+    return event.get("kind") == JOB_EXITED or paused(event)
 
 
 def exit_reading(events: Iterable[Mapping[str, Any]],
@@ -82,7 +83,7 @@ def exit_reading(events: Iterable[Mapping[str, Any]],
     for event in sorted(events, key=_order):
         if took_effect(event):  # a pause that failed after the exit changed nothing
             newest[str(event.get("host"))] = event
-    exits = sorted((e for e in newest.values() if e.get("kind") == "job_exited"), key=_order)
+    exits = sorted((e for e in newest.values() if e.get("kind") == JOB_EXITED), key=_order)
     early = percent is not None and percent < 1.0
     troubled = [e for e in exits if not _clean_exit(e)]
     causes = [cause for cause in map(_exit_cause, troubled) if cause]
@@ -110,10 +111,10 @@ def current_run_started(events: Iterable[Mapping[str, Any]]) -> float | None:
     running: dict[str, bool] = {}
     for event in sorted(events, key=_order):
         host, kind = str(event.get("host")), event.get("kind")
-        if kind == "job_started":
+        if kind == JOB_STARTED:
             newest_start[host] = float(event.get("ts") or 0.0)
             running[host] = True
-        elif kind == "job_exited":
+        elif kind == JOB_EXITED:
             running[host] = False
     if not newest_start:
         return None
@@ -148,7 +149,7 @@ def _exit_cause(event: Mapping[str, Any]) -> str | None:
 def gave_up(event: Mapping[str, Any]) -> bool:
     """An interruption after which the agent stopped retrying (a host excluded from an
     elastic job is not one: the others go on without it)."""
-    if event.get("kind") != "interruption":
+    if event.get("kind") != INTERRUPTION:
         return False
     data = event_data(event)
     decision = dict_field(data, "decision")
@@ -183,14 +184,14 @@ def _given_up(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     first."""
     newest: dict[str, Mapping[str, Any]] = {}
     for event in sorted(events, key=_order):
-        if event.get("kind") in ("interruption", "job_started") and event.get("host"):
+        if event.get("kind") in (INTERRUPTION, JOB_STARTED) and event.get("host"):
             newest[str(event["host"])] = event
     return sorted((e for e in newest.values() if gave_up(e)), key=_order)
 
 
 # Lifecycle kinds after which a host runs the job's processes (a resume also thaws a
 # frozen job, which has no start of its own).
-STARTING_KINDS = frozenset({"job_started", "resume"})
+STARTING_KINDS = frozenset({JOB_STARTED, RESUME})
 
 
 def process_starts(events: Iterable[Mapping[str, Any]], job: str | None) -> list[float]:
@@ -214,7 +215,7 @@ def running_seconds(events: Iterable[Mapping[str, Any]], *, since: float,
     changes: list[tuple[float, str, bool]] = []
     for e in events:
         kind = e.get("kind")
-        if kind == "job_adopted":
+        if kind == JOB_ADOPTED:
             starts = event_data(e).get("running") is True
         elif kind in STARTING_KINDS:
             starts = True

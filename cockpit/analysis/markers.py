@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agent.wire.events import CONTROL_ACK, RESUMED
 from agent.wire.knobs import ONE_SHOT_KNOBS
 from cockpit.analysis.lifecycle import dict_field
 from cockpit.snapshot import Marker
 
-MARKER_KINDS = ("control_ack", "resumed")  # the event kinds markers come from
+MARKER_KINDS = (CONTROL_ACK, RESUMED)  # the event kinds markers come from
 MARKER_LIMIT = 200  # markers kept per job, newest
 
 
@@ -41,9 +42,9 @@ def marker_of(event: Mapping[str, Any]) -> Marker | None:
     if not isinstance(step, int) or isinstance(step, bool):
         return None
     kind = event.get("kind")
-    if kind == "resumed":
+    if kind == RESUMED:
         return Marker(step, "restart", str(event.get("msg") or "resumed"))
-    if kind != "control_ack" or event.get("rank") is None:
+    if kind != CONTROL_ACK or event.get("rank") is None:
         return None  # the agent's own acks say an op was sent, not when it took effect
     data = dict_field(event, "data")
     if data.get("ok") is False:

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from agent.wire.events import INTERRUPTION
 from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.lifecycle import dict_field, event_data
 from cockpit.analysis.text import counted, where_text
@@ -124,7 +125,7 @@ def interruption_alerts(
     """
     groups: dict[tuple[str, str, Any], list[Row]] = {}
     for e in sorted(events, key=lambda e: float(e.get("ts") or 0.0)):
-        if e.get("kind") != "interruption":
+        if e.get("kind") != INTERRUPTION:
             continue
         data = event_data(e)
         if data.get("exclusion"):

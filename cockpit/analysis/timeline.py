@@ -24,6 +24,19 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.wire.events import (
+    CHECKPOINT_SAVED,
+    INTERRUPTION,
+    JOB_ADOPTED,
+    JOB_EXITED,
+    JOB_STARTED,
+    PAUSE,
+    RECOVERY,
+    RESUME,
+    RESUMED,
+    STAGE,
+    XID,
+)
 from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.lifecycle import event_data, took_effect
 from cockpit.snapshot import Marker, StageSpan
@@ -40,9 +53,9 @@ UNREACHABLE_STATES = (UNREACHABLE,)
 # The stages a band shows, the most telling first: a cell of the band covering several
 # shows the first of them, so a ten-second checkpoint in an hour per cell still shows.
 STAGES = ("restarting", "paused", "checkpoint", "eval", "start-up", "train")
-STAGE_EVENT_KINDS = ("job_started", "job_adopted", "job_exited", "pause", "resume",
-                     "interruption", "recovery", "resumed", "stage", "checkpoint_saved")
-STARTS = ("job_started", "resume")  # events after which the first step ends a start-up
+STAGE_EVENT_KINDS = (JOB_STARTED, JOB_ADOPTED, JOB_EXITED, PAUSE, RESUME, INTERRUPTION,
+                     RECOVERY, RESUMED, STAGE, CHECKPOINT_SAVED)
+STARTS = (JOB_STARTED, RESUME)  # events after which the first step ends a start-up
 FIRST_STEP = "first_step"  # `stage_spans`'s own mark: the first step after a start
 
 
@@ -60,7 +73,7 @@ def xid_faults(events: Iterable[Mapping[str, Any]]) -> list[Fault]:
     """The XID events as faults: "XID 79 gpu 3"."""
     out = []
     for e in events:
-        if e.get("kind") != "xid" or e.get("ts") is None:
+        if e.get("kind") != XID or e.get("ts") is None:
             continue
         data = event_data(e)
         xid, gpu = data.get("xid"), data.get("gpu")
@@ -143,23 +156,23 @@ def _stage_of(event: Mapping[str, Any], current: str | None) -> str | None:
     data = event_data(event)
     if not took_effect(event):  # a refused pause or resume left the job as it was
         return current
-    if kind == "job_started":
+    if kind == JOB_STARTED:
         return "restarting" if data.get("reason") == "recovery" else "start-up"
-    if kind == "job_adopted":
+    if kind == JOB_ADOPTED:
         return current or ("train" if data.get("running") is True else None)
-    if kind == "job_exited":
+    if kind == JOB_EXITED:
         return None
-    if kind == "interruption":
+    if kind == INTERRUPTION:
         return "restarting"
-    if kind == "pause":
+    if kind == PAUSE:
         return "paused"
-    if kind == "resume":
+    if kind == RESUME:
         return "start-up"
-    if kind in ("recovery", "resumed"):
+    if kind in (RECOVERY, RESUMED):
         return "train"
     if kind == FIRST_STEP:
         return "train" if current in ("start-up", "restarting") else current
-    if kind == "stage":
+    if kind == STAGE:
         named = str(data.get("stage") or "").lower()
         if named.startswith(("eval", "valid")):
             return "eval"
@@ -187,7 +200,7 @@ def stage_spans(events: Sequence[Mapping[str, Any]], now: float,
     current: str | None = None
     for e in ordered:
         ts = float(e["ts"])
-        if e.get("kind") == "checkpoint_saved":
+        if e.get("kind") == CHECKPOINT_SAVED:
             seconds = event_data(e).get("seconds")
             if isinstance(seconds, int | float) and seconds > 0:
                 saves.append((ts - float(seconds), ts))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.wire.events import PAUSE
 from cockpit.control.acks import ack_outcome
 from cockpit.control.controller import (
     FORK_INFIX,
@@ -241,7 +242,7 @@ def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: flo
     next agree on a step (the job's control cadence) and the save."""
     def look(reader: StoreReader) -> dict[str, Any]:
         found: dict[str, Any] = {}
-        for e in reader.events(kinds=["pause"], job=job, limit=50):
+        for e in reader.events(kinds=[PAUSE], job=job, limit=50):
             if e["host"] in hosts and e["ts"] >= since:
                 found.setdefault(e["host"], e)
         return found

@@ -47,6 +47,17 @@ from typing import Any
 
 from agent.wire import paths
 from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
+from agent.wire.events import (
+    INTERRUPTION,
+    PAUSE,
+    RELAUNCH,
+    RESUME,
+    SLURM_FINISHED,
+    SLURM_NODE_UNAVAILABLE,
+    SLURM_PENDING,
+    SLURM_RUNNING,
+    SLURM_SUBMITTED,
+)
 from agent.wire.protocol import encode
 from cockpit.control.jobspec import JobSpec, JobSpecError
 from cockpit.transport.inventory import Inventory
@@ -537,7 +548,7 @@ class SlurmJob:
         # The cluster side remembers the job's current Slurm id for later commands.
         self._write(current_file(self.spec), self.job_id + "\n")
         self.last = None
-        self.event("slurm_submitted", f"submitted as Slurm job {self.job_id}"
+        self.event(SLURM_SUBMITTED, f"submitted as Slurm job {self.job_id}"
                    + (" (resuming from the newest checkpoint)" if resume else ""),
                    resume=resume, script=paths.batch, node_script=paths.node,
                    batch_text=batch, node_text=node, nodes=self.launcher.nodes,
@@ -689,28 +700,28 @@ class SlurmJob:
         if before is None or (now.state, now.reason) != (before.state, before.reason):
             if now.state == PENDING:
                 down = self.unavailable_nodes(now.partition)
-                self.event("slurm_pending", f"Slurm job {now.job_id} pending: {now.reason}"
+                self.event(SLURM_PENDING, f"Slurm job {now.job_id} pending: {now.reason}"
                            + (f", expected start {now.estimate}" if now.estimate else "")
                            + "".join(f"; {d['node']} {d['state']}: {d['reason']}"
                                      for d in down),
                            estimate=now.estimate, unavailable=down, **common)
             elif now.state == RUNNING and (before is None or before.state != RUNNING):
                 wait = queue_wait(now)
-                self.event("slurm_running", f"Slurm job {now.job_id} running on "
+                self.event(SLURM_RUNNING, f"Slurm job {now.job_id} running on "
                            f"{now.nodes}" + (f" after {wait:.0f} s in the queue"
                                              if wait is not None else ""),
                            nodes=now.nodes, queue_wait=wait,
                            restarts=now.restarts, **common)
             elif not now.active:
                 said = now.reason not in ("", "None")
-                self.event("slurm_finished", f"Slurm job {now.job_id} {now.state} (exit "
+                self.event(SLURM_FINISHED, f"Slurm job {now.job_id} {now.state} (exit "
                            f"{now.exit_code or '?'}" + (f", {now.reason}" if said else "")
                            + f"; from {now.source})", nodes=now.nodes,
                            exit_code=now.exit_code, queue_wait=queue_wait(now),
                            elapsed=now.elapsed, exit_source=now.source, **common)
                 if now.state in FAILED_ENDS and not self._ending:
                     failed = self.failed_nodes(now) if now.state == "NODE_FAIL" else []
-                    self.event("interruption", f"Slurm job {now.job_id} ended {now.state} "
+                    self.event(INTERRUPTION, f"Slurm job {now.job_id} ended {now.state} "
                                f"on {now.nodes or 'no node'} (exit {now.exit_code or '?'})"
                                + (f": {now.reason}" if said else "") + _nodes_text(failed),
                                cause=f"slurm_{now.state.lower()}", nodes=now.nodes,
@@ -721,7 +732,7 @@ class SlurmJob:
             # The nodes it ran on, as they are now: a node failure names its node and
             # reason (an admin's `state=down reason=…`, Slurm's "Not responding").
             failed = self.failed_nodes(before) if before.nodes else []
-            self.event("interruption", f"Slurm requeued job {now.job_id} (restart "
+            self.event(INTERRUPTION, f"Slurm requeued job {now.job_id} (restart "
                        f"{now.restarts}"
                        + (f", was on {before.nodes}" if before.nodes else "") + "): "
                        + (now.reason or "no reason given") + _nodes_text(failed),
@@ -739,7 +750,7 @@ class SlurmJob:
                for d in self.unavailable_nodes(now.partition) if d["node"] in mine}
         for node, (state, reason) in sorted(bad.items()):
             if self._unavailable.get(node) != (state, reason):
-                self.event("slurm_node_unavailable", f"node {node} of Slurm job "
+                self.event(SLURM_NODE_UNAVAILABLE, f"node {node} of Slurm job "
                            f"{now.job_id} is {state}: {reason or 'no reason given'} "
                            f"(relaunch excluding it: cockpit relaunch JOB.toml --exclude "
                            f"{node})", node=node, node_state=state, reason=reason,
@@ -771,16 +782,16 @@ class SlurmJob:
         if state.state == PENDING:  # nothing runs: there is nothing to checkpoint
             self._must(["scancel", str(self.job_id)])
             ended = self.wait_ended(timeout)
-            self.event("pause", f"paused while pending: Slurm job {self.job_id} cancelled",
+            self.event(PAUSE, f"paused while pending: Slurm job {self.job_id} cancelled",
                        how="scancel", state=ended.state)
             return ended
         if not state.active:
             raise SlurmError(f"Slurm job {self.job_id} is not running ({state.state})")
         self._must(["scancel", "--batch", "--signal=USR1", str(self.job_id)])
-        self.event("pause", f"pause: USR1 sent to Slurm job {self.job_id}'s batch shell "
+        self.event(PAUSE, f"pause: USR1 sent to Slurm job {self.job_id}'s batch shell "
                    "(checkpoint, then end the allocation)", how="usr1")
         ended = self.wait_ended(timeout)
-        self.event("pause", f"paused: Slurm job {self.job_id} ended {ended.state}, its "
+        self.event(PAUSE, f"paused: Slurm job {self.job_id} ended {ended.state}, its "
                    f"allocation ({ended.nodes}) released", how="usr1", state=ended.state,
                    nodes=ended.nodes, exit_code=ended.exit_code)
         return ended
@@ -790,7 +801,7 @@ class SlurmJob:
         previous = self.job_id
         self._ending = False
         job_id = self.submit(resume=True)
-        self.event("resume", f"resume: Slurm job {job_id} (after {previous}) resumes from "
+        self.event(RESUME, f"resume: Slurm job {job_id} (after {previous}) resumes from "
                    "the newest valid checkpoint", previous=previous)
         return job_id
 
@@ -805,7 +816,7 @@ class SlurmJob:
             self.pause(timeout)
         self._ending = False
         job_id = self.submit(resume=True, exclude=exclude)
-        self.event("relaunch", f"relaunch: Slurm job {job_id} (after {previous}) excludes "
+        self.event(RELAUNCH, f"relaunch: Slurm job {job_id} (after {previous}) excludes "
                    f"{', '.join(exclude) or 'no node'} and resumes from the newest valid "
                    "checkpoint", previous=previous, exclude=list(exclude))
         return job_id
@@ -815,7 +826,7 @@ class SlurmJob:
         self._ending = True
         self._must(["scancel", str(self.job_id)])
         ended = self.wait_ended(timeout)
-        self.event("interruption", f"Slurm job {self.job_id} cancelled by the operator "
+        self.event(INTERRUPTION, f"Slurm job {self.job_id} cancelled by the operator "
                    f"(scancel): {ended.state}", cause="scancel", state=ended.state,
                    exit_code=ended.exit_code)
         return ended

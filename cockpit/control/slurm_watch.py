@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from agent.wire.events import SLURM_UNREACHABLE
 from cockpit.control.slurm import SlurmError, SlurmJob
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class SlurmWatcher:
             except SlurmError as exc:  # the login node unreachable, say: tried again
                 if str(exc) != self.problem:
                     log.warning("slurm watch of %s: %s", self.job.spec.name, exc)
-                    self.job.event("slurm_unreachable", f"cannot ask Slurm about "
+                    self.job.event(SLURM_UNREACHABLE, f"cannot ask Slurm about "
                                    f"{self.job.spec.name}: {exc}", error=str(exc))
                 self.problem = str(exc)
             self._stop.wait(self.every)

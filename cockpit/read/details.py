@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from agent.wire.events import JOB_EXITED, JOB_STARTED
 from cockpit.analysis.alerts import STALE_AFTER_S
 from cockpit.analysis.lifecycle import current_run_started, dict_field
 from cockpit.analysis.lr import scale_in_force
@@ -324,7 +325,7 @@ def run_info(reader: StoreReader, *, until_ts: float | None = None,
         return RunInfo(job=None, jobs=jobs)
     info = reader.run_info(job, until_ts=until_ts)
     current = current_run_started(
-        e for e in reader.rare_events(("job_started", "job_exited"), job, until_ts)
+        e for e in reader.rare_events((JOB_STARTED, JOB_EXITED), job, until_ts)
         if e.get("job") == job)
     latest = [r for r in reader.latest_train(job, until_ts=until_ts) if r.get("lr") is not None]
     newest = min(latest, key=lambda r: (r["rank"] is None, r["rank"]), default=None)

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from agent.wire.events import FORK
 from cockpit.analysis.lifecycle import dict_field
 from cockpit.analysis.provenance import Diff, Provenance, as_json, diff, diff_rows, provenance
 from cockpit.analysis.text import json_printable
@@ -44,7 +45,7 @@ def parse_side(text: str) -> tuple[Path, str | None]:
 def fork_data(reader: StoreReader, job: str, until_ts: float | None = None
               ) -> dict[str, Any] | None:
     """The agent's newest successful `fork` event of `job` (parent, step, overrides)."""
-    for e in reversed(reader.rare_events(("fork",), job, until_ts)):
+    for e in reversed(reader.rare_events((FORK,), job, until_ts)):
         data = dict_field(e, "data")
         if e.get("job") == job and data.get("ok") is not False and data.get("parent"):
             return data

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from agent.wire.events import XID
 from cockpit.analysis.divergence import (
     BestValidation,
     Divergence,
@@ -268,7 +269,7 @@ def fault_markers(reader: StoreReader, job: str | None, train: TrainView,
     if job is None:
         return ()
     xids = reader.kept("fault_xids", None, "event", fr,
-                       lambda: xid_faults(reader.rare_events(("xid",), None,
+                       lambda: xid_faults(reader.rare_events((XID,), None,
                                                              until_ts))[-FAULTS_KEPT:],
                        lambda held, after: _more_xids(reader, held, after, until_ts, fr))
     gpus, _ = reader.kept("fault_gpus", None, "gpu", fr,
@@ -293,7 +294,7 @@ def _more_xids(reader: StoreReader, held: list[Fault], after: float, until_ts: f
     added = reader.added_rows("event", after, until_ts, fr)
     if added is None:
         return None
-    return [*held, *xid_faults(r for r in added if r.get("kind") == "xid")][-FAULTS_KEPT:]
+    return [*held, *xid_faults(r for r in added if r.get("kind") == XID)][-FAULTS_KEPT:]
 
 
 # Oldest first: every GPU of a fleet adds a sample per second, sorted by a C key.

@@ -15,6 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from agent.wire import states
+from agent.wire.events import (
+    CONTROL_ACK,
+    JOB_EXITED,
+    JOB_STARTED,
+    PAUSE,
+    RESUME,
+    SLURM_RUNNING,
+    SLURM_SUBMITTED,
+)
 from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.kpis import LOSS_CAUSES, JobKpis, KpiTotals, StepTotals, job_kpis, totals
 from cockpit.analysis.text import duration, json_printable
@@ -25,8 +34,8 @@ from cockpit.store.queries import StoreReader
 
 KPIS_VERSION = 1
 # Events the accounting reads (rare: starts, exits, pauses, launches; not steps).
-KPI_EVENT_KINDS = ("job_started", "job_exited", "pause", "resume", "control_ack",
-                   "slurm_submitted", "slurm_running")
+KPI_EVENT_KINDS = (JOB_STARTED, JOB_EXITED, PAUSE, RESUME, CONTROL_ACK, SLURM_SUBMITTED,
+                   SLURM_RUNNING)
 CAUSE_NAMES = {
     "interruption": "interruptions (failure to next step)", "pause": "pauses",
     "stopped": "stopped (no process)", "startup": "start-up (start to first step)",
@@ -65,7 +74,7 @@ def job_kpis_of(reader: StoreReader, job: str, *, until_ts: float | None = None,
         ckpt_time=raw["ckpt_time"], redo_records=raw["redo_records"],
         redo_steps=raw["redo_steps"], redo_time=raw["redo_time"])
     starts = [float(e["ts"]) for e in events
-              if e.get("job") == job and e.get("kind") == "job_started"]
+              if e.get("job") == job and e.get("kind") == JOB_STARTED]
     span = reader.time_range()
     end = span[1] if span else None
     if until_ts is not None and end is not None:

@@ -13,6 +13,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.wire import states
+from agent.wire.events import (
+    INTERRUPTION,
+    JOB_ADOPTED,
+    JOB_EXITED,
+    JOB_STARTED,
+    PAUSE,
+    RECOVERY,
+    RELAUNCH,
+    RESUME,
+)
 from cockpit.analysis.eta import estimate_eta, progress_fraction, rescaled_steps
 from cockpit.analysis.lifecycle import (
     event_data,
@@ -37,10 +47,10 @@ ACTIVE_STATES = (states.RUNNING,)
 
 # Lifecycle events after which the job's processes are starting: until its first step,
 # what the panes show is the previous attempt's.
-STARTING_KINDS = ("job_started", "resume", "relaunch")
+STARTING_KINDS = (JOB_STARTED, RESUME, RELAUNCH)
 
 # Lifecycle events that start or stop a job's processes: the run time its MTBF counts.
-RUNNING_KINDS = ("job_started", "job_exited", "pause", "resume", "job_adopted")
+RUNNING_KINDS = (JOB_STARTED, JOB_EXITED, PAUSE, RESUME, JOB_ADOPTED)
 
 def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
            newest_step_ts: float | None, fr: Frontiers) -> str:
@@ -54,21 +64,21 @@ def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
         # An agent gave up (a spec or code error, repeated OOM …); the other hosts'
         # parts then end too (the job cannot form without it): failed, not "exited".
         return states.FAILED
-    if kind == "job_exited":
+    if kind == JOB_EXITED:
         return states.EXITED
     data = event_data(last) if last else {}
     # A pause that failed (or a refused freeze) left the job running: not "paused".
     if last is not None and paused(last):
         return states.PAUSED
-    if kind == "interruption":
+    if kind == INTERRUPTION:
         return states.RECOVERING
-    if kind == "job_adopted" and data.get("running") is True:
+    if kind == JOB_ADOPTED and data.get("running") is True:
         return states.RUNNING  # a restarted agent found the job still running
     if last is not None and kind in STARTING_KINDS and (
             newest_step_ts is None or float(last["ts"]) > newest_step_ts):
         # Launched (again) and no step since: the figures are the last attempt's.
         return states.STARTING
-    if has_steps or kind in ("job_started", "resume", "recovery", "relaunch", "pause"):
+    if has_steps or kind in (JOB_STARTED, RESUME, RECOVERY, RELAUNCH, PAUSE):
         return states.RUNNING
     return states.UNKNOWN
 
@@ -78,7 +88,7 @@ def lifecycle_events(reader: StoreReader, job: str, fr: Frontiers,
     millions), read once per change of the event table: the state (which hosts gave
     up) and the MTBF (how long the job ran) both read them."""
     return reader.memo(f"lifecycle-events:{job}", (job, fr.key("event")),
-                       lambda: reader.rare_events((*RUNNING_KINDS, "interruption"), job,
+                       lambda: reader.rare_events((*RUNNING_KINDS, INTERRUPTION), job,
                                                   until_ts))
 
 def resume_step(last: Mapping[str, Any] | None) -> int | None:

@@ -80,6 +80,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from agent.wire.events import FORK, RECOVERY, RELAUNCH, RESUME
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.gpu_state import gpu_states, host_cause, host_state
 from cockpit.analysis.lifecycle import current_run_started, process_starts
@@ -101,7 +102,7 @@ from cockpit.store.step_time import step_ts
 
 REPORT_VERSION = 1
 # Agent events that say why a job restarted from a checkpoint (`_restart_causes`).
-RESTART_KINDS = ("resume", "recovery", "fork", "relaunch")
+RESTART_KINDS = (RESUME, RECOVERY, FORK, RELAUNCH)
 
 
 def render_report(path: str | Path, fmt: str = "text", until_ts: float | None = None,
@@ -221,14 +222,14 @@ def _restart_causes(events: Sequence[dict[str, Any]], job: str | None) -> dict[i
             continue
         data = e["data"] if isinstance(e.get("data"), dict) else {}
         kind = e.get("kind")
-        if kind == "resume":
+        if kind == RESUME:
             step, why = data.get("step", e.get("step")), "resume after a pause"
-        elif kind == "recovery":
+        elif kind == RECOVERY:
             cause = data.get("cause") or "a failure"
             step, why = data.get("checkpoint_step"), f"recovery from {cause}"
-        elif kind == "fork":
+        elif kind == FORK:
             step, why = data.get("parent_step", e.get("step")), f"fork of {data.get('parent')}"
-        elif kind == "relaunch" and not data.get("excluded"):
+        elif kind == RELAUNCH and not data.get("excluded"):
             step, why = data.get("step"), "relaunch"
         else:
             continue

@@ -14,11 +14,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.wire import states
+from agent.wire.events import (
+    INTERRUPTION,
+    PAUSE,
+    RELAUNCH,
+    RESUME,
+    SLURM_FINISHED,
+    SLURM_NODE_UNAVAILABLE,
+    SLURM_PENDING,
+    SLURM_RUNNING,
+    SLURM_SUBMITTED,
+)
 from cockpit.analysis.lifecycle import event_data
 from cockpit.store.queries import StoreReader
 
-SLURM_KINDS = ("slurm_submitted", "slurm_pending", "slurm_running", "slurm_finished",
-               "slurm_node_unavailable", "interruption", "pause", "resume", "relaunch")
+SLURM_KINDS = (SLURM_SUBMITTED, SLURM_PENDING, SLURM_RUNNING, SLURM_FINISHED,
+               SLURM_NODE_UNAVAILABLE, INTERRUPTION, PAUSE, RESUME, RELAUNCH)
 HOST_PREFIX = "slurm:"
 # Agent-side states a queued Slurm job shows instead: nothing of it runs yet.
 NOT_YET = frozenset({states.UNKNOWN, states.STARTING})
@@ -49,7 +60,7 @@ def slurm_summary(reader: StoreReader, job: str | None,
         sub = subs.setdefault(job_id, {"job_id": job_id, "state": "SUBMITTED",
                                        "submitted": e["ts"]})
         _apply(sub, e["kind"], data, float(e["ts"]))
-        if e["kind"] in ("interruption", "slurm_node_unavailable"):
+        if e["kind"] in (INTERRUPTION, SLURM_NODE_UNAVAILABLE):
             causes.append({"ts": e["ts"], "job_id": job_id, "kind": e["kind"],
                            "cause": data.get("cause") or data.get("node_state"),
                            "msg": e.get("msg") or ""})
@@ -67,16 +78,16 @@ def _apply(sub: dict[str, Any], kind: str, data: Mapping[str, Any], ts: float) -
         value = data.get(key)
         if value not in (None, "", []):
             sub[key] = value
-    if kind == "slurm_submitted":
+    if kind == SLURM_SUBMITTED:
         sub["submitted"] = ts
         sub["resume"] = bool(data.get("resume"))
-    elif kind in ("slurm_pending", "slurm_running", "slurm_finished"):
+    elif kind in (SLURM_PENDING, SLURM_RUNNING, SLURM_FINISHED):
         if isinstance(data.get("state"), str):
             sub["state"] = data["state"]
-        if kind == "slurm_running":
+        if kind == SLURM_RUNNING:
             sub["started"] = ts
             sub["restarts"] = data.get("restarts")
-        if kind == "slurm_finished":
+        if kind == SLURM_FINISHED:
             sub["ended"] = ts
         if data.get("nodes"):
             sub["nodes"] = data["nodes"]
@@ -84,7 +95,7 @@ def _apply(sub: dict[str, Any], kind: str, data: Mapping[str, Any], ts: float) -
             sub["queue_wait"] = float(data["queue_wait"])
         if isinstance(data.get("elapsed"), int | float):
             sub["elapsed"] = float(data["elapsed"])
-    elif kind == "interruption" and data.get("cause") == "slurm_requeue":
+    elif kind == INTERRUPTION and data.get("cause") == "slurm_requeue":
         sub["requeues"] = int(data.get("restarts") or 0)
 
 

@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from agent.wire import states
+from agent.wire.events import DROPPED, INTERRUPTION, SPOOL_ERROR
 from cockpit.analysis import alerts as rules
 from cockpit.analysis import signal_alerts
 from cockpit.analysis.checkpoint_interval import advise
@@ -107,7 +108,7 @@ __all__ = [
 ]
 
 EVENTS_SHOWN = 50
-DATA_EVENT_KINDS = ("spool_error", "dropped")
+DATA_EVENT_KINDS = (SPOOL_ERROR, DROPPED)
 DATA_EVENTS_READ = 500
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
 
@@ -194,7 +195,7 @@ def _signal_alerts(reader: StoreReader, job: str | None, until_ts: float | None,
     if job is None:
         return []
     events = [e for e in lifecycle_events(reader, job, fr, until_ts)
-              if e.get("kind") == "interruption" and e.get("job") == job]
+              if e.get("kind") == INTERRUPTION and e.get("job") == job]
     memory: dict[str, tuple[float, float] | None] = {}  # None: no GPU memory recorded
     for e in events:
         if event_data(e).get("cause") == "oom" and e.get("host"):

@@ -32,14 +32,21 @@ from dataclasses import dataclass, field
 import duckdb
 import orjson
 
-from cockpit.store.schema import LEVEL_SERIES, levels_open_table, levels_table, pending_table
+from agent.wire.events import CHECKPOINTS_SET_ASIDE, CONTROL_ACK, FORK, JOB_STARTED
+from cockpit.store.schema import (
+    LEVEL_SERIES,
+    kind_is,
+    levels_open_table,
+    levels_table,
+    pending_table,
+)
 
 # Tables whose rows belong to a job's run, renamed up to the fresh start by their ts.
 RUN_TABLES = ("train", "eval", "run", "event", "log", "alert")
 # Events journaled just before the start that belong to it: the setting aside of the
 # earlier run's checkpoints and the launch's acknowledgement (not another operation's: a
 # stop acknowledged just before the launch is the earlier run's).
-_LAUNCH_EVENTS = ("(kind = 'checkpoints_set_aside' OR (kind = 'control_ack' AND "
+_LAUNCH_EVENTS = (f"({kind_is(CHECKPOINTS_SET_ASIDE)} OR ({kind_is(CONTROL_ACK)} AND "
                   "json_extract_string(data, '$.op') = 'launch'))")
 LAUNCH_EVENT_WINDOW_S = 60.0
 # s between two fresh starts of a job that are one launch: each host journals its own
@@ -47,6 +54,7 @@ LAUNCH_EVENT_WINDOW_S = 60.0
 # run's first steps may be stamped before a later host's start.
 SAME_LAUNCH_S = 60.0
 _EARLIER = re.compile(r"(.+) \(earlier run \d+\)")
+_START_WORD = f'"{JOB_STARTED}"'.encode()  # in every line that can hold a start event
 
 
 def earlier_run_name(job: str, number: int) -> str:
@@ -83,7 +91,7 @@ def start_lines(pieces: Iterable[tuple[str, int, Iterable[bytes]]]) -> list[Star
     found: list[StartLine] = []
     for host, offset, lines in pieces:
         for line in lines:
-            if b'"job_started"' not in line:
+            if _START_WORD not in line:
                 continue
             try:
                 record = orjson.loads(line)
@@ -92,7 +100,7 @@ def start_lines(pieces: Iterable[tuple[str, int, Iterable[bytes]]]) -> list[Star
             if not isinstance(record, dict):
                 continue
             data, job, ts, seq = (record.get(k) for k in ("data", "job", "ts", "seq"))
-            if (record.get("kind") == "job_started" and isinstance(data, dict)
+            if (record.get("kind") == JOB_STARTED and isinstance(data, dict)
                     and data.get("reason") == "launch" and data.get("checkpoint") is None
                     and isinstance(job, str) and isinstance(ts, (int, float))
                     and isinstance(seq, int) and not isinstance(seq, bool)):
@@ -133,7 +141,7 @@ class Filing:
 
 
 _FRESH_START_SQL = (
-    "kind = 'job_started' AND json_extract_string(data, '$.reason') = 'launch' "
+    f"{kind_is(JOB_STARTED)} AND json_extract_string(data, '$.reason') = 'launch' "
     "AND json_extract_string(data, '$.checkpoint') IS NULL"
 )
 
@@ -225,7 +233,7 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float,
     run. The flush's own rows are stored under the name that fits them
     (`late_rows_job`), and `rename_earlier_rows` renames the stored ones."""
     same_launch = cur.execute(
-        "SELECT 1 FROM event WHERE job = ? AND kind = 'job_started' AND ts BETWEEN ? AND ? "
+        f"SELECT 1 FROM event WHERE job = ? AND {kind_is(JOB_STARTED)} AND ts BETWEEN ? AND ? "
         "AND json_extract_string(data, '$.reason') = 'launch' "
         "AND json_extract_string(data, '$.checkpoint') IS NULL LIMIT 1",
         [job, start - SAME_LAUNCH_S, start + SAME_LAUNCH_S]).fetchone()
@@ -266,5 +274,5 @@ def rename_earlier_rows(cur: duckdb.DuckDBPyConnection, filing: Filing) -> None:
         before = _before_sql(filing, 0, table, "host", "seq", params)
         cur.execute(f'UPDATE "{table}" SET job = $name WHERE job = $job AND {before}', params)
     cur.execute("UPDATE event SET data = json_merge_patch(data, json_object('parent', ?)) "
-                "WHERE kind = 'fork' AND ts < ? AND json_extract_string(data, '$.parent') = ?",
+                f"WHERE {kind_is(FORK)} AND ts < ? AND json_extract_string(data, '$.parent') = ?",
                 [filing.name, filing.start, filing.job])

@@ -5,12 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent.wire.events import (
+    CHECKPOINT_SAVED,
+    CONTROL_ACK,
+    INTERRUPTION,
+    JOB_ADOPTED,
+    JOB_EXITED,
+    JOB_STARTED,
+    PAUSE,
+    RECOVERY,
+    RELAUNCH,
+    RESUME,
+)
 from cockpit.store.queries_base import ReaderBase, Row, until_clause
 from cockpit.store.queries_frontiers import Frontiers
+from cockpit.store.schema import kind_is
 
 LIFECYCLE_KINDS = (
-    "job_started", "job_exited", "pause", "resume", "interruption", "recovery", "relaunch",
-    "job_adopted",
+    JOB_STARTED, JOB_EXITED, PAUSE, RESUME, INTERRUPTION, RECOVERY, RELAUNCH, JOB_ADOPTED,
 )
 
 
@@ -97,7 +109,7 @@ class EventQueries(ReaderBase):
         with self._cur() as cur:
             rows = self.fetch(
                 cur,
-                "SELECT * FROM event WHERE kind = 'control_ack' "
+                f"SELECT * FROM event WHERE {kind_is(CONTROL_ACK)} "
                 f"AND json_extract_string(data, '$.id') IN ({marks}) ORDER BY ts, seq",
                 list(ids),
             )
@@ -130,18 +142,18 @@ class EventQueries(ReaderBase):
         # at the first step after a resume or relaunch (its restart had begun), and that
         # recovery is of this outage, not one of its own.
         ended_by_host: dict[str, Row] = {}
-        kinds = ("interruption", "recovery", "pause", "job_exited", "job_started")
+        kinds = (INTERRUPTION, RECOVERY, PAUSE, JOB_EXITED, JOB_STARTED)
         item: Row | None
         for e in self.rare_events(kinds, job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
-            if e["kind"] not in ("interruption", "recovery"):
+            if e["kind"] not in (INTERRUPTION, RECOVERY):
                 ongoing = open_by_host.get(e["host"])
                 end = _ended_by(e["kind"], data)
                 if ongoing is not None and end is not None and ongoing["job"] == e["job"]:
                     ongoing["ended_by"] = end
                     ended_by_host[e["host"]] = open_by_host.pop(e["host"])
                 continue
-            if e["kind"] == "interruption":
+            if e["kind"] == INTERRUPTION:
                 ended_by_host.pop(e["host"], None)
                 ongoing = open_by_host.get(e["host"])
                 if ongoing is not None and ongoing["job"] == e["job"] and ongoing["retrying"]:
@@ -193,7 +205,7 @@ class EventQueries(ReaderBase):
                          until_ts: float | None = None) -> list[Row]:
         """Every saved checkpoint: when, at which step, how long it took, how big."""
         out = []
-        for e in self.rare_events(("checkpoint_saved",), job, until_ts):
+        for e in self.rare_events((CHECKPOINT_SAVED,), job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
             out.append({
                 "ts": e["ts"], "host": e["host"], "step": e["step"],
@@ -215,12 +227,12 @@ _OPERATOR_STARTS = ("launch", "resume", "relaunch")
 
 
 def _ended_by(kind: str, data: dict[str, Any]) -> str | None:
-    if kind == "pause":
+    if kind == PAUSE:
         return "pause" if data.get("ok") is not False and data.get("mode") != "freeze" \
             else None
-    if kind == "job_exited":
+    if kind == JOB_EXITED:
         return _ENDS_FOR.get(str(data.get("ended_for")))
-    if kind == "job_started" and data.get("reason") in _OPERATOR_STARTS:
+    if kind == JOB_STARTED and data.get("reason") in _OPERATOR_STARTS:
         return str(data["reason"])
     return None
 

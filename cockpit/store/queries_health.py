@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent.wire.events import XID
 from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
 from cockpit.store.queries_frontiers import Frontiers
+from cockpit.store.schema import kind_is
 
 # Latest samples are looked for this far back at most: a GPU or host silent for longer
 # is shown offline (its last values would mislead more than they help).
@@ -197,7 +199,7 @@ class HealthQueries(ReaderBase):
         """Recent XID events (for the newest XID shown per GPU)."""
         with self._cur() as cur:
             return self.recent(
-                cur, "event", until_ts=until_ts, where=" AND kind = 'xid'",
+                cur, "event", until_ts=until_ts, where=f" AND {kind_is(XID)}",
                 columns="host, seq, ts, kind, step, msg, data", limit=limit,
                 enough=lambda rows: bool(rows), frontiers=frontiers,
             )
@@ -224,7 +226,7 @@ class HealthQueries(ReaderBase):
                 "FROM (SELECT host, ts, "
                 "TRY_CAST(json_extract_string(data, '$.gpu') AS INTEGER) AS gpu, "
                 "TRY_CAST(json_extract_string(data, '$.xid') AS INTEGER) AS xid "
-                f"FROM event WHERE kind = 'xid'{cond}) "
+                f"FROM event WHERE {kind_is(XID)}{cond}) "
                 "WHERE gpu IS NOT NULL AND xid IS NOT NULL GROUP BY host, gpu ORDER BY host, gpu",
                 [before, before, *args])
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from agent.wire.events import FORK, JOB_STARTED
 from cockpit.snapshot import Series
 from cockpit.store.downsample import (
     Downsampled,
@@ -20,6 +21,7 @@ from cockpit.store.downsample import (
 )
 from cockpit.store.queries_base import WINDOWS, ReaderBase, Row, until_clause
 from cockpit.store.queries_frontiers import Frontiers
+from cockpit.store.schema import kind_is
 
 RUN_FIELDS = (
     "total_steps", "total_epochs", "total_samples", "total_tokens", "stages", "config",
@@ -164,7 +166,7 @@ class TrainQueries(ReaderBase):
             found = self.scalar(
                 cur,
                 f"SELECT min(ts) FROM (SELECT ts FROM run WHERE job = ?{cond} UNION ALL "
-                f"SELECT ts FROM event WHERE job = ? AND kind = 'job_started'{cond})",
+                f"SELECT ts FROM event WHERE job = ? AND {kind_is(JOB_STARTED)}{cond})",
                 [job, *args, job, *args])
         return None if found is None else float(found)
 
@@ -175,7 +177,7 @@ class TrainQueries(ReaderBase):
         cond, args = until_clause(until_ts)
         with self._cur() as cur:
             rows = self.fetch(
-                cur, f"SELECT data FROM event WHERE job = ? AND kind = 'fork'{cond} "
+                cur, f"SELECT data FROM event WHERE job = ? AND {kind_is(FORK)}{cond} "
                 "ORDER BY ts DESC, seq DESC", [job, *args])
         for row in rows:
             data = row["data"] if isinstance(row["data"], dict) else {}

@@ -236,6 +236,16 @@ def levels_relation(table: str, columns: Sequence[str] | None = None) -> str:
             f'SELECT {names} FROM "{levels_open_table(table)}")')
 
 
+def kind_is(*kinds: str) -> str:
+    """An SQL test of the `event` table's `kind` column: `kind = 'a'`, `kind IN ('a', 'b')`.
+    The kinds are `agent.wire.events`' constants, so a statement never retypes one (and
+    a kind spelt anew there is spelt anew here)."""
+    if not kinds:
+        raise ValueError("an SQL test of an event's kind needs at least one kind")
+    quoted = ", ".join("'" + kind.replace("'", "''") + "'" for kind in kinds)
+    return f"kind = {quoted}" if len(kinds) == 1 else f"kind IN ({quoted})"
+
+
 DDL_V1 += [levels_ddl(t) for t in LEVEL_SERIES]
 DDL_V1 += [levels_open_ddl(t) for t in LEVEL_SERIES]
 

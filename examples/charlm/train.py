@@ -147,8 +147,12 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     t, m, o = cfg["train"], cfg["model"], cfg["optim"]
     if d.device.type == "cpu":
         torch.set_num_threads(t["threads"])
-    if t["deterministic"]:
+    if t["deterministic"] and d.device.type == "cuda":
         # cuBLAS reads this when it first starts, which is at the first matrix product.
+        # Not thrown on a CPU: the CPU kernels this model runs, on a fixed number of
+        # threads, give the same bits anyway (tests/trainer/test_charlm_exact_resume.py),
+        # and the switch imports torch's compiler settings: most of a second of CPU for
+        # every rank at its start.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
 

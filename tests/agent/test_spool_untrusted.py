@@ -27,7 +27,9 @@ from agent.journal.journal import Journal, JournalReader
 from agent.journal.spool import SpoolTailer
 from agent.journal.spool_rejects import REJECTS_FILE
 from agent.samplers.sim import SimGpus
-from agent.wire.protocol import AGENT_EVENT_KINDS, SPOOL_RECORD_TYPES
+from agent.wire import events
+from agent.wire.events import AGENT_EVENT_KINDS
+from agent.wire.protocol import SPOOL_RECORD_TYPES
 from agent.wire.record_check import Rejected, check_spool_record
 
 from .conftest import SpoolWriter
@@ -274,6 +276,10 @@ def test_every_event_kind_the_agent_journals_is_refused_from_spools() -> None:
         found |= set(re.findall(r'(?:_event|\.event)\(\s*"([a-z_]+)"', text))
         found |= set(re.findall(r'\("event", \{\s*"kind": "([a-z_]+)"', text))
         found |= set(re.findall(r'append\("event", \{\s*"kind": "([a-z_]+)"', text))
+        # The same shapes naming a kind by its constant (agent.wire.events).
+        named = set(re.findall(r'(?:_event|\.event)\(\s*([A-Z][A-Z_]+)\b', text))
+        named |= set(re.findall(r'\("event", \{\s*"kind": ([A-Z][A-Z_]+)\b', text))
+        found |= {getattr(events, name) for name in named}
     shared = {"control_ack", "dropped", "checkpoint_skipped"}  # the hook writes them too
     assert {"job_started", "job_exited", "sampler_error", "xid"} <= found
     assert found - shared <= AGENT_EVENT_KINDS, found - shared - AGENT_EVENT_KINDS
