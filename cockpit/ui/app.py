@@ -186,6 +186,10 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.post_message(SnapshotReady(snapshot))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if not self.is_running:
+            # Built while the app was closing: its screens are being taken apart, and a
+            # pane whose children are already gone has nowhere to show it.
+            return
         self.snapshot = message.snapshot
         self._last_failure = None
         self.main_screen.failing = ""
@@ -226,6 +230,8 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.post_message(DetailsReady(what, params, details))
 
     def on_details_ready(self, message: DetailsReady) -> None:
+        if not self.is_running:  # as a snapshot built while the app closes
+            return
         screen = self.screen
         if isinstance(screen, DrillDownScreen) and screen.accepts(message.what, message.params):
             screen.details = message.details

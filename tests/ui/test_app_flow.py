@@ -205,6 +205,19 @@ async def test_failing_snapshot_becomes_a_notification_not_a_crash() -> None:
         assert app.screen.focused.id == "progress"
 
 
+async def test_a_snapshot_finished_while_the_app_closes_is_dropped() -> None:
+    """The refresh worker may finish after the app began to close: by then the panes'
+    children are gone, and showing the snapshot raised out of the app's shutdown."""
+    app = make_app(StaticSource(demo_snapshot()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        shown = app.snapshot
+    late = dataclasses.replace(demo_snapshot(), ts=T0 + 999)
+    app.on_snapshot_ready(SnapshotReady(late))
+    app.on_details_ready(DetailsReady("run", {}, demo_details()))
+    assert app.snapshot is shown
+
+
 async def test_the_header_says_the_screen_is_not_updating_until_a_snapshot_works_again(
         ) -> None:
     """The panes keep the last snapshot that could be built and the notice goes after a
