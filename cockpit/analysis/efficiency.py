@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from cockpit.analysis.ranks import (
     RankSummary,
     StepSample,
-    phase_totals,
+    rank_window,
     step_walls,
     steps_per_second,
-    summarize_ranks,
 )
 from cockpit.analysis.stats import finite, median
 
@@ -41,25 +40,7 @@ class EfficiencyFigures:
     ranks: tuple[RankSummary, ...] = ()
 
 
-def _rate(rows: Sequence[StepSample], attr: str) -> float | None:
-    """Sum over ranks of (units processed / time taken) for one unit attribute."""
-    by_rank: dict[int, list[float]] = {}
-    for s, units in zip(rows, [getattr(s, attr) for s in rows], strict=True):
-        t = s.step_time
-        if units is None or t is None or t <= 0:
-            continue
-        acc = by_rank.get(s.rank)
-        if acc is None:
-            by_rank[s.rank] = [units, t]
-        else:
-            acc[0] += units
-            acc[1] += t
-    rates = [done / spent for done, spent in by_rank.values() if spent > 0]
-    return sum(rates) if rates else None
-
-
-def _pct(rows: Sequence[StepSample], attr: str) -> float | None:
-    totals = phase_totals(rows, attr)
+def _pct(totals: tuple[float, float] | None) -> float | None:
     return None if totals is None else 100.0 * totals[0] / totals[1]
 
 
@@ -77,7 +58,7 @@ def compute_efficiency(
     training view holds it), as working it out again is most of this function's time."""
     utils = finite(gpu_utils)
     busy = sum(utils) / len(utils) if utils else None
-    ranks = summarize_ranks(steps)
+    ranks, totals = rank_window(steps)
     if not ranks:
         return EfficiencyFigures(gpu_busy=busy)
     wall = median([r.step_time for r in ranks])
@@ -94,11 +75,11 @@ def compute_efficiency(
         mfu = flops_per_step * speed / (peak_flops * n_gpus)
     return EfficiencyFigures(
         gpu_busy=busy,
-        samples_per_s=_rate(steps, "samples"),
-        tokens_per_s=_rate(steps, "tokens"),
+        samples_per_s=totals.samples_per_s,
+        tokens_per_s=totals.tokens_per_s,
         steps_per_s=speed,
-        data_wait_pct=_pct(steps, "data_time"),
-        comm_pct=_pct(steps, "comm_time"),
+        data_wait_pct=_pct(totals.data),
+        comm_pct=_pct(totals.comm),
         mfu=mfu,
         step_time_median=wall,
         step_time_spread=spread,
