@@ -20,7 +20,7 @@ from cockpit.analysis.alert_ends import (
 from cockpit.snapshot import Alert
 from cockpit.store.earlier_runs import is_earlier_run
 from cockpit.store.queries import Frontiers, StoreReader
-from cockpit.store.queries_base import Row
+from cockpit.store.queries_base import Row, of_kinds
 
 # Newest lifecycle events (starts, stops, pauses, relaunches) read to tell which agent
 # alerts the operator's actions ended.
@@ -32,7 +32,8 @@ def standing_agent_alerts(reader: StoreReader, job: str | None, fr: Frontiers,
     """The agents' alerts that are not over, for the screen of `job`. An earlier run
     filed away by a fresh launch of its name is over: its alerts do not stand against
     the new run (they stay in its own report)."""
-    rows_key = (fr.key("alert"), fr.key("event"), job)
+    rows_key = (fr.key("alert"), reader.event_version(
+        "agent_alert_rows", fr, until_ts, of_kinds(*ENDING_EVENT_KINDS)), job)
 
     def read() -> tuple[list[Row], AlertEnds]:
         rows = [a for a in reader.alerts(until_ts=until_ts, frontiers=fr)

@@ -42,6 +42,7 @@ from cockpit.snapshot import (
     StageSpan,
 )
 from cockpit.store.queries import Frontiers, StoreReader
+from cockpit.store.queries_base import of_kinds
 
 ACTIVE_STATES = (states.RUNNING,)
 
@@ -87,7 +88,9 @@ def lifecycle_events(reader: StoreReader, job: str, fr: Frontiers,
     """`job`'s starts, exits, pauses, resumes and interruptions (tens of events, not
     millions), read once per change of the event table: the state (which hosts gave
     up) and the MTBF (how long the job ran) both read them."""
-    return reader.memo(f"lifecycle-events:{job}", (job, fr.key("event")),
+    name = f"lifecycle-events:{job}"
+    return reader.memo(name, (job, reader.event_version(name, fr, until_ts, of_kinds(
+                           *RUNNING_KINDS, INTERRUPTION))),
                        lambda: reader.rare_events((*RUNNING_KINDS, INTERRUPTION), job,
                                                   until_ts))
 

@@ -26,7 +26,8 @@ from agent.wire.events import (
     SLURM_SUBMITTED,
 )
 from cockpit.analysis.lifecycle import event_data
-from cockpit.store.queries import StoreReader
+from cockpit.store.queries import Frontiers, StoreReader
+from cockpit.store.queries_base import of_kinds
 
 SLURM_KINDS = (SLURM_SUBMITTED, SLURM_PENDING, SLURM_RUNNING, SLURM_FINISHED,
                SLURM_NODE_UNAVAILABLE, INTERRUPTION, PAUSE, RESUME, RELAUNCH)
@@ -146,11 +147,13 @@ def slurm_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def screen_state(reader: StoreReader, job: str | None, until_ts: float | None,
-                 events_key: object, agent_state: str) -> str:
+                 fr: Frontiers, agent_state: str) -> str:
     """The job's state as the screen shows it: Slurm's queue while the job waits in it,
-    else the agents' state. Re-read when the event table moves (`events_key`)."""
+    else the agents' state. Re-read when a Slurm event becomes visible."""
     if job is None:
         return agent_state
-    summary = reader.memo(f"slurm-summary:{job}", (job, until_ts, events_key),
+    version = reader.event_version(f"slurm-summary:{job}", fr, until_ts,
+                                   of_kinds(*SLURM_KINDS))
+    summary = reader.memo(f"slurm-summary:{job}", (job, until_ts, version),
                           lambda: slurm_summary(reader, job, until_ts))
     return queued_state(summary, agent_state) or agent_state

@@ -22,12 +22,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from agent.wire import states
-from agent.wire.events import DROPPED, INTERRUPTION, SPOOL_ERROR
+from agent.wire.events import (
+    CHECKPOINT_SAVED,
+    DROPPED,
+    FORK,
+    INTERRUPTION,
+    JOB_STARTED,
+    SPOOL_ERROR,
+    XID,
+)
 from cockpit.analysis import alerts as rules
 from cockpit.analysis import signal_alerts
 from cockpit.analysis.checkpoint_interval import advise
@@ -95,6 +103,8 @@ from cockpit.snapshot import (
     Snapshot,
 )
 from cockpit.store.queries import Frontiers, StoreReader
+from cockpit.store.queries_base import Row, of_kinds
+from cockpit.store.queries_events import INTERRUPTION_KINDS
 from cockpit.store.queries_train import NonFinite
 
 __all__ = [
@@ -110,6 +120,9 @@ __all__ = [
 EVENTS_SHOWN = 50
 DATA_EVENT_KINDS = (SPOOL_ERROR, DROPPED)
 DATA_EVENTS_READ = 500
+# The events the run facts read (`StoreReader.run_info`: when the job started, what it
+# was forked from); other events leave them as they were read.
+RUN_INFO_KINDS = (JOB_STARTED, FORK)
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
 
 
@@ -136,6 +149,15 @@ def details(
         return compare_in_recording(reader, reader.recording_name(), kw.get("job"),
                                     until_ts=until_ts)
     raise ValueError(f"unknown details kind {what!r}; expected one of {', '.join(DETAIL_KINDS)}")
+
+
+def _names_a_new_job(reader: StoreReader) -> Callable[[Row], bool]:
+    """Whether an event added since the jobs were read names a job they do not hold:
+    only that changes the recording's jobs (each job's first record is older than any
+    event added)."""
+    held = reader.recall("jobs")
+    known = frozenset(held[1]) if held is not None else frozenset()
+    return lambda row: row.get("job") is not None and row["job"] not in known
 
 
 def _newest_per_host(*groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -258,14 +280,16 @@ def build_snapshot(
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
     training = tail.training(fr, until_ts)
-    declared = reader.memo("jobs", fr.key("run", "event", "eval"),
-                           lambda: tuple(reader.jobs(until_ts=until_ts)))
+    declared = reader.memo("jobs", (fr.key("run", "eval"), reader.event_version(
+        "jobs", fr, until_ts, _names_a_new_job(reader))),
+        lambda: tuple(reader.jobs(until_ts=until_ts)))
     jobs = (*declared, *(j for j in training if j not in declared))
     job = tail.job(fr, until_ts, prefer=job, training=training, known=jobs)
     if job is not None and job not in jobs:
         jobs = (*jobs, job)
-    run = reader.memo("run_info", (job, fr.key("run", "event", "hello")),
-                      lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
+    run = reader.memo("run_info", (job, fr.key("run", "hello"), reader.event_version(
+        "run_info", fr, until_ts, of_kinds(*RUN_INFO_KINDS))),
+        lambda: reader.run_info(job, until_ts=until_ts)) if job else {}
     # The reads below do not depend on one another's answers: DuckDB runs them side by
     # side (it releases the GIL) while this thread reads the steps the panes build on.
     pool = _read_pool()
@@ -296,7 +320,7 @@ def build_snapshot(
         state = job_state(reader, job, until_ts,
                        float(train.newest["ts"]) if train.newest else None, fr)
         # A Slurm job waiting in the queue says so, with Slurm's reason (docs/slurm.md).
-        state = screen_state(reader, job, until_ts, fr.key("event"), state)
+        state = screen_state(reader, job, until_ts, fr, state)
         figures = reader.memo(
             "figures", (job, run.get("world_size"), run.get("world_since"),
                         run.get("flops_per_step"), run.get("peak_flops"),
@@ -333,17 +357,18 @@ def build_snapshot(
         # and the caller closes it): let the others finish before passing the error on.
         wait(reads)
         raise
-    events_key = fr.key("event")
-    xids = reader.memo("xids", events_key,
+    xids_key = reader.event_version("xids", fr, until_ts, of_kinds(XID))
+    xids = reader.memo("xids", xids_key,
                        lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))
     interruptions = reader.memo(
-        "interruptions", (job, events_key),
+        "interruptions", (job, reader.event_version("interruptions", fr, until_ts,
+                                                    of_kinds(*INTERRUPTION_KINDS))),
         lambda: merge_incidents(reader.interruptions(job, until_ts=until_ts))) if job else []
     # Every GPU's XIDs over the recording, split at the start of the job's current run:
     # a GPU that failed an earlier run (a relaunch, a fork's parent) is flagged in this.
     began = run_began(lifecycle_events(reader, job, fr, until_ts),
                       run.get("started")) if job is not None else None
-    xid_history = reader.memo("xid_history", (events_key, began),
+    xid_history = reader.memo("xid_history", (xids_key, began),
                               lambda: reader.xid_history(until_ts=until_ts, before_ts=began))
     health = build_health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
                      replaying=until_ts is not None,
@@ -351,7 +376,8 @@ def build_snapshot(
                      xid_history=xid_history)
     if job is not None:
         checkpoints = reader.memo(
-            "checkpoint_costs", (job, events_key),
+            "checkpoint_costs", (job, reader.event_version(
+                "checkpoint_costs", fr, until_ts, of_kinds(CHECKPOINT_SAVED))),
             lambda: reader.checkpoint_costs(job, until_ts=until_ts))
         started = run.get("started") if isinstance(run, dict) else None
         first = reader.memo("first_ts", (job, fr.key("hello")),
@@ -369,13 +395,11 @@ def build_snapshot(
         # while the job restarts, the rest of that restart): shown, not n/a, meanwhile.
         progress = restart_aware(progress, health.interruptions, now=at, run_seconds=(
             observed_seconds(lifecycle, job, started or first or at, at)))
-    events = reader.memo(
-        "events", events_key,
-        lambda: reader.events(until_ts=until_ts, limit=EVENTS_SHOWN, frontiers=fr))
-    data_events = reader.memo(
-        "data_events", events_key,
-        lambda: reader.events(until_ts=until_ts, kinds=DATA_EVENT_KINDS,
-                              limit=DATA_EVENTS_READ, frontiers=fr))
+    events = reader.events_held("events", until_ts=until_ts, limit=EVENTS_SHOWN,
+                                frontiers=fr)
+    data_events = reader.events_held("data_events", until_ts=until_ts,
+                                     limit=DATA_EVENTS_READ, frontiers=fr,
+                                     kinds=DATA_EVENT_KINDS)
     stored_alerts = standing_agent_alerts(reader, job, fr, until_ts)
     worst = max(figures.ranks, key=lambda r: r.data_share or 0.0, default=None)
     link_table = link_rows(hosts, health)

@@ -24,7 +24,7 @@ from cockpit.analysis.lifecycle import ended, newest_in_effect, took_effect
 from cockpit.analysis.ranks import StepSample, step_walls
 from cockpit.store.earlier_runs import launched_again_as
 from cockpit.store.queries import Frontiers, StoreReader
-from cockpit.store.queries_base import FULL_READ_EVERY
+from cockpit.store.queries_base import FULL_READ_EVERY, of_kinds
 from cockpit.store.queries_events import LIFECYCLE_KINDS
 from cockpit.store.queries_train import (
     LATEST_STEP_WINDOWS,
@@ -349,4 +349,6 @@ def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,
         return newest_in_effect(e for e in reader.rare_events(LIFECYCLE_KINDS, job, until_ts)
                                 if e.get("job") == job)
 
-    return reader.memo(f"lifecycle:{job}", (job, fr.key("event")), read)
+    name = f"lifecycle:{job}"
+    return reader.memo(name, (job, reader.event_version(name, fr, until_ts,
+                                                        of_kinds(*LIFECYCLE_KINDS))), read)

@@ -15,6 +15,7 @@ here and extended from the rows added past them, with the probes' windows.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -95,6 +96,7 @@ class ReaderBase:
         self._added_locks: dict[str, threading.Lock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
         self._renames_seen = 0  # the store's `renames` when the held answers were read
+        self._versions = itertools.count(1)  # see `event_version`: never handed out twice
 
     @property
     def static(self) -> bool:
@@ -130,6 +132,37 @@ class ReaderBase:
         with self._memo_lock:
             return self._memo.get(name)
 
+    def event_version(self, name: str, frontiers: Frontiers, until_ts: float | None,
+                      relevant: Callable[[Row], bool]) -> int:
+        """Stands for the event table in the `memo` key of a read that looks at some
+        events only (a job's lifecycle, the XIDs, the checkpoints): the same while none
+        of the events that became visible since is one `relevant` says the read looks
+        at, a new number otherwise, or when what was added cannot be told (rows gone, a
+        replay seeking back, a flood past `added_rows`' limit).
+
+        Keyed by the whole table's frontier, every new event (a GPU's XID somewhere in
+        the fleet, a checkpoint) read them all again: a dozen reads, tens of
+        milliseconds of the refresh that saw it. The events added are read once for all
+        of them (`added_rows`). After `FULL_READ_EVERY` carried versions the read is done
+        afresh anyway, as a `kept` answer is.
+        """
+        slot = f"event-version:{name}"
+        held = self.recall(slot)
+        if held is not None:
+            held_fr, (version, carried) = held
+            if held_fr.key("event") == frontiers.key("event"):
+                return int(version)
+            if carried < FULL_READ_EVERY:
+                after = self.added_after("event", held_fr, frontiers)
+                added = (None if after is None
+                         else self.added_rows("event", after, until_ts, frontiers))
+                if added is not None and not any(relevant(r) for r in added):
+                    self.remember(slot, frontiers, (version, carried + 1))
+                    return int(version)
+        version = next(self._versions)
+        self.remember(slot, frontiers, (version, 0))
+        return version
+
     def added_after(self, table: str, before: Frontiers, now: Frontiers) -> float | None:
         """A ts after which lie all of `table`'s rows visible at `now` but not at
         `before` (and none was removed), or None when that cannot be told cheaply.
@@ -151,9 +184,15 @@ class ReaderBase:
         old_end = before.ts.get(table)
         if old_end is None:
             return None
-        with self._cur() as cur:
-            newer = self.scalar(cur, f'SELECT count(*) FROM "{table}" WHERE ts > ?', [old_end])
+        # Asked once per frontier for several answers (`event_version`'s, the kept ones).
+        newer = self.memo(f"newer:{table}", (old_end, now.key(table)), lambda: self._newer(
+            table, old_end))
         return old_end if newer == rows_now - rows_before else None
+
+    def _newer(self, table: str, after: float) -> int:
+        with self._cur() as cur:
+            return int(self.scalar(cur, f'SELECT count(*) FROM "{table}" WHERE ts > ?',
+                                   [after]))
 
     def added_rows(self, table: str, after: float, until_ts: float | None,
                    frontiers: Frontiers) -> list[Row] | None:
@@ -533,3 +572,9 @@ def _fold_latest(keys: Sequence[str], by_key: dict[tuple, Row], added: Sequence[
         if chosen or window is None:
             return chosen if floor >= complete_after else None
     return None
+
+
+def of_kinds(*kinds: str) -> Callable[[Row], bool]:
+    """`event_version`'s `relevant` for a read of events of `kinds`."""
+    wanted = frozenset(kinds)
+    return lambda row: row.get("kind") in wanted

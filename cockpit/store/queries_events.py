@@ -24,6 +24,8 @@ from cockpit.store.schema import kind_is
 LIFECYCLE_KINDS = (
     JOB_STARTED, JOB_EXITED, PAUSE, RESUME, INTERRUPTION, RECOVERY, RELAUNCH, JOB_ADOPTED,
 )
+# What `interruptions` pairs: the outages, their recoveries, and what else ends one.
+INTERRUPTION_KINDS = (INTERRUPTION, RECOVERY, PAUSE, JOB_EXITED, JOB_STARTED)
 
 
 def _text_filter(column: str, text: str | None) -> tuple[str, list[Any]]:
@@ -61,6 +63,30 @@ class EventQueries(ReaderBase):
                 params=[*kind_args, *text_args, *job_args], limit=limit, frontiers=frontiers,
             )
         return rows[::-1]
+
+    def events_held(self, name: str, *, until_ts: float | None, limit: int,
+                    frontiers: Frontiers, kinds: Sequence[str] | None = None) -> list[Row]:
+        """`events(...)` of every job, kept under `name` and brought up to date from the
+        events added since (`kept`): a refresh that sees one new event merges it in
+        rather than reading the newest `limit` again."""
+        wanted = frozenset(kinds) if kinds else None
+
+        def read() -> list[Row]:
+            return self.events(until_ts=until_ts, kinds=kinds, limit=limit,
+                               frontiers=frontiers)
+
+        def extend(held: list[Row], after: float) -> list[Row] | None:
+            added = self.added_rows("event", after, until_ts, frontiers)
+            if added is None:
+                return None
+            new = [r for r in added if wanted is None or r["kind"] in wanted]
+            if not new:
+                return held
+            # The held rows are the newest `limit` before `after`, every added one is
+            # after it: the newest `limit` of both are the newest of all.
+            return sorted([*held, *new], key=lambda r: (r["ts"], r["seq"]))[-limit:]
+
+        return self.kept(name, (limit, wanted), "event", frontiers, read, extend)
 
     def alerts(self, *, until_ts: float | None = None, limit: int = 100,
                frontiers: Frontiers | None = None) -> list[Row]:
@@ -142,9 +168,8 @@ class EventQueries(ReaderBase):
         # at the first step after a resume or relaunch (its restart had begun), and that
         # recovery is of this outage, not one of its own.
         ended_by_host: dict[str, Row] = {}
-        kinds = (INTERRUPTION, RECOVERY, PAUSE, JOB_EXITED, JOB_STARTED)
         item: Row | None
-        for e in self.rare_events(kinds, job, until_ts):
+        for e in self.rare_events(INTERRUPTION_KINDS, job, until_ts):
             data = e["data"] if isinstance(e["data"], dict) else {}
             if e["kind"] not in (INTERRUPTION, RECOVERY):
                 ongoing = open_by_host.get(e["host"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -113,8 +114,18 @@ class HealthQueries(ReaderBase):
     def _seen_from(self, cur: Any, hosts: list[str], recent: Mapping[str, float],
                    hellos: Mapping[str, Row], until_ts: float | None,
                    frontiers: Frontiers) -> dict[str, float]:
-        events = self.memo("event_seen", frontiers.key("event"),
-                           lambda: self._event_seen(until_ts))
+        def newer(held: dict[str, float], after: float) -> dict[str, float] | None:
+            added = self.added_rows("event", after, until_ts, frontiers)
+            if added is None:
+                return None
+            seen = dict(held)
+            for r in added:
+                if r["ts"] is not None and r["ts"] > seen.get(r["host"], -math.inf):
+                    seen[r["host"]] = float(r["ts"])
+            return seen
+
+        events = self.kept("event_seen", None, "event", frontiers,
+                           lambda: self._event_seen(until_ts), newer)
         seen: dict[str, float] = {}
         for host in hosts:
             times = [t for t in (recent.get(host), events.get(host),
