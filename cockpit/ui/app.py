@@ -28,6 +28,7 @@ from cockpit.read.source import SNAPSHOT_BUCKETS, Source
 from cockpit.snapshot import Snapshot
 from cockpit.ui import keymap as keys
 from cockpit.ui import refresh_gate
+from cockpit.ui.collector import CollectorHold
 from cockpit.ui.commands import CockpitCommands
 from cockpit.ui.control_actions import ControlActions
 from cockpit.ui.messages import DataArrived, DetailsReady, DetailsRequested, SnapshotReady
@@ -69,6 +70,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self.set_keymap(self.keymap)
         self.snapshot: Snapshot | None = None
         self.gate = refresh_gate.RefreshGate()
+        self.collector = CollectorHold()  # the collector waits while a refresh runs
         # (code, where) of the alerts the operator acknowledged in Alerts (`x`): shown so
         # while they last, and no longer counted in the header.
         self.acknowledged: set[tuple[str, str]] = set()
@@ -140,6 +142,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         self._request_refresh()
 
     def on_unmount(self) -> None:
+        self.collector.release()
         self.source.stop()
         if self._frozen:
             gc.unfreeze()
@@ -179,6 +182,8 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
     def _build_snapshot(self) -> None:
+        if self.is_running:  # released once the snapshot is painted (or not made)
+            self.collector.hold()
         snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)
         if self.acknowledged:
             snapshot = dataclasses.replace(snapshot, alerts=acknowledge(
@@ -189,6 +194,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         if not self.is_running:
             # Built while the app was closing: its screens are being taken apart, and a
             # pane whose children are already gone has nowhere to show it.
+            self.collector.release()
             return
         self.snapshot = message.snapshot
         self._last_failure = None
@@ -199,6 +205,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
                 screen.snapshot = message.snapshot
         if not self._frozen:
             self.call_after_refresh(self._freeze_startup_objects)
+        self.call_after_refresh(self.collector.release)
 
     @on(Worker.StateChanged)
     def _worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -219,6 +226,8 @@ class CockpitApp(ControlActions, ReplayActions, App):
         if worker.group == "snapshot" and event.state in (
             WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
         ):
+            if event.state != WorkerState.SUCCESS:
+                self.collector.release()  # no snapshot to paint
             self._act(*self.gate.finished(time.monotonic()))
 
     def on_details_requested(self, message: DetailsRequested) -> None:
