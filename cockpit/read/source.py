@@ -13,8 +13,11 @@ visible row: a refresh with nothing new (a finished run, a paused replay, a quie
 fleet) reads almost nothing, and a refresh after a training step reads the rows that
 step added and folds them into what it holds (the series, the newest samples, the
 recent steps: `cockpit.read.train_tail`, `ReaderBase.added_after`), not the events,
-evaluations or run facts. The reads that do not depend on one another run side by side
-in a small pool (DuckDB releases the GIL while it executes).
+evaluations or run facts. A new event is read once and folded into the newest events;
+the answers about some kinds of event are read again only when one of their kinds came
+(`ReaderBase.event_version`: a GPU's XID leaves the job's lifecycle as it was read). The
+reads that do not depend on one another run side by side in a small pool (DuckDB
+releases the GIL while it executes).
 """
 
 from __future__ import annotations
