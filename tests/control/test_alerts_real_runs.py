@@ -129,10 +129,10 @@ def test_a_slow_data_loader_is_a_data_alert_naming_the_rank(
 def test_a_rank_made_slow_is_a_straggler_alert_naming_its_host(
         tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path) -> None:
     d = agent_daemon
-    # 2 s more a step: a slowdown is steps 2.5 times the usual, and on loaded cores the
-    # usual step of the example can take most of a second.
+    # 1 s more a step: a slowdown is steps 2.5 times the usual, and the usual step of
+    # the small test model takes a tenth of that on loaded cores.
     _launch(tmp_path, d, charlm_shards, "slowrank", 34, "fault.slow_rank=1",
-            "fault.slow_by=2.0", "fault.slow_from=25")
+            "fault.slow_by=1.0", "fault.slow_from=25")
     assert _until_ended(d, "slowrank") == "finished"
 
     def while_slow(train: list[dict]) -> float | None:
