@@ -105,9 +105,10 @@ def charlm_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def charlm_spec(tmp_path: Path, data: Path, name: str = "job", steps: int = 2000,
-                extra: str = "") -> dict:  # fmt: skip
-    """The launch spec of a 2-rank charlm job, written and parsed as an operator's TOML."""
-    settings = [f"data.dir={data}", *FAST]
+                extra: str = "", sets: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """The launch spec of a 2-rank charlm job, written and parsed as an operator's TOML;
+    `sets` are more of the trainer's `--set` overrides."""
+    settings = [f"data.dir={data}", *FAST, *sets]
     args = ["--max-steps", str(steps)]
     for setting in settings:
         args += ["--set", setting]

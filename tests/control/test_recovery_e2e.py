@@ -41,7 +41,9 @@ def test_killed_rank_and_hung_rank_are_recovered_from_newest_valid_checkpoint(
     tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path
 ) -> None:
     d, job = agent_daemon, "rec"
-    spec = charlm_spec(tmp_path, charlm_shards, job, extra=HANG)
+    # Every checkpoint is kept: the relaunched attempt saves one each 10 steps, and with
+    # the default 3 kept, the one it resumed from can be pruned before it is inspected.
+    spec = charlm_spec(tmp_path, charlm_shards, job, extra=HANG, sets=("checkpoint.keep=1000",))
     ckpt_dir = Path(spec["run_dir"]) / "checkpoints"
     d.op("launch", spec=spec)
     ranks = _ranks(d, job, 1)

@@ -261,14 +261,19 @@ def test_prometheus_scrapes_a_live_two_rank_run_with_the_stores_figures(tmp_path
     assert demo.returncode == 128 + signal.SIGHUP, demo.stderr.read() if demo.stderr else ""
     assert seen, "no step, loss and GPU temperature were ever scraped"
     con = duckdb.connect(str(tmp_path / "demo" / "recording.duckdb"), read_only=True)
-    losses = dict(con.execute("SELECT step, loss FROM train WHERE rank = 0").fetchall())
+    losses: dict[int, dict[int, float]] = {}  # rank -> step -> loss
+    for rank, step_, loss_ in con.execute("SELECT rank, step, loss FROM train").fetchall():
+        losses.setdefault(rank, {})[step_] = loss_
     temps = {t for (t,) in con.execute("SELECT temp FROM gpu").fetchall()}
     con.close()
     for step, loss, temp in seen:
+        assert int(step) in losses[0], step
         # The loss is the reference rank's newest, which may trail the newest step (of
-        # any rank) by the records still in flight from it.
-        assert int(step) in losses, step
-        near = [losses[s] for s in range(int(step) - 5, int(step) + 1) if s in losses]
+        # any rank) by the records still in flight from it. The reference rank is the
+        # lowest one heard from: in the first seconds, rank 1's records can land before
+        # rank 0's first ones, and the loss is then rank 1's.
+        near = [by_step[s] for by_step in losses.values()
+                for s in range(int(step) - 5, int(step) + 1) if s in by_step]
         assert any(v == pytest.approx(loss, rel=1e-12) for v in near), (step, loss, near)
         assert temp in temps
 
