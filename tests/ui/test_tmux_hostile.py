@@ -157,7 +157,8 @@ def test_a_hostile_recording_replays_and_reports_in_a_real_terminal(
         assert status.read_text().strip() == "replay=0"
 
         term.type(f"clear; {report}; echo report=$?")
-        term.wait(lambda: "report=" in term.screen(history=True), "the report")
+        # The typed line shows "report=$?" before `clear` runs: wait for the status.
+        term.wait(lambda: bool(re.search(r"report=\d", term.screen(history=True))), "the report")
         printed = term.screen(history=True)
         assert "report=0" in printed and "Traceback" not in printed, printed
         for text in (hostile.GPU_STATE, hostile.DATA_VERSION, hostile.ALERT["what"],
