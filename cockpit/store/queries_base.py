@@ -93,6 +93,8 @@ class ReaderBase:
         self._sizes: dict[str, int] = {}  # rows per table at the last `frontiers` call
         # A read-only store's last frontiers and each table's next ts after them.
         self._frontier_hint: tuple[Frontiers, Mapping[str, float | None]] | None = None
+        # The last frontiers of the whole store, where a live store's newest rows start.
+        self._newest_found: Frontiers | None = None
         self._added_locks: dict[str, threading.Lock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
         self._renames_seen = 0  # the store's `renames` when the held answers were read
@@ -274,7 +276,10 @@ class ReaderBase:
         if static and until_ts is not None and held is not None:
             return self._moved_frontiers(until_ts, *held)
         with self._cur() as cur:
-            found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes)
+            found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes,
+                                    self._newest_found)
+            if until_ts is None:
+                self._newest_found = found
             if static and until_ts is not None:
                 self._frontier_hint = (found, probe_next(cur, RECORD_TABLES, until_ts))
         self._sizes = dict(found.rows)

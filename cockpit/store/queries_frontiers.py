@@ -45,17 +45,14 @@ def probe_frontiers(
     until_ts: float | None,
     windows: Sequence[float | None],
     sizes: Mapping[str, int],
+    previous: Frontiers | None = None,
 ) -> Frontiers:
     """Frontiers of `tables`; `sizes` (rows per table, possibly stale) picks which
-    tables are probed in windows and which are scanned whole."""
+    tables are probed in windows and which are scanned whole. `previous`: the last
+    frontiers found of the whole store (`until_ts` None), from which a live store's
+    newest rows are looked for (`_probe_newest`)."""
     if until_ts is None:
-        query = " UNION ALL ".join(
-            f"SELECT '{t}', (SELECT count(*) FROM \"{t}\"), (SELECT max(ts) FROM \"{t}\")"
-            for t in tables
-        )
-        found = cur.execute(query).fetchall()
-        return Frontiers(None, {t: _float(hi) for t, _, hi in found},
-                         {t: int(n) for t, n, _ in found})
+        return _probe_newest(cur, tables, previous)
     rows: dict[str, int] = {}
     ts: dict[str, float | None] = {}
     pending = list(tables)
@@ -85,6 +82,38 @@ def probe_frontiers(
     for t in pending:
         ts[t] = None
     return Frontiers(until_ts, ts, rows)
+
+
+def _probe_newest(cur: Any, tables: Sequence[str], previous: Frontiers | None) -> Frontiers:
+    """Every table's row count and newest ts, over the whole store.
+
+    A live store grows for days, and `max(ts)` over a whole table reads every row of
+    it: tens of milliseconds a table at tens of millions of rows, at every refresh. Rows
+    are appended, so the newest ts is at or after the previous one: asked only of the
+    rows from there, DuckDB reads just the row groups whose zone maps reach it. When no
+    row is there (rows were deleted or filed away since), the table is asked whole.
+    """
+    known = previous.ts if previous is not None and previous.until_ts is None else {}
+    parts: list[str] = []
+    args: list[object] = []
+    for t in tables:
+        since = known.get(t)
+        if since is None:
+            parts.append(f"SELECT '{t}', (SELECT count(*) FROM \"{t}\"), "
+                         f"(SELECT max(ts) FROM \"{t}\")")
+        else:
+            parts.append(f"SELECT '{t}', (SELECT count(*) FROM \"{t}\"), "
+                         f"(SELECT max(ts) FROM \"{t}\" WHERE ts >= ?)")
+            args.append(since)
+    found = cur.execute(" UNION ALL ".join(parts), args).fetchall()
+    ts = {t: _float(hi) for t, _, hi in found}
+    rows = {t: int(n) for t, n, _ in found}
+    lost = [t for t in tables if ts[t] is None and rows[t] and known.get(t) is not None]
+    if lost:
+        again = " UNION ALL ".join(f"SELECT '{t}', (SELECT max(ts) FROM \"{t}\")"
+                                   for t in lost)
+        ts.update({t: _float(hi) for t, hi in cur.execute(again).fetchall()})
+    return Frontiers(None, ts, rows)
 
 
 def _float(value: Any) -> float | None:
