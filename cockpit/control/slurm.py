@@ -95,8 +95,27 @@ ACTIVE_STATES = frozenset({PENDING, RUNNING, "CONFIGURING", "COMPLETING", "SUSPE
 # cause the state (NODE_FAIL: a node died; TIMEOUT: the time limit; PREEMPTED …).
 FAILED_ENDS = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
                          "BOOT_FAIL", "DEADLINE", "CANCELLED"})
-RDZV_PORT_BASE = 20000  # the rendezvous port: BASE + job id % SPAN, distinct per job
-RDZV_PORT_SPAN = 20000
+# The rendezvous port: BASE + job id % SPAN, distinct per job, and below Linux's
+# ephemeral ports (32768 on): an outgoing connection of anything on the head node can
+# hold a port from that range, and torchrun's store then fails to bind. On the head
+# node the batch script still steps past a port some other program holds (RDZV_PROBE).
+RDZV_PORT_BASE = 20000
+RDZV_PORT_SPAN = 12000
+# Run by the batch script's Python with the computed port: prints the first port from
+# it on (wrapping within the span) that can be bound as torchrun's store binds it.
+RDZV_PROBE = (
+    "import socket, sys\n"
+    "port, base, span = (int(a) for a in sys.argv[1:4])\n"
+    "for i in range(256):\n"
+    "    candidate = base + (port - base + i) % span\n"
+    "    with socket.socket() as s:\n"
+    "        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "        try:\n"
+    "            s.bind(('', candidate))\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "    print(candidate)\n"
+    "    break\n")
 _JOB_ID = re.compile(r"^(\d{1,12})(;.*)?$")
 
 
@@ -312,8 +331,12 @@ def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
         "addr=$(scontrol show node \"$head\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p'"
         " | head -n 1)",
         'export COCKPIT_SLURM_HEAD="$head"',
-        f'export COCKPIT_SLURM_RDZV="${{addr:-$head}}:$(( {RDZV_PORT_BASE} + SLURM_JOB_ID'
-        f' % {RDZV_PORT_SPAN} ))"',
+        f"port=$(( {RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN} ))",
+        # The batch script runs on the allocation's first node, the rendezvous host.
+        f"free=$({_q(spec.python)} -c {shlex.quote(RDZV_PROBE)} \"$port\" "
+        f"{RDZV_PORT_BASE} {RDZV_PORT_SPAN} 2>/dev/null)",
+        'case "$free" in ""|*[!0-9]*) ;; *) port="$free" ;; esac',
+        'export COCKPIT_SLURM_RDZV="${addr:-$head}:$port"',
         f"resume={1 if resume else 0}",
         f"unset {RESUME_ENV}",
         'if [ "$resume" = 1 ] || [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then',

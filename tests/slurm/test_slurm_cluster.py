@@ -52,9 +52,16 @@ def _wait(what: str, predicate: Callable[[], Any], timeout: float, job: SlurmJob
         state = job.poll()
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
-                                 f"Slurm says {state}")
+                                 f"Slurm says {state}{_job_output(job)}")
         time.sleep(0.5)
 
+
+
+def _job_output(job: SlurmJob) -> str:
+    """The tail of each batch output of the job (`slurm-<id>.out`), to say why it ended."""
+    outputs = sorted((Path(job.spec.run_dir) / "slurm").glob("slurm-*.out"))
+    return "".join(f"\n--- {out.name}:\n" + "\n".join(
+        out.read_text(errors="replace").splitlines()[-40:]) for out in outputs)
 
 def _ingest_agents(store: Store, agents: Path) -> None:
     """Each node's agent journal into the store, as the node's stream would deliver it."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import pytest
 
 from cockpit.control.jobspec import JobSpecError, parse_jobspec
 from cockpit.control.slurm import (
+    RDZV_PORT_BASE,
+    RDZV_PORT_SPAN,
     QueueState,
     ScriptPaths,
     SlurmJob,
@@ -143,6 +147,49 @@ def test_batch_script_quotes_every_value(tmp_path: Path) -> None:
     # The newest checkpoint was asked of the job's own Python, with the checkpoint dir.
     ckpt = str(tmp_path / "run" / "checkpoints")
     assert seen["COCKPIT_RESUME_FROM"] == f"/ck pts/{len(ckpt)}"
+
+
+def _listening_in_span() -> socket.socket:
+    """A socket listening on a port of the rendezvous span, as another program's would."""
+    for port in range(RDZV_PORT_BASE + 4000, RDZV_PORT_BASE + RDZV_PORT_SPAN):
+        held = socket.socket()
+        try:
+            held.bind(("", port))
+        except OSError:
+            held.close()
+            continue
+        held.listen()
+        return held
+    raise AssertionError("no free port in the rendezvous span")
+
+
+@pytest.mark.starts
+def test_rendezvous_port_held_by_another_program_is_stepped_past(tmp_path: Path) -> None:
+    """The job id picks a port below the ephemeral range; when something on the head
+    node already listens there, the batch script exports the next free one instead."""
+    assert RDZV_PORT_BASE + RDZV_PORT_SPAN <= 32768  # Linux's ephemeral ports start there
+    spec = _spec(tmp_path, python=sys.executable)
+    paths = ScriptPaths(spec.run_dir, "s")
+    batch = render_batch(spec, launcher_of(spec), paths, resume=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "scontrol", "#!/bin/sh\nif [ \"$2\" = hostnames ]; then "
+                "echo n7; else echo 'NodeName=n7 NodeAddr=127.0.0.1 Port=1'; fi\n")
+    _executable(bin_dir / "srun", "#!/bin/sh\nenv > \"$OUT/env\"\n")
+    with _listening_in_span() as held:
+        port = held.getsockname()[1]
+        job_id = port - RDZV_PORT_BASE + 3 * RDZV_PORT_SPAN
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path),
+               "HOME": str(tmp_path), "SLURM_JOB_NODELIST": "n7",
+               "SLURM_JOB_ID": str(job_id)}
+        done = subprocess.run(["bash", "-c", batch], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines()
+                if "=" in line)
+    host, _, chosen = seen["COCKPIT_SLURM_RDZV"].rpartition(":")
+    assert host == "127.0.0.1"
+    assert port < int(chosen) < RDZV_PORT_BASE + RDZV_PORT_SPAN, (port, chosen)
 
 
 @pytest.mark.starts
