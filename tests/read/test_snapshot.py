@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ from agent.wire.protocol import encode
 from cockpit.read.details import EventsTimeline, HostDetail, LogTail, RunInfo
 from cockpit.read.report import render_report
 from cockpit.read.source import build_snapshot, details
-from cockpit.snapshot import Marker, Snapshot
+from cockpit.snapshot import GpuCell, Marker, Snapshot
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from tests.read import synthetic as syn
@@ -77,6 +78,20 @@ def test_health_and_interruptions(final: Snapshot) -> None:
     assert i.cause == "rank 2 killed (SIGKILL)" and i.recovered_in == pytest.approx(35.0)
     assert i.steps_lost == 10
 
+
+
+def test_gpu_cells_are_whole_gpu_cells(final: Snapshot) -> None:
+    """`build_health` fills its cells without GpuCell's __init__: each has every field,
+    and equals (and hashes as) the cell __init__ makes of the same values."""
+    names = {f.name for f in dataclasses.fields(GpuCell)}
+    cells = [g for h in final.health.hosts for g in h.gpus]
+    assert cells
+    for cell in cells:
+        assert set(vars(cell)) == names
+        made = GpuCell(**vars(cell))
+        assert cell == made and hash(cell) == hash(made)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cell.util = 0.0  # type: ignore[misc]  # frozen: the test is that it refuses
 
 def test_alerts_each_kind_with_where_and_hint(final: Snapshot) -> None:
     by = {a.code: a for a in final.alerts}
