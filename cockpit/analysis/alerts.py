@@ -74,14 +74,22 @@ def _frac(used: Any, total: Any) -> float | None:
     return used / total if used is not None and total else None
 
 
+# The throttle reasons `gpu_alerts` raises an alert for: heat, a power brake, a slowdown.
+_ALERTING_THROTTLE = (throttle_bits.HW_THERMAL | throttle_bits.SW_THERMAL
+                      | throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN)
+
+
 def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
     """From the latest sample of each GPU."""
     out: list[Alert] = []
     for g in gpus:
+        throttle = g.get("throttle") or 0
+        if not (throttle & _ALERTING_THROTTLE or (g.get("ecc_vol_unc") or 0) > 0
+                or g.get("remap_pending")):
+            continue  # a well GPU (a fleet's are almost all): nothing more to look at
         found = len(out)
         where = {"host": g.get("host"), "gpu": g.get("gpu")}
         ts = g.get("ts") or 0.0
-        throttle = g.get("throttle") or 0
         if throttle & (throttle_bits.HW_THERMAL | throttle_bits.SW_THERMAL):
             out.append(_alert(
                 ts, RESOURCE, WARNING, "thermal_throttle", where,

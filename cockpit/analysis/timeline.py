@@ -113,6 +113,22 @@ def gpu_faults(rows: Iterable[Mapping[str, Any]], held: Mapping[tuple[str, int],
     return out, state
 
 
+
+def fault_rows(rows: Iterable[Mapping[str, Any]],
+               held: Mapping[tuple[str, int], tuple[bool, int]] | None
+               ) -> list[Mapping[str, Any]]:  # fmt: skip
+    """The rows `gpu_faults` must see to carry on exactly from `held`: those of the
+    hosts with a GPU throttled or counting errors, in `rows` or in `held`. Every other
+    row leaves its GPU as it was, untroubled (a GPU `held` does not name is
+    untroubled), so it changes nothing. A live fleet adds every GPU's sample each
+    second, almost all of them well: they are passed over here, not sorted and
+    followed one by one."""
+    rows = list(rows)
+    hosts = {key[0] for key, (hot, ecc) in (held or {}).items() if hot or ecc}
+    hosts.update(str(r["host"]) for r in rows
+                 if (r.get("throttle") or 0) & HARMFUL_THROTTLE or r.get("ecc_vol_unc"))
+    return [r for r in rows if str(r["host"]) in hosts] if hosts else []
+
 def link_faults(hosts: Iterable[Mapping[str, Any]]) -> list[Fault]:
     """Hosts the cockpit cannot reach now, since their link said so (`state` is the
     link's word as shown, `state_ts` when it began)."""

@@ -34,6 +34,7 @@ from cockpit.analysis.timeline import (
     HARMFUL_THROTTLE,
     Fault,
     GpuState,
+    fault_rows,
     gpu_faults,
     link_faults,
     on_hosts,
@@ -307,7 +308,7 @@ def _more_gpu_faults(reader: StoreReader, held: tuple[list[Fault], GpuState], af
     added = reader.added_rows("gpu", after, until_ts, fr)
     if added is None:
         return None
-    found, state = gpu_faults(sorted(added, key=_TS_SEQ), held[1])
+    found, state = gpu_faults(sorted(fault_rows(added, held[1]), key=_TS_SEQ), held[1])
     return [*held[0], *found][-FAULTS_KEPT:], state
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from cockpit.analysis import throttle as bits
@@ -115,3 +116,26 @@ def test_no_lifecycle_event_is_no_stage() -> None:
 def test_a_fault_on_a_host_outside_the_job_is_not_on_its_curves() -> None:
     faults = [tl.Fault(1.0, "idle-host", "xid", "XID 79"), tl.Fault(2.0, "h1", "ecc", "E")]
     assert tl.on_hosts(faults, {"h1"}) == [faults[1]]
+
+
+def test_the_rows_of_untroubled_hosts_change_nothing_and_are_passed_over() -> None:
+    """`fault_rows` keeps what `gpu_faults` needs: batch after batch, following only
+    those rows finds the faults and the troubled GPUs that following every row does."""
+    rnd = random.Random(5)
+    masks = [0, 0, 0, 0, bits.IDLE, bits.SW_THERMAL, bits.HW_POWER_BRAKE]
+    every: Any = None
+    kept: Any = None
+    for batch in range(40):
+        rows = [gpu(batch + rnd.random(), f"h{rnd.randrange(6)}", rnd.randrange(4),
+                    rnd.choice(masks), ecc=rnd.choice([0, 0, 0, 0, 1, 2]))
+                for _ in range(rnd.randrange(0, 12))]
+        rows.sort(key=lambda r: r["ts"])
+        found_all, every = tl.gpu_faults(rows, every)
+        chosen = tl.fault_rows(rows, kept)
+        assert len(chosen) <= len(rows)
+        found_kept, kept = tl.gpu_faults(chosen, kept)
+        assert found_kept == found_all, batch
+        troubled = {k: v for k, v in every.items() if v != (False, 0)}
+        assert {k: v for k, v in kept.items() if v != (False, 0)} == troubled, batch
+    # Well GPUs everywhere: nothing to follow.
+    assert tl.fault_rows([gpu(1.0, "h", 0, bits.IDLE), gpu(1.0, "g", 1, 0)], {}) == []
