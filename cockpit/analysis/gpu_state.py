@@ -144,11 +144,13 @@ def gpu_cause(cell: GpuCell, state: GpuState) -> str:
     return state.label
 
 
-def host_cause(host: HostHealth, states: tuple[GpuState, ...] | None = None) -> str:
+def host_cause(host: HostHealth, states: tuple[GpuState, ...] | None = None,
+               state: GpuState | None = None) -> str:
     """Why a host is in its state, naming its worst GPU: "gpu 3 XID 79", "unreachable",
-    "8 GPUs hot: gpu 0 hot 91°C, …"; "ok" for a well host."""
+    "8 GPUs hot: gpu 0 hot 91°C, …"; "ok" for a well host. `states` and `state`: its
+    GPUs' and its own, when the caller has them already."""
     states = gpu_states(host) if states is None else states
-    state = host_state(host, states)
+    state = host_state(host, states) if state is None else state
     if link_down(host.state):
         return host.state
     if state is GpuState.STALE:
@@ -165,12 +167,12 @@ def host_cause(host: HostHealth, states: tuple[GpuState, ...] | None = None) -> 
     return f"{len(hit)} GPUs {state.label}: gpu {cell.index} {cause}, …"
 
 
-def sort_key(host: HostHealth,
-             states: tuple[GpuState, ...] | None = None) -> tuple[int, int, str]:
+def sort_key(host: HostHealth, states: tuple[GpuState, ...] | None = None,
+             state: GpuState | None = None) -> tuple[int, int, str]:
     """Worst hosts first; among equals, the one with more GPUs in that state, then by
-    name. `states` as for `host_state`."""
+    name. `states` and `state` as for `host_cause`."""
     states = gpu_states(host) if states is None else states
-    state = host_state(host, states)
+    state = host_state(host, states) if state is None else state
     return (state.rank, -states.count(state), host.host)
 
 

@@ -22,6 +22,7 @@ moves it, filters the map and opens the host it is on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
@@ -94,8 +95,8 @@ def host_row(host: HostHealth) -> HostRow:
     states = gs.gpu_states(host)
     state = gs.host_state(host, states)
     labels = {state.label.lower(), state.level.value, *(s.label.lower() for s in states)}
-    return HostRow(host, state, states, gs.host_cause(host, states), frozenset(labels),
-                   gs.sort_key(host, states))
+    return HostRow(host, state, states, gs.host_cause(host, states, state),
+                   frozenset(labels), gs.sort_key(host, states, state))
 
 
 def fleet_view(hosts: tuple[HostHealth, ...]) -> FleetView:
@@ -203,8 +204,12 @@ def _cursor_line(row: HostRow | None) -> list[Piece]:
             f" net ↓{fmt.si(h.net_rx)} ↑{fmt.si(h.net_tx)}"]
 
 
-def _cells(states: tuple[GpuState, ...], width: int, cursor: bool) -> list[Piece]:
-    """A host's GPU cells, runs of one state in one piece, padded to `width`."""
+@lru_cache(maxsize=1024)
+def _cells(states: tuple[GpuState, ...], width: int, cursor: bool) -> tuple[Piece, ...]:
+    """A host's GPU cells, runs of one state in one piece, padded to `width`.
+
+    Remembered: a fleet's hosts show a handful of state patterns (most hosts all OK),
+    and a refresh draws 128 hosts of them."""
     extra = f" {CURSOR}" if cursor else ""
     parts: list[Piece] = []
     run: list[GpuState] = []
@@ -220,7 +225,7 @@ def _cells(states: tuple[GpuState, ...], width: int, cursor: bool) -> list[Piece
     pad = width - max(1, len(states))
     if pad > 0:
         parts.append(" " * pad)
-    return parts
+    return tuple(parts)
 
 
 def choose_mode(view_rows: int, gpus_per_host: int, room: Size) -> str:
