@@ -166,8 +166,41 @@ def root_cause(lines: Sequence[str]) -> Optional[Dict[str, Any]]:
             start = index
     if start is None:
         return None
+    return _failure_fields(lines[start + 1:])
+
+
+def other_failures(lines: Sequence[str]) -> List[Dict[str, Any]]:
+    """The ranks torchrun's "Failures:" section lists besides the root cause (those it
+    found failed too, and those its teardown signalled), each as `root_cause` gives
+    one: [] when the section is absent or says <NO_OTHER_FAILURES>."""
+    start = None
+    for index, line in enumerate(lines):
+        if line.strip() == "Failures:":
+            start = index
+    if start is None:
+        return []
+    found = []
+    block: List[str] = []
+    for line in [*lines[start + 1:], "[end]:"]:
+        if line.startswith("=====") or line.startswith("-----") or _BLOCK.match(line):
+            fields = _failure_fields(block) if block else None
+            if fields is not None:
+                found.append(fields)
+            block = []
+            if not _BLOCK.match(line):
+                break
+            continue
+        block.append(line)
+    return found
+
+
+_BLOCK = re.compile(r"^\[(\d+|end)\]:\s*$")
+
+
+def _failure_fields(lines: Sequence[str]) -> Optional[Dict[str, Any]]:
+    """One failure block's fields, read up to the section's end."""
     found: Dict[str, Any] = {}
-    for line in lines[start + 1 :]:
+    for line in lines:
         if line.startswith("=====") or line.startswith("-----"):
             break
         match = _ROOT_FIELD.match(line)
@@ -274,6 +307,9 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
             local = _local_cause([line for line in tail if line not in own])
             if local is not None:
                 return local
+            peer = _killed_peer(other_failures(tail), tail)
+            if peer is not None:
+                return peer
         if found is not None:
             found.where.setdefault("rank", rank)
             return found
@@ -466,6 +502,25 @@ def _local_cause(texts: Sequence[str]) -> Optional[Diagnosis]:
         return found
     return None
 
+
+
+def _killed_peer(failures: Sequence[Dict[str, Any]], tail: Sequence[str]
+                 ) -> Optional[Diagnosis]:  # fmt: skip
+    """A rank torchrun lists as failed because a signal killed it (SIGKILL, a crash's
+    SIGSEGV …): the failure of its own that broke its peers' collective, which torchrun
+    may have reaped later than the peer it then names as the root. Left out: SIGTERM,
+    what torchrun's own teardown sends the ranks still running, and a rank whose own
+    output shows its collective broke (a gloo error aborts the process: SIGABRT)."""
+    for failure in failures:
+        code, rank = failure.get("exitcode"), failure["rank"]
+        if not isinstance(code, int) or code >= 0 or -code == signal.SIGTERM:
+            continue
+        own = _by_pattern([line for line in tail if line.startswith("[rank%d]:" % rank)])
+        if own is not None and own.cause == NCCL:
+            continue
+        return Diagnosis(KILLED, ["rank %d (pid %s) killed by %s" % (
+            rank, failure.get("pid"), _signal_name(-code))], {"rank": rank})
+    return None
 
 def _strip_rank(line: str) -> str:
     return re.sub(r"^\[\w*\d+\]:\s*", "", line)
