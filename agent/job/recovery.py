@@ -179,22 +179,18 @@ def other_failures(lines: Sequence[str]) -> List[Dict[str, Any]]:
             start = index
     if start is None:
         return []
-    found = []
-    block: List[str] = []
-    for line in [*lines[start + 1:], "[end]:"]:
-        if line.startswith("=====") or line.startswith("-----") or _BLOCK.match(line):
-            fields = _failure_fields(block) if block else None
-            if fields is not None:
-                found.append(fields)
-            block = []
-            if not _BLOCK.match(line):
-                break
-            continue
-        block.append(line)
-    return found
+    blocks: List[List[str]] = []
+    for line in lines[start + 1:]:
+        if line.startswith("=====") or line.startswith("-----"):
+            break
+        if _BLOCK.match(line):
+            blocks.append([])
+        elif blocks:
+            blocks[-1].append(line)
+    return [f for f in map(_failure_fields, blocks) if f is not None]
 
 
-_BLOCK = re.compile(r"^\[(\d+|end)\]:\s*$")
+_BLOCK = re.compile(r"^\[\d+\]:\s*$")  # "[1]:", where a failure's fields begin
 
 
 def _failure_fields(lines: Sequence[str]) -> Optional[Dict[str, Any]]:
@@ -503,7 +499,6 @@ def _local_cause(texts: Sequence[str]) -> Optional[Diagnosis]:
     return None
 
 
-
 def _killed_peer(failures: Sequence[Dict[str, Any]], tail: Sequence[str]
                  ) -> Optional[Diagnosis]:  # fmt: skip
     """A rank torchrun lists as failed because a signal killed it (SIGKILL, a crash's
@@ -521,6 +516,7 @@ def _killed_peer(failures: Sequence[Dict[str, Any]], tail: Sequence[str]
         return Diagnosis(KILLED, ["rank %d (pid %s) killed by %s" % (
             rank, failure.get("pid"), _signal_name(-code))], {"rank": rank})
     return None
+
 
 def _strip_rank(line: str) -> str:
     return re.sub(r"^\[\w*\d+\]:\s*", "", line)

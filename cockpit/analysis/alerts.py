@@ -74,9 +74,10 @@ def _frac(used: Any, total: Any) -> float | None:
     return used / total if used is not None and total else None
 
 
-# The throttle reasons `gpu_alerts` raises an alert for: heat, a power brake, a slowdown.
-_ALERTING_THROTTLE = (throttle_bits.HW_THERMAL | throttle_bits.SW_THERMAL
-                      | throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN)
+# The throttle reasons `gpu_alerts` raises an alert for: heat, and a power brake or
+# slowdown.
+_HEAT_THROTTLE = throttle_bits.HW_THERMAL | throttle_bits.SW_THERMAL
+_POWER_THROTTLE = throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN
 
 
 def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
@@ -84,20 +85,20 @@ def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
     out: list[Alert] = []
     for g in gpus:
         throttle = g.get("throttle") or 0
-        if not (throttle & _ALERTING_THROTTLE or (g.get("ecc_vol_unc") or 0) > 0
+        if not (throttle & (_HEAT_THROTTLE | _POWER_THROTTLE) or (g.get("ecc_vol_unc") or 0) > 0
                 or g.get("remap_pending")):
             continue  # a well GPU (a fleet's are almost all): nothing more to look at
         found = len(out)
         where = {"host": g.get("host"), "gpu": g.get("gpu")}
         ts = g.get("ts") or 0.0
-        if throttle & (throttle_bits.HW_THERMAL | throttle_bits.SW_THERMAL):
+        if throttle & _HEAT_THROTTLE:
             out.append(_alert(
                 ts, RESOURCE, WARNING, "thermal_throttle", where,
                 f"GPU clocks throttled for temperature ({_num(g.get('temp'), '°C')})",
                 "check cooling, airflow and fan speed; one throttled GPU slows every rank "
                 "of a synchronous job",
             ))
-        if throttle & (throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN):
+        if throttle & _POWER_THROTTLE:
             out.append(_alert(
                 ts, RESOURCE, WARNING, "power_throttle", where,
                 f"GPU clocks cut by a hardware power brake/slowdown "

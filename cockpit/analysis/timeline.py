@@ -113,7 +113,6 @@ def gpu_faults(rows: Iterable[Mapping[str, Any]], held: Mapping[tuple[str, int],
     return out, state
 
 
-
 def fault_rows(rows: Iterable[Mapping[str, Any]],
                held: Mapping[tuple[str, int], tuple[bool, int]] | None
                ) -> list[Mapping[str, Any]]:  # fmt: skip
@@ -128,6 +127,7 @@ def fault_rows(rows: Iterable[Mapping[str, Any]],
     hosts.update(str(r["host"]) for r in rows
                  if (r.get("throttle") or 0) & HARMFUL_THROTTLE or r.get("ecc_vol_unc"))
     return [r for r in rows if str(r["host"]) in hosts] if hosts else []
+
 
 def link_faults(hosts: Iterable[Mapping[str, Any]]) -> list[Fault]:
     """Hosts the cockpit cannot reach now, since their link said so (`state` is the
