@@ -90,8 +90,11 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     # it; the switch is the same for both ranks and lies at the agreement boundary the
     # trainer computes from when rank 0 read the request (the ack's step and the boundary
     # may differ by a control period or two under load).
+    # One reading of the records for every check below: the job trains on, and a second
+    # reading would hold steps the first one's switch sets never saw.
+    trained_records = d.train(NAME)
     switch: dict[int, set[int]] = {0: set(), 1: set()}
-    for t in d.train(NAME):
+    for t in trained_records:
         base = lr_at(t["step"], cfg)
         if t["lr"] == pytest.approx(base * 0.5) and base > 0:
             switch[t["rank"]].add(t["step"])
@@ -105,7 +108,7 @@ def test_adjust_pause_resume_continues_from_the_paused_step(
     assert switched_after % every == 0, (firsts, every)  # an agreement boundary
     assert abs(switched_after - agreed) <= 2 * every, (firsts, agreed)
     for rank, steps in switch.items():
-        later = [t["step"] for t in d.train(NAME) if t["rank"] == rank
+        later = [t["step"] for t in trained_records if t["rank"] == rank
                  and t["step"] >= firsts[rank]]
         assert set(later) <= steps, f"rank {rank} fell back to the unscaled lr"
 
