@@ -200,8 +200,9 @@ def extend_downsampled(
     minimum and maximum merge as they are, and the last value does too as long as
     every added row of a bucket lies past the bucket's newest x (a series that grows).
     An added row at or before the x its bucket already reached (a job rolled back to
-    an earlier step), or a span long enough to change the bucket width, sends the
-    caller back to the full read. The result is what `downsample_rows` would answer
+    an earlier step) sends the caller back to the full read. A span grown enough to
+    widen the buckets does not: the width doubles (`plan`), and the held buckets merge
+    into the wider ones exactly (`merge_buckets`). The result is what `downsample_rows` would answer
     now, without a statement of its own: the rows are read once for every answer kept
     about the table.
     """
@@ -233,12 +234,64 @@ def extend_downsampled(
     x1 = max(held.x1, float(added[-1][1]))
     ends = [x1] + ([until_ts] if x == "ts" and until_ts is not None else [])
     levels = held.level is not None
-    for end in ends:
-        if plan(end - held.x0, buckets, integer_x=held.integer_x, levels=levels) \
-                != (held.level, held.width):
+    planned = {plan(end - held.x0, buckets, integer_x=held.integer_x, levels=levels)
+               for end in ends}
+    if len(planned) > 1:
+        return None
+    ((level, width),) = planned
+    rows = [by_tb[tb] for tb in sorted(by_tb)]
+    if width != held.width:
+        factor = _doubling(held.width, width)
+        if factor is None:
             return None
-    return Downsampled([by_tb[tb] for tb in sorted(by_tb)], held.x0, x1, held.level,
-                       held.width, held.integer_x)
+        rows = merge_buckets(rows, len(columns), factor)
+    return Downsampled(rows, held.x0, x1, level, width, held.integer_x)
+
+
+def _doubling(old: float, new: float) -> int | None:
+    """`new / old` where it is a power of two `r` with `new == old * r` exactly, else
+    None. Then `floor(x / new) == floor(x / old) // r` for every x (scaling a float by a
+    power of two is exact), so buckets at `old` merge into those at `new` exactly."""
+    if not new > old:
+        return None
+    factor = 1
+    while old * factor < new and factor < 1 << 62:
+        factor *= 2
+    return factor if old * factor == new else None
+
+
+def merge_buckets(rows: Sequence[tuple[Any, ...]], n_columns: int, factor: int
+                  ) -> list[tuple[Any, ...]]:
+    """Rows of (bucket, x, then last, lo, hi per column) in bucket order, at a bucket
+    width `factor` times theirs: what the statements give at the wider width, as
+    every wide bucket is the union of `factor` narrow ones (`_doubling`). Its x and
+    each column's last value are those of its newest narrow bucket that has one (the
+    narrow buckets follow one another in x), the minimum and maximum those of all of
+    them under the statements' order (NaN above every number)."""
+    out: list[tuple[Any, ...]] = []
+    group: list[tuple[Any, ...]] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            out.append((int(group[0][0]) // factor, *group[0][1:]))
+            return
+        figures: list[Any] = [int(group[0][0]) // factor, group[-1][1]]
+        for i in range(n_columns):
+            lasts = [r[2 + 3 * i] for r in group if r[2 + 3 * i] is not None]
+            los = [r[3 + 3 * i] for r in group if r[3 + 3 * i] is not None]
+            his = [r[4 + 3 * i] for r in group if r[4 + 3 * i] is not None]
+            figures += [lasts[-1] if lasts else None, _bottom_of(los) if los else None,
+                        _top_of(his) if his else None]
+        out.append(tuple(figures))
+
+    for row in rows:
+        if group and int(row[0]) // factor != int(group[0][0]) // factor:
+            close()
+            group = []
+        group.append(row)
+    if group:
+        close()
+    return out
 
 
 def _top_of(values: list[Any]) -> Any:
@@ -316,11 +369,13 @@ def plan(span: float, buckets: int, *, integer_x: bool, levels: bool) -> tuple[i
     """(level or None for raw rows, bucket width) for an x span shown in `buckets` points.
 
     The width is at least span / (buckets - 1), so buckets aligned to multiples of it
-    number at most `buckets`. Over steps it is a power of two (with a level: the level's
-    width times 1, 2 or 4).
+    number at most `buckets` (and at least half as many). It is a power of two (with a
+    level: the level's width times 1, 2 or 4), over steps and over time alike.
     Powers of two keep the buckets where they are while the span grows, until it doubles
     (each bucket then holds two of the old ones): the spikes and the divergence found in
-    these buckets do not come and go from one refresh to the next.
+    these buckets do not come and go from one refresh to the next, and a held answer
+    is carried to the doubled width by merging its buckets in pairs
+    (`extend_downsampled`), not read again.
     """
     raw_width = span / max(buckets - 1, 1)
     if integer_x:
@@ -333,27 +388,18 @@ def plan(span: float, buckets: int, *, integer_x: bool, levels: bool) -> tuple[i
     if best is None:
         if integer_x:
             return None, float(1 << (math.ceil(raw_width) - 1).bit_length())
-        return None, _nice_width(raw_width)
+        return None, _power_of_two_at_least(raw_width)
     lw = _level_width(best)
     multiple = max(1, math.ceil(raw_width / lw))
     return best, float(lw * (1 << (multiple - 1).bit_length()))
 
 
-NICE_STEPS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
-
-
-def _nice_width(width: float) -> float:
-    """The smallest of 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten that is
-    at least `width`: a raw bucket width that stays put while the span grows by a fifth
-    to a third (so a growing series is extended, `extend_downsampled`, not read again),
-    at the cost of up to a quarter fewer buckets than asked for."""
+def _power_of_two_at_least(width: float) -> float:
+    """The smallest power of two (2**k for any integer k) that is at least `width`."""
     if not width > 0 or not math.isfinite(width):
         return 1.0
-    scale = 10.0 ** math.floor(math.log10(width))
-    for step in NICE_STEPS:
-        if step * scale >= width * (1 - 1e-12):
-            return step * scale
-    return 10.0 * scale
+    mantissa, exponent = math.frexp(width)  # width = mantissa * 2**exponent, 0.5 <= m < 1
+    return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
 
 
 def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[Any]:

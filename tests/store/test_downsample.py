@@ -244,3 +244,15 @@ def test_step_buckets_stay_put_while_a_run_grows() -> None:
     assert all(b >= a and b % a == 0 for a, b in itertools.pairwise(widths))
     changes = sum(1 for a, b in itertools.pairwise(widths) if b != a)
     assert changes <= math.ceil(math.log2(200_000 / 50)) + 1
+
+
+def test_time_buckets_are_powers_of_two_that_double() -> None:
+    """Over time too (raw rows, fractional spans) the width is a power of two that only
+    doubles as the span grows: held buckets then merge into the wider ones."""
+    spans = [0.01 * 1.013 ** i for i in range(1500)]
+    widths = [plan(span, 120, integer_x=False, levels=False)[1] for span in spans]
+    assert all(w == 2.0 ** round(math.log2(w)) for w in widths)
+    assert all(span / 119 <= w < 2 * span / 119
+               for w, span in zip(widths, spans, strict=True))
+    assert all(b >= a and (b / a) == 2 ** round(math.log2(b / a))
+               for a, b in itertools.pairwise(widths))

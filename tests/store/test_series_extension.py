@@ -15,7 +15,7 @@ import pytest
 
 from agent.wire.protocol import encode
 from cockpit.store import Store
-from cockpit.store.downsample import added_buckets
+from cockpit.store.downsample import added_buckets, merge_buckets
 from cockpit.store.queries import StoreReader
 from tests.store.wire import TS0
 
@@ -78,8 +78,8 @@ def test_replay_moving_forward_extends_and_matches_a_full_read(recorded: Store) 
 @pytest.mark.slow
 def test_series_against_time_over_all_gpus_extends_too(recorded: Store) -> None:
     reader = StoreReader(recorded)
-    # Long enough a span for the level rows to answer (a raw read's bucket width
-    # follows the span exactly, so it is read in full each time).
+    # Long enough a span for the level rows to answer (a shorter one reads raw rows,
+    # `test_a_live_series_over_time_is_carried_across_its_widths`).
     found = [_held(reader, TS0 + 8000.0 + i * 2.5, name="g", table="gpu", columns=("util",),
                    where={}, x="ts") for i in range(30)]
     assert max(found) > 20
@@ -122,19 +122,42 @@ def test_live_growth_extends_and_a_late_row_in_an_old_bucket_reads_in_full(
 
 
 @pytest.mark.slow
-def test_a_span_that_changes_the_bucket_width_reads_in_full(tmp_path) -> None:
+def test_a_span_that_doubles_the_bucket_width_merges_the_held_buckets(tmp_path) -> None:
     store = Store(tmp_path / "grow.duckdb")
     try:
         reader = StoreReader(store)
         store.ingest("h1", _train_lines(range(0, 100), 1))
-        widths = set()
+        widths = []
+        extensions = []
         seq = 101
         for start in range(100, 2000, 100):
             store.ingest("h1", _train_lines(range(start, start + 100), seq))
             seq += 100
-            _held(reader, None, buckets=8)
-            widths.add(reader.recall("s")[1].width)
-        assert len(widths) > 2  # the width grew with the span, each time read in full
+            extensions.append(_held(reader, None, buckets=8))
+            widths.append(reader.recall("s")[1].width)
+        assert len(set(widths)) > 2  # the width grew with the span...
+        assert extensions == list(range(len(extensions)))  # ...and was never read again
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_live_series_over_time_is_carried_across_its_widths(tmp_path) -> None:
+    """GPU utilisation over time, every GPU of a host (the raw rows: the span is short),
+    a second of samples at a time: each width change merges what was held."""
+    store = Store(tmp_path / "gpu.duckdb")
+    try:
+        reader = StoreReader(store)
+        store.ingest("h1", _gpu_lines(range(0, 10), 1))
+        widths = []
+        extensions = []
+        for t in range(10, 400, 3):
+            store.ingest("h1", _gpu_lines(range(t, t + 3), 100 + t))
+            extensions.append(_held(reader, None, name="g", table="gpu", columns=("util",),
+                                    where={}, x="ts", buckets=40))
+            widths.append(reader.recall("g")[1].width)
+        assert len(set(widths)) >= 4 and all(w == 2 ** round(math.log2(w)) for w in widths)
+        assert extensions == list(range(len(extensions)))
     finally:
         store.close()
 
@@ -164,3 +187,31 @@ def test_added_rows_fold_per_bucket_as_duckdb_groups_them() -> None:
             {"w": width}).fetchall()
         got = added_buckets(rows, ("v0", "v1"), x="x", width=width, where=where)
         assert repr(got) == repr(want), (width, where)  # repr: NaN equals NaN
+
+
+def test_held_buckets_merge_into_a_wider_width_as_duckdb_groups_them() -> None:
+    """Buckets at a width merged `factor` at a time (`merge_buckets`) are DuckDB's GROUP
+    BY at `factor` times the width: NULL, NaN, infinities, repeated x and gaps
+    included, over integer and fractional x."""
+    rnd = random.Random(11)
+    specials = [None, math.nan, math.inf, -math.inf]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (x DOUBLE, v0 DOUBLE, v1 DOUBLE)")
+    for scale in (1.0, 0.37):
+        rows = []
+        for x in [rnd.randrange(0, 3000) * scale for _ in range(500)]:
+            rows.append({"x": x, **{c: rnd.choice(specials) if rnd.random() < 0.25
+                                    else rnd.uniform(-5, 5) for c in ("v0", "v1")}})
+        con.execute("DELETE FROM t")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                        [(r["x"], r["v0"], r["v1"]) for r in rows])
+        for width in (0.25, 1.0, 16.0):
+            narrow = [(r[0], r[1], *r[3:]) for r in
+                      added_buckets(rows, ("v0", "v1"), x="x", width=width, where={})]
+            for factor in (2, 4, 32):
+                want = con.execute(
+                    "SELECT floor(x / $w)::BIGINT AS tb, max(x), arg_max(v0, (x, v0)), "
+                    "min(v0), max(v0), arg_max(v1, (x, v1)), min(v1), max(v1) FROM t "
+                    "GROUP BY tb ORDER BY tb", {"w": width * factor}).fetchall()
+                got = merge_buckets(narrow, 2, factor)
+                assert repr(got) == repr(want), (scale, width, factor)
