@@ -180,9 +180,17 @@ class CockpitApp(ControlActions, ReplayActions, App):
         elif decision == refresh_gate.WAIT:
             self.set_timer(wait, self._timer_fired)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
     def _build_snapshot(self) -> None:
+        """Start a refresh. The collector waits from here, not from the worker's first
+        line: starting a worker allocates too, and a collection owed by the records
+        stored since the last refresh then ran inside this one."""
         if self.is_running:  # released once the snapshot is painted (or not made)
+            self.collector.hold()
+        self._snapshot_worker()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
+    def _snapshot_worker(self) -> None:
+        if self.is_running:  # held already, unless a cancelled worker's end released it
             self.collector.hold()
         snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)
         if self.acknowledged:

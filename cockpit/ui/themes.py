@@ -114,8 +114,9 @@ def load_themes(directory: Path | None = None) -> ThemeSet:
     return ThemeSet(directory, themes, tuple(path for path in css if path.is_file()))
 
 
-def rgb(app_variables: dict[str, str], name: str, fallback: str = "#888888") -> tuple:
-    """A theme variable as an (r, g, b) tuple, the colour form plotext accepts."""
+def rgb(app_variables: dict[str, str], name: str, fallback: str = "#888888"
+        ) -> tuple[int, int, int]:
+    """A theme variable as an (r, g, b) tuple, the colour form the charts take."""
     try:
         return Color.parse(app_variables.get(name, fallback)).rgb
     except ColorParseError:

@@ -60,12 +60,24 @@ class _Recording(StaticSource):
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["painted", "failed"])
-async def test_the_app_holds_the_collector_only_while_a_refresh_runs(fail: bool) -> None:
+async def test_the_app_holds_the_collector_only_while_a_refresh_runs(
+    fail: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source = _Recording(demo_snapshot(), fail=fail)
     app = make_app(source)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
+        started = app._snapshot_worker
+        on_at_start: list[bool] = []
+
+        def spy() -> object:
+            # Held before the worker starts: its start allocates as well.
+            on_at_start.append(gc.isenabled())
+            return started()
+
+        monkeypatch.setattr(app, "_snapshot_worker", spy)
         app._build_snapshot()
+        assert on_at_start == [False]
         try:
             await app.workers.wait_for_complete()
         except WorkerFailed:

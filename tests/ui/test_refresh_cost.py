@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from rich.text import Text
-from textual.content import Content
+from rich.color import Color as RichColor
+from textual.color import Color
 from textual.pilot import Pilot
 from textual.strip import Strip
 from textual.visual import Visual, visualize
@@ -119,10 +119,13 @@ def _cells(strips: list[Strip]) -> list[list[tuple[object, ...]]]:
              for char in segment.text] for strip in strips]
 
 
-async def test_the_chart_read_from_plotext_matrix_equals_its_ansi_output() -> None:
-    """The chart skips plotext's ANSI text, and lays its lines out itself; what it shows
-    must be what that text says, laid out as Textual would, for every theme, both axis
-    scales and an empty chart."""
+def _rgb(colour: RichColor | None) -> tuple[int, int, int] | None:
+    return None if colour is None else tuple(colour.get_truecolor())
+
+
+async def test_the_chart_shows_its_figure_in_the_themes_colours() -> None:
+    """What the chart's lines show is its figure's rows, cell for cell, each run in its
+    colour on the theme's surface, for every theme, both axis scales and an empty chart."""
     app = make_app(StaticSource(demo_snapshot()))
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
@@ -133,21 +136,24 @@ async def test_the_chart_read_from_plotext_matrix_equals_its_ansi_output() -> No
         for theme in app.theme_names:
             app.theme = theme
             await settle(pilot)
+            variables = app.theme_variables
+            surface = Color.parse(variables["surface"]).rgb
+            text_colour = Color.parse(variables["foreground"]).rgb
             for log_y, effect in ((False, drawn), (True, drawn), (False, None)):
                 chart.log_y = log_y
                 chart.effect = effect
-                shown = chart.render()
-                assert isinstance(shown, Content)
-                chart._draw()  # the same drawing again, written out by plotext as ANSI
-                ansi = Content.from_rich_text(Text.from_ansi(chart.plt.build()),
-                                              console=app.console)
-                assert shown == ansi, (theme, log_y, effect is None)
-                assert len(shown.spans) > 3
                 lines = [chart.render_line(y) for y in range(height)]
-                laid_out = Visual.to_strips(chart, ansi, width, height, chart.visual_style)
-                assert _cells(lines) == _cells(laid_out), (theme, log_y, effect is None)
+                rows = chart.figure.rows(width, height)
+                assert [line.text for line in lines] == [
+                    "".join(text for text, _ in runs) for runs in rows]
+                for line, runs in zip(lines, rows, strict=True):
+                    shown = [(s.text, _rgb(s.style.color), _rgb(s.style.bgcolor))
+                             for s in line]
+                    assert shown == [(text, colour or text_colour, surface)
+                                     for text, colour in runs], (theme, log_y)
+                colours = {colour for runs in rows for _, colour in runs}
                 if effect is not None:  # curves, markers and axes each in their colours
-                    assert len({cell[1:] for row in _cells(lines) for cell in row}) > 3
+                    assert len(colours) > 3, (theme, log_y)
 
 
 async def test_a_theme_switch_redraws_the_chart_in_the_new_colours() -> None:
@@ -157,18 +163,15 @@ async def test_a_theme_switch_redraws_the_chart_in_the_new_colours() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         chart = app.screen.query_one(LossChart)
-        width, height = chart.size
+        height = chart.size.height
         for theme in [*app.theme_names[1:], app.theme_names[0]]:
             before = _cells([chart.render_line(y) for y in range(height)])
             app.theme = theme
             chart.render_line(0)
             await settle(pilot)
             lines = _cells([chart.render_line(y) for y in range(height)])
-            chart._draw()
-            ansi = Content.from_rich_text(Text.from_ansi(chart.plt.build()),
-                                          console=app.console)
-            assert lines == _cells(Visual.to_strips(chart, ansi, width, height,
-                                                    chart.visual_style)), theme
+            chart._lines.forget()
+            assert lines == _cells([chart.render_line(y) for y in range(height)]), theme
             assert lines != before, theme
 
 

@@ -24,7 +24,7 @@ from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.widgets.effect_pane import EffectPane
-from cockpit.ui.widgets.loss_chart import LossChart, MatrixPlot
+from cockpit.ui.widgets.loss_chart import ChartWidget, LossChart
 from cockpit.ui.widgets.progress_pane import ProgressPane
 from cockpit.ui.widgets.throughput_chart import ThroughputChart
 from tests.harness.recording import RECORDED_HOST, RECORDING, load_recording
@@ -72,7 +72,7 @@ def test_the_xid_and_the_restart_are_placed_at_their_steps(snapshot: Snapshot) -
     assert restarts == [recording_facts().resumed_step]
 
 
-def _lines(chart: MatrixPlot) -> list[str]:
+def _lines(chart: ChartWidget) -> list[str]:
     strips: list[Strip] = chart._draw_lines()
     return ["".join(segment.text for segment in strip) for strip in strips]
 
@@ -104,13 +104,13 @@ def _marks(lines: list[str], glyph: str) -> list[int]:
 def _assert_at_step(lines: list[str], glyph: str, step: int) -> None:
     origin, per_column = _step_of_column(lines)
     (column,) = _marks(lines, glyph)
-    # Within the cell the step falls in: plotext rounds a point to its nearest column.
+    # Within the cell the step falls in: a point is drawn in its nearest column.
     assert abs(origin + column * per_column - step) <= per_column, (glyph, column, lines)
 
 
 @pytest.mark.parametrize("chart_type", [LossChart, ThroughputChart])
 async def test_the_marks_are_drawn_at_their_steps_on_both_charts(
-        snapshot: Snapshot, chart_type: type[MatrixPlot]) -> None:
+        snapshot: Snapshot, chart_type: type[ChartWidget]) -> None:
     app = make_app(StaticSource(snapshot), theme="dark")
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)

@@ -4,7 +4,7 @@ their starts).
 
 Each job has its own theme colour, its train loss a line, its evaluations points of
 the same colour; the legend names them, the job names as text (they come from the
-hosts). Drawn through the loss chart's machinery (`MatrixPlot`).
+hosts). Drawn through the loss chart's machinery (`ChartWidget`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from cockpit.analysis.text import duration
 from cockpit.snapshot import Series
 from cockpit.ui import format as fmt
 from cockpit.ui.themes import rgb
-from cockpit.ui.widgets.loss_chart import MatrixPlot, finite_points, step_labels, step_ticks
+from cockpit.ui.widgets.loss_chart import ChartWidget, finite_points, step_labels, step_ticks
+from cockpit.ui.widgets.plot_canvas import BRAILLE
 
 # One theme colour per job, in the order the jobs are given.
 COLOURS = ("primary", "accent", "success", "warning", "error", "secondary")
@@ -61,7 +62,7 @@ def _time_ticks(lo: float, hi: float) -> list[float]:
     return [lo + i * spacing for i in range(TIME_TICKS)]
 
 
-class CompareChart(MatrixPlot):
+class CompareChart(ChartWidget):
     view: reactive[CompareView | None] = reactive(None)
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -71,7 +72,7 @@ class CompareChart(MatrixPlot):
         self.drawn: tuple[tuple[str, int, int], ...] = ()
 
     def _draw(self) -> None:
-        plt = self.plt
+        plt = self.figure
         variables = self._canvas()
         view = self.view
         drawn: list[tuple[str, int, int]] = []
@@ -86,10 +87,10 @@ class CompareChart(MatrixPlot):
             colour = rgb(variables, colour_of(i))
             xs, ys = finite_points(curve.train)
             if xs:
-                plt.plot(xs, ys, color=colour, marker="braille")
+                plt.plot(xs, ys, colour=colour, marker=BRAILLE)
             val = [(x, y) for x, y in curve.val]
             if val:
-                plt.scatter([x for x, _ in val], [y for _, y in val], color=colour,
+                plt.scatter([x for x, _ in val], [y for _, y in val], colour=colour,
                             marker="◆")
             every_x += xs + [x for x, _ in val]
             drawn.append((curve.label, len(xs), len(val)))
@@ -100,7 +101,7 @@ class CompareChart(MatrixPlot):
         self._ticks(view.axis, min(every_x), max(every_x))
 
     def _ticks(self, axis: str, lo: float, hi: float) -> None:
-        plt = self.plt
+        plt = self.figure
         if axis == "step":
             ticks = step_ticks(lo, hi)
             positions: list[float] = list(ticks)

@@ -1,44 +1,38 @@
 """Train loss (raw and smoothed) and validation loss on one axis, x = step.
 
-Drawn through `self.plt` at render time, with colours read from the active theme, so a
-theme switch or a resize redraws correctly without any global plotext state. Markers:
+Drawn into `self.figure` at render time, with colours read from the active theme, so a
+theme switch or a resize redraws correctly, with no state outside the widget. Markers:
 divergence (vertical line), spikes and non-finite losses, the best validation step, and
 along the bottom what was done to the run: operator adjustments (▼) and restarts from a
 checkpoint (↻); along the top the faults seen while the job trained those steps:
 XID (X), uncorrectable ECC (E), throttling (T), a host lost (U). `t` hides both rows.
 
-The chart is redrawn on every refresh that brings new losses, so the drawing is turned
-into screen lines straight from plotext's character matrix (`matrix_strips`, through
-Textual's line API): writing it out as ANSI text and parsing that back, as
-`PlotextPlot.render` does, costs more than plotting it, and so does laying a plot out
-as text content (wrapping, alignment, a selection offset on every run of cells). What
-is shown is the same either way (`render` still gives the content, for comparison).
+The chart is redrawn on every refresh that brings new losses, so it is drawn by
+`plot_canvas.Figure` (a few hundred points, one pass each) and its rows of coloured runs
+go straight to screen lines through Textual's line API (`ChartWidget`); laying a plot
+out as text content (wrapping, alignment, a selection offset on every run of cells)
+costs more than drawing it.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from plotext import _utility as plotext_utility
-from rich.console import RenderableType
+from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style as RichStyle
-from rich.terminal_theme import TerminalTheme
-from rich.text import Text
-from textual.content import Content, Span
+from textual.content import Content
 from textual.reactive import reactive
 from textual.strip import Strip
-from textual.style import Style
-from textual.visual import Visual
 from textual.widget import Widget
-from textual_plotext import PlotextPlot
 
 from cockpit.snapshot import Effect, Marker, Series
 from cockpit.ui.themes import rgb
 from cockpit.ui.widgets.line_cache import LineCache
+from cockpit.ui.widgets.plot_canvas import BRAILLE, Colour, Figure
 
 # How each kind of `Marker` is drawn: (kind, plotted marker, legend label, theme colour).
 # The operator's adjustments and restarts go along the bottom of a chart, the faults
@@ -59,7 +53,7 @@ def timeline_legend(markers: Iterable[Marker], faults: Iterable[Marker]) -> list
             if kind in kinds]
 
 
-def draw_timeline(plt: Any, markers: Iterable[Marker], faults: Iterable[Marker],
+def draw_timeline(plt: Figure, markers: Iterable[Marker], faults: Iterable[Marker],
                   bottom: float, top: float, variables: dict[str, str]) -> None:
     """The operator's marks at `bottom`, the faults at `top`, each at its step."""
     for styles, marks, y in ((MARKER_STYLES, markers, bottom), (FAULT_STYLES, faults, top)):
@@ -68,11 +62,11 @@ def draw_timeline(plt: Any, markers: Iterable[Marker], faults: Iterable[Marker],
             steps = [m.step for m in shown if m.kind == kind]
             if steps:
                 plt.scatter(steps, [y] * len(steps), marker=marker,
-                            color=rgb(variables, colour))
+                            colour=rgb(variables, colour))
 
 def legend(effect: Effect | None, log_y: bool, timeline: bool = True) -> str:
     """What the chart draws, each in its marker and colour: a line of its own rather than
-    plotext's legend, which sits top left, where a loss curve starts. `timeline`: the
+    a legend inside the plot, top left, where a loss curve starts. `timeline`: the
     operator's marks and the faults are shown (`t` hides them)."""
     if effect is None:
         return ""
@@ -120,76 +114,6 @@ def nearest_y(xs: list[float], ys: list[float], step: float) -> float | None:
     return ys[right]
 
 
-def _cell_style(colors: tuple[Any, Any, Any], ansi_theme: TerminalTheme) -> Style | None:
-    """The style of a run of cells with these plotext colours (foreground, style,
-    background): what parsing plotext's ANSI codes for them gives."""
-    parsed = Text.from_ansi(plotext_utility.colors_to_ansi(*colors) + " ")
-    style = parsed.spans[0].style if parsed.spans else None
-    return Style.from_rich_style(style, ansi_theme) if isinstance(style, RichStyle) else None
-
-
-def _runs(matrix: Any) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    """Each row of a built plotext matrix, top row first, as runs of cells of the same
-    colours: (the run's characters, its (foreground, style, background))."""
-    cols = matrix.cols
-    for row in range(matrix.rows - 1, -1, -1):
-        markers = matrix.marker[row]
-        fore, style, back = matrix.fullground[row], matrix.style[row], matrix.background[row]
-        runs = []
-        col = 0
-        while col < cols:
-            colors = (fore[col], style[col], back[col])
-            end = col + 1
-            while end < cols and (fore[end], style[end], back[end]) == colors:
-                end += 1
-            key = tuple(tuple(c) if isinstance(c, list) else c for c in colors)
-            runs.append(("".join(markers[col:end]), key))
-            col = end
-        yield runs
-
-
-def matrix_content(matrix: Any, ansi_theme: TerminalTheme,
-                   styles: dict[tuple[Any, ...], Style | None]) -> Content:
-    """A built plotext matrix as Content, one span per run of cells of the same
-    colours: equal to `Content.from_rich_text(Text.from_ansi(plt.build()))`.
-
-    `styles` remembers the style of each colour combination (a plot uses a handful).
-    """
-    parts: list[str] = []
-    spans: list[Span] = []
-    at = 0
-    for runs in _runs(matrix):
-        for run, key in runs:
-            if key not in styles:
-                styles[key] = _cell_style(key, ansi_theme)
-            if (found := styles[key]) is not None:
-                spans.append(Span(at, at + len(run), found))
-            parts.append(run)
-            at += len(run)
-        parts.append("\n")
-        at += 1
-    return Content("".join(parts), spans)
-
-
-def matrix_strips(matrix: Any, ansi_theme: TerminalTheme, base: Style,
-                  styles: dict[tuple[Any, ...], RichStyle]) -> list[Strip]:
-    """A built plotext matrix as screen lines: what Textual makes of `matrix_content`
-    on a widget whose own style is `base`, less the selection offsets.
-
-    `styles` remembers the line style of each colour combination.
-    """
-    strips = []
-    for runs in _runs(matrix):
-        segments = []
-        for run, key in runs:
-            if (found := styles.get(key)) is None:
-                cell = _cell_style(key, ansi_theme)
-                found = styles[key] = (base + cell).rich_style if cell else base.rich_style
-            segments.append(Segment(run, found))
-        strips.append(Strip(segments, matrix.cols))
-    return strips
-
-
 def step_ticks(lo: float, hi: float, count: int = 6) -> list[int]:
     """Whole steps at a round spacing (1, 2, 2.5 or 5 × 10^k) across [lo, hi]: steps
     are counted, and "340.2" or "-0.50" on a step axis only puzzle the reader."""
@@ -214,8 +138,8 @@ def step_labels(ticks: list[int]) -> list[str]:
     return [f"{t / factor:.4g}{suffix}" if t else "0" for t in ticks]
 
 
-class MatrixPlot(PlotextPlot):
-    """A plot drawn by `_draw` and shown through the line API (`matrix_strips`),
+class ChartWidget(Widget):
+    """A chart drawn by `_draw` into `self.figure` and shown through the line API,
     redrawn only when `_drawn_from()` changes (and on resize or theme change)."""
 
     ALLOW_SELECT = False  # a plot is not text to copy
@@ -224,38 +148,21 @@ class MatrixPlot(PlotextPlot):
         super().__init__(id=id)
         # A plot has no links: skip the pass over every drawn segment that looks for them.
         self.set_reactive(Widget.auto_links, False)
-        self._styles: dict[str, dict[tuple[Any, ...], Style | None]] = {}  # by app theme
-        self._line_styles: dict[tuple[str, Style], dict[tuple[Any, ...], RichStyle]] = {}
+        self.figure = Figure()
+        # Each colour's line style, per theme and base style (a chart uses a handful).
+        self._styles: dict[tuple[str, Any], dict[Colour, RichStyle]] = {}
         self._lines = LineCache()
 
-    def _matrix(self) -> Any:
-        """The plot drawn and built at the widget's size and theme: plotext's character
-        matrix, or its ANSI text where this plotext lays its figure out otherwise."""
-        self._draw()
-        plt = self.plt
+    def render(self) -> Content:
+        """The chart as plain text, row under row: what the screen shows through
+        `render_line`, without its colours."""
         width, height = self.size
-        # As `PlotextPlot.render` sizes and themes the plot before building it.
-        plt.plotsize(width, height)
-        plt._set_size(width, height)
-        plt.theme(self._get_plotext_theme_name(self.app.theme))
-        try:
-            # What `plt.build()` does before writing the matrix as ANSI: plotext internals,
-            # absent from its types, and from some versions (the fallback below).
-            plt._set_sizes()  # type: ignore[attr-defined]  # textual-plotext's typed Plot omits it
-            plt._build_matrix()  # type: ignore[attr-defined]  # textual-plotext's Plot omits it
-            return plt.monitor.matrix  # type: ignore[attr-defined]  # textual-plotext's Plot omits it
-        except AttributeError:
-            return plt.build()
-
-    def render(self) -> RenderableType | Content:
-        matrix = self._matrix()
-        if isinstance(matrix, str):
-            return Text.from_ansi(matrix)
-        styles = self._styles.setdefault(self.app.theme, {})
-        return matrix_content(matrix, self.app.ansi_theme, styles)
+        self._draw()
+        rows = self.figure.rows(width, height)
+        return Content("\n".join("".join(text for text, _ in runs) for runs in rows))
 
     def render_line(self, y: int) -> Strip:
-        """Textual's line API: the plot's screen lines, built once per drawing."""
+        """Textual's line API: the chart's screen lines, drawn once per drawing."""
         return self._lines.line(self, y, self._drawn_from(), self._draw_lines)
 
     def _drawn_from(self) -> Any:
@@ -263,33 +170,36 @@ class MatrixPlot(PlotextPlot):
         return None
 
     def _draw_lines(self) -> list[Strip]:
-        if not (self.size.width and self.size.height):
+        width, height = self.size
+        if not (width and height):
             return []
-        matrix = self._matrix()
+        self._draw()
         base = self.visual_style
-        if isinstance(matrix, str):
-            return Visual.to_strips(self, Content.from_rich_text(Text.from_ansi(matrix)),
-                                    self.size.width, self.size.height, base)
-        styles = self._line_styles.setdefault((self.app.theme, base), {})
-        return matrix_strips(matrix, self.app.ansi_theme, base, styles)
+        variables = self.app.theme_variables
+        styles = self._styles.setdefault((self.app.theme, base), {})
+        strips = []
+        for runs in self.figure.rows(width, height):
+            segments = []
+            for text, colour in runs:
+                style = styles.get(colour)
+                if style is None:
+                    style = styles[colour] = base.rich_style + RichStyle(
+                        color=RichColor.from_rgb(*(colour or rgb(variables, "foreground"))),
+                        bgcolor=RichColor.from_rgb(*rgb(variables, "surface")))
+                segments.append(Segment(text, style))
+            strips.append(Strip(segments, width))
+        return strips
 
     def _draw(self) -> None:
-        """Plot the data on `self.plt`."""
+        """Draw the data into `self.figure`."""
 
     def _canvas(self) -> dict[str, str]:
-        """`self.plt` cleared and coloured from the theme; the theme's variables."""
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_color()
-        variables = self.app.theme_variables
-        plt.canvas_color(rgb(variables, "surface"))
-        plt.axes_color(rgb(variables, "surface"))
-        plt.ticks_color(rgb(variables, "foreground"))
-        plt.yscale("linear")
-        return variables
+        """`self.figure` cleared; the theme's variables."""
+        self.figure.clear()
+        return self.app.theme_variables
 
 
-class LossChart(MatrixPlot):
+class LossChart(ChartWidget):
     """Redrawn only when `effect`, `log_y` or `timeline` change (and on resize or theme
     change)."""
 
@@ -301,7 +211,7 @@ class LossChart(MatrixPlot):
         return (self.log_y, self.timeline)
 
     def _draw(self) -> None:
-        plt = self.plt
+        plt = self.figure
         variables = self._canvas()
         plt.xlabel("step")
         effect = self.effect
@@ -314,12 +224,12 @@ class LossChart(MatrixPlot):
         ema_x, ema_y = finite_points(effect.train_loss_ema, positive)
         val_x, val_y = finite_points(effect.val_loss, positive)
         if raw_x:
-            plt.plot(raw_x, raw_y, color=rgb(variables, "foreground-muted"), marker="dot")
+            plt.plot(raw_x, raw_y, colour=rgb(variables, "foreground-muted"), marker="•")
         if ema_x:
-            plt.plot(ema_x, ema_y, color=rgb(variables, "primary"), marker="braille")
+            plt.plot(ema_x, ema_y, colour=rgb(variables, "primary"), marker=BRAILLE)
         if val_x:
             # Points only: evaluations are sparse, and a joining line would hide the EMA.
-            plt.scatter(val_x, val_y, color=rgb(variables, "accent"), marker="◆")
+            plt.scatter(val_x, val_y, colour=rgb(variables, "accent"), marker="◆")
         if raw_x or ema_x or val_x:
             ticks = step_ticks(min(raw_x + ema_x + val_x), max(raw_x + ema_x + val_x))
             positions: list[float] = list(ticks)
@@ -329,37 +239,39 @@ class LossChart(MatrixPlot):
         if not (raw_x or ema_x or val_x):
             plt.title("loss: no finite values yet" if effect.train_loss.x or effect.val_loss.x
                       else "loss: no steps yet")
-        elif self.log_y:
-            # Only with points to place: plotext cannot lay out an empty log axis.
-            plt.yscale("log")
+        plt.log_y(self.log_y)
         self._mark(effect, raw_x or ema_x, raw_y or ema_y, variables)
 
     def _mark(self, effect: Effect, xs: list[float], ys: list[float],
               variables: dict[str, str]) -> None:
-        plt = self.plt
+        plt = self.figure
         if effect.divergence_step is not None:
-            plt.vline(effect.divergence_step, color=rgb(variables, "warning"))
+            plt.vline(effect.divergence_step, colour=rgb(variables, "warning"))
         self._scatter(effect.spike_steps, xs, ys, "▲", rgb(variables, "warning"))
         if effect.nonfinite_steps:
             top = max(ys) if ys else 1.0
             plt.scatter(list(effect.nonfinite_steps), [top] * len(effect.nonfinite_steps),
-                        marker="✖", color=rgb(variables, "error"))
+                        marker="✖", colour=rgb(variables, "error"))
         best = effect.best_val_loss
         if effect.best_val_step is not None and best is not None and math.isfinite(best) and (
             best > 0 or not self.log_y
         ):
             plt.scatter([effect.best_val_step], [best], marker="★",
-                        color=rgb(variables, "success"))
+                        colour=rgb(variables, "success"))
         if ys and self.timeline:
             draw_timeline(plt, effect.markers, effect.faults, min(ys), max(ys), variables)
 
     def _scatter(self, steps: Iterable[int], xs: list[float], ys: list[float],
-                 marker: str, color: tuple) -> None:
-        points = [(s, nearest_y(xs, ys, s)) for s in steps]
-        points = [(s, y) for s, y in points if y is not None]
-        if points:
-            self.plt.scatter([s for s, _ in points], [y for _, y in points], marker=marker,
-                             color=color)
+                 marker: str, colour: Colour) -> None:
+        at_x: list[float] = []
+        at_y: list[float] = []
+        for step in steps:
+            y = nearest_y(xs, ys, step)
+            if y is not None:
+                at_x.append(step)
+                at_y.append(y)
+        if at_x:
+            self.figure.scatter(at_x, at_y, marker=marker, colour=colour)
 
     def watch_effect(self) -> None:
         self._lines.forget()

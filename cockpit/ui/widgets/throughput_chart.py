@@ -3,8 +3,7 @@
 On the loss chart's axis, so a dip here and a spike there line up with the restart or
 the fault between them: a throttled GPU slows every rank, an XID ends the attempt and
 the restart picks up from the checkpoint's step (↻). Drawn through the loss chart's
-machinery (`MatrixPlot`: plotext's matrix straight to screen lines), redrawn only when
-what it shows changes.
+machinery (`ChartWidget`), redrawn only when what it shows changes.
 """
 
 from __future__ import annotations
@@ -17,12 +16,13 @@ from textual.reactive import reactive
 from cockpit.snapshot import Marker, Series
 from cockpit.ui.themes import rgb
 from cockpit.ui.widgets.loss_chart import (
-    MatrixPlot,
+    ChartWidget,
     draw_timeline,
     finite_points,
     step_labels,
     step_ticks,
 )
+from cockpit.ui.widgets.plot_canvas import BRAILLE
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Throughput:
     faults: tuple[Marker, ...] = ()
 
 
-class ThroughputChart(MatrixPlot):
+class ThroughputChart(ChartWidget):
     data: reactive[Throughput | None] = reactive(None)
     timeline: reactive[bool] = reactive(True)  # the operator's marks and the faults
 
@@ -42,7 +42,7 @@ class ThroughputChart(MatrixPlot):
         return self.timeline
 
     def _draw(self) -> None:
-        plt = self.plt
+        plt = self.figure
         variables = self._canvas()
         plt.xlabel("")
         data = self.data
@@ -51,7 +51,7 @@ class ThroughputChart(MatrixPlot):
             plt.title("throughput: no steps yet")
             return
         plt.title("")
-        plt.plot(xs, ys, color=rgb(variables, "primary"), marker="braille")
+        plt.plot(xs, ys, colour=rgb(variables, "primary"), marker=BRAILLE)
         ticks = step_ticks(min(xs), max(xs))
         positions: list[float] = list(ticks)
         plt.xticks(positions, step_labels(ticks))
