@@ -48,6 +48,14 @@ def test_a_node_that_stops_answering_ends_the_job_node_fail_not_responding(
         tmp_path)), emit=lambda host, chunk: records.append(chunk))
     job.submit()
     bad = job.wait(lambda s: s.state == RUNNING, LIMIT_S).nodes
+    # The job step too: frozen before the batch script's srun reached it, the node's
+    # slurmd cannot start the step, srun gives up and the job ends FAILED, not lost.
+    step = f"{job.job_id}.0"
+    deadline = time.monotonic() + LIMIT_S
+    while step not in slurm.run("squeue", "-h", "-s", "-j", str(job.job_id), "-o", "%i",
+                                check=False).stdout.split():
+        assert time.monotonic() < deadline, f"step {step} never ran"
+        time.sleep(0.2)
     (slurmd,) = [p for p in slurm.procs
                  if isinstance(p.args, list) and "slurmd" in str(p.args[0]) and bad in p.args]
     slurmd.send_signal(signal.SIGSTOP)

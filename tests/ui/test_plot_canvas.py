@@ -176,6 +176,19 @@ def test_empty_single_point_and_cramped_figures_draw_without_failing() -> None:
             assert all(sum(len(t) for t, _ in runs) == width for runs in rows)
 
 
+def test_points_that_are_not_finite_are_left_out() -> None:
+    figure = Figure()
+    figure.plot([0, 1, math.nan, 3, 4], [1, math.inf, 2, -math.inf, 3], colour=BLUE,
+                marker="•")
+    figure.scatter([math.nan, 2], [1, math.nan], colour=RED, marker="◆")
+    figure.vline(math.inf, colour=RED)
+    figure.xticks([0, 4], ["0", "4"])
+    lines = _text(figure.rows(30, 10))
+    assert "◆" not in "".join(lines) and lines[3].count("│") == 2  # the frame's only
+    first, last, left, right = _plot_area(lines)
+    assert lines[last][left] == "•" and lines[first][right] == "•"
+
+
 def test_mismatched_points_are_refused() -> None:
     with pytest.raises(ValueError):
         Figure().plot([1, 2], [1], colour=BLUE)

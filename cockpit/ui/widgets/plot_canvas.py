@@ -150,14 +150,19 @@ class Figure:
         self._add("points", xs, ys, colour, marker)
 
     def vline(self, x: float, *, colour: Colour, marker: str = "│") -> None:
-        self._series.append(_Series("vline", (float(x),), (), colour, marker))
+        if math.isfinite(x):
+            self._series.append(_Series("vline", (float(x),), (), colour, marker))
 
     def _add(self, kind: str, xs: Sequence[float], ys: Sequence[float], colour: Colour,
              marker: str) -> None:
         if len(xs) != len(ys):
             raise ValueError(f"{len(xs)} x values for {len(ys)} y values")
-        self._series.append(_Series(kind, tuple(map(float, xs)), tuple(map(float, ys)),
-                                    colour, marker))
+        # NaN and the infinities have no place on an axis (and the values are a
+        # recording's): such a point is left out, not drawn somewhere or fatal.
+        kept = [(float(x), float(y)) for x, y in zip(xs, ys, strict=True)
+                if math.isfinite(x) and math.isfinite(y)]
+        self._series.append(_Series(kind, tuple(x for x, _ in kept),
+                                    tuple(y for _, y in kept), colour, marker))
 
     def rows(self, width: int, height: int) -> list[list[Run]]:
         """The chart at `width` x `height` cells: each row as runs of one colour."""
