@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import time
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from textual import on, work
@@ -28,7 +29,7 @@ from cockpit.read.source import SNAPSHOT_BUCKETS, Source
 from cockpit.snapshot import Snapshot
 from cockpit.ui import keymap as keys
 from cockpit.ui import refresh_gate
-from cockpit.ui.collector import CollectorHold
+from cockpit.ui.collector import RELEASE_AFTER_S, CollectorHold
 from cockpit.ui.commands import CockpitCommands
 from cockpit.ui.control_actions import ControlActions
 from cockpit.ui.messages import DataArrived, DetailsReady, DetailsRequested, SnapshotReady
@@ -191,7 +192,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
     @work(thread=True, exclusive=True, exit_on_error=False, group="snapshot")
     def _snapshot_worker(self) -> None:
         if self.is_running:  # held already, unless a cancelled worker's end released it
-            self.collector.hold()
+            self.collector.hold(renew=False)
         snapshot = self.source.snapshot(buckets=SNAPSHOT_BUCKETS)
         if self.acknowledged:
             snapshot = dataclasses.replace(snapshot, alerts=acknowledge(
@@ -213,7 +214,12 @@ class CockpitApp(ControlActions, ReplayActions, App):
                 screen.snapshot = message.snapshot
         if not self._frozen:
             self.call_after_refresh(self._freeze_startup_objects)
-        self.call_after_refresh(self.collector.release)
+        # This refresh's release, once it is painted: skipped if the next refresh has
+        # begun when it runs.
+        self.call_after_refresh(self._release_collector, self.collector.generation)
+
+    def _release_collector(self, generation: int) -> None:
+        self.set_timer(RELEASE_AFTER_S, partial(self.collector.release, generation))
 
     @on(Worker.StateChanged)
     def _worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -11,9 +11,9 @@ from textual.worker import WorkerFailed
 from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import Snapshot
 from cockpit.ui.app_factory import make_app
-from cockpit.ui.collector import CollectorHold
+from cockpit.ui.collector import MAX_CARRIED, CollectorHold
 from cockpit.ui.demo_static import demo_snapshot
-from tests.ui.helpers import settle
+from tests.ui.helpers import settle, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +34,22 @@ def test_a_hold_turns_the_collector_off_until_released() -> None:
     assert gc.isenabled() and not hold.held
     hold.release()  # nothing held: nothing changes
     assert gc.isenabled()
+
+
+def test_a_release_for_a_refresh_a_newer_one_followed_waits_for_the_newer() -> None:
+    hold = CollectorHold()
+    first = hold.hold()
+    second = hold.hold()  # the next refresh began before the first one's release ran
+    hold.release(first)
+    assert not gc.isenabled() and hold.held
+    hold.release(second)
+    assert gc.isenabled() and not hold.held
+    # Refreshes back to back without a rest: after MAX_CARRIED the collector runs anyway.
+    stale = hold.hold()
+    for _ in range(MAX_CARRIED):
+        hold.hold()
+    hold.release(stale)
+    assert gc.isenabled() and not hold.held
 
 
 def test_a_collector_someone_else_turned_off_stays_off() -> None:
@@ -84,5 +100,7 @@ async def test_the_app_holds_the_collector_only_while_a_refresh_runs(
             assert fail
         await settle(pilot)
         assert source.collector_on and not any(source.collector_on)
-        assert gc.isenabled() and not app.collector.held
+        # Released a moment after the paint (`RELEASE_AFTER_S`), or at once on a failure.
+        await wait_until(pilot, lambda: gc.isenabled() and not app.collector.held,
+                         "the collector released")
     assert gc.isenabled()
