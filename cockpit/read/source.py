@@ -37,7 +37,6 @@ from agent.wire.events import (
     INTERRUPTION,
     JOB_STARTED,
     SPOOL_ERROR,
-    XID,
 )
 from cockpit.analysis import alerts as rules
 from cockpit.analysis import signal_alerts
@@ -155,9 +154,9 @@ def details(
 
 
 def _names_a_new_job(reader: StoreReader) -> Callable[[Row], bool]:
-    """Whether an event added since the jobs were read names a job they do not hold:
-    only that changes the recording's jobs (each job's first record is older than any
-    event added)."""
+    """Whether an event or evaluation added since the jobs were read names a job they
+    do not hold: only that changes the recording's jobs (each job's first record is
+    older than any row added)."""
     held = reader.recall("jobs")
     known = frozenset(held[1]) if held is not None else frozenset()
     return lambda row: row.get("job") is not None and row["job"] not in known
@@ -283,8 +282,12 @@ def build_snapshot(
     at = now if now is not None else (until_ts if until_ts is not None else frontier)
     tail = reader.memo("train_tail", None, lambda: TrainTail(reader))
     training = tail.training(fr, until_ts)
-    declared = reader.memo("jobs", (fr.key("run", "eval"), reader.event_version(
-        "jobs", fr, until_ts, _names_a_new_job(reader))),
+    # An evaluation of a job already known (one every few hundred steps) is no new job:
+    # keyed by the eval table's frontier, each read every job's records again.
+    new_job = _names_a_new_job(reader)
+    declared = reader.memo("jobs", (
+        fr.key("run"), reader.rows_version("jobs", "eval", fr, until_ts, new_job),
+        reader.event_version("jobs", fr, until_ts, new_job)),
         lambda: tuple(reader.jobs(until_ts=until_ts)))
     jobs = (*declared, *(j for j in training if j not in declared))
     job = tail.job(fr, until_ts, prefer=job, training=training, known=jobs)
@@ -360,9 +363,7 @@ def build_snapshot(
         # and the caller closes it): let the others finish before passing the error on.
         wait(reads)
         raise
-    xids_key = reader.event_version("xids", fr, until_ts, of_kinds(XID))
-    xids = reader.memo("xids", xids_key,
-                       lambda: reader.gpu_events(until_ts=until_ts, frontiers=fr))
+    xids = reader.gpu_events_held(until_ts=until_ts, frontiers=fr)
     interruptions = reader.memo(
         "interruptions", (job, reader.event_version("interruptions", fr, until_ts,
                                                     of_kinds(*INTERRUPTION_KINDS))),
@@ -371,8 +372,7 @@ def build_snapshot(
     # a GPU that failed an earlier run (a relaunch, a fork's parent) is flagged in this.
     began = run_began(lifecycle_events(reader, job, fr, until_ts),
                       run.get("started")) if job is not None else None
-    xid_history = reader.memo("xid_history", (xids_key, began),
-                              lambda: reader.xid_history(until_ts=until_ts, before_ts=began))
+    xid_history = reader.xid_history_held(until_ts=until_ts, before_ts=began, frontiers=fr)
     health = build_health(hosts, gpus, host_samples, xids, interruptions, host_states, at,
                      replaying=until_ts is not None,
                      ended=until_ts is not None and recording_ended(reader, until_ts),

@@ -157,27 +157,34 @@ class ReaderBase:
     def event_version(self, name: str, frontiers: Frontiers, until_ts: float | None,
                       relevant: Callable[[Row], bool]) -> int:
         """Stands for the event table in the `memo` key of a read that looks at some
-        events only (a job's lifecycle, the XIDs, the checkpoints): the same while none
-        of the events that became visible since is one `relevant` says the read looks
-        at, a new number otherwise, or when what was added cannot be told (rows gone, a
-        replay seeking back, a flood past `added_rows`' limit).
+        events only (a job's lifecycle, the XIDs, the checkpoints): `rows_version`.
 
         Keyed by the whole table's frontier, every new event (a GPU's XID somewhere in
         the fleet, a checkpoint) read them all again: a dozen reads, tens of
-        milliseconds of the refresh that saw it. The events added are read once for all
-        of them (`added_rows`). After `FULL_READ_EVERY` carried versions the read is done
-        afresh anyway, as a `kept` answer is.
+        milliseconds of the refresh that saw it."""
+        return self.rows_version(name, "event", frontiers, until_ts, relevant)
+
+    def rows_version(self, name: str, table: str, frontiers: Frontiers,
+                     until_ts: float | None, relevant: Callable[[Row], bool]) -> int:
+        """Stands for `table` in the `memo` key of a read that some of its rows change:
+        the same while none of the rows that became visible since is one `relevant`
+        says the read looks at, a new number otherwise, or when what was added cannot
+        be told (rows gone, a replay seeking back, a flood past `added_rows`' limit).
+
+        The rows added are read once for every such key (`added_rows`). After
+        `FULL_READ_EVERY` carried versions the read is done afresh anyway, as a `kept`
+        answer is.
         """
-        slot = f"event-version:{name}"
+        slot = f"{table}-version:{name}"
         held = self.recall(slot)
         if held is not None:
             held_fr, (version, carried) = held
-            if held_fr.key("event") == frontiers.key("event"):
+            if held_fr.key(table) == frontiers.key(table):
                 return int(version)
             if carried < FULL_READ_EVERY:
-                after = self.added_after("event", held_fr, frontiers)
+                after = self.added_after(table, held_fr, frontiers)
                 added = (None if after is None
-                         else self.added_rows("event", after, until_ts, frontiers))
+                         else self.added_rows(table, after, until_ts, frontiers))
                 if added is not None and not any(relevant(r) for r in added):
                     self.remember(slot, frontiers, (version, carried + 1))
                     return int(version)

@@ -224,7 +224,8 @@ class HealthQueries(ReaderBase):
         XID events belong to no job (the agent journals them for the GPU), so they
         survive a relaunch or a fork; read over the whole table, not a recent window, a
         GPU's old XID is not hidden by another GPU's new one. An event whose `gpu` or
-        `xid` is not a whole number (it came from a host) is not counted."""
+        `xid` is not a whole number (it came from a host) is not counted. What
+        `fold_xids` brings up to date: the two say the same."""
         cond, args = until_clause(until_ts)
         before = before_ts if before_ts is not None else float("-inf")
         with self._cur() as cur:
@@ -240,6 +241,61 @@ class HealthQueries(ReaderBase):
                 f"FROM event WHERE {kind_is(XID)}{cond}) "
                 "WHERE gpu IS NOT NULL AND xid IS NOT NULL GROUP BY host, gpu ORDER BY host, gpu",
                 [before, before, *args])
+
+    def gpu_events_held(self, *, until_ts: float | None, frontiers: Frontiers,
+                        limit: int = 200) -> list[Row]:
+        """`gpu_events`, kept up to date from the events added since (`kept`): the
+        XIDs of the first window before the newest event that holds any, newest first,
+        as the full read takes them. The window moves on with the newest event even
+        when no XID came, so an XID leaves it when a fresh reader would leave it out."""
+        end = frontiers.ts.get("event")
+
+        def read() -> tuple[list[Row], float | None]:
+            rows = self.gpu_events(until_ts=until_ts, limit=limit, frontiers=frontiers)
+            # The window the read stopped at: the first that holds any of its rows.
+            return rows, next((w for w in WINDOWS if w is None or end is None
+                               or any(r["ts"] > end - w for r in rows)), None)
+
+        def extend(held: tuple[list[Row], float | None],
+                   after: float) -> tuple[list[Row], float | None] | None:
+            rows, window = held
+            added = self.added_rows("event", after, until_ts, frontiers)
+            if added is None or end is None:
+                return None
+            new: list[Row] = [{k: r.get(k) for k in XID_EVENT_COLUMNS}
+                              for r in added if r["kind"] == XID]
+            merged = [*new, *rows]
+            # The held rows are every XID of their window before the old end (less the
+            # oldest, where the limit left them out): of each narrower window before
+            # the new end too. A wider window than theirs needs the full read.
+            for w in WINDOWS:
+                if window is not None and (w is None or w > window):
+                    return None
+                kept = merged if w is None else [r for r in merged if r["ts"] > end - w]
+                if kept or w is None:
+                    if not new and w == window and len(kept) == len(rows):
+                        return held
+                    return sorted(kept, key=lambda r: (r["ts"], r["seq"]),
+                                  reverse=True)[:limit], w
+            return None
+
+        return self.kept("gpu_events_held", (limit,), "event", frontiers, read, extend)[0]
+
+    def xid_history_held(self, *, until_ts: float | None, before_ts: float | None,
+                         frontiers: Frontiers) -> list[Row]:
+        """`xid_history`, kept up to date from the events added since (`kept`): a new
+        XID somewhere in a 1,024-GPU fleet is folded into its GPU's row (`fold_xids`)
+        instead of every XID of the recording being grouped again, a few milliseconds
+        of the refresh that saw it."""
+
+        def extend(held: list[Row], after: float) -> list[Row] | None:
+            added = self.added_rows("event", after, until_ts, frontiers)
+            return None if added is None else fold_xids(
+                held, [r for r in added if r["kind"] == XID], before_ts)
+
+        return self.kept("xid_history_held", (before_ts,), "event", frontiers,
+                         lambda: self.xid_history(until_ts=until_ts, before_ts=before_ts),
+                         extend)
 
     def gpu_fault_changes(self, throttle_mask: int, *, after_ts: float | None = None,
                           until_ts: float | None = None) -> list[Row]:
@@ -270,3 +326,48 @@ class HealthQueries(ReaderBase):
                 [*after_args, *args, throttle_mask, throttle_mask, throttle_mask, *after_args,
                  *args],
             )
+
+
+# The columns of `gpu_events`' rows.
+XID_EVENT_COLUMNS = ("host", "seq", "ts", "kind", "step", "msg", "data")
+_INT32 = range(-(2**31), 2**31)  # what TRY_CAST(... AS INTEGER) accepts
+
+
+def fold_xids(held: Sequence[Row], added: Sequence[Row],
+              before_ts: float | None) -> list[Row] | None:
+    """`xid_history`'s rows (`held`) with the XID events `added` after them counted in,
+    or None where only the SQL can say (a GPU or code that is not a plain whole number,
+    an XID no newer than its GPU's last: `arg_max` picks among equal times)."""
+    if not added:
+        return list(held)
+    before = before_ts if before_ts is not None else -math.inf
+    rows = {(r["host"], r["gpu"]): r for r in held}
+    for e in sorted(added, key=lambda r: (r["ts"], r["seq"])):
+        data, ts = e.get("data"), e.get("ts")
+        if data is None:
+            continue  # no JSON: the SQL reads NULLs and leaves it out
+        if not isinstance(data, dict) or ts is None:
+            return None
+        index, xid = data.get("gpu"), data.get("xid")
+        if index is None or xid is None:
+            continue
+        if type(index) is not int or type(xid) is not int or index not in _INT32 \
+                or xid not in _INT32:
+            return None  # "3", 3.0, true, 2**40: as DuckDB casts them, not as Python would
+        key = (e["host"], index)
+        early = ts < before
+        old = rows.get(key)
+        if old is None:
+            rows[key] = {"host": e["host"], "gpu": index, "count": 1,
+                         "earlier": int(early), "newest": xid, "first_ts": ts,
+                         "last_ts": ts, "earlier_last_ts": ts if early else None,
+                         "codes": [xid]}
+            continue
+        if ts <= old["last_ts"]:
+            return None
+        codes = old["codes"] if xid in old["codes"] else sorted([*old["codes"], xid])[:8]
+        rows[key] = {**old, "count": old["count"] + 1,
+                     "earlier": old["earlier"] + int(early), "newest": xid, "last_ts": ts,
+                     "earlier_last_ts": ts if early else old["earlier_last_ts"],
+                     "codes": codes}
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0] is None, k[0], k[1]))]

@@ -220,6 +220,10 @@ def test_a_live_reader_kept_across_new_records_builds_what_a_fresh_one_builds(
             step=100, msg="resumed", data={})
     rec.add("node-a", syn.step_ts(150), "event", kind="job_started", job="job-2",
             rank=None, step=None, msg="a second job", data={})
+    # XIDs folded into the held answers: a GPU's second and third, a repeated code.
+    for step, xid in ((60, 79), (110, 48), (170, 79)):
+        rec.add("node-a", syn.step_ts(step), "event", kind="xid", job=None, rank=None,
+                step=None, msg=f"XID {xid} on GPU 2", data={"gpu": 2, "xid": xid})
     wire = {host: list(rec.wire(host)) for host in syn.HOSTS}
     times = {host: [syn.T0, *sorted(ts for ts, _, _ in rec.lines[host])] for host in syn.HOSTS}
     # A third host's first records arrive late: its XID is older than the newest event.
@@ -247,8 +251,17 @@ def test_a_live_reader_kept_across_new_records_builds_what_a_fresh_one_builds(
             assert _undated(built) == _undated(fresh), cut
         assert "late XID" in {e.msg for e in built.events}
         assert "job-2" in built.jobs
-        # The answers about XIDs and checkpoints were carried over events of other kinds
-        # (the pause, the resume, the second job's start) rather than read again.
-        for name in ("xids", "checkpoint_costs", "slurm-summary:job-1"):
-            held = kept.recall(f"event-version:{name}")
-            assert held is not None and held[1][1] >= 1, (name, held)
+        # The answers about checkpoints were carried over events of other kinds (the
+        # pause, the resume, the second job's start) rather than read again, and the
+        # jobs over the evaluations of the job they held.
+        for slot in ("event-version:checkpoint_costs", "event-version:slurm-summary:job-1",
+                     "eval-version:jobs"):
+            held = kept.recall(slot)
+            assert held is not None and held[1][1] >= 1, (slot, held)
+        # The XIDs were brought up to date from the events added, new XIDs among them.
+        for name in ("gpu_events_held", "xid_history_held"):
+            held = kept.recall(name)
+            assert held is not None and held[0][2] >= 1, (name, held[0] if held else None)
+        history = {(r["host"], r["gpu"]): r for r in kept.recall("xid_history_held")[1]}
+        assert history[("node-a", 2)]["count"] == 3
+        assert history[("node-a", 2)]["codes"] == [48, 79]
