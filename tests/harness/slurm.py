@@ -119,7 +119,9 @@ class SlurmCluster:
 
 
 def _kill_stepds(root: Path) -> None:
-    """slurmstepd processes of this cluster left behind (found by their spool dir)."""
+    """slurmstepd processes of this cluster left behind, found by their spool dir or a
+    file of the cluster they hold open (a step's slurmstepd names only its job and step,
+    `slurmstepd: [12.0]`, once it runs: it keeps the slurmd's log open)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -127,9 +129,21 @@ def _kill_stepds(root: Path) -> None:
             cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if "slurmstepd" in cmd and str(root) in cmd:
+        if "slurmstepd" in cmd and (str(root) in cmd or _holds_open(entry, root)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _holds_open(proc: Path, root: Path) -> bool:
+    try:
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd).startswith(f"{root}/"):
+                return True
+    return False
 
 
 def _config(root: Path, ctld_port: int, ports: dict[str, int],
