@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from agent.wire.events import XID
@@ -295,11 +295,15 @@ def _more_xids(reader: StoreReader, held: list[Fault], after: float, until_ts: f
     added = reader.added_rows("event", after, until_ts, fr)
     if added is None:
         return None
-    return [*held, *xid_faults(r for r in added if r.get("kind") == XID)][-FAULTS_KEPT:]
+    # By time: a host's XID may come after another host's newer records (a late row).
+    return sorted([*held, *xid_faults(sorted((r for r in added if r.get("kind") == XID),
+                                             key=_TS_SEQ))],
+                  key=_FAULT_TS)[-FAULTS_KEPT:]
 
 
 # Oldest first: every GPU of a fleet adds a sample per second, sorted by a C key.
 _TS_SEQ = itemgetter("ts", "seq")
+_FAULT_TS = attrgetter("ts")
 
 
 def _more_gpu_faults(reader: StoreReader, held: tuple[list[Fault], GpuState], after: float,
@@ -309,7 +313,7 @@ def _more_gpu_faults(reader: StoreReader, held: tuple[list[Fault], GpuState], af
     if added is None:
         return None
     found, state = gpu_faults(sorted(fault_rows(added, held[1]), key=_TS_SEQ), held[1])
-    return [*held[0], *found][-FAULTS_KEPT:], state
+    return sorted([*held[0], *found], key=_FAULT_TS)[-FAULTS_KEPT:], state
 
 
 def _steps_at(reader: StoreReader, job: str, rank: int | None, stamps: list[float],

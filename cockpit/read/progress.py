@@ -213,8 +213,10 @@ def stages(reader: StoreReader, job: str | None, now: float, until_ts: float | N
         added = reader.added_rows("event", after, until_ts, fr)
         if added is None:
             return None
-        return [*held, *(r for r in added if r.get("kind") in STAGE_EVENT_KINDS
-                         and r.get("job") in (job, None))]
+        # In the full read's order (ts, seq): a host's event may come late.
+        return sorted([*held, *(r for r in added if r.get("kind") in STAGE_EVENT_KINDS
+                                and r.get("job") in (job, None))],
+                      key=lambda r: (r["ts"], r["seq"]))
 
     events = reader.kept("stage_events", job, "event", fr,
                          lambda: reader.rare_events(STAGE_EVENT_KINDS, job, until_ts), extend)

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -120,6 +120,9 @@ class Downsampled:
     level: int | None = None
     width: float = 1.0
     integer_x: bool = False
+    # Per bucket built or grown from added rows over time: each column's x of its last
+    # value (`extend_downsampled` merges a late sample into such a bucket exactly).
+    last_x: Mapping[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def downsample_rows(
@@ -190,6 +193,7 @@ def extend_downsampled(
     buckets: int,
     where: Mapping[str, Any],
     until_ts: float | None,
+    reread: Callable[[float, float], Sequence[Mapping[str, Any]]] | None = None,
 ) -> Downsampled | None:
     """`held` brought up to date with the rows added since it was read (every row of
     the table with a newer ts, `ReaderBase.added_rows`), or None when only a full read
@@ -208,29 +212,56 @@ def extend_downsampled(
     """
     if not held.rows or held.x0 is None or held.x1 is None:
         return None
-    added = added_buckets(added_rows, columns, x=x, width=held.width, where=where)
+    n = len(columns)
+    added = added_buckets(added_rows, columns, x=x, width=held.width, where=where,
+                          last_x=True)
     if not added:
         return Downsampled(held.rows, held.x0, held.x1, held.level, held.width,
-                           held.integer_x)
+                           held.integer_x, held.last_x)
     if min(float(r[2]) for r in added) < held.x0:
         return None  # the series now starts earlier: another span, another plan
     by_tb = {int(r[0]): r for r in held.rows}
+    last_x = dict(held.last_x)
     for row in added:
         tb = int(row[0])
         old = by_tb.get(tb)
+        newest = row[3 + 3 * n:]
         if old is None:
-            by_tb[tb] = (row[0], row[1], *row[3:])
+            by_tb[tb] = (row[0], row[1], *row[3:3 + 3 * n])
+            last_x[tb] = newest
             continue
-        if row[2] <= old[1]:
+        late = row[2] <= old[1]
+        if late and x != "ts":
             return None  # an added row at or before what the bucket held: no clear last
-        values: list[Any] = [old[0], row[1]]
-        for i in range(len(columns)):
+        if late and tb not in last_x:
+            # Over time, a sample a host sent after newer ones, into a bucket as read (the
+            # x of each column's last unknown): that bucket alone is read again.
+            again = None if reread is None else added_buckets(
+                reread(tb * held.width, (tb + 1) * held.width), columns, x=x,
+                width=held.width, where=where, last_x=True)
+            if not again or int(again[0][0]) != tb:
+                return None
+            by_tb[tb] = (again[0][0], again[0][1], *again[0][3:3 + 3 * n])
+            last_x[tb] = again[0][3 + 3 * n:]
+            continue
+        values: list[Any] = [old[0], max(row[1], old[1])]
+        xs: list[Any] = []
+        held_xs = last_x.get(tb) or (None,) * n
+        for i in range(n):
             last, lo, hi = row[3 + 3 * i: 6 + 3 * i]
             o_last, o_lo, o_hi = old[2 + 3 * i: 5 + 3 * i]
-            values += [o_last if last is None else last,
+            if late:  # a sample a host sent after newer ones: the last by its x
+                if o_last is not None and last is not None and held_xs[i] is None:
+                    return None
+                pick, at = _last_of(o_last, held_xs[i], last, newest[i])
+            else:
+                pick, at = (o_last, held_xs[i]) if last is None else (last, newest[i])
+            values += [pick,
                        o_lo if lo is None else lo if o_lo is None else min(lo, o_lo),
                        o_hi if hi is None else hi if o_hi is None else max(hi, o_hi)]
+            xs.append(at)
         by_tb[tb] = tuple(values)
+        last_x[tb] = tuple(xs)
     x1 = max(held.x1, float(added[-1][1]))
     ends = [x1] + ([until_ts] if x == "ts" and until_ts is not None else [])
     levels = held.level is not None
@@ -245,7 +276,22 @@ def extend_downsampled(
         if factor is None:
             return None
         rows = merge_buckets(rows, len(columns), factor)
-    return Downsampled(rows, held.x0, x1, level, width, held.integer_x)
+        last_x = {}  # the wide buckets' lasts come from narrow ones: x not carried
+    return Downsampled(rows, held.x0, x1, level, width, held.integer_x, last_x)
+
+
+def _last_of(held: Any, held_x: Any, added: Any, added_x: Any) -> tuple[Any, Any]:
+    """The later of two last values by their x (the larger of two at one x), with its
+    x, as the statements take a bucket's last; a missing one (None) loses."""
+    if added is None:
+        return held, held_x
+    if held is None:
+        return added, added_x
+    if added_x > held_x:
+        return added, added_x
+    if added_x < held_x:
+        return held, held_x
+    return _top_of([held, added]), held_x
 
 
 def _doubling(old: float, new: float) -> int | None:
@@ -309,12 +355,13 @@ def _bottom_of(values: list[Any]) -> Any:
 
 
 def added_buckets(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, x: str,
-                  width: float, where: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+                  width: float, where: Mapping[str, Any],
+                  last_x: bool = False) -> list[tuple[Any, ...]]:
     """What the raw statement's GROUP BY gives for `rows` (records of the table, with
     every column): per bucket `floor(x / width)` of the rows matching `where` (None
     matches NULL), (bucket, largest x, smallest x, then per column the value at the
     largest x where it is not NULL (the largest of several there), its minimum and its
-    maximum), in bucket order.
+    maximum), in bucket order; with `last_x`, then each column's x of its last value.
 
     A handful of rows: cheaper folded here than planned as a statement. A live fleet
     adds a sample of every GPU each second (a thousand rows, most in one bucket): the
@@ -339,18 +386,21 @@ def added_buckets(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, 
         members = groups[tb]
         ats = [row[x] for row in members]
         figures: list[Any] = [tb, _top_of(ats), _bottom_of(ats)]
+        newest_xs: list[Any] = []
         for column in columns:
             pairs = [(row[x], row[column]) for row in members if row[column] is not None]
             if not pairs:
                 figures += [None, None, None]
+                newest_xs.append(None)
                 continue
             values = [value for _, value in pairs]
             newest = _top_of([at for at, _ in pairs])
+            newest_xs.append(newest)
             # The statements' rule for the last value: the largest of those at the
             # largest x (x is never NaN here: a NaN x has no bucket).
             figures += [_top_of([value for at, value in pairs if at == newest]),
                         _bottom_of(values), _top_of(values)]
-        out.append(tuple(figures))
+        out.append((*figures, *newest_xs) if last_x else tuple(figures))
     return out
 
 

@@ -46,6 +46,11 @@ NEAR_MOVE_S = 300.0
 # Rows of one table a replay reads ahead of its cursor at once, at most (`ReadAhead`).
 READ_AHEAD_ROWS = 2048
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
+# How far before a table's newest row a live store's late rows are looked for
+# (`ReaderBase._late_rows`); one later still (a host's backlog after a reconnect) sends
+# the reads back to the full path.
+LATE_S = 5.0
+MARKS_KEPT = 8  # frontiers per table whose journal numbers are kept (`_late_rows`)
 # A kept answer (`ReaderBase.kept`) is read in full again after this many extensions, so
 # that nothing an extension could not see stays wrong for long.
 FULL_READ_EVERY = 240
@@ -115,8 +120,11 @@ class ReaderBase:
         self._frontier_hint: tuple[Frontiers, Mapping[str, float | None]] | None = None
         # The last frontiers of the whole store, where a live store's newest rows start.
         self._newest_found: Frontiers | None = None
-        self._added_locks: dict[str, threading.Lock] = {}  # see `added_rows`
+        self._added_locks: dict[str, threading.RLock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
+        # table -> its frontier key -> each host's newest journal number there, for the
+        # last few frontiers: see `_late_rows`.
+        self._marks: dict[str, dict[Any, dict[str, int]]] = {}
         self._renames_seen = 0  # the store's `renames` when the held answers were read
         self._versions = itertools.count(1)  # see `event_version`: never handed out twice
 
@@ -193,13 +201,17 @@ class ReaderBase:
         return version
 
     def added_after(self, table: str, before: Frontiers, now: Frontiers) -> float | None:
-        """A ts after which lie all of `table`'s rows visible at `now` but not at
-        `before` (and none was removed), or None when that cannot be told cheaply.
+        """A ts such that `added_rows(table, ts, ...)` answers every row of `table`
+        visible at `now` but not at `before` (and none was removed), or None when that
+        cannot be told cheaply.
 
         A replay moving forward over an unchanged store sees exactly the rows of its
-        cursor's advance. A live store gains rows in any ts order (a lagging host sends
-        old ones late), so there the rows newer than the old frontier are counted and
-        must account for all the growth.
+        cursor's advance. A live store gains rows in any ts order: the rows newer than
+        the old frontier are counted and must account for all the growth, or, where a
+        host's rows came late (stamped before another host's newest, as a fleet's
+        hosts sample at their own phase and send with their own delay), the late ones
+        are found by their host's journal numbers (`_late_rows`) and handed to the
+        callers with the newer ones: then `added_rows` answers rows older than the ts.
         """
         rows_before, rows_now = before.rows.get(table), now.rows.get(table)
         if rows_before is None or rows_now is None:
@@ -216,8 +228,82 @@ class ReaderBase:
         # Counted as the rows every caller reads next to extend its answer (`added_rows`,
         # read once per frontier for all of them): one statement per table a refresh,
         # not a count and then the rows. More than `added_rows` reads: a full read.
-        newer = self.added_rows(table, old_end, None, now)
-        return old_end if newer is not None and len(newer) == rows_now - rows_before else None
+        # Under the table's lock: the answers extended side by side find the late rows
+        # once, and each finds them.
+        with self._added_lock(table):
+            newer = self.added_rows(table, old_end, None, now)
+            if newer is None:
+                return None
+            grown = rows_now - rows_before
+            if len(newer) == grown:
+                self._advance_marks(table, before, now, newer)
+                return old_end
+            late = self._late_rows(table, before, old_end) if len(newer) < grown else None
+            if late is None or len(late) + len(newer) != grown:
+                self._seed_marks(table, now)
+                return None
+            added = [*late, *newer]
+            self.remember(f"added:{table}", (old_end, None, now.key(table)), added)
+            self._advance_marks(table, before, now, added)
+            return old_end
+
+    def _late_rows(self, table: str, before: Frontiers, old_end: float) -> list[Row] | None:
+        """The rows of `table` stamped within `LATE_S` before `old_end` that were not
+        visible at `before`: those past their host's newest journal number then
+        (`_marks`; a host's records are stored in the order it numbered them). None
+        when those numbers are not known for `before` (they are read for next time)."""
+        with self._memo_lock:
+            marks = self._marks.get(table, {}).get(before.key(table))
+        if marks is None:
+            return None
+        hosts = list(marks)
+        with self._cur() as cur:
+            rows = self.fetch(
+                cur, f"WITH m AS (SELECT unnest(?::VARCHAR[]) AS h, unnest(?::BIGINT[]) AS s) "
+                     f'SELECT {kept_columns(table)} FROM "{table}" WHERE ts > ? AND ts <= ? '
+                     f'AND seq > coalesce((SELECT s FROM m WHERE m.h = "{table}".host), -1) '
+                     f"LIMIT {LATEST_ADDED_LIMIT + 1}",
+                [hosts, [marks[h] for h in hosts], old_end - LATE_S, old_end])
+        return rows if len(rows) <= LATEST_ADDED_LIMIT else None
+
+    def _advance_marks(self, table: str, before: Frontiers, now: Frontiers,
+                       added: Sequence[Row]) -> None:
+        """Each host's newest journal number in `table` at `now`, from those at
+        `before` and the rows added since (kept only where those at `before` are)."""
+        with self._memo_lock:
+            held = self._marks.get(table, {})
+            base = held.get(before.key(table))
+            if base is None or now.key(table) in held:
+                return
+            marks = dict(base)
+            for row in added:
+                host, seq = row.get("host"), row.get("seq")
+                if isinstance(host, str) and isinstance(seq, int) and seq > marks.get(host, -1):
+                    marks[host] = seq
+            self._keep_marks(table, now, marks)
+
+    def _seed_marks(self, table: str, now: Frontiers) -> None:
+        """Each host's newest journal number among `table`'s rows of the last `LATE_S`
+        before `now`, for the next refresh to find late rows by. Read after `now` was
+        probed, a number may be newer than `now`: then the rows a later refresh finds
+        fall short of the growth, and it reads in full, as without the numbers."""
+        end = now.ts.get(table)
+        if end is None or now.until_ts is not None:
+            return
+        with self._cur() as cur:
+            found = cur.execute(
+                f'SELECT host, max(seq) FROM "{table}" WHERE ts > ? AND host IS NOT NULL '
+                "AND seq IS NOT NULL GROUP BY host", [end - LATE_S]).fetchall()
+        with self._memo_lock:
+            self._keep_marks(table, now, {str(h): int(q) for h, q in found})
+
+    def _keep_marks(self, table: str, now: Frontiers, marks: dict[str, int]) -> None:
+        """Under `_memo_lock`: the numbers at `now`, with those of the few frontiers
+        before it (an answer held from an older refresh extends from its own)."""
+        held = self._marks.setdefault(table, {})
+        held[now.key(table)] = marks
+        while len(held) > MARKS_KEPT:
+            del held[next(iter(held))]
 
     def added_rows(self, table: str, after: float, until_ts: float | None,
                    frontiers: Frontiers) -> list[Row] | None:
@@ -239,7 +325,11 @@ class ReaderBase:
             held = self.recall(f"added:{table}")
             if held is not None and held[0] == key:
                 return held[1]
-            cond, args = until_clause(until_ts)
+            # Live, no newer than the frontier either: a row stored since it was probed
+            # is the next refresh's (and would make the count `added_after` checks
+            # come out right by chance where a late row is missing).
+            cond, args = until_clause(until_ts if until_ts is not None
+                                      else frontiers.ts.get(table))
             with self._cur() as cur:
                 rows = self.fetch(cur, f'SELECT {kept_columns(table)} FROM "{table}" '
                                        f"WHERE ts > ?{cond} "
@@ -248,11 +338,12 @@ class ReaderBase:
             self.remember(f"added:{table}", key, found)
             return found
 
-    def _added_lock(self, table: str) -> threading.Lock:
+    def _added_lock(self, table: str) -> threading.RLock:
         """One lock per table, so that two answers extended side by side from the same
-        rows wait for one read instead of making two."""
+        rows wait for one read instead of making two (and the late rows are found
+        once, `added_after`)."""
         with self._memo_lock:
-            return self._added_locks.setdefault(table, threading.Lock())
+            return self._added_locks.setdefault(table, threading.RLock())
 
     def kept(self, name: str, params: Any, table: str, frontiers: Frontiers,
              read: Callable[[], T], extend: Callable[[T, float], T | None]) -> T:

@@ -162,6 +162,55 @@ def test_a_live_series_over_time_is_carried_across_its_widths(tmp_path) -> None:
         store.close()
 
 
+@pytest.mark.slow
+def test_a_fleets_late_samples_fold_into_the_series_over_time(tmp_path) -> None:
+    """Hosts sample at their own phase and their records arrive with their own delay,
+    so each refresh finds samples stamped before the newest (late rows), some without a
+    value, some tied at one instant: they are merged into the held buckets as the
+    statements group them (the last value by its x), a bucket read as a whole read
+    again alone, and the series is not read in full."""
+    rnd = random.Random(11)
+    store = Store(tmp_path / "late.duckdb")
+    try:
+        reader = StoreReader(store)
+        hosts = [f"h{i}" for i in range(6)]
+        phase = {h: rnd.random() for h in hosts}
+        delay = {h: d for h, d in zip(hosts, (0.0, 0.3, 1.2, 2.5, 0.05, 3.5), strict=True)}
+        seq = dict.fromkeys(hosts, 0)
+        pending: dict[str, list[tuple[float, bytes]]] = {h: [] for h in hosts}
+        extensions: dict[str, list[int]] = {"all": [], "gpu1": []}
+        for second in range(120):
+            now = TS0 + second + 1
+            for h in hosts:
+                for g in range(4):
+                    seq[h] += 1
+                    ts = TS0 + second + phase[h]
+                    util = None if rnd.random() < 0.1 else rnd.choice(
+                        (10.0, 90.0, rnd.uniform(0, 100)))
+                    pending[h].append((ts, encode("gpu", seq[h], {"gpu": g, "util": util},
+                                                  ts=ts)))
+                due = [line for ts, line in pending[h] if ts + delay[h] <= now]
+                pending[h] = [(ts, line) for ts, line in pending[h] if ts + delay[h] > now]
+                if due:
+                    store.ingest(h, b"".join(due))
+            if second >= 5:
+                for name, where in (("all", {}), ("gpu1", {"gpu": 1})):
+                    extensions[name].append(_held(reader, None, name=name, table="gpu",
+                                                  columns=("util",), where=where, x="ts",
+                                                  buckets=40))
+        for name, found in extensions.items():
+            assert max(found) > 50, (name, found)
+        # A host's backlog after a reconnect, stamped long before the newest (past the
+        # look-back for late rows): read in full, and right.
+        seq["h0"] += 1
+        store.ingest("h0", encode("gpu", seq["h0"], {"gpu": 1, "util": 99.0}, ts=TS0 + 60.5))
+        for name, where in (("all", {}), ("gpu1", {"gpu": 1})):
+            assert _held(reader, None, name=name, table="gpu", columns=("util",),
+                         where=where, x="ts", buckets=40) == 0
+    finally:
+        store.close()
+
+
 def test_added_rows_fold_per_bucket_as_duckdb_groups_them() -> None:
     """The added rows are folded in Python (`added_buckets`); DuckDB's GROUP BY over the
     same rows, with the statements' rule for the last value (the largest of those at
