@@ -9,7 +9,10 @@ trains on the first two hosts (train records per rank per step, evaluations, log
 checkpoints, one interruption and its recovery). Around it the fleet is not quiet: one
 host throttles, one GPU reports an XID, one GPU uncorrectable ECC errors, one host
 stops streaming part-way (its link unreachable), and utilisation and temperature move
-on every GPU, so that every pane has something new on every refresh.
+on every GPU, so that every pane has something new on every refresh. By default the
+hosts sample at their own phase within each second and their records arrive with their
+own delay (`--arrival jittered`), so that most flushes hold rows stamped before the
+newest one stored, as a real fleet's do; `--arrival aligned` stores each second whole.
 
 The screen is the real app (`cockpit.ui.app_factory.make_app`) on a live source that
 builds its snapshots as `cockpit.sessions.live.LiveSource` does (the store being
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import sys
 import tempfile
@@ -112,9 +116,10 @@ def _hello(stream: HostStream) -> None:
         "env": {"python": "3.11.7", "torch": "2.5.0"}, "psutil": True, "interval": 1.0})
 
 
-def _second(stream: HostStream, second: int, training: bool) -> None:
-    """One second of host and GPU samples, with this host's troubles."""
-    ts = T0 + second + 0.1 + stream.index * 1e-4
+def _second(stream: HostStream, second: int, training: bool, phase: float) -> None:
+    """One second of host and GPU samples, taken `phase` seconds into it, with this
+    host's troubles."""
+    ts = T0 + second + phase
     i = stream.index
     wave = (second * 7 + i * 13) % 20
     stream.add("host", ts, {
@@ -198,11 +203,22 @@ class Job:
 
 
 class Recording:
-    """A fleet's store being written as a live cockpit writes it, one flush at a time."""
+    """A fleet's store being written as a live cockpit writes it, one flush at a time.
 
-    def __init__(self, path: Path, hosts: int, seconds: int) -> None:
+    `jittered`: each host samples at its own phase within the second and each sample
+    reaches the store 5 to 60 ms later, so a flush holds some hosts' samples of a
+    second and the next flush the rest, some stamped before the newest stored (late
+    rows, as a real fleet's are); otherwise every host samples 0.1 s into the
+    second (a tenth of a millisecond apart) and each second is stored whole."""
+
+    def __init__(self, path: Path, hosts: int, seconds: int, jittered: bool = False) -> None:
         self.store = Store(path)
         self.streams = [HostStream(i) for i in range(hosts)]
+        self.draw = random.Random(7)
+        self.jittered = jittered
+        self.phase = [self.draw.random() if jittered else 0.1 + i * 1e-4
+                      for i in range(hosts)]
+        self.held: dict[int, list[bytes]] = {}  # samples still on their way
         for stream in self.streams:
             _hello(stream)
         self.job = Job(seconds)
@@ -229,8 +245,19 @@ class Recording:
         for _ in range(seconds):
             self.job.second(self.streams[:JOB_HOSTS], self.second)
             for stream in self.streams:
-                if not self.offline(stream):
-                    _second(stream, self.second, stream.index < JOB_HOSTS)
+                if self.offline(stream):
+                    continue
+                i = stream.index
+                ready, stream.lines = stream.lines, []
+                _second(stream, self.second, i < JOB_HOSTS, self.phase[i])
+                # In the host's own order: what it sent last second, then this second's.
+                sampled, stream.lines = stream.lines, [*self.held.pop(i, []), *ready]
+                # Flushed at the end of the second: what arrives later waits for the next.
+                delay = self.draw.uniform(0.005, 0.06) if self.jittered else 0.0
+                if self.phase[i] + delay > 1.0:
+                    self.held[i] = sampled
+                else:
+                    stream.lines.extend(sampled)
             self.second += 1
         chunks = [(stream.name, stream.take()) for stream in self.streams]
         self.records += sum(chunk.count(b"\n") for _, chunk in chunks)
@@ -272,9 +299,10 @@ class LiveFleet:
         pass
 
 
-def build(path: Path, hosts: int, history: int, total: int) -> Recording:
+def build(path: Path, hosts: int, history: int, total: int,
+          jittered: bool = False) -> Recording:
     """A recording of `hosts` hosts with `history` seconds written (of `total`)."""
-    recording = Recording(path, hosts, total)
+    recording = Recording(path, hosts, total, jittered)
     recording.offline_after = int(history * OFFLINE_AT)  # down before the timed part
     for stream in recording.streams:
         recording.store.set_host_state(stream.name, "streaming", "from seq 0",
@@ -322,6 +350,12 @@ def main() -> int:
     # from run to run; 60 also reach the job's interruption, whose log line lays the
     # screen out again. The whole bench takes under a minute.
     parser.add_argument("--runs", type=int, default=60, help="timed refreshes per screen")
+    parser.add_argument("--arrival", choices=("jittered", "aligned"), default="jittered",
+                        help="jittered (default): each host samples at its own phase and "
+                             "its records arrive with their own delay, so most flushes hold "
+                             "rows stamped before the newest stored, as a real fleet's do; "
+                             "aligned: every host samples at one instant, each second is "
+                             "stored whole")
     args = parser.parse_args()
     if args.hosts <= OFFLINE:
         parser.error(f"--hosts must be more than {OFFLINE} (the fleet's troubled hosts)")
@@ -334,7 +368,8 @@ def main() -> int:
         recordings = {}
         for name, hosts in (("fleet", args.hosts), ("job", JOB_HOSTS)):
             begun = time.perf_counter()
-            recordings[name] = build(Path(tmp) / f"{name}.duckdb", hosts, args.seconds, total)
+            recordings[name] = build(Path(tmp) / f"{name}.duckdb", hosts, args.seconds, total,
+                                     jittered=args.arrival == "jittered")
             print(f"{name:5} {hosts:4d} hosts x {GPUS} GPUs: "
                   f"{recordings[name].records:,} records in "
                   f"{time.perf_counter() - begun:.1f} s", flush=True)
@@ -365,6 +400,7 @@ def main() -> int:
         passed=passed, metric="refresh_p95_ms",
         baseline_name=f"the same screen ({worst}) with the job's {JOB_HOSTS} hosts only",
         hosts=args.hosts, gpus=args.hosts * GPUS, worst_size=worst, runs=args.runs,
+        arrival=args.arrival,
         **{f"{name}_p95_ms": round(p95(times), 2) for name, times in figures.items()},
         **{f"{name}_cpu_p95_ms": round(p95(times), 2) for name, times in cpu.items()},
         **{f"{name}_{part}_median_ms": round(statistics.median(p[i] for p in parts), 2)

@@ -47,10 +47,10 @@ NEAR_MOVE_S = 300.0
 READ_AHEAD_ROWS = 2048
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
 # How far before a table's newest row a live store's late rows are looked for
-# (`ReaderBase._late_rows`); one later still (a host's backlog after a reconnect) sends
+# (`ReaderBase._added_by_marks`); one later still (a host's backlog after a reconnect) sends
 # the reads back to the full path.
 LATE_S = 5.0
-MARKS_KEPT = 8  # frontiers per table whose journal numbers are kept (`_late_rows`)
+MARKS_KEPT = 8  # frontiers per table whose journal numbers are kept (`_added_by_marks`)
 # A kept answer (`ReaderBase.kept`) is read in full again after this many extensions, so
 # that nothing an extension could not see stays wrong for long.
 FULL_READ_EVERY = 240
@@ -123,7 +123,7 @@ class ReaderBase:
         self._added_locks: dict[str, threading.RLock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
         # table -> its frontier key -> each host's newest journal number there, for the
-        # last few frontiers: see `_late_rows`.
+        # last few frontiers: see `_added_by_marks`.
         self._marks: dict[str, dict[Any, dict[str, int]]] = {}
         self._renames_seen = 0  # the store's `renames` when the held answers were read
         self._versions = itertools.count(1)  # see `event_version`: never handed out twice
@@ -210,7 +210,7 @@ class ReaderBase:
         the old frontier are counted and must account for all the growth, or, where a
         host's rows came late (stamped before another host's newest, as a fleet's
         hosts sample at their own phase and send with their own delay), the late ones
-        are found by their host's journal numbers (`_late_rows`) and handed to the
+        are found by their host's journal numbers (`_added_by_marks`) and handed to the
         callers with the newer ones: then `added_rows` answers rows older than the ts.
         """
         rows_before, rows_now = before.rows.get(table), now.rows.get(table)
@@ -231,30 +231,35 @@ class ReaderBase:
         # Under the table's lock: the answers extended side by side find the late rows
         # once, and each finds them.
         with self._added_lock(table):
-            newer = self.added_rows(table, old_end, None, now)
-            if newer is None:
-                return None
-            grown = rows_now - rows_before
-            if len(newer) == grown:
-                self._advance_marks(table, before, now, newer)
+            key = (old_end, None, now.key(table))
+            held = self.recall(f"added:{table}")
+            if held is not None and held[0] == key:
+                added = held[1]
+            else:
+                # Where each host's numbers at `before` are known, the newer rows and
+                # the late ones in one statement; else the newer ones alone.
+                added = self._added_by_marks(table, before, now, old_end)
+                if added is None:
+                    added = self.added_rows(table, old_end, None, now)
+                else:
+                    self.remember(f"added:{table}", key, added)
+            if added is not None and len(added) == rows_now - rows_before:
+                self._advance_marks(table, before, now, added)
                 return old_end
-            late = self._late_rows(table, before, old_end) if len(newer) < grown else None
-            if late is None or len(late) + len(newer) != grown:
-                self._seed_marks(table, now)
-                return None
-            added = [*late, *newer]
-            self.remember(f"added:{table}", (old_end, None, now.key(table)), added)
-            self._advance_marks(table, before, now, added)
-            return old_end
+            self._seed_marks(table, now)
+            return None
 
-    def _late_rows(self, table: str, before: Frontiers, old_end: float) -> list[Row] | None:
-        """The rows of `table` stamped within `LATE_S` before `old_end` that were not
-        visible at `before`: those past their host's newest journal number then
-        (`_marks`; a host's records are stored in the order it numbered them). None
-        when those numbers are not known for `before` (they are read for next time)."""
+    def _added_by_marks(self, table: str, before: Frontiers, now: Frontiers,
+                        old_end: float) -> list[Row] | None:
+        """The rows of `table` added since `before`: those stamped after `LATE_S` before
+        `old_end`, up to `now`'s frontier, past their host's newest journal number at
+        `before` (`_marks`; a host's records are stored in the order it numbered
+        them), late ones included. None when those numbers are not known for
+        `before`, or the rows are too many."""
         with self._memo_lock:
             marks = self._marks.get(table, {}).get(before.key(table))
-        if marks is None:
+        end = now.ts.get(table)
+        if marks is None or end is None:
             return None
         hosts = list(marks)
         with self._cur() as cur:
@@ -263,7 +268,7 @@ class ReaderBase:
                      f'SELECT {kept_columns(table)} FROM "{table}" WHERE ts > ? AND ts <= ? '
                      f'AND seq > coalesce((SELECT s FROM m WHERE m.h = "{table}".host), -1) '
                      f"LIMIT {LATEST_ADDED_LIMIT + 1}",
-                [hosts, [marks[h] for h in hosts], old_end - LATE_S, old_end])
+                [hosts, [marks[h] for h in hosts], old_end - LATE_S, end])
         return rows if len(rows) <= LATEST_ADDED_LIMIT else None
 
     def _advance_marks(self, table: str, before: Frontiers, now: Frontiers,

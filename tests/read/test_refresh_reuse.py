@@ -286,15 +286,15 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
     found_late = 0
     with Store(tmp_path / "late.duckdb") as store:
         kept = StoreReader(store)
-        late_rows = kept._late_rows
+        by_marks = kept._added_by_marks
 
-        def counting(*args: Any) -> Any:
+        def counting(table: str, before: Any, now: Any, old_end: float) -> Any:
             nonlocal found_late
-            rows = late_rows(*args)
-            found_late += len(rows or ())
+            rows = by_marks(table, before, now, old_end)
+            found_late += sum(1 for r in rows or () if r["ts"] <= old_end)
             return rows
 
-        kept._late_rows = counting  # type: ignore[method-assign]  # counts, then answers
+        kept._added_by_marks = counting  # type: ignore[method-assign]  # counts, answers
         sent = dict.fromkeys(syn.HOSTS, 0)
         cut = syn.T0
         while cut < end:
