@@ -195,20 +195,18 @@ def extend_downsampled(
     until_ts: float | None,
     reread: Callable[[float, float], Sequence[Mapping[str, Any]]] | None = None,
 ) -> Downsampled | None:
-    """`held` brought up to date with the rows added since it was read (every row of
-    the table with a newer ts, `ReaderBase.added_rows`), or None when only a full read
-    can answer exactly.
+    """`held` brought up to date with the rows added since it was read
+    (`ReaderBase.added_rows`), or None when only a full read can answer exactly.
 
     The added rows of the series (those matching `where`) are aggregated per bucket,
-    as the raw statement would (`added_buckets`), and merged into the held buckets:
-    minimum and maximum merge as they are, and the last value does too as long as
-    every added row of a bucket lies past the bucket's newest x (a series that grows).
-    An added row at or before the x its bucket already reached (a job rolled back to
-    an earlier step) sends the caller back to the full read. A span grown enough to
-    widen the buckets does not: the width doubles (`plan`), and the held buckets merge
-    into the wider ones exactly (`merge_buckets`). The result is what `downsample_rows` would answer
-    now, without a statement of its own: the rows are read once for every answer kept
-    about the table.
+    as the raw statement would (`added_buckets`), and merged into the held buckets
+    (`_merge_bucket`). Over steps, an added row at or before the x its bucket already
+    reached (a job rolled back) sends the caller back to the full read; over time it
+    is a sample a host sent late, merged by its x (a bucket as first read, the x of
+    its lasts unknown, is read again alone: `reread`). A span grown enough to widen
+    the buckets doubles their width (`plan`), and the held buckets merge into the
+    wider ones exactly (`merge_buckets`). The result is what `downsample_rows` would
+    answer now, without a statement of its own.
     """
     if not held.rows or held.x0 is None or held.x1 is None:
         return None
@@ -244,24 +242,10 @@ def extend_downsampled(
             by_tb[tb] = (again[0][0], again[0][1], *again[0][3:3 + 3 * n])
             last_x[tb] = again[0][3 + 3 * n:]
             continue
-        values: list[Any] = [old[0], max(row[1], old[1])]
-        xs: list[Any] = []
-        held_xs = last_x.get(tb) or (None,) * n
-        for i in range(n):
-            last, lo, hi = row[3 + 3 * i: 6 + 3 * i]
-            o_last, o_lo, o_hi = old[2 + 3 * i: 5 + 3 * i]
-            if late:  # a sample a host sent after newer ones: the last by its x
-                if o_last is not None and last is not None and held_xs[i] is None:
-                    return None
-                pick, at = _last_of(o_last, held_xs[i], last, newest[i])
-            else:
-                pick, at = (o_last, held_xs[i]) if last is None else (last, newest[i])
-            values += [pick,
-                       o_lo if lo is None else lo if o_lo is None else min(lo, o_lo),
-                       o_hi if hi is None else hi if o_hi is None else max(hi, o_hi)]
-            xs.append(at)
-        by_tb[tb] = tuple(values)
-        last_x[tb] = tuple(xs)
+        merged = _merge_bucket(old, row, n, last_x.get(tb) or (None,) * n, late)
+        if merged is None:
+            return None
+        by_tb[tb], last_x[tb] = merged
     x1 = max(held.x1, float(added[-1][1]))
     ends = [x1] + ([until_ts] if x == "ts" and until_ts is not None else [])
     levels = held.level is not None
@@ -278,6 +262,31 @@ def extend_downsampled(
         rows = merge_buckets(rows, len(columns), factor)
         last_x = {}  # the wide buckets' lasts come from narrow ones: x not carried
     return Downsampled(rows, held.x0, x1, level, width, held.integer_x, last_x)
+
+
+def _merge_bucket(old: tuple[Any, ...], row: tuple[Any, ...], n: int,
+                  held_xs: tuple[Any, ...], late: bool
+                  ) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """A held bucket (bucket, x, last, lo, hi per column) and an added one
+    (`added_buckets` with `last_x`) as one, with each column's x of its last value, or
+    None where a late sample meets a held last whose x is not known."""
+    newest = row[3 + 3 * n:]
+    values: list[Any] = [old[0], max(row[1], old[1])]
+    xs: list[Any] = []
+    for i in range(n):
+        last, lo, hi = row[3 + 3 * i: 6 + 3 * i]
+        o_last, o_lo, o_hi = old[2 + 3 * i: 5 + 3 * i]
+        if late:  # a sample a host sent after newer ones: the last by its x
+            if o_last is not None and last is not None and held_xs[i] is None:
+                return None
+            pick, at = _last_of(o_last, held_xs[i], last, newest[i])
+        else:
+            pick, at = (o_last, held_xs[i]) if last is None else (last, newest[i])
+        values += [pick,
+                   o_lo if lo is None else lo if o_lo is None else min(lo, o_lo),
+                   o_hi if hi is None else hi if o_hi is None else max(hi, o_hi)]
+        xs.append(at)
+    return tuple(values), tuple(xs)
 
 
 def _last_of(held: Any, held_x: Any, added: Any, added_x: Any) -> tuple[Any, Any]:
