@@ -467,6 +467,25 @@ def _run(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) ->
     return cursor.execute(sql, {k: v for k, v in params.items() if k in used}).fetchall()
 
 
+def bucket_rows(cursor: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str], *,
+                x: str, where: Mapping[str, Any], lo: float, hi: float,
+                until_ts: float | None) -> list[dict[str, Any]]:
+    """The raw rows of a series with `lo` <= x < `hi` (and ts <= `until_ts`): one
+    bucket read again (`extend_downsampled`'s `reread`), for `added_buckets`."""
+    for name in (x, *columns, *where):
+        _check_name(table, name, "column")
+    params: dict[str, Any] = {"lo": lo, "hi": hi}
+    cond = _where_sql(where, params)
+    if until_ts is not None:
+        params["until"] = until_ts
+        cond += " AND ts <= $until"
+    names = [x, *columns, *where]
+    listed = ", ".join(f'"{n}"' for n in names)
+    rows = _run(cursor, f'SELECT {listed} FROM "{table}" '
+                        f'WHERE "{x}" >= $lo AND "{x}" < $hi AND {cond}', params)
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
 def _raw_extent(cursor: duckdb.DuckDBPyConnection, table: str, x: str,
                 where: Mapping[str, Any], until_ts: float | None
                 ) -> tuple[float, float] | None:

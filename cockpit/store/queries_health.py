@@ -333,13 +333,14 @@ XID_EVENT_COLUMNS = ("host", "seq", "ts", "kind", "step", "msg", "data")
 _INT32 = range(-(2**31), 2**31)  # what TRY_CAST(... AS INTEGER) accepts
 
 
-def fold_xids(held: Sequence[Row], added: Sequence[Row],
+def fold_xids(held: list[Row], added: Sequence[Row],
               before_ts: float | None) -> list[Row] | None:
-    """`xid_history`'s rows (`held`) with the XID events `added` after them counted in,
-    or None where only the SQL can say (a GPU or code that is not a plain whole number,
-    an XID no newer than its GPU's last: `arg_max` picks among equal times)."""
+    """`xid_history`'s rows (`held`, never changed) with the XID events `added` after
+    them counted in, or None where only the SQL can say (a GPU or code that is not a
+    plain whole number, an XID no newer than its GPU's last: `arg_max` picks among
+    equal times)."""
     if not added:
-        return list(held)
+        return held  # most refreshes: events, none of them an XID
     before = before_ts if before_ts is not None else -math.inf
     rows = {(r["host"], r["gpu"]): r for r in held}
     for e in sorted(added, key=lambda r: (r["ts"], r["seq"])):

@@ -15,6 +15,7 @@ from agent.wire.events import FORK, JOB_STARTED
 from cockpit.snapshot import Series
 from cockpit.store.downsample import (
     Downsampled,
+    bucket_rows,
     downsample_rows,
     extend_downsampled,
     results,
@@ -431,25 +432,19 @@ class TrainQueries(ReaderBase):
                 return downsample_rows(cur, table, columns, x=x, buckets=buckets,
                                        where=where, until_ts=until_ts)
 
-        def bucket_rows(lo: float, hi: float) -> list[Row]:
-            """The rows of the series with `lo` <= x < `hi` (one bucket, read again)."""
-            cond, args = until_clause(until_ts if until_ts is not None
-                                      else frontiers.ts.get(table))
-            keys = "".join(f' AND "{k}" IS NULL' if v is None else f' AND "{k}" = ?'
-                           for k, v in where.items())
-            names = ", ".join(f'"{c}"' for c in (x, *columns, *where))
+        def reread(lo: float, hi: float) -> list[dict[str, Any]]:
+            # Live, up to the frontier probed, as the added rows are read.
             with self._cur() as cur:
-                return self.fetch(
-                    cur, f'SELECT {names} FROM "{table}" WHERE "{x}" >= ? AND "{x}" < ?'
-                         f"{keys}{cond}",
-                    [lo, hi, *(v for v in where.values() if v is not None), *args])
+                return bucket_rows(cur, table, columns, x=x, where=where, lo=lo, hi=hi,
+                                   until_ts=until_ts if until_ts is not None
+                                   else frontiers.ts.get(table))
 
         def extend(held: Downsampled, after: float) -> Downsampled | None:
             added = self.added_rows(table, after, until_ts, frontiers)
             if added is None:
                 return None
             return extend_downsampled(held, added, columns, x=x, buckets=buckets,
-                                      where=where, until_ts=until_ts, reread=bucket_rows)
+                                      where=where, until_ts=until_ts, reread=reread)
 
         params = (columns, tuple(sorted(where.items())), x, buckets)
         found = self.kept(name, params, table, frontiers, read, extend)
