@@ -47,10 +47,10 @@ NEAR_MOVE_S = 300.0
 READ_AHEAD_ROWS = 2048
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
 # How far before a table's newest row a live store's late rows are looked for
-# (`ReaderBase._added_by_marks`); one later still (a host's backlog after a reconnect) sends
+# (`ReaderBase._late_by_marks`); one later still (a host's backlog after a reconnect) sends
 # the reads back to the full path.
 LATE_S = 5.0
-MARKS_KEPT = 8  # frontiers per table whose journal numbers are kept (`_added_by_marks`)
+MARKS_KEPT = 8  # frontiers per table whose journal numbers are kept (`_late_by_marks`)
 # A kept answer (`ReaderBase.kept`) is read in full again after this many extensions, so
 # that nothing an extension could not see stays wrong for long.
 FULL_READ_EVERY = 240
@@ -123,7 +123,7 @@ class ReaderBase:
         self._added_locks: dict[str, threading.RLock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
         # table -> its frontier key -> each host's newest journal number there, for the
-        # last few frontiers: see `_added_by_marks`.
+        # last few frontiers: see `_late_by_marks`.
         self._marks: dict[str, dict[Any, dict[str, int]]] = {}
         self._renames_seen = 0  # the store's `renames` when the held answers were read
         self._versions = itertools.count(1)  # see `event_version`: never handed out twice
@@ -197,6 +197,7 @@ class ReaderBase:
                     self.remember(slot, frontiers, (version, carried + 1))
                     return int(version)
         version = next(self._versions)
+        self._ensure_marks(table, frontiers)
         self.remember(slot, frontiers, (version, 0))
         return version
 
@@ -210,7 +211,7 @@ class ReaderBase:
         the old frontier are counted and must account for all the growth, or, where a
         host's rows came late (stamped before another host's newest, as a fleet's
         hosts sample at their own phase and send with their own delay), the late ones
-        are found by their host's journal numbers (`_added_by_marks`) and handed to the
+        are found by their host's journal numbers (`_late_by_marks`) and handed to the
         callers with the newer ones: then `added_rows` answers rows older than the ts.
         """
         rows_before, rows_now = before.rows.get(table), now.rows.get(table)
@@ -230,46 +231,45 @@ class ReaderBase:
         # not a count and then the rows. More than `added_rows` reads: a full read.
         # Under the table's lock: the answers extended side by side find the late rows
         # once, and each finds them.
+        growth = rows_now - rows_before
         with self._added_lock(table):
-            key = (old_end, None, now.key(table))
-            held = self.recall(f"added:{table}")
-            if held is not None and held[0] == key:
-                added = held[1]
-            else:
-                # Where each host's numbers at `before` are known, the newer rows and
-                # the late ones in one statement; else the newer ones alone.
-                added = self._added_by_marks(table, before, now, old_end)
-                if added is None:
-                    added = self.added_rows(table, old_end, None, now)
-                else:
-                    self.remember(f"added:{table}", key, added)
-            if added is not None and len(added) == rows_now - rows_before:
+            added = self.added_rows(table, old_end, None, now)
+            if added is not None and len(added) < growth:
+                # Fewer newer rows than the growth: some came late. Looked for only
+                # then (a job's few hosts, and most of a fleet's refreshes, have none),
+                # as the statement that finds them costs twice the one above.
+                late = self._late_by_marks(table, before, now, old_end,
+                                           LATEST_ADDED_LIMIT - len(added))
+                if late is not None:
+                    added = [*late, *added]
+                    self.remember(f"added:{table}", (old_end, None, now.key(table)), added)
+            if added is not None and len(added) == growth:
                 self._advance_marks(table, before, now, added)
                 return old_end
             self._seed_marks(table, now)
             return None
 
-    def _added_by_marks(self, table: str, before: Frontiers, now: Frontiers,
-                        old_end: float) -> list[Row] | None:
-        """The rows of `table` added since `before`: those stamped after `LATE_S` before
-        `old_end`, up to `now`'s frontier, past their host's newest journal number at
-        `before` (`_marks`; a host's records are stored in the order it numbered
-        them), late ones included. None when those numbers are not known for
-        `before`, or the rows are too many."""
+    def _late_by_marks(self, table: str, before: Frontiers, now: Frontiers,
+                       old_end: float, limit: int) -> list[Row] | None:
+        """The rows of `table` added since `before` but stamped at or before its
+        frontier `old_end` (and after `LATE_S` before it): those past their host's
+        newest journal number at `before` (`_marks`; a host's records are stored in
+        the order it numbered them). None when those numbers are not known for
+        `before`, or the rows are more than `limit`."""
         with self._memo_lock:
             marks = self._marks.get(table, {}).get(before.key(table))
-        end = now.ts.get(table)
-        if marks is None or end is None:
+        if marks is None or now.ts.get(table) is None or limit < 0:
             return None
         hosts = list(marks)
         with self._cur() as cur:
+            # A host not in the list (new since) or NULL: -1, every row of it counts.
             rows = self.fetch(
-                cur, f"WITH m AS (SELECT unnest(?::VARCHAR[]) AS h, unnest(?::BIGINT[]) AS s) "
-                     f'SELECT {kept_columns(table)} FROM "{table}" WHERE ts > ? AND ts <= ? '
-                     f'AND seq > coalesce((SELECT s FROM m WHERE m.h = "{table}".host), -1) '
-                     f"LIMIT {LATEST_ADDED_LIMIT + 1}",
-                [hosts, [marks[h] for h in hosts], old_end - LATE_S, end])
-        return rows if len(rows) <= LATEST_ADDED_LIMIT else None
+                cur, f'SELECT {kept_columns(table)} FROM "{table}" WHERE ts > ? AND ts <= ? '
+                     "AND seq > coalesce(list_extract(?::BIGINT[], "
+                     "list_position(?::VARCHAR[], host)), -1) "
+                     f"LIMIT {limit + 1}",
+                [old_end - LATE_S, old_end, [marks[h] for h in hosts], hosts])
+        return rows if len(rows) <= limit else None
 
     def _advance_marks(self, table: str, before: Frontiers, now: Frontiers,
                        added: Sequence[Row]) -> None:
@@ -301,6 +301,20 @@ class ReaderBase:
                 "AND seq IS NOT NULL GROUP BY host", [end - LATE_S]).fetchall()
         with self._memo_lock:
             self._keep_marks(table, now, {str(h): int(q) for h, q in found})
+
+    def _ensure_marks(self, table: str, now: Frontiers) -> None:
+        """Seeds the journal numbers at `now` (live) unless they are known: an answer
+        read afresh extends itself at the next refresh, which finds late rows by them.
+        Seeded only when a count fell short (as before), the first refresh that met a
+        late row read every answer about the table in full again: at 1,024 GPUs, a
+        refresh twice as long as the others, after every start and every full read."""
+        if now.until_ts is not None or now.ts.get(table) is None:
+            return
+        with self._added_lock(table):  # the answers read side by side seed them once
+            with self._memo_lock:
+                if now.key(table) in self._marks.get(table, {}):
+                    return
+            self._seed_marks(table, now)
 
     def _keep_marks(self, table: str, now: Frontiers, marks: dict[str, int]) -> None:
         """Under `_memo_lock`: the numbers at `now`, with those of the few frontiers
@@ -374,6 +388,7 @@ class ReaderBase:
                         self.remember(name, (params, frontiers, extensions + 1), extended)
                         return extended
         fresh = read()
+        self._ensure_marks(table, frontiers)
         self.remember(name, (params, frontiers, 0), fresh)
         return fresh
 

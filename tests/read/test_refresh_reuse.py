@@ -286,15 +286,15 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
     found_late = 0
     with Store(tmp_path / "late.duckdb") as store:
         kept = StoreReader(store)
-        by_marks = kept._added_by_marks
+        by_marks = kept._late_by_marks
 
-        def counting(table: str, before: Any, now: Any, old_end: float) -> Any:
+        def counting(table: str, before: Any, now: Any, old_end: float, limit: int) -> Any:
             nonlocal found_late
-            rows = by_marks(table, before, now, old_end)
+            rows = by_marks(table, before, now, old_end, limit)
             found_late += sum(1 for r in rows or () if r["ts"] <= old_end)
             return rows
 
-        kept._added_by_marks = counting  # type: ignore[method-assign]  # counts, answers
+        kept._late_by_marks = counting  # type: ignore[method-assign]  # counts, answers
         sent = dict.fromkeys(syn.HOSTS, 0)
         cut = syn.T0
         while cut < end:
@@ -311,3 +311,52 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
         for name, least in (("latest:gpu", 10), ("gpu_busy", 50)):
             held = kept.recall(name)
             assert held is not None and held[0][2] >= least, (name, held and held[0][2])
+
+
+def test_the_first_refresh_that_meets_late_rows_folds_them_in(tmp_path: Path) -> None:
+    """An answer read afresh seeds its table's journal numbers, so the very next
+    refresh that finds a host's rows stamped before another's newest folds them in
+    (one extension) instead of reading every answer about the table again; and where
+    no row came late, the newer rows alone are read (no statement for late rows)."""
+    rec = syn.build_recording(steps=60)
+    wire = {host: list(rec.wire(host)) for host in syn.HOSTS}
+    times = {host: [syn.T0, *sorted(ts for ts, _, _ in rec.lines[host])] for host in syn.HOSTS}
+
+    def upto(host: str, cut: float) -> int:
+        return sum(1 for t in times[host] if t <= cut)
+
+    first, second = syn.step_ts(30), syn.step_ts(40)
+    with Store(tmp_path / "late.duckdb") as store:
+        kept = StoreReader(store)
+        late_reads: list[str] = []
+        by_marks = kept._late_by_marks
+
+        def counting(table: str, *args: Any) -> Any:
+            late_reads.append(table)
+            return by_marks(table, *args)
+
+        kept._late_by_marks = counting  # type: ignore[method-assign]  # counts, answers
+        lag = {"node-a": 0.0, "node-b": 2.6}  # node-b's records arrive 2.6 s after
+        for host in syn.HOSTS:
+            store.ingest(host, b"".join(wire[host][:upto(host, first - lag[host])]))
+        build_snapshot(kept, until_ts=None, label="x", now=first)
+        assert kept.recall("latest:gpu")[0][2] == 0  # read afresh
+        assert not late_reads
+        for host in syn.HOSTS:  # node-b's rows of before node-a's newest arrive now
+            done = upto(host, first - lag[host])
+            store.ingest(host, b"".join(wire[host][done:upto(host, second)]))
+        built = build_snapshot(kept, until_ts=None, label="x", now=second)
+        assert "gpu" in late_reads
+        for name in ("latest:gpu", "gpu_busy"):
+            held = kept.recall(name)
+            assert held is not None and held[0][2] == 1, (name, held and held[0][2])
+        assert _undated(built) == _undated(build_snapshot(
+            StoreReader(store), until_ts=None, label="x", now=second))
+        # Both hosts in step: the newer rows are all that was added.
+        late_reads.clear()
+        third = syn.step_ts(50)
+        for host in syn.HOSTS:
+            store.ingest(host, b"".join(wire[host][upto(host, second):upto(host, third)]))
+        build_snapshot(kept, until_ts=None, label="x", now=third)
+        assert late_reads == []
+        assert kept.recall("latest:gpu")[0][2] == 2
