@@ -24,9 +24,14 @@ def _checkpoint_events(run) -> list[dict]:
 
 
 def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run_charlm) -> None:
-    run = run_charlm(tmp_path, nproc=2, steps=300, data_dir=charlm_data)
+    # Each step's data takes 10 ms more: the 200 steps after the control is sent take
+    # 2 s at the least, time for the records to show step 100 and for rank 0 to read the
+    # control (every 0.5 s). Unpaced, a run on a busy machine could train to its end
+    # before reading it, and acknowledge nothing.
+    run = run_charlm(tmp_path, nproc=2, steps=300, data_dir=charlm_data,
+                     extra_args=["--set", "fault.data_sleep=0.01"])
     # Mid-run, the operator halves the LR and asks for an evaluation now.
-    run.wait_for(lambda r: any(t["step"] >= 150 for t in r.records("train")), timeout=90)
+    run.wait_for(lambda r: any(t["step"] >= 100 for t in r.records("train")), timeout=90)
     run.control_path.parent.mkdir(parents=True, exist_ok=True)
     with open(run.control_path, "a") as f:
         f.write(json.dumps({"id": "op-1", "ts": time.time(),
