@@ -6,6 +6,7 @@ Simulated GPUs are marked as such on every cell, so the screen can label them SI
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from cockpit.analysis.jump_hosts import jump_host_down
@@ -52,6 +53,18 @@ def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[
 
 _NONE: Mapping[str, Any] = {}
 _new = object.__new__
+_set_dict = object.__setattr__
+# A sample's figures a cell shows, in one C call per GPU (the rows a store read gives
+# have every column).
+_SAMPLED = ("util", "temp", "power", "power_limit", "mem_used", "mem_total", "ecc_vol_unc",
+            "throttle", "ecc_agg_unc", "sim")
+_SAMPLE = itemgetter(*_SAMPLED)
+_NO_SAMPLE = (None,) * len(_SAMPLED)
+_NO_GPUS: Mapping[Any, Mapping[str, Any]] = {}
+
+
+def _index_order(index: Any) -> tuple[bool, Any]:
+    return (index is None, index)
 
 
 def fraction(used: Any, total: Any) -> float | None:
@@ -67,11 +80,11 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
     stays shown in the next, whatever XIDs came since on other GPUs)."""
     # Over 80 lines: three constructors filled field by field (a GPU cell, a host, an
     # interruption), one for each row the Health pane draws.
-    by_gpu = {(g["host"], g["gpu"]): g for g in gpus}
-    # Each host's sampled GPU indexes, found once (not a pass over the fleet per host).
-    sampled: dict[Any, set[Any]] = {}
-    for hn, i in by_gpu:
-        sampled.setdefault(hn, set()).add(i)
+    # Each host's newest sample per GPU index, grouped once (not a pass over the fleet
+    # per host).
+    sampled: dict[Any, dict[Any, Mapping[str, Any]]] = {}
+    for g in gpus:
+        sampled.setdefault(g["host"], {})[g["gpu"]] = g
     by_host = {s["host"]: s for s in samples}
     newest_xid: dict[tuple[str, Any], int] = {}
     for e in sorted(xids, key=lambda e: e["ts"]):
@@ -86,42 +99,53 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
     for h in hosts:
         name = h["host"]
         inventory = {g.get("index"): g for g in h.get("gpus") or [] if isinstance(g, dict)}
-        indexes = sorted(set(inventory) | sampled.get(name, set()),
-                         key=lambda i: (i is None, i))
+        by_index = sampled.get(name, _NO_GPUS)
+        indexes = (sorted(by_index, key=_index_order) if inventory.keys() <= by_index.keys()
+                   else sorted(inventory.keys() | by_index.keys(), key=_index_order))
         cells = []
         host_sim = h.get("gpu_source") == "sim"
         for index in indexes:
             key = (name, index)
             inv = inventory.get(index, _NONE)
-            g = by_gpu.get(key, _NONE)
-            sim = bool(g.get("sim") or inv.get("simulated") or host_sim)
+            sample = by_index.get(index)
+            if sample is None:
+                online, values = False, _NO_SAMPLE
+            else:
+                online = bool(sample)
+                try:
+                    values = _SAMPLE(sample)
+                except KeyError:  # a row without some column: each read on its own
+                    values = tuple(sample.get(c) for c in _SAMPLED)
+            (util, temp, power, power_limit, mem_used, mem_total, ecc_unc, throttle,
+             ecc_lifetime, gsim) = values
+            sim = bool(gsim or inv.get("simulated") or host_sim)
             simulated = simulated or sim
-            past = history.get(key, _NONE)
+            past = history.get(key) if history else None
+            cell = _new(GpuCell)
             # Filled as GpuCell's __init__ fills it, every field named (a test holds
             # it so): a frozen dataclass's __init__ sets each of its 18 fields through
             # object.__setattr__, 2.9 µs a cell, and a 1,024-GPU fleet makes 1,024
             # cells on every refresh; this costs 0.6 µs.
-            cell = _new(GpuCell)
-            cell.__dict__.update(
-                index=int(index) if index is not None else -1,
-                online=bool(g),
-                simulated=sim,
-                util=g.get("util"),
-                temp=g.get("temp"),
-                power=g.get("power"),
-                power_limit=g.get("power_limit"),
-                mem_used=g.get("mem_used"),
-                mem_total=g.get("mem_total") or inv.get("mem_total"),
-                ecc_unc=g.get("ecc_vol_unc"),
-                xid=newest_xid.get(key),
-                throttle=g.get("throttle"),
-                name=inv.get("name"),
-                xid_count=int(past.get("count") or 0),
-                xid_earlier=int(past.get("earlier") or 0),
-                xid_codes=tuple(past.get("codes") or ()),
-                xid_earlier_last=past.get("earlier_last_ts"),
-                ecc_lifetime=g.get("ecc_agg_unc"),
-            )
+            _set_dict(cell, "__dict__", {
+                "index": int(index) if index is not None else -1,
+                "online": online,
+                "simulated": sim,
+                "util": util,
+                "temp": temp,
+                "power": power,
+                "power_limit": power_limit,
+                "mem_used": mem_used,
+                "mem_total": mem_total or inv.get("mem_total"),
+                "ecc_unc": ecc_unc,
+                "xid": newest_xid.get(key) if newest_xid else None,
+                "throttle": throttle,
+                "name": inv.get("name"),
+                "xid_count": int(past.get("count") or 0) if past else 0,
+                "xid_earlier": int(past.get("earlier") or 0) if past else 0,
+                "xid_codes": tuple(past.get("codes") or ()) if past else (),
+                "xid_earlier_last": past.get("earlier_last_ts") if past else None,
+                "ecc_lifetime": ecc_lifetime,
+            })
             cells.append(cell)
         s = by_host.get(name, {})
         out.append(HostHealth(

@@ -28,6 +28,7 @@ import orjson
 from cockpit.store.queries_frontiers import (
     Frontiers,
     ReadAhead,
+    RowName,
     probe_ahead,
     probe_frontiers,
     probe_next,
@@ -46,11 +47,7 @@ NEAR_MOVE_S = 300.0
 # Rows of one table a replay reads ahead of its cursor at once, at most (`ReadAhead`).
 READ_AHEAD_ROWS = 2048
 LATEST_ADDED_LIMIT = 20_000  # more added rows than this: the full read is cheaper
-# How far before a table's newest row a live store's late rows are looked for
-# (`ReaderBase._late_by_marks`); one later still (a host's backlog after a reconnect) sends
-# the reads back to the full path.
-LATE_S = 5.0
-MARKS_KEPT = 8  # frontiers per table whose journal numbers are kept (`_late_by_marks`)
+ANCHORS_KEPT = 8  # newest row names per table kept, one per recent frontier (`_anchors`)
 # A kept answer (`ReaderBase.kept`) is read in full again after this many extensions, so
 # that nothing an extension could not see stays wrong for long.
 FULL_READ_EVERY = 240
@@ -122,9 +119,9 @@ class ReaderBase:
         self._newest_found: Frontiers | None = None
         self._added_locks: dict[str, threading.RLock] = {}  # see `added_rows`
         self._ahead: dict[str, ReadAhead] = {}  # a replay's rows past its cursor
-        # table -> its frontier key -> each host's newest journal number there, for the
-        # last few frontiers: see `_late_by_marks`.
-        self._marks: dict[str, dict[Any, dict[str, int]]] = {}
+        # table -> row id -> the name of the row the store numbered so, for the newest
+        # row of the last few live frontiers: see `added_after`.
+        self._anchors: dict[str, dict[int, RowName]] = {}
         self._renames_seen = 0  # the store's `renames` when the held answers were read
         self._versions = itertools.count(1)  # see `event_version`: never handed out twice
 
@@ -197,7 +194,6 @@ class ReaderBase:
                     self.remember(slot, frontiers, (version, carried + 1))
                     return int(version)
         version = next(self._versions)
-        self._ensure_marks(table, frontiers)
         self.remember(slot, frontiers, (version, 0))
         return version
 
@@ -207,12 +203,10 @@ class ReaderBase:
         cannot be told cheaply.
 
         A replay moving forward over an unchanged store sees exactly the rows of its
-        cursor's advance. A live store gains rows in any ts order: the rows newer than
-        the old frontier are counted and must account for all the growth, or, where a
-        host's rows came late (stamped before another host's newest, as a fleet's
-        hosts sample at their own phase and send with their own delay), the late ones
-        are found by their host's journal numbers (`_late_by_marks`) and handed to the
-        callers with the newer ones: then `added_rows` answers rows older than the ts.
+        cursor's advance. A live store gains rows in any ts order (a fleet's hosts
+        sample at their own phase and send with their own delay, a host that was away
+        sends its backlog), so they are found by the ids the store gave them, not by
+        their ts (`_added_by_ids`): then `added_rows` answers rows older than the ts.
         """
         rows_before, rows_now = before.rows.get(table), now.rows.get(table)
         if rows_before is None or rows_now is None:
@@ -226,104 +220,85 @@ class ReaderBase:
         old_end = before.ts.get(table)
         if old_end is None:
             return None
-        # Counted as the rows every caller reads next to extend its answer (`added_rows`,
-        # read once per frontier for all of them): one statement per table a refresh,
-        # not a count and then the rows. More than `added_rows` reads: a full read.
-        # Under the table's lock: the answers extended side by side find the late rows
-        # once, and each finds them.
-        growth = rows_now - rows_before
+        key = (old_end, None, now.key(table))
+        # Under the table's lock: the answers extended side by side read the rows once.
         with self._added_lock(table):
-            added = self.added_rows(table, old_end, None, now)
-            if added is not None and len(added) < growth:
-                # Fewer newer rows than the growth: some came late. Looked for only
-                # then (a job's few hosts have none, and about half the refreshes of
-                # the bench's 128-host fleet), as that statement costs about as much
-                # again as the one above.
-                late = self._late_by_marks(table, before, now, old_end,
-                                           LATEST_ADDED_LIMIT - len(added))
-                if late is not None:
-                    added = [*late, *added]
-                    self.remember(f"added:{table}", (old_end, None, now.key(table)), added)
-            if added is not None and len(added) == growth:
-                self._advance_marks(table, before, now, added)
-                return old_end
-            self._seed_marks(table, now)
+            held = self.recall(f"added-from:{table}")
+            if held is not None and held[0] == key:
+                # Read for this frontier already: from the same one, or (two answers held
+                # since different refreshes whose tables ended at the same ts) from
+                # another, whose rows would not be this one's: then the full read.
+                read_from, found = held[1]
+                return old_end if found and read_from == before.key(table) else None
+            added = self._added_by_ids(table, before, now, rows_now - rows_before)
+            if added is not None:
+                self.remember(f"added:{table}", key, added)
+            self.remember(f"added-from:{table}", key, (before.key(table), added is not None))
+            return None if added is None else old_end
+
+    def _added_by_ids(self, table: str, before: Frontiers, now: Frontiers,
+                      growth: int) -> list[Row] | None:
+        """The rows of `table` the store numbered after `before`'s newest and up to
+        `now`'s, all columns but `NOT_KEPT`'s; None where they cannot be told so.
+
+        DuckDB numbers a table's rows in the order they were stored. A checkpoint after
+        deletes (retention) may number the rows after them again, so the row at
+        `before`'s newest id must still be the one named then (`_anchors`), and the
+        rows read must account for the whole growth and reach `now`'s newest ts: else
+        the caller reads in full. The newest row's name is kept for the next refresh.
+        """
+        lo, hi = before.ids.get(table), now.ids.get(table)
+        with self._memo_lock:
+            anchor = self._anchors.get(table, {}).get(lo) if lo is not None else None
+        if lo is None or hi is None or anchor is None or growth > LATEST_ADDED_LIMIT:
             return None
-
-    def _late_by_marks(self, table: str, before: Frontiers, now: Frontiers,
-                       old_end: float, limit: int) -> list[Row] | None:
-        """The rows of `table` added since `before` but stamped at or before its
-        frontier `old_end` (and after `LATE_S` before it): those past their host's
-        newest journal number at `before` (`_marks`; a host's records are stored in
-        the order it numbered them). None when those numbers are not known for
-        `before`, or the rows are more than `limit`."""
-        with self._memo_lock:
-            marks = self._marks.get(table, {}).get(before.key(table))
-        if marks is None or now.ts.get(table) is None:
+        with self._cur() as cur:
+            # The id last, where the rows' dicts leave it out (`_rows` zips the names).
+            cur.execute(f'SELECT {kept_columns(table)}, rowid FROM "{table}" '
+                        f"WHERE rowid >= ? AND rowid <= ? LIMIT {LATEST_ADDED_LIMIT + 2}",
+                        [lo, hi])
+            names = [d[0] for d in cur.description][:-1]
+            found = cur.fetchall()
+        ids = [row[-1] for row in found]
+        host, seq = names.index("host"), names.index("seq")
+        try:
+            at, newest = ids.index(lo), ids.index(hi)
+        except ValueError:
             return None
-        hosts = list(marks)
-        with self._cur() as cur:
-            # A host not in the list (new since) or NULL: -1, every row of it counts.
-            rows = self.fetch(
-                cur, f'SELECT {kept_columns(table)} FROM "{table}" WHERE ts > ? AND ts <= ? '
-                     "AND seq > coalesce(list_extract(?::BIGINT[], "
-                     "list_position(?::VARCHAR[], host)), -1) "
-                     f"LIMIT {limit + 1}",
-                [old_end - LATE_S, old_end, [marks[h] for h in hosts], hosts])
-        return rows if len(rows) <= limit else None
+        named = found[at]
+        if (named[host], named[seq]) != anchor or len(found) - 1 != growth:
+            return None
+        last = found[newest]
+        del found[at]
+        added = self._rows(names, found)
+        old_end = before.ts.get(table)
+        reached = None if old_end is None else max([old_end, *(r["ts"] for r in added)])
+        if reached is None or reached != now.ts.get(table):
+            return None  # the newest row is none of those read: rows went away
+        self._keep_anchor(table, hi, (last[host], last[seq]))
+        return added
 
-    def _advance_marks(self, table: str, before: Frontiers, now: Frontiers,
-                       added: Sequence[Row]) -> None:
-        """Each host's newest journal number in `table` at `now`, from those at
-        `before` and the rows added since (kept only where those at `before` are)."""
+    def _keep_anchor(self, table: str, row_id: int, name: RowName) -> None:
+        """`name` for the row numbered `row_id`, with those of the few frontiers before
+        (an answer held from an older refresh extends from its own)."""
         with self._memo_lock:
-            held = self._marks.get(table, {})
-            base = held.get(before.key(table))
-            if base is None or now.key(table) in held:
-                return
-            marks = dict(base)
-            for row in added:
-                host, seq = row.get("host"), row.get("seq")
-                if isinstance(host, str) and isinstance(seq, int) and seq > marks.get(host, -1):
-                    marks[host] = seq
-            self._keep_marks(table, now, marks)
+            held = self._anchors.setdefault(table, {})
+            held[row_id] = name
+            while len(held) > ANCHORS_KEPT:
+                del held[next(iter(held))]
 
-    def _seed_marks(self, table: str, now: Frontiers) -> None:
-        """Each host's newest journal number among `table`'s rows of the last `LATE_S`
-        before `now`, for the next refresh to find late rows by. Read after `now` was
-        probed, a number may be newer than `now`: then the rows a later refresh finds
-        fall short of the growth, and it reads in full, as without the numbers."""
-        end = now.ts.get(table)
-        if end is None or now.until_ts is not None:
-            return
-        with self._cur() as cur:
-            found = cur.execute(
-                f'SELECT host, max(seq) FROM "{table}" WHERE ts > ? AND host IS NOT NULL '
-                "AND seq IS NOT NULL GROUP BY host", [end - LATE_S]).fetchall()
+    def unanchored(self, previous: Frontiers | None) -> list[str]:
+        """The tables whose newest row at `previous` the reader cannot name: a live probe
+        names their newest row (`probe_frontiers`), as a read of the rows added since
+        `previous` cannot vouch for it. A table that was empty then is not among them
+        (naming nothing costs the probe as much): the refresh after its first rows
+        reads its answers in full."""
+        if previous is None or previous.until_ts is not None:
+            return list(RECORD_TABLES)
         with self._memo_lock:
-            self._keep_marks(table, now, {str(h): int(q) for h, q in found})
-
-    def _ensure_marks(self, table: str, now: Frontiers) -> None:
-        """Seeds the journal numbers at `now` (live) unless they are known: an answer
-        read afresh extends itself at the next refresh, which finds late rows by them.
-        Seeded only when a count fell short (as before), the first refresh that met a
-        late row read every answer about the table in full again: at 1,024 GPUs, a
-        refresh twice as long as the others, after every start and every full read."""
-        if now.until_ts is not None or now.ts.get(table) is None:
-            return
-        with self._added_lock(table):  # the answers read side by side seed them once
-            with self._memo_lock:
-                if now.key(table) in self._marks.get(table, {}):
-                    return
-            self._seed_marks(table, now)
-
-    def _keep_marks(self, table: str, now: Frontiers, marks: dict[str, int]) -> None:
-        """Under `_memo_lock`: the numbers at `now`, with those of the few frontiers
-        before it (an answer held from an older refresh extends from its own)."""
-        held = self._marks.setdefault(table, {})
-        held[now.key(table)] = marks
-        while len(held) > MARKS_KEPT:
-            del held[next(iter(held))]
+            return [t for t in RECORD_TABLES
+                    if (i := previous.ids.get(t)) is not None
+                    and i not in self._anchors.get(t, {})]
 
     def added_rows(self, table: str, after: float, until_ts: float | None,
                    frontiers: Frontiers) -> list[Row] | None:
@@ -345,11 +320,11 @@ class ReaderBase:
             held = self.recall(f"added:{table}")
             if held is not None and held[0] == key:
                 return held[1]
-            # Live, no newer than the frontier either: a row stored since it was probed
-            # is the next refresh's (and would make the count `added_after` checks
-            # come out right by chance where a late row is missing).
-            cond, args = until_clause(until_ts if until_ts is not None
-                                      else frontiers.ts.get(table))
+            if until_ts is None:
+                # Live, the rows added are found by their ids (`added_after`), read
+                # then for every answer; by ts they would miss those that came late.
+                return None
+            cond, args = until_clause(until_ts)
             with self._cur() as cur:
                 rows = self.fetch(cur, f'SELECT {kept_columns(table)} FROM "{table}" '
                                        f"WHERE ts > ?{cond} "
@@ -389,7 +364,6 @@ class ReaderBase:
                         self.remember(name, (params, frontiers, extensions + 1), extended)
                         return extended
         fresh = read()
-        self._ensure_marks(table, frontiers)
         self.remember(name, (params, frontiers, 0), fresh)
         return fresh
 
@@ -413,10 +387,13 @@ class ReaderBase:
         if static and until_ts is not None and held is not None:
             return self._moved_frontiers(until_ts, *held)
         with self._cur() as cur:
-            found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes,
-                                    self._newest_found)
+            found = probe_frontiers(
+                cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes, self._newest_found,
+                self.unanchored(self._newest_found) if until_ts is None else ())
             if until_ts is None:
                 self._newest_found = found
+                for table, name in found.anchors.items():
+                    self._keep_anchor(table, found.ids[table], name)
             if static and until_ts is not None:
                 self._frontier_hint = (found, probe_next(cur, RECORD_TABLES, until_ts))
         self._sizes = dict(found.rows)
@@ -509,11 +486,16 @@ class ReaderBase:
     @staticmethod
     def fetch(cur: Any, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         cur.execute(sql, list(params))
-        names = [d[0] for d in cur.description]
-        # Every row has every name (DuckDB's rows are as wide as its description). Built
-        # by map, not `zip(..., strict=False)` per row: a keyword argument parsed per row
-        # was a fifth of the time for the 1,024 rows a fleet's GPUs add each second.
-        rows: list[Row] = list(map(dict, map(zip, itertools.repeat(names), cur.fetchall())))
+        return ReaderBase._rows([d[0] for d in cur.description], cur.fetchall())
+
+    @staticmethod
+    def _rows(names: Sequence[str], found: Sequence[tuple[Any, ...]]) -> list[Row]:
+        """`found`'s rows as dicts of `names` (a row wider than `names` leaves out the
+        values past them), JSON columns decoded."""
+        # Built by map, not `zip(..., strict=False)` per row: a keyword argument parsed
+        # per row was a fifth of the time for the 1,024 rows a fleet's GPUs add each
+        # second.
+        rows: list[Row] = list(map(dict, map(zip, itertools.repeat(names), found)))
         for name in JSON_COLUMNS.intersection(names):  # decoded only where JSON can be
             for row in rows:
                 value = row[name]

@@ -272,8 +272,8 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
     """The hosts' records reach the store with their own delays: node-b's arrive a few
     seconds after node-a's of the same instant, so nearly every refresh finds rows of
     node-b stamped before node-a's newest (late rows, in the GPU, host, training and
-    event tables alike). A reader kept across the refreshes finds them by their hosts'
-    journal numbers and folds them in rather than reading every answer again, and
+    event tables alike). A reader kept across the refreshes finds them by the ids the
+    store gave them and folds them in rather than reading every answer again, and
     builds what a reader opened then builds."""
     rec = syn.build_recording(steps=160)
     for step, xid in ((40, 79), (90, 48), (130, 79)):
@@ -286,15 +286,15 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
     found_late = 0
     with Store(tmp_path / "late.duckdb") as store:
         kept = StoreReader(store)
-        by_marks = kept._late_by_marks
+        by_ids = kept._added_by_ids
 
-        def counting(table: str, before: Any, now: Any, old_end: float, limit: int) -> Any:
+        def counting(table: str, before: Any, now: Any, growth: int) -> Any:
             nonlocal found_late
-            rows = by_marks(table, before, now, old_end, limit)
-            found_late += sum(1 for r in rows or () if r["ts"] <= old_end)
+            rows = by_ids(table, before, now, growth)
+            found_late += sum(1 for r in rows or () if r["ts"] <= before.ts[table])
             return rows
 
-        kept._late_by_marks = counting  # type: ignore[method-assign]  # counts, answers
+        kept._added_by_ids = counting  # type: ignore[method-assign]  # counts, answers
         sent = dict.fromkeys(syn.HOSTS, 0)
         cut = syn.T0
         while cut < end:
@@ -314,10 +314,10 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
 
 
 def test_the_first_refresh_that_meets_late_rows_folds_them_in(tmp_path: Path) -> None:
-    """An answer read afresh seeds its table's journal numbers, so the very next
-    refresh that finds a host's rows stamped before another's newest folds them in
-    (one extension) instead of reading every answer about the table again; and where
-    no row came late, the newer rows alone are read (no statement for late rows)."""
+    """The refresh right after answers were read afresh finds the rows added since by
+    their ids, late ones included, and extends every answer once (the first probe
+    named each table's newest row, which the rows read then vouch for); and with the
+    hosts in step, each table's added rows are one read and the probe names no row."""
     rec = syn.build_recording(steps=60)
     wire = {host: list(rec.wire(host)) for host in syn.HOSTS}
     times = {host: [syn.T0, *sorted(ts for ts, _, _ in rec.lines[host])] for host in syn.HOSTS}
@@ -328,35 +328,39 @@ def test_the_first_refresh_that_meets_late_rows_folds_them_in(tmp_path: Path) ->
     first, second = syn.step_ts(30), syn.step_ts(40)
     with Store(tmp_path / "late.duckdb") as store:
         kept = StoreReader(store)
-        late_reads: list[str] = []
-        by_marks = kept._late_by_marks
+        reads: list[tuple[str, int]] = []  # (table, late rows among those read)
+        by_ids = kept._added_by_ids
 
-        def counting(table: str, *args: Any) -> Any:
-            late_reads.append(table)
-            return by_marks(table, *args)
+        def counting(table: str, before: Any, now: Any, growth: int) -> Any:
+            rows = by_ids(table, before, now, growth)
+            reads.append((table, sum(1 for r in rows or () if r["ts"] <= before.ts[table])))
+            return rows
 
-        kept._late_by_marks = counting  # type: ignore[method-assign]  # counts, answers
+        kept._added_by_ids = counting  # type: ignore[method-assign]  # counts, answers
         lag = {"node-a": 0.0, "node-b": 2.6}  # node-b's records arrive 2.6 s after
         for host in syn.HOSTS:
             store.ingest(host, b"".join(wire[host][:upto(host, first - lag[host])]))
         build_snapshot(kept, until_ts=None, label="x", now=first)
         assert kept.recall("latest:gpu")[0][2] == 0  # read afresh
-        assert not late_reads
+        assert not reads
         for host in syn.HOSTS:  # node-b's rows of before node-a's newest arrive now
             done = upto(host, first - lag[host])
             store.ingest(host, b"".join(wire[host][done:upto(host, second)]))
         built = build_snapshot(kept, until_ts=None, label="x", now=second)
-        assert "gpu" in late_reads
+        assert dict(reads)["gpu"] > 0  # late GPU rows among those read
         for name in ("latest:gpu", "gpu_busy"):
             held = kept.recall(name)
             assert held is not None and held[0][2] == 1, (name, held and held[0][2])
         assert _undated(built) == _undated(build_snapshot(
             StoreReader(store), until_ts=None, label="x", now=second))
-        # Both hosts in step: the newer rows are all that was added.
-        late_reads.clear()
+        # Both hosts in step: one read of each table's added rows, and every table the
+        # refresh read rows of can be extended again without the probe naming a row.
+        reads.clear()
         third = syn.step_ts(50)
         for host in syn.HOSTS:
             store.ingest(host, b"".join(wire[host][upto(host, second):upto(host, third)]))
         build_snapshot(kept, until_ts=None, label="x", now=third)
-        assert late_reads == []
+        tables = [table for table, _ in reads]
+        assert "gpu" in tables and len(tables) == len(set(tables))
         assert kept.recall("latest:gpu")[0][2] == 2
+        assert not set(tables) & set(kept.unanchored(kept.frontiers()))
