@@ -230,13 +230,13 @@ class ReaderBase:
                 # another, whose rows would not be this one's: then the full read.
                 read_from, found = held[1]
                 return old_end if found and read_from == before.key(table) else None
-            added = self._added_by_ids(table, before, now, rows_now - rows_before)
+            added = self._added_by_ids(table, before, now, old_end, rows_now - rows_before)
             if added is not None:
                 self.remember(f"added:{table}", key, added)
             self.remember(f"added-from:{table}", key, (before.key(table), added is not None))
             return None if added is None else old_end
 
-    def _added_by_ids(self, table: str, before: Frontiers, now: Frontiers,
+    def _added_by_ids(self, table: str, before: Frontiers, now: Frontiers, old_end: float,
                       growth: int) -> list[Row] | None:
         """The rows of `table` the store numbered after `before`'s newest and up to
         `now`'s, all columns but `NOT_KEPT`'s; None where they cannot be told so.
@@ -271,9 +271,7 @@ class ReaderBase:
         last = found[newest]
         del found[at]
         added = self._rows(names, found)
-        old_end = before.ts.get(table)
-        reached = None if old_end is None else max([old_end, *(r["ts"] for r in added)])
-        if reached is None or reached != now.ts.get(table):
+        if max([old_end, *(r["ts"] for r in added)]) != now.ts.get(table):
             return None  # the newest row is none of those read: rows went away
         self._keep_anchor(table, hi, (last[host], last[seq]))
         return added

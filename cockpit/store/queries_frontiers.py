@@ -119,8 +119,8 @@ def _probe_newest(cur: Any, tables: Sequence[str], previous: Frontiers | None,
     row anyway: where it is not asked, its column is NULL (each aggregate a part adds
     costs every refresh about 0.2 ms).
     """
-    live = previous is not None and previous.until_ts is None
-    known_ids = previous.ids if previous is not None and live else {}
+    known = previous if previous is not None and previous.until_ts is None else None
+    known_ids = known.ids if known is not None else {}
     parts: list[str] = []
     args: list[object] = []
     for t in tables:
@@ -132,32 +132,33 @@ def _probe_newest(cur: Any, tables: Sequence[str], previous: Frontiers | None,
     rows: dict[str, int] = {}
     ids: dict[str, int] = {}
     anchors: dict[str, RowName] = {}
+
+    def take(t: str, hi: Any, top: Any, name: Any, old: int | None) -> None:
+        if old is None:  # asked whole
+            ts[t] = _float(hi)
+        else:  # asked from the previous newest id: nothing newer keeps the previous ts
+            newest = known.ts.get(t) if known is not None else None
+            ts[t] = newest if hi is None else max(float(hi), newest or -math.inf)
+        if top is not None:
+            ids[t] = int(top)
+            if name is not None:
+                anchors[t] = (str(name["host"]), int(name["seq"]))
+        elif old is not None:
+            ids[t] = old
+
     whole: list[str] = []
     for t, n, hi, top, name in cur.execute(" UNION ALL ".join(parts), args).fetchall():
         rows[t] = int(n)
         old = known_ids.get(t)
-        if previous is not None and old is not None:
-            new = 0 if top is None else int(top) - old
-            if rows[t] != previous.rows.get(t, -1) + new:
-                whole.append(t)  # rows went away: the previous ones are no guide
-                continue
-            newest = previous.ts.get(t)
-            ts[t] = newest if hi is None else max(float(hi), newest or -math.inf)
-            ids[t] = old + new
+        new = 0 if old is None or top is None else int(top) - old
+        if known is not None and old is not None and rows[t] != known.rows.get(t, -1) + new:
+            whole.append(t)  # rows went away: the previous ones are no guide
         else:
-            ts[t] = _float(hi)
-            if top is not None:
-                ids[t] = int(top)
-        if top is not None and name is not None:
-            anchors[t] = (str(name["host"]), int(name["seq"]))
+            take(t, hi, top, name, old)
     if whole:
         again = " UNION ALL ".join(_newest_part(t, t in unanchored, False) for t in whole)
         for t, _, hi, top, name in cur.execute(again).fetchall():
-            ts[t] = _float(hi)
-            if top is not None:
-                ids[t] = int(top)
-                if name is not None:
-                    anchors[t] = (str(name["host"]), int(name["seq"]))
+            take(t, hi, top, name, None)
     return Frontiers(None, ts, rows, ids, anchors)
 
 

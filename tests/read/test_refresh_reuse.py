@@ -288,9 +288,9 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
         kept = StoreReader(store)
         by_ids = kept._added_by_ids
 
-        def counting(table: str, before: Any, now: Any, growth: int) -> Any:
+        def counting(table: str, before: Any, now: Any, old_end: float, growth: int) -> Any:
             nonlocal found_late
-            rows = by_ids(table, before, now, growth)
+            rows = by_ids(table, before, now, old_end, growth)
             found_late += sum(1 for r in rows or () if r["ts"] <= before.ts[table])
             return rows
 
@@ -331,8 +331,8 @@ def test_the_first_refresh_that_meets_late_rows_folds_them_in(tmp_path: Path) ->
         reads: list[tuple[str, int]] = []  # (table, late rows among those read)
         by_ids = kept._added_by_ids
 
-        def counting(table: str, before: Any, now: Any, growth: int) -> Any:
-            rows = by_ids(table, before, now, growth)
+        def counting(table: str, before: Any, now: Any, old_end: float, growth: int) -> Any:
+            rows = by_ids(table, before, now, old_end, growth)
             reads.append((table, sum(1 for r in rows or () if r["ts"] <= before.ts[table])))
             return rows
 
