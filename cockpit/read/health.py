@@ -5,7 +5,7 @@ Simulated GPUs are marked as such on every cell, so the screen can label them SI
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -51,7 +51,6 @@ def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[
         ))
     return out
 
-_NONE: Mapping[str, Any] = {}
 _new = object.__new__
 _set_dict = object.__setattr__
 # A sample's figures a cell shows, in one C call per GPU (the rows a store read gives
@@ -67,8 +66,44 @@ def _index_order(index: Any) -> tuple[bool, Any]:
     return (index is None, index)
 
 
+def _in_order(indexes: Iterable[Any]) -> list[Any]:
+    """GPU indexes in order, one without an index (None) last."""
+    try:
+        return sorted(indexes)  # whole numbers, as a store read gives: no key per index
+    except TypeError:  # None among them
+        return sorted(indexes, key=_index_order)
+
+
 def fraction(used: Any, total: Any) -> float | None:
     return used / total if used is not None and total else None
+
+
+# A GPU's facts from its host's `hello` (index, name, memory, simulated), by the hello's
+# GPU list: a reader keeps the hellos until a new one comes (`HealthQueries.hosts`),
+# so each refresh hands over the same lists, and a 1,024-GPU fleet's facts are read
+# out of them once rather than on every refresh. The list itself is held with its
+# facts, so an id reused by a newer list is never taken for it.
+Inventory = dict[Any, tuple[int, Any, Any, bool]]
+_INVENTORIES: dict[int, tuple[Any, Inventory]] = {}
+_INVENTORIES_KEPT = 4096
+
+
+def _inventory(gpus: Any) -> Inventory:
+    """index -> (index as a number, -1 without one; name; memory; simulated)."""
+    inv = _INVENTORIES.get(id(gpus))
+    if inv is not None and inv[0] is gpus:
+        return inv[1]
+    out: Inventory = {}
+    for g in gpus or ():
+        if isinstance(g, dict):
+            index = g.get("index")
+            out[index] = (int(index) if index is not None else -1, g.get("name"),
+                          g.get("mem_total"), bool(g.get("simulated")))
+    if len(_INVENTORIES) >= _INVENTORIES_KEPT:
+        _INVENTORIES.clear()
+    _INVENTORIES[id(gpus)] = (gpus, out)
+    return out
+
 
 def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
             samples: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
@@ -96,17 +131,20 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
         newest_xid[key] = h["newest"]
     out = []
     simulated = False
+    # Hosts with an XID on some GPU: the others' cells look nothing up by (host, gpu).
+    xid_hosts = {host for host, _ in newest_xid}
     for h in hosts:
         name = h["host"]
-        inventory = {g.get("index"): g for g in h.get("gpus") or [] if isinstance(g, dict)}
+        inventory = _inventory(h.get("gpus"))
         by_index = sampled.get(name, _NO_GPUS)
-        indexes = (sorted(by_index, key=_index_order) if inventory.keys() <= by_index.keys()
-                   else sorted(inventory.keys() | by_index.keys(), key=_index_order))
+        indexes = _in_order(by_index.keys() if inventory.keys() <= by_index.keys()
+                            else inventory.keys() | by_index.keys())
         cells = []
         host_sim = h.get("gpu_source") == "sim"
+        looked_up = name in xid_hosts
         for index in indexes:
-            key = (name, index)
-            inv = inventory.get(index, _NONE)
+            number, inv_name, inv_mem_total, inv_sim = inventory.get(index) or (
+                int(index) if index is not None else -1, None, None, False)
             sample = by_index.get(index)
             if sample is None:
                 online, values = False, _NO_SAMPLE
@@ -118,16 +156,17 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
                     values = tuple(sample.get(c) for c in _SAMPLED)
             (util, temp, power, power_limit, mem_used, mem_total, ecc_unc, throttle,
              ecc_lifetime, gsim) = values
-            sim = bool(gsim or inv.get("simulated") or host_sim)
+            sim = bool(gsim or inv_sim or host_sim)
             simulated = simulated or sim
-            past = history.get(key) if history else None
+            if looked_up:
+                key = (name, index)
+                xid = newest_xid.get(key)
+                past = history.get(key)
+            else:
+                xid = past = None
             cell = _new(GpuCell)
-            # Filled as GpuCell's __init__ fills it, every field named (a test holds
-            # it so): a frozen dataclass's __init__ sets each of its 18 fields through
-            # object.__setattr__, 2.9 µs a cell, and a 1,024-GPU fleet makes 1,024
-            # cells on every refresh; this costs 0.6 µs.
             _set_dict(cell, "__dict__", {
-                "index": int(index) if index is not None else -1,
+                "index": number,
                 "online": online,
                 "simulated": sim,
                 "util": util,
@@ -135,11 +174,11 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
                 "power": power,
                 "power_limit": power_limit,
                 "mem_used": mem_used,
-                "mem_total": mem_total or inv.get("mem_total"),
+                "mem_total": mem_total or inv_mem_total,
                 "ecc_unc": ecc_unc,
-                "xid": newest_xid.get(key) if newest_xid else None,
+                "xid": xid,
                 "throttle": throttle,
-                "name": inv.get("name"),
+                "name": inv_name,
                 "xid_count": int(past.get("count") or 0) if past else 0,
                 "xid_earlier": int(past.get("earlier") or 0) if past else 0,
                 "xid_codes": tuple(past.get("codes") or ()) if past else (),

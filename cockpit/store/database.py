@@ -84,6 +84,7 @@ from cockpit.store.levels import (
     update_levels,
 )
 from cockpit.store.loader import Piece, Scratch, TypeLoad, load_type
+from cockpit.store.versions import TableVersions, Versions, versions_for
 
 # Folding new rows into the level tables costs about the same for 1 row as for 10 k (it
 # rewrites the open bucket of every series at every level: 28 k rows for a fleet of 2 k
@@ -320,6 +321,9 @@ class Store:
         self.read_only = read_only
         self.check_fields = check_fields
         self._lock = threading.Lock()
+        # Which record tables the writes changed (`cockpit.store.versions`): moved after
+        # each commit, read by live readers before they probe the tables.
+        self._versions: TableVersions = versions_for(self.path)
         self._scratch: Scratch | None = None
         self.fold_interval = fold_interval
         self._last_fold = -math.inf
@@ -366,10 +370,13 @@ class Store:
             self._marks = self._load_marks()
             self._filings: list[Filing] = []  # what a writer needs of the filed runs
             if not read_only:
-                with self.cursor() as cur:
+                with self._cursor() as cur:
                     self._filings = load_filings(cur)
             # Rows parked by a process that ended without folding are folded first.
             self._pending = self._parked() if not read_only else {}
+            # Another store open on the file in this process (its counters are shared):
+            # what this open did to it (a migration) is seen by that one's readers.
+            self._versions.changed_all()
         except duckdb.Error as exc:
             self._con.close()
             raise StoreDamagedError(damaged(self.path, exc)) from None
@@ -420,7 +427,7 @@ class Store:
             raise StoreError(f"{self.path} is not a readable DuckDB recording: {exc}") from None
 
     def _version(self) -> int:
-        with self.cursor() as cur:
+        with self._cursor() as cur:
             found = cur.execute(
                 "SELECT count(*) FROM information_schema.tables "
                 "WHERE table_name = 'schema_version'"
@@ -432,7 +439,7 @@ class Store:
 
     def _foreign_tables(self) -> list[str]:
         """Tables of a database that has no schema_version: someone else's data."""
-        with self.cursor() as cur:
+        with self._cursor() as cur:
             rows = cur.execute("SELECT table_name FROM information_schema.tables "
                                "ORDER BY table_name").fetchall()
         return [str(r[0]) for r in rows]
@@ -484,7 +491,7 @@ class Store:
 
     def _load_marks(self) -> dict[str, _HostMark]:
         marks: dict[str, _HostMark] = {}
-        with self.cursor() as cur:
+        with self._cursor() as cur:
             rows = cur.execute(
                 "SELECT h.host, h.high_water, h.journal_id, h.seq_offset, "
                 "(SELECT count(*) FROM wire_errors w WHERE w.host = h.host) FROM hosts h"
@@ -497,7 +504,27 @@ class Store:
 
     @contextlib.contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A fresh DuckDB cursor for one operation, closed afterwards (any thread)."""
+        """A fresh DuckDB cursor for one operation, closed afterwards (any thread).
+
+        What is done through it may change any record table, so live readers ask DuckDB
+        about every table at their next refresh (`cockpit.store.versions`); reads use
+        `read_cursor`, and this store's own writes say what they changed."""
+        self._versions.changed_all()  # a reader's probe meanwhile is asked again after
+        try:
+            with self._cursor() as cur:
+                yield cur
+        finally:
+            self._versions.changed_all()
+
+    @contextlib.contextmanager
+    def read_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """`cursor` for reading only: writes through it would go unseen by live readers'
+        probes (`cockpit.store.versions`)."""
+        with self._cursor() as cur:
+            yield cur
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         cur = self._con.cursor()
         try:
             yield cur
@@ -515,7 +542,7 @@ class Store:
         return mark.high_water if mark else 0
 
     def hosts(self) -> list[HostRow]:
-        with self.cursor() as cur:
+        with self._cursor() as cur:
             rows = cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host").fetchall()
         return [
             HostRow(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6] or 0), int(r[7] or 0),
@@ -529,25 +556,37 @@ class Store:
         if self.read_only:
             raise StoreReadOnlyError(f"{self.path} is open read-only: it cannot be written")
 
+    def table_versions(self) -> Versions:
+        """Which record tables changed since an earlier call (`Versions.moved`)."""
+        return self._versions.now()
+
     @contextlib.contextmanager
     def write_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor inside one write transaction, serialised with ingest (maintenance)."""
         self._writable()
-        with self._lock, self.cursor() as cur, _transaction(cur):
-            yield cur
+        with self._lock:
+            try:
+                with self._cursor() as cur, _transaction(cur):
+                    yield cur
+            finally:  # after the commit: any record table's rows may have changed
+                self._versions.changed_all()
 
     def checkpoint(self) -> None:
         """Write everything to the main file (DuckDB otherwise does it on its own schedule)."""
         self._writable()
-        with self._lock, self.cursor() as cur:
-            cur.execute("CHECKPOINT")
+        with self._lock:
+            try:
+                with self._cursor() as cur:
+                    cur.execute("CHECKPOINT")
+            finally:  # a checkpoint after deletes numbers the later rows again
+                self._versions.changed_all()
 
     def set_host_state(
         self, host: str, state: str, detail: str, address: str | None = None
     ) -> None:
         """Record the transport's view of a host (connecting, streaming, stale, ...)."""
         self._writable()
-        with self._lock, self.cursor() as cur:
+        with self._lock, self._cursor() as cur:
             cur.execute(
                 "INSERT INTO hosts (host, address, state, detail, state_ts) "
                 "VALUES ($host, $address, $state, $detail, $ts) ON CONFLICT (host) DO UPDATE "
@@ -589,14 +628,24 @@ class Store:
             if self._scratch is None:
                 self._scratch = Scratch()
             try:
-                result, marks = self._write(items, careful=False)
-            except Exception:  # retried line by line, then host by host
                 try:
-                    result, marks = self._write(items, careful=True)
-                except Exception:
-                    if len(items) == 1:
-                        raise
-                    result, marks = self._write_each(items)
+                    result, marks = self._write(items, careful=False)
+                except Exception:  # retried line by line, then host by host
+                    try:
+                        result, marks = self._write(items, careful=True)
+                    except Exception:
+                        if len(items) == 1:
+                            raise
+                        result, marks = self._write_each(items)
+            except BaseException:
+                self._versions.changed_all()  # some hosts' commits may have gone through
+                raise
+            if result.filed_runs:  # an earlier run's rows renamed (`earlier_runs`)
+                self._versions.changed_all()
+            else:
+                self._versions.added_to(
+                    schema.TABLE_FOR_TYPE[t] for t, n in result.by_type.items()
+                    if n and t in schema.TABLE_FOR_TYPE)
             for host, mark in marks.items():
                 mark.malformed = mark.lost = 0
                 mark.notes = []
@@ -873,7 +922,7 @@ class Store:
                 if self._closing:
                     break
                 name = schema.levels_table(table)
-                with self.cursor() as cur:
+                with self._cursor() as cur:
                     self._cluster_cur = cur
                     try:
                         if self._recluster(cur, table, min_new_rows):
@@ -918,7 +967,7 @@ class Store:
     def _fold_all(self) -> None:
         if not any(self._pending.values()):
             return
-        with self.cursor() as cur, _transaction(cur):
+        with self._cursor() as cur, _transaction(cur):
             for table in schema.LEVEL_SERIES:
                 if self._pending.get(table) and fold_pending(cur, table):
                     self._late_merges[table] += 1

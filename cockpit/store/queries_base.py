@@ -29,11 +29,13 @@ from cockpit.store.queries_frontiers import (
     Frontiers,
     ReadAhead,
     RowName,
+    carried_over,
     probe_ahead,
     probe_frontiers,
     probe_next,
 )
 from cockpit.store.schema import RECORD_COLUMNS
+from cockpit.store.versions import Versions
 
 # Seconds before the newest record that a probe looks at, widening in turn (None: all).
 WINDOWS: tuple[float | None, ...] = (120.0, 1800.0, 6 * 3600.0, None)
@@ -107,6 +109,10 @@ class ReaderBase:
 
     def __init__(self, store: StoreLike) -> None:
         self._store = store
+        # A reader only reads: through the store's read cursor where it has one, which
+        # leaves its live probes' table counters alone (`cockpit.store.versions`).
+        self._read_cursor: Callable[[], AbstractContextManager[Any]] = getattr(
+            store, "read_cursor", store.cursor)
         self._memo_lock = threading.Lock()
         # host -> (until the value was computed for, last ts seen): see `_old_last_seen`.
         self._last_seen_memo: dict[str, tuple[float, float]] = {}
@@ -123,6 +129,8 @@ class ReaderBase:
         # row of the last few live frontiers: see `added_after`.
         self._anchors: dict[str, dict[int, RowName]] = {}
         self._renames_seen = 0  # the store's `renames` when the held answers were read
+        # The store's table counters read before the last live probe (`_probe_live`).
+        self._tables_seen: Versions | None = None
         self._versions = itertools.count(1)  # see `event_version`: never handed out twice
 
     @property
@@ -385,16 +393,35 @@ class ReaderBase:
         if static and until_ts is not None and held is not None:
             return self._moved_frontiers(until_ts, *held)
         with self._cur() as cur:
-            found = probe_frontiers(
-                cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes, self._newest_found,
-                self.unanchored(self._newest_found) if until_ts is None else ())
             if until_ts is None:
+                found = self._probe_live(cur)
                 self._newest_found = found
+            else:
+                found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes)
+            if until_ts is None:
                 for table, name in found.anchors.items():
                     self._keep_anchor(table, found.ids[table], name)
             if static and until_ts is not None:
                 self._frontier_hint = (found, probe_next(cur, RECORD_TABLES, until_ts))
         self._sizes = dict(found.rows)
+        return found
+
+    def _probe_live(self, cur: Any) -> Frontiers:
+        """The whole store's frontiers, asking DuckDB only about the tables a write
+        changed since the last probe (`cockpit.store.versions`) and those whose newest
+        row the reader cannot name (`unanchored`); the others' are the last probe's."""
+        counters = getattr(self._store, "table_versions", None)
+        seen: Versions | None = counters() if callable(counters) else None  # before the probe
+        previous, since = self._newest_found, self._tables_seen
+        unanchored = self.unanchored(previous)
+        if seen is None or since is None or previous is None:
+            found = probe_frontiers(cur, RECORD_TABLES, None, WINDOWS, self._sizes, previous,
+                                    unanchored)
+        else:
+            asked = [t for t in RECORD_TABLES if seen.moved(since, t) or t in unanchored]
+            found = previous if not asked else carried_over(previous, probe_frontiers(
+                cur, asked, None, WINDOWS, self._sizes, previous, unanchored), RECORD_TABLES)
+        self._tables_seen = seen  # only once the probe answered: else asked again
         return found
 
     def _moved_frontiers(self, until_ts: float, held: Frontiers,
@@ -478,7 +505,7 @@ class ReaderBase:
 
     @contextmanager
     def _cur(self) -> Iterator[Any]:
-        with self._store.cursor() as cur:
+        with self._read_cursor() as cur:
             yield cur
 
     @staticmethod

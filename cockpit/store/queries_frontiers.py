@@ -162,12 +162,31 @@ def _probe_newest(cur: Any, tables: Sequence[str], previous: Frontiers | None,
     return Frontiers(None, ts, rows, ids, anchors)
 
 
+def carried_over(previous: Frontiers, found: Frontiers, tables: Sequence[str]) -> Frontiers:
+    """`found` (a live probe of some tables) with the other `tables` as `previous` had
+    them: tables no write changed since (`cockpit.store.versions`)."""
+    def pick(t: str) -> Frontiers:
+        return found if t in found.rows else previous
+
+    return Frontiers(
+        None,
+        {t: pick(t).ts.get(t) for t in tables},
+        {t: n for t in tables if (n := pick(t).rows.get(t)) is not None},
+        {t: i for t in tables if (i := pick(t).ids.get(t)) is not None},
+        dict(found.anchors),
+    )
+
+
 def _newest_part(table: str, name: bool, after: bool) -> str:
     """`_probe_newest`'s part for one table: its count, the newest ts and id of the rows
     numbered after the `?` (`after`) or of all, and the newest one's host and seq
-    (`name`) or NULL."""
+    (`name`) or NULL.
+
+    Named, the rows from the `?` on are asked, the previous newest among them: where
+    no row came since, that one is still the newest, and its name is the one wanted
+    (its ts is the previous frontier's or older, so the answer is unchanged)."""
     named = "arg_max({'host': host, 'seq': seq}, rowid)" if name else "NULL"
-    where = " WHERE rowid > ?" if after else ""
+    where = (" WHERE rowid >= ?" if name else " WHERE rowid > ?") if after else ""
     return (f"SELECT '{table}', (SELECT count(*) FROM \"{table}\"), s.* FROM "
             f'(SELECT max(ts), max(rowid), {named} FROM "{table}"{where}) AS s')
 

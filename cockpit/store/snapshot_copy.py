@@ -69,7 +69,7 @@ class SnapshotCopier:
     def _copy(self, dest: Path) -> None:
         alias = f"cockpit_snapshot_{secrets.token_hex(6)}"
         quoted = str(dest).replace("'", "''")
-        with self._store.cursor() as cur:
+        with self._store.read_cursor() as cur:
             source = cur.execute("SELECT current_database()").fetchall()[0][0]
             cur.execute(f"ATTACH '{quoted}' AS {alias}")
             try:

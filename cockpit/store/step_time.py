@@ -14,7 +14,7 @@ from cockpit.store.database import Store
 def step_ts(store: Store, job: str, step: int) -> tuple[float | None, int | None]:
     """(the ts of the first record of `job`'s reference rank at or past `step`, the
     highest step the job recorded); (None, highest) when it never got that far."""
-    with store.cursor() as cur:
+    with store.read_cursor() as cur:
         row = cur.execute(
             "WITH ref AS (SELECT min(coalesce(rank, -1)) AS r FROM train WHERE job = $job) "
             "SELECT (SELECT min(ts) FROM train, ref WHERE job = $job AND step >= $step "
