@@ -210,12 +210,22 @@ def net_rate(host: HostHealth) -> float | None:
     return sum(known) if known else None
 
 
+FILLED = ("cpu", "mem", "disk")  # `fill_fractions`' order
+
+
+def fill_fractions(host: HostHealth) -> tuple[float | None, float | None, float | None]:
+    """How full the host's CPU, memory and disk are (0..1, None where it did not say),
+    in `FILLED`'s order: the figures `host_usage` grades, for a caller that grades
+    only the fullest of a fleet."""
+    return (host.cpu / 100 if host.cpu is not None else None,
+            _fraction(host.mem_used, host.mem_total),
+            _fraction(host.disk_used, host.disk_total))
+
+
 def host_usage(host: HostHealth, busiest_net: float | None) -> dict[str, Usage]:
     """CPU, memory and disk by how full they are; the network against `busiest_net`
     (the fleet's busiest host, from `busiest_net_rate`), always at level OK."""
-    cpu = host.cpu / 100 if host.cpu is not None else None
-    mem = _fraction(host.mem_used, host.mem_total)
-    disk = _fraction(host.disk_used, host.disk_total)
+    cpu, mem, disk = fill_fractions(host)
     rate = net_rate(host)
     net = None if rate is None else (rate / busiest_net if busiest_net else 0.0)
     return {

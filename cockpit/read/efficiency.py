@@ -64,12 +64,18 @@ def lagging_note(train: TrainView, figures: EfficiencyFigures, world: Any) -> st
             f"({', '.join(hosts)}) not in the recent steps (records late or host "
             f"unreachable): throughput counts {len(recent)}{of} ranks")
 
+def job_hosts(train: TrainView) -> frozenset[str]:
+    """The hosts the job's ranks report from: their GPUs are the job's (none known yet:
+    every GPU stands for them)."""
+    return frozenset(r["host"] for r in train.latest)
+
+
 def efficiency_figures(run: Mapping[str, Any], train: TrainView, gpus: Sequence[Mapping[str, Any]],
              rank0_for: int | None = None) -> EfficiencyFigures:
     """The efficiency figures of the ranks read; with `rank0_for`, rank 0 stands for that
     many ranks (`rank0_alone_until`): its rates count for all, and no spread is known."""
-    job_hosts = {r["host"] for r in train.latest}
-    utils = [g.get("util") for g in gpus if not job_hosts or g["host"] in job_hosts]
+    hosts = job_hosts(train)
+    utils = [g.get("util") for g in gpus if not hosts or g["host"] in hosts]
     n_gpus = run.get("world_size") or (len(train.latest) or None)
     figures = compute_efficiency(
         train.samples, utils, flops_per_step=run.get("flops_per_step"),

@@ -24,6 +24,8 @@ from cockpit.snapshot import (
 )
 from cockpit.store.queries import StoreReader
 
+_HOST_UTIL = itemgetter("host", "util")
+
 
 def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
               gpus: Sequence[Mapping[str, Any]]) -> list[HostPressure]:
@@ -31,9 +33,13 @@ def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[
     # Grouped once: a per-sample pass over every GPU was hosts x GPUs (1,024 GPUs: a
     # tenth of a refresh).
     utils_of: dict[Any, list[Any]] = {}
-    for g in gpus:
-        if g.get("util") is not None:
-            utils_of.setdefault(g["host"], []).append(g["util"])
+    try:  # one C call per GPU where the rows have both (a store read's rows)
+        pairs = list(map(_HOST_UTIL, gpus))
+    except KeyError:
+        pairs = [(g["host"], g.get("util")) for g in gpus]
+    for host, util in pairs:
+        if util is not None:
+            utils_of.setdefault(host, []).append(util)
     out = []
     for s in samples:
         name = s["host"]

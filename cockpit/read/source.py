@@ -27,6 +27,7 @@ import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from operator import itemgetter
 from typing import Any
 
 from agent.wire import states
@@ -73,6 +74,7 @@ from cockpit.read.effect import (
 from cockpit.read.efficiency import (
     build_efficiency,
     efficiency_figures,
+    job_hosts,
     lagging_note,
     rank0_alone_until,
     rank0_note,
@@ -165,12 +167,21 @@ def _names_a_new_job(reader: StoreReader) -> Callable[[Row], bool]:
 def _newest_per_host(*groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """The newest ts per host among rows the snapshot already holds."""
     newest: dict[str, float] = {}
+    held = newest.get
     for rows in groups:
-        for r in rows:
-            ts = r.get("ts")
-            if ts is not None and ts > newest.get(r["host"], float("-inf")):
-                newest[r["host"]] = ts
+        try:  # a fleet's GPU rows: a thousand, each with both (a store read's rows)
+            pairs = list(map(_HOST_TS, rows))
+        except KeyError:
+            pairs = [(r["host"], r.get("ts")) for r in rows]
+        for host, ts in pairs:
+            if ts is not None:
+                old = held(host)
+                if old is None or ts > old:
+                    newest[host] = ts
     return newest
+
+
+_HOST_TS = itemgetter("host", "ts")
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -304,12 +315,8 @@ def build_snapshot(
     host_samples_f = pool.submit(
         reader.memo, "host_samples", fr.key("host_sample"),
         lambda: reader.latest_host_samples(until_ts=until_ts, frontiers=fr))
-    busy_f = pool.submit(
-        reader.series_columns_held, "gpu_busy", "gpu", ("util",), where={}, x="ts",
-        buckets=buckets, until_ts=until_ts, frontiers=fr)
     nonfinite_f = pool.submit(nonfinite_steps, reader, job, until_ts, fr) if job else None
-    reads: list[Future[Any]] = [
-        f for f in (gpus_f, host_samples_f, busy_f, nonfinite_f) if f is not None]
+    reads: list[Future[Any]] = [f for f in (gpus_f, host_samples_f, nonfinite_f) if f is not None]
     try:
         world: Any = run.get("world_size")  # as the run record says: checked where used
         kept_from = rank0_alone_until(reader, job, world, until_ts)
@@ -318,6 +325,15 @@ def build_snapshot(
                  else tail.view(job, world, fr, until_ts, run.get("world_since")))
         if kept_from is not None:  # then `world` is a count above 1 (rank0_alone_until)
             train = whole_job(train, world)
+        # The job's GPUs' history, as the GPU busy figure is theirs (`efficiency_figures`):
+        # on a shared fleet the other hosts' GPUs are not this job's. Every GPU where no
+        # rank has reported yet.
+        hosts_of_job = job_hosts(train)
+        busy_f = pool.submit(
+            reader.series_columns_held, "gpu_busy", "gpu", ("util",),
+            where={"host": hosts_of_job} if hosts_of_job else {}, x="ts", buckets=buckets,
+            until_ts=until_ts, frontiers=fr)
+        reads.append(busy_f)
         series = train_series(reader, job, train, until_ts, buckets, fr)
         gpus = gpus_f.result()
         host_samples = host_samples_f.result()

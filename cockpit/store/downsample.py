@@ -77,14 +77,37 @@ def _check_name(table: str, name: str, what: str) -> None:
 
 
 def _where_sql(where: Mapping[str, Any], params: dict[str, Any]) -> str:
+    """`where` as SQL: a value is matched by equality, None by IS NULL, and a frozenset
+    by being one of its members (`matches`)."""
     parts = []
     for i, (name, value) in enumerate(where.items()):
         if value is None:
             parts.append(f'"{name}" IS NULL')
+        elif isinstance(value, frozenset):
+            members = sorted(value, key=repr)
+            for j, member in enumerate(members):
+                params[f"w{i}_{j}"] = member
+            listed = ", ".join(f"$w{i}_{j}" for j in range(len(members)))
+            parts.append(f'"{name}" IN ({listed})' if members else "FALSE")
         else:
             params[f"w{i}"] = value
             parts.append(f'"{name}" = $w{i}')
     return " AND ".join(parts) if parts else "TRUE"
+
+
+def matches(row: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
+    """Whether a row is one `where` selects, as `_where_sql` selects it."""
+    for name, value in where.items():
+        have = row[name]
+        if value is None:
+            if have is not None:
+                return False
+        elif isinstance(value, frozenset):
+            if have not in value:
+                return False
+        elif have != value:
+            return False
+    return True
 
 
 def downsample(
@@ -100,7 +123,8 @@ def downsample(
 ) -> Result:
     """`(xs, last, lo, hi)` of `table.column` against `x`, at most `buckets` points.
 
-    `where` filters by equality (e.g. `{"job": "j1", "rank": 0}`); `until_ts` keeps only
+    `where` filters by equality (e.g. `{"job": "j1", "rank": 0}`; a frozenset: one of its
+    members, `{"host": frozenset({"n1", "n2"})}`); `until_ts` keeps only
     samples with ts <= until_ts (replay); `x_range` (inclusive) restricts x.
     """
     found = downsample_rows(cursor, table, (column,), x=x, buckets=buckets, where=where,
@@ -378,8 +402,7 @@ def added_buckets(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, 
     over lists, not compared value by value."""
     groups: dict[int, list[Mapping[str, Any]]] = {}
     for row in rows:
-        if where and any(row[k] != v if v is not None else row[k] is not None
-                         for k, v in where.items()):
+        if where and not matches(row, where):
             continue
         at = row[x]
         if at is None:

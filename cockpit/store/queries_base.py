@@ -713,20 +713,32 @@ def _fold_latest(keys: Sequence[str], by_key: dict[tuple, Row], added: Sequence[
     """The newest row per group once `added` is folded into `by_key`, chosen as
     `latest_per` chooses (the first window holding any), or None when that window
     starts before what the held answer knew."""
-    # A live fleet adds every GPU's sample each second: the key by one C call per row.
+    # A live fleet adds every GPU's sample each second: the key by one C call per row,
+    # (ts, seq) compared without building a pair for each, and the groups all newer
+    # than the window (the fleet's, each second) found by one C pass.
     pick = itemgetter(*keys)
     single = len(keys) == 1
+    held = by_key.get
     for row in added:
         key = (pick(row),) if single else pick(row)
-        old = by_key.get(key)
-        if old is None or (row["ts"], row["seq"]) > (old["ts"], old["seq"]):
+        old = held(key)
+        if old is None:
             by_key[key] = row
+            continue
+        ts, old_ts = row["ts"], old["ts"]
+        if ts > old_ts or (ts == old_ts and row["seq"] > old["seq"]):
+            by_key[key] = row
+    oldest = min(map(_TS, by_key.values()), default=None)
     for window in windows:
         floor = -math.inf if window is None else end - window
-        chosen = {k: r for k, r in by_key.items() if r["ts"] > floor}
+        chosen = by_key if oldest is not None and oldest > floor else \
+            {k: r for k, r in by_key.items() if r["ts"] > floor}
         if chosen or window is None:
             return chosen if floor >= complete_after else None
     return None
+
+
+_TS = itemgetter("ts")
 
 
 def of_kinds(*kinds: str) -> Callable[[Row], bool]:

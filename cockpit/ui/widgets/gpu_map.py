@@ -164,21 +164,25 @@ def _counts(view: FleetView, shown: int, query: str, mode: str) -> list[Piece]:
 def _resources(rows: tuple[HostRow, ...], busiest_net: float | None) -> list[Piece]:
     """CPU, RAM and disk: the fullest host's share, and how many hosts are high or full
     (the fullest named then); the network: the busiest host's rates."""
-    usages = [(row, gs.host_usage(row.host, busiest_net)) for row in rows]
+    # The fractions alone (no `Usage` per host and resource): only the fullest host's
+    # is graded unless it is high, which a well fleet's never is.
+    fractions = [(row, gs.fill_fractions(row.host)) for row in rows]
     parts: list[Piece] = []
-    for key, label in RESOURCE_NAMES.items():
-        known = [(row, u[key]) for row, u in usages if u[key].fraction is not None]
+    for i, key in enumerate(gs.FILLED):
+        label = RESOURCE_NAMES[key]
+        known = [(row, f[i]) for row, f in fractions if f[i] is not None]
         if not known:
             parts += [(f"{label} n/a", MUTED), " · "]
             continue
-        row, top = max(known, key=lambda item: item[1].fraction or 0.0)
-        share = f"{100 * (top.fraction or 0):.0f}%"
-        if top.level is Level.OK:
+        row, top = max(known, key=lambda item: item[1] or 0.0)
+        share = f"{100 * (top or 0):.0f}%"
+        if gs.fill_level(top) is Level.OK:
             parts += [f"{label} ", ("ok", LEVEL_STYLE[Level.OK]), f" ≤{share} · "]
             continue
         parts.append(f"{label}")
+        levels = [gs.fill_level(fraction) for _, fraction in known]
         for level, word in ((Level.ERROR, "full"), (Level.WARNING, "high")):
-            n = sum(1 for _, usage in known if usage.level is level)
+            n = levels.count(level)
             if n:
                 parts += [" ", (f"{n} {word}", LEVEL_STYLE[level])]
         parts.append(f" (max {fmt.printable(row.name)} {share}) · ")
