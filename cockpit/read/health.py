@@ -28,7 +28,14 @@ _HOST_UTIL = itemgetter("host", "util")
 
 
 def host_pressure(hosts: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
-              gpus: Sequence[Mapping[str, Any]]) -> list[HostPressure]:
+              gpus: Sequence[Mapping[str, Any]],
+              of_hosts: frozenset[str] = frozenset()) -> list[HostPressure]:
+    """How loaded each host is, for the stall verdict (`analysis.stalls`); `of_hosts`:
+    only those (the job's: on a shared fleet, another host's full memory is not why the
+    job stalled), or every host when empty."""
+    if of_hosts:
+        samples = [s for s in samples if s["host"] in of_hosts]
+        gpus = [g for g in gpus if g["host"] in of_hosts]
     cpus = {h["host"]: h.get("cpu_count") for h in hosts}
     # Grouped once: a per-sample pass over every GPU was hosts x GPUs (1,024 GPUs: a
     # tenth of a refresh).

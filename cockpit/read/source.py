@@ -354,7 +354,7 @@ def build_snapshot(
             steps_per_record=train.record_steps,
             ranks=figures.ranks,
             steps=train.samples,
-            hosts=host_pressure(hosts, host_samples, gpus),
+            hosts=host_pressure(hosts, host_samples, gpus, of_hosts=hosts_of_job),
             active=state in ACTIVE_STATES,
         )
         progress = build_progress(run, train, at, state, stall,
