@@ -13,6 +13,7 @@ character shown visibly (`printable`). `textual.markup.escape` is not enough: it
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 from textual.content import Content
 
@@ -32,7 +33,20 @@ def markup(template: str, **values: object) -> Content:
     """The cockpit's own markup `template` (styles, bold) with untrusted `values` put in
     at `$name` / `${name}` as text: nothing in a value is parsed, whatever it holds.
     The template itself must hold no untrusted text (no f-string of a wire field)."""
-    return Content.from_markup(template, **{k: printable(v) for k, v in values.items()})
+    return _parsed(template, tuple((k, printable(v)) for k, v in values.items()))
+
+
+def own_markup(template: str) -> Content:
+    """The cockpit's own markup (its words, figures and styles: no text from a host,
+    trainer or recording, which goes in through `markup`'s values or `text`)."""
+    return _parsed(template, ())
+
+
+@lru_cache(maxsize=4096)
+def _parsed(template: str, values: tuple[tuple[str, str], ...]) -> Content:
+    """Parsed once per distinct line: a refresh redraws dozens of lines, most of which
+    read as they did (a Content is never changed once made, so one serves them all)."""
+    return Content.from_markup(template, **dict(values))
 
 
 def na(value: object, fmt: str = "{}") -> str:

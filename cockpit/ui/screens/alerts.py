@@ -123,7 +123,7 @@ class AlertsScreen(FilterableScreen):
         alerts = [a for a in (snapshot.alerts if snapshot else ()) if matches(alert_text(a), query)]
         alerts.sort(key=lambda a: a.ts, reverse=True)
         body = Content("\n").join(alert_content(a) for a in alerts)
-        update_text(self.query_one("#alerts-list", Static), body or Content.from_markup(
+        update_text(self.query_one("#alerts-list", Static), body or fmt.own_markup(
             "[$success]no alerts[/]" + (" match the filter" if query else "")))
         events = event_rows(self.details, snapshot.events if snapshot else ())
         lines = [event_text(e) for e in sorted(events, key=lambda e: e.ts, reverse=True)]

@@ -55,7 +55,7 @@ def newest_fault(e: Effect) -> Content | None:
     fault = e.faults[-1]
     glyph, colour = next(((marker, colour) for kind, marker, _, colour in FAULT_STYLES
                           if kind == fault.kind), ("?", "error"))
-    return (Content.from_markup(f"[${colour}]{glyph}[/] ") + fmt.text(fault.text)
+    return (fmt.own_markup(f"[${colour}]{glyph}[/] ") + fmt.text(fault.text)
             + Content(f" at step {fault.step:,}"))
 
 
@@ -65,8 +65,8 @@ def lr_line(e: Effect) -> Content:
     trainer: shown as text, never as markup."""
     changes = e.lr_changes[-LR_CHANGES_SHOWN:]
     if not changes:
-        return Content.from_markup("[$text-muted]LR not changed by the operator[/]")
-    parts = [Content.from_markup("[$secondary]▼[/] ") + fmt.text(lr_change_text(c))
+        return fmt.own_markup("[$text-muted]LR not changed by the operator[/]")
+    parts = [fmt.own_markup("[$secondary]▼[/] ") + fmt.text(lr_change_text(c))
              for c in changes]
     earlier = len(e.lr_changes) - len(changes)
     if earlier:
@@ -98,12 +98,12 @@ class EffectPane(Pane):
         # Figures and the cockpit's own words: no wire text to keep out of markup.
         update_text(self.query_one("#effect-line", Static),
                     Content(effect_line(effect, self.log_y)))
-        warnings = Content.from_markup(warnings_line(effect))
+        warnings = fmt.own_markup(warnings_line(effect))
         fault = newest_fault(effect) if self.timeline else None
         update_text(self.query_one("#effect-warnings", Static),
                     warnings if fault is None else warnings + Content(" · ") + fault)
         update_text(self.query_one("#loss-legend", Static),
-                    Content.from_markup(legend(effect, self.log_y, self.timeline)))
+                    fmt.own_markup(legend(effect, self.log_y, self.timeline)))
         update_text(self.query_one("#effect-lr", Static), lr_line(effect))
 
     def watch_timeline(self, timeline: bool) -> None:
@@ -120,7 +120,7 @@ class EffectPane(Pane):
         e = snapshot.effect
         line = f"loss {fmt.loss(e.last_loss)} · val {fmt.loss(e.last_val_loss)}"
         if e.nonfinite_steps:
-            return Content.from_markup(f"{line} · [$error]NaN/Inf[/]")
+            return fmt.own_markup(f"{line} · [$error]NaN/Inf[/]")
         if e.divergence_step is not None:
-            return Content.from_markup(f"{line} · [$warning]diverging[/]")
+            return fmt.own_markup(f"{line} · [$warning]diverging[/]")
         return Content(line)

@@ -74,7 +74,7 @@ class EfficiencyPane(Pane):
         self.query_one("#gauge-comm", Gauge).value = e.comm_pct
         self.query_one("#gauge-mfu", Gauge).value = None if e.mfu is None else e.mfu * 100
         update_text(self.query_one("#throughput", Static),
-                    Content.from_markup(throughput_line(e, snapshot.progress.state)))
+                    fmt.own_markup(throughput_line(e, snapshot.progress.state)))
         update_text(self.query_one("#stragglers", Static), stragglers_line(e))
         self.query_one("#spark-throughput", SparklineChart).series = e.throughput_history
         self.query_one("#spark-busy", SparklineChart).series = e.gpu_busy_history
@@ -83,7 +83,7 @@ class EfficiencyPane(Pane):
         e = snapshot.efficiency
         # The note beside the figure it qualifies: a narrow screen cuts the end of the
         # line, which must not be the "before it exited".
-        return Content.from_markup(
+        return fmt.own_markup(
             f"busy {fmt.percent(e.gpu_busy)} · {fmt.si(e.samples_per_s)} samples/s"
             f"{idle_note(e, snapshot.progress.state)} · "
             f"data wait {fmt.percent(e.data_wait_pct)} · MFU "

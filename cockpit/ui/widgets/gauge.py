@@ -62,11 +62,11 @@ class Gauge(Widget):
         shown = self.reading(self.value)
         if shown is None:
             empty = "░" * bar_width
-            return Content.from_markup(
+            return fmt.own_markup(
                 f"{label} [$text-muted]▕{empty}▏ {fmt.NA_TEXT:>{VALUE_WIDTH - 1}}[/]"
             )
         filled, style, text = shown
-        return Content.from_markup(
+        return fmt.own_markup(
             f"{label} ▕[{style}]{'█' * filled}[/][$text-muted]{'░' * (bar_width - filled)}[/]▏"
             f" [{style}]{text:>{VALUE_WIDTH - 1}}[/]"
         )

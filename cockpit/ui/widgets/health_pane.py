@@ -18,6 +18,7 @@ from textual.widgets import Input
 from cockpit.analysis.gpu_state import Level
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
+from cockpit.ui import format as fmt
 from cockpit.ui import keymap
 from cockpit.ui.widgets.gpu_map import GpuMap
 from cockpit.ui.widgets.interruption_log import InterruptionLog
@@ -110,4 +111,4 @@ class HealthPane(Pane):
             line += f" · {counted(len(health.interruptions), 'interruption')}"
         if health.simulated:
             line += " · [$warning]SIM[/]"
-        return Content.from_markup(line)  # counts and the cockpit's words only
+        return fmt.own_markup(line)  # counts and the cockpit's words only

@@ -62,7 +62,7 @@ def where_text(item: Interruption) -> str:
 
 def log_markup(items: tuple[Interruption, ...], state: str = "") -> Content:
     if not items:
-        return Content.from_markup("interruptions: [$success]none[/]")
+        return fmt.own_markup("interruptions: [$success]none[/]")
     newest = sorted(items, key=lambda i: i.detected_at, reverse=True)[:SHOWN]
     more = len(items) - len(newest)
     lines = [Content(f"interruptions: {len(items)}"

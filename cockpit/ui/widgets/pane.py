@@ -14,6 +14,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from cockpit.snapshot import Snapshot
+from cockpit.ui import format as fmt
 
 
 def update_text(widget: Static, content: Content) -> None:
@@ -66,7 +67,7 @@ class Pane(Vertical, can_focus=True):
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
         if snapshot is None or not self._ready:
             return
-        title = Content.from_markup(f"[b]{self.NUMBER} {self.TITLE}[/b]  ")
+        title = fmt.own_markup(f"[b]{self.NUMBER} {self.TITLE}[/b]  ")
         update_text(self.query_one(".summary", Static), title + self.summary(snapshot))
         self.show(snapshot)
 

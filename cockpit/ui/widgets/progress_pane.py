@@ -111,13 +111,13 @@ def ranks_text(ranks: tuple[RankProgress, ...], lines: int) -> Content:
     """The table of ranks (or hosts) furthest behind, in `lines` lines with its header:
     "rank 13    gpu-node-b   11,997   0.97   3"."""
     if not ranks:
-        return Content.from_markup("[$text-muted]no rank has reported a step yet[/]")
+        return fmt.own_markup("[$text-muted]no rank has reported a step yet[/]")
     rows, more = progress_rows(ranks, max(1, lines - 1))
     per_rank = bool(rows) and rows[0].rank is not None
     # Per rank: the rank and its host; per host: the host (wider) and its ranks.
     first, second = (10, 16) if per_rank else (26, 6)
     kind = "rank" if per_rank else "host"
-    head = Content.from_markup(
+    head = fmt.own_markup(
         f"[b]{kind:<{first}} {'host' if per_rank else 'ranks':<{second}} {'step':>10} "
         f"{'steps/s':>8} {'lag':>7}[/b]")
     out = [head]
@@ -128,10 +128,10 @@ def ranks_text(ranks: tuple[RankProgress, ...], lines: int) -> Content:
                           second=printable(row.host if per_rank else str(row.ranks))
                           [:second].ljust(second))
         lag = f"{row.lag:>7,}"
-        out.append(line + (Content.from_markup(f"[$warning]{lag}[/]") if row.lag
+        out.append(line + (fmt.own_markup(f"[$warning]{lag}[/]") if row.lag
                            else Content(lag)))
     if more:
-        out.append(Content.from_markup(
+        out.append(fmt.own_markup(
             f"[$text-muted]+{more} more {kind}s, none further behind[/]"))
     return Content("\n").join(out)
 
@@ -140,7 +140,7 @@ def band_text(spans: tuple[StageSpan, ...], now: float, width: int) -> Content:
     """The stages from the job's first start to `now` in `width` cells, and under them
     the stages shown and the time the band spans."""
     if not spans or width <= 0:
-        return Content.from_markup("[$text-muted]stages: none recorded yet[/]")
+        return fmt.own_markup("[$text-muted]stages: none recorded yet[/]")
     lo = spans[0].start
     cells = band_cells(spans, lo, max(now, spans[-1].end), width)
     parts = []
@@ -150,11 +150,11 @@ def band_text(spans: tuple[StageSpan, ...], now: float, width: int) -> Content:
             parts.append(Content(" " * count))
             continue
         glyph, colour = STAGE_STYLES.get(stage, OTHER_STAGE)
-        parts.append(Content.from_markup(f"[${colour}]{glyph * count}[/]"))
+        parts.append(fmt.own_markup(f"[${colour}]{glyph * count}[/]"))
     shown = {c for c in cells if c is not None}
     known = [s for s in STAGES if s in shown]
     keys = Content("  ").join(
-        Content.from_markup(f"[${STAGE_STYLES[s][1]}]{STAGE_STYLES[s][0]}[/] ") + Content(s)
+        fmt.own_markup(f"[${STAGE_STYLES[s][1]}]{STAGE_STYLES[s][0]}[/] ") + Content(s)
         for s in known)
     others = sorted(shown - set(STAGES))
     if others:
@@ -170,7 +170,7 @@ def throughput_heading(snapshot: Snapshot, timeline: bool) -> Content:
     marks = timeline_legend(e.markers, e.faults) if timeline else []
     hidden = not timeline and (e.markers or e.faults)
     tail = "  ".join(marks) or ("[$text-muted]events hidden[/]" if hidden else "")
-    return Content(f"{unit}  ") + Content.from_markup(tail)
+    return Content(f"{unit}  ") + fmt.own_markup(tail)
 
 
 class ProgressPane(Pane):

@@ -56,12 +56,12 @@ class StatusBar(Widget):
         parts: list[tuple[Content, int]] = [
             (fmt.markup("[b reverse $accent] $label [/]", label=label or "NO SOURCE"), 0)]
         if self.paused and "PAUSED" not in label.upper():
-            parts.append((Content.from_markup("[$warning]⏸ paused[/]"), 0))
+            parts.append((fmt.own_markup("[$warning]⏸ paused[/]"), 0))
         parts.append((fmt.markup("[b]$job[/]", job=(snap.job if snap else None) or "job n/a"),
                       0))
         if snap is not None and job_place(snap):
             # Starts with a space: glued to the job.
-            parts.append((Content.from_markup(job_place(snap)), 4))
+            parts.append((fmt.own_markup(job_place(snap)), 4))
         if self.failing:
             parts.append((fmt.markup("[$error]⚠ not updating: $why[/]",
                                      why=_short(self.failing)), 1))
@@ -75,10 +75,10 @@ class StatusBar(Widget):
             active = [a for a in snap.alerts if a.state == "active"]
             critical = sum(1 for a in active if a.severity == "critical")
             if critical:
-                parts.append((Content.from_markup(f"[$error]⚠ {critical} critical[/]"), 0))
+                parts.append((fmt.own_markup(f"[$error]⚠ {critical} critical[/]"), 0))
             parts.append((Content(counted(len(active), "alert")), 0))
             parts.append((Content("controllable") if snap.controllable
-                          else Content.from_markup("[$text-muted]read-only[/]"), 3))
+                          else fmt.own_markup("[$text-muted]read-only[/]"), 3))
         return fit_parts(parts, self.size.width or 10_000)
 
 
