@@ -267,21 +267,23 @@ def fault_markers(reader: StoreReader, job: str | None, train: TrainView,
     each was seen. The XIDs and the GPUs' changes of state are kept and
     extended from the rows added since (`StoreReader.kept`); the link rows are the
     hosts as shown (`state`) with since when (`state_since`)."""
-    if job is None:
+    hosts = frozenset(str(r["host"]) for r in train.latest if r.get("host") is not None)
+    if job is None or not hosts:
         return ()
-    xids = reader.kept("fault_xids", None, "event", fr,
-                       lambda: xid_faults(reader.rare_events((XID,), None,
-                                                             until_ts))[-FAULTS_KEPT:],
-                       lambda held, after: _more_xids(reader, held, after, until_ts, fr))
-    gpus, _ = reader.kept("fault_gpus", None, "gpu", fr,
+    # The faults of the job's hosts alone are kept (the newest FAULTS_KEPT): on a
+    # shared fleet, a GPU elsewhere whose throttling comes and goes all day would
+    # otherwise push the job's own faults out of what is kept.
+    xids = reader.kept("fault_xids", hosts, "event", fr,
+                       lambda: on_hosts(xid_faults(reader.rare_events((XID,), None, until_ts)),
+                                        hosts)[-FAULTS_KEPT:],
+                       lambda held, after: _more_xids(reader, held, after, until_ts, fr, hosts))
+    gpus, _ = reader.kept("fault_gpus", hosts, "gpu", fr,
                           lambda: _newest_gpu_faults(gpu_faults(reader.gpu_fault_changes(
-                              HARMFUL_THROTTLE, until_ts=until_ts))),
+                              HARMFUL_THROTTLE, until_ts=until_ts, hosts=hosts))),
                           lambda held, after: _more_gpu_faults(reader, held, after,
-                                                               until_ts, fr))
+                                                               until_ts, fr, hosts))
     links = link_faults({**r, "state_ts": r.get("state_since")} for r in link_rows)
-    faults = [*xids, *gpus, *links]
-    hosts = {str(r["host"]) for r in train.latest if r.get("host") is not None}
-    faults = on_hosts(faults, hosts)
+    faults = [*xids, *gpus, *on_hosts(links, hosts)]
     return place(faults, _steps_at(reader, job, train.ref_rank, [f.ts for f in faults],
                                    until_ts, fr))
 
@@ -291,13 +293,13 @@ def _newest_gpu_faults(found: tuple[list[Fault], GpuState]) -> tuple[list[Fault]
 
 
 def _more_xids(reader: StoreReader, held: list[Fault], after: float, until_ts: float | None,
-               fr: Frontiers) -> list[Fault] | None:
+               fr: Frontiers, hosts: frozenset[str]) -> list[Fault] | None:
     added = reader.added_rows("event", after, until_ts, fr)
     if added is None:
         return None
     # By time: a host's XID may come after another host's newer records (a late row).
-    return sorted([*held, *xid_faults(sorted((r for r in added if r.get("kind") == XID),
-                                             key=_TS_SEQ))],
+    return sorted([*held, *xid_faults(sorted(
+        (r for r in added if r.get("kind") == XID and r.get("host") in hosts), key=_TS_SEQ))],
                   key=_FAULT_TS)[-FAULTS_KEPT:]
 
 
@@ -307,12 +309,13 @@ _FAULT_TS = attrgetter("ts")
 
 
 def _more_gpu_faults(reader: StoreReader, held: tuple[list[Fault], GpuState], after: float,
-                     until_ts: float | None, fr: Frontiers
+                     until_ts: float | None, fr: Frontiers, hosts: frozenset[str]
                      ) -> tuple[list[Fault], GpuState] | None:  # fmt: skip
     added = reader.added_rows("gpu", after, until_ts, fr)
     if added is None:
         return None
-    found, state = gpu_faults(sorted(fault_rows(added, held[1]), key=_TS_SEQ), held[1])
+    ours = [r for r in added if r["host"] in hosts]
+    found, state = gpu_faults(sorted(fault_rows(ours, held[1]), key=_TS_SEQ), held[1])
     return sorted([*held[0], *found], key=_FAULT_TS)[-FAULTS_KEPT:], state
 
 

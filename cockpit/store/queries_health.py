@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from agent.wire.events import XID
@@ -298,17 +298,25 @@ class HealthQueries(ReaderBase):
                          extend)
 
     def gpu_fault_changes(self, throttle_mask: int, *, after_ts: float | None = None,
-                          until_ts: float | None = None) -> list[Row]:
-        """The GPU samples (after `after_ts`) where a GPU's throttling by `throttle_mask`
-        began or ended or its uncorrectable ECC count rose, and each GPU's first sample
-        in the range (its state there is known only to whoever held the samples
-        before), oldest first: a few rows out of every sample of every GPU.
+                          until_ts: float | None = None,
+                          hosts: Collection[str] | None = None) -> list[Row]:
+        """The GPU samples (after `after_ts`; of `hosts` where given) where a GPU's
+        throttling by `throttle_mask` began or ended or its uncorrectable ECC count
+        rose, and each GPU's first sample in the range (its state there is known only
+        to whoever held the samples before), oldest first: a few rows out of every
+        sample of every GPU.
 
         Only the GPUs that were throttled or counted an error in the range are looked
         at in order (a GPU never in trouble has no change to find): a healthy fleet of a
         thousand GPUs costs one scan of two columns, not a sort of every sample."""
         cond, args = until_clause(until_ts)
-        after_sql, after_args = (" AND ts > ?", [after_ts]) if after_ts is not None else ("", [])
+        after_sql = " AND ts > ?" if after_ts is not None else ""
+        after_args: list[Any] = [after_ts] if after_ts is not None else []
+        if hosts is not None:
+            named = sorted(hosts)
+            listed = ", ".join("?" for _ in named)
+            after_sql += f" AND host IN ({listed})" if named else " AND false"
+            after_args = [*after_args, *named]
         flag = "(coalesce(throttle, 0) & ?) != 0"
         where = f"true{after_sql}{cond}"
         with self._cur() as cur:
