@@ -41,7 +41,9 @@ async def wait_until(pilot: Pilot, condition: Callable[[], bool], what: str,
     deadline = time.monotonic() + limit_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
+            # What the app said meanwhile (a snapshot that failed to build says so here).
+            said = "; ".join(notifications(pilot.app)[-5:]) or "nothing"
+            raise AssertionError(f"gave up waiting for {what}; the app's last notices: {said}")
         await pilot.pause(0.05)
 
 
