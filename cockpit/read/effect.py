@@ -41,7 +41,7 @@ from cockpit.analysis.timeline import (
     place,
     xid_faults,
 )
-from cockpit.read.train_tail import TrainView
+from cockpit.read.train_tail import TrainView, job_hosts
 from cockpit.snapshot import (
     Effect,
     Marker,
@@ -267,7 +267,7 @@ def fault_markers(reader: StoreReader, job: str | None, train: TrainView,
     each was seen. The XIDs and the GPUs' changes of state are kept and
     extended from the rows added since (`StoreReader.kept`); the link rows are the
     hosts as shown (`state`) with since when (`state_since`)."""
-    hosts = frozenset(str(r["host"]) for r in train.latest if r.get("host") is not None)
+    hosts = job_hosts(train)
     if job is None or not hosts:
         return ()
     # The faults of the job's hosts alone are kept (the newest FAULTS_KEPT): on a

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
-from cockpit.read.train_tail import TrainView
+from cockpit.read.train_tail import TrainView, job_hosts
 from cockpit.snapshot import (
     Efficiency,
     RankTime,
@@ -63,12 +63,6 @@ def lagging_note(train: TrainView, figures: EfficiencyFigures, world: Any) -> st
     return (f"{'rank' if len(missing) == 1 else 'ranks'} {', '.join(map(str, missing))} "
             f"({', '.join(hosts)}) not in the recent steps (records late or host "
             f"unreachable): throughput counts {len(recent)}{of} ranks")
-
-def job_hosts(train: TrainView) -> frozenset[str]:
-    """The hosts the job's ranks report from: their GPUs are the job's (none known yet:
-    every GPU stands for them)."""
-    return frozenset(r["host"] for r in train.latest)
-
 
 def efficiency_figures(run: Mapping[str, Any], train: TrainView, gpus: Sequence[Mapping[str, Any]],
              rank0_for: int | None = None) -> EfficiencyFigures:

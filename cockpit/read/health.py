@@ -178,6 +178,10 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
             else:
                 xid = past = None
             cell = _new(GpuCell)
+            # Filled as GpuCell's __init__ fills it, every field named (a test holds
+            # it so): a frozen dataclass's __init__ sets each of its 18 fields through
+            # object.__setattr__, 2.9 µs a cell, and a 1,024-GPU fleet makes 1,024
+            # cells on every refresh; this costs 0.6 µs.
             _set_dict(cell, "__dict__", {
                 "index": number,
                 "online": online,

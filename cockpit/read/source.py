@@ -74,7 +74,6 @@ from cockpit.read.effect import (
 from cockpit.read.efficiency import (
     build_efficiency,
     efficiency_figures,
-    job_hosts,
     lagging_note,
     rank0_alone_until,
     rank0_note,
@@ -98,7 +97,7 @@ from cockpit.read.progress import (
 )
 from cockpit.read.seams import SNAPSHOT_BUCKETS, Controller, Source
 from cockpit.read.slurm_state import screen_state
-from cockpit.read.train_tail import TrainTail, TrainView, job_lifecycle
+from cockpit.read.train_tail import TrainTail, TrainView, job_hosts, job_lifecycle
 from cockpit.snapshot import (
     Alert,
     Effect,

@@ -352,3 +352,9 @@ def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,
     name = f"lifecycle:{job}"
     return reader.memo(name, (job, reader.event_version(name, fr, until_ts,
                                                         of_kinds(*LIFECYCLE_KINDS))), read)
+
+
+def job_hosts(train: TrainView) -> frozenset[str]:
+    """The hosts the job's ranks report from (their newest steps'): their GPUs, loads
+    and faults are the job's; on a shared fleet the other hosts' are not."""
+    return frozenset(str(r["host"]) for r in train.latest if r.get("host") is not None)

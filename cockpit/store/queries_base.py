@@ -396,11 +396,10 @@ class ReaderBase:
             if until_ts is None:
                 found = self._probe_live(cur)
                 self._newest_found = found
-            else:
-                found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes)
-            if until_ts is None:
                 for table, name in found.anchors.items():
                     self._keep_anchor(table, found.ids[table], name)
+            else:
+                found = probe_frontiers(cur, RECORD_TABLES, until_ts, WINDOWS, self._sizes)
             if static and until_ts is not None:
                 self._frontier_hint = (found, probe_next(cur, RECORD_TABLES, until_ts))
         self._sizes = dict(found.rows)
