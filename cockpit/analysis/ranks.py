@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from operator import attrgetter, sub
+from typing import Any, NamedTuple
 
 from cockpit.analysis.stats import median
 
@@ -70,11 +71,26 @@ class JobTotals(NamedTuple):
     tokens_per_s: float | None = None
 
 
+class _RankSums(NamedTuple):
+    """One rank's part of a window (`rank_window`)."""
+
+    walls: list[float]  # finite wall times per optimizer step
+    own: list[float]  # those less communication wait, where finite
+    data_timed: bool
+    comm_timed: bool
+    data: float  # time in the phase over the steps with a time > 0
+    comm: float
+    whole: float  # those steps' time
+    rates: dict[str, float]  # unit -> units over the time they took
+
+
 def rank_window(steps: Sequence[StepSample]) -> tuple[list[RankSummary], JobTotals]:
     """Every rank's summary and the job's totals, in one pass over each rank's steps.
 
-    A refresh summarises a few thousand steps (the window of every rank): one pass per
-    figure was most of the efficiency figures' time at 16 ranks.
+    A refresh summarises a few thousand steps (the window of every rank), so a rank
+    whose records are all plain (one step each, a finite time above zero: what most
+    trainers send) is summed by C-level passes (`_plain_sums`), the others step by step
+    (`_rank_sums`); both give the same figures, bit for bit.
     """
     by_rank: dict[int, list[StepSample]] = {}
     for s in steps:
@@ -85,56 +101,31 @@ def rank_window(steps: Sequence[StepSample]) -> tuple[list[RankSummary], JobTota
     rates: dict[str, float] = {}
     for rank in sorted(by_rank):
         rows = by_rank[rank]
-        walls: list[float] = []
-        own: list[float] = []
-        data_timed = comm_timed = False
-        data = comm = whole = 0.0  # the phases' and the steps' time, steps with a time
-        done = {"samples": [0.0, 0.0], "tokens": [0.0, 0.0]}  # units, their time
-        known = {"samples": False, "tokens": False}
-        for s in rows:
-            t, d, c = s.step_time, s.data_time, s.comm_time
-            data_timed = data_timed or d is not None
-            comm_timed = comm_timed or c is not None
-            if t is not None:
-                n = s.steps if s.steps > 1 else 1
-                w = t / n
-                if math.isfinite(w):
-                    walls.append(w)
-                    o = w - c / n if c is not None else w
-                    if math.isfinite(o):
-                        own.append(o)
-                if t > 0:
-                    data += d or 0.0
-                    comm += c or 0.0
-                    whole += t
-                    for unit, count in (("samples", s.samples), ("tokens", s.tokens)):
-                        if count is not None:
-                            acc = done[unit]
-                            acc[0] += count
-                            acc[1] += t
-                            known[unit] = True
-        for unit, (total, spent) in done.items():
-            if known[unit] and spent > 0:
-                rates[unit] = rates.get(unit, 0.0) + total / spent
-        if data_timed and whole > 0:
+        sums = _plain_sums(rows)
+        if sums is None:
+            sums = _rank_sums(rows)
+        for unit, rate in sums.rates.items():
+            rates[unit] = rates.get(unit, 0.0) + rate
+        whole = sums.whole
+        if sums.data_timed and whole > 0:
             data_any = True
-            data_part += data
+            data_part += sums.data
             data_whole += whole
-        if comm_timed and whole > 0:
+        if sums.comm_timed and whole > 0:
             comm_any = True
-            comm_part += comm
+            comm_part += sums.comm
             comm_whole += whole
-        if not walls:
+        if not sums.walls:
             continue
         out.append(
             RankSummary(
                 rank=rank,
                 host=rows[-1].host,
-                step_time=median(walls),
-                own_time=median(own) if own else median(walls),
-                data_share=data / whole if data_timed and whole > 0 else None,
-                comm_share=comm / whole if comm_timed and whole > 0 else None,
-                last_step=max(s.step for s in rows),
+                step_time=median(sums.walls),
+                own_time=median(sums.own) if sums.own else median(sums.walls),
+                data_share=sums.data / whole if sums.data_timed and whole > 0 else None,
+                comm_share=sums.comm / whole if sums.comm_timed and whole > 0 else None,
+                last_step=max(map(_STEP, rows)),
                 steps=len(rows),
             )
         )
@@ -142,6 +133,102 @@ def rank_window(steps: Sequence[StepSample]) -> tuple[list[RankSummary], JobTota
         data=(data_part, data_whole) if data_any else None,
         comm=(comm_part, comm_whole) if comm_any else None,
         samples_per_s=rates.get("samples"), tokens_per_s=rates.get("tokens"))
+
+
+_STEP = attrgetter("step")
+
+
+def _plain_sums(rows: Sequence[StepSample]) -> _RankSums | None:
+    """`_rank_sums` of a rank whose records each cover one step and have a finite step
+    time above zero, by passes that run in C (a quarter of the time a step-by-step pass
+    takes); None for any other rank. Each sum is `sum(values, 0.0)` over the values
+    `_rank_sums` sums, in the same order, so the figures are the same to the last bit."""
+    # The rows' columns, by one transposition (a NamedTuple is a tuple).
+    (_, _, _, times, datas, _, comms, samples, tokens, _, covers) = zip(*rows, strict=True)
+    try:
+        if min(times) <= 0 or max(covers) > 1:
+            return None
+        whole = sum(times, 0.0)
+    except TypeError:  # a step without a time
+        return None
+    if not math.isfinite(whole):  # an infinite or NaN time makes the sum so
+        return None
+    data, data_timed = _phase_sum(datas)
+    comm, comm_timed = _phase_sum(comms)
+    if not comm_timed:
+        own = list(times)
+    elif None in comms:
+        own = [t if c is None else t - c for t, c in zip(times, comms, strict=True)]
+    else:
+        own = list(map(sub, times, comms))
+    if not math.isfinite(sum(own, 0.0)):
+        own = [o for o in own if math.isfinite(o)]
+    rates: dict[str, float] = {}
+    for unit, counts in (("samples", samples), ("tokens", tokens)):
+        total = _sum_or_none(counts)
+        if total is not None:
+            rates[unit] = total / whole
+        elif counts.count(None) < len(counts):
+            taken = sum([t for t, n in zip(times, counts, strict=True) if n is not None], 0.0)
+            rates[unit] = sum([n for n in counts if n is not None], 0.0) / taken
+    return _RankSums(list(times), own, data_timed, comm_timed, data, comm, whole, rates)
+
+
+def _sum_or_none(values: Sequence[Any]) -> float | None:
+    """`sum(values, 0.0)`, or None where a value is None."""
+    try:
+        return sum(values, 0.0)
+    except TypeError:
+        return None
+
+
+def _phase_sum(values: Sequence[float | None]) -> tuple[float, bool]:
+    """A phase's time over steps that each have a time above zero, a missing one as
+    zero (`_rank_sums`), and whether any step timed the phase."""
+    total = _sum_or_none(values)
+    if total is not None:
+        return total, bool(values)
+    return sum([v or 0.0 for v in values], 0.0), values.count(None) < len(values)
+
+
+def _rank_sums(rows: Sequence[StepSample]) -> _RankSums:
+    """One rank's walls, own times, phase and step time sums and unit rates, step by
+    step: records covering several steps, missing, zero or non-finite times."""
+    walls: list[float] = []
+    own: list[float] = []
+    data_timed = comm_timed = False
+    datas: list[float] = []  # per step with a time > 0: time in each phase, the step's
+    comms: list[float] = []
+    spent: list[float] = []
+    units: dict[str, tuple[list[Any], list[float]]] = {}  # unit -> counts, their times
+    for s in rows:
+        t, d, c = s.step_time, s.data_time, s.comm_time
+        data_timed = data_timed or d is not None
+        comm_timed = comm_timed or c is not None
+        if t is not None:
+            n = s.steps if s.steps > 1 else 1
+            w = t / n
+            if math.isfinite(w):
+                walls.append(w)
+                o = w - c / n if c is not None else w
+                if math.isfinite(o):
+                    own.append(o)
+            if t > 0:
+                datas.append(d or 0.0)
+                comms.append(c or 0.0)
+                spent.append(t)
+                for unit, count in (("samples", s.samples), ("tokens", s.tokens)):
+                    if count is not None:
+                        counts, times = units.setdefault(unit, ([], []))
+                        counts.append(count)
+                        times.append(t)
+    rates: dict[str, float] = {}
+    for unit, (counts, times) in units.items():
+        taken = sum(times, 0.0)
+        if taken > 0:
+            rates[unit] = sum(counts, 0.0) / taken
+    return _RankSums(walls, own, data_timed, comm_timed, sum(datas, 0.0), sum(comms, 0.0),
+                     sum(spent, 0.0), rates)
 
 
 def summarize_ranks(steps: Sequence[StepSample]) -> list[RankSummary]:
@@ -154,15 +241,32 @@ def step_walls(steps: Sequence[StepSample]) -> tuple[list[float], list[int]]:
     record's over the steps it covers, median over the ranks that reported it), and how
     many optimizer steps that record covers (what a mean over them weighs it by)."""
     by_step: dict[int, list[float]] = {}
-    covers: dict[int, int] = {}
+    if steps:
+        # Most windows hold only records of one step each with a finite time: their
+        # times are grouped as they are (a refresh's few thousand, by one transposition).
+        (_, _, numbers, times, *_, covers) = zip(*steps, strict=True)
+        try:
+            plain = max(covers) <= 1 and math.isfinite(sum(times, 0.0))
+        except TypeError:  # a step without a time
+            plain = False
+        if plain:
+            for k, t in zip(numbers, times, strict=True):
+                held = by_step.get(k)
+                if held is None:
+                    by_step[k] = [t / 1]
+                else:
+                    held.append(t / 1)
+            order = sorted(by_step)
+            return [median(by_step[k]) for k in order], [1] * len(order)
+    covers_of: dict[int, int] = {}
     for s in steps:
         t = s.step_time
         if t is not None and math.isfinite(t):
             n = max(s.steps, 1)
             by_step.setdefault(s.step, []).append(t / n)
-            covers[s.step] = max(covers.get(s.step, 1), n)
+            covers_of[s.step] = max(covers_of.get(s.step, 1), n)
     order = sorted(by_step)
-    return [median(by_step[k]) for k in order], [covers[k] for k in order]
+    return [median(by_step[k]) for k in order], [covers_of[k] for k in order]
 
 
 def step_wall_times(steps: Sequence[StepSample]) -> list[float]:

@@ -18,6 +18,7 @@ import functools
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from cockpit.analysis.lifecycle import ended, newest_in_effect, took_effect
@@ -286,12 +287,23 @@ def _extend(held: _Held, added: list[dict[str, Any]], fr: Frontiers) -> _Held | 
     if steps != held.steps or low < held.low:
         return None  # another rank count, or the window moved back (a rollback)
     fresh = [_sample(r) for r in rows if r["step"] is not None and r["step"] > low]
-    merged = sorted([*(s for s in held.window if s.step > low), *fresh],
-                    key=lambda s: (s.step, s.rank, s.ts if s.ts is not None else -math.inf))
-    window = newest_per_rank_step(merged)
+    window = newest_per_rank_step(in_window_order([*(s for s in held.window if s.step > low),
+                                                   *fresh]))
     return _Held(fr, newest_row, held.job, held.world, held.world_since, by_rank,
                  held.complete_after, window, low, steps, _make_view(latest, newest, window),
                  held.extensions + 1)
+
+
+def in_window_order(samples: list[StepSample]) -> list[StepSample]:
+    """`samples` by (step, rank, ts), a sample without a ts first among its rank's step."""
+    try:  # by C-level keys: a live refresh sorts a few thousand
+        return sorted(samples, key=_STEP_RANK_TS)
+    except TypeError:  # a ts is compared only within a rank's step: there one was None
+        return sorted(samples, key=lambda s: (s.step, s.rank,
+                                              s.ts if s.ts is not None else -math.inf))
+
+
+_STEP_RANK_TS = attrgetter("step", "rank", "ts")
 
 
 def _make_view(latest: list[dict[str, Any]], newest: dict[str, Any],

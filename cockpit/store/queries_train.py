@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from agent.wire.events import FORK, JOB_STARTED
@@ -646,5 +647,10 @@ _Row = TypeVar("_Row", bound=tuple[Any, ...])  # a stored row, or a sample built
 def newest_per_rank_step(rows: list[_Row]) -> list[_Row]:
     """Rows of `SAMPLE_COLUMNS` sorted by (step, rank, ts, seq), keeping the last, i.e.
     the newest run, of each (rank, step)."""
-    return [r for r, after in zip(rows, [*rows[1:], None], strict=True)
-            if after is None or (after[2], after[0]) != (r[2], r[0])]
+    # Each row's (step, rank) by one C call: a live refresh goes over a few thousand.
+    keys = list(map(_STEP_RANK, rows))
+    return [r for r, key, after in zip(rows, keys, [*keys[1:], None], strict=True)
+            if key != after]
+
+
+_STEP_RANK = itemgetter(2, 0)

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from cockpit.analysis.ranks import StepSample, rank_window
+from cockpit.analysis import ranks
+from cockpit.analysis.ranks import StepSample, rank_window, step_walls
 from cockpit.analysis.stats import median
 
 
@@ -88,3 +89,53 @@ def test_a_rank_without_step_times_is_left_out_of_the_summaries_only() -> None:
     assert [r.rank for r in ranks] == [0]
     assert totals.data == (0.5, 1.0)  # rank 1's step has no time to share
     assert totals.samples_per_s == pytest.approx(10.0)
+
+
+def _plain_window(seed: int) -> list[StepSample]:
+    """What most trainers send: one record a step, each with a time above zero; the
+    phases, units and communication timed on some steps or ranks only."""
+    rng = random.Random(seed)
+    rows = []
+    for step in range(1, 60):
+        for rank in range(4):
+            rows.append(StepSample(
+                rank=rank, host=f"h{rank}", step=step, step_time=rng.uniform(0.05, 3.0),
+                data_time=(rng.choice((0.0, -0.0, rng.uniform(0, 0.4))) if rank != 1
+                           else None),
+                comm_time=(rng.uniform(0, 0.5) if rank == 0 or step % 7 == 0 else None),
+                samples=rng.choice((None, 16)) if rank == 2 else 16,
+                tokens=rng.randrange(1, 9000) if rank < 3 else None))
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_plain_rank_sums_to_the_last_bit_what_a_step_by_step_pass_sums(seed: int) -> None:
+    rows = _plain_window(seed)
+    for rank in range(4):
+        mine = [s for s in rows if s.rank == rank]
+        fast = ranks._plain_sums(mine)
+        assert fast is not None
+        assert fast == ranks._rank_sums(mine)  # every list, sum and rate equal, not close
+
+
+@pytest.mark.parametrize("odd", [
+    {"step_time": None}, {"step_time": 0.0}, {"step_time": -0.5}, {"step_time": math.inf},
+    {"step_time": math.nan}, {"steps": 4},
+])
+def test_a_rank_with_any_other_record_is_summed_step_by_step(odd: dict[str, object]) -> None:
+    mine = [s for s in _plain_window(1) if s.rank == 0]
+    mine[7] = mine[7]._replace(**odd)
+    assert ranks._plain_sums(mine) is None
+
+
+@pytest.mark.parametrize("window", [_plain_window(3), _window(2)], ids=["plain", "mixed"])
+def test_step_walls_are_each_steps_median_per_optimizer_step(window: list[StepSample]) -> None:
+    per_step: dict[int, list[float]] = {}
+    most: dict[int, int] = {}  # the most steps a timed record of the step covers
+    for s in window:
+        if s.step_time is not None and math.isfinite(s.step_time):
+            per_step.setdefault(s.step, []).append(s.step_time / max(s.steps, 1))
+            most[s.step] = max(most.get(s.step, 1), s.steps)
+    walls, covers = step_walls(window)
+    assert walls == [median(per_step[k]) for k in sorted(per_step)]
+    assert covers == [most[k] for k in sorted(per_step)]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent.wire.protocol import encode
-from cockpit.read.train_tail import TrainTail
+from cockpit.analysis.ranks import StepSample
+from cockpit.read.train_tail import TrainTail, in_window_order
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
 from tests.store.wire import TS0
@@ -242,3 +243,14 @@ def test_a_job_that_ended_is_not_training_however_recent_its_last_step(
     assert TrainTail(StoreReader(store)).training(fr, None) == training
     if training == ("parent",):
         assert tail.job(fr, None) == "parent"
+
+
+def test_the_window_is_ordered_by_step_rank_and_ts_a_missing_ts_first() -> None:
+    def at(step: int, rank: int, ts: float | None) -> StepSample:
+        return StepSample(rank, "h", step, 0.1, ts=ts)
+
+    plain = [at(2, 0, 5.0), at(1, 1, 3.0), at(1, 0, 4.0), at(1, 0, 2.0)]
+    assert in_window_order(plain) == [plain[3], plain[2], plain[1], plain[0]]
+    # A record without a ts beside one with a ts, in the same rank's step.
+    odd = [at(1, 0, 2.0), at(1, 0, None), at(0, 3, None)]
+    assert in_window_order(odd) == [odd[2], odd[1], odd[0]]
