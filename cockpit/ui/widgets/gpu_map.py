@@ -22,7 +22,7 @@ moves it, filters the map and opens the host it is on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from operator import attrgetter
 from typing import Any
 
@@ -66,18 +66,31 @@ def state_style(state: GpuState) -> str:
 
 @dataclass(frozen=True)
 class HostRow:
-    """One host as the map shows it, computed once per snapshot."""
+    """One host as the map shows it, computed once per snapshot.
+
+    Its cause and labels are worked out when first asked for: the map shows one host's
+    cause (the cursor's) and a filter typed asks for labels, while a fleet's snapshot
+    makes a row for each of its hundred-odd hosts."""
 
     host: HostHealth
     state: GpuState  # its worst GPU, or its link's state
     states: tuple[GpuState, ...]  # each GPU's
-    cause: str  # why it is in `state`, in words
-    labels: frozenset[str]  # the states it shows, for the filter
     sort_key: tuple[int, int, str]  # `gpu_state.sort_key`: worst first
 
     @property
     def name(self) -> str:
         return self.host.host
+
+    @cached_property
+    def cause(self) -> str:
+        """Why it is in `state`, in words."""
+        return gs.host_cause(self.host, self.states, self.state)
+
+    @cached_property
+    def labels(self) -> frozenset[str]:
+        """The states it shows, for the filter."""
+        return frozenset({self.state.label.lower(), self.state.level.value,
+                          *(s.label.lower() for s in self.states)})
 
 
 @dataclass(frozen=True)
@@ -94,9 +107,7 @@ class FleetView:
 def host_row(host: HostHealth) -> HostRow:
     states = gs.gpu_states(host)
     state = gs.host_state(host, states)
-    labels = {state.label.lower(), state.level.value, *(s.label.lower() for s in states)}
-    return HostRow(host, state, states, gs.host_cause(host, states, state),
-                   frozenset(labels), gs.sort_key(host, states, state))
+    return HostRow(host, state, states, gs.sort_key(host, states, state))
 
 
 def fleet_view(hosts: tuple[HostHealth, ...]) -> FleetView:
