@@ -145,13 +145,8 @@ def _plain_sums(rows: Sequence[StepSample]) -> _RankSums | None:
     `_rank_sums` sums, in the same order, so the figures are the same to the last bit."""
     # The rows' columns, by one transposition (a NamedTuple is a tuple).
     (_, _, _, times, datas, _, comms, samples, tokens, _, covers) = zip(*rows, strict=True)
-    try:
-        if min(times) <= 0 or max(covers) > 1:
-            return None
-        whole = sum(times, 0.0)
-    except TypeError:  # a step without a time
-        return None
-    if not math.isfinite(whole):  # an infinite or NaN time makes the sum so
+    whole = _plain_total(times, covers)
+    if whole is None or min(times) <= 0:
         return None
     data, data_timed = _phase_sum(datas)
     comm, comm_timed = _phase_sum(comms)
@@ -172,6 +167,18 @@ def _plain_sums(rows: Sequence[StepSample]) -> _RankSums | None:
             taken = sum([t for t, n in zip(times, counts, strict=True) if n is not None], 0.0)
             rates[unit] = sum([n for n in counts if n is not None], 0.0) / taken
     return _RankSums(list(times), own, data_timed, comm_timed, data, comm, whole, rates)
+
+
+def _plain_total(times: Sequence[Any], covers: Sequence[int]) -> float | None:
+    """The sum of a window's step times where each record covers one step and has a
+    finite time (`_plain_sums`, `step_walls`), else None."""
+    try:
+        if max(covers) > 1:
+            return None
+        total = sum(times, 0.0)
+    except TypeError:  # a step without a time
+        return None
+    return total if math.isfinite(total) else None  # an inf or NaN time makes it so
 
 
 def _sum_or_none(values: Sequence[Any]) -> float | None:
@@ -245,17 +252,14 @@ def step_walls(steps: Sequence[StepSample]) -> tuple[list[float], list[int]]:
         # Most windows hold only records of one step each with a finite time: their
         # times are grouped as they are (a refresh's few thousand, by one transposition).
         (_, _, numbers, times, *_, covers) = zip(*steps, strict=True)
-        try:
-            plain = max(covers) <= 1 and math.isfinite(sum(times, 0.0))
-        except TypeError:  # a step without a time
-            plain = False
-        if plain:
+        if _plain_total(times, covers) is not None:
             for k, t in zip(numbers, times, strict=True):
+                wall = float(t)  # as `t / 1` below: the same value, a float
                 held = by_step.get(k)
                 if held is None:
-                    by_step[k] = [t / 1]
+                    by_step[k] = [wall]
                 else:
-                    held.append(t / 1)
+                    held.append(wall)
             order = sorted(by_step)
             return [median(by_step[k]) for k in order], [1] * len(order)
     covers_of: dict[int, int] = {}
