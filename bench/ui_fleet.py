@@ -31,7 +31,7 @@ fleet's p95 <= 50 ms at both sizes, and <= 1.5x the 2-host p95 at the same size.
 last line printed is JSON; value is the worse of the fleet's two p95s, baseline the
 2-host p95 at that size.
 
-    .venv/bin/python bench/ui_fleet.py [--hosts 128] [--seconds 60] [--runs 60] [--rounds 3]
+    .venv/bin/python bench/ui_fleet.py [--hosts 128] [--seconds 60] [--runs 60] [--rounds 6]
 """
 
 from __future__ import annotations
@@ -356,8 +356,11 @@ def main() -> int:
     # one after another in rotation, so that a slow spell of the machine (a shared
     # virtual machine's speed moves by a fifth from minute to minute) falls on every
     # screen alike rather than on the one timed then, and the ratios compare like with
-    # like.
-    parser.add_argument("--rounds", type=int, default=3,
+    # like. Six spells of ten: a spell is then about four seconds, a round of the four
+    # screens about twenty, shorter than the machine's slow spells; with three of twenty
+    # a slow spell often fell on one screen's spell alone, and its three slowest
+    # refreshes made that screen's p95.
+    parser.add_argument("--rounds", type=int, default=6,
                         help="spells each screen is timed in, in rotation (runs/rounds each)")
     parser.add_argument("--arrival", choices=("jittered", "aligned"), default="jittered",
                         help="jittered (default): each host samples at its own phase and "
