@@ -95,19 +95,21 @@ def _where_sql(where: Mapping[str, Any], params: dict[str, Any]) -> str:
     return " AND ".join(parts) if parts else "TRUE"
 
 
-def matches(row: Mapping[str, Any], where: Mapping[str, Any]) -> bool:
-    """Whether a row is one `where` selects, as `_where_sql` selects it."""
+def selected(rows: Sequence[Mapping[str, Any]],
+             where: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The rows `where` selects, as `_where_sql` selects them (None matches NULL, a
+    frozenset any of its members). One pass per condition rather than a call per row:
+    a live fleet adds a thousand GPU rows a second, of which the job's hosts' few are
+    kept."""
+    kept = list(rows)
     for name, value in where.items():
-        have = row[name]
         if value is None:
-            if have is not None:
-                return False
+            kept = [row for row in kept if row[name] is None]
         elif isinstance(value, frozenset):
-            if have not in value:
-                return False
-        elif have != value:
-            return False
-    return True
+            kept = [row for row in kept if row[name] in value]
+        else:
+            kept = [row for row in kept if row[name] == value]
+    return kept
 
 
 def downsample(
@@ -401,9 +403,7 @@ def added_buckets(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, 
     rows are grouped by bucket first and each bucket's figures taken by the builtins
     over lists, not compared value by value."""
     groups: dict[int, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        if where and not matches(row, where):
-            continue
+    for row in selected(rows, where) if where else rows:
         at = row[x]
         if at is None:
             continue

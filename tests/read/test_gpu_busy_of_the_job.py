@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cockpit.read.source import build_snapshot
 from cockpit.store import Store
-from cockpit.store.downsample import matches
+from cockpit.store.downsample import selected
 from cockpit.store.queries import StoreReader
 from tests.store.wire import TS0, gpu, train
 
@@ -45,7 +45,9 @@ def test_the_busy_history_is_the_job_hosts_gpus(tmp_path: Path) -> None:
 
 def test_a_frozenset_selects_its_members_as_the_statement_does() -> None:
     row = {"host": "a", "rank": None}
-    assert matches(row, {"host": frozenset({"a", "b"}), "rank": None})
-    assert not matches(row, {"host": frozenset({"b"})})
-    assert not matches(row, {"host": frozenset()})
-    assert not matches(row, {"host": "a", "rank": 0})
+    other = {"host": "c", "rank": 0}
+    assert selected([row, other], {"host": frozenset({"a", "b"}), "rank": None}) == [row]
+    assert selected([row, other], {"host": frozenset({"b"})}) == []
+    assert selected([row, other], {"host": frozenset()}) == []
+    assert selected([row, other], {"host": "a", "rank": 0}) == []
+    assert selected([row, other], {"rank": 0}) == [other]
