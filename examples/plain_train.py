@@ -142,6 +142,10 @@ def main() -> int:
             time.sleep(args.sleep)
     rep.close()
     if world > 1:
+        # Together (no rank tears down while rank 0 still saves), and with the DDP model
+        # gone, so that the group's threads are joined here and not at interpreter exit.
+        del ddp
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import math
 import os
 import random
@@ -121,7 +122,15 @@ class Dist:
         return t
 
     def close(self) -> None:
+        """End the ranks' groups together and while the interpreter is whole.
+
+        The barrier keeps a rank from tearing its group down while another is still in
+        its last collective or saving the last checkpoint. The caller drops its DDP
+        model first, so that `destroy_process_group` frees the groups here, joining
+        their threads, rather than at interpreter exit, where a thread still holding a
+        Python object can abort the process after the run has finished."""
         if self.world > 1:
+            dist.barrier(group=self.control_group)
             dist.destroy_process_group()
 
 
@@ -352,6 +361,7 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
             os.kill(os.getpid(), signal.SIGKILL)
 
     rep.close()
+    del ddp, comm  # the last holders of the process group besides torch's own map
     d.close()
     return 0
 
@@ -448,4 +458,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A rank that dies of a signal (SIGSEGV, SIGABRT …) prints every thread's Python
+    # stack to stderr, which the job's output keeps: torchrun alone names only the signal.
+    faulthandler.enable()
     sys.exit(main())
