@@ -51,3 +51,5 @@ def test_a_frozenset_selects_its_members_as_the_statement_does() -> None:
     assert selected([row, other], {"host": frozenset()}) == []
     assert selected([row, other], {"host": "a", "rank": 0}) == []
     assert selected([row, other], {"rank": 0}) == [other]
+    rows = [row, other]
+    assert selected(rows, {}) is rows  # nothing to select by: no copy
