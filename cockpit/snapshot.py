@@ -11,6 +11,7 @@ points, so their size does not grow with run length.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from agent.wire import states
 
@@ -152,9 +153,17 @@ class Efficiency:
     note: str | None = None
 
 
-@dataclass(frozen=True)
-class GpuCell:
-    index: int
+class GpuCell(NamedTuple):
+    """One GPU as the Health pane shows it: its newest sample, its inventory facts and its
+    fault history.
+
+    A named tuple, not a frozen dataclass like the rest of the snapshot: a fleet's
+    snapshot makes one per GPU on every refresh (1,024 at 128 hosts x 8), and a tuple is
+    made in one C call, a fifth of the time a frozen dataclass's `__init__` takes to set
+    its 18 fields one by one. Immutable and compared by value all the same; `_replace`
+    makes a changed copy."""
+
+    index: int  # type: ignore[assignment]  # the field hides tuple.index: never called
     online: bool
     simulated: bool
     util: float | None = None

@@ -274,7 +274,7 @@ def _health(snap: Snapshot) -> dict[str, Any]:
     for h in snap.health.hosts:
         row = asdict(h)
         verdicts = gpu_states(h)
-        row["gpus"] = [{**asdict(g), "verdict": s.label}
+        row["gpus"] = [{**g._asdict(), "verdict": s.label}
                        for g, s in zip(h.gpus, verdicts, strict=True)]
         row["gpus_online"] = sum(1 for g in h.gpus if g.online)
         row["gpus_total"] = len(h.gpus)

@@ -17,7 +17,7 @@ WELL = GpuCell(index=0, online=True, simulated=False, util=95.0, temp=60.0, ecc_
 
 
 def cell(**changes: object) -> GpuCell:
-    return dataclasses.replace(WELL, **changes)
+    return WELL._replace(**changes)
 
 
 def host(*cells: GpuCell, state: str = "streaming", **changes: object) -> HostHealth:
@@ -48,7 +48,7 @@ def test_benign_throttle_reasons_are_no_problem() -> None:
 def test_the_worst_figure_decides() -> None:
     everything = cell(xid=13, ecc_unc=1, throttle=SW_THERMAL, temp=95.0, util=0.0)
     assert gs.gpu_state(everything) is GpuState.XID
-    assert gs.gpu_state(dataclasses.replace(everything, online=False)) is GpuState.OFFLINE
+    assert gs.gpu_state(everything._replace(online=False)) is GpuState.OFFLINE
     assert gs.gpu_state(cell(throttle=SW_THERMAL, temp=95.0)) is GpuState.THROTTLED
     assert gs.worst([GpuState.IDLE, GpuState.HOT, GpuState.OK]) is GpuState.HOT
     assert gs.worst([]) is GpuState.OK

@@ -11,7 +11,7 @@ from cockpit.analysis import gpu_state as gs
 from cockpit.read.report import render_report
 from cockpit.snapshot import GpuCell, HostHealth
 
-GPU_FIELDS = {f.name for f in dataclasses.fields(GpuCell)}
+GPU_FIELDS = set(GpuCell._fields)
 HOST_FIELDS = {f.name for f in dataclasses.fields(HostHealth)} - {"gpus"}
 
 
