@@ -6,6 +6,7 @@ import pytest
 
 from agent.wire.protocol import encode
 from cockpit.read.details import EventsTimeline, HostDetail, LogTail, RunInfo
+from cockpit.read.health import build_health
 from cockpit.read.report import render_report
 from cockpit.read.source import build_snapshot, details
 from cockpit.snapshot import GpuCell, Marker, Snapshot
@@ -81,8 +82,9 @@ def test_health_and_interruptions(final: Snapshot) -> None:
 
 def test_gpu_cells_are_whole_gpu_cells(final: Snapshot) -> None:
     """`build_health` makes its cells from their values in field order, without GpuCell's
-    keyword constructor: each value is in its own field, and the cell equals (and hashes
-    as) the one the constructor makes of the same fields by name."""
+    keyword constructor: each is a whole GpuCell, with values of its fields' types, equal
+    to (and hashing as) the one the constructor makes of the same fields by name (the
+    order itself: `test_each_gpu_figure_lands_in_its_own_field`)."""
     cells = [g for h in final.health.hosts for g in h.gpus]
     assert cells
     for cell in cells:
@@ -95,6 +97,28 @@ def test_gpu_cells_are_whole_gpu_cells(final: Snapshot) -> None:
         assert isinstance(cell.util, float) and isinstance(cell.mem_total, int)
         with pytest.raises(AttributeError):
             cell.util = 0.0  # type: ignore[misc]  # immutable: the test is that it refuses
+
+
+def test_each_gpu_figure_lands_in_its_own_field() -> None:
+    """Every value `build_health` puts into a cell by position, each one different, is
+    found under its own name: a value put in a neighbour's place (two floats swapped)
+    makes another cell than GpuCell's constructor makes by name."""
+    host = {"host": "h", "gpu_source": "nvml", "gpu_state": "ok", "state": "streaming",
+            "gpus": [{"index": 3, "name": "H100", "mem_total": 80 << 30, "simulated": False}]}
+    sample = {"host": "h", "gpu": 3, "ts": 10.0, "seq": 1, "sim": False, "util": 11.0,
+              "temp": 22.0, "power": 33.0, "power_limit": 44.0, "mem_used": 55,
+              "mem_total": 66, "ecc_vol_unc": 77, "throttle": 88, "ecc_agg_unc": 99,
+              "remap_pending": False}
+    history = {"host": "h", "gpu": 3, "count": 5, "earlier": 2, "newest": 79,
+               "codes": [48, 79], "earlier_last_ts": 4.5}
+    health = build_health([host], [sample], [], [], [], {"h": "streaming"}, 11.0,
+                          replaying=False, xid_history=[history])
+    (cell,) = health.hosts[0].gpus
+    assert cell == GpuCell(
+        index=3, online=True, simulated=False, util=11.0, temp=22.0, power=33.0,
+        power_limit=44.0, mem_used=55, mem_total=66, ecc_unc=77, xid=79, throttle=88,
+        name="H100", xid_count=5, xid_earlier=2, xid_codes=(48, 79), xid_earlier_last=4.5,
+        ecc_lifetime=99)
 
 
 def test_alerts_each_kind_with_where_and_hint(final: Snapshot) -> None:
