@@ -31,7 +31,7 @@ fleet's p95 <= 50 ms at both sizes, and <= 1.5x the 2-host p95 at the same size.
 last line printed is JSON; value is the worse of the fleet's two p95s, baseline the
 2-host p95 at that size.
 
-    .venv/bin/python bench/ui_fleet.py [--hosts 128] [--seconds 60] [--runs 60] [--rounds 12]
+    .venv/bin/python bench/ui_fleet.py [--hosts 128] [--seconds 60] [--runs 60] [--rounds 6]
 """
 
 from __future__ import annotations
@@ -349,22 +349,18 @@ def main() -> int:
                              "trains from second 10)")
     # 60 per screen: a p95 of 20 was the second-worst refresh, and moved by several ms
     # from run to run; 60 also reach the job's interruption, whose log line lays the
-    # screen out again. The whole bench takes under three minutes (most of it the pauses
-    # between refreshes and the app's start in each spell).
+    # screen out again. The whole bench takes about two minutes (most of it the pauses
+    # between refreshes).
     parser.add_argument("--runs", type=int, default=60, help="timed refreshes per screen")
     # The screens take turns: each is timed in `rounds` spells of runs/rounds refreshes,
     # one after another in rotation, so that a slow spell of the machine (a shared
     # virtual machine's speed moves by a fifth from minute to minute) falls on every
     # screen alike rather than on the one timed then, and the ratios compare like with
-    # like. Twelve spells of five: with three of twenty a slow spell often fell on one
-    # screen's spell alone, and its three slowest refreshes made that screen's p95; with
-    # six of ten, one slow spell still covered ten of a screen's sixty refreshes, more
-    # than the 5 % above its p95, and so set that p95 alone (the fleet's at 160 x 48 went
-    # from a median of 42 ms to a p95 of 54 where the other spells' p95 was 45). Five
-    # are fewer than that, so it takes two slow spells on one screen; the medians are
-    # the same with spells of five as of ten (each spell begins with `WARMUP` refreshes
-    # untimed), and the bench takes about 2.7 minutes rather than 2.
-    parser.add_argument("--rounds", type=int, default=12,
+    # like. Six spells of ten: a spell is then about four seconds, a round of the four
+    # screens about twenty, shorter than the machine's slow spells; with three of twenty
+    # a slow spell often fell on one screen's spell alone, and its three slowest
+    # refreshes made that screen's p95.
+    parser.add_argument("--rounds", type=int, default=6,
                         help="spells each screen is timed in, in rotation (runs/rounds each)")
     parser.add_argument("--arrival", choices=("jittered", "aligned"), default="jittered",
                         help="jittered (default): each host samples at its own phase and "
