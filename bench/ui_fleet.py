@@ -19,8 +19,9 @@ builds its snapshots as `cockpit.sessions.live.LiveSource` does (the store being
 written, `until_ts=None`, the links' states) on the recording's clock. Before each
 refresh one more second of every host's records is stored (not timed), so every
 refresh reads new samples of every GPU and host and new training steps: a busy refresh,
-as a live cockpit's after a second of data. (A `ReplaySource` would be the other way;
-its 64 MB DuckDB pool runs out of memory on this fleet's recording.) A refresh is timed
+as a live cockpit's after a second of data. (A `ReplaySource` stepped at 1x over the
+same recording would be the other way; live is the harder case, as only a live refresh
+finds rows that arrived after newer ones were stored.) A refresh is timed
 as `bench/ui.py` times it: from the app's refresh request until the four panes hold
 the new snapshot and the screen has painted what changed. The panes are whatever the
 app's panes are when this runs.
@@ -251,8 +252,9 @@ class Recording:
                 i = stream.index
                 ready, stream.lines = stream.lines, []
                 _second(stream, self.second, i < JOB_HOSTS, self.phase[i])
-                # In the host's own order: what it sent last second, then this second's.
-                sampled, stream.lines = stream.lines, [*self.held.pop(i, []), *ready]
+                # In the host's own order: what arrived before this second (this flush's
+                # earlier seconds), then last second's late samples, then this second's.
+                sampled, stream.lines = stream.lines, [*ready, *self.held.pop(i, [])]
                 # Flushed at the end of the second: what arrives later waits for the next.
                 delay = self.draw.uniform(0.005, 0.06) if self.jittered else 0.0
                 if self.phase[i] + delay > 1.0:
@@ -262,7 +264,11 @@ class Recording:
             self.second += 1
         chunks = [(stream.name, stream.take()) for stream in self.streams]
         self.records += sum(chunk.count(b"\n") for _, chunk in chunks)
-        self.store.ingest_many([(name, chunk) for name, chunk in chunks if chunk])
+        result = self.store.ingest_many([(name, chunk) for name, chunk in chunks if chunk])
+        # Every line sent is new and well formed: one out of its host's order would be
+        # taken for a repeat (its seq at or below the host's mark) and not stored.
+        if result.duplicates or result.malformed or result.failed:
+            raise RuntimeError(f"the recording lost records: {result}")
         for stream in self.streams:  # what the fleet's state callback records
             if self.offline(stream) and stream.name not in self.down:
                 self.down.add(stream.name)
