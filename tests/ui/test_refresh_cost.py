@@ -20,7 +20,7 @@ from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_snapshot
 from cockpit.ui.widgets.gauge import Gauge
 from cockpit.ui.widgets.loss_chart import LossChart
-from cockpit.ui.widgets.spark_bars import SparkBars
+from cockpit.ui.widgets.spark_bars import DATA_RANGE, FROM_ZERO, PERCENT, SparkBars
 from tests.ui.helpers import settle, text
 
 
@@ -176,28 +176,36 @@ async def test_a_theme_switch_redraws_the_chart_in_the_new_colours() -> None:
 
 
 async def test_the_sparklines_draw_what_textual_would() -> None:
-    """The sparklines lay their bars out themselves: the same cells as Textual's own
-    Sparkline, in every theme, for a history, a flat one and none."""
+    """The sparklines lay their bars out themselves: on Textual's scale (the LR's), the
+    same cells as Textual's own Sparkline, in every theme, for a history, a flat one and
+    none; the Efficiency pane's on theirs (samples/s from zero, GPU busy on 0-100 %),
+    where a steady level is drawn at its height."""
     app = make_app(StaticSource(demo_snapshot()))
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         bars = list(app.screen.query(SparkBars))
         assert len(bars) == 3  # the Effect pane's LR, the Efficiency pane's two
+        assert [b.scale for b in bars] == [DATA_RANGE, FROM_ZERO, PERCENT]
         history = list(bars[0].data or [])
         assert len(set(history)) > 2
+        lr, throughput, busy = bars
         for theme in app.theme_names:
             app.theme = theme
             await settle(pilot)
             for data in (history, [3.0] * 40, [1.0, 5.0], []):
-                for line in bars:
-                    line.data = data
-                    width, height = line.size
-                    shown = [line.render_line(y) for y in range(height)]
-                    textual = Visual.to_strips(line, visualize(line, line.render()), width,
-                                               height, line.visual_style)
-                    assert _cells(shown) == _cells(textual), (theme, data)
-                    if data is history:  # bars of several heights, each in its colour
-                        assert len({cell[:2] for cell in _cells(shown)[0]}) > 2
+                lr.data = data
+                width, height = lr.size
+                shown = [lr.render_line(y) for y in range(height)]
+                textual = Visual.to_strips(lr, visualize(lr, lr.render()), width,
+                                           height, lr.visual_style)
+                assert _cells(shown) == _cells(textual), (theme, data)
+                if data is history:  # bars of several heights, each in its colour
+                    assert len({cell[:2] for cell in _cells(shown)[0]}) > 2
+            for line, data, bar in ((busy, [95.5] * 40, "▇"), (busy, [0.0] * 40, "▁"),
+                                    (busy, [100.0] * 40, "█"), (throughput, [3.0] * 40, "█")):
+                line.data = data
+                (row,) = [line.render_line(y) for y in range(line.size.height)]
+                assert row.text == bar * line.size.width, (theme, data)
 
 
 async def test_gauges_and_the_progress_bar_repaint_only_when_what_they_show_changes() -> None:

@@ -15,7 +15,7 @@ from rich.style import Style
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.strip import Strip
 
-from cockpit.ui.widgets.spark_bars import bar_strips
+from cockpit.ui.widgets.spark_bars import DATA_RANGE, FROM_ZERO, PERCENT, Scale, bar_strips
 
 LOW, HIGH = Color.parse("#1e3a5f"), Color.parse("#f0c040")
 BASE = Style(color="#cccccc", bgcolor="#101010")
@@ -73,3 +73,40 @@ def test_a_run_of_one_colour_is_one_segment() -> None:
     side are one: fewer segments for the screen to lay out, the same cells."""
     (line,) = fast([1.0] * 30 + [9.0] * 30, 60, 1)
     assert len(list(line)) == 2
+
+
+def bars(data: Sequence[float], width: int, scale: Scale) -> str:
+    assert LOW.triplet is not None and HIGH.triplet is not None
+    (line,) = bar_strips(data, width, 1, LOW, HIGH, max, BASE, scale)
+    return line.text
+
+
+def test_a_steady_level_is_drawn_at_its_height_on_a_fixed_scale() -> None:
+    """Textual's scale draws any flat series as the lowest bar and a 94-96 % wobble
+    from the lowest bar to the highest; on 0-100 both read as the level they are."""
+    assert bars([95.5] * 20, 20, DATA_RANGE) == "▁" * 20
+    assert bars([95.5] * 20, 20, PERCENT) == "▇" * 20  # int(0.955 * 7): the 7th of 8
+    assert bars([0.0] * 20, 20, PERCENT) == "▁" * 20
+    assert bars([100.0] * 20, 20, PERCENT) == "█" * 20
+    assert set(bars([94.0, 96.0] * 10, 20, DATA_RANGE)) == {"▁", "█"}
+    assert set(bars([94.0, 96.0] * 10, 20, PERCENT)) == {"▇"}
+    assert bars([50.0], 4, PERCENT) == "▄" * 4  # one point at its height, not full
+    assert bars([40.0, 80.0], 2, FROM_ZERO) == "▄█"  # a rate: its share of the peak
+
+
+def test_values_beyond_a_fixed_end_are_drawn_at_that_end() -> None:
+    assert bars([-5.0, 150.0], 2, PERCENT) == "▁█"
+    assert bars([-3.0, -1.0], 2, FROM_ZERO) == "▁▁"  # nothing above zero: all lowest
+
+
+def test_the_colours_follow_the_fixed_scale() -> None:
+    """The colour runs from the low end's to the high end's over the scale, as the bar's
+    height does: a steady 95 % is near the high colour, not the low one."""
+    assert LOW.triplet is not None and HIGH.triplet is not None
+    (line,) = bar_strips([95.0] * 5, 5, 1, LOW, HIGH, max, BASE, PERCENT)
+    (segment,) = list(line)
+    assert segment.style is not None and segment.style.color is not None
+    near = segment.style.color.triplet
+    assert near is not None
+    assert all(abs(c - h) < abs(c - lo)
+               for c, h, lo in zip(near, HIGH.triplet, LOW.triplet, strict=True))

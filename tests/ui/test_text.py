@@ -15,12 +15,13 @@ from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
 from cockpit.ui.screens.run_info import shown
-from cockpit.ui.widgets.detail_view import field_cell, series_value_text
+from cockpit.ui.widgets.detail_view import field_cell, series_scale, series_value_text
 from cockpit.ui.widgets.gauge import level_style
 from cockpit.ui.widgets.gpu_grid import host_line
 from cockpit.ui.widgets.interruption_log import interruption_line
 from cockpit.ui.widgets.loss_chart import legend, nearest_y
 from cockpit.ui.widgets.progress_pane import bar_progress, eta_text
+from cockpit.ui.widgets.spark_bars import DATA_RANGE, PERCENT
 from cockpit.ui.widgets.sparkline_chart import range_text
 from cockpit.ui.widgets.status_bar import fit_parts
 
@@ -145,6 +146,15 @@ def test_drill_down_sparklines_print_their_scale_in_units() -> None:
     assert range_text(used, series_value_text("gpu_mem_used")) == "now 2.0GiB · 2.0GiB–2.0GiB"
     assert range_text(Series(), series_value_text("cpu")) == "no data"
     assert range_text(history, series_value_text("grad_norm")) == "now 77.4 · 38–79"
+
+
+def test_drill_down_percentages_are_drawn_on_their_0_to_100_scale() -> None:
+    """A host's CPU steady at 40 % is drawn at 40 %, not as the lowest bar; a
+    temperature or a memory size keeps the bars' own range, printed beside them."""
+    assert series_scale("util_per_gpu") == PERCENT and series_scale("cpu") == PERCENT
+    assert series_scale("gpu_util") == PERCENT
+    for name in ("gpu_temp", "gpu_mem_used", "gpu_power", "grad_norm"):
+        assert series_scale(name) == DATA_RANGE, name
 
 
 def test_a_seek_press_scales_with_speed_but_never_crosses_a_short_recording() -> None:

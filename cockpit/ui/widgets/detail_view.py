@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Static
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Series
 from cockpit.ui import format as fmt
+from cockpit.ui.widgets.spark_bars import DATA_RANGE, PERCENT, Scale
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
 SCALARS = (str, int, float, bool, type(None))
@@ -72,6 +73,11 @@ def field_cell(key: str, value: object) -> str:
     if name in KB_RATE_FIELDS:
         return f"{fmt.size(value * 1024)}/s"
     return cell(value)
+
+
+def series_scale(name: str) -> Scale:
+    """What a history's bars stand for: a percentage's on 0-100, as its value prints."""
+    return PERCENT if series_value_text(name) is fmt.percent else DATA_RANGE
 
 
 def series_value_text(name: str) -> Callable[[float], str]:
@@ -175,14 +181,15 @@ class DetailView(VerticalScroll):
             yield Static(fmt.markup("[b]$name[/b]", name=title(name)), classes="detail-heading")
         if isinstance(value, Series):
             yield SparklineChart(title(name) or "series", value,
-                                 value_text=series_value_text(name))
+                                 value_text=series_value_text(name), scale=series_scale(name))
             return
         mapping = as_mapping(value)
         if mapping is not None:
             series = {k: v for k, v in mapping.items() if isinstance(v, Series)}
             rest = {k: v for k, v in mapping.items() if not isinstance(v, Series)}
             for key, item in series.items():
-                yield SparklineChart(title(key), item, value_text=series_value_text(name))
+                yield SparklineChart(title(key), item, value_text=series_value_text(name),
+                                     scale=series_scale(name))
             if rest:
                 yield self.key_values(flatten(rest))
             return

@@ -11,6 +11,7 @@ from cockpit.snapshot import Efficiency, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.gauge import Gauge
 from cockpit.ui.widgets.pane import Pane, update_text
+from cockpit.ui.widgets.spark_bars import FROM_ZERO, PERCENT
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
 SLOWEST_SHOWN = 3
@@ -64,8 +65,10 @@ class EfficiencyPane(Pane):
         yield Gauge("MFU", good=35, bad=15, id="gauge-mfu")
         yield Static(id="throughput")
         yield Static(id="stragglers")
-        yield SparklineChart("samples/s", id="spark-throughput")
-        yield SparklineChart("GPU busy", id="spark-busy")
+        # No axis beside them: bars from zero, and GPU busy on its 0-100 % (Textual's
+        # scale, lowest to highest value, draws a steady 95 % as the lowest bar).
+        yield SparklineChart("samples/s", scale=FROM_ZERO, id="spark-throughput")
+        yield SparklineChart("GPU busy", scale=PERCENT, id="spark-busy")
 
     def show(self, snapshot: Snapshot) -> None:
         e = snapshot.efficiency

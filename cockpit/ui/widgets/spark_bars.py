@@ -10,12 +10,18 @@ the two to one another). It does so once per bucket rather than once per line, w
 bar's colour made once per shade, and a run of bars in one colour in one segment: the
 renderable's Fractions, a Style per bar and a Segment per cell were most of a refresh's
 cost of three sparklines.
+
+Textual scales the bars from the data's lowest value to its highest. With no axis beside
+the bars, that misleads where the level itself matters: a GPU busy at a steady 95 %
+draws the lowest bar everywhere (a flat series), and one moving between 94 and 96 %
+swings from the lowest bar to the highest. A `Scale` fixes either end (a percentage's
+0 and 100, a rate's 0), and values beyond it are drawn at that end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from rich.color import Color
 from rich.segment import Segment
@@ -30,11 +36,26 @@ from cockpit.ui.widgets.line_cache import LineCache
 BARS = SparklineRenderable.BARS
 
 
+class Scale(NamedTuple):
+    """The values the lowest and the highest bar stand for; None: the data's own lowest
+    or highest, as Textual's Sparkline scales."""
+
+    low: float | None = None
+    high: float | None = None
+
+
+DATA_RANGE = Scale()  # Textual's own
+PERCENT = Scale(0.0, 100.0)
+FROM_ZERO = Scale(0.0, None)  # a rate: the bars' height is its share of the peak
+
+
 class SparkBars(Sparkline):
     ALLOW_SELECT = False  # bars are not text to copy
 
-    def __init__(self, data: list[float] | None = None, **kwargs: Any) -> None:
+    def __init__(self, data: list[float] | None = None, *, scale: Scale = DATA_RANGE,
+                 **kwargs: Any) -> None:
         super().__init__(data, **kwargs)
+        self.scale = scale
         self._lines = LineCache()
 
     def render_line(self, y: int) -> Strip:
@@ -52,14 +73,17 @@ class SparkBars(Sparkline):
         low, high = renderable.min_color.color, renderable.max_color.color
         assert low is not None and high is not None  # made from colours (`render`)
         return bar_strips(renderable.data, width, height, low, high,
-                          renderable.summary_function, self.visual_style.rich_style)
+                          renderable.summary_function, self.visual_style.rich_style,
+                          self.scale)
 
 
 def bar_strips(data: Sequence[float], width: int, height: int, low: Color, high: Color,
-               summary: Callable[[Sequence[float]], float], base: Style) -> list[Strip]:
+               summary: Callable[[Sequence[float]], float], base: Style,
+               scale: Scale = DATA_RANGE) -> list[Strip]:
     """The lines Textual's Sparkline renderable draws of `data` in `width` x `height`,
     from `low` (the minimum's colour) to `high` (the maximum's), each bucket summarised
-    by `summary`, on `base`."""
+    by `summary`, on `base`; with a `scale` that fixes an end, the bars and colours are
+    placed on it instead."""
     shades: dict[Color, Style] = {}
 
     def shade(colour: Color) -> Style:
@@ -71,23 +95,25 @@ def bar_strips(data: Sequence[float], width: int, height: int, low: Color, high:
     if not data:
         lines: list[list[tuple[str, Style]]] = [[] for _ in range(height - 1)]
         lines.append([("▁" * width, shade(low))])
-    elif len(data) == 1:
+    elif len(data) == 1 and scale == DATA_RANGE:
         lines = [[("█" * width, shade(high))] for _ in range(height)]
     else:
-        lines = _bars(data, width, height, low, high, summary, shade, base)
+        lines = _bars(data, width, height, low, high, summary, shade, base, scale)
     return [Strip([Segment(text, style) for text, style in line]).crop_extend(0, width, base)
             for line in lines[:height]]
 
 
 def _bars(data: Sequence[float], width: int, height: int, low: Color, high: Color,
           summary: Callable[[Sequence[float]], float], shade: Callable[[Color], Style],
-          base: Style) -> list[list[tuple[str, Style]]]:
+          base: Style, scale: Scale = DATA_RANGE) -> list[list[tuple[str, Style]]]:
     """Each line's runs of bars, top line first, as the renderable picks them: `width`
     buckets of the data (those that are empty left out), the bar at column c from bucket
     `int(c * buckets / width)`, added up in floating point as the renderable adds it."""
     levels = len(BARS)
     top = levels * height - 1
-    minimum, maximum = min(data), max(data)
+    minimum = min(data) if scale.low is None else scale.low
+    maximum = max(data) if scale.high is None else scale.high
+    maximum = max(maximum, minimum)  # a rate from zero that is all below it
     extent = maximum - minimum or 1
     n = len(data)
     values = list(data)
@@ -101,6 +127,8 @@ def _bars(data: Sequence[float], width: int, height: int, low: Color, high: Colo
     at = 0.0
     for _ in range(width):
         ratio = (summaries[int(at)] - minimum) / extent
+        if not 0.0 <= ratio <= 1.0:  # beyond a fixed end: drawn at that end
+            ratio = min(max(ratio, 0.0), 1.0)
         column.append((int(ratio * top), shade_at(ratio)))
         at += step
     lines = []

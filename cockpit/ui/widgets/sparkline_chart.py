@@ -18,7 +18,7 @@ from textual.widgets import Label
 
 from cockpit.snapshot import Series
 from cockpit.ui import format as fmt
-from cockpit.ui.widgets.spark_bars import SparkBars
+from cockpit.ui.widgets.spark_bars import DATA_RANGE, Scale, SparkBars
 
 ValueText = Callable[[float], str]
 
@@ -54,15 +54,17 @@ class SparklineChart(Horizontal):
     series: reactive[Series | None] = reactive(None, repaint=False)  # the Sparkline repaints
 
     def __init__(self, label: str, series: Series | None = None, *,
-                 value_text: ValueText | None = None, id: str | None = None) -> None:
+                 value_text: ValueText | None = None, scale: Scale = DATA_RANGE,
+                 id: str | None = None) -> None:
         super().__init__(id=id)
         self.label = label
         self.value_text = value_text
+        self.scale = scale  # what the bars' heights stand for (`spark_bars.Scale`)
         self.set_reactive(SparklineChart.series, series)
 
     def compose(self) -> ComposeResult:
         yield Label(fmt.text(self.label))  # a drill-down names a series by a wire key
-        yield SparkBars(series_values(self.series) if self.series else [])
+        yield SparkBars(series_values(self.series) if self.series else [], scale=self.scale)
         if self.value_text is not None:
             yield Label(fmt.text(range_text(self.series, self.value_text)),
                         classes="spark-range")
