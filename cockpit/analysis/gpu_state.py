@@ -108,6 +108,16 @@ def gpu_states(host: HostHealth) -> tuple[GpuState, ...]:
     return tuple(s if s.rank < stale.rank else stale for s in own)
 
 
+def gpus_online(host: HostHealth, states: tuple[GpuState, ...] | None = None
+                ) -> tuple[bool, ...]:  # fmt: skip
+    """Each GPU of `host`: is it online? Not where its newest sample is missing, nor
+    where its host's link is lost: its last figures are then no news of it. What the
+    map shows offline, every count of GPUs online says too. `states`: its GPUs' from
+    `gpu_states`, when the caller has them already."""
+    states = gpu_states(host) if states is None else states
+    return tuple(s is not GpuState.OFFLINE for s in states)
+
+
 def host_state(host: HostHealth, states: tuple[GpuState, ...] | None = None) -> GpuState:
     """The host's worst GPU, or its link's state where it has no GPU to show it.
     `states`: its GPUs' from `gpu_states`, when the caller has them already."""

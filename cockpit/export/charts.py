@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cockpit.analysis.gpu_state import gpus_online
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Series, Snapshot
 
@@ -162,6 +163,7 @@ def _throughput(plt: Any, snap: Snapshot) -> Any:
 
 def _gpus(plt: Any, snap: Snapshot) -> Any:
     cells = [(h.host, g) for h in snap.health.hosts for g in h.gpus]
+    online = [on for h in snap.health.hosts for on in gpus_online(h)]
     fig, axes = plt.subplots(3, 1, figsize=(SIZE_IN[0], SIZE_IN[1] * 1.5), sharex=True)
     labels = [_text(f"{host}:{g.index}") for host, g in cells]
     xs = list(range(len(cells)))
@@ -177,8 +179,8 @@ def _gpus(plt: Any, snap: Snapshot) -> Any:
     bars(axes[1], [g.temp for _, g in cells], ORANGE, "temp °C")
     bars(axes[2], [100.0 * g.mem_used / g.mem_total if g.mem_used is not None and g.mem_total
                    else None for _, g in cells], GREEN, "memory %", 100.0)
-    for x, (_host, g) in zip(xs, cells, strict=True):
-        flags = [f for f, on in (("OFF", not g.online), (f"XID {g.xid}", bool(g.xid)),
+    for x, (_host, g), answers in zip(xs, cells, online, strict=True):
+        flags = [f for f, on in (("OFF", not answers), (f"XID {g.xid}", bool(g.xid)),
                                  ("ECC", bool(g.ecc_unc)), ("THR", bool(g.throttle)))
                  if on]
         if flags:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cockpit.analysis.gpu_state import gpus_online
 from cockpit.analysis.kpis import JobKpis
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Snapshot
@@ -153,9 +154,9 @@ def _fleet_metrics(out: _Families, snap: Snapshot) -> None:
                   host, h.net_tx)
         out.gauge("host_last_record_timestamp_seconds", "Time of the host's newest record.",
                   host, h.last_seen)
-        for g in h.gpus:
+        for g, online in zip(h.gpus, gpus_online(h), strict=True):
             gpu = {**host, "gpu": g.index}
-            out.gauge("gpu_online", "1 while the GPU answers.", gpu, int(g.online))
+            out.gauge("gpu_online", "1 while the GPU answers.", gpu, int(online))
             out.gauge("gpu_simulated", "1 for a simulated GPU (demo and tests).", gpu,
                       int(g.simulated))
             out.gauge("gpu_utilization_ratio", "GPU SM busy share (0..1).", gpu,
@@ -168,7 +169,7 @@ def _fleet_metrics(out: _Families, snap: Snapshot) -> None:
             out.counter("gpu_ecc_uncorrected_errors", "Uncorrected ECC errors (volatile).",
                         gpu, g.ecc_unc)
             out.gauge("gpu_last_xid", "Most recent XID error code (0: none seen).", gpu,
-                      g.xid if g.xid is not None else (0 if g.online else None))
+                      g.xid if g.xid is not None else (0 if online else None))
             out.gauge("gpu_throttle_reasons", "NVML clock throttle reason bitmask.", gpu,
                       g.throttle)
 

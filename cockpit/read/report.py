@@ -82,7 +82,7 @@ from typing import Any
 
 from agent.wire.events import FORK, RECOVERY, RELAUNCH, RESUME
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
-from cockpit.analysis.gpu_state import gpu_states, host_cause, host_state
+from cockpit.analysis.gpu_state import gpu_states, gpus_online, host_cause, host_state
 from cockpit.analysis.lifecycle import current_run_started, process_starts
 from cockpit.analysis.text import (
     json_printable,
@@ -274,9 +274,12 @@ def _health(snap: Snapshot) -> dict[str, Any]:
     for h in snap.health.hosts:
         row = asdict(h)
         verdicts = gpu_states(h)
-        row["gpus"] = [{**g._asdict(), "verdict": s.label}
-                       for g, s in zip(h.gpus, verdicts, strict=True)]
-        row["gpus_online"] = sum(1 for g in h.gpus if g.online)
+        online = gpus_online(h, verdicts)
+        # "online" as the screen says it: a lost host's GPUs are not, whatever the cell's
+        # last sample (`gpu_state.gpus_online`).
+        row["gpus"] = [{**g._asdict(), "online": on, "verdict": s.label}
+                       for g, s, on in zip(h.gpus, verdicts, online, strict=True)]
+        row["gpus_online"] = sum(online)
         row["gpus_total"] = len(h.gpus)
         row["verdict"] = host_state(h, verdicts).label
         row["cause"] = host_cause(h, verdicts)

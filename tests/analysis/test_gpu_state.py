@@ -71,6 +71,17 @@ def test_a_lost_link_makes_every_gpu_offline_whatever_it_last_said() -> None:
     assert gs.host_cause(lost) == "unreachable"
 
 
+def test_a_gpu_is_online_where_the_map_does_not_show_it_offline() -> None:
+    """Its own sample missing, or its host's link lost: offline, in every count of
+    GPUs online (the narrow Health line, a host's line, the report, the exporter)."""
+    assert gs.gpus_online(host(cell(), cell(index=1, online=False))) == (True, False)
+    assert gs.gpus_online(host(cell(), cell(index=1), state="unreachable")) == (False, False)
+    # Reconnecting: stale figures, but a GPU that answered; the cockpit's own end: no fault.
+    assert gs.gpus_online(host(cell(), state="connecting")) == (True,)
+    assert gs.gpus_online(host(cell(), state="stopped")) == (True,)
+    assert gs.gpus_online(host()) == ()
+
+
 def test_a_reconnecting_link_makes_data_stale_unless_it_was_worse() -> None:
     stale = host(cell(), cell(index=1, xid=79), state="stale")
     assert gs.gpu_states(stale) == (GpuState.STALE, GpuState.XID)

@@ -5,6 +5,7 @@ the panes show."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import signal
@@ -113,6 +114,18 @@ def test_families_carry_the_snapshots_figures_in_prometheus_units() -> None:
     assert got[("cockpit_gpu_simulated", gpu)] == 1
     # Unknown figures are absent, not zero: no val, no tokens were given.
     assert not any(name == "cockpit_tokens_per_second" for name, _ in got)
+
+
+def test_a_lost_hosts_gpus_are_not_online_whatever_they_last_said() -> None:
+    """The exporter says what the screen says: a GPU whose host is unreachable does
+    not answer, though its last sample is still the newest held."""
+    snap = _snapshot()
+    gpu = (("gpu", "0"), ("host", "gpu1"))
+    assert _samples(snap)[("cockpit_gpu_online", gpu)] == 1
+    (host,) = snap.health.hosts
+    lost = dataclasses.replace(snap, health=dataclasses.replace(
+        snap.health, hosts=(dataclasses.replace(host, state="unreachable"),)))
+    assert _samples(lost)[("cockpit_gpu_online", gpu)] == 0
 
 
 def test_every_family_is_documented_and_on_the_dashboard() -> None:

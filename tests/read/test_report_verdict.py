@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from cockpit.analysis import gpu_state as gs
-from cockpit.read.report import render_report
-from cockpit.snapshot import GpuCell, HostHealth
+from cockpit.read.report import _health, render_report
+from cockpit.snapshot import GpuCell, Health, HostHealth, Snapshot
 
 GPU_FIELDS = set(GpuCell._fields)
 HOST_FIELDS = {f.name for f in dataclasses.fields(HostHealth)} - {"gpus"}
@@ -29,3 +29,18 @@ def test_the_reports_verdicts_are_the_screens(recording: Path) -> None:
     text = render_report(recording, fmt="text")
     first = hosts[0]
     assert first["cause"] in text and first["gpus"][0]["verdict"] in text
+
+
+def test_a_lost_hosts_gpus_are_not_online_in_the_report() -> None:
+    """Online as the map shows it: an unreachable host's GPUs are offline, per GPU and
+    in the host's count, though each cell still holds its last sample."""
+    well = GpuCell(index=0, online=True, simulated=False, util=90.0, temp=60.0)
+    hosts = (HostHealth(host="up", state="streaming", gpu_state="ok",
+                        gpus=(well, well._replace(index=1, online=False))),
+             HostHealth(host="lost", state="unreachable", gpu_state="ok",
+                        gpus=(well, well._replace(index=1))))
+    rows = _health(Snapshot(ts=0.0, source_label="REPLAY", job=None,
+                            health=Health(hosts=hosts)))["hosts"]
+    assert [(r["gpus_online"], [g["online"] for g in r["gpus"]]) for r in rows] == [
+        (1, [True, False]), (0, [False, False])]
+    assert [g["verdict"] for g in rows[1]["gpus"]] == ["offline", "offline"]

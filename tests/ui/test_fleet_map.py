@@ -21,11 +21,13 @@ from textual.app import App
 from textual.geometry import Size
 from textual.widgets import Input
 
+from cockpit.analysis.gpu_state import GpuState
 from cockpit.analysis.text import printable
 from cockpit.sessions.static_source import StaticSource
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.themes import load_themes
 from cockpit.ui.widgets.gpu_map import GpuMap, draw, fleet_view
+from cockpit.ui.widgets.pane import Pane
 from tests.ui import fleet
 from tests.ui.helpers import settle, show
 
@@ -53,6 +55,25 @@ async def test_fleet_screens(snapshot: SnapshotAssertion, theme: str) -> None:
                 shots[f"{state}-{size_name}"] = app.export_screenshot()
     for name, shot in shots.items():
         assert svg(name=name) == shot, f"{theme}: {name}"
+
+
+@pytest.mark.parametrize("state", fleet.STATES)
+async def test_the_narrow_summary_counts_what_the_map_shows(state: str) -> None:
+    """At 80 × 24 the Health pane is its summary line, and it says what the map says: an
+    unreachable host's GPUs are offline there too, whatever their last figures were."""
+    app = make_app(StaticSource(fleet.fleet_snapshot(state)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        pane = app.screen.query_one("#health", Pane)
+        summary = str(pane.query_one(".summary").render())
+        total = fleet.HOSTS * fleet.GPUS
+        lost = fleet.GPUS if state == "offline" else 0
+        assert f"128 hosts · GPUs {total - lost}/{total} online" in summary
+        gpu_map = app.screen.query_one(GpuMap)
+        offline = dict(gpu_map.view.counts).get(GpuState.OFFLINE, 0)
+        assert offline == lost
+        failing = {"healthy": 0, "throttled": 0, "xid": 1, "offline": 1}[state]
+        assert (f"{failing} host failing" in summary) == bool(failing)
 
 
 def map_text(app: App) -> str:

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Static, Tab, Tabs
 
 from cockpit.analysis.gpu_history import xid_label
-from cockpit.analysis.gpu_state import gpu_problem
+from cockpit.analysis.gpu_state import gpu_problem, gpus_online
 from cockpit.analysis.throttle import throttle_text
 from cockpit.snapshot import HostHealth, Snapshot
 from cockpit.ui import format as fmt
@@ -24,9 +24,9 @@ GPU_COLUMNS = ("gpu", "name", "state", "util", "temp", "power", "memory", "ECC u
 def gpu_rows(host: HostHealth) -> list[tuple[Text, ...]]:
     """The GPU table's cells, as text: a GPU's name comes from the host."""
     rows = []
-    for c in host.gpus:
+    for c, online in zip(host.gpus, gpus_online(host), strict=True):
         problem = gpu_problem(c)
-        state = "offline" if not c.online else (problem or "ok")
+        state = "offline" if not online else (problem or "ok")
         if c.simulated:
             state += " (SIM)"
         power = fmt.na(c.power, "{:.0f}") + " / " + fmt.na(c.power_limit, "{:.0f} W")

@@ -44,11 +44,11 @@ def host_line(host: HostHealth, name_width: int,
     """`states`: the GPUs' as `gpu_state.gpu_states` gives them (their link counted),
     when the caller has them already."""
     cells = host.gpus
-    online = sum(1 for c in cells if c.online)
     link_style = ("$success" if host.state in gs.LINK_OK else "$warning"
                   if host.state in gs.LINK_WAIT else "$text-muted"
                   if host.state in gs.LINK_ENDED else "$error")
     states = gs.gpu_states(host) if states is None else states
+    online = sum(gs.gpus_online(host, states))
     glyphs = "".join(map(state_glyph, states)) or "[$text-muted]-[/]"
     temp = fmt.na(_max([c.temp for c in cells]), "{:.0f}°C")
     power = fmt.na(_sum([c.power for c in cells]), "{:.0f}W")
