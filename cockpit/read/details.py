@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from agent.wire.events import JOB_EXITED, JOB_STARTED
 from cockpit.analysis.alerts import STALE_AFTER_S
+from cockpit.analysis.gpu_state import link_down
 from cockpit.analysis.lifecycle import current_run_started, dict_field
 from cockpit.analysis.lr import scale_in_force
 from cockpit.analysis.markers import MARKER_KINDS, chart_markers
@@ -197,6 +198,10 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
             xids[data.get("gpu")] = data["xid"]
     inventory = {g.get("index"): g for g in facts["gpus"] if isinstance(g, dict)}
     sampled = {g["gpu"]: g for g in gpus}
+    state = facts.get("state") if until_ts is None else link_state(
+        facts, None, until_ts, replaying=True, ended=recording_ended(reader, until_ts))
+    # A lost host's GPUs are not online, whatever their last samples (`gpus_online`).
+    lost = isinstance(state, str) and link_down(state)
     cells = []
     for index in sorted(set(inventory) | set(sampled), key=lambda i: (i is None, i)):
         inv, g = inventory.get(index, {}), sampled.get(index, {})
@@ -204,7 +209,7 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
             gpu=int(index) if index is not None else -1,
             name=inv.get("name"),
             simulated=bool(g.get("sim") or inv.get("simulated")),
-            online=bool(g),
+            online=bool(g) and not lost,
             util=g.get("util"), mem_util=g.get("mem_util"), temp=g.get("temp"),
             power=g.get("power"), power_limit=g.get("power_limit"),
             mem_used=g.get("mem_used"), mem_total=g.get("mem_total") or inv.get("mem_total"),
@@ -221,8 +226,7 @@ def host_detail(reader: StoreReader, host: str, *, until_ts: float | None = None
 
     return HostDetail(
         host=host,
-        state=facts.get("state") if until_ts is None else link_state(
-            facts, None, until_ts, replaying=True, ended=recording_ended(reader, until_ts)),
+        state=state,
         gpu_state=facts.get("gpu_state"),
         gpu_source=facts.get("gpu_source"),
         hostname=facts.get("hostname"),

@@ -212,6 +212,20 @@ def test_details_host(reader: StoreReader) -> None:
         details(reader, "host", host="nope")
 
 
+def test_a_lost_hosts_gpus_are_not_online_in_its_detail(tmp_path: Path) -> None:
+    """The host screen's GPUs say what the map says: a GPU whose host is unreachable
+    is not online, though its newest sample is still the one held."""
+    path = syn.write_recording(tmp_path / "run.duckdb")
+    with Store(path) as store:
+        reader = StoreReader(store)
+        assert all(g.online for g in details(reader, "host", host="node-b").gpus)
+        store.set_host_state("node-b", "unreachable", "connection lost")
+        lost = details(reader, "host", host="node-b")
+        assert lost.state == "unreachable" and [g.gpu for g in lost.gpus] == [0, 1]
+        assert not any(g.online for g in lost.gpus)
+        assert lost.gpus[0].util is not None  # the last figures are still shown
+
+
 def test_details_events_run_log(reader: StoreReader) -> None:
     ev = details(reader, "events", kinds=["checkpoint_saved"])
     assert isinstance(ev, EventsTimeline) and [e.step for e in ev.events] == [200, 400]
