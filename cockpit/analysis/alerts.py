@@ -8,7 +8,6 @@ next, not a restatement of the problem.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from agent.wire.events import DROPPED, SPOOL_ERROR, XID
 from cockpit.analysis import throttle as throttle_bits
 from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.alert_ends import ENDED_BY_A_STEP, AlertEnds, alert_mark
+from cockpit.analysis.alert_groups import per_host
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.jump_hosts import jump_host_alerts, jump_host_down
 from cockpit.analysis.lifecycle import dict_field
@@ -81,8 +81,10 @@ _POWER_THROTTLE = throttle_bits.HW_POWER_BRAKE | throttle_bits.HW_SLOWDOWN
 
 
 def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
-    """From the latest sample of each GPU."""
+    """From the latest sample of each GPU; several GPUs of one host with the same alert
+    are one alert (`alert_groups.per_host`)."""
     out: list[Alert] = []
+    of: list[tuple[Any, Any, bool]] = []  # each alert's host, GPU and simulated flag
     for g in gpus:
         throttle = g.get("throttle") or 0
         if not (throttle & (_HEAT_THROTTLE | _POWER_THROTTLE) or (g.get("ecc_vol_unc") or 0) > 0
@@ -118,10 +120,8 @@ def gpu_alerts(gpus: Iterable[Row]) -> list[Alert]:
                 "a memory row remap is pending a GPU reset",
                 "reset the GPU at the next checkpoint boundary",
             ))
-        if g.get("sim"):  # a simulated GPU's alarm is a rehearsal: never unlabelled
-            out[found:] = [dataclasses.replace(a, what=f"SIM: {a.what} (simulated GPU)")
-                           for a in out[found:]]
-    return out
+        of += [(g.get("host"), g.get("gpu"), bool(g.get("sim")))] * (len(out) - found)
+    return per_host(out, of)
 
 
 def xid_alerts(events: Iterable[Row]) -> list[Alert]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from cockpit.analysis import alerts as A
+from cockpit.analysis.alert_groups import index_ranges
 from cockpit.analysis.divergence import Divergence
 from cockpit.analysis.stalls import DATA_STARVED, StallVerdict
 from cockpit.snapshot import Alert
@@ -33,6 +34,32 @@ def test_a_simulated_gpus_alert_says_so() -> None:
     sim, real = A.gpu_alerts(gpus)
     assert sim.what.startswith("SIM: GPU clocks throttled") and "(simulated GPU)" in sim.what
     assert "SIM" not in real.what
+
+
+def test_a_hosts_gpus_with_the_same_alert_are_one_alert() -> None:
+    """A host's cooling fails for all its GPUs at once (a rack's for dozens): one alert
+    per host and kind, naming its GPUs, not one per GPU."""
+    hot = [{"host": "r", "gpu": g, "ts": 5.0 + g, "throttle": 0x20, "temp": 88.0 + g}
+           for g in range(8)]
+    lone = {"host": "s", "gpu": 3, "ts": 5.0, "throttle": 0x20, "temp": 90.0}
+    ecc = {"host": "r", "gpu": 2, "ts": 5.0, "ecc_vol_unc": 4}
+    out = A.gpu_alerts([*hot, lone, ecc])
+    assert [(a.code, a.where) for a in out] == [  # in the order they were first raised
+        ("thermal_throttle", "host r / gpus 0-7"), ("thermal_throttle", "host s / gpu 3"),
+        ("ecc_uncorrected", "host r / gpu 2")]
+    grouped = out[0]
+    assert grouped.what == ("GPU clocks throttled for temperature (88 °C) on gpu 0, "
+                            "and on 7 more GPUs")
+    assert grouped.ts == 12.0 and grouped.severity == "warning"
+    sim = A.gpu_alerts([{**g, "sim": True} for g in hot])
+    assert [a.what for a in sim] == ["SIM: GPU clocks throttled for temperature (88 °C) on "
+                                     "gpu 0, and on 7 more GPUs (simulated GPUs)"]
+
+
+def test_gpu_indexes_read_as_runs() -> None:
+    assert index_ranges([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8"
+    assert index_ranges([3]) == "3" and index_ranges([]) == ""
+    assert index_ranges([1, None, 0]) == "0-1, None"
 
 
 def test_xid_severity_and_hint_from_catalogue() -> None:
