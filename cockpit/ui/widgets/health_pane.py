@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Input
 
-from cockpit.analysis.gpu_state import GpuState, Level
+from cockpit.analysis.gpu_state import Level, gpus_online
 from cockpit.analysis.text import counted
 from cockpit.snapshot import Snapshot
 from cockpit.ui import format as fmt
@@ -99,12 +99,11 @@ class HealthPane(Pane):
     def summary(self, snapshot: Snapshot) -> Content:
         health = snapshot.health
         # The map's view of these hosts (worked out once for both): a host whose state
-        # is at the error level is what `host_problem` calls "error", and a GPU is
-        # online unless the map shows it offline (its own sample missing, or its host's
-        # link lost: its last figures are then no news of it).
+        # is at the error level is what `host_problem` calls "error", and its GPUs are
+        # online as `gpus_online` says from the states the map shows.
         view = self.query_one(GpuMap).view_for(health.hosts)
         bad = sum(1 for row in view.rows if row.state.level is Level.ERROR)
-        online = view.gpus - dict(view.counts).get(GpuState.OFFLINE, 0)
+        online = sum(sum(gpus_online(row.host, row.states)) for row in view.rows)
         n = len(health.hosts)
         line = f"{counted(n, 'host')} · GPUs {online}/{view.gpus} online"
         line += f" · [$error]{counted(bad, 'host')} failing[/]" if bad else " · [$success]ok[/]"
