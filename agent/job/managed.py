@@ -91,6 +91,9 @@ PAUSE_STEP_WAIT = 5.0  # s at most for the ranks to report the paused checkpoint
 SPOOL_SETTLE = 0.5  # s without a new train record: the spools are drained
 SPOOL_SETTLE_MAX = 3.0  # s at most to wait for that
 SHARED_CHECKPOINT_POLL = 0.2  # s between looks at the shared checkpoint dir in a pause
+# s after the journal can write again before silence counts again: the spool tailer
+# journals what the ranks wrote meanwhile on its next polls, and only then are their steps seen
+JOURNAL_CATCH_UP = 5.0
 SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agent.wire.jobstate)
 # s a look at the checkpoint dir may take before the journal says the job waits on it
 SLOW_LOOK = 30.0
@@ -491,13 +494,31 @@ class ManagedJob:
                 sup.stop(self.spec.stop_grace)
             return self._failed(detected, failure_at, note,
                                 self.membership.failure if verdict is False else None)
+        return self._judge_silence(now)
+
+    def _judge_silence(self, now: float) -> Optional[float]:
+        """The hang check of one look at a running attempt: when to retry if it hung."""
         with self.progress.lock:
+            if self._journal_blind(now):  # its silence is the agent's, not the job's
+                self.detector.reset(now, new_attempt=False)
             hung = self.detector.hung(now)
             silent, threshold = self.detector.silent_for(now), self.detector.threshold()
             median, last_step = self.detector.median_step_time(), self.detector.last_step
         if hung:
             return self._hang(now, silent, threshold, median, last_step)
         return None
+
+    def _journal_blind(self, now: float) -> bool:
+        """Whether the agent cannot see the ranks' steps now. It sees them as the spool
+        tailer journals them; while the journal cannot write (a full disk,
+        `agent.journal.full`) they wait in the spool files, and a step nobody can read
+        is no hang: restarting for it would lose the steps since the last checkpoint to
+        a fault of the agent's disk. Silence counts again `JOURNAL_CATCH_UP` after the
+        journal writes again, once the waiting records are read."""
+        if self.journal.fault is not None:
+            return True
+        ended = self.journal.fault_ended_at
+        return ended is not None and now - ended < JOURNAL_CATCH_UP
 
     def _last_seen_alive(self, now: float) -> float:
         return max(self._last_alive.values()) if self._last_alive else now

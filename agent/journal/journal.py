@@ -233,6 +233,7 @@ class Journal:
         self._head = 0
         self._held = HeldRecords(hold_bytes)
         self._fault: Optional[DiskFault] = None
+        self._fault_ended: Optional[float] = None  # clock time the last spell ended
         self._retry_every = float(retry_every)
         self._retry_at = 0.0  # time.monotonic() of the next write attempt while faulty
         self._torn = False  # a failed write left bytes after `_size` not yet cut off
@@ -255,6 +256,13 @@ class Journal:
     def fault(self) -> Optional[DiskFault]:
         """The spell of failed writes going on now (None: the journal writes)."""
         return self._fault
+
+    @property
+    def fault_ended_at(self) -> Optional[float]:
+        """When (this journal's clock) the last spell of failed writes ended; None if
+        there has been none. What was kept out of the journal meanwhile (the trainers'
+        spool records, `JournalFull`) is journaled only after it."""
+        return self._fault_ended
 
     @property
     def held(self) -> int:
@@ -379,6 +387,7 @@ class Journal:
         if written < len(records):
             return False
         self._fault = None
+        self._fault_ended = self._clock()
         self._log("journal: %s is over: writing again (%d held records written)"
                   % (fault.describe(), fault.written))
         self._reserve.make()

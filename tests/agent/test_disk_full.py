@@ -466,3 +466,42 @@ def test_a_pause_the_disk_cannot_take_fails_and_the_job_goes_on_watched(
         finally:
             if disk is not None:
                 disk.close()
+
+
+def test_no_hang_is_declared_while_the_journal_cannot_show_the_steps(
+        tmp_path: Path, disk: TmpfsDisk | InjectedDisk) -> None:
+    """While the journal cannot write, the trainers' records wait in their spool files
+    and the agent sees no step: that silence is no hang (a restart would lose the steps
+    since the last checkpoint to a full disk). Silence counts again once the journal has
+    written for a while, and then a silent job is hung as before."""
+    from agent.job.launch import LaunchSpec
+    from agent.job.managed import JOURNAL_CATCH_UP, ManagedJob
+
+    clock = [1_000.0]
+    journal = Journal(disk.path, retry_every=0, clock=lambda: clock[0])
+    spec = LaunchSpec({"name": "blind", "python": sys.executable, "script": "train.py",
+                       "nproc_per_node": 1, "run_dir": str(tmp_path / "run"),
+                       "hang": {"k": 3.0, "floor": 3.0}})
+    job = ManagedJob(spec, journal, {}, log=lambda msg: None)
+    job.detector.reset(clock[0])
+    job.detector.observe(10, 0.01, clock[0])
+    limit = job.detector.threshold()
+    assert limit == 3.0
+    disk.fill()
+    while journal.fault is None:
+        journal.append("host", {"cpu": 1.0})
+    clock[0] += 60.0  # a minute without a step seen, the disk full throughout
+    assert job.detector.hung(clock[0])  # what the detector alone would say
+    assert job._judge_silence(clock[0]) is None
+    assert not job.detector.hung(clock[0] + limit / 2)
+    disk.free()
+    clock[0] += 1.0
+    journal.append("host", {"cpu": 1.0})  # the first write after the spell ends it
+    assert journal.fault is None and journal.fault_ended_at == clock[0]
+    ended = clock[0]
+    clock[0] = ended + JOURNAL_CATCH_UP - 0.5  # the spooled steps are being read
+    assert job._judge_silence(clock[0]) is None
+    job.detector.observe(11, 0.01, clock[0])  # they are: the job trained on
+    assert not job.detector.hung(clock[0] + limit - 0.1)
+    assert job.detector.hung(clock[0] + limit)  # a silent job is hung again
+    journal.close()

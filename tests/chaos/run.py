@@ -50,6 +50,7 @@ from typing import Any
 import duckdb
 
 from agent.journal.journal import JournalReader
+from agent.wire.events import INTERRUPTION
 from tests.control.conftest import AgentDaemon, charlm_spec, children
 from tests.harness.sshd import REPO_ROOT, SshdHost, sshd_hosts
 from tests.transport.support import spec_for
@@ -265,6 +266,7 @@ class Chaos:
     def disk_full(self, host: ChaosHost) -> tuple[bool, str]:
         filler = host.sshd.state_dir / "chaos-filler"
         written = 0
+        began = _now()
         with open(filler, "wb") as f:
             block = b"\0" * (1 << 20)
             try:
@@ -280,7 +282,12 @@ class Chaos:
         freed = _now()
         ok = self.trains_after(host, freed) and self.stored_past(host)
         alive = host.daemon is not None and host.daemon.proc.poll() is None
-        return ok and alive, f"journal disk full for 4 s ({written >> 20} MiB filler)"
+        # The agent saw no step while its journal was full: that is no hang to restart for.
+        restarts = [e["msg"] for e in host.daemon.events(INTERRUPTION, host.job)
+                    if e["ts"] >= began] if host.daemon is not None else []
+        return ok and alive and not restarts, (
+            f"journal disk full for 4 s ({written >> 20} MiB filler)"
+            + "".join(f"; {m}" for m in restarts))
 
     def _foreign_spool(self, host: ChaosHost, rank: int, body: bytes) -> tuple[bool, str]:
         """A spool file of a rank that does not exist, with `body` after a valid header:

@@ -51,6 +51,18 @@ class AgentDaemon:
         assert ack["data"]["ok"], ack
         return ack["data"]
 
+    def lately(self, n: int = 8) -> str:
+        """The last `n` events and daemon log lines, newest last: what a timeout shows
+        first (a whole list is cut off in a CI log before its end, the part that tells)."""
+        events = [f"{e['kind']}: {e['msg']}" for e in self.records("event")][-n:]
+        try:
+            log = (self.state_dir.parent / "daemon.log").read_text(errors="replace")
+        except OSError as exc:
+            log = f"(no daemon log: {exc})"
+        tail = log.splitlines()[-n:]
+        shown, said = " | ".join(events) or "none", " | ".join(tail) or "empty"
+        return f"last events: {shown}; daemon log: {said}"
+
     def records(self, t: str | None = None) -> list[dict]:
         if not (self.state_dir / "journal_id").exists():
             return []
@@ -77,7 +89,7 @@ class AgentDaemon:
                                      f"waiting for {what}")  # fmt: skip
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
-                                     f"events: {[e['msg'] for e in self.records('event')]}")
+                                     + self.lately())
             time.sleep(0.1)
 
     def close(self) -> None:
