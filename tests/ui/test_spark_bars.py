@@ -22,11 +22,12 @@ BASE = Style(color="#cccccc", bgcolor="#101010")
 
 
 def textual_lines(data: Sequence[float], width: int, height: int,
-                  summary: Callable[[Sequence[float]], float] = max) -> list[Strip]:
+                  summary: Callable[[Sequence[float]], float] = max,
+                  low: Color = LOW, high: Color = HIGH) -> list[Strip]:
     """What the renderable yields, split into lines and laid on `BASE` as the widget
     did before `bar_strips`."""
-    renderable = SparklineRenderable(data, width=width, height=height, min_color=LOW,
-                                     max_color=HIGH, summary_function=summary)
+    renderable = SparklineRenderable(data, width=width, height=height, min_color=low,
+                                     max_color=high, summary_function=summary)
     console = Console(width=width, height=height, color_system="truecolor")
     lines: list[list[Segment]] = [[]]
     for segment in renderable.__rich_console__(
@@ -66,6 +67,15 @@ def test_the_cases_the_renderable_draws_apart() -> None:
                 got = fast(data, width, height, summary)
                 assert cells(got) == cells(textual_lines(data, width, height, summary))
                 assert len(got) == height and all(s.cell_length == width for s in got)
+
+
+def test_colours_of_a_terminal_palette_are_drawn_as_textual_draws_them() -> None:
+    """A theme may name a terminal's own colour ("red"), which has no RGB to blend:
+    Textual then draws every bar in the high colour, and so do the bars here."""
+    data = [float((i * 37) % 23) for i in range(40)]
+    for low, high in ((Color.parse("red"), HIGH), (LOW, Color.parse("green"))):
+        got = bar_strips(data, 40, 2, low, high, max, BASE)
+        assert cells(got) == cells(textual_lines(data, 40, 2, max, low, high))
 
 
 def test_a_run_of_one_colour_is_one_segment() -> None:

@@ -26,7 +26,6 @@ from typing import Any, NamedTuple, cast
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
-from textual.renderables._blend_colors import blend_colors
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.strip import Strip
 from textual.widgets import Sparkline
@@ -150,12 +149,14 @@ def _bars(data: Sequence[float], width: int, height: int, low: Color, high: Colo
 
 def _blend(low: Color, high: Color, shade: Callable[[Color], Style]
            ) -> Callable[[float], Style]:  # fmt: skip
-    """The style of a bar at `ratio` between `low` and `high`: Textual's `blend_colors`,
-    worked out in the same arithmetic, with a Color made only for a shade not seen yet
-    (a few dozen among a sparkline's columns)."""
+    """The style of a bar at `ratio` between `low` and `high`: Textual's blend of its
+    sparkline's colours (a private helper of `textual.renderables`, not imported), worked
+    out in the same arithmetic, with a Color made only for a shade not seen yet (a few
+    dozen among a sparkline's columns)."""
     a, b = low.triplet, high.triplet
-    if a is None or b is None:  # not both RGB: `blend_colors` answers `high`
-        return lambda ratio: shade(blend_colors(low, high, ratio))
+    if a is None or b is None:  # not both RGB: Textual's blend answers `high`
+        style = shade(high)
+        return lambda ratio: style
     r1, g1, b1 = a
     dr, dg, db = b[0] - r1, b[1] - g1, b[2] - b1
     made: dict[tuple[int, int, int], Style] = {}
