@@ -1,11 +1,15 @@
 """Alerts of several GPUs of one host folded into one: a host's cooling or power fails
 for all its GPUs at once, and a rack's for dozens; an alert per GPU would bury the one
-that names the host among as many lines as it has GPUs."""
+that names the host among as many lines as it has GPUs.
+
+An acknowledgement of such an alert holds while the alert covers no GPU it did not
+cover when acknowledged (`covered`): one GPU of eight cooling down is no news, a GPU
+joining the group is."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from cockpit.analysis.text import counted, where_text
@@ -52,3 +56,47 @@ def index_ranges(indexes: Iterable[Any]) -> str:
             runs.append(str(start) if start == prev else f"{start}-{prev}")
         start = prev = n
     return ", ".join(runs + others)
+
+
+def gpu_scope(where: str) -> tuple[str, frozenset[str]] | None:
+    """(what precedes the GPUs, the GPU indexes as text) of a GPU alert's where, as
+    `where_text` writes it: "host a / gpu 3", "host a / gpus 0-2, 5"; None for any other
+    place, or one whose GPU list cannot be read back."""
+    for word in (" / gpus ", " / gpu "):
+        head, found, tail = where.rpartition(word)
+        if found:
+            break
+    else:
+        return None
+    if word == " / gpu ":
+        return head, frozenset((tail,))
+    indexes: set[str] = set()
+    for part in tail.split(", "):
+        low, dash, high = part.partition("-")
+        if dash and low.isdigit() and high.isdigit() and int(low) <= int(high):
+            if int(high) - int(low) > 4096:  # no host has that many GPUs: not ours
+                return None
+            indexes.update(str(i) for i in range(int(low), int(high) + 1))
+        elif part:
+            indexes.add(part)
+    return (head, frozenset(indexes)) if indexes else None
+
+
+def covered(code: str, where: str, acked: Collection[tuple[str, str]]) -> bool:
+    """Whether an acknowledgement in `acked` ((code, where) pairs) holds for this alert:
+    the very same one, or, for a GPU alert, one of the same code and host that named
+    every GPU this one names (a group that lost GPUs to recovery is still the alert the
+    operator saw; one that gained a GPU is not)."""
+    if (code, where) in acked:
+        return True
+    scope = gpu_scope(where)
+    if scope is None:
+        return False
+    head, gpus = scope
+    for acked_code, acked_where in acked:
+        if acked_code != code:
+            continue
+        seen = gpu_scope(acked_where)
+        if seen is not None and seen[0] == head and gpus <= seen[1]:
+            return True
+    return False

@@ -18,6 +18,7 @@ from typing import Any
 
 from agent.wire.events import INTERRUPTION
 from cockpit.analysis.alert_config import current as limits
+from cockpit.analysis.alert_groups import covered
 from cockpit.analysis.lifecycle import dict_field, event_data
 from cockpit.analysis.text import counted, where_text
 from cockpit.snapshot import Alert, Interruption, Series
@@ -245,7 +246,9 @@ def plateau_alerts(series: Series, *, now: float) -> list[Alert]:
 
 
 def acknowledge(alerts: Iterable[Alert], acked: Collection[tuple[str, str]]) -> tuple[Alert, ...]:
-    """The active alerts whose (code, where) the operator acknowledged read so; resolved
-    ones stay resolved (the condition is over, whoever saw it)."""
+    """The active alerts whose (code, where) the operator acknowledged read so (a GPU
+    group's, while it names no GPU the acknowledged one did not: `alert_groups.covered`);
+    resolved ones stay resolved (the condition is over, whoever saw it)."""
     return tuple(dataclasses.replace(a, state=ACKNOWLEDGED)
-                 if a.state == ACTIVE and (a.code, a.where) in acked else a for a in alerts)
+                 if a.state == ACTIVE and covered(a.code, a.where, acked) else a
+                 for a in alerts)

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from cockpit.analysis import alerts as A
-from cockpit.analysis.alert_groups import index_ranges
+from cockpit.analysis.alert_groups import gpu_scope, index_ranges
 from cockpit.analysis.divergence import Divergence
+from cockpit.analysis.signal_alerts import acknowledge
 from cockpit.analysis.stalls import DATA_STARVED, StallVerdict
 from cockpit.snapshot import Alert
 
@@ -60,6 +61,33 @@ def test_gpu_indexes_read_as_runs() -> None:
     assert index_ranges([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8"
     assert index_ranges([3]) == "3" and index_ranges([]) == ""
     assert index_ranges([1, None, 0]) == "0-1, None"
+
+
+def test_an_acknowledged_group_stays_so_while_it_names_no_new_gpu() -> None:
+    """Acknowledged with eight GPUs hot, the host's alert stays acknowledged as they cool
+    one by one (down to one GPU), and is active again once a GPU it did not name joins,
+    or on another host; another alert's acknowledgement covers nothing here."""
+    def hot(host: str, gpus: range | list[int]) -> list[dict]:
+        return [{"host": host, "gpu": g, "ts": 5.0, "throttle": 0x20, "temp": 90.0}
+                for g in gpus]
+
+    (first,) = A.gpu_alerts(hot("r", range(4, 8)))
+    acked = {(first.code, first.where)}
+    for now in (hot("r", range(5, 8)), hot("r", [4, 6]), hot("r", [7])):
+        assert [a.state for a in acknowledge(A.gpu_alerts(now), acked)] == ["acknowledged"]
+    for now in (hot("r", range(3, 8)), hot("r", [0]), hot("q", range(4, 8))):
+        assert [a.state for a in acknowledge(A.gpu_alerts(now), acked)] == ["active"]
+    power = [{"host": "r", "gpu": 5, "ts": 5.0, "throttle": 0x80, "power": 700.0,
+              "power_limit": 700.0}]
+    assert [a.state for a in acknowledge(A.gpu_alerts(power), acked)] == ["active"]
+
+
+def test_a_gpu_alerts_place_reads_back_as_its_host_and_gpus() -> None:
+    assert gpu_scope("host a / gpus 0-2, 5") == ("host a", frozenset({"0", "1", "2", "5"}))
+    assert gpu_scope("host a / gpu 3") == ("host a", frozenset({"3"}))
+    assert gpu_scope("host a / gpus 0-1, None") == ("host a", frozenset({"0", "1", "None"}))
+    for other in ("host a", "job", "host a / gpus ", "host a / gpus 0-99999999"):
+        assert gpu_scope(other) is None
 
 
 def test_xid_severity_and_hint_from_catalogue() -> None:
