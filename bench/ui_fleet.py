@@ -194,10 +194,12 @@ class Job:
                     "msg": "checkpoint saved", "data": {"seconds": 4.0, "bytes": 1 << 30}})
             if step == self.restart_at:
                 tail = streams[1]
-                cause = "rank 11 killed (SIGKILL)"
+                cause = "killed"  # as the agent classifies it (agent.wire.causes)
                 tail.add("event", ts + 0.15, {
                     "kind": "interruption", "job": JOB, "rank": None, "step": step,
-                    "msg": "rank 11 exited", "data": {"cause": cause, "detected_at": ts}})
+                    "msg": "rank 11 exited", "data": {
+                        "cause": cause, "detected_at": ts, "where": {"rank": 11},
+                        "evidence": ["rank 11 (pid 4242) killed (SIGKILL)"]}})
                 tail.add("event", ts + 0.4, {
                     "kind": "recovery", "job": JOB, "rank": None, "step": step,
                     "msg": "job recovered", "data": {"cause": cause, "recovery_seconds": 0.25,

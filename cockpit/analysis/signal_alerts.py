@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
@@ -112,6 +113,14 @@ def _data_hint(where: Mapping[str, Any]) -> str:
             "resume from the newest checkpoint")
 
 
+def cause_code(cause: str) -> str:
+    """The cause as the part of an alert code it names: the agent's and Slurm's causes
+    are words already (`oom`, `slurm_node_fail`); anything else a host sends is made one
+    (`rank 11 killed (SIGKILL)` → `rank_11_killed_sigkill`), so a code stays an
+    identifier to filter, export and acknowledge by, while `what` keeps the text."""
+    return re.sub(r"[^a-z0-9]+", "_", cause.lower()).strip("_")[:40] or "unknown"
+
+
 def interruption_alerts(
     events: Iterable[Row], incidents: Sequence[Interruption], *, now: float,
     micro_batch: int | None = None,
@@ -164,7 +173,7 @@ def interruption_alerts(
         state = ACTIVE if gave_up or not _over(last, host, incidents) else RESOLVED
         out.append(Alert(ts=first, kind=CAUSE_KIND.get(cause, "resource"),
                          severity="critical" if state == ACTIVE else "warning",
-                         code=f"interrupted_{cause}", where=where_text({
+                         code=f"interrupted_{cause_code(cause)}", where=where_text({
                              **place, "step": step}), what=what, hint=hint, state=state,
                          last_seen=last))
     return out

@@ -52,6 +52,21 @@ def test_an_oom_names_the_micro_batch_to_try_from_the_memory_reached() -> None:
     assert "reached 79.0 of 80.0 GiB" in alert.hint
 
 
+def test_an_alerts_code_is_an_identifier_whatever_cause_a_host_names() -> None:
+    """The agent's and Slurm's causes are words and stay so; a cause a host wrote as a
+    sentence (or as markup, or a control sequence) is made a word for the code, and the
+    alert's text still says it."""
+    events = [_interruption(1.0, "slurm_node_fail"),
+              _interruption(2.0, "rank 11 killed (SIGKILL)", host="b"),
+              _interruption(3.0, "[red]x\x1b[2J", host="c"),
+              _interruption(4.0, "?!", host="d")]
+    codes = [a.code for a in interruption_alerts(events, [], now=5.0)]
+    assert codes == ["interrupted_slurm_node_fail", "interrupted_rank_11_killed_sigkill",
+                     "interrupted_red_x_2j", "interrupted_unknown"]
+    (alert,) = interruption_alerts(events[1:2], [], now=5.0)
+    assert "rank 11 killed (SIGKILL)" in alert.what
+
+
 def test_micro_batch_arithmetic() -> None:
     assert micro_batch_to_try(16, 40 * GIB, 80 * GIB, 0.85) == 15  # never the same size
     assert micro_batch_to_try(8, 80 * GIB, 80 * GIB, 0.5) == 4
