@@ -7,8 +7,10 @@ every theme; and a line that changed must be drawn anew, not taken from what was
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
+from textual.geometry import Region
 from textual.visual import Visual
 
 from cockpit.sessions.static_source import StaticSource
@@ -74,3 +76,36 @@ async def test_a_changed_line_is_drawn_anew() -> None:
         after = [gpu_map.render_line(y) for y in range(gpu_map.size.height)]
         assert before != after
         _assert_lines_as_whole(gpu_map)
+
+
+async def test_a_new_snapshot_paints_again_the_lines_that_changed_and_only_those() -> None:
+    """A new snapshot marks for painting only the map lines that read otherwise; what the
+    screen shows then is what painting the whole map afresh shows, in each fleet state
+    and back to the first."""
+    source = StaticSource(fleet.fleet_snapshot(fleet.STATES[0]))
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        gpu_map = app.screen.query_one(GpuMap)
+        asked: list[tuple[Region, ...]] = []
+        refresh = gpu_map.refresh
+
+        def spy(*regions: Region, **kw: Any) -> GpuMap:
+            asked.append(regions)
+            return refresh(*regions, **kw)
+
+        gpu_map.refresh = spy  # type: ignore[method-assign]
+        partial = 0
+        for state in (*fleet.STATES[1:], fleet.STATES[0]):
+            asked.clear()
+            await show(pilot, source, fleet.fleet_snapshot(state))
+            crop = Region(0, 0, *gpu_map.size)
+            painted = gpu_map.render_lines(crop)
+            gpu_map._styles_cache.clear()
+            assert painted == gpu_map.render_lines(crop), f"a stale map line in {state}"
+            lines = [r for regions in asked for r in regions]
+            if asked and all(regions for regions in asked):
+                partial += 1
+                assert all(r.height == 1 for r in lines)
+                assert 0 < len({r.y for r in lines}) < gpu_map.size.height
+        assert partial >= 2  # the transitions that keep the map's height

@@ -15,8 +15,9 @@ pass over the hosts. Turning that text into screen cells costs more than buildin
 (a style per run of cells), and from one snapshot to the next most lines of the map
 read the same (GPUs change state far less often than their figures change): each line
 is turned into cells once and kept while its text and styles, the width and the
-theme stay the same. The cursor (a host) survives new snapshots by name; the pane
-moves it, filters the map and opens the host it is on.
+theme stay the same, and only the lines that changed are painted again. The cursor (a
+host) survives new snapshots by name; the pane moves it, filters the map and opens the
+host it is on.
 """
 
 from __future__ import annotations
@@ -380,9 +381,19 @@ class GpuMap(Widget):
         before = self._drawing
         self._drawing = draw(self.view, self.shown, self._room, self.cursor,
                              self.filter_text.strip())
-        same_height = (before is not None
-                       and before.height == self._drawing.height)
-        self.refresh(layout=not same_height)
+        after = self._drawing
+        if before is None or before.height != after.height or self.text_selection:
+            self.refresh(layout=before is None or before.height != after.height)
+        else:
+            # Only the lines that read otherwise are painted again: from one snapshot to
+            # the next most of a fleet's map reads the same, and the screen's work (and
+            # what goes to the terminal) follows the area refreshed, cached cells or not.
+            width = max(self.size.width, self._room.width)
+            changed = [Region(0, y, width, 1) for y, (old, new) in enumerate(
+                zip(before.lines, after.lines, strict=True))
+                if old.plain != new.plain or old.spans != new.spans]
+            if changed:
+                self.refresh(*changed)
         self.scroll_to_cursor()
 
     # Moving -------------------------------------------------------------------------
