@@ -4,15 +4,16 @@ A recording is made the way a live cockpit makes one: every host's agent stream 
 stream header, a `hello` listing 8 simulated GPUs, then each second a host sample and 8
 GPU samples; SIM-labelled, as the agent labels GPUs it simulates) goes into a DuckDB
 store through `Store.ingest_many`, the writer's own call, `FLUSH_S` seconds of records
-at a time, and the link states are recorded with `Store.set_host_state`. A 16-rank job
-trains on the first two hosts (train records per rank per step, evaluations, logs,
-checkpoints, one interruption and its recovery). Around it the fleet is not quiet: one
-host throttles, one GPU reports an XID, one GPU uncorrectable ECC errors, one host
-stops streaming part-way (its link unreachable), and utilisation and temperature move
-on every GPU, so that every pane has something new on every refresh. By default the
-hosts sample at their own phase within each second and their records arrive with their
-own delay (`--arrival jittered`), so that most flushes hold rows stamped before the
-newest one stored, as a real fleet's do; `--arrival aligned` stores each second whole.
+at a time, and the link states are recorded with `Store.set_host_state` on the
+recording's clock. A 16-rank job trains on the first two hosts (train records per rank
+per step, evaluations, logs, checkpoints, one interruption and its recovery). Around it
+the fleet is not quiet: one host throttles, one GPU reports an XID, one GPU uncorrectable
+ECC errors, one host stops streaming part-way (its link unreachable), and utilisation
+and temperature move on every GPU, so that every pane has something new on every
+refresh. By default the hosts sample at their own phase within each second and their
+records arrive with their own delay (`--arrival jittered`), so that most flushes hold
+rows stamped before the newest one stored, as a real fleet's do; `--arrival aligned`
+stores each second whole.
 
 The screen is the real app (`cockpit.ui.app_factory.make_app`) on a live source that
 builds its snapshots as `cockpit.sessions.live.LiveSource` does (the store being
@@ -274,7 +275,8 @@ class Recording:
         for stream in self.streams:  # what the fleet's state callback records
             if self.offline(stream) and stream.name not in self.down:
                 self.down.add(stream.name)
-                self.store.set_host_state(stream.name, "unreachable", "connection lost")
+                self.store.set_host_state(stream.name, "unreachable", "connection lost",
+                                          ts=self.now)
 
     def close(self) -> None:
         self.store.close()
@@ -315,7 +317,8 @@ def build(path: Path, hosts: int, history: int, total: int,
     recording.offline_after = int(history * OFFLINE_AT)  # down before the timed part
     for stream in recording.streams:
         recording.store.set_host_state(stream.name, "streaming", "from seq 0",
-                                       f"10.0.{stream.index // 250}.{stream.index % 250 + 1}")
+                                       f"10.0.{stream.index // 250}.{stream.index % 250 + 1}",
+                                       ts=T0)
     while recording.second < history:
         recording.advance(min(FLUSH_S, history - recording.second))
     recording.store.checkpoint()

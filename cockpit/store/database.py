@@ -582,9 +582,11 @@ class Store:
                 self._versions.changed_all()
 
     def set_host_state(
-        self, host: str, state: str, detail: str, address: str | None = None
+        self, host: str, state: str, detail: str, address: str | None = None,
+        ts: float | None = None,
     ) -> None:
-        """Record the transport's view of a host (connecting, streaming, stale, ...)."""
+        """Record the transport's view of a host (connecting, streaming, stale, ...), as
+        of `ts` (now by default; a recording made on its own clock passes that clock's)."""
         self._writable()
         with self._lock, self._cursor() as cur:
             cur.execute(
@@ -593,7 +595,7 @@ class Store:
                 "SET state = excluded.state, detail = excluded.detail, "
                 "state_ts = excluded.state_ts, address = coalesce(excluded.address, hosts.address)",
                 {"host": host, "address": address, "state": state, "detail": detail,
-                 "ts": time.time()},
+                 "ts": time.time() if ts is None else ts},
             )
 
     def ingest(self, host: str, chunk: bytes) -> IngestResult:

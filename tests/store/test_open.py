@@ -187,6 +187,9 @@ def test_host_state_is_recorded(store: Store) -> None:
     (row,) = store.hosts()
     assert (row.host, row.address, row.state, row.detail) == ("a", "10.0.0.1", "streaming", "ok")
     assert row.state_ts is not None
+    store.set_host_state("a", "unreachable", "connection lost", ts=1_800_000_000.5)
+    (row,) = store.hosts()  # on a recording's own clock where one is given
+    assert (row.state, row.state_ts) == ("unreachable", 1_800_000_000.5)
 
 
 def test_a_writers_duckdb_memory_is_capped_and_a_readers_is_not(tmp_store_path: Path) -> None:
