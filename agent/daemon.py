@@ -413,12 +413,21 @@ class Daemon:
             "python": platform.python_version(), "platform": platform.platform(),
             "cpu_count": os.cpu_count(), "mem_total": mem_total(psutil_module),
             "gpu_source": source, "gpu_state": gpus.state, "driver": gpus.driver,
-            "gpus": gpus.inventory(), "env": env_fingerprint(),
+            "gpus": self._inventory(), "env": env_fingerprint(),
             "psutil": bool(self.host.available),
             "state_dir": str(self.config.state_dir),
             "run_dirs": [str(p) for p in self.config.run_dirs],
             "interval": self.config.interval,
         }
+
+    def _inventory(self) -> List[dict]:
+        """The GPUs as the hello lists them, each saying whether its XIDs are seen
+        (`xid_events`): NVML's event API, where the GPU takes it; a simulated GPU's
+        come through `sim_xid`."""
+        watched = set(self.xid.registered) if self.xid is not None else set()
+        simulated = isinstance(self.gpus, SimGpus)
+        return [{**g, "xid_events": simulated or g.get("index") in watched}
+                for g in self.gpus.inventory()]
 
     def pid_ranks(self) -> Dict[int, Optional[int]]:
         """The job processes -> rank map, re-read at most every RANKS_TTL seconds: finding
@@ -650,11 +659,13 @@ class Daemon:
     def run(self) -> int:
         cfg = self.config
         try:
+            if isinstance(self.gpus, Nvml):  # registered first: the hello says which
+                self.xid = XidWatcher(self.gpus, self._on_xid)
+                self.xid.register()
             self.journal.append("hello", self.hello())
             self._load_gpu_history()
             self._adopt_jobs()
-            if isinstance(self.gpus, Nvml):
-                self.xid = XidWatcher(self.gpus, self._on_xid)
+            if self.xid is not None:
                 self.xid.start()
             if cfg.cmd and not self._stop.is_set():
                 self.supervisor = self._command()

@@ -185,6 +185,9 @@ class GpuCell(NamedTuple):
     xid_codes: tuple[int, ...] = ()
     xid_earlier_last: float | None = None
     ecc_lifetime: int | None = None
+    # Whether this GPU's XIDs reach the agent (its hello says, per GPU: NVML's event API
+    # where the GPU takes it): without one, True reads "none", anything else "n/a".
+    xid_watched: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -283,12 +283,20 @@ class XidWatcher:
         self.nvml = nvml
         self.on_xid = on_xid
         self.timeout_ms = timeout_ms
-        self.registered: List[int] = []
+        self.registered: List[int] = []  # the GPUs whose XIDs are seen
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._event_set: Any = None
+        self._tried = False
 
-    def start(self) -> bool:
-        """False when there is nothing to watch (no NVML, or no GPU takes XID events)."""
+    def register(self) -> bool:
+        """Ask NVML for each GPU's XID events, without waiting for them yet: `registered`
+        then names the GPUs whose XIDs will be seen (the hello says which, so that a
+        GPU without an XID reads "none" only where one would have been seen). False when
+        there is nothing to watch (no NVML, or no GPU takes XID events)."""
+        if self._tried:
+            return bool(self.registered)
+        self._tried = True
         if not self.nvml.init():
             return False
         event_set = self.nvml.query("nvmlEventSetCreate")
@@ -304,9 +312,18 @@ class XidWatcher:
         if not self.registered:
             self.nvml.query("nvmlEventSetFree", event_set)
             return False
-        self._thread = threading.Thread(target=self._run, args=(event_set,),
-                                        name="xid-watcher", daemon=True)
-        self._thread.start()
+        self._event_set = event_set  # events from here on wait in it for the thread
+        return True
+
+    def start(self) -> bool:
+        """Watch the registered GPUs (`register` first if not done); False when there is
+        nothing to watch."""
+        if not self.register():
+            return False
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, args=(self._event_set,),
+                                            name="xid-watcher", daemon=True)
+            self._thread.start()
         return True
 
     def _run(self, event_set: Any) -> None:
@@ -328,3 +345,6 @@ class XidWatcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.timeout_ms / 1000.0 + 1)
+        elif self._event_set is not None:  # registered, never watched: its thread frees it
+            self.nvml.query("nvmlEventSetFree", self._event_set)
+        self._event_set = None

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from cockpit.analysis.gpu_state import gpus_online
 from cockpit.analysis.kpis import JobKpis
+from cockpit.analysis.signal_alerts import cause_label
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Snapshot
 
@@ -115,7 +116,7 @@ def _job_metrics(out: _Families, snap: Snapshot) -> None:
               f.step_time_median)
     out.gauge("step_time_spread_ratio", "(slowest - fastest) / median rank step time.", job,
               f.step_time_spread)
-    by_cause = Counter(i.cause for i in snap.health.interruptions)
+    by_cause = Counter(cause_label(i.cause) for i in snap.health.interruptions)
     for cause, n in sorted(by_cause.items()):
         out.counter("job_interruptions", "Interruptions of the job, by classified cause.",
                     {**job, "cause": cause}, n)
@@ -169,7 +170,8 @@ def _fleet_metrics(out: _Families, snap: Snapshot) -> None:
             out.counter("gpu_ecc_uncorrected_errors", "Uncorrected ECC errors (volatile).",
                         gpu, g.ecc_unc)
             out.gauge("gpu_last_xid", "Most recent XID error code (0: none seen).", gpu,
-                      g.xid if g.xid is not None else (0 if online else None))
+                      g.xid if g.xid is not None else (
+                          0 if online and g.xid_watched is not False else None))
             out.gauge("gpu_throttle_reasons", "NVML clock throttle reason bitmask.", gpu,
                       g.throttle)
 

@@ -95,13 +95,14 @@ def fraction(used: Any, total: Any) -> float | None:
 # so each refresh hands over the same lists, and a 1,024-GPU fleet's facts are read
 # out of them once rather than on every refresh. The list itself is held with its
 # facts, so an id reused by a newer list is never taken for it.
-Inventory = dict[Any, tuple[int, Any, Any, bool]]
+Inventory = dict[Any, tuple[int, Any, Any, bool, bool | None]]
 _INVENTORIES: dict[int, tuple[Any, Inventory]] = {}
 _INVENTORIES_KEPT = 4096
 
 
 def _inventory(gpus: Any) -> Inventory:
-    """index -> (index as a number, -1 without one; name; memory; simulated)."""
+    """index -> (index as a number, -1 without one; name; memory; simulated; whether its
+    XIDs are watched, None where the hello does not say)."""
     inv = _INVENTORIES.get(id(gpus))
     if inv is not None and inv[0] is gpus:
         return inv[1]
@@ -109,8 +110,10 @@ def _inventory(gpus: Any) -> Inventory:
     for g in gpus or ():
         if isinstance(g, dict):
             index = g.get("index")
+            watched = g.get("xid_events")
             out[index] = (int(index) if index is not None else -1, g.get("name"),
-                          g.get("mem_total"), bool(g.get("simulated")))
+                          g.get("mem_total"), bool(g.get("simulated")),
+                          watched if isinstance(watched, bool) else None)
     if len(_INVENTORIES) >= _INVENTORIES_KEPT:
         _INVENTORIES.clear()
     _INVENTORIES[id(gpus)] = (gpus, out)
@@ -155,8 +158,8 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
         host_sim = h.get("gpu_source") == "sim"
         looked_up = name in xid_hosts
         for index in indexes:
-            number, inv_name, inv_mem_total, inv_sim = inventory.get(index) or (
-                int(index) if index is not None else -1, None, None, False)
+            number, inv_name, inv_mem_total, inv_sim, xid_watched = inventory.get(index) or (
+                int(index) if index is not None else -1, None, None, False, None)
             sample = by_index.get(index)
             if sample is None:
                 online, values = False, _NO_SAMPLE
@@ -185,7 +188,7 @@ def build_health(hosts: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str,
                 int(past.get("earlier") or 0) if past else 0,
                 tuple(past.get("codes") or ()) if past else (),
                 past.get("earlier_last_ts") if past else None,
-                ecc_lifetime)))
+                ecc_lifetime, xid_watched)))
         s = by_host.get(name, {})
         out.append(HostHealth(
             host=name,

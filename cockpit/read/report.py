@@ -47,9 +47,11 @@ keys may be added):
                      util, temp, power, power_limit, mem_used, mem_total, ecc_unc, xid,
                      throttle, xid_count, xid_earlier (XIDs before the current run began),
                      xid_codes, xid_earlier_last, ecc_lifetime (NVML's aggregate
-                     uncorrectable count), verdict}]}]} — verdict: the state the screen shows
-                     (`cockpit.analysis.gpu_state`: offline, XID, ECC, throttled, hot,
-                     stale, idle, ok); a host's is its worst GPU's or its link's
+                     uncorrectable count), xid_watched (whether its XIDs reach the agent;
+                     null where its hello does not say), verdict}]}]} — verdict: the
+                     state the screen shows (`cockpit.analysis.gpu_state`: offline, XID,
+                     ECC, throttled, hot, stale, idle, ok); a host's is its worst GPU's or
+                     its link's
     interruptions   [{cause, detected_at, recovered_in, steps_lost, restart_count, evidence,
                       hosts, failed_restarts, ended_by, detection_latency}] — one per
                       failure: the host that failed first, then the peers that saw it

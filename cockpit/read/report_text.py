@@ -217,8 +217,9 @@ def _gpu_table(h: dict[str, Any]) -> Table:
           _num(g["util"], ".0f", "%"), _num(g["temp"], ".0f", "°C"),
           f"{_num(g['power'], '.0f')} / {_num(g['power_limit'], '.0f', ' W')}",
           f"{size(g['mem_used'], ' ')} / {size(g['mem_total'], ' ')}", _num(g["ecc_unc"]),
-          _num(g["xid"], "d") + (f" ({g['xid_earlier']} before this run)"
-                                 if g["xid_earlier"] else ""),
+          ("none" if g["xid"] is None and g.get("xid_watched") is True
+           else _num(g["xid"], "d") + (f" ({g['xid_earlier']} before this run)"
+                                       if g["xid_earlier"] else "")),
           throttle_text(g["throttle"]))
          for x in h["hosts"] for g in x["gpus"]],
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -263,3 +264,44 @@ def test_xid_watcher_without_nvml_does_not_start() -> None:
     fake = FakeNvml()
     fake.init_error = LIB_NOT_FOUND
     assert XidWatcher(Nvml(fake), lambda *a: None).start() is False
+
+
+def test_a_registered_watcher_never_started_frees_its_event_set() -> None:
+    fake = FakeNvml(gpus=2)
+    watcher = XidWatcher(Nvml(fake), lambda *a: None)
+    assert watcher.register() and watcher.register()  # asked once, answered again
+    assert watcher.registered == [0, 1] and fake.calls["register"] == 2  # once per GPU
+    watcher.stop()
+    assert fake.calls["nvmlEventSetFree"] == 1
+
+
+@pytest.mark.parametrize("simulated", [False, True])
+def test_the_hello_says_whose_xids_are_seen(tmp_path: Path, simulated: bool) -> None:
+    """A GPU that refuses NVML's XID events is listed so in the hello, so that the
+    cockpit shows its XIDs as unknown rather than as none; a simulated GPU's come
+    through `sim_xid`."""
+    from agent.daemon import Daemon, DaemonConfig
+    from agent.journal.journal import JournalReader
+    from agent.samplers.sim import SimGpus
+
+    fake = FakeNvml(gpus=2)
+    fake.unsupported.add("register@1")
+    gpus = SimGpus(2) if simulated else Nvml(fake)
+    daemon = Daemon(DaemonConfig(tmp_path / "state"), gpus=gpus, log=lambda msg: None)
+    runner = threading.Thread(target=daemon.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        hello = None
+        while hello is None and time.monotonic() < deadline:
+            hello = next((r for r in JournalReader(tmp_path / "state").records()
+                          if r["t"] == "hello"), None)
+            time.sleep(0.02)
+        assert hello is not None
+        assert [g["xid_events"] for g in hello["gpus"]] == (
+            [True, True] if simulated else [True, False])
+        if not simulated:
+            assert daemon.xid is not None and daemon.xid.registered == [0]
+    finally:
+        daemon.stop()
+        runner.join(30)

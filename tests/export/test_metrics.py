@@ -128,6 +128,36 @@ def test_a_lost_hosts_gpus_are_not_online_whatever_they_last_said() -> None:
     assert _samples(lost)[("cockpit_gpu_online", gpu)] == 0
 
 
+def test_an_xid_unseen_is_zero_only_where_it_would_have_been_seen() -> None:
+    snap = _snapshot()
+    (host,) = snap.health.hosts
+    gpu = (("gpu", "0"), ("host", "gpu1"))
+
+    def last_xid(**cell: object) -> float | None:
+        changed = dataclasses.replace(host, gpus=(host.gpus[0]._replace(xid=None, **cell),))
+        return _samples(dataclasses.replace(snap, health=dataclasses.replace(
+            snap.health, hosts=(changed,)))).get(("cockpit_gpu_last_xid", gpu))
+
+    assert last_xid(xid_watched=True) == 0
+    assert last_xid(xid_watched=None) == 0  # an agent that does not say: as before
+    assert last_xid(xid_watched=False) is None  # its XIDs never reach the agent
+
+
+def test_a_cause_a_host_names_freely_is_counted_as_other() -> None:
+    """A label's values are a fixed set: the agent's causes and Slurm's; what else a
+    host sends as a cause (free text, as many as it likes) is one "other"."""
+    snap = _snapshot()
+    odd = [Interruption(cause=c, detected_at=900.0 + i, recovered_in=1.0, steps_lost=0,
+                        restart_count=1)
+           for i, c in enumerate(("rank 11 killed (SIGKILL)", "x" * 500, "slurm_node_fail",
+                                  "oom"))]
+    snap = dataclasses.replace(snap, health=dataclasses.replace(
+        snap.health, interruptions=tuple(odd)))
+    causes = {dict(labels)["cause"]: value for (name, labels), value in _samples(snap).items()
+              if name == "cockpit_job_interruptions_total"}
+    assert causes == {"other": 2, "slurm_node_fail": 1, "oom": 1}
+
+
 def test_every_family_is_documented_and_on_the_dashboard() -> None:
     docs = (Path(__file__).parents[2] / "docs")
     text = (docs / "metrics.md").read_text()

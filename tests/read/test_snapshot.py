@@ -104,7 +104,8 @@ def test_each_gpu_figure_lands_in_its_own_field() -> None:
     found under its own name: a value put in a neighbour's place (two floats swapped)
     makes another cell than GpuCell's constructor makes by name."""
     host = {"host": "h", "gpu_source": "nvml", "gpu_state": "ok", "state": "streaming",
-            "gpus": [{"index": 3, "name": "H100", "mem_total": 80 << 30, "simulated": False}]}
+            "gpus": [{"index": 3, "name": "H100", "mem_total": 80 << 30, "simulated": False,
+                      "xid_events": True}]}
     sample = {"host": "h", "gpu": 3, "ts": 10.0, "seq": 1, "sim": False, "util": 11.0,
               "temp": 22.0, "power": 33.0, "power_limit": 44.0, "mem_used": 55,
               "mem_total": 66, "ecc_vol_unc": 77, "throttle": 88, "ecc_agg_unc": 99,
@@ -118,7 +119,16 @@ def test_each_gpu_figure_lands_in_its_own_field() -> None:
         index=3, online=True, simulated=False, util=11.0, temp=22.0, power=33.0,
         power_limit=44.0, mem_used=55, mem_total=66, ecc_unc=77, xid=79, throttle=88,
         name="H100", xid_count=5, xid_earlier=2, xid_codes=(48, 79), xid_earlier_last=4.5,
-        ecc_lifetime=99)
+        ecc_lifetime=99, xid_watched=True)
+
+
+def test_whether_a_gpus_xids_are_watched_is_the_hellos_word_or_unknown() -> None:
+    said = [True, False, "yes", None]
+    host = {"host": "h", "gpu_source": "nvml", "gpu_state": "ok", "state": "streaming",
+            "gpus": [{"index": i, "xid_events": w} for i, w in enumerate(said)]
+            + [{"index": 4}]}
+    health = build_health([host], [], [], [], [], {"h": "streaming"}, 11.0, replaying=False)
+    assert [c.xid_watched for c in health.hosts[0].gpus] == [True, False, None, None, None]
 
 
 def test_alerts_each_kind_with_where_and_hint(final: Snapshot) -> None:

@@ -14,6 +14,7 @@ from cockpit.snapshot import Effect, GpuCell, HostHealth, Interruption, Marker, 
 from cockpit.ui import format as fmt
 from cockpit.ui import job_control as jc
 from cockpit.ui.replay_actions import SPEEDS, next_speed
+from cockpit.ui.screens.host_detail import GPU_COLUMNS, gpu_rows
 from cockpit.ui.screens.run_info import shown
 from cockpit.ui.widgets.detail_view import field_cell, series_scale, series_value_text
 from cockpit.ui.widgets.gauge import level_style
@@ -326,3 +327,13 @@ def test_a_link_closed_at_the_end_of_a_recording_is_no_fault() -> None:
     assert "[$text-muted]stopped" in host_line(stopped, 4).markup
     unreachable = HostHealth(host="a", state="unreachable", gpu_state="ok", gpus=gpus)
     assert host_problem(unreachable) == "error"
+
+
+def test_a_gpu_without_an_xid_reads_none_only_where_one_would_have_been_seen() -> None:
+    cells = (GpuCell(index=0, online=True, simulated=False, xid=79, xid_watched=True),
+             GpuCell(index=1, online=True, simulated=False, xid_watched=True),
+             GpuCell(index=2, online=True, simulated=False, xid_watched=False),
+             GpuCell(index=3, online=True, simulated=False))
+    host = HostHealth(host="a", state="streaming", gpu_state="ok", gpus=cells)
+    column = GPU_COLUMNS.index("XID")
+    assert [row[column].plain for row in gpu_rows(host)] == ["79", "none", "n/a", "n/a"]

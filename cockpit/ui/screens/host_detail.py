@@ -33,7 +33,9 @@ def gpu_rows(host: HostHealth) -> list[tuple[Text, ...]]:
         memory = f"{fmt.size(c.mem_used)} / {fmt.size(c.mem_total)}"
         rows.append(tuple(map(table_cell, (
             str(c.index), c.name or fmt.NA_TEXT, state, fmt.percent(c.util),
-            fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc), fmt.na(xid_label(c)),
+            fmt.na(c.temp, "{:.0f}°C"), power, memory, fmt.na(c.ecc_unc),
+            # No XID: "none" where the agent would have seen one, else unknown.
+            fmt.na(xid_label(c) or ("none" if c.xid_watched else None)),
             throttle_text(c.throttle)))))
     return rows
 
