@@ -23,6 +23,10 @@ from cockpit.analysis.ranks import (
 from cockpit.analysis.stats import finite, median
 
 TOP_SLOWEST = 3
+# A rank is named among the slowest only when its own time is this much above the
+# fastest rank's: ranks within it are even, and naming the first few of them as the
+# slowest would point at ranks nobody waits for.
+EVEN_WITHIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ def compute_efficiency(
     own = [r.own_time for r in ranks]
     own_mid = median(own)
     spread = (max(own) - min(own)) / own_mid if len(ranks) > 1 and own_mid > 0 else None
-    slowest = tuple(sorted(ranks, key=lambda r: (-r.own_time, r.rank))[:top])
+    behind = [r for r in ranks if r.own_time > min(own) * (1 + EVEN_WITHIN)]
+    slowest = tuple(sorted(behind, key=lambda r: (-r.own_time, r.rank))[:top])
     mfu = None
     if flops_per_step and peak_flops and n_gpus and speed is not None:
         mfu = flops_per_step * speed / (peak_flops * n_gpus)

@@ -180,7 +180,8 @@ def _effect(e: dict[str, Any]) -> Rows:
 
 def _efficiency(f: dict[str, Any], state: str) -> Rows:
     slow = ", ".join(f"rank {r['rank']} ({r['host']}) {r['step_time']:.3g}s"
-                     for r in f["slowest_ranks"]) or NA
+                     for r in f["slowest_ranks"]) or (
+        "none: the ranks are even" if f["step_time_spread"] is not None else NA)
     return [
         ("GPU busy", _num(f["gpu_busy"], ".0f", "%") + _idle_note(state)),
         ("samples/s", _num(f["samples_per_s"], ",.1f")),

@@ -53,6 +53,18 @@ def test_straggler_named_by_own_work_not_wall_time() -> None:
     eff = compute_efficiency(_steps(slow_rank=3))
     assert eff.slowest[0].rank == 3 and eff.slowest[0].host == "b"
     assert eff.step_time_spread == pytest.approx((0.95 - 0.4) / 0.4)
+    assert [r.rank for r in eff.slowest] == [3]  # the others are even: none named
+
+
+def test_even_ranks_have_no_slowest_to_name() -> None:
+    """Ranks that work alike (within 2 %) have no straggler: the first few of them are
+    not named as the slowest, and a job of one rank has none either."""
+    assert compute_efficiency(_steps()).slowest == ()
+    lone = [s for s in _steps() if s.rank == 0]
+    assert compute_efficiency(lone).slowest == ()
+    nudged = [s._replace(compute_time=s.compute_time * 1.01) if s.rank == 2 else s
+              for s in _steps()]
+    assert compute_efficiency(nudged).slowest == ()
 
 
 def test_summaries_and_wall_times() -> None:
