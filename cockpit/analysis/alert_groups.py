@@ -9,6 +9,7 @@ joining the group is."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -58,6 +59,11 @@ def index_ranges(indexes: Iterable[Any]) -> str:
     return ", ".join(runs + others)
 
 
+# A GPU index as `index_ranges` writes it: ASCII digits only (`str.isdigit` takes "²",
+# which `int` refuses; a host's name can hold anything).
+_NUMBER = re.compile(r"[0-9]{1,6}")
+
+
 def gpu_scope(where: str) -> tuple[str, frozenset[str]] | None:
     """(what precedes the GPUs, the GPU indexes as text) of a GPU alert's where, as
     `where_text` writes it: "host a / gpu 3", "host a / gpus 0-2, 5"; None for any other
@@ -73,7 +79,8 @@ def gpu_scope(where: str) -> tuple[str, frozenset[str]] | None:
     indexes: set[str] = set()
     for part in tail.split(", "):
         low, dash, high = part.partition("-")
-        if dash and low.isdigit() and high.isdigit() and int(low) <= int(high):
+        if dash and _NUMBER.fullmatch(low) and _NUMBER.fullmatch(high) and (
+                int(low) <= int(high)):
             if int(high) - int(low) > 4096:  # no host has that many GPUs: not ours
                 return None
             indexes.update(str(i) for i in range(int(low), int(high) + 1))

@@ -86,8 +86,11 @@ def test_a_gpu_alerts_place_reads_back_as_its_host_and_gpus() -> None:
     assert gpu_scope("host a / gpus 0-2, 5") == ("host a", frozenset({"0", "1", "2", "5"}))
     assert gpu_scope("host a / gpu 3") == ("host a", frozenset({"3"}))
     assert gpu_scope("host a / gpus 0-1, None") == ("host a", frozenset({"0", "1", "None"}))
-    for other in ("host a", "job", "host a / gpus ", "host a / gpus 0-99999999"):
+    for other in ("host a", "job", "host a / gpus ", "host a / gpus 0-999999"):
         assert gpu_scope(other) is None
+    # A host named to look like a GPU list is read as text, never as numbers.
+    assert gpu_scope("host q / gpus ²-³") == ("host q", frozenset({"²-³"}))
+    assert gpu_scope("host q / gpus 1-٣") == ("host q", frozenset({"1-٣"}))
 
 
 def test_xid_severity_and_hint_from_catalogue() -> None:
