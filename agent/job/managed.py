@@ -55,7 +55,7 @@ from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
 from agent.wire import checkpoints, jobstate, paths
-from agent.wire.causes import HANG
+from agent.wire.causes import HANG, LAUNCH_FAILED
 from agent.wire.events import (
     CHECKPOINT_SAVED,
     CHECKPOINT_SKIPPED,
@@ -430,7 +430,7 @@ class ManagedJob:
         self.peers.announce(peer_end.GAVE_UP, "launch_failed", message)
         self.alert("resource", "critical", "launch_failed", message, hint)
         now = time.time()
-        self.interrupted(Diagnosis("launch_failed", [message], {}, hint=hint),
+        self.interrupted(Diagnosis(LAUNCH_FAILED, [message], {}, hint=hint),
                          Decision(False, 0.0, "the launch itself failed", hint), now, now,
                          self.progress.cur_max, msg="job %s could not start: %s; not "
                          "restarting" % (self.name, message))

@@ -10,5 +10,8 @@ USER_CODE = "user_code"
 HANG = "hang"
 KILLED = "killed"
 UNKNOWN = "unknown"
+# A start that failed (the launch itself): the agent does not retry it, and a job spec
+# cannot exclude a host for it, so it is not among `CAUSES`.
+LAUNCH_FAILED = "launch_failed"
 # Every cause, in the order the docs list them.
 CAUSES = (OOM, GPU_FAULT, NCCL, DATA, USER_CODE, HANG, KILLED, UNKNOWN)

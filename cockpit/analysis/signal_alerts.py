@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from agent.wire.causes import CAUSES
 from agent.wire.events import INTERRUPTION
 from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.alert_groups import covered
+from cockpit.analysis.causes import cause_code
 from cockpit.analysis.lifecycle import dict_field, event_data
 from cockpit.analysis.text import counted, where_text
 from cockpit.snapshot import Alert, Interruption, Series
@@ -112,29 +111,6 @@ def _data_hint(where: Mapping[str, Any]) -> str:
                 + ": repair or exclude it, then resume from the newest checkpoint")
     return ("the job log (L) names the input that failed: repair or exclude it, then "
             "resume from the newest checkpoint")
-
-
-def cause_code(cause: str) -> str:
-    """The cause as the part of an alert code it names: the agent's and Slurm's causes
-    are words already (`oom`, `slurm_node_fail`); anything else a host sends is made one
-    (`rank 11 killed (SIGKILL)` → `rank_11_killed_sigkill`), so a code stays an
-    identifier to filter, export and acknowledge by, while `what` keeps the text."""
-    return re.sub(r"[^a-z0-9]+", "_", cause.lower()).strip("_")[:40] or "unknown"
-
-
-# The causes an interruption can have as the agent classifies them (`agent.wire.causes`,
-# and a start that failed); a Slurm job's are `slurm_` and Slurm's state.
-KNOWN_CAUSES = frozenset({*CAUSES, "launch_failed", "scancel"})
-_SLURM_CAUSE = re.compile(r"slurm_[a-z_]{1,24}")
-
-
-def cause_label(cause: str) -> str:
-    """The cause as a metrics label, one of a small fixed set: the agent's causes and
-    Slurm's, anything else a host names is "other" (a label's values must not grow
-    with what hosts send, nor carry their text)."""
-    if cause in KNOWN_CAUSES or _SLURM_CAUSE.fullmatch(cause):
-        return cause
-    return "other"
 
 
 def interruption_alerts(

@@ -59,6 +59,7 @@ from agent.wire.events import (
     SLURM_SUBMITTED,
 )
 from agent.wire.protocol import encode
+from cockpit.analysis.causes import SCANCEL, SLURM_REQUEUE, slurm_cause
 from cockpit.control.jobspec import JobSpec, JobSpecError
 from cockpit.transport.inventory import Inventory
 from cockpit.transport.link import LinkOptions
@@ -747,7 +748,7 @@ class SlurmJob:
                     self.event(INTERRUPTION, f"Slurm job {now.job_id} ended {now.state} "
                                f"on {now.nodes or 'no node'} (exit {now.exit_code or '?'})"
                                + (f": {now.reason}" if said else "") + _nodes_text(failed),
-                               cause=f"slurm_{now.state.lower()}", nodes=now.nodes,
+                               cause=slurm_cause(now.state), nodes=now.nodes,
                                exit_code=now.exit_code, failed_nodes=failed, **common)
         if now.state == RUNNING:
             self._check_nodes(now)
@@ -759,7 +760,7 @@ class SlurmJob:
                        f"{now.restarts}"
                        + (f", was on {before.nodes}" if before.nodes else "") + "): "
                        + (now.reason or "no reason given") + _nodes_text(failed),
-                       cause="slurm_requeue", restarts=now.restarts,
+                       cause=SLURM_REQUEUE, restarts=now.restarts,
                        previous_nodes=before.nodes, failed_nodes=failed, **common)
         return now
 
@@ -850,7 +851,7 @@ class SlurmJob:
         self._must(["scancel", str(self.job_id)])
         ended = self.wait_ended(timeout)
         self.event(INTERRUPTION, f"Slurm job {self.job_id} cancelled by the operator "
-                   f"(scancel): {ended.state}", cause="scancel", state=ended.state,
+                   f"(scancel): {ended.state}", cause=SCANCEL, state=ended.state,
                    exit_code=ended.exit_code)
         return ended
 

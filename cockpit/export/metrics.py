@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cockpit.analysis.causes import cause_label
 from cockpit.analysis.gpu_state import gpus_online
 from cockpit.analysis.kpis import JobKpis
-from cockpit.analysis.signal_alerts import cause_label
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Snapshot
 
