@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Collection, Iterable
+from functools import lru_cache
 from typing import Any
 
 from cockpit.analysis.text import counted, where_text
@@ -64,6 +65,7 @@ def index_ranges(indexes: Iterable[Any]) -> str:
 _NUMBER = re.compile(r"[0-9]{1,6}")
 
 
+@lru_cache(maxsize=1024)  # asked per alert and acknowledgement at every refresh
 def gpu_scope(where: str) -> tuple[str, frozenset[str]] | None:
     """(what precedes the GPUs, the GPU indexes as text) of a GPU alert's where, as
     `where_text` writes it: "host a / gpu 3", "host a / gpus 0-2, 5"; None for any other
