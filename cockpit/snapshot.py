@@ -130,9 +130,15 @@ class Effect:
 
 @dataclass(frozen=True)
 class RankTime:
+    """Where one rank's recent steps went (`analysis.ranks.RankSummary`, as shown)."""
+
     rank: int
     host: str
-    step_time: float  # median of recent steps, seconds
+    step_time: float  # its own: median of recent steps less the communication wait, s
+    wall_time: float | None = None  # median of recent steps, the wait included, s
+    data_share: float | None = None  # of its step time, waiting for data, 0..1
+    comm_share: float | None = None  # of its step time, waiting for communication, 0..1
+    behind: float | None = None  # own time over the fastest rank's, less 1 (0.12: 12 %)
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,10 @@ class Efficiency:
     step_time_median: float | None = None
     step_time_spread: float | None = None  # (slowest - fastest) / median
     slowest_ranks: tuple[RankTime, ...] = ()
+    # Every rank's time, slowest own time first, at most `read.efficiency.RANKS_KEPT`; and how
+    # many ranks there are (the table says how many more it leaves out).
+    ranks: tuple[RankTime, ...] = ()
+    rank_count: int = 0
     throughput_history: Series = field(default_factory=Series)
     gpu_busy_history: Series = field(default_factory=Series)
     # Why the figures stand on fewer ranks than the job has (a replay before the other

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
+from cockpit.analysis.ranks import RankSummary
 from cockpit.read.train_tail import TrainView, job_hosts
 from cockpit.snapshot import (
     Efficiency,
@@ -19,6 +20,10 @@ from cockpit.snapshot import (
     Series,
 )
 from cockpit.store.queries import StoreReader
+
+# The most ranks a snapshot lists by their time (`Efficiency.ranks`): more than a
+# maximised pane's lines on a tall terminal, and a 1,024-rank job's list stays short.
+RANKS_KEPT = 64
 
 
 def rank0_alone_until(reader: StoreReader, job: str | None, world: Any,
@@ -107,11 +112,29 @@ def build_efficiency(train: TrainView, figures: EfficiencyFigures, series: Mappi
         mfu=figures.mfu,
         step_time_median=figures.step_time_median,
         step_time_spread=figures.step_time_spread,
-        slowest_ranks=tuple(RankTime(r.rank, r.host, r.own_time) for r in figures.slowest),
+        slowest_ranks=rank_times(figures.slowest, figures.ranks),
+        ranks=rank_times(sorted(figures.ranks, key=_slowest_first)[:RANKS_KEPT], figures.ranks),
+        rank_count=len(figures.ranks),
         throughput_history=throughput,
         gpu_busy_history=busy,
         note=note,
     )
+
+def _slowest_first(r: RankSummary) -> tuple[float, int]:
+    return (-r.own_time, r.rank)
+
+
+def rank_times(shown: Sequence[RankSummary], every: Sequence[RankSummary]
+               ) -> tuple[RankTime, ...]:
+    """`shown` as the snapshot holds them, each with how far its own time is behind the
+    fastest of `every` rank's."""
+    fastest = min((r.own_time for r in every), default=None)
+    return tuple(
+        RankTime(r.rank, r.host, r.own_time, wall_time=r.step_time, data_share=r.data_share,
+                 comm_share=r.comm_share,
+                 behind=r.own_time / fastest - 1 if fastest and len(every) > 1 else None)
+        for r in shown)
+
 
 def per_second(units: float, seconds: float | None) -> float | None:
     return units / seconds if seconds else None

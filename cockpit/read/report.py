@@ -39,7 +39,9 @@ keys may be added):
     efficiency      {gpu_busy, samples_per_s, tokens_per_s, data_wait_pct, comm_pct, mfu,
                      step_time_median, step_time_spread,
                      slowest_ranks: [{rank, host, step_time (its own: less the
-                     communication wait)}] (up to three, each over 2 % behind the
+                     communication wait), wall_time (the wait included), data_share,
+                     comm_share (0..1 of its step time), behind (its own time over the
+                     fastest rank's, less 1)}] (up to three, each over 2 % behind the
                      fastest rank's own time: none where the ranks are even), note}
     health          {simulated, restart_budget (text: restarts used and left, job-wide),
                      hosts: [{host, state, gpu_state, gpus_online, gpus_total,

@@ -138,10 +138,21 @@ def _efficiency() -> Efficiency:
     return Efficiency(
         gpu_busy=86.5, samples_per_s=812.0, tokens_per_s=1.66e6, data_wait_pct=7.5,
         comm_pct=18.0, mfu=0.41, step_time_median=0.84, step_time_spread=0.23,
-        slowest_ranks=(RankTime(13, "gpu-node-b", 1.03), RankTime(21, "gpu-node-c", 0.97),
-                       RankTime(2, "gpu-node-a", 0.88)),
+        slowest_ranks=_rank_times()[:3], ranks=_rank_times(), rank_count=len(HOSTS) * 8,
         throughput_history=_series(tput, steps), gpu_busy_history=_series(busy, xs),
     )
+
+
+def _rank_times() -> tuple[RankTime, ...]:
+    """Eight ranks a host, slowest first: rank 13 (gpu-node-b) waits on its data loader,
+    rank 21 and rank 2 are a little slow, the rest even."""
+    own = {r: 0.80 + 0.004 * (r % 5) for r in range(len(HOSTS) * 8)}
+    own.update({13: 1.03, 21: 0.97, 2: 0.88})
+    data = {13: 0.21, 21: 0.09}
+    fastest = min(own.values())
+    return tuple(RankTime(r, HOSTS[r // 8], t, wall_time=t + 0.06, data_share=data.get(r, 0.05),
+                          comm_share=0.06 / (t + 0.06), behind=t / fastest - 1)
+                 for r, t in sorted(own.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _ranks() -> tuple[RankProgress, ...]:

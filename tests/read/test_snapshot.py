@@ -61,6 +61,13 @@ def test_efficiency_figures(final: Snapshot) -> None:
     assert f.gpu_busy == pytest.approx(87.0)
     assert f.slowest_ranks[0].rank == syn.STRAGGLER_RANK
     assert f.slowest_ranks[0].host == "node-b"
+    # Every rank by its own time, slowest first, with how far behind the fastest it is.
+    assert f.rank_count == len(f.ranks) == 4 and f.ranks[0] == f.slowest_ranks[0]
+    assert [r.step_time for r in f.ranks] == sorted((r.step_time for r in f.ranks), reverse=True)
+    assert f.ranks[0].behind is not None and f.ranks[0].behind > 0
+    assert f.ranks[-1].behind == 0.0
+    assert all(r.data_share == pytest.approx(0.1) for r in f.ranks)
+    assert all(r.wall_time is not None and r.wall_time >= r.step_time for r in f.ranks)
     assert f.step_time_spread is not None and f.step_time_spread > 0
     assert len(f.throughput_history) > 0 and len(f.gpu_busy_history) > 0
     assert max(v for v in f.throughput_history.last if v is not None) == pytest.approx(128.0)

@@ -1,12 +1,16 @@
-"""Efficiency: is the compute used? Busy, throughput, waits, MFU and stragglers."""
+"""Efficiency: is the compute used? Busy, throughput, waits, MFU and stragglers; and,
+where the pane has the room, where each rank's step time goes, slowest first."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.content import Content
+from textual.events import Resize
 from textual.widgets import Static
 
 from agent.wire import states
+from cockpit.analysis.efficiency import EVEN_WITHIN
+from cockpit.analysis.text import printable
 from cockpit.snapshot import Efficiency, Snapshot
 from cockpit.ui import format as fmt
 from cockpit.ui.widgets.gauge import Gauge
@@ -15,6 +19,11 @@ from cockpit.ui.widgets.spark_bars import FROM_ZERO, PERCENT
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
 SLOWEST_SHOWN = 3
+SPREAD_WARNING = 0.2  # a rank this far behind the fastest holds every step back
+# The body's lines besides the stragglers' text and the rank table: four gauges, the
+# throughput line, the stragglers' margin and two sparklines.
+OTHER_LINES = 4 + 1 + 1 + 2
+RANK_ROWS_MIN = 2  # the table's header and its slowest rank, or no table
 
 
 # Job states in which nothing trains now: the step figures are those of its last steps.
@@ -44,13 +53,54 @@ def stragglers_line(e: Efficiency) -> Content:
     slowest = e.slowest_ranks[:SLOWEST_SHOWN]
     if slowest:
         names = ", ".join(f"r{r.rank}@{r.host} {r.step_time:.3f}s" for r in slowest)
-        style = "$warning" if (e.step_time_spread or 0) >= 0.2 else "$text-muted"
+        style = ("$warning" if (e.step_time_spread or 0) >= SPREAD_WARNING
+                 else "$text-muted")
         # Their own time (step time less the wait for communication): the median step
         # time above includes that wait, so it can read above every rank here.
         line += fmt.markup(f"\n[{style}]slowest, less comm wait: $names[/]", names=names)
     if e.note:
         line += fmt.markup("\n[$warning]$note[/]", note=e.note)
     return line
+
+
+def _share(share: float | None) -> str:
+    return fmt.na(None if share is None else share * 100, "{:.0f}%")
+
+
+# The table's columns besides the host's: rank, step, own, data, comm, behind, and
+# the spaces between.
+RANK_COLUMNS = 6 + 7 + 7 + 5 + 5 + 7 + 6
+HOST_WIDTH = (6, 16)  # the host column's least and most width
+
+
+def rank_times_text(e: Efficiency, lines: int, width: int = RANK_COLUMNS + 16) -> Content:
+    """Where each rank's step time goes, slowest own time first, in `lines` lines with
+    its header: "r13    gpu-node-b        1.030s  0.970s    3%    6%   +12%"; the host
+    column narrows to fit `width` (a wrapped line would read as two ranks)."""
+    if not e.ranks:
+        return fmt.own_markup("[$text-muted]no rank has timed a step yet[/]")
+    rows = e.ranks
+    if len(rows) > lines - 1:
+        rows = rows[:max(1, lines - 2)]
+    more = e.rank_count - len(rows)
+    host = max(HOST_WIDTH[0], min(HOST_WIDTH[1], width - RANK_COLUMNS))
+    out = [fmt.own_markup(f"[b]{'rank':<6} {'host':<{host}} {'step':>7} {'own':>7} {'data':>5} "
+                          f"{'comm':>5} {'behind':>7}[/b]")]
+    for r in rows:
+        wall = fmt.na(r.wall_time, "{:.3f}s")
+        line = fmt.markup(f"$rank $host {wall:>7} {r.step_time:>6.3f}s "
+                          f"{_share(r.data_share):>5} {_share(r.comm_share):>5} ",
+                          rank=f"r{r.rank}"[:6].ljust(6),
+                          host=printable(r.host)[:host].ljust(host))
+        behind = fmt.na(None if r.behind is None else r.behind * 100, "{:+.0f}%")
+        style = ("$warning" if (r.behind or 0) >= SPREAD_WARNING
+                 else "" if (r.behind or 0) > EVEN_WITHIN else "$text-muted")
+        out.append(line + (fmt.own_markup(f"[{style}]{behind:>7}[/]") if style
+                           else Content(f"{behind:>7}")))
+    if more > 0:
+        out.append(fmt.own_markup(f"[$text-muted]+{more} more rank{'s' if more > 1 else ''}"
+                                  f", none slower[/]"))
+    return Content("\n").join(out)
 
 
 class EfficiencyPane(Pane):
@@ -69,6 +119,26 @@ class EfficiencyPane(Pane):
         # scale, lowest to highest value, draws a steady 95 % as the lowest bar).
         yield SparklineChart("samples/s", scale=FROM_ZERO, id="spark-throughput")
         yield SparklineChart("GPU busy", scale=PERCENT, id="spark-busy")
+        yield Static(id="rank-times")
+
+    def on_resize(self, event: Resize) -> None:
+        # The table's rows follow the pane's height.
+        if self.snapshot is not None and self._ready:
+            self._show_ranks(self.snapshot.efficiency)
+
+    def _show_ranks(self, e: Efficiency) -> None:
+        """The rank table in the lines the rest of the body leaves, or none where fewer
+        than its header and one rank are left."""
+        table = self.query_one("#rank-times", Static)
+        body = self.query_one(".body").size
+        stragglers = self.query_one("#stragglers", Static)
+        # Its height at the body's width as it reads now (its text may have just
+        # changed, before the layout that will show it: the sizes laid out are old).
+        taken = OTHER_LINES + stragglers.get_content_height(body, body, body.width)
+        lines = body.height - taken
+        table.display = lines >= RANK_ROWS_MIN
+        if table.display:
+            update_text(table, rank_times_text(e, lines, body.width))
 
     def show(self, snapshot: Snapshot) -> None:
         e = snapshot.efficiency
@@ -81,6 +151,7 @@ class EfficiencyPane(Pane):
         update_text(self.query_one("#stragglers", Static), stragglers_line(e))
         self.query_one("#spark-throughput", SparklineChart).series = e.throughput_history
         self.query_one("#spark-busy", SparklineChart).series = e.gpu_busy_history
+        self._show_ranks(e)
 
     def summary(self, snapshot: Snapshot) -> Content:
         e = snapshot.efficiency

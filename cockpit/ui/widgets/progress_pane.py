@@ -107,15 +107,26 @@ RANK_ROWS_MIN = 3  # its header, the rank or host furthest behind, and how many 
 OTHER_LINES = 4 + 7 + 2
 
 
-def ranks_text(ranks: tuple[RankProgress, ...], lines: int) -> Content:
+# The table's columns besides the first two: step, steps/s and lag, and the spaces.
+RANK_FIGURES = 10 + 8 + 7 + 4
+HOST_LEAST = 8  # the host column narrows to fit the pane, to this at the least
+
+
+def ranks_text(ranks: tuple[RankProgress, ...], lines: int, width: int = 80) -> Content:
     """The table of ranks (or hosts) furthest behind, in `lines` lines with its header:
-    "rank 13    gpu-node-b   11,997   0.97   3"."""
+    "rank 13    gpu-node-b   11,997   0.97   3"; the host column narrows to fit `width`
+    (a wrapped line would put a lag under the wrong host)."""
     if not ranks:
         return fmt.own_markup("[$text-muted]no rank has reported a step yet[/]")
     rows, more = progress_rows(ranks, max(1, lines - 1))
     per_rank = bool(rows) and rows[0].rank is not None
     # Per rank: the rank and its host; per host: the host (wider) and its ranks.
     first, second = (10, 16) if per_rank else (26, 6)
+    room = width - RANK_FIGURES
+    if per_rank:
+        second = max(HOST_LEAST, min(second, room - first))
+    else:
+        first = max(HOST_LEAST, min(first, room - second))
     kind = "rank" if per_rank else "host"
     head = fmt.own_markup(
         f"[b]{kind:<{first}} {'host' if per_rank else 'ranks':<{second}} {'step':>10} "
@@ -209,7 +220,8 @@ class ProgressPane(Pane):
         p = snapshot.progress
         bar = self.query_one("#progress-bar", ProgressBar).outer_size.height
         lines = min(RANK_ROWS_MAX, max(RANK_ROWS_MIN, self.size.height - OTHER_LINES - bar))
-        update_text(self.query_one("#progress-ranks", Static), ranks_text(p.ranks, lines))
+        table = self.query_one("#progress-ranks", Static)
+        update_text(table, ranks_text(p.ranks, lines, table.size.width or self.size.width - 4))
         update_text(self.query_one("#throughput-heading", Static),
                     throughput_heading(snapshot, self.timeline))
         e = snapshot.effect
