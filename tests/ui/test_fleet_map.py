@@ -26,7 +26,8 @@ from cockpit.analysis.text import printable
 from cockpit.sessions.static_source import StaticSource
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.themes import load_themes
-from cockpit.ui.widgets.gpu_map import GpuMap, draw, fleet_view
+from cockpit.ui.widgets.gpu_map import GpuMap
+from cockpit.ui.widgets.map_text import draw, fleet_view
 from cockpit.ui.widgets.pane import Pane
 from tests.ui import fleet
 from tests.ui.helpers import settle, show

@@ -1,11 +1,15 @@
 """One host on one line: its link, GPUs (one glyph each), temperature, power, memory,
-disk and network. The GPU map shows hosts this way while there is room for a line each.
+disk and network. The GPU map shows hosts this way while there is room for a line each;
+with room to spare, each host's GPUs follow one column each (`gpu_figures`): its
+utilisation, memory, temperature and power, as a GPU monitor shows them.
 
 Glyphs and colours are the states of `cockpit.analysis.gpu_state`, which owns the
 verdict; this module only formats.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from textual.content import Content
 
@@ -27,6 +31,44 @@ def gpu_glyph(cell: GpuCell) -> str:
 
 def state_glyph(state: GpuState) -> str:
     return f"[{LEVEL_STYLE[state.level]}]{state.glyph}[/]"
+
+
+# A GPU's figures under its host, in the order they are given room: (label, the figure).
+FIGURES: tuple[tuple[str, Callable[[GpuCell], float | None]], ...] = (
+    ("util %", lambda c: c.util),
+    ("mem %", lambda c: fmt.ratio(c.mem_used, c.mem_total)),
+    ("temp °C", lambda c: c.temp),
+    ("power W", lambda c: c.power),
+)
+FIGURE_INDENT = "    "
+FIGURE_LABEL = 8  # the labels' width
+FIGURE_COLUMN = 5  # a GPU's column: its glyph and index, or a figure, and a space
+
+
+def _column(value: float | None) -> str:
+    return (f"{value:>{FIGURE_COLUMN - 1}.0f} " if value is not None and value == value
+            and abs(value) < 10 ** (FIGURE_COLUMN - 1) else f"{'–':>{FIGURE_COLUMN - 1}} ")
+
+
+def gpu_figures(host: HostHealth, states: tuple[GpuState, ...], count: int) -> list[Content]:
+    """`host`'s GPUs one column each, in the order of their glyphs on the host's line:
+    a header of each GPU's glyph and index, then `count` lines of figures (`FIGURES`),
+    each GPU's in the colour of its state. An offline GPU's last figures are not shown
+    as if current: "–"."""
+    if not host.gpus or count <= 0:
+        return []
+    styles = [LEVEL_STYLE[s.level] for s in states]
+    head: list[tuple[str, str] | str] = [FIGURE_INDENT + "gpu".ljust(FIGURE_LABEL)]
+    for cell, state, style in zip(host.gpus, states, styles, strict=False):
+        head.append((f"{state.glyph}{cell.index}".rjust(FIGURE_COLUMN - 1) + " ", style))
+    lines = [Content.assemble(*head)]
+    for label, figure in FIGURES[:count]:
+        parts: list[tuple[str, str] | str] = [FIGURE_INDENT + label.ljust(FIGURE_LABEL)]
+        for cell, state, style in zip(host.gpus, states, styles, strict=False):
+            shown = None if state is GpuState.OFFLINE else figure(cell)
+            parts.append((_column(shown), style if shown is not None else "$text-muted"))
+        lines.append(Content.assemble(*parts))
+    return lines
 
 
 def _max(values: list[float | None]) -> float | None:

@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.events import Resize
 from textual.widgets import Input
 
 from cockpit.analysis.gpu_state import Level, gpus_online
@@ -89,12 +90,25 @@ class HealthPane(Pane):
     def show(self, snapshot: Snapshot) -> None:
         health = snapshot.health
         self.query_one(SimBadge).simulated = health.simulated
-        self.query_one(GpuMap).hosts = health.hosts
         log = self.query_one(InterruptionLog)
         log.interruptions = health.interruptions
         log.advice = health.checkpoint_advice
         log.budget = health.restart_budget
         log.job_state = snapshot.progress.state
+        gpu_map = self.query_one(GpuMap)
+        gpu_map.keep_under(self._log_lines(log))
+        gpu_map.hosts = health.hosts
+
+    def on_resize(self, event: Resize) -> None:
+        if self._ready:
+            self.query_one(GpuMap).keep_under(self._log_lines(self.query_one(InterruptionLog)))
+
+    def _log_lines(self, log: InterruptionLog) -> int:
+        """The log's lines under the map at the scrolling area's width, its margin in."""
+        room = self.query_one("#health-scroll").size
+        if not room.width:
+            return 0
+        return log.get_content_height(room, room, room.width) + log.styles.margin.top
 
     def summary(self, snapshot: Snapshot) -> Content:
         health = snapshot.health
