@@ -6,9 +6,10 @@ every theme and without colour; the verdicts are `cockpit.analysis.gpu_state`'s.
 map picks the densest form the room needs: one line per host (a few hosts, with their
 figures, and with room to spare each GPU's own under it, in the lines the pane does
 not keep for the interruptions), one cell per GPU (blocks of a host's GPUs), or, where
-even that does not fit (80 × 24 with 128 hosts), one cell per host in its worst GPU's state. Host CPU, memory,
-disk and network follow on one line: the fullest host's share, and how many hosts are
-high or full (the fullest named); the line under it is the cursor's host in words.
+even that does not fit (80 × 24 with 128 hosts), one cell per host in its worst GPU's
+state. Host CPU, memory, disk and network follow on one line: the fullest host's
+share, and how many hosts are high or full (the fullest named); the line under it is
+the cursor's host in words.
 That text is `map_text`'s; this module is the widget that draws it.
 
 The whole map is one widget drawing one `Content`, rebuilt once per snapshot, filter,
