@@ -103,6 +103,7 @@ def _gpu(host_i: int, gpu: int) -> GpuCell:
         util=90.0 - 3 * gpu, temp=88.0 if throttled else 60.0 + gpu, power=300.0 + 5 * gpu,
         power_limit=400.0, mem_used=60 * 2**30, mem_total=80 * 2**30, ecc_unc=0,
         xid=79 if problem_xid else None, throttle=0x20 if throttled else 0, name="SIM-H100",
+        xid_watched=True,  # the simulated GPUs report XIDs (one has had one): "none" is known
     )
 
 
