@@ -42,7 +42,9 @@ keys may be added):
                      communication wait), wall_time (the wait included), data_share,
                      comm_share (0..1 of its step time), behind (its own time over the
                      fastest rank's, less 1)}] (up to three, each over 2 % behind the
-                     fastest rank's own time: none where the ranks are even), note}
+                     fastest rank's own time: none where the ranks are even),
+                     ranks: [the same for every rank, slowest own time first, at most
+                     64], rank_count (how many ranks there are), note}
     health          {simulated, restart_budget (text: restarts used and left, job-wide),
                      hosts: [{host, state, gpu_state, gpus_online, gpus_total,
                      cpu, mem_used, mem_total, disk_used, disk_total, net_rx, net_tx,
@@ -270,6 +272,7 @@ def _efficiency(snap: Snapshot) -> dict[str, Any]:
         "comm_pct": f.comm_pct, "mfu": f.mfu, "step_time_median": f.step_time_median,
         "step_time_spread": f.step_time_spread,
         "slowest_ranks": [asdict(r) for r in f.slowest_ranks],
+        "ranks": [asdict(r) for r in f.ranks], "rank_count": f.rank_count,
         "note": f.note,
     }
 

@@ -89,7 +89,8 @@ def sections(d: dict[str, Any]) -> list[tuple[str, Rows, list[Table]]]:
         ("Overview", _overview(d), []),
         ("Progress", _progress(p), []),
         ("Effect", _effect(d["effect"]), []),
-        ("Efficiency", _efficiency(d["efficiency"], p["state"]), []),
+        ("Efficiency", _efficiency(d["efficiency"], p["state"]),
+         [_rank_table(d["efficiency"])] if d["efficiency"]["ranks"] else []),
         ("Health", [("simulated GPUs", "yes (SIM)" if h["simulated"] else "no")],
          [_host_table(h), _gpu_table(h)]),
         ("Interruptions", ([] if d["interruptions"] else [("interruptions", "none")]) + (
@@ -196,6 +197,29 @@ def _efficiency(f: dict[str, Any], state: str) -> Rows:
                                   if f["slowest_ranks"] else "")),
         *([("note", f["note"])] if f["note"] else []),
     ]
+
+
+RANKS_LISTED = 16  # the rank table's rows at most: the slowest, then how many more
+
+
+def _share(value: float | None) -> str:
+    return _num(None if value is None else 100 * value, ".0f", "%")
+
+
+def _rank_table(f: dict[str, Any]) -> Table:
+    """Where each rank's step time goes, slowest own time first (the Efficiency pane's
+    table)."""
+    ranks = f["ranks"][:RANKS_LISTED]
+    rows = [(str(r["rank"]), r["host"], _num(r["wall_time"], ".3f", " s"),
+             _num(r["step_time"], ".3f", " s"), _share(r["data_share"]),
+             _share(r["comm_share"]),
+             _num(None if r["behind"] is None else 100 * r["behind"], "+.0f", "%"))
+            for r in ranks]
+    more = f["rank_count"] - len(ranks)
+    if more > 0:
+        rows.append((f"+{more:,} more", "none slower", "", "", "", "", ""))
+    return (("rank", "host", "step time", "own time", "data wait", "comm wait",
+             "behind fastest"), rows)
 
 
 def _host_table(h: dict[str, Any]) -> Table:

@@ -30,6 +30,11 @@ def test_json_report_has_the_documented_keys(recording: Path) -> None:
     assert data["effect"]["divergence_step"] == syn.BEST_VAL_STEP + syn.EVAL_EVERY
     assert len(data["effect"]["train_loss"]["step"]) == len(data["effect"]["train_loss"]["ema"])
     assert data["efficiency"]["slowest_ranks"][0]["rank"] == syn.STRAGGLER_RANK
+    ranks = data["efficiency"]["ranks"]
+    assert data["efficiency"]["rank_count"] == len(ranks) == 4
+    assert ranks[0]["rank"] == syn.STRAGGLER_RANK and ranks[0]["behind"] > 0
+    assert set(ranks[0]) == {"rank", "host", "step_time", "wall_time", "data_share",
+                             "comm_share", "behind"}
     assert {h["host"] for h in data["health"]["hosts"]} == set(syn.HOSTS)
     assert data["health"]["hosts"][0]["gpus_online"] == 2
     assert data["interruptions"][0]["steps_lost"] == 10
@@ -63,6 +68,10 @@ def test_markdown_report_uses_headings_and_tables(recording: Path) -> None:
     for heading in ("## Progress", "## Effect", "## Efficiency", "## Health", "## Alerts"):
         assert heading in md
     assert "| host | link | GPUs |" in md
+    # The Efficiency pane's rank table, the straggler first.
+    table = md[md.index("| rank | host | step time | own time |"):].splitlines()
+    assert table[2].startswith(f"| {syn.STRAGGLER_RANK} | node-b |")
+    assert len([line for line in table[2:] if line.startswith("|")]) >= 4
     assert "| critical | parameter | nonfinite_loss | step 450 |" in md
 
 
