@@ -210,11 +210,11 @@ def _rank_table(f: dict[str, Any]) -> Table:
     """Where each rank's step time goes, slowest own time first (the Efficiency pane's
     table)."""
     ranks = f["ranks"][:RANKS_LISTED]
-    rows = [(str(r["rank"]), r["host"], _num(r["wall_time"], ".3f", " s"),
-             _num(r["step_time"], ".3f", " s"), _share(r["data_share"]),
-             _share(r["comm_share"]),
-             _num(None if r["behind"] is None else 100 * r["behind"], "+.0f", "%"))
-            for r in ranks]
+    rows: list[tuple[str, ...]] = [
+        (str(r["rank"]), str(r["host"]), _num(r["wall_time"], ".3f", " s"),
+         _num(r["step_time"], ".3f", " s"), _share(r["data_share"]), _share(r["comm_share"]),
+         _num(None if r["behind"] is None else 100 * r["behind"], "+.0f", "%"))
+        for r in ranks]
     more = f["rank_count"] - len(ranks)
     if more > 0:
         rows.append((f"+{more:,} more", "none slower", "", "", "", "", ""))
