@@ -27,6 +27,18 @@ TOP_SLOWEST = 3
 # fastest rank's: ranks within it are even, and naming the first few of them as the
 # slowest would point at ranks nobody waits for.
 EVEN_WITHIN = 0.02
+# A rank this far behind the fastest (or a spread this wide) holds every step back by a
+# fifth or more: shown as a warning.
+FAR_BEHIND = 0.2
+
+
+def lag_verdict(behind: float | None) -> str:
+    """"far" (`FAR_BEHIND` or more), "behind" (more than `EVEN_WITHIN`) or "even": how far
+    a rank's own time is behind the fastest rank's (`behind`: its ratio less 1), or how
+    wide the ranks' spread is; "even" where not known."""
+    if behind is None or behind <= EVEN_WITHIN:
+        return "even"
+    return "far" if behind >= FAR_BEHIND else "behind"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.analysis.efficiency import compute_efficiency
+from cockpit.analysis.efficiency import EVEN_WITHIN, FAR_BEHIND, compute_efficiency, lag_verdict
 from cockpit.analysis.ranks import StepSample, step_wall_times, summarize_ranks
 from cockpit.analysis.stalls import (
     CONTENTION,
@@ -182,3 +182,8 @@ def test_a_measured_wait_names_the_straggler_on_a_pressed_host() -> None:
     v = detect_stall(since_last_step=1.0, recent_wall_times=walls,
                      ranks=summarize_ranks(untimed), hosts=hosts, steps=untimed)
     assert v.cause == CONTENTION and v.where == {"host": "local"}
+
+
+def test_how_far_behind_a_rank_is_reads_even_behind_or_far() -> None:
+    assert [lag_verdict(b) for b in (None, 0.0, EVEN_WITHIN, 0.05, FAR_BEHIND, 0.5)] == [
+        "even", "even", "even", "behind", "far", "far"]

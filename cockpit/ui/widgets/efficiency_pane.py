@@ -9,7 +9,7 @@ from textual.events import Resize
 from textual.widgets import Static
 
 from agent.wire import states
-from cockpit.analysis.efficiency import EVEN_WITHIN
+from cockpit.analysis.efficiency import lag_verdict
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Efficiency, Snapshot
 from cockpit.ui import format as fmt
@@ -19,7 +19,7 @@ from cockpit.ui.widgets.spark_bars import FROM_ZERO, PERCENT
 from cockpit.ui.widgets.sparkline_chart import SparklineChart
 
 SLOWEST_SHOWN = 3
-SPREAD_WARNING = 0.2  # a rank this far behind the fastest holds every step back
+LAG_STYLE = {"far": "$warning", "behind": "", "even": "$text-muted"}
 # The body's lines besides the stragglers' text and the rank table: four gauges, the
 # throughput line, the stragglers' margin and two sparklines.
 OTHER_LINES = 4 + 1 + 1 + 2
@@ -53,8 +53,7 @@ def stragglers_line(e: Efficiency) -> Content:
     slowest = e.slowest_ranks[:SLOWEST_SHOWN]
     if slowest:
         names = ", ".join(f"r{r.rank}@{r.host} {r.step_time:.3f}s" for r in slowest)
-        style = ("$warning" if (e.step_time_spread or 0) >= SPREAD_WARNING
-                 else "$text-muted")
+        style = "$warning" if lag_verdict(e.step_time_spread) == "far" else "$text-muted"
         # Their own time (step time less the wait for communication): the median step
         # time above includes that wait, so it can read above every rank here.
         line += fmt.markup(f"\n[{style}]slowest, less comm wait: $names[/]", names=names)
@@ -93,8 +92,7 @@ def rank_times_text(e: Efficiency, lines: int, width: int = RANK_COLUMNS + 16) -
                           rank=f"r{r.rank}"[:6].ljust(6),
                           host=printable(r.host)[:host].ljust(host))
         behind = fmt.na(None if r.behind is None else r.behind * 100, "{:+.0f}%")
-        style = ("$warning" if (r.behind or 0) >= SPREAD_WARNING
-                 else "" if (r.behind or 0) > EVEN_WITHIN else "$text-muted")
+        style = LAG_STYLE[lag_verdict(r.behind)]
         out.append(line + (fmt.own_markup(f"[{style}]{behind:>7}[/]") if style
                            else Content(f"{behind:>7}")))
     if more > 0:
