@@ -32,6 +32,11 @@ EVEN_WITHIN = 0.02
 FAR_BEHIND = 0.2
 
 
+def slowest_first(r: RankSummary) -> tuple[float, int]:
+    """The order ranks are named in: the slowest own time first, then by rank."""
+    return (-r.own_time, r.rank)
+
+
 def lag_verdict(behind: float | None) -> str:
     """"far" (`FAR_BEHIND` or more), "behind" (more than `EVEN_WITHIN`) or "even": how far
     a rank's own time is behind the fastest rank's (`behind`: its ratio less 1), or how
@@ -86,7 +91,7 @@ def compute_efficiency(
     own_mid = median(own)
     spread = (max(own) - min(own)) / own_mid if len(ranks) > 1 and own_mid > 0 else None
     behind = [r for r in ranks if r.own_time > min(own) * (1 + EVEN_WITHIN)]
-    slowest = tuple(sorted(behind, key=lambda r: (-r.own_time, r.rank))[:top])
+    slowest = tuple(sorted(behind, key=slowest_first)[:top])
     mfu = None
     if flops_per_step and peak_flops and n_gpus and speed is not None:
         mfu = flops_per_step * speed / (peak_flops * n_gpus)

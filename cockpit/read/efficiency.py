@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency
+from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency, slowest_first
 from cockpit.analysis.ranks import RankSummary
 from cockpit.read.train_tail import TrainView, job_hosts
 from cockpit.snapshot import (
@@ -103,6 +103,7 @@ def build_efficiency(train: TrainView, figures: EfficiencyFigures, series: Mappi
             tuple(per_second(per_step, t) for t in times.hi),
             tuple(per_second(per_step, t) for t in times.lo),
         )
+    ranks = rank_times(sorted(figures.ranks, key=slowest_first)[:RANKS_KEPT], figures.ranks)
     return Efficiency(
         gpu_busy=figures.gpu_busy,
         samples_per_s=figures.samples_per_s,
@@ -112,17 +113,14 @@ def build_efficiency(train: TrainView, figures: EfficiencyFigures, series: Mappi
         mfu=figures.mfu,
         step_time_median=figures.step_time_median,
         step_time_spread=figures.step_time_spread,
-        slowest_ranks=rank_times(figures.slowest, figures.ranks),
-        ranks=rank_times(sorted(figures.ranks, key=_slowest_first)[:RANKS_KEPT], figures.ranks),
+        # The slowest are the first ranks in the same order (`slowest_first`).
+        slowest_ranks=ranks[:len(figures.slowest)],
+        ranks=ranks,
         rank_count=len(figures.ranks),
         throughput_history=throughput,
         gpu_busy_history=busy,
         note=note,
     )
-
-def _slowest_first(r: RankSummary) -> tuple[float, int]:
-    return (-r.own_time, r.rank)
-
 
 def rank_times(shown: Sequence[RankSummary], every: Sequence[RankSummary]
                ) -> tuple[RankTime, ...]:

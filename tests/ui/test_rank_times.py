@@ -41,6 +41,10 @@ def test_ranks_beyond_the_lines_are_counted_not_drawn() -> None:
     # A snapshot keeps the slowest few of a large job: the rest are counted too.
     kept = dataclasses.replace(_ranks(16), rank_count=1024)
     assert rank_times_text(kept, 30).plain.split("\n")[-1] == "+1008 more ranks, none slower"
+    # Every kept rank would fit under the header, but the line about the rest would not:
+    # the table keeps to its lines.
+    for lines in (16, 17, 18):
+        assert len(rank_times_text(kept, lines).plain.split("\n")) == lines
 
 
 def _styles_at(content: Content, at: int) -> set[str]:

@@ -78,9 +78,8 @@ def rank_times_text(e: Efficiency, lines: int, width: int = RANK_COLUMNS + 16) -
     column narrows to fit `width` (a wrapped line would read as two ranks)."""
     if not e.ranks:
         return fmt.own_markup("[$text-muted]no rank has timed a step yet[/]")
-    rows = e.ranks
-    if len(rows) > lines - 1:
-        rows = rows[:max(1, lines - 2)]
+    room = lines - 1  # under the header; a line of it says how many more, if any
+    rows = e.ranks[:max(1, room - 1)] if e.rank_count > room else e.ranks[:room]
     more = e.rank_count - len(rows)
     host = max(HOST_WIDTH[0], min(HOST_WIDTH[1], width - RANK_COLUMNS))
     out = [fmt.own_markup(f"[b]{'rank':<6} {'host':<{host}} {'step':>7} {'own':>7} {'data':>5} "
