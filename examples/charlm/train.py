@@ -276,6 +276,8 @@ def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     every = cfg["control"]["every"]
     fault = cfg["fault"]
     while step < max_steps:
+        if t["pace"] > 0:
+            time.sleep(t["pace"])  # train.pace: a rest between steps, in no phase
         step += 1
         with rep.phase("data"):
             if fault["data_sleep"] > 0:

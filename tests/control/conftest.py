@@ -23,10 +23,12 @@ from cockpit.control.jobspec import parse_jobspec
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "charlm" / "train.py"
 # Small and quick on two shared cores, still the real model, data and loop (the model of
-# tests.harness.torchrun.FAST_SETTINGS: a sixth of the default one's CPU per step).
+# tests.harness.torchrun.FAST_SETTINGS: a sixth of the default one's CPU per step),
+# paced to 50 ms of rest a step: these tests wait on controls, not on steps, and a rank
+# training flat out would take a core from the suite's other tests the whole time.
 FAST = ("train.batch_size=4", "model.n_layer=1", "model.d_model=48", "train.log_every=10",
         "eval.windows=32", "data.max_bytes=1500000", "checkpoint.every=10",
-        "eval.at_start=false", "eval.every=100000")  # fmt: skip
+        "eval.at_start=false", "eval.every=100000", "train.pace=0.05")  # fmt: skip
 
 
 class AgentDaemon:

@@ -19,10 +19,12 @@ from tests.harness.sshd import REPO_ROOT, SshdHost
 from tests.harness.waiting import wait_for
 from tests.harness.workers import worker_index
 
-# A charlm small and quick enough for several nodes on two CPU cores.
+# A charlm small and quick enough for several nodes on two CPU cores, paced
+# (`train.pace`) so that its ranks leave the cores to the rest while a test waits.
 SMALL_CHARLM = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
                 "data.max_bytes=400000", "checkpoint.every=10", "eval.at_start=false",
-                "eval.every=100000", "model.n_layer=1", "model.d_model=48")  # fmt: skip
+                "eval.every=100000", "model.n_layer=1", "model.d_model=48",
+                "train.pace=0.05")  # fmt: skip
 
 
 # Rendezvous ports come from below the kernel's ephemeral range, in a band per worker.

@@ -24,12 +24,11 @@ def _checkpoint_events(run) -> list[dict]:
 
 
 def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run_charlm) -> None:
-    # Each step's data takes 10 ms more: the 200 steps after the control is sent take
-    # 2 s at the least, time for the records to show step 100 and for rank 0 to read the
-    # control (every 0.5 s). Unpaced, a run on a busy machine could train to its end
-    # before reading it, and acknowledge nothing.
-    run = run_charlm(tmp_path, nproc=2, steps=300, data_dir=charlm_data,
-                     extra_args=["--set", "fault.data_sleep=0.01"])
+    # Paced (FAST_SETTINGS' train.pace, 50 ms of rest before each step): the 200 steps
+    # after the control is sent take 10 s at the least, time for the records to show
+    # step 100 and for rank 0 to read the control (every 0.5 s). Unpaced, a run on a
+    # busy machine could train to its end before reading it, and acknowledge nothing.
+    run = run_charlm(tmp_path, nproc=2, steps=300, data_dir=charlm_data)
     # Mid-run, the operator halves the LR and asks for an evaluation now.
     run.wait_for(lambda r: any(t["step"] >= 100 for t in r.records("train")), timeout=90)
     run.control_path.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +49,10 @@ def test_two_ranks_learn_and_follow_operator_controls(tmp_path, charlm_data, run
     assert all(t["loss"] is not None and t["grad_norm"] is not None for t in train)
     assert any(t["comm_time"] is not None for t in train)
     assert all(t["data_time"] is not None and t["compute_time"] is not None for t in train)
+    # The pace's rest is in each step's time and in none of its phases.
+    for t in (t for t in train if t["step"] > 1):
+        phases = t["data_time"] + t["compute_time"] + (t["comm_time"] or 0.0)
+        assert t["step_time"] - phases >= 0.049, t
 
     (run_record,) = run.records("run")
     assert run_record["total_steps"] == 300 and run_record["world_size"] == 2
