@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from agent.journal.control_inbox import append_op
-from agent.journal.journal import JournalReader
 from cockpit.control.jobspec import parse_jobspec
+from tests.harness.journal_tail import JournalTail
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "charlm" / "train.py"
@@ -36,6 +36,7 @@ class AgentDaemon:
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        self._journal = JournalTail(state_dir)  # polled often: each record read once
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.log = open(state_dir.parent / "daemon.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--state-dir",
@@ -66,9 +67,7 @@ class AgentDaemon:
         return f"last events: {shown}; daemon log: {said}"
 
     def records(self, t: str | None = None) -> list[dict]:
-        if not (self.state_dir / "journal_id").exists():
-            return []
-        return [r for r in JournalReader(self.state_dir).records() if t is None or r["t"] == t]
+        return [r for r in self._journal.records() if t is None or r["t"] == t]
 
     def events(self, kind: str, job: str | None = None) -> list[dict]:
         return [r for r in self.records("event") if r["kind"] == kind

@@ -275,14 +275,14 @@ def test_a_live_reader_given_late_rows_builds_what_a_fresh_one_builds(
     event tables alike). A reader kept across the refreshes finds them by the ids the
     store gave them and folds them in rather than reading every answer again, and
     builds what a reader opened then builds."""
-    rec = syn.build_recording(steps=160)
-    for step, xid in ((40, 79), (90, 48), (130, 79)):
+    rec = syn.build_recording(steps=100)
+    for step, xid in ((25, 79), (55, 48), (80, 79)):
         rec.add("node-b", syn.step_ts(step) + 0.3, "event", kind="xid", job=None, rank=None,
                 step=None, msg=f"XID {xid} on GPU 1", data={"gpu": 1, "xid": xid})
     delay = {"node-a": 0.0, "node-b": 2.6}
     wire = {host: list(rec.wire(host)) for host in syn.HOSTS}
     times = {host: [syn.T0, *sorted(ts for ts, _, _ in rec.lines[host])] for host in syn.HOSTS}
-    end = syn.step_ts(159) + 5
+    end = syn.step_ts(99) + 5
     found_late = 0
     with Store(tmp_path / "late.duckdb") as store:
         kept = StoreReader(store)

@@ -20,7 +20,8 @@ import pytest
 
 from agent.journal.control_inbox import append_op
 from agent.wire import checkpoints
-from tests.agent.conftest import REPO, Proc, dump_journal
+from tests.agent.conftest import REPO, Proc
+from tests.harness.journal_tail import JournalTail
 from tests.harness.torchrun import read_spool, spool_files
 from tests.harness.waiting import wait_for
 
@@ -29,10 +30,15 @@ pytest.importorskip("lightning")
 JOB = "pl"
 
 
+_TAILS: dict[Path, JournalTail] = {}  # one per state dir: the polls read each record once
+
+
+def _journal(state: Path) -> list[dict]:
+    return _TAILS.setdefault(state, JournalTail(state)).records()
+
+
 def _events(state: Path, kind: str) -> list[dict]:
-    if not (state / "journal_id").exists():
-        return []
-    return [r for r in dump_journal(state) if r["t"] == "event" and r["kind"] == kind
+    return [r for r in _journal(state) if r["t"] == "event" and r["kind"] == kind
             and r.get("job") == JOB]  # fmt: skip
 
 
@@ -113,7 +119,7 @@ def test_lightning_example_adjusted_paused_and_resumed_by_the_agent(tmp_path: Pa
     finally:
         daemon.close()
     # The spool of a stopped attempt is gone once journaled: the journal has both.
-    train = [r for r in dump_journal(state) if r["t"] == "train" and r.get("job") == JOB]
+    train = [r for r in _journal(state) if r["t"] == "train" and r.get("job") == JOB]
     for since in (resumed["ts"], recovered["ts"]):
         after = [r for r in train if r["ts"] > since]
         for rank in (0, 1):
