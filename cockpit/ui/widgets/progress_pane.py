@@ -9,6 +9,7 @@ a 128-host job is one table of its hosts furthest behind, not a widget per rank.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import groupby
 
 from textual.app import ComposeResult
@@ -102,9 +103,32 @@ STAGE_STYLES = {
 OTHER_STAGE = ("─", "foreground")  # a stage the trainer named that the band does not know
 RANK_ROWS_MAX = 8  # the table's lines at most: the chart below keeps the rest
 RANK_ROWS_MIN = 3  # its header, the rank or host furthest behind, and how many more
-# Lines of the body besides the table and the bar: the four text lines, the chart's
-# least height with its heading, the band and its legend.
-OTHER_LINES = 4 + 7 + 2
+CHART_LINES = 7  # the chart's least height with its heading
+BAND_LINES = 2  # the band and its legend
+
+
+@dataclass(frozen=True)
+class Share:
+    """How the lines under the text and the bar are shared."""
+
+    table: int  # the most lines the table of ranks may take
+    chart: bool  # the throughput chart and its heading are shown
+    band: bool  # the stages band and its legend are shown
+
+
+def allot(room: int, table_least: int) -> Share:
+    """The table gets its least (its header, the rank furthest behind and how many
+    more), then the chart its least, then the band; what is left widens the table, to
+    `RANK_ROWS_MAX` while the chart is shown (the chart, sized by the fraction, takes
+    the rest). What has no room is not shown, rather than a heading whose chart is out
+    of sight or a band cut in half."""
+    left = room - table_least
+    chart = left >= CHART_LINES
+    left -= CHART_LINES if chart else 0
+    band = left >= BAND_LINES
+    left -= BAND_LINES if band else 0
+    table = table_least + max(0, left)
+    return Share(min(table, max(RANK_ROWS_MAX, table_least)) if chart else table, chart, band)
 
 
 # The table's columns besides the first two: step, steps/s and lag, and the spaces.
@@ -216,20 +240,38 @@ class ProgressPane(Pane):
                         throughput_heading(self.snapshot, timeline))
 
     def _show_fleet(self, snapshot: Snapshot) -> None:
-        """The table, the chart and the band."""
+        """The table, the chart and the band, in the lines the text above leaves."""
         p = snapshot.progress
-        bar = self.query_one("#progress-bar", ProgressBar).outer_size.height
-        lines = min(RANK_ROWS_MAX, max(RANK_ROWS_MIN, self.size.height - OTHER_LINES - bar))
+        body = self.query_one(".body").size
         table = self.query_one("#progress-ranks", Static)
-        update_text(table, ranks_text(p.ranks, lines, table.size.width or self.size.width - 4))
-        update_text(self.query_one("#throughput-heading", Static),
-                    throughput_heading(snapshot, self.timeline))
+        width = table.size.width or max(self.size.width - 4, 1)
+        least = ranks_text(p.ranks, RANK_ROWS_MIN, width)
+        share = allot(body.height - self._above_lines(), least.plain.count("\n") + 1)
+        update_text(table, ranks_text(p.ranks, share.table, width))
+        heading = self.query_one("#throughput-heading", Static)
+        chart = self.query_one(ThroughputChart)
+        heading.display = chart.display = share.chart
+        update_text(heading, throughput_heading(snapshot, self.timeline))
         e = snapshot.effect
-        self.query_one(ThroughputChart).data = Throughput(
+        chart.data = Throughput(
             snapshot.efficiency.throughput_history, markers=e.markers, faults=e.faults)
         band = self.query_one("#progress-stages", Static)
-        width = band.size.width or max(self.size.width - 4, 1)
-        update_text(band, band_text(p.stages, snapshot.ts, width))
+        band.display = share.band
+        update_text(band, band_text(p.stages, snapshot.ts, band.size.width or width))
+
+    def _above_lines(self) -> int:
+        """The lines above the table at the body's width as their text reads now (it may
+        have just changed, before the layout that shows it): the text, wrapped where
+        the pane is narrow, the bar with its margins, and the stall banner when shown."""
+        body = self.query_one(".body").size
+        above = [self.query_one(f"#progress-{name}", Static)
+                 for name in ("position", "counts", "eta", "last")]
+        banner = self.query_one("#stall-banner", Static)
+        if banner.display:
+            above.append(banner)
+        lines = sum(w.get_content_height(body, body, body.width) for w in above)
+        bar = self.query_one("#progress-bar", ProgressBar)
+        return lines + bar.outer_size.height + bar.styles.margin.height
 
     def show(self, snapshot: Snapshot) -> None:
         p = snapshot.progress
