@@ -100,3 +100,13 @@ def test_the_host_column_narrows_so_that_no_line_wraps() -> None:
             lines = table.plain.split("\n")
             assert max(len(line) for line in lines[:-1]) <= max(width, 49), (width, lines)
     assert rank_times_text(_ranks(4), 6, 56).plain.split("\n")[1].split()[1] == "node-0"
+
+
+def test_a_narrow_pane_drops_the_step_column_before_the_host_is_cut_short() -> None:
+    wide = rank_times_text(_ranks(4), 6, 59).plain.split("\n")
+    narrow = rank_times_text(_ranks(4), 6, 46).plain.split("\n")
+    assert "step" in wide[0].split() and "step" not in narrow[0].split()
+    # The own time, the shares and how far behind stay, the host whole, in the width.
+    assert narrow[0].split() == ["rank", "host", "own", "data", "comm", "behind"]
+    assert narrow[1].split() == ["r0", "node-0", "1.300s", "25%", "10%", "+30%"]
+    assert max(len(line) for line in narrow) <= 46

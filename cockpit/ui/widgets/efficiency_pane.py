@@ -69,24 +69,28 @@ def _share(share: float | None) -> str:
 # The table's columns besides the host's: rank, step, own, data, comm, behind, and
 # the spaces between.
 RANK_COLUMNS = 6 + 7 + 7 + 5 + 5 + 7 + 6
+STEP_COLUMN = 7 + 1  # the first to go where the pane is narrow: own + comm tell it
 HOST_WIDTH = (6, 16)  # the host column's least and most width
 
 
 def rank_times_text(e: Efficiency, lines: int, width: int = RANK_COLUMNS + 16) -> Content:
     """Where each rank's step time goes, slowest own time first, in `lines` lines with
     its header: "r13    gpu-node-b        1.030s  0.970s    3%    6%   +12%"; the host
-    column narrows to fit `width` (a wrapped line would read as two ranks)."""
+    column narrows to fit `width` (a wrapped line would read as two ranks), and below
+    its least the step column goes (the own time and the comm share remain)."""
     if not e.ranks:
         return fmt.own_markup("[$text-muted]no rank has timed a step yet[/]")
     room = lines - 1  # under the header; a line of it says how many more, if any
     rows = e.ranks[:max(1, room - 1)] if e.rank_count > room else e.ranks[:room]
     more = e.rank_count - len(rows)
-    host = max(HOST_WIDTH[0], min(HOST_WIDTH[1], width - RANK_COLUMNS))
-    out = [fmt.own_markup(f"[b]{'rank':<6} {'host':<{host}} {'step':>7} {'own':>7} {'data':>5} "
+    columns = RANK_COLUMNS if width >= RANK_COLUMNS + HOST_WIDTH[0] else RANK_COLUMNS - STEP_COLUMN
+    host = max(HOST_WIDTH[0], min(HOST_WIDTH[1], width - columns))
+    step = f"{'step':>7} " if columns == RANK_COLUMNS else ""
+    out = [fmt.own_markup(f"[b]{'rank':<6} {'host':<{host}} {step}{'own':>7} {'data':>5} "
                           f"{'comm':>5} {'behind':>7}[/b]")]
     for r in rows:
-        wall = fmt.na(r.wall_time, "{:.3f}s")
-        line = fmt.markup(f"$rank $host {wall:>7} {r.step_time:>6.3f}s "
+        wall = f"{fmt.na(r.wall_time, '{:.3f}s'):>7} " if step else ""
+        line = fmt.markup(f"$rank $host {wall}{r.step_time:>6.3f}s "
                           f"{_share(r.data_share):>5} {_share(r.comm_share):>5} ",
                           rank=f"r{r.rank}"[:6].ljust(6),
                           host=printable(r.host)[:host].ljust(host))
