@@ -11,14 +11,15 @@ STAMP := $(VENV)/.installed-stamp
 # and pytest its rewritten test modules, again each time.
 unexport PYTHONDONTWRITEBYTECODE
 
-PYTEST = $(BIN)/python -m pytest -q -p no:cacheprovider -n logical --maxprocesses 4 --dist worksteal
+PYTEST_RUN = $(BIN)/python -m pytest -q -p no:cacheprovider --dist worksteal
+PYTEST = $(PYTEST_RUN) -n logical --maxprocesses 4
 # The whole suite runs one worker more than the cores (up to 5): its end-to-end tests
 # wait on processes, handshakes and polls, and a third worker on two cores keeps both
 # busy through those waits (measured on two cores: 96% busy with three workers, about
 # 82% with two). The jobs those tests start are paced (charlm's train.pace), so a
 # worker more does not starve a rank past the tests' waits.
 TEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$((n + 1)))
-PYTEST_ALL = $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
+PYTEST_ALL = $(PYTEST_RUN) -n $(TEST_WORKERS)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -68,3 +68,14 @@ def progress_rows(ranks: Sequence[RankProgress], lines: int) -> tuple[list[Progr
         return rows, 0
     # The last line says how many more there are.
     return rows[:lines - 1], len(rows) - (lines - 1)
+
+
+def rows_taken(ranks: Sequence[RankProgress], lines: int) -> int:
+    """The lines `progress_rows(ranks, lines)` fills (its rows, and the line saying how
+    many more), without sorting or grouping them: a pane sizing its parts asks this of
+    a thousand ranks on every refresh."""
+    if lines <= 0 or not ranks:
+        return 0
+    if len(ranks) <= lines:
+        return len(ranks)
+    return min(len({r.host for r in ranks}), lines)

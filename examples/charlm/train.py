@@ -151,9 +151,14 @@ def evaluate(model: CharLM, shards: TokenShards, starts: torch.Tensor, batch: in
     return (total[0] / total[1]).item()
 
 
+PACE_MAX = 60.0  # s: train.pace is a rest between steps, not a way to stop training
+
+
 def run(cfg: dict[str, Any], args: argparse.Namespace) -> int:
     d = Dist()
     t, m, o = cfg["train"], cfg["model"], cfg["optim"]
+    if not 0 <= t["pace"] <= PACE_MAX:
+        raise ConfigError(f"train.pace must be 0 to {PACE_MAX:g} seconds, got {t['pace']!r}")
     if d.device.type == "cpu":
         torch.set_num_threads(t["threads"])
     if t["deterministic"] and d.device.type == "cuda":

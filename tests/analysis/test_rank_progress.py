@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cockpit.analysis.rank_progress import ProgressRow, progress_rows, rank_progress
+from cockpit.analysis.rank_progress import ProgressRow, progress_rows, rank_progress, rows_taken
 from cockpit.analysis.ranks import RankSummary
 from cockpit.snapshot import RankProgress
 
@@ -32,3 +32,16 @@ def test_many_ranks_are_grouped_by_host_with_each_hosts_worst() -> None:
     assert rows == [ProgressRow("h1", "h1", 8, 995, 1.0, 5),
                     ProgressRow("h0", "h0", 8, 1000, 2.0, 0)]
     assert more == 2  # the last line says how many hosts are not shown
+
+
+def test_the_lines_taken_are_counted_as_the_rows_would_fill_them() -> None:
+    """`rows_taken` answers what `progress_rows` fills without building its rows."""
+    def job(ranks: int, hosts: int) -> tuple[RankProgress, ...]:
+        return tuple(RankProgress(r, f"h{r % hosts}", 100 - r % 5, 1.0, r % 5)
+                     for r in range(ranks))
+    for ranks, hosts in ((0, 1), (1, 1), (2, 1), (3, 1), (8, 1), (8, 2), (16, 2), (64, 8),
+                         (1024, 128)):
+        for lines in (0, 1, 2, 3, 5, 8, 200):
+            rows, more = progress_rows(job(ranks, hosts), lines)
+            assert rows_taken(job(ranks, hosts), lines) == len(rows) + (1 if more else 0), (
+                ranks, hosts, lines)

@@ -19,7 +19,7 @@ from textual.reactive import reactive
 from textual.widgets import ProgressBar, Static
 
 from agent.wire import states
-from cockpit.analysis.rank_progress import progress_rows
+from cockpit.analysis.rank_progress import progress_rows, rows_taken
 from cockpit.analysis.text import counted, printable
 from cockpit.analysis.timeline import STAGES, band_cells
 from cockpit.snapshot import Progress, RankProgress, Snapshot, StageSpan
@@ -245,8 +245,9 @@ class ProgressPane(Pane):
         body = self.query_one(".body").size
         table = self.query_one("#progress-ranks", Static)
         width = table.size.width or max(self.size.width - 4, 1)
-        least = ranks_text(p.ranks, RANK_ROWS_MIN, width)
-        share = allot(body.height - self._above_lines(), least.plain.count("\n") + 1)
+        # The table at its least: its header (or the line saying no rank yet) and rows.
+        least = 1 + rows_taken(p.ranks, RANK_ROWS_MIN - 1)
+        share = allot(body.height - self._above_lines(), least)
         update_text(table, ranks_text(p.ranks, share.table, width))
         heading = self.query_one("#throughput-heading", Static)
         chart = self.query_one(ThroughputChart)
