@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulate-gpus", type=_count(0), default=None,
         help="simulated GPUs (labelled SIM); default: 2 when no NVIDIA driver is found",
     )
+    demo.add_argument("--set", action="append", default=[], dest="settings", type=_setting,
+                      metavar="KEY=VALUE",
+                      help="a setting of the example trainer's config "
+                      "(examples/charlm/config.toml, e.g. model.n_layer=2), after the "
+                      "demo's own; repeatable")
     demo.add_argument("--headless", type=_positive_float, default=None, metavar="SECONDS",
                       help="no UI: record for SECONDS (less when the job finishes "
                       "sooner), then print the report")
@@ -416,6 +421,18 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
                                help="host of the job that leaves (its part is stopped)")
 
 
+_SETTING = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=\S*")
+
+
+def _setting(text: str) -> str:
+    """`--set` of a trainer's config: a dotted key and a value without spaces, as the
+    trainer's own `--set` takes it (the trainer checks the key and the value)."""
+    if not _SETTING.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. model.n_layer=2), "
+                                         f"got {text!r}")
+    return text
+
+
 def _pairs(items: list[str], what: str) -> dict[str, object]:
     from cockpit.control.controller import ControlError, check_finite
 
@@ -566,7 +583,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     fault_at = default_fault_step(args.steps) if args.fault_at is None else args.fault_at
     with DemoRun(
         run_root=args.dir, steps=args.steps, nproc=args.nproc, simulate_gpus=args.simulate_gpus,
-        fault_at=fault_at,
+        fault_at=fault_at, settings=args.settings,
     ) as demo:
         print(f"demo run in {demo.run_root}", file=sys.stderr)
         if demo.pruned:

@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from agent.lockfile import running_daemon
@@ -99,10 +100,13 @@ class DemoRun(LocalRun):
     noun = "demo run"
 
     def __init__(self, run_root: Path | None = None, steps: int = 3000, nproc: int = 2,
-                 simulate_gpus: int | None = None, fault_at: int = 0) -> None:
+                 simulate_gpus: int | None = None, fault_at: int = 0,
+                 settings: Sequence[str] = ()) -> None:
         """`fault_at`: the step at which the last rank (rank 1 of the usual 2) is killed
         with SIGKILL, once, as a host's OOM killer would, so that the demo shows the
-        agent recovering the job from its newest checkpoint (0: never)."""
+        agent recovering the job from its newest checkpoint (0: never). `settings`:
+        `SECTION.KEY=VALUE` settings of the example trainer's config (`--set`), given
+        after the demo's own, so they win (a smaller model for a small machine)."""
         if importlib.util.find_spec("torch") is None:
             raise CockpitError(
                 "the demo trains a real model and needs torch on this machine: "
@@ -125,6 +129,7 @@ class DemoRun(LocalRun):
         if fault_at < 0:
             raise CockpitError(f"--fault-at must be a step >= 0 (0: never), not {fault_at}")
         self.fault_at = fault_at
+        self.settings = tuple(settings)
         super().__init__(Path(run_root), (0 if nvml_available() else 2)
                          if simulate_gpus is None else simulate_gpus)
 
@@ -143,7 +148,8 @@ class DemoRun(LocalRun):
             args=("--config", str(trainer / "config.toml"), "--max-steps", str(self.steps),
                   "--set", f"data.dir={self._data_dir()}",
                   "--set", f"fault.kill_at={self.fault_at}",
-                  "--set", f"fault.kill_rank={min(1, self.nproc - 1)}"),
+                  "--set", f"fault.kill_rank={min(1, self.nproc - 1)}",
+                  *(arg for setting in self.settings for arg in ("--set", setting))),
             run_dir=str(self.run_dir), workdir=str(self.run_root),
             env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
             resume_args=("--resume", "{checkpoint}"),

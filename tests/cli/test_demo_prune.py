@@ -71,3 +71,22 @@ def test_a_daemon_that_refused_to_start_is_reported_with_its_log(tmp_path: Path)
     with pytest.raises(CockpitError, match="exited with status 2 before the job started") as err:
         demo._check_daemon()
     assert "cockpit-agent: error: bad --simulate-gpus" in str(err.value)
+
+
+def test_the_demos_trainer_settings_come_after_its_own(tmp_path: Path) -> None:
+    """`cockpit demo --set` reaches the trainer after the demo's own settings, so that
+    the operator's win (the trainer takes the last of a key)."""
+    demo = DemoRun(run_root=tmp_path / "run", simulate_gpus=1,
+                   settings=("model.n_layer=1", "fault.kill_at=7"))
+    args = list(demo.job_spec("local").args)
+    sets = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
+    assert sets[-2:] == ["model.n_layer=1", "fault.kill_at=7"]
+    assert sets.index("fault.kill_at=0") < sets.index("fault.kill_at=7")
+
+
+@pytest.mark.parametrize("setting", ["model.n_layer", "=2", "model..x=1", "a b=1", "x=1 2"])
+def test_a_demo_setting_that_is_not_key_equals_value_is_refused(setting: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "cockpit", "demo", "--set", setting],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "expected KEY=VALUE" in done.stderr and repr(setting) in done.stderr

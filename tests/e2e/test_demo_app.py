@@ -19,10 +19,16 @@ import pytest
 from agent.job.supervisor import alive
 from cockpit.app.demo import DemoRun
 from cockpit.ui.app_factory import make_app
+from tests.harness.job_hosts import SMALL_CHARLM
 from tests.harness.torchrun import descendants
 from tests.ui.helpers import text
 
 REPO = Path(__file__).resolve().parents[2]
+# The suite's small charlm model, batch and evaluation (a fraction of the default's CPU a
+# step), for a demo run whose steps are counted rather than waited on. The data (the
+# demo's shared cache) and the checkpoint period stay the demo's own.
+SMALL_MODEL = [s for s in SMALL_CHARLM
+               if s.startswith(("model.", "train.batch_size=", "eval.windows="))]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -102,12 +108,15 @@ def test_the_demo_rehearses_a_crash_and_the_agent_recovers_from_the_checkpoint(
     """`cockpit demo` kills rank 1 once, between two checkpoints (every 100 steps), as a
     host's OOM killer would: the agent restarts the job from the newest checkpoint, and
     the recording tells why it died and what it cost. The headless demo ends with the
-    job, long before its --headless bound (the test's timeout is well under it)."""
+    job, long before its --headless bound (the test's timeout is well under it). Its job
+    trains the suite's small model: what is rehearsed, recovered and reported is the
+    same; the default model's live steps are the first test's."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     recording = tmp_path / "demo" / "recording.duckdb"
     done = subprocess.run(
         [sys.executable, "-m", "cockpit", "demo", "--headless", "600", "--steps", "200",
-         "--fault-at", "150", "--dir", str(tmp_path / "demo")],
+         "--fault-at", "150", "--dir", str(tmp_path / "demo"),
+         *(arg for setting in SMALL_MODEL for arg in ("--set", setting))],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "restart at step 100 (recovery from killed)" in done.stdout, done.stdout
