@@ -17,6 +17,7 @@ import duckdb
 import pytest
 
 from cockpit.store.live_socket import socket_path
+from tests.harness.job_hosts import SMALL_DEMO_PACED, demo_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,8 @@ def test_report_reads_the_recording_a_running_demo_writes(tmp_path: Path) -> Non
     recording = tmp_path / "demo" / "recording.duckdb"
     demo = subprocess.Popen(
         [sys.executable, "-m", "cockpit", "demo", "--headless", "600", "--steps", "100000",
-         "--nproc", "1", "--fault-at", "0", "--dir", str(tmp_path / "demo")],
+         "--nproc", "1", "--fault-at", "0", "--dir", str(tmp_path / "demo"),
+         *demo_settings(SMALL_DEMO_PACED)],
         cwd=REPO, env={**env, "TMPDIR": tempfile.gettempdir()},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     steps: list[int] = []

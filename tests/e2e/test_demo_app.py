@@ -19,16 +19,11 @@ import pytest
 from agent.job.supervisor import alive
 from cockpit.app.demo import DemoRun
 from cockpit.ui.app_factory import make_app
-from tests.harness.job_hosts import SMALL_CHARLM
+from tests.harness.job_hosts import SMALL_DEMO_MODEL, SMALL_DEMO_PACED, demo_settings
 from tests.harness.torchrun import descendants
 from tests.ui.helpers import text
 
 REPO = Path(__file__).resolve().parents[2]
-# The suite's small charlm model, batch and evaluation (a fraction of the default's CPU a
-# step), for a demo run whose steps are counted rather than waited on. The data (the
-# demo's shared cache) and the checkpoint period stay the demo's own.
-SMALL_MODEL = [s for s in SMALL_CHARLM
-               if s.startswith(("model.", "train.batch_size=", "eval.windows="))]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -66,10 +61,11 @@ def test_a_demo_ended_from_outside_leaves_no_process_behind(tmp_path: Path, how:
     """A closed terminal or SSH session hangs up on the cockpit (SIGHUP): it ends as on
     ctrl-c, through the demo's cleanup, with the status a shell gives it. Even killed
     outright (SIGKILL, no cleanup at all), its agent sees it gone and stops the job: the
-    demo's training never runs on for days with nobody watching."""
+    demo's training never runs on for days with nobody watching. (Its job trains the
+    suite's small model, paced, while the test waits for its end.)"""
     cockpit = subprocess.Popen(
         [sys.executable, "-m", "cockpit", "demo", "--headless", "120", "--steps", "100000",
-         "--dir", str(tmp_path / "demo")],
+         "--dir", str(tmp_path / "demo"), *demo_settings(SMALL_DEMO_PACED)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pids: list[int] = []
@@ -116,7 +112,7 @@ def test_the_demo_rehearses_a_crash_and_the_agent_recovers_from_the_checkpoint(
     done = subprocess.run(
         [sys.executable, "-m", "cockpit", "demo", "--headless", "600", "--steps", "200",
          "--fault-at", "150", "--dir", str(tmp_path / "demo"),
-         *(arg for setting in SMALL_MODEL for arg in ("--set", setting))],
+         *demo_settings(SMALL_DEMO_MODEL)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "restart at step 100 (recovery from killed)" in done.stdout, done.stdout

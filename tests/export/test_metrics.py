@@ -40,6 +40,7 @@ from cockpit.snapshot import (
 )
 from cockpit.store.database import Store
 from cockpit.store.queries import StoreReader
+from tests.harness.job_hosts import SMALL_DEMO_PACED, demo_settings
 
 HOSTILE_HOST = 'gpu\x1b]0;pwned\x07"\n} evil'
 
@@ -271,15 +272,17 @@ def _poll(web: int, expr: str, timeout: float = 90) -> list[dict]:
 @pytest.mark.starts
 @pytest.mark.timeout(240)
 def test_prometheus_scrapes_a_live_two_rank_run_with_the_stores_figures(tmp_path: Path) -> None:
-    """`cockpit demo --metrics` trains the example model on two ranks under torchrun; a
-    real Prometheus scrapes it while it runs, until the demo is ended. Each scraped step
+    """`cockpit demo --metrics` trains the example model on two ranks under torchrun (the
+    suite's small one, paced); a real Prometheus scrapes it while it runs, until the demo
+    is ended. Each scraped step
     and loss is one the store holds for that step, and the GPU figures are the stored
     samples'."""
     port = _free_port()
     demo = subprocess.Popen(
         [str(Path(sys.executable).parent / "cockpit"), "demo", "--headless", "600",
          "--steps", "100000", "--fault-at", "0", "--dir", str(tmp_path / "demo"),
-         "--metrics", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+         "--metrics", str(port), *demo_settings(SMALL_DEMO_PACED)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True)
     seen: list[tuple[float, float, float]] = []  # (step, loss, temp)
     try:

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,17 @@ SMALL_CHARLM = ("train.batch_size=4", "train.log_every=10", "eval.windows=16",
                 "data.max_bytes=400000", "checkpoint.every=10", "eval.at_start=false",
                 "eval.every=100000", "model.n_layer=1", "model.d_model=48",
                 "train.pace=0.05")  # fmt: skip
+# SMALL_CHARLM's model, batch and evaluation, for a `cockpit demo` in a test (the demo's
+# data cache and checkpoint period stay its own): a fraction of the default's CPU a step.
+SMALL_DEMO_MODEL = tuple(s for s in SMALL_CHARLM
+                         if s.startswith(("model.", "train.batch_size=", "eval.windows=")))
+# ... and paced as SMALL_CHARLM is, for a demo that trains while a test waits on it.
+SMALL_DEMO_PACED = (*SMALL_DEMO_MODEL, "train.pace=0.05")
+
+
+def demo_settings(settings: Sequence[str]) -> list[str]:
+    """`cockpit demo`'s arguments for trainer `settings`."""
+    return [arg for setting in settings for arg in ("--set", setting)]
 
 
 # Rendezvous ports come from below the kernel's ephemeral range, in a band per worker.
