@@ -33,6 +33,7 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
+from textual.style import Style
 from textual.visual import Visual
 from textual.widget import Widget
 
@@ -239,7 +240,7 @@ class GpuMap(Widget):
             strip = self._strips[key]
         return strip
 
-    def _draw_missing(self, lines: tuple[Content, ...], width: int, style: Any) -> None:
+    def _draw_missing(self, lines: tuple[Content, ...], width: int, style: Style) -> None:
         """Draw every line not kept, up to the last such, in one pass, and keep them.
 
         The lines are drawn as one text with the kept ones left empty: for this text
