@@ -16,9 +16,9 @@ PYTEST = $(PYTEST_RUN) -n logical --maxprocesses 4
 # The whole suite runs two workers more than the cores (up to 6): its end-to-end tests
 # wait on processes, handshakes and polls, and the extra workers keep the cores busy
 # through those waits (measured on two cores: about 82% busy with two workers, 89 to 96%
-# with three; the whole suite 1,015 s with three, 956 s with four). The jobs those tests
-# start are paced (charlm's train.pace), so more workers do not starve a rank past the
-# tests' waits.
+# with three; the whole suite took 1,073 s with three and 1,039 to 1,044 s with four on
+# fresh clones, runs that vary by about 5%). The jobs those tests start are paced
+# (charlm's train.pace), so more workers do not starve a rank past the tests' waits.
 TEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$((n + 2)))
 PYTEST_ALL = $(PYTEST_RUN) -n $(TEST_WORKERS)
 

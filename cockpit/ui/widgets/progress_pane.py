@@ -15,6 +15,7 @@ from itertools import groupby
 from textual.app import ComposeResult
 from textual.content import Content
 from textual.events import Resize
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widgets import ProgressBar, Static
 
@@ -247,7 +248,7 @@ class ProgressPane(Pane):
         width = table.size.width or max(self.size.width - 4, 1)
         # The table at its least: its header (or the line saying no rank yet) and rows.
         least = 1 + rows_taken(p.ranks, RANK_ROWS_MIN - 1)
-        share = allot(body.height - self._above_lines(), least)
+        share = allot(body.height - self._above_lines(body), least)
         update_text(table, ranks_text(p.ranks, share.table, width))
         heading = self.query_one("#throughput-heading", Static)
         chart = self.query_one(ThroughputChart)
@@ -260,11 +261,10 @@ class ProgressPane(Pane):
         band.display = share.band
         update_text(band, band_text(p.stages, snapshot.ts, band.size.width or width))
 
-    def _above_lines(self) -> int:
-        """The lines above the table at the body's width as their text reads now (it may
-        have just changed, before the layout that shows it): the text, wrapped where
+    def _above_lines(self, body: Size) -> int:
+        """The lines above the table at the `body`'s width as their text reads now (it
+        may have just changed, before the layout that shows it): the text, wrapped where
         the pane is narrow, the bar with its margins, and the stall banner when shown."""
-        body = self.query_one(".body").size
         above = [self.query_one(f"#progress-{name}", Static)
                  for name in ("position", "counts", "eta", "last")]
         banner = self.query_one("#stall-banner", Static)
