@@ -1,7 +1,9 @@
 """Train the char-level LM, single-process or under torchrun, reporting to the cockpit.
 
     python examples/charlm/train.py --max-steps 300
-    torchrun --standalone --nproc-per-node 2 examples/charlm/train.py --max-steps 100 --resume auto
+    torchrun --standalone --nproc-per-node 2 examples/charlm/train.py --job demo --max-steps 100
+
+The same line with `--resume auto` added continues from the newest intact checkpoint.
 
 What it shows a trainer doing well: every hyper-parameter from TOML, an explicit seed,
 a validation split fixed before training, shuffling at read time, warm-up + cosine LR,

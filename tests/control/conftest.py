@@ -118,9 +118,10 @@ def charlm_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def charlm_spec(tmp_path: Path, data: Path, name: str = "job", steps: int = 2000,
-                extra: str = "", sets: tuple[str, ...] = ()) -> dict:  # fmt: skip
-    """The launch spec of a 2-rank charlm job, written and parsed as an operator's TOML;
-    `sets` are more of the trainer's `--set` overrides."""
+                extra: str = "", sets: tuple[str, ...] = (), ranks: int = 2) -> dict:  # fmt: skip
+    """The launch spec of a charlm job (2 ranks unless `ranks` says otherwise), written
+    and parsed as an operator's TOML; `sets` are more of the trainer's `--set`
+    overrides."""
     settings = [f"data.dir={data}", *FAST, *sets]
     args = ["--max-steps", str(steps)]
     for setting in settings:
@@ -128,7 +129,7 @@ def charlm_spec(tmp_path: Path, data: Path, name: str = "job", steps: int = 2000
     text = textwrap.dedent(f"""\
         name = {json.dumps(name)}
         hosts = ["local"]
-        nproc_per_node = 2
+        nproc_per_node = {ranks}
         python = {json.dumps(sys.executable)}
         script = {json.dumps(str(TRAIN))}
         args = {json.dumps(args)}

@@ -1,10 +1,15 @@
-"""Each alert rule a CPU can cause, raised by a real run: the example trainer (charlm, two
-ranks under torchrun, gloo) under the real agent, with a fault injected through its own
+"""Each alert rule a CPU can cause, raised by a real run: the example trainer (charlm
+under torchrun, gloo) under the real agent, with a fault injected through its own
 code paths (`[fault]` in examples/charlm/config.toml): a corrupt shard, an out-of-memory
 error, an LR that diverges, a slow data loader and a slow rank. The agent's journal is
 stored as the cockpit stores it and the snapshot's alerts are checked for their kind,
 where and what to try. (A killed rank: tests/e2e/test_demo_app.py; hardware faults,
-which CPUs cannot cause: tests/analysis/test_alerts.py on synthetic records.)"""
+which CPUs cannot cause: tests/analysis/test_alerts.py on synthetic records.)
+
+A fault that ends one rank of two (the shard, the OOM) runs on two ranks, so that the
+alert names the failing rank and not the peer torchrun tore down; a straggler needs a
+peer to straggle behind. A diverging LR and a slow loader are each rank's own, and run
+on one rank (each rank costs a few seconds of CPU before its first step)."""
 
 from __future__ import annotations
 
@@ -27,10 +32,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
 def _launch(tmp_path: Path, d: AgentDaemon, data: Path, name: str, steps: int,
-            *sets: str, restarts: int | None = None) -> None:
+            *sets: str, restarts: int | None = None, ranks: int = 2) -> None:
     """`restarts`: the job's restart budget (0: the first failure ends it, which is all
     a test of its alert needs)."""
-    spec = charlm_spec(tmp_path, data, name, steps=steps)
+    spec = charlm_spec(tmp_path, data, name, steps=steps, ranks=ranks)
     for setting in sets:
         spec["args"] += ["--set", setting]
     if restarts is not None:
@@ -104,7 +109,7 @@ def test_an_lr_that_diverges_is_a_parameter_alert_at_its_step(
         tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path) -> None:
     d = agent_daemon
     _launch(tmp_path, d, charlm_shards, "lr", 40, "optim.lr=200.0", "optim.warmup_steps=1",
-            "optim.grad_clip=1e9", "optim.min_lr=200.0")
+            "optim.grad_clip=1e9", "optim.min_lr=200.0", ranks=1)
     _until_ended(d, "lr")
     snap = _recorded(tmp_path, d, "lr")
     found = [a for a in snap.alerts if a.kind == "parameter"
@@ -118,7 +123,7 @@ def test_an_lr_that_diverges_is_a_parameter_alert_at_its_step(
 def test_a_slow_data_loader_is_a_data_alert_naming_the_rank(
         tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path) -> None:
     d = agent_daemon
-    _launch(tmp_path, d, charlm_shards, "slowdata", 25, "fault.data_sleep=0.4")
+    _launch(tmp_path, d, charlm_shards, "slowdata", 25, "fault.data_sleep=0.4", ranks=1)
     assert _until_ended(d, "slowdata") == "finished"
     snap = _recorded(tmp_path, d, "slowdata")
     alert = _alert(snap, "data_starved")
