@@ -146,15 +146,24 @@ def _check_run(line: str, cwd: Path) -> int:
 
 
 def _check_headless(line: str, cwd: Path, done: subprocess.CompletedProcess) -> None:
-    """`cockpit run`'s report: the job finished at its declared last step."""
+    """`cockpit run`'s report: the job, named after its script, finished at its declared
+    last step (the step count the line gives, where it gives one), and the report printed
+    at the end says so."""
+    script = Path(next(a for a in shlex.split(line) if a.endswith(".py"))).stem
     (run_root,) = (cwd / "runs").iterdir()
+    assert run_root.name.startswith(f"{script}-"), (line, run_root.name)
     report = subprocess.run([str(BIN / "cockpit"), "report", str(run_root / "recording.duckdb"),
                              "--format", "json"], capture_output=True, text=True,
                             timeout=120, check=True)  # fmt: skip
     facts = json.loads(report.stdout)
+    assert facts["job"] == script, (line, facts["job"])
     assert facts["progress"]["state"] == "finished", (line, facts["progress"], done.stdout)
     total = facts["run"]["total_steps"]
     assert total and facts["progress"]["step"] == total, (line, facts["progress"])
+    argv = shlex.split(line)
+    if "--steps" in argv:
+        assert total == int(argv[argv.index("--steps") + 1]), (line, total)
+    assert re.search(rf"step +{total:,} / {total:,} \(100\.0%\)", done.stdout), (line, done.stdout)
     newest, skipped = checkpoints.newest_valid(run_root / "run" / "checkpoints")
     assert newest is not None and newest.step == total, (line, skipped)
 
