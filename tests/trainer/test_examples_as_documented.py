@@ -5,8 +5,8 @@ charlm README and each example's docstring), so a line changed or added there is
 line run here; `test_every_documented_line_is_run` fails on one this module does not
 know how to check. Each runs in a fresh folder holding a copy of examples/, with the
 venv's `python`, `torchrun` and `cockpit` first on PATH, as a user with the venv active
-types it, and must end with every step of every rank recorded and, where the run saves,
-a checkpoint the agent would resume from at its final step.
+types it, and must end with every step of every rank recorded, its evaluations recorded
+and, where the run saves, a checkpoint the agent would resume from at its final step.
 
 Two kinds of line cannot run verbatim in a test, and each is run as near as is real:
 `cockpit run -- …` opens the interactive screen, so it runs as `cockpit run --headless
@@ -136,6 +136,10 @@ def _check_run(line: str, cwd: Path) -> int:
                 covered.update(range(r["step"] - _steps_of(r) + 1, r["step"] + 1))
         steps = sorted(covered)
         assert steps == list(range(1, total + 1)), (line, rank, steps[:3], steps[-3:])
+    # Each example validates as it trains: its evaluations reach the spool, at steps of
+    # the run (charlm's first before any, at step 0).
+    evals = [r["step"] for r in read_spool(spool, "eval")]
+    assert evals and all(0 <= step <= total for step in evals), (line, evals)
     saved = [e for e in read_spool(spool, "event") if e["kind"] == "checkpoint_saved"]
     assert saved and saved[-1]["step"] == total, (line, saved[-1:])
     path = Path(saved[-1]["data"]["path"])

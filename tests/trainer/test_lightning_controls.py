@@ -3,18 +3,15 @@
 Each control line is appended to the job's control file by the module itself, inside
 the `training_step` of a chosen step: the callback's agreement at that step's end reads
 it (rank 0 polls the file there), so the step a control takes effect at is exact, not a
-race with the Reporter's timer. The last test runs `examples/lightning_train.py` under
-torchrun with two ranks (gloo) as a user would; `test_lightning_agent.py` steers it
-through the agent (adjust, `c`, `e`, pause, resume).
+race with the Reporter's timer. `examples/lightning_train.py` runs under torchrun with two
+ranks as the docs show it in `test_examples_as_documented.py`, and
+`test_lightning_agent.py` steers it through the agent (adjust, `c`, `e`, pause, resume).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,6 @@ import torch
 
 from agent.hook.control import control_path
 from agent.wire import checkpoints
-from tests.harness.torchrun import ROOT, descendants, read_spool
 
 lightning = pytest.importorskip("lightning")
 
@@ -254,55 +250,3 @@ def test_a_resume_checkpoint_fit_did_not_load_raises_an_alert(
     (alert,) = [a for a in spool("alert") if a["code"] == "resume_not_loaded"]
     assert "starts again from step 0" in alert["what"] and "ckpt_path" in alert["hint"]
     assert not [e for e in spool("event") if e["kind"] == "resumed"]
-
-
-# ---------------------------------------------------------------------- the example
-
-
-def _torchrun(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """`torchrun --nproc-per-node 2 examples/lightning_train.py ARGS`, as the docs show."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    argv = [str(torchrun), "--standalone", "--nproc-per-node", "2",
-            "examples/lightning_train.py", *args]  # fmt: skip
-    with open(log, "ab") as out:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    for pid in [proc.pid, *descendants(proc.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=30)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_example_runs_under_torchrun_as_the_docs_show(tmp_path: Path) -> None:
-    """Two ranks to the end: every step of both, its validations, and its ModelCheckpoint's
-    files in the agent's dir, each marked complete (what a restart needs)."""
-    run_dir, ckpt_dir, log = tmp_path / "run", tmp_path / "ckpt", tmp_path / "job.log"
-    env = dict(os.environ, COCKPIT_RUN_DIR=str(run_dir), COCKPIT_JOB=JOB,
-               COCKPIT_CHECKPOINT_DIR=str(ckpt_dir), OMP_NUM_THREADS="1")
-    env.pop(checkpoints.RESUME_ENV, None)
-    job = _torchrun(["--max-steps", "8", "--save-every", "4", "--val-every", "4"], env, log)
-    try:
-        assert job.wait(timeout=240) == 0, log.read_text(errors="replace")[-4000:]
-    finally:
-        _kill_tree(job)
-
-    spool_dir = run_dir / "spool" / JOB
-    train = read_spool(spool_dir, "train")
-    for rank in (0, 1):
-        assert [r["step"] for r in train if r["rank"] == rank] == list(range(1, 9))
-    assert [e["step"] for e in read_spool(spool_dir, "eval")] == [4, 8]
-    saved = [e for e in read_spool(spool_dir, "event") if e["kind"] == "checkpoint_saved"]
-    assert [e["step"] for e in saved] == [4, 8]
-    newest, skipped = checkpoints.newest_valid(ckpt_dir)
-    assert newest is not None and newest.step == 8 and skipped == [], skipped
-    assert str(newest.path) == saved[-1]["data"]["path"]
-    assert checkpoints.at_step(ckpt_dir, 4)[0] is not None
