@@ -156,9 +156,16 @@ class CockpitApp(ControlActions, ReplayActions, App):
         a tenth of a second. Once the first snapshot is on screen those objects live as
         long as the app, so they are moved out of the collector's view (`gc.freeze`);
         what each refresh allocates is still collected as usual.
+
+        The garbage start-up left is collected first, so as not to freeze it: a pass over
+        the two young generations, where it is (it was made moments ago). A full pass
+        would walk every object the process holds, a quarter of a second in a process
+        that has imported much (a test worker); what it alone would find, garbage old
+        enough to have reached the oldest generation, is frozen only while the app runs
+        (`on_unmount` thaws it).
         """
         if not self._frozen:
-            gc.collect()
+            gc.collect(1)
             gc.freeze()
             self._frozen = True
 
