@@ -165,8 +165,9 @@ def _check_headless(line: str, cwd: Path, done: subprocess.CompletedProcess) -> 
     total = facts["run"]["total_steps"]
     assert total and facts["progress"]["step"] == total, (line, facts["progress"])
     argv = shlex.split(line)
-    if "--steps" in argv:
-        assert total == int(argv[argv.index("--steps") + 1]), (line, total)
+    for flag in ("--steps", "--max-steps"):  # plain_train's, the others'
+        if flag in argv:
+            assert total == int(argv[argv.index(flag) + 1]), (line, total)
     assert re.search(rf"step +{total:,} / {total:,} \(100\.0%\)", done.stdout), (line, done.stdout)
     newest, skipped = checkpoints.newest_valid(run_root / "run" / "checkpoints")
     assert newest is not None and newest.step == total, (line, skipped)
