@@ -181,6 +181,7 @@ def test_a_fleets_late_samples_fold_into_the_series_over_time(tmp_path) -> None:
         extensions: dict[str, list[int]] = {"all": [], "gpu1": []}
         for second in range(80):
             now = TS0 + second + 1
+            flush = []  # what arrived this second, stored in one flush as the writer does
             for h in hosts:
                 for g in range(4):
                     seq[h] += 1
@@ -192,7 +193,8 @@ def test_a_fleets_late_samples_fold_into_the_series_over_time(tmp_path) -> None:
                 due = [line for ts, line in pending[h] if ts + delay[h] <= now]
                 pending[h] = [(ts, line) for ts, line in pending[h] if ts + delay[h] > now]
                 if due:
-                    store.ingest(h, b"".join(due))
+                    flush.append((h, b"".join(due)))
+            store.ingest_many(flush)
             if second >= 5:
                 for name, where in (("all", {}), ("gpu1", {"gpu": 1})):
                     extensions[name].append(_held(reader, None, name=name, table="gpu",
