@@ -41,20 +41,22 @@ def quick_to_down() -> Iterator[SlurmCluster]:
 def test_a_node_that_stops_answering_ends_the_job_node_fail_not_responding(
         quick_to_down: SlurmCluster, tmp_path: Path) -> None:
     slurm = quick_to_down
-    text = tiny_spec(tmp_path, "lost", "lost", "import time\ntime.sleep(600)\n",
-                     'extra_sbatch = ["--no-requeue"]\n', nodes=1)
+    started = tmp_path / "started"
+    text = tiny_spec(tmp_path, "lost", "lost",
+                     f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+                     "time.sleep(600)\n", 'extra_sbatch = ["--no-requeue"]\n', nodes=1)
     records: list[bytes] = []
     job = SlurmJob(parse_jobspec(text, "lost.toml"), LocalCommands(slurm.env, cwd=str(
         tmp_path)), emit=lambda host, chunk: records.append(chunk))
     job.submit()
     bad = job.wait(lambda s: s.state == RUNNING, LIMIT_S).nodes
-    # The job step too: frozen before the batch script's srun reached it, the node's
-    # slurmd cannot start the step, srun gives up and the job ends FAILED, not lost.
-    step = f"{job.job_id}.0"
+    # The job step's tasks too: frozen before it launched them, the node's slurmd leaves
+    # srun's launch unanswered, srun gives up and the job ends FAILED, not lost. The step
+    # is listed (squeue -s) before its launch reaches the node, so the test waits for the
+    # training script itself to have started.
     deadline = time.monotonic() + LIMIT_S
-    while step not in slurm.run("squeue", "-h", "-s", "-j", str(job.job_id), "-o", "%i",
-                                check=False).stdout.split():
-        assert time.monotonic() < deadline, f"step {step} never ran"
+    while not started.exists():
+        assert time.monotonic() < deadline, f"the job's script never started on {bad}"
         time.sleep(0.2)
     (slurmd,) = [p for p in slurm.procs
                  if isinstance(p.args, list) and "slurmd" in str(p.args[0]) and bad in p.args]
