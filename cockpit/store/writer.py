@@ -94,6 +94,9 @@ class StoreWriter:
         self._lines = 0
         self._pending_bytes = 0
         self._cond = threading.Condition()
+        # Held from taking a batch until it is committed (`flush`, the writer thread);
+        # never taken while `_cond` is held.
+        self._committing = threading.Lock()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.flushes = 0
@@ -150,11 +153,18 @@ class StoreWriter:
         return self.store.high_water(host)
 
     def flush(self) -> IngestResult | None:
-        """Commit what is queued now, on the calling thread (tests, shutdown)."""
+        """Commit what is queued now, on the calling thread (an operation's wait for its
+        acknowledgements, a headless recording's end). It waits for a commit the writer
+        thread has under way: a later batch committed first would move the hosts' marks
+        past the earlier one's lines, which would then be dropped as already stored."""
+        with self._committing:
+            return self._commit(self._take())
+
+    def _take(self) -> list[Entry]:
         with self._cond:
             batch, self._pending, self._lines = self._pending, [], 0
             self._pending_bytes = 0
-        return self._commit(batch)
+        return batch
 
     def next_wait(self) -> float:
         """Seconds the writer thread lets lines gather before its next flush."""
@@ -180,12 +190,12 @@ class StoreWriter:
                     if left <= 0:
                         break
                     self._cond.wait(left)
-                batch, self._pending, self._lines = self._pending, [], 0
-                self._pending_bytes = 0
                 stopping = self._stopping
-            started = time.monotonic()
-            self._commit(batch)
-            self._last_flush_s = time.monotonic() - started if batch else 0.0
+            with self._committing:  # batches are committed in the order they are taken
+                batch = self._take()
+                started = time.monotonic()
+                self._commit(batch)
+                self._last_flush_s = time.monotonic() - started if batch else 0.0
             if self.maintenance is not None and time.monotonic() >= next_maintenance:
                 more = self._guarded(self.maintenance, self.store)
                 # Work left (a long backlog, done in parts): the next part right after

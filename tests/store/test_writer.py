@@ -124,6 +124,42 @@ def test_stop_flushes_what_is_queued(store: Store) -> None:
     assert store.high_water("h1") == 3
 
 
+def test_a_flush_waits_for_the_commit_the_writer_thread_has_under_way(store: Store) -> None:
+    """An operation's wait flushes on its own thread while the writer thread commits: a
+    later batch committed first would move the mark past the earlier one's lines, and
+    those would be dropped as already stored."""
+    first_entered, release, second_entered = (threading.Event() for _ in range(3))
+    real = store.ingest_many
+    calls = {"n": 0}
+
+    def gated(items):
+        calls["n"] += 1
+        if calls["n"] == 1:  # the writer thread's batch, held mid-commit
+            first_entered.set()
+            assert release.wait(10)
+        else:
+            second_entered.set()
+        return real(items)
+
+    store.ingest_many = gated  # type: ignore[method-assign]
+    writer = StoreWriter(store, interval=0.01).start()
+    try:
+        writer.put("h1", trains(1, 10))
+        assert first_entered.wait(10), "the writer thread took no batch"
+        writer.put("h1", trains(11, 20))
+        flusher = threading.Thread(target=writer.flush)
+        flusher.start()
+        # Given the chance, a flush that did not wait would commit its batch now.
+        started_early = second_entered.wait(0.3)
+        release.set()
+        flusher.join(10)
+    finally:
+        release.set()
+        writer.stop()
+    assert count(store, "train") == 20 and store.high_water("h1") == 20
+    assert not started_early, "the flush committed while an earlier batch was under way"
+
+
 def test_expensive_flushes_are_spaced_out_but_never_beyond_the_cap(store: Store) -> None:
     writer = StoreWriter(store, interval=0.5, max_interval=1.0, quiet_factor=4.0)
     assert writer.next_wait() == 0.5
