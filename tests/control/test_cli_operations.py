@@ -42,7 +42,7 @@ def test_cli_operations_are_sent_and_acknowledged(
     job.write_text(textwrap.dedent(f"""\
         name = "cli"
         hosts = ["local"]
-        nproc_per_node = 2
+        nproc_per_node = 1
         python = {json.dumps(sys.executable)}
         script = {json.dumps(str(TRAIN))}
         args = {json.dumps(args)}

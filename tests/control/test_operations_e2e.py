@@ -120,7 +120,9 @@ def test_fork_starts_from_the_parents_checkpoint_with_overrides_beside_it(
     tmp_path: Path, agent_daemon: AgentDaemon, charlm_shards: Path
 ) -> None:
     d, parent = agent_daemon, "parent"
-    d.op("launch", spec=charlm_spec(tmp_path, charlm_shards, parent))
+    # One rank: the fork's claims are about its checkpoint, overrides and steps, and a
+    # second rank in each of the two jobs would double their start-up and steps.
+    d.op("launch", spec=charlm_spec(tmp_path, charlm_shards, parent, ranks=1))
     d.wait_for(lambda: d.events("checkpoint_saved", parent), 90, "a checkpoint")
     fork = "parent-fork"
     data = d.op("fork", job=parent, name=fork,
