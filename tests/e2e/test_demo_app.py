@@ -65,7 +65,7 @@ def test_a_demo_ended_from_outside_leaves_no_process_behind(tmp_path: Path, how:
     suite's small model, paced, while the test waits for its end.)"""
     cockpit = subprocess.Popen(
         [sys.executable, "-m", "cockpit", "demo", "--headless", "120", "--steps", "100000",
-         "--dir", str(tmp_path / "demo"), *demo_settings(SMALL_DEMO_PACED)],
+         "--nproc", "1", "--dir", str(tmp_path / "demo"), *demo_settings(SMALL_DEMO_PACED)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     pids: list[int] = []
