@@ -153,22 +153,42 @@ def _arrivals(app: Any) -> asyncio.Event:
     return arrived
 
 
-async def _refresh(app: Any, pilot: Any, split: list[tuple[float, float]] | None = None
-                   ) -> float:
+async def paint_pending(screen: Any,
+                        painted: list[list[tuple[int, int, int, int]]] | None = None) -> None:
+    """Let the widgets' repaint requests through, then paint the screen at once.
+
+    The widgets' refresh requests become Update messages, which the screen turns into
+    its set of dirty widgets; the messages are let through until no widget has a repaint
+    or layout pending, and the screen's update is then called directly, so that no timer
+    granularity is counted. `painted` gets the screen regions (x, y, width, height) of
+    the widgets the paint redraws."""
+    while True:
+        await asyncio.sleep(0)
+        if screen._message_queue.empty() and not any(
+            w._repaint_required or w._layout_required
+            for w in screen.walk_children(with_self=True)
+        ):
+            break
+    if painted is not None:  # read before the paint, which clears the set
+        painted.append([tuple(w.region) for w in screen._dirty_widgets if w is not screen])
+    screen._on_timer_update()
+
+
+async def _refresh(app: Any, pilot: Any, split: list[tuple[float, float]] | None = None,
+                   painted: list[list[tuple[int, int, int, int]]] | None = None) -> float:
     """One refresh as the app does it, timed until the panes hold the new snapshot and
     the screen has painted what changed.
 
     The app starts its refresh worker; when the worker's snapshot has been handed to the
     panes, their widgets ask for repaints through Textual's messages, and the screen
-    paints the widgets marked dirty on its next update tick. Here the messages are let
-    through until no widget has a repaint or layout pending, and the screen's update is
-    then called directly (having waited for the screen to take in those messages), so
-    that no timer granularity is counted. `pilot.pause()` is
+    paints the widgets marked dirty on its next update tick: here at once, once the
+    screen has taken in those messages (`paint_pending`). `pilot.pause()` is
     kept out of the timing: it waits for the whole process to look idle, which takes
     longer than the refresh itself.
 
     `split` gets (milliseconds until the panes hold the snapshot: build and hand-over;
-    milliseconds from there to the end: the repaint requests and the paint).
+    milliseconds from there to the end: the repaint requests and the paint), and
+    `painted` the regions of the widgets the paint redrew (`paint_pending`).
     """
     arrived = _arrivals(app)
     arrived.clear()
@@ -176,17 +196,7 @@ async def _refresh(app: Any, pilot: Any, split: list[tuple[float, float]] | None
     app._build_snapshot()
     await arrived.wait()
     ready = time.perf_counter()
-    screen = app.screen
-    while True:
-        # The widgets' refresh requests become Update messages, which the screen
-        # turns into its set of dirty widgets.
-        await asyncio.sleep(0)
-        if screen._message_queue.empty() and not any(
-            w._repaint_required or w._layout_required
-            for w in screen.walk_children(with_self=True)
-        ):
-            break
-    screen._on_timer_update()
+    await paint_pending(app.screen, painted)
     end = time.perf_counter()
     elapsed = (end - start) * 1000
     if split is not None:

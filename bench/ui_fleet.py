@@ -33,6 +33,12 @@ fleet's p95 <= 50 ms at both sizes, and <= 1.5x the 2-host p95 at the same size.
 last line printed is JSON; value is the worse of the fleet's two p95s, baseline the
 2-host p95 at that size.
 
+At each size it also times Textual's floor: a bare Textual screen whose only widgets
+stand where the fleet's typical refresh repainted one (the refresh with the median
+count), each given new text and painted as a refresh's paint is timed. That is what
+the paint of such a refresh costs with no snapshot built and no pane's text worked
+out, the part of the p95 no work of the cockpit's can take away.
+
     .venv/bin/python bench/ui_fleet.py [--hosts 128] [--seconds 60] [--runs 60] [--rounds 6]
 """
 
@@ -52,9 +58,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from textual.app import App, ComposeResult  # noqa: E402
+from textual.content import Content  # noqa: E402
+from textual.widgets import Static  # noqa: E402
+
 from agent.wire.protocol import encode  # noqa: E402
 from bench.result import result_line  # noqa: E402
-from bench.ui import WARMUP, _refresh, p95  # noqa: E402
+from bench.ui import WARMUP, _refresh, p95, paint_pending  # noqa: E402
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot, details  # noqa: E402
 from cockpit.snapshot import Snapshot  # noqa: E402
 from cockpit.store import Store  # noqa: E402
@@ -81,6 +91,7 @@ OFFLINE_AT = 0.6  # of the recording: where the offline host's stream ends
 # seconds at once, and a flush's fixed cost would otherwise make the recording slow.
 FLUSH_S = 10
 REST_S = 0.25  # between timed refreshes, as the refresh gate spaces them at the soonest
+Region = tuple[int, int, int, int]  # x, y, width, height on the screen
 
 
 def host_name(index: int) -> str:
@@ -326,13 +337,14 @@ def build(path: Path, hosts: int, history: int, total: int,
 
 
 async def time_screen(recording: Recording, size: tuple[int, int], runs: int,
-                      split: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+                      split: list[tuple[float, float]],
+                      painted: list[list[Region]]) -> tuple[list[float], list[float]]:
     """Milliseconds per busy full refresh of the main screen at `size`, each after one
     more second of the fleet's records was stored (not timed): wall time, and this
     process's CPU time over the same span (every thread: DuckDB's too), which a machine
     busy with other work inflates less. `split` gets each timed refresh's (until the
     panes hold the snapshot, the paint after it), as `bench/ui.py`'s `_refresh` splits
-    it."""
+    it; `painted` the regions each timed refresh repainted."""
     app = make_app(LiveFleet(recording))
     wall, cpu = [], []
     async with app.run_test(size=size) as pilot:
@@ -343,13 +355,76 @@ async def time_screen(recording: Recording, size: tuple[int, int], runs: int,
             # CPU until `_refresh` returns: that includes its settling after the timed
             # span (a pause until idle), so this figure is an upper bound.
             cpu0 = time.process_time()
-            wall.append(await _refresh(app, pilot, split if i >= WARMUP else None))
+            timed = i >= WARMUP
+            wall.append(await _refresh(app, pilot, split if timed else None,
+                                       painted if timed else None))
             cpu.append((time.process_time() - cpu0) * 1000)
             # A live cockpit rests between refreshes (its gate starts one a quarter of a
             # second after the last at the soonest): what the app defers until after a
             # paint, the collector's turn among it, runs there, untimed, as it would.
             await asyncio.sleep(REST_S)
     return wall[WARMUP:], cpu[WARMUP:]
+
+
+class FloorApp(App[None]):
+    """A bare Textual screen of one Static per region, where the main screen's refresh
+    repainted a widget: what painting that much of the screen costs Textual, with no
+    snapshot to build and no pane to work out its text."""
+
+    CSS = "Static.cell { position: absolute; text-wrap: nowrap; text-overflow: clip; }"
+
+    def __init__(self, regions: list[Region]) -> None:
+        super().__init__()
+        self.regions = regions
+
+    def compose(self) -> ComposeResult:
+        for x, y, width, height in self.regions:
+            cell = Static("", classes="cell")
+            cell.styles.offset = (x, y)
+            cell.styles.width = width
+            cell.styles.height = height
+            yield cell
+
+
+def _floor_text(width: int, height: int, refresh: int) -> Content:
+    """`height` lines of numbers that change with every refresh, a bold one in three,
+    as many styled runs to a line as the panes' lines have."""
+    lines = []
+    for y in range(height):
+        parts: list[tuple[str, str]] = []
+        filled = k = 0
+        while filled < width:
+            word = f"{(refresh * 7919 + y * 131 + k * 17) % 100_000:>6}"
+            parts.append((word, "bold" if k % 3 == 0 else ""))
+            filled += len(word)
+            k += 1
+        lines.append(Content.assemble(*parts))
+    return Content("\n").join(lines)
+
+
+async def time_floor(size: tuple[int, int], regions: list[Region], runs: int) -> list[float]:
+    """Milliseconds per repaint of `regions` on a bare screen at `size`, timed as a
+    refresh's paint is (`paint_pending`): new text set on every region, then painted."""
+    app = FloorApp(regions)
+    out = []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        cells = list(app.query(Static))
+        for i in range(runs + WARMUP):
+            texts = [_floor_text(w, h, i) for _, _, w, h in regions]  # made untimed
+            start = time.perf_counter()
+            for cell, text in zip(cells, texts, strict=True):
+                cell.update(text, layout=False)
+            await paint_pending(app.screen)
+            out.append((time.perf_counter() - start) * 1000)
+            await pilot.pause()
+    return out[WARMUP:]
+
+
+def typical(painted: list[list[Region]]) -> list[Region]:
+    """The regions of the refresh that repainted the median number of widgets."""
+    ordered = sorted(painted, key=len)
+    return ordered[len(ordered) // 2]
 
 
 def main() -> int:
@@ -386,6 +461,7 @@ def main() -> int:
     figures: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     splits: dict[str, list[tuple[float, float]]] = {}
+    painted: dict[str, list[list[Region]]] = {}
     if args.rounds < 1 or args.runs % args.rounds:
         parser.error("--runs must be a multiple of --rounds")
     spell = args.runs // args.rounds
@@ -404,7 +480,8 @@ def main() -> int:
                 for name in ("fleet", "job"):
                     key = f"{name}_{width}x{height}"
                     wall, used = asyncio.run(time_screen(
-                        recordings[name], (width, height), spell, splits.setdefault(key, [])))
+                        recordings[name], (width, height), spell, splits.setdefault(key, []),
+                        painted.setdefault(key, [])))
                     figures.setdefault(key, []).extend(wall)
                     cpu.setdefault(key, []).extend(used)
         for key, times in figures.items():
@@ -416,6 +493,17 @@ def main() -> int:
                   " ms of paint)", flush=True)
         for recording in recordings.values():
             recording.close()
+    # What Textual alone costs to paint what the fleet's typical refresh repainted: the
+    # part of each refresh no snapshot or pane work can take away.
+    floors = {}
+    for width, height in SIZES:
+        regions = typical(painted[f"fleet_{width}x{height}"])
+        floors[f"{width}x{height}"] = (len(regions), asyncio.run(
+            time_floor((width, height), regions, args.runs)))
+    for size, (count, times) in floors.items():
+        print(f"floor {size:8} p95 {p95(times):7.1f} ms  median {statistics.median(times):7.1f}"
+              f" ms  (a bare Textual screen repainting the {count} widgets' regions the "
+              "fleet's typical refresh repainted: no snapshot, no pane)", flush=True)
     per_size = {f"{w}x{h}": (p95(figures[f"fleet_{w}x{h}"]), p95(figures[f"job_{w}x{h}"]))
                 for w, h in SIZES}  # fmt: skip
     worst = max(per_size, key=lambda size: per_size[size][0])
@@ -437,6 +525,9 @@ def main() -> int:
         **{f"{name}_{part}_median_ms": round(statistics.median(p[i] for p in parts), 2)
            for name, parts in splits.items() for i, part in enumerate(("to_panes", "paint"))},
         **{f"ratio_{size}": round(r, 3) for size, r in ratios.items()},
+        **{f"textual_floor_{size}_p95_ms": round(p95(times), 2)
+           for size, (_, times) in floors.items()},
+        **{f"textual_floor_{size}_widgets": count for size, (count, _) in floors.items()},
         bench_wall_s=round(wall, 1),
     ))
     return 0 if passed else 1
