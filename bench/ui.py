@@ -66,6 +66,7 @@ SIZE = (160, 48)
 WARMUP = 3
 REPLAY_AT = 0.95  # replay cursor, as a fraction of the recording (see `replay_start`)
 REPLAY_STEP_S = 1.0  # recording seconds the cursor moves between refreshes
+TEN_MINUTES_S = 600.0  # simulated wall seconds of replay to the first memory figure
 GOAL_MS = 50.0
 GOAL_RATIO = 1.5
 GOAL_RSS = 1.1
@@ -246,7 +247,9 @@ def peak_rss_mib() -> float:
 
 
 async def replay_memory(path: Path, speed: float, hour: float, every: float) -> dict:
-    """Replay at `speed` for `hour` simulated wall seconds, refreshing every `every`."""
+    """Replay at `speed` for `hour` simulated wall seconds, refreshing every `every`, or
+    until the replay reaches the recording's end (a recording shorter than `speed` x
+    `hour`): a refresh there shows the same snapshot, which the panes never take again."""
     clock = FakeClock()
     source = ReplaySource(path, speed=speed, clock=clock, tick=hour * 10)
     app = make_app(source)
@@ -255,11 +258,11 @@ async def replay_memory(path: Path, speed: float, hour: float, every: float) -> 
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
-        while clock.now < hour:
+        while clock.now < hour and source.position < source.end_ts:
             clock.now += every
             await _refresh(app, pilot)
             refreshes += 1
-            if at_ten is None and clock.now >= 600:
+            if at_ten is None and clock.now >= TEN_MINUTES_S:
                 at_ten = peak_rss_mib()
         position = source.position
     return {"rss_10min_mib": at_ten, "rss_end_mib": peak_rss_mib(), "refreshes": refreshes,
@@ -282,6 +285,9 @@ def main() -> None:
                         help="simulated wall seconds between refreshes in the memory run")
     parser.add_argument("--memory-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.hour <= TEN_MINUTES_S:
+        parser.error(f"--hour must be over {TEN_MINUTES_S:g}: the end's memory is set against "
+                     "the figure after ten simulated minutes")
     if args.memory_child is not None:
         print(json.dumps(asyncio.run(
             replay_memory(args.memory_child, args.speed, args.hour, args.every))))
@@ -317,6 +323,9 @@ def main() -> None:
             capture_output=True, text=True, check=True,
         )
         memory = json.loads(child.stdout.strip().splitlines()[-1])
+    if memory["rss_10min_mib"] is None:
+        sys.exit(f"the replay reached the end of the {args.steps:,}-step recording before ten "
+                 f"simulated minutes at {args.speed:g}x: give more --steps or a lower --speed")
     # The headline is the worse of the quiet (live, nothing new) and the busy (replay,
     # new rows every refresh) full refresh: a cockpit watching a training run refreshes
     # because data arrived, so the quiet figure alone would flatter it.
