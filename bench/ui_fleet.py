@@ -387,8 +387,8 @@ class FloorApp(App[None]):
 
 
 def _floor_text(width: int, height: int, refresh: int) -> Content:
-    """`height` lines of numbers that change with every refresh, a bold one in three,
-    as many styled runs to a line as the panes' lines have."""
+    """`height` lines of numbers that change with every refresh, one in three bold: a
+    line of several styled runs, as a pane's lines are."""
     lines = []
     for y in range(height):
         parts: list[tuple[str, str]] = []
