@@ -5,12 +5,14 @@ agent's spool tailer journals it, the journal's bytes are ingested into a store,
 cockpit's read model (the snapshot every pane and the report draw from) reads it. Its
 steps/s, samples/s, samples seen and ETA must agree with the Trainer's own figures
 (`train_steps_per_second`, `train_samples_per_second` over `train_runtime`, and the
-remaining steps at that speed) within 25 %: one record per 5 steps counted as one step
-was 5x off. Skipped where the `adapters` extra is not installed.
+remaining steps at the speed of the steps it saw, timed by a callback of the test's own)
+within 25 %: one record per 5 steps counted as one step was 5x off. Skipped where the
+`adapters` extra is not installed.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -40,9 +42,21 @@ ITEM_PAUSE = 0.04
 # that part runs slower and the two speeds part by up to ~15 %. A record per 5 steps
 # counted as one step is 5x off, well outside this.
 AGREE = 0.25
-# Where the ETA is read: late enough that the recent steps it extrapolates are most of
-# the run the Trainer's own speed is measured over (a shared machine's load varies).
+# Where the ETA is read. Its reference is the speed of the steps before it, as the test's
+# own callback timed them: the Trainer's figure covers the whole run, and a shared
+# machine's load can change in the steps after (once 3x slower, an ETA 25 % off it).
 ETA_AT = 50
+
+
+class _StepClock(transformers.TrainerCallback):  # type: ignore[misc]
+    """When each optimizer step ended, by the Trainer's own step count."""
+
+    def __init__(self) -> None:
+        self.ended: dict[int, float] = {}
+
+    def on_step_end(self, args: object, state: object, control: object,
+                    **kwargs: object) -> None:
+        self.ended[int(getattr(state, "global_step", 0))] = time.perf_counter()
 
 
 def _ingest(run_dir: Path, state: Path, store: Store) -> None:
@@ -74,7 +88,8 @@ def test_the_cockpit_counts_a_trainer_logging_every_5_steps_as_the_trainer_does(
     cb = CockpitCallback(run_dir=str(run_dir), job="hf", register_atexit=False)
     trainer = transformers.Trainer(
         model=transformers.GPT2LMHeadModel(config), args=args,
-        train_dataset=_RandomTokens(MAX_STEPS * BATCH, 0, pause=ITEM_PAUSE), callbacks=[cb],
+        train_dataset=_RandomTokens(MAX_STEPS * BATCH, 0, pause=ITEM_PAUSE),
+        callbacks=[cb, clock := _StepClock()],
     )  # fmt: skip
     own = trainer.train().metrics
     cb.close()
@@ -92,9 +107,13 @@ def test_the_cockpit_counts_a_trainer_logging_every_5_steps_as_the_trainer_does(
                 "SELECT step_time FROM train WHERE step_time IS NOT NULL").fetchall())
         later = build_snapshot(StoreReader(store), until_ts=at_ts, label="REPLAY", now=at_ts)
 
+    # The steps the ETA had seen, after the first record's (whose first step holds the
+    # start-up), as the test's own callback timed them.
+    seen = (clock.ended[ETA_AT] - clock.ended[LOG_EVERY]) / (ETA_AT - LOG_EVERY)
     p, f = end.progress, end.efficiency
     print(f"cockpit {p.steps_per_second:.3f} steps/s, {f.samples_per_s:.2f} samples/s, "
-          f"step {f.step_time_median:.4f} s, ETA at {ETA_AT} {later.progress.eta_seconds:.2f} s; "
+          f"step {f.step_time_median:.4f} s, ETA at {ETA_AT} {later.progress.eta_seconds:.2f} s "
+          f"(steps before it {seen:.4f} s each); "
           f"Trainer {own['train_steps_per_second']:.3f} steps/s, "
           f"{own['train_samples_per_second']:.2f} samples/s, runtime {own['train_runtime']} s")
     assert p.step == MAX_STEPS and p.total_steps == MAX_STEPS
@@ -107,8 +126,7 @@ def test_the_cockpit_counts_a_trainer_logging_every_5_steps_as_the_trainer_does(
     mid = len(per_step) // 2
     assert f.step_time_median == pytest.approx(
         per_step[mid] if len(per_step) % 2 else (per_step[mid - 1] + per_step[mid]) / 2)
-    # The steps left at the Trainer's own speed.
+    # The steps left at the speed of the steps it had seen.
     m = later.progress
     assert m.step == ETA_AT and m.samples == ETA_AT * BATCH
-    assert m.eta_seconds == pytest.approx(
-        (MAX_STEPS - ETA_AT) / own["train_steps_per_second"], rel=AGREE)
+    assert m.eta_seconds == pytest.approx((MAX_STEPS - ETA_AT) * seen, rel=AGREE)
