@@ -101,6 +101,9 @@ class BaseLink(abc.ABC):
         self._on_state = on_state
         self._state = STOPPED
         self._detail = ""
+        # The failure since the link last streamed (state, reason): a retry's
+        # "connecting" replaces it on the screen, but a stop met mid-retry must not.
+        self._failure: tuple[str, str] | None = None
         self._stopping = threading.Event()
         # Set by `reconnect`, cleared by the stream it ended: that end is ours, not the
         # host's, so it reads no exit status and reports no lost connection.
@@ -192,6 +195,13 @@ class BaseLink(abc.ABC):
             # host: the link ends as stopped, keeping only a failure from before.
             return
         self._state, self._detail = state, detail
+        if state in FAILED_STATES:
+            self._failure = (state, detail)
+        elif state == STREAMING:
+            self._failure = None
+        self._report(state, detail)
+
+    def _report(self, state: str, detail: str) -> None:
         try:
             self._on_state(self.name, state, detail)
         except Exception as exc:  # a broken state listener must not take the link down
@@ -296,5 +306,10 @@ class BaseLink(abc.ABC):
                 break
         if self._state not in FAILED_STATES:
             # A link that failed keeps its state and reason, in the recording too: why a
-            # host never connected (or was lost at the end) outlives the session.
-            self._set_state(STOPPED, "")
+            # host never connected (or was lost at the end) outlives the session. So does
+            # one stopped while it retried after a failure: the retry had not changed it.
+            if self._failure is not None:
+                self._state, self._detail = self._failure
+                self._report(*self._failure)
+            else:
+                self._set_state(STOPPED, "")

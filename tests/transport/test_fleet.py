@@ -126,6 +126,17 @@ def test_a_local_link_asked_to_reconnect_restarts_its_stream_from_the_mark(
     assert link.connections == 2
 
 
+def _started(kind: type[LocalLink], tmp_path: Path, collector: Collector,
+             links: list) -> LocalLink:
+    """A link of `kind` to host `here`, started, its states kept by `collector`."""
+    spec = HostSpec(name="here", address="local", state_dir=str(tmp_path / "state"))
+    link = kind(spec, lambda: 0, collector.on_chunk, collector.on_state,
+                options_for([], tmp_path))
+    links.append(link)
+    link.start()
+    return link
+
+
 class _StoppedUnderARead(LocalLink):
     """A link whose stream fails the moment its connection is closed by a stop, the way
     a read does when the connection it waits on is closed under it."""
@@ -139,12 +150,48 @@ class _StoppedUnderARead(LocalLink):
 def test_a_failure_that_the_stop_itself_causes_ends_the_link_as_stopped(
     tmp_path: Path, collector: Collector, links: list
 ) -> None:
-    spec = HostSpec(name="here", address="local", state_dir=str(tmp_path / "state"))
-    link = _StoppedUnderARead(spec, lambda: 0, collector.on_chunk, collector.on_state,
-                              options_for([], tmp_path))
-    links.append(link)
-    link.start()
+    link = _started(_StoppedUnderARead, tmp_path, collector, links)
     assert collector.wait_for(lambda: collector.state_names("here") == ["streaming"])
     link.stop()
     assert collector.state_names("here") == ["streaming", "stopped"]
     assert link.state == "stopped"
+
+
+class _RetryingAfterARefusal(LocalLink):
+    """A host that refuses the first connection; the retry (`then`) is under way when
+    the link is stopped: still connecting (a slow handshake on a loaded machine), or
+    streaming."""
+
+    then = "connecting"
+
+    def _attempt(self, backoff) -> float:
+        if self.connections == 0:
+            self.connections += 1
+            self._set_state("unreachable", "me@host: cannot connect (Connection refused)")
+            return 0.0
+        self._set_state(self.then, "me@host")
+        self._stopping.wait(30)
+        return 0.0
+
+
+class _StreamingAgainAfterARefusal(_RetryingAfterARefusal):
+    then = "streaming"
+
+
+@pytest.mark.parametrize(("kind", "ends"), [
+    (_RetryingAfterARefusal, "unreachable"),  # why it never connected, kept
+    (_StreamingAgainAfterARefusal, "stopped"),  # it recovered: nothing to keep
+])
+def test_a_link_stopped_mid_retry_keeps_its_failure_unless_it_streamed_again(
+    tmp_path: Path, collector: Collector, links: list, kind: type[_RetryingAfterARefusal],
+    ends: str,
+) -> None:
+    link = _started(kind, tmp_path, collector, links)
+    assert collector.wait_for(
+        lambda: collector.state_names("here") == ["unreachable", kind.then])
+    link.stop()
+    # What a headless run reports and the recording keeps.
+    assert collector.state_names("here") == ["unreachable", kind.then, ends]
+    assert link.state == ends
+    assert collector.detail_of("here", "unreachable") == \
+        "me@host: cannot connect (Connection refused)"
