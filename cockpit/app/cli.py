@@ -673,7 +673,7 @@ def _metrics_server(live: Any, listen: str | None) -> Iterator[None]:
 
     address = parse_listen(listen)
     build, kpis = store_snapshots(live.store, lambda: {
-        name: st.state for name, st in live.fleet.status().items()})
+        name: st.shown()[0] for name, st in live.fleet.status().items()})
     with MetricsServer(address, build, kpis=kpis) as server:
         print(f"metrics: http://{server.host}:{server.port}/metrics", file=sys.stderr)
         yield

@@ -50,7 +50,6 @@ from cockpit.transport.inventory import (
 from cockpit.transport.link import LinkOptions
 from cockpit.transport.states import (
     AUTH_FAILED,
-    FAILED_STATES,
     HOSTKEY_CHANGED,
     HOSTKEY_UNKNOWN,
     STREAMING,
@@ -131,25 +130,20 @@ def wait_streaming(session: LiveSession, hosts: Sequence[str], timeout: float,
             return {}
         missing = [h for h in waiting if h not in optional]
         settled = not missing and optional and all(
-            status[h].state in FAILED_STATES for h in waiting) and any(
+            status[h].failed for h in waiting) and any(
             status[h].state == STREAMING for h in (*hosts, *optional))
         if time.monotonic() > deadline or settled or (not missing and optional and all(
                 status[h].state in _HOPELESS for h in waiting)):
             if missing:
                 raise CockpitError(
                     f"not connected after {timeout:g} s: "
-                    + "; ".join(f"{h} is {status[h].state}"
-                                + (f" ({status[h].detail})" if status[h].detail else "")
-                                for h in missing)
-                )
-            return {h: status[h].state + (f" ({status[h].detail})" if status[h].detail
-                                          else "") for h in waiting}  # fmt: skip
+                    + "; ".join(f"{h} is {status[h].reading()}" for h in missing))
+            return {h: status[h].reading() for h in waiting}
         now = time.monotonic()
         if say is not None and now >= next_say:
             next_say = now + say_every
             say("still waiting for " + "; ".join(
-                f"{h}: {status[h].state}" + (f" ({status[h].detail})" if status[h].detail
-                                             else "") for h in waiting)
+                f"{h}: {status[h].reading()}" for h in waiting)
                 + f" (retrying; up to {max(0.0, deadline - now):.0f} s more)")
         time.sleep(0.1)
 

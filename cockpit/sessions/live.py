@@ -35,7 +35,7 @@ from cockpit.transport.inventory import (
     Inventory,
 )
 from cockpit.transport.link import LinkOptions
-from cockpit.transport.states import FAILED_STATES, STREAMING
+from cockpit.transport.states import STREAMING
 
 if TYPE_CHECKING:
     pass
@@ -67,7 +67,8 @@ class LiveSource:
         self._session.add_listener(on_data)
 
     def snapshot(self, buckets: int = SNAPSHOT_BUCKETS) -> Snapshot:
-        states = {name: st.state for name, st in self._session.fleet.status().items()}
+        # A host retrying after a failure shows the failure, not each retry's "connecting".
+        states = {name: st.shown()[0] for name, st in self._session.fleet.status().items()}
         snapshot = build_snapshot(
             self._reader,
             until_ts=None,
@@ -238,10 +239,10 @@ class LiveSession:
         with its state and reason: what a headless run must not hide."""
         with self._lock:
             streamed = set(self._streamed)
-        return {name: f"{status.state}" + (f": {status.detail}" if status.detail else "")
+        return {name: state + (f": {detail}" if detail else "")
                 for name, status in self.fleet.status().items()
-                if status.state in FAILED_STATES
-                or (name not in streamed and status.state != STREAMING)}
+                for state, detail in (status.shown(),)
+                if status.failed or (name not in streamed and status.state != STREAMING)}
 
     def record_for(self, seconds: float, done: Callable[[], bool] | None = None) -> None:
         """Headless recording (no UI) for `seconds`, or until `done()` (asked about once

@@ -16,7 +16,14 @@ from cockpit.transport.inventory import HostSpec, Inventory
 from cockpit.transport.link import BaseLink, LinkNotStreaming, LinkOptions
 from cockpit.transport.local_link import LocalLink
 from cockpit.transport.ssh_link import HostLink
-from cockpit.transport.states import STOPPED, STREAMING, ChunkCallback, StateCallback
+from cockpit.transport.states import (
+    FAILED_STATES,
+    STOPPED,
+    STREAMING,
+    ChunkCallback,
+    StateCallback,
+    shown,
+)
 
 HighWaterFor = Callable[[str], int]
 
@@ -34,6 +41,25 @@ class HostStatus:
     state: str
     detail: str
     spare: bool
+    # The failure (state, reason) since the link last streamed: while it retries, its
+    # state says "connecting" and this says why it is retrying.
+    failure: tuple[str, str] | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Not delivering because something is wrong: failed, or retrying after a
+        failure."""
+        return self.state in FAILED_STATES or (
+            self.failure is not None and self.state != STREAMING)
+
+    def shown(self) -> tuple[str, str]:
+        """The state and reason to tell the operator (`states.shown`)."""
+        return shown(self.state, self.detail, self.failure)
+
+    def reading(self) -> str:
+        """`shown`, as "state (reason)"."""
+        state, detail = self.shown()
+        return state + (f" ({detail})" if detail else "")
 
 
 class Fleet:
@@ -90,7 +116,9 @@ class Fleet:
     def _on_state(self, host: str, state: str, detail: str) -> None:
         with self._lock:
             spare = self._status[host].spare
-            self._status[host] = HostStatus(host, state, detail, spare)
+            link = self.links.get(host)
+            self._status[host] = HostStatus(host, state, detail, spare,
+                                            link.failure if link is not None else None)
         if self._listener is not None:
             self._listener(host, state, detail)
 

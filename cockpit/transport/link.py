@@ -33,6 +33,7 @@ from cockpit.transport.states import (
     ChunkCallback,
     HighWater,
     StateCallback,
+    shown,
 )
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,12 @@ class BaseLink(abc.ABC):
         return self._state
 
     @property
+    def failure(self) -> tuple[str, str] | None:
+        """The failure (state, reason) since the link last streamed, None when none:
+        what a retry, reported as "connecting", is retrying after."""
+        return self._failure
+
+    @property
     def detail(self) -> str:
         return self._detail
 
@@ -166,11 +173,10 @@ class BaseLink(abc.ABC):
         with self._send_lock:
             writer = self._writer
             if writer is None or self._state != STREAMING:
+                state, detail = shown(self._state, self._detail, self._failure)
                 raise LinkNotStreaming(
-                    f"host {self.name} is {self._state}"
-                    + (f" ({self._detail})" if self._detail else "")
-                    + f": control op {op.get('op')!r} not sent"
-                )
+                    f"host {self.name} is {state}" + (f" ({detail})" if detail else "")
+                    + f": control op {op.get('op')!r} not sent")
             try:
                 writer(line)
             except OSError as exc:

@@ -43,6 +43,16 @@ NEEDS_OPERATOR = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, AGENT
 # States of a link that is not delivering because something is wrong (not on its way).
 FAILED_STATES = NEEDS_OPERATOR | {UNREACHABLE, AGENT_FAILED}
 
+
+
+def shown(state: str, detail: str, failure: tuple[str, str] | None) -> tuple[str, str]:
+    """The state and reason to tell the operator of a link in `state` whose `failure`
+    (state, reason) since it last streamed is known: for a retry, that failure. A host
+    that is down flips between the failure and a retry's "connecting", which alone
+    would hide that it refused (and read differently at each look)."""
+    return failure if failure is not None and state != STREAMING else (state, detail)
+
+
 ChunkCallback = Callable[[str, bytes], None]
 StateCallback = Callable[[str, str, str], None]
 HighWater = Callable[[], int]

@@ -48,3 +48,20 @@ def test_a_long_wait_says_which_hosts_it_waits_for_and_why() -> None:
     assert said and all(line.startswith(
         "still waiting for b: unreachable (Connection refused) (retrying; up to ")
         for line in said), said
+
+
+def test_a_host_retrying_after_a_refusal_reads_as_refused_and_is_not_waited_for() -> None:
+    """A host that is down flips between unreachable and a retry's "connecting": read
+    at the retry, it is still the refusal, and a pause does not wait for it."""
+    retrying = HostStatus("b", "connecting", "127.0.0.1", False,
+                          failure=("unreachable", "Connection refused"))
+    assert retrying.failed and retrying.reading() == "unreachable (Connection refused)"
+    status = {"a": HostStatus("a", "streaming", "from seq 0", False), "b": retrying}
+    session = SimpleNamespace(fleet=SimpleNamespace(status=lambda: dict(status)))
+    assert wait_streaming(session, [], 3600, optional=["a", "b"]) == {
+        "b": "unreachable (Connection refused)"}
+    with pytest.raises(CockpitError, match=r"b is unreachable \(Connection refused\)"):
+        wait_streaming(session, ["a", "b"], 0.3)
+    # Streaming again, it has nothing left to say of the refusal.
+    back = HostStatus("b", "streaming", "from seq 7", False)
+    assert not back.failed and back.reading() == "streaming (from seq 7)"

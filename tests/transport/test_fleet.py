@@ -34,6 +34,9 @@ def test_fleet_streams_every_host_and_routes_control(
         with fleet:
             assert collector.wait_for(lambda: set(fleet.streaming()) == {"host1", "host2"})
             assert collector.wait_for(lambda: fleet.status()["down"].state == "unreachable")
+            # Its retries read as the refusal they retry after, not as "connecting".
+            assert collector.wait_for(lambda: fleet.status()["down"].state == "connecting")
+            assert fleet.status()["down"].reading().startswith("unreachable (")
             results = fleet.broadcast({"op": "ping", "id": "b1"})
             assert results["host1"] is None and results["host2"] is None
             assert "down is unreachable" in results["down"]
