@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness import leftovers, tiers
+from tests.harness import leftovers, tiers, toasts
 from tests.harness.cpu_account import CpuAccount
 from tests.harness.recording import load_recording
 from tests.harness.sshd import SshdHost, require_sshd_or_explain
@@ -119,6 +120,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: not (item.get_closest_marker("slow")
                                      or item.get_closest_marker("e2e")
                                      or item.get_closest_marker("starts")))
+
+
+@pytest.fixture(autouse=True)
+def _toasts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the test's module uses Textual, every app keeps the notifications it raised
+    for the test to read after their toasts timed out (`tests/harness/toasts.py`)."""
+    textual_app = sys.modules.get("textual.app")
+    if textual_app is not None:
+        toasts.keep_notifications(monkeypatch, textual_app.App)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from cockpit.ui.demo_static import demo_details, demo_snapshot
 from cockpit.ui.screens.confirm import ConfirmScreen
 from cockpit.ui.screens.main import MainScreen
 from tests.slurm.test_slurm_records import _Queue, _spec
-from tests.ui.helpers import notifications, settle, text
+from tests.ui.helpers import notifications, notified, settle, text
 
 
 def _app(tmp_path: Path, queue: _Queue) -> CockpitApp:
@@ -77,7 +77,7 @@ async def test_a_slurm_command_that_fails_is_shown_as_a_failure(tmp_path: Path) 
         await settle(pilot)
         await pilot.press("y")
         await settle(pilot)
-        failed = [n for n in app._notifications if n.severity == "error"]
+        failed = [n for n in notified(app) if n.severity == "error"]
         assert [n.message for n in failed] == [
             "ControlError: job: no Slurm job to act on (login1: connection refused)"], \
             notifications(app)

@@ -9,6 +9,8 @@ from typing import Any
 from textual.app import App
 from textual.pilot import Pilot
 
+from tests.harness.toasts import Toast, kept
+
 
 async def settle(pilot: Pilot, rounds: int = 3) -> None:
     """Let workers finish and the messages they post be handled (details need two hops)."""
@@ -30,8 +32,15 @@ def text(app: App, selector: str) -> str:
     return str(app.screen.query_one(selector).render())
 
 
+def notified(app: App) -> list[Toast]:
+    """Every notification the app raised (since the test last cleared them), its toast
+    timed out or not (`tests/harness/toasts.py`)."""
+    return kept(app)
+
+
 def notifications(app: App) -> list[str]:
-    return [n.message for n in app._notifications]
+    """The messages of `notified`."""
+    return [n.message for n in notified(app)]
 
 
 async def wait_until(pilot: Pilot, condition: Callable[[], bool], what: str,

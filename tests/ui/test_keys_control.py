@@ -31,7 +31,7 @@ from cockpit.ui.screens.help import HelpScreen
 from cockpit.ui.screens.main import MainScreen
 from cockpit.ui.screens.prompt import PromptScreen
 from tests.ui.conftest import OpenReplay, RecordingController
-from tests.ui.helpers import answer, notifications, settle, text, wait_until
+from tests.ui.helpers import answer, notifications, notified, settle, text, wait_until
 from tests.ui.recorded import recording_facts
 
 FACTS = recording_facts()
@@ -244,7 +244,7 @@ async def test_control_keys_act_on_the_job_on_screen(controller: RecordingContro
         await answer(pilot, "l", (*"0.5", "enter"), "p")
         assert f"of {fork} on" in text(app, "#dialog-body")
         await answer(pilot, "y")
-        titles = [n.title for n in app._notifications]
+        titles = [n.title for n in notified(app)]
         assert titles.count(f"Job control · {fork}") == 2
         assert controller.names() == []
         assert controller.forks[fork].names() == ["adjust", "pause"]

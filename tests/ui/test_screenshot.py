@@ -15,6 +15,7 @@ from cockpit.app.cli import build_parser
 from cockpit.sessions.replay import ReplaySource
 from cockpit.ui.app import CockpitApp
 from cockpit.ui.app_factory import make_app
+from tests.ui.helpers import notified
 
 SIZE = (120, 40)
 
@@ -30,7 +31,7 @@ def _replay(recorded_store: Path, folder: Path) -> ReplaySource:
 
 
 def _toasts(app: CockpitApp) -> list[tuple[str, str]]:
-    return [(n.message, n.severity) for n in app._notifications]
+    return [(n.message, n.severity) for n in notified(app)]
 
 
 async def _palette_screenshot(app: CockpitApp) -> None:
