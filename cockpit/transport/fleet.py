@@ -22,6 +22,7 @@ from cockpit.transport.states import (
     STREAMING,
     ChunkCallback,
     StateCallback,
+    retrying_after,
     shown,
 )
 
@@ -42,15 +43,14 @@ class HostStatus:
     detail: str
     spare: bool
     # The failure (state, reason) since the link last streamed: while it retries, its
-    # state says "connecting" and this says why it is retrying.
+    # state says "connecting" and this says why (`states.shown`).
     failure: tuple[str, str] | None = None
 
     @property
     def failed(self) -> bool:
         """Not delivering because something is wrong: failed, or retrying after a
         failure."""
-        return self.state in FAILED_STATES or (
-            self.failure is not None and self.state != STREAMING)
+        return self.state in FAILED_STATES or retrying_after(self.state, self.failure)
 
     def shown(self) -> tuple[str, str]:
         """The state and reason to tell the operator (`states.shown`)."""

@@ -45,12 +45,20 @@ FAILED_STATES = NEEDS_OPERATOR | {UNREACHABLE, AGENT_FAILED}
 
 
 
+def retrying_after(state: str, failure: tuple[str, str] | None) -> bool:
+    """Whether a link in `state`, with `failure` (state, reason) since it last streamed,
+    is connecting again after that failure: a retry, not a first try nor a remedy under
+    way (the agent being deployed after it was missing)."""
+    return failure is not None and state == CONNECTING
+
+
 def shown(state: str, detail: str, failure: tuple[str, str] | None) -> tuple[str, str]:
-    """The state and reason to tell the operator of a link in `state` whose `failure`
-    (state, reason) since it last streamed is known: for a retry, that failure. A host
-    that is down flips between the failure and a retry's "connecting", which alone
-    would hide that it refused (and read differently at each look)."""
-    return failure if failure is not None and state != STREAMING else (state, detail)
+    """The state and reason to tell the operator: for a retry, the failure it retries
+    after. A host that is down flips between the failure and a retry's "connecting",
+    which alone would hide that it refused (and read differently at each look)."""
+    if failure is not None and retrying_after(state, failure):
+        return failure
+    return state, detail
 
 
 ChunkCallback = Callable[[str, bytes], None]

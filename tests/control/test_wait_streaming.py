@@ -65,3 +65,7 @@ def test_a_host_retrying_after_a_refusal_reads_as_refused_and_is_not_waited_for(
     # Streaming again, it has nothing left to say of the refusal.
     back = HostStatus("b", "streaming", "from seq 7", False)
     assert not back.failed and back.reading() == "streaming (from seq 7)"
+    # A remedy under way is no retry: the agent being copied after it was missing.
+    deploying = HostStatus("b", "deploying", "copying the agent", False,
+                           failure=("agent-missing", "no agent"))
+    assert not deploying.failed and deploying.reading() == "deploying (copying the agent)"
