@@ -102,8 +102,8 @@ class BaseLink(abc.ABC):
         self._on_state = on_state
         self._state = STOPPED
         self._detail = ""
-        # The failure since the link last streamed (state, reason): a retry's
-        # "connecting" replaces it on the screen, but a stop met mid-retry must not.
+        # The failure since the link last streamed (state, reason): what its retries
+        # read as (`states.shown`) and what a stop met mid-retry leaves it in.
         self._failure: tuple[str, str] | None = None
         self._stopping = threading.Event()
         # Set by `reconnect`, cleared by the stream it ended: that end is ours, not the

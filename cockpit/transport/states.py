@@ -44,7 +44,6 @@ NEEDS_OPERATOR = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED, AGENT
 FAILED_STATES = NEEDS_OPERATOR | {UNREACHABLE, AGENT_FAILED}
 
 
-
 def retrying_after(state: str, failure: tuple[str, str] | None) -> bool:
     """Whether a link in `state`, with `failure` (state, reason) since it last streamed,
     is connecting again after that failure: a retry, not a first try nor a remedy under
