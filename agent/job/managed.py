@@ -451,9 +451,10 @@ class ManagedJob:
             return self._failed(now, self._last_seen_alive(now), None)
         if now - self._ranks_at >= RANKS_REFRESH:
             ranks = sup.rank_pids()
-            if self.spec.elastic:  # torchrun restarts workers in place: one that ended
-                for pid, rank in self._ranks.items():  # since the last look is seen ending
-                    ranks.setdefault(pid, rank)
+            # A worker that ended since the last look is seen ending, though torchrun
+            # has reaped it (and, elastic, restarted workers in place) since.
+            for pid, rank in self._ranks.items():
+                ranks.setdefault(pid, rank)
             self._ranks = ranks
             self._ranks_at = now
         if self.spec.elastic:
@@ -497,7 +498,16 @@ class ManagedJob:
         return self._judge_silence(now)
 
     def _judge_silence(self, now: float) -> Optional[float]:
-        """The hang check of one look at a running attempt: when to retry if it hung."""
+        """The hang check of one look at a running attempt: when to retry if it hung.
+
+        Not for `CRASH_EXIT_WAIT` after a rank was seen ending without a status that
+        says how (torchrun reaped it first): its peers wait on it in their collectives,
+        silent, and torchrun's exit, due within its monitor interval, says why it
+        ended. Judged a hang meanwhile, a rank killed on a loaded host was restarted as
+        a hang, its cause lost."""
+        vanished = self._vanished_at
+        if vanished is not None and now - vanished[0] < CRASH_EXIT_WAIT:
+            return None
         with self.progress.lock:
             if self._journal_blind(now):  # its silence is the agent's, not the job's
                 self.detector.reset(now, new_attempt=False)

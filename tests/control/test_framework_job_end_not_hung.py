@@ -159,3 +159,27 @@ def test_a_rank_that_exited_cleanly_is_the_jobs_end_not_a_hang(job) -> None:
     clock.now += 3600.0
     assert made._watch() is None and hangs == []
     assert made.detector.at_end() == "rank 0 (pid 101) exited cleanly"
+
+
+def test_a_rank_torchrun_reaped_between_two_looks_is_its_exit_to_wait_for_not_a_hang(
+        job) -> None:
+    """A rank killed on a loaded host: torchrun reaps it before the agent's look (no
+    status left to read) and takes seconds to end the job; its peer, waiting on it in a
+    collective, reports no step meanwhile. That silence is the death's, not a hang's:
+    torchrun's exit says how the rank ended."""
+    made, clock, hangs, exits = job
+    _steps(made, clock, 1, 30)
+    assert made._watch() is None and set(made._ranks) == {101, 102}
+    clock.now += 9.0  # silent, short of the hang floor (10 s)
+    assert made._watch() is None and hangs == []
+    del made.supervisor.ranks[102]  # reaped: gone from torchrun's children and /proc
+    exits[102] = -1
+    clock.now += managed.RANKS_REFRESH  # past the floor; this look re-reads the workers
+    assert made._watch() is None and hangs == []
+    assert made._vanished_at is not None and "rank 1 (pid 102) exited" in made._vanished_at[2]
+    clock.now += managed.CRASH_EXIT_WAIT - 0.5
+    assert made._watch() is None and hangs == []
+    # Torchrun still running well after: the silence is judged again.
+    clock.now += 1.0
+    made._watch()
+    assert hangs == [clock.now]
