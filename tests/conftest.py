@@ -124,8 +124,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _toasts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the test's module uses Textual, every app keeps the notifications it raised
-    for the test to read after their toasts timed out (`tests/harness/toasts.py`)."""
+    """Once Textual is loaded in this worker (a test module imported it), every app
+    keeps the notifications it raised for the test to read after their toasts timed
+    out (`tests/harness/toasts.py`); the tiers that never load Textual are left alone."""
     textual_app = sys.modules.get("textual.app")
     if textual_app is not None:
         toasts.keep_notifications(monkeypatch, textual_app.App)

@@ -239,10 +239,12 @@ class LiveSession:
         with its state and reason: what a headless run must not hide."""
         with self._lock:
             streamed = set(self._streamed)
-        return {name: state + (f": {detail}" if detail else "")
-                for name, status in self.fleet.status().items()
-                for state, detail in (status.shown(),)
-                if status.failed or (name not in streamed and status.state != STREAMING)}
+        problems = {}
+        for name, status in self.fleet.status().items():
+            if status.failed or (name not in streamed and status.state != STREAMING):
+                state, detail = status.shown()
+                problems[name] = state + (f": {detail}" if detail else "")
+        return problems
 
     def record_for(self, seconds: float, done: Callable[[], bool] | None = None) -> None:
         """Headless recording (no UI) for `seconds`, or until `done()` (asked about once

@@ -9,7 +9,9 @@ from typing import Any
 from textual.app import App
 from textual.pilot import Pilot
 
-from tests.harness.toasts import Toast, kept
+# Every notification the app raised since the test last cleared them, its toast timed
+# out or not (`tests/harness/toasts.py`).
+from tests.harness.toasts import kept as notified
 
 
 async def settle(pilot: Pilot, rounds: int = 3) -> None:
@@ -30,12 +32,6 @@ async def answer(pilot: Pilot, *steps: str | tuple[str, ...]) -> None:
 def text(app: App, selector: str) -> str:
     """Plain text a widget shows right now."""
     return str(app.screen.query_one(selector).render())
-
-
-def notified(app: App) -> list[Toast]:
-    """Every notification the app raised (since the test last cleared them), its toast
-    timed out or not (`tests/harness/toasts.py`)."""
-    return kept(app)
 
 
 def notifications(app: App) -> list[str]:
