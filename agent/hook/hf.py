@@ -248,9 +248,16 @@ class CockpitHFHooks:
         self, args: Any, state: Any, control: Any, logs: Optional[Dict[str, Any]] = None,
         **kwargs: Any,
     ) -> None:  # fmt: skip
-        if self._last_end is not None:
-            self._last_end = time.perf_counter()  # logging is not a wait for data
-        logs = logs or {}
+        try:
+            self._log_step(args, state, logs or {})
+        finally:
+            # Logging is not a wait for data, and the next wait starts after the record
+            # (its step time ends at it): begun before, a pause here (a busy host's
+            # scheduler) would be in this step's time and in the next one's data time.
+            if self._last_end is not None:
+                self._last_end = time.perf_counter()
+
+    def _log_step(self, args: Any, state: Any, logs: Dict[str, Any]) -> None:
         if "loss" not in logs:
             return  # eval and end-of-training summaries are reported elsewhere
         steps = max(1, self._steps_since_report)

@@ -388,6 +388,11 @@ class CockpitLightningHooks:
         )
         if isinstance(step, int) and step % self._control_every == 0:
             self._agree(trainer, step)
+        # The next step's wait for data starts after its record (whose step time ends
+        # there) and after the agreement, which is not a wait for data: begun at the
+        # batch's end, a pause in between would be in this step's time and the next's
+        # data time.
+        self._data_from = time.perf_counter()
 
     # ------------------------------------------------------------------ controls
 

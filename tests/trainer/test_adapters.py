@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from agent.hook.hf import CockpitCallback as HFCallback
@@ -139,3 +140,82 @@ def test_hf_non_zero_process_does_not_duplicate_eval_or_save(tmp_path, spool) ->
     assert [r["t"] for r in records] == []
     (header_file,) = (tmp_path / "run" / "spool" / "job-a").glob("rank-1.*.ndjson")
     assert header_file.exists()
+
+
+class _Clock:
+    """`perf_counter` as the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _paused_records(monkeypatch, clock: _Clock, pause: float) -> None:
+    """Each step's record takes `pause` seconds before it is stamped (a busy host's
+    scheduler between the hook and the record)."""
+    from agent.hook.reporter import Reporter
+
+    monkeypatch.setattr("agent.hook.reporter._perf", clock)
+    step = Reporter.step
+
+    def slow(self, *args, **kwargs) -> None:
+        clock.now += pause
+        step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Reporter, "step", slow)
+
+
+def _timed_apart(train: list[dict]) -> None:
+    """Each step: 0.1 s waiting for its batch, 1 s computing, 0.5 s recorded; the pause
+    is in the step's time and in neither phase."""
+    assert [r["step"] for r in train] == [1, 2, 3]
+    for record in train[1:]:
+        assert record["step_time"] == pytest.approx(1.6)
+        assert record["data_time"] == pytest.approx(0.1)
+        assert record["compute_time"] == pytest.approx(1.0)
+
+
+def test_hf_a_pause_while_a_step_is_recorded_is_not_the_next_steps_data_time(
+        tmp_path, spool, monkeypatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr("agent.hook.hf.time", SimpleNamespace(perf_counter=clock))
+    _paused_records(monkeypatch, clock, pause=0.5)
+    args = SimpleNamespace(process_index=0, world_size=1, output_dir=str(tmp_path),
+                           per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                           to_dict=lambda: {})  # fmt: skip
+    state = SimpleNamespace(max_steps=10, global_step=0, epoch=0.0, is_world_process_zero=True)
+    cb = HFCallback(run_dir=str(tmp_path / "run"), job="job-a", register_atexit=False)
+    cb.on_train_begin(args, state, None)
+    for _ in range(3):
+        clock.now += 0.1  # the batch
+        cb.on_step_begin(args, state, None)
+        state.global_step += 1
+        clock.now += 1.0
+        cb.on_step_end(args, state, None)
+        cb.on_log(args, state, None, logs={"loss": 1.0})
+    cb.on_train_end(args, state, None)
+    _timed_apart(spool("train"))
+
+
+def test_lightning_a_pause_while_a_step_is_recorded_is_not_the_next_steps_data_time(
+        tmp_path, spool, monkeypatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr("agent.hook.lightning.time",
+                        SimpleNamespace(perf_counter=clock, time=lambda: 1.7e9))
+    _paused_records(monkeypatch, clock, pause=0.5)
+    cb = PLCallback(run_dir=str(tmp_path / "run"), job="job-a", register_atexit=False)
+    trainer = _pl_trainer(tmp_path)
+    cb.setup(trainer, None, "fit")
+    cb.on_train_start(trainer, None)
+    batch = (torch.zeros(2, 4), torch.zeros(2))
+    for idx in range(3):
+        clock.now += 0.1  # the batch
+        cb.on_train_batch_start(trainer, None, batch, idx)
+        trainer.global_step += 1
+        clock.now += 1.0
+        cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.0)}, batch, idx)
+    cb.on_train_end(trainer, None)
+    cb.teardown(trainer, None, "fit")
+    _timed_apart(spool("train"))
