@@ -33,6 +33,7 @@ from cockpit.ui.collector import RELEASE_AFTER_S, CollectorHold
 from cockpit.ui.commands import CockpitCommands
 from cockpit.ui.control_actions import ControlActions
 from cockpit.ui.messages import DataArrived, DetailsReady, DetailsRequested, SnapshotReady
+from cockpit.ui.notices import NoticeLog
 from cockpit.ui.replay_actions import REPLAY_ACTIONS, ReplayActions, is_replayable
 from cockpit.ui.screens.alerts import AlertsScreen
 from cockpit.ui.screens.compare import CompareScreen
@@ -42,6 +43,7 @@ from cockpit.ui.screens.help import HelpScreen
 from cockpit.ui.screens.host_detail import HostDetailScreen
 from cockpit.ui.screens.log_tail import LogTailScreen
 from cockpit.ui.screens.main import MainScreen
+from cockpit.ui.screens.notices import NoticesScreen
 from cockpit.ui.screens.prompt import PromptScreen
 from cockpit.ui.screens.run_info import RunInfoScreen
 from cockpit.ui.themes import ThemeSet
@@ -80,6 +82,8 @@ class CockpitApp(ControlActions, ReplayActions, App):
         # The failure shown last (text, monotonic time): a recording that cannot be read
         # fails every refresh, four times a second, and its toasts would cover the screen.
         self._last_failure: tuple[str, float] | None = None
+        # Every toast, to be read again once it has gone (`n`).
+        self.notices = NoticeLog()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's commands, less its theme picker: it lists Textual's own themes, which
@@ -98,10 +102,17 @@ class CockpitApp(ControlActions, ReplayActions, App):
                        severity=severity, timeout=timeout, markup=False)
 
     def on_notify(self, event: Notify) -> None:
-        """Repaint the screen once the toast has gone: over a maximised pane Textual
-        removes an expired toast without repainting what it covered, so it stayed on
-        screen until something else redrew there (a paused replay: never)."""
-        timeout = event.notification.timeout
+        """Keep the toast in the notification history (shown at once where it is open:
+        here, on the event loop, whichever thread raised it), and repaint the screen
+        once it has gone: over a maximised pane Textual removes an expired toast without
+        repainting what it covered, so it stayed on screen until something else redrew
+        there (a paused replay: never)."""
+        shown = event.notification
+        self.notices.add(shown.raised_at, shown.severity, shown.title, shown.message)
+        for screen in self.screen_stack:
+            if isinstance(screen, NoticesScreen):
+                screen.show()
+        timeout = shown.timeout
         self.set_timer(timeout + TOAST_REPAINT_DELAY, self.repaint_after_toast)
 
     def repaint_after_toast(self) -> None:
@@ -324,6 +335,11 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def action_open_log(self) -> None:
         self._open(LogTailScreen(self.snapshot))
+
+    def action_open_notices(self) -> None:
+        """Over whatever is on screen (a drill-down stays where it was), once."""
+        if not isinstance(self.screen, NoticesScreen):
+            self.push_screen(NoticesScreen(self.notices))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keymap))

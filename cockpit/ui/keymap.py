@@ -65,6 +65,7 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("adjust_lr", "l", "adjust_lr", "LR scale", "app", show=False),
     KeySpec("scale_job", "s", "scale_job", "Scale", "app", show=False),
     KeySpec("stop_job", "S", "stop_job", "Stop job", "app", show=False),
+    KeySpec("notices", "n", "open_notices", "Notifications", "app", show=False),
     KeySpec("help", "question_mark", "help", "Help", "app"),
     KeySpec("quit", "q", "quit", "Quit", "app"),
     KeySpec("replay_toggle", "space", "replay_toggle", "Play/pause", "replay"),
