@@ -78,6 +78,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         # while they last, and no longer counted in the header.
         self.acknowledged: set[tuple[str, str]] = set()
         self.main_screen = MainScreen()
+        self.main_screen.notices_key = keys.key_label(self.keymap, "notices")
         self._frozen = False
         # The failure shown last (text, monotonic time): a recording that cannot be read
         # fails every refresh, four times a second, and its toasts would cover the screen.
@@ -112,6 +113,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         for screen in self.screen_stack:
             if isinstance(screen, NoticesScreen):
                 screen.show()
+        self.main_screen.unread = self.notices.unread
         timeout = shown.timeout
         self.set_timer(timeout + TOAST_REPAINT_DELAY, self.repaint_after_toast)
 
@@ -340,6 +342,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
         """Over whatever is on screen (a drill-down stays where it was), once."""
         if not isinstance(self.screen, NoticesScreen):
             self.push_screen(NoticesScreen(self.notices))
+        self.main_screen.unread = 0  # read now (the screen's `show`)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keymap))

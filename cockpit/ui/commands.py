@@ -7,9 +7,8 @@ from functools import partial
 from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
-from textual.keys import format_key
 
-from cockpit.ui.keymap import KEYS, effective_keys
+from cockpit.ui.keymap import KEYS, key_label
 from cockpit.ui.replay_actions import is_replayable
 
 
@@ -27,10 +26,9 @@ class _KeyedApp(Protocol):
 class CockpitCommands(Provider):
     def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
         app = cast(_KeyedApp, self.app)  # the one App that lists this provider
-        keys = effective_keys(app.keymap)
         replaying = is_replayable(app.source)
         commands: list[tuple[str, str, Callable[[], object]]] = [
-            (spec.description, f"{spec.id} · key {format_key(keys[spec.id].split(',')[0])}",
+            (spec.description, f"{spec.id} · key {key_label(app.keymap, spec.id)}",
              partial(app.run_keyed_action, spec.id))
             for spec in KEYS
             if replaying or spec.scope != "replay"  # play/seek mean nothing live

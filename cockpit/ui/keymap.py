@@ -196,6 +196,12 @@ def effective_keys(keymap: dict[str, str] | None = None) -> dict[str, str]:
     return {spec.id: (keymap or {}).get(spec.id, spec.key) for spec in KEYS}
 
 
+def key_label(keymap: dict[str, str] | None, spec_id: str) -> str:
+    """The key that runs `spec_id` as the operator reads it (the first, where several
+    do): what a hint on screen names, so that a remapped key is named as remapped."""
+    return format_key(effective_keys(keymap)[spec_id].split(",")[0])
+
+
 def _check_clashes(path: Path, text: str, keymap: dict[str, str]) -> None:
     keys = effective_keys(keymap)
     for group in _ACTIVE_TOGETHER:

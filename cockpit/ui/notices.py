@@ -39,17 +39,26 @@ class Notice:
         return (self.severity, self.title, self.message) == (severity, title, message)
 
 
+# What the header counts until the history is read: a refusal, a failure, a host that
+# did not answer. Information ("loss axis: linear", "screenshot saved") is not.
+UNREAD_SEVERITIES = frozenset({"warning", "error"})
+
+
 class NoticeLog:
-    """The notices of this session, oldest first, at most `kept`."""
+    """The notices of this session, oldest first, at most `kept`; `unread` counts the
+    warnings and errors raised since the operator last read the history."""
 
     def __init__(self, kept: int = KEPT) -> None:
         if kept < 1:
             raise ValueError("a notice log keeps at least one notice")
         self._notices: deque[Notice] = deque(maxlen=kept)
         self.dropped = 0  # the oldest, gone to make room: said when the list is shown
+        self.unread = 0
 
     def add(self, ts: float, severity: str, title: str, message: str) -> Notice:
         """Keep one notice raised at `ts`; the same as the newest is counted on it."""
+        if severity in UNREAD_SEVERITIES:
+            self.unread += 1
         if self._notices and self._notices[-1].same_as(severity, title, message):
             last = self._notices[-1]
             self._notices[-1] = replace(last, count=last.count + 1, last_ts=ts)
@@ -62,6 +71,10 @@ class NoticeLog:
 
     def newest_first(self) -> list[Notice]:
         return list(reversed(self._notices))
+
+    def read(self) -> None:
+        """The operator has the history in front of them."""
+        self.unread = 0
 
     def __len__(self) -> int:
         return len(self._notices)

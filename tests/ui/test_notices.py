@@ -3,6 +3,8 @@ first, as text; a repeated one is counted, and the list is bounded."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cockpit.sessions.static_source import StaticSource
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_details, demo_snapshot
@@ -31,6 +33,18 @@ def test_a_repeat_is_counted_on_its_notice_and_the_oldest_make_room() -> None:
     assert shown.index("host down") < shown.index("pause sent")
 
 
+def test_warnings_and_errors_are_unread_until_the_history_is_read() -> None:
+    log = NoticeLog()
+    log.add(1.0, "information", "Screenshot", "saved")
+    assert log.unread == 0  # information is not counted
+    log.add(2.0, "warning", "Job control", "gpu-node-b did not answer")
+    log.add(3.0, "error", "snapshot failed", "OSError")
+    log.add(4.0, "error", "snapshot failed", "OSError")  # counted on its line, and here
+    assert log.unread == 3
+    log.read()
+    assert log.unread == 0 and len(log) == 3
+
+
 def test_the_history_shows_what_was_said_as_text() -> None:
     log = NoticeLog()
     log.add(1.0, "error", "[b]title[/b]", HOSTILE + "\nsecond line")
@@ -52,6 +66,8 @@ async def test_a_toast_gone_from_the_screen_is_listed_by_n() -> None:
         app.notify(HOSTILE, title="Job control", severity="error", timeout=0.1)
         await pilot.pause(0.5)
         assert not list(app._notifications)  # both toasts have gone
+        # The header says that something was said: the error, not the information.
+        assert "✉ 1 unread notice (n)" in text(app, "#status-bar")
         await pilot.press("n")
         await settle(pilot)
         assert isinstance(app.screen, NoticesScreen)
@@ -65,6 +81,26 @@ async def test_a_toast_gone_from_the_screen_is_listed_by_n() -> None:
         first, message = text(app, "#notices-list").split("\n")[:2]
         assert "INFO" in first and "Screenshot" in first
         assert message == "   screenshot saved: /tmp/x.svg"
+        app.notify("gpu-node-b did not answer", title="Job control", severity="warning")
         await pilot.press("escape")
         await settle(pilot)
         assert not isinstance(app.screen, NoticesScreen)
+        # Read: the warning was listed as it came.
+        assert "unread" not in text(app, "#status-bar")
+
+
+async def test_the_header_names_the_key_a_keymap_gave_the_history(tmp_path: Path) -> None:
+    keymap = tmp_path / "keys.toml"
+    keymap.write_text('notices = "N"\n')
+    app = make_app(StaticSource(demo_snapshot(), demo_details()), keymap_path=keymap)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        app.notify("gpu-node-b refused: busy", title="Job control", severity="error")
+        await settle(pilot)
+        assert "✉ 1 unread notice (N)" in text(app, "#status-bar")
+        await pilot.press("N")
+        await settle(pilot)
+        assert isinstance(app.screen, NoticesScreen)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert "unread" not in text(app, "#status-bar")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.keys import format_key
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Static
 
@@ -110,8 +109,7 @@ class CompareScreen(DrillDownScreen):
             chart.view = None
             return
         names = " vs ".join(short_labels(comparison))
-        keys = keymap.effective_keys(getattr(self.app, "keymap", None) or {})
-        key = format_key(keys["compare_axis"].split(",")[0])
+        key = keymap.key_label(getattr(self.app, "keymap", None), "compare_axis")
         title.update(fmt.markup(f"[b]Compare[/b]  $names  ·  x axis: {self.axis} "
                                 "([b]$key[/b]: step/time)", names=names, key=key))
         view = compare_view(comparison, self.axis)

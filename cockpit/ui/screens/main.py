@@ -40,6 +40,8 @@ class MainScreen(Screen):
     paused: reactive[bool] = reactive(False, repaint=False)
     replaying: reactive[bool] = reactive(False, repaint=False)
     failing: reactive[str] = reactive("", repaint=False)
+    unread: reactive[int] = reactive(0, repaint=False)  # warnings and errors not yet read
+    notices_key: reactive[str] = reactive("n", repaint=False)  # the key that reads them
     _found: tuple[StatusBar | Pane, ...] = ()  # filled on first use once mounted
 
     def compose(self) -> ComposeResult:
@@ -83,12 +85,17 @@ class MainScreen(Screen):
     def watch_failing(self) -> None:
         self._update_status()
 
+    def watch_unread(self) -> None:
+        self._update_status()
+
     def _update_status(self) -> None:
         for bar in self.query(StatusBar):
             bar.label = self.label
             bar.paused = self.paused
             bar.replaying = self.replaying
             bar.failing = self.failing
+            bar.unread = self.unread
+            bar.notices_key = self.notices_key
 
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         pane = next((n for n in event.widget.ancestors_with_self if isinstance(n, Pane)), None)

@@ -66,7 +66,9 @@ class NoticesScreen(ModalScreen[None]):
         self.query_one("#notices-scroll").focus()
 
     def show(self) -> None:
+        """Draw the history as it is now: read, so no longer counted as unread."""
         log = self.log_of_notices
+        log.read()
         update_text(self.query_one("#notices-title", Static), fmt.own_markup(
             f"[b]Notifications[/b]  {counted(len(log), 'notification')}, newest "
             "first (esc: close)"))

@@ -37,6 +37,10 @@ class StatusBar(Widget):
     # Why the newest snapshot could not be built ("" when it could): the panes show the
     # last one that could, and its notice goes after 8 s, so the header keeps saying it.
     failing: reactive[str] = reactive("")
+    # Warnings and errors told in toasts since the notification history was last read:
+    # an operator back at the screen learns that something was said while away.
+    unread: reactive[int] = reactive(0)
+    notices_key: reactive[str] = reactive("n")
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._tick)
@@ -65,6 +69,10 @@ class StatusBar(Widget):
         if self.failing:
             parts.append((fmt.markup("[$error]⚠ not updating: $why[/]",
                                      why=_short(self.failing)), 1))
+        if self.unread:
+            parts.append((fmt.markup(
+                f"[$warning]✉ {counted(self.unread, 'unread notice')} ($key)[/]",
+                key=self.notices_key), 1))
         if self.replaying:
             parts.append((Content(f"recorded {fmt.timestamp(snap.ts if snap else None)}"), 2))
         else:
