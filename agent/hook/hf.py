@@ -10,8 +10,10 @@ a `checkpoint_saved` event for `OUTPUT_DIR/checkpoint-STEP` (the Trainer calls i
 the checkpoint is written).
 
 After each step the Trainer logs, evaluates and saves before it fetches the next batch,
-so `data_time` starts at the last of those hooks, not at the step's end: an evaluation
-is not a wait for data. The time from the previous hook to `on_save` is the save's
+so `data_time` starts at the end of the last of those hooks, not at the step's end: an
+evaluation is not a wait for data, and neither is the making of a record (the wait
+starts after it, so no instant is in both a record's step time and the next one's data
+time). The time from the previous hook to `on_save` is the save's
 duration: it is sent as the event's `seconds` and added to the next record's
 `ckpt_time`.
 
