@@ -41,7 +41,8 @@ class MainScreen(Screen):
     replaying: reactive[bool] = reactive(False, repaint=False)
     failing: reactive[str] = reactive("", repaint=False)
     unread: reactive[int] = reactive(0, repaint=False)  # warnings and errors not yet read
-    notices_key: reactive[str] = reactive("n", repaint=False)  # the key that reads them
+    # The key that reads them, as the operator's keymap has it (set by the app).
+    notices_key: reactive[str] = reactive("", repaint=False)
     _found: tuple[StatusBar | Pane, ...] = ()  # filled on first use once mounted
 
     def compose(self) -> ComposeResult:

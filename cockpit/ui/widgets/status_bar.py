@@ -40,7 +40,7 @@ class StatusBar(Widget):
     # Warnings and errors told in toasts since the notification history was last read:
     # an operator back at the screen learns that something was said while away.
     unread: reactive[int] = reactive(0)
-    notices_key: reactive[str] = reactive("n")
+    notices_key: reactive[str] = reactive("")  # the key that lists them, where known
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._tick)
@@ -70,8 +70,9 @@ class StatusBar(Widget):
             parts.append((fmt.markup("[$error]⚠ not updating: $why[/]",
                                      why=_short(self.failing)), 1))
         if self.unread:
+            key = " ($key)" if self.notices_key else ""
             parts.append((fmt.markup(
-                f"[$warning]✉ {counted(self.unread, 'unread notice')} ($key)[/]",
+                f"[$warning]✉ {counted(self.unread, 'unread notice')}{key}[/]",
                 key=self.notices_key), 1))
         if self.replaying:
             parts.append((Content(f"recorded {fmt.timestamp(snap.ts if snap else None)}"), 2))
