@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from agent import __version__
+from agent.wire import paths
 from agent.wire.protocol import PROTOCOL_VERSION
 
 PROG = "cockpit-agent"
@@ -24,12 +25,12 @@ MAX_INTERVAL = 86400.0
 
 
 def default_state_dir() -> Path:
+    """`$COCKPIT_AGENT_STATE_DIR`, else `paths.DEFAULT_STATE_DIR`: the cockpit's inventory
+    default too, so that a daemon started by hand is the one the cockpit streams from."""
     env = os.environ.get("COCKPIT_AGENT_STATE_DIR")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                            ".local", "state")
-    return Path(base) / "cockpit-agent"
+    return Path(os.path.expanduser(paths.DEFAULT_STATE_DIR))
 
 
 class UsageError(Exception):
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     def state(p: argparse.ArgumentParser) -> None:
         p.add_argument("--state-dir", type=Path, default=None,
                        help="journal and control files (default: $COCKPIT_AGENT_STATE_DIR "
-                       "or ~/.local/state/cockpit-agent)")
+                       "or %s)" % paths.DEFAULT_STATE_DIR)
 
     run = sub.add_parser("run", help="the daemon: sample, journal, supervise "
                          "(`run [options] -- CMD ARGS…` to start a job)")

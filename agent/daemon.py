@@ -49,6 +49,9 @@ POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s
 RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
 POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
 OWNER_EVERY = 1.0  # s between looks at the process given by --exit-with
+# The longest SIGTERM-to-SIGKILL grace a stop op may ask for: a day (a longer wait, as
+# `inf` would be, leaves a stop that never ends).
+MAX_STOP_GRACE = 86400.0
 COMMAND_STATE = "command.json"  # the `run -- CMD` job's identity, for a restarted daemon
 # Managed-job states in which no trainer process reads the control file (a frozen one is
 # stopped by SIGSTOP until resumed), and the event that starts one that will.
@@ -240,10 +243,18 @@ class Daemon:
         if op.get("job") is not None:
             check_job_name(op["job"], "stop 'job'")
         if op.get("job") in self.jobs:
-            grace = op.get("grace", self.config.stop_grace)
-            if not isinstance(grace, (int, float)) or grace < 0:
-                raise OpError("'grace' must be a number of seconds >= 0")
-            return self.jobs[op["job"]].request("stop", {"grace": float(grace)})
+            # A managed job stops with its spec's `stop_grace` unless the op names one:
+            # the operator was told that grace (the stop dialog reads the spec), not the
+            # daemon's `--stop-grace`, which is for jobs started without a spec.
+            managed = self.jobs[op["job"]]
+            grace = op.get("grace", managed.spec.stop_grace)
+            if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not (
+                    0 <= grace <= MAX_STOP_GRACE):
+                raise OpError("'grace' must be a number of seconds from 0 to %g"
+                              % MAX_STOP_GRACE)
+            reply = managed.request("stop", {"grace": float(grace)})
+            reply["grace"] = float(grace)
+            return reply
         sup = self.supervisor
         if sup is None or not sup.running:
             raise OpError("no job is running under this agent")
@@ -251,8 +262,9 @@ class Daemon:
         if job is not None and job != sup.job:
             raise OpError("job %r is not the one this agent runs (%r)" % (job, sup.job))
         grace = op.get("grace", self.config.stop_grace)
-        if not isinstance(grace, (int, float)) or grace < 0:
-            raise OpError("'grace' must be a number of seconds >= 0")
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not (
+                0 <= grace <= MAX_STOP_GRACE):
+            raise OpError("'grace' must be a number of seconds from 0 to %g" % MAX_STOP_GRACE)
         sup.ended_for = "stop"
         threading.Thread(target=sup.stop, args=(float(grace),), name="job-stop",
                          daemon=True).start()

@@ -37,6 +37,10 @@ LOGS = "logs"
 CONTROL = "control"
 NODES = "nodes"
 JOBS = "jobs"
+# The agent's state dir where nothing names another (`cockpit-agent --state-dir`, the
+# inventory's `state_dir`), as the host's shell spells it: the daemon and the cockpit that
+# streams from it must agree on it, so neither reads an environment the other cannot see.
+DEFAULT_STATE_DIR = "~/.local/state/cockpit-agent"
 CONTROL_SUFFIX = ".ndjson"
 ACKED_SUFFIX = ".acked.json"
 

@@ -26,8 +26,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, packaged separately
     import tomli as tomllib
 
+from agent.wire.paths import DEFAULT_STATE_DIR
+
 AUTO_AGENT = "auto"
-DEFAULT_STATE_DIR = "~/.local/state/cockpit-agent"
 DEFAULT_DEPLOY_DIR = "~/.cache/cockpit-agent"
 LOCAL_ADDRESS = "local"
 
