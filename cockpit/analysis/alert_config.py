@@ -28,6 +28,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from cockpit.analysis.text import printable
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser, packaged separately
@@ -62,7 +64,12 @@ _current = AlertThresholds()
 
 
 class AlertConfigError(ValueError):
-    """An alerts file that cannot be applied; the message names file, line and key."""
+    """An alerts file that cannot be applied; the message names file, line and key.
+    What it quotes of the file (a key, a parser's words) it shows as text (`printable`),
+    wherever the message is printed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message, multiline=True))
 
 
 def current() -> AlertThresholds:
@@ -107,7 +114,7 @@ def load_alert_config(path: str | Path) -> AlertThresholds:
     known = {f.name: f.type for f in fields(AlertThresholds)}
     values: dict[str, Any] = {}  # each of its field's type, checked above
     for key, value in table.items():
-        where = f"{path}:{_line_of(text, key)}: alerts.{key}"
+        where = f"{path}:{_line_of(text, key)}: alerts.{printable(key)}"
         if key not in known:
             raise AlertConfigError(f"{where} is not a threshold; known: "
                                    f"{', '.join(sorted(known))}")

@@ -699,9 +699,11 @@ def _after_live(store_path: Path, args: argparse.Namespace,
 
     print(render_report(store_path, fmt="text"))
     for host, problem in problems.items():
-        print(f"cockpit: host {host}: link {problem}", file=sys.stderr)
+        # The problem quotes the host: its agent's stderr, its SSH server's banner.
+        print(f"cockpit: host {printable(host)}: link {printable(problem, multiline=True)}",
+              file=sys.stderr)
     if store_problem is not None:
-        print(f"cockpit: {store_problem}", file=sys.stderr)
+        print(f"cockpit: {printable(store_problem, multiline=True)}", file=sys.stderr)
     return 1 if problems or store_problem is not None else 0
 
 
@@ -988,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             configure(load_alert_config(args.alerts))
         except AlertConfigError as exc:
-            print(f"cockpit: {exc}", file=sys.stderr)
+            print(f"cockpit: {printable(exc, multiline=True)}", file=sys.stderr)
             return 2
     try:
         return COMMANDS[args.command](args)
@@ -996,7 +998,9 @@ def main(argv: list[str] | None = None) -> int:
         status = _ending_status()
         if status is not None:
             return status  # the error is the signal's doing: a query it interrupted
-        print(f"cockpit: {exc}", file=sys.stderr)
+        # Its message may quote a host, a recording, a config file or an SSH server:
+        # shown as text, whatever built it (multi-line messages keep their lines).
+        print(f"cockpit: {printable(exc, multiline=True)}", file=sys.stderr)
         return 2
     except EndedBySignal as ended:
         return ended.status

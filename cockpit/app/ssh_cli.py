@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cockpit.analysis.text import printable
 from cockpit.errors import CockpitError
 
 
@@ -47,8 +48,8 @@ def link_options(args: argparse.Namespace) -> Any:
             raise CockpitError(f"{config_path}: no such SSH config file")
         try:
             options.ssh_config = SshConfig(config_path)
-        except SshConfigError as exc:
-            raise CockpitError(str(exc)) from None
+        except SshConfigError as exc:  # it quotes the file: shown as text
+            raise CockpitError(printable(exc, multiline=True)) from None
     return options
 
 
@@ -77,17 +78,18 @@ def _inventory(path: Path) -> Any:
         raise CockpitError(f"{path}: no such inventory file")
     try:
         return load_inventory(path)
-    except InventoryError as exc:
-        raise CockpitError(str(exc)) from None
+    except InventoryError as exc:  # it quotes the file: shown as text
+        raise CockpitError(printable(exc, multiline=True)) from None
 
 
 def run_check(hosts: list[Any], options: Any, spec: Any = None, echo: Any = print) -> Any:
     from cockpit.control.preflight import check
 
-    names = ", ".join(h.name for h in hosts)
-    echo(f"checking {names}{f' for job {spec.name}' if spec is not None else ''} …")
+    names = printable(", ".join(h.name for h in hosts))
+    job = f" for job {printable(spec.name)}" if spec is not None else ""
+    echo(f"checking {names}{job} …")
     report = check(hosts, options, spec)
-    echo(report.text())
+    echo(printable(report.text(), multiline=True))  # it quotes what the hosts said
     return report
 
 
@@ -124,20 +126,22 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     if args.inventory is not None:
         by_name = _inventory(args.inventory).by_name()
         if args.host not in by_name:
-            raise CockpitError(f"{args.host}: not in {args.inventory} "
-                               f"(known: {', '.join(by_name) or 'none'})")
+            raise CockpitError(f"{printable(args.host)}: not in {args.inventory} "
+                               f"(known: {printable(', '.join(by_name) or 'none')})")
         spec = by_name[args.host]
     else:
         try:
             spec = parse_targets([args.host]).hosts[0]
         except InventoryError as exc:
-            raise CockpitError(str(exc)) from None
+            raise CockpitError(printable(exc, multiline=True)) from None
     try:
         fetched = fetch_host_key(spec, options)
     except (ConnectFailed, SshConfigError) as exc:
-        raise CockpitError(f"cannot fetch the host key of {spec.name}: {exc}") from None
-    print(f"{spec.name} ({fetched.name}) presents {fetched.key.get_name()} "
-          f"{fetched.fingerprint}")
+        # paramiko quotes the server's banner: shown as text, as every word of the host.
+        raise CockpitError(f"cannot fetch the host key of {printable(spec.name)}: "
+                           f"{printable(exc, multiline=True)}") from None
+    print(f"{printable(spec.name)} ({printable(fetched.name)}) presents "
+          f"{printable(fetched.key.get_name())} {printable(fetched.fingerprint)}")
     if fetched.known:
         print("already trusted: nothing recorded")
         return 0

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from cockpit.analysis.text import printable
 from cockpit.app.paths import default_recording_path
 from cockpit.control.controller import Controller, Send
 from cockpit.control.jobspec import (
@@ -45,7 +46,7 @@ def watched_job(job_path: Path, inventory: Inventory) -> JobSpec:
     try:
         return _read_job(job_path, inventory)
     except JobSpecError as exc:
-        raise CockpitError(str(exc)) from None
+        raise CockpitError(printable(exc, multiline=True)) from None
 
 
 def _read_job(job_path: Path, inventory: Inventory) -> JobSpec:
@@ -88,8 +89,8 @@ def open_watch(
         return
     try:
         inventory = _inventory_from(targets)
-    except InventoryError as exc:
-        raise CockpitError(str(exc)) from None
+    except InventoryError as exc:  # it quotes the file: shown as text
+        raise CockpitError(printable(exc, multiline=True)) from None
     # Checked before the session opens the store; the ops go out once it has a fleet.
     controller = None if job_path is None else watch_controller(
         job_path, inventory, lambda host, op: session.fleet.send(host, op))
@@ -120,7 +121,7 @@ def _slurm_watch(spec: JobSpec, targets: Sequence[str], store_path: Path | None,
     try:
         inventory = _inventory_from(targets) if targets else None
     except InventoryError as exc:
-        raise CockpitError(str(exc)) from None
+        raise CockpitError(printable(exc, multiline=True)) from None
     extra = [known_hosts] if known_hosts else []
     options = options or LinkOptions(known_hosts=KnownHosts(extra_files=extra,
                                                             accept_new=accept_new_host_keys))

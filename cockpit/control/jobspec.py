@@ -81,6 +81,7 @@ from agent.wire.launch_spec import (
     per_cause_budget,
 )
 from agent.wire.op_error import OpError
+from cockpit.analysis.text import json_printable, printable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -117,12 +118,16 @@ AGENT_ENV_PREFIX = "COCKPIT_"
 
 
 class JobSpecError(ValueError):
-    """A spec that cannot be used; the message is `FILE:LINE: field 'F': what is wrong`."""
+    """A spec that cannot be used; the message is `FILE:LINE: field 'F': what is wrong`.
+
+    The field (an unknown key, say) and what is wrong (host names, values) quote the
+    file: the message shows them as text (`printable`), wherever it is printed."""
 
     def __init__(self, path: str, line: int | None, field_name: str | None, what: str) -> None:
         self.path, self.line, self.field, self.what = path, line, field_name, what
-        where = f"{path}:{line}" if line else path
-        super().__init__(f"{where}: field '{field_name}': {what}" if field_name
+        where = printable(f"{path}:{line}" if line else path)
+        what = printable(what, multiline=True)
+        super().__init__(f"{where}: field '{printable(field_name)}': {what}" if field_name
                          else f"{where}: {what}")  # fmt: skip
 
 
@@ -668,14 +673,14 @@ def _toml(value: Any) -> str:
     """A value as it is written in TOML (true, not True), for messages about the file."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):  # C1 and bidi controls too as escapes, as TOML reads them
+        return json_printable(json.dumps(value, ensure_ascii=False))
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{printable(k)} = {_toml(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

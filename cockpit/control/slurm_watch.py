@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 
 from agent.wire.events import SLURM_UNREACHABLE
+from cockpit.analysis.text import printable
 from cockpit.control.slurm import SlurmError, SlurmJob
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,9 @@ class SlurmWatcher:
         try:
             self.look_once()
         except SlurmError as exc:
-            log.warning("slurm watch of %s, last look: %s", self.job.spec.name, exc)
+            # Slurm's words (the login node's stderr) go to stderr: shown as text.
+            log.warning("slurm watch of %s, last look: %s", printable(self.job.spec.name),
+                        printable(exc, multiline=True))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -67,7 +70,8 @@ class SlurmWatcher:
                 self.problem = None
             except SlurmError as exc:  # the login node unreachable, say: tried again
                 if str(exc) != self.problem:
-                    log.warning("slurm watch of %s: %s", self.job.spec.name, exc)
+                    log.warning("slurm watch of %s: %s", printable(self.job.spec.name),
+                                printable(exc, multiline=True))
                     self.job.event(SLURM_UNREACHABLE, f"cannot ask Slurm about "
                                    f"{self.job.spec.name}: {exc}", error=str(exc))
                 self.problem = str(exc)

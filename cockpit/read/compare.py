@@ -21,7 +21,7 @@ from typing import Any
 from cockpit.analysis.kpis import JobKpis
 from cockpit.analysis.provenance import ROWS_PER_SECTION as DIFF_ROWS_PER_SECTION
 from cockpit.analysis.provenance import Diff, Provenance, as_json, diff, value_text
-from cockpit.analysis.text import duration, json_printable
+from cockpit.analysis.text import duration, json_printable, printable
 from cockpit.errors import CockpitError
 from cockpit.read.diff_report import baseline_of, parse_side, provenance_of
 from cockpit.read.kpis_report import KPI_REFRESH_S, job_kpis_of, kpi_rows
@@ -210,7 +210,9 @@ def _job_in(reader: StoreReader, path: Path, name: str, job: str | None) -> str:
             raise CockpitError(f"{name} records no job")
         return found
     if job not in jobs:
-        raise CockpitError(f"{name} has no job {job!r}; its jobs: {', '.join(jobs) or 'none'}")
+        # The jobs are the recording's names (the hosts'): shown as text.
+        raise CockpitError(f"{printable(name)} has no job {job!r}; its jobs: "
+                           f"{printable(', '.join(jobs) or 'none')}")
     return job
 
 

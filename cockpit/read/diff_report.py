@@ -15,7 +15,7 @@ from typing import Any
 from agent.wire.events import FORK
 from cockpit.analysis.lifecycle import dict_field
 from cockpit.analysis.provenance import Diff, Provenance, as_json, diff, diff_rows, provenance
-from cockpit.analysis.text import json_printable
+from cockpit.analysis.text import json_printable, printable
 from cockpit.errors import CockpitError
 from cockpit.read.report_format import FORMATS, Table, render_sections
 from cockpit.store.database import Store, StoreError
@@ -100,8 +100,9 @@ def _side(reader: StoreReader, path: Path, job: str | None) -> tuple[str, Proven
         if job is None:
             raise CockpitError(f"{path.name} records no job")
     elif job not in jobs:
-        raise CockpitError(f"{path.name} has no job {job!r}; its jobs: "
-                           f"{', '.join(jobs) or 'none'}")
+        # The jobs are the recording's names (the hosts'): shown as text.
+        raise CockpitError(f"{printable(path.name)} has no job {job!r}; its jobs: "
+                           f"{printable(', '.join(jobs) or 'none')}")
     return job, provenance_of(reader, job, f"{path.name}:{job}")
 
 
@@ -115,8 +116,9 @@ def diff_sides(a: str, b: str | None) -> Diff:
         if b is None:
             base = baseline_of(job_a, prov_a.forked_from, reader.jobs())
             if base is None:
-                raise CockpitError(f"{job_a} is no fork and has no earlier run in "
-                                   f"{path_a.name}: name the other side (cockpit diff A B)")
+                raise CockpitError(f"{printable(job_a)} is no fork and has no earlier run "
+                                   f"in {printable(path_a.name)}: name the other side "
+                                   "(cockpit diff A B)")
             # The parent first: the diff reads as what the fork changed.
             return diff(provenance_of(reader, base, f"{path_a.name}:{base}"), prov_a)
         path_b, job_b = parse_side(b)

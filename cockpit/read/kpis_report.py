@@ -26,7 +26,7 @@ from agent.wire.events import (
 )
 from cockpit.analysis.incidents import merge_incidents
 from cockpit.analysis.kpis import LOSS_CAUSES, JobKpis, KpiTotals, StepTotals, job_kpis, totals
-from cockpit.analysis.text import duration, json_printable
+from cockpit.analysis.text import duration, json_printable, printable
 from cockpit.errors import CockpitError
 from cockpit.read.opened import reading
 from cockpit.read.report_format import FORMATS, Rows, Table, render_sections
@@ -132,8 +132,9 @@ def collect_kpis(path: Path, *, job: str | None = None,
             jobs = reader.jobs()
             if job is not None and job not in jobs:
                 if len(recordings_in(path)) == 1:
-                    raise CockpitError(f"{rec.name} has no job {job!r}; its jobs: "
-                                       f"{', '.join(jobs) or 'none'}")
+                    # The jobs are the recording's names (the hosts'): shown as text.
+                    raise CockpitError(f"{printable(rec.name)} has no job {job!r}; its "
+                                       f"jobs: {printable(', '.join(jobs) or 'none')}")
                 continue
             for name in [job] if job is not None else jobs:
                 out.append(job_kpis_of(reader, name, target_loss=target_loss,

@@ -166,8 +166,9 @@ def collect(reader: StoreReader, recording: str, until_ts: float | None,
     span = reader.time_range()
     jobs = reader.jobs(until_ts=until_ts)
     if job is not None and job not in jobs:
-        raise CockpitError(f"{Path(recording).name} has no job {job!r}; its jobs: "
-                           f"{', '.join(jobs) or 'none'}")  # fmt: skip
+        # The jobs are the recording's names (the hosts'): shown as text.
+        raise CockpitError(f"{printable(Path(recording).name)} has no job {job!r}; its jobs: "
+                           f"{printable(', '.join(jobs) or 'none')}")  # fmt: skip
     # The screen's resolution: its spike and divergence findings are the report's.
     snap = build_snapshot(reader, until_ts=until_ts, label="REPORT", buckets=SNAPSHOT_BUCKETS,
                           job=job)

@@ -1,5 +1,5 @@
 """Sections of (name, rows, tables) as the headless reports print them: text for a
-terminal or Markdown, every row and cell shown through `printable`.
+terminal or Markdown, every name, header, row and cell shown through `printable`.
 
 Shared by `cockpit report` and its siblings (`cockpit.read.kpis_report`,
 `cockpit.read.diff_report`), which the read layer (run info) also uses, so the renderer sits
@@ -18,23 +18,26 @@ Table = tuple[tuple[str, ...], list[tuple[str, ...]]]
 
 def render_sections(sections: list[tuple[str, Rows, list[Table]]], *, markdown: bool,
             title: str) -> str:
-    # Job and host names, alerts, events and run fields come from the hosts: every
-    # row and cell as `printable` shows it, so no escape sequence reaches the terminal.
+    # Job and host names, alerts, events and run fields come from the hosts: the title,
+    # every section name (a job's, say), table header, row and cell as `printable` shows
+    # it, so no escape sequence reaches the terminal.
     title = printable(title)
-    sections = [(name, [(printable(k), printable(v)) for k, v in rows],
-                 [(header, [tuple(printable(c) for c in row) for row in body])
+    sections = [(printable(name if markdown else name.upper()),
+                 [(printable(k), printable(v)) for k, v in rows],
+                 [(tuple(printable(h) for h in header),
+                   [tuple(printable(c) for c in row) for row in body])
                   for header, body in tables]) for name, rows, tables in sections]
     out = [f"# {title}" if markdown else title, ""]
     if not markdown:
         out[0:1] = [title, "=" * len(title)]
     for name, rows, tables in sections:
-        out.append(f"## {name}" if markdown else name.upper())
+        out.append(f"## {name}" if markdown else name)
         if markdown:
             if rows:
                 out += ["", "| | |", "|---|---|"]
                 out += [f"| {_md(k)} | {_md(v)} |" for k, v in rows]
             for header, body in tables:
-                out += ["", "| " + " | ".join(header) + " |",
+                out += ["", "| " + " | ".join(_md(h) for h in header) + " |",
                         "|" + "---|" * len(header)]
                 out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in body]
         else:

@@ -27,6 +27,7 @@ else:  # Python 3.10: the same parser, packaged separately
     import tomli as tomllib
 
 from agent.wire.paths import DEFAULT_STATE_DIR
+from cockpit.printable import UNSAFE
 
 AUTO_AGENT = "auto"
 DEFAULT_DEPLOY_DIR = "~/.cache/cockpit-agent"
@@ -103,7 +104,9 @@ _FIELDS: dict[str, _Field] = {
 _DEFAULTABLE = set(_FIELDS) - {"name", "address"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
 _IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What no text field may hold: C0 and C1 controls, DEL, bidi controls (U+202E shows
+# the rest of a line reversed) and lone surrogates, what a terminal would act on.
+_CONTROL_RE = UNSAFE
 
 
 def _name_ok(name: str) -> bool:
@@ -302,7 +305,7 @@ def _check_value(locator: _Locator, table: str, index: int | None, key: str, val
         )
     if isinstance(value, str) and _CONTROL_RE.search(value):
         raise InventoryError(f"{where}: field {key!r} holds a control character "
-                             "(newline, NUL, escape…)")
+                             "(newline, NUL, escape, bidi override…)")
     if key == "run_dirs" and any(_CONTROL_RE.search(v) for v in value):
         raise InventoryError(f"{where}: field 'run_dirs' holds a control character")
     # Both reach ssh's command line and config: a space splits them, a leading '-' makes
@@ -321,7 +324,10 @@ def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        # JSON escapes C0 controls itself; DEL, C1 and bidi controls and lone surrogates
+        # as escapes too, as TOML reads them, so the message shows them as text.
+        return _CONTROL_RE.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                               json.dumps(value, ensure_ascii=False))
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cockpit.printable import printable
 from cockpit.transport.connect_slots import ConnectSlots
 from cockpit.transport.host_keys import KnownHosts
 from cockpit.transport.identities import IdentityCache
@@ -200,6 +201,9 @@ class BaseLink(abc.ABC):
             # closed under a read, a connect or a channel being opened), not of the
             # host: the link ends as stopped, keeping only a failure from before.
             return
+        # The detail quotes the host (its agent's stderr, its SSH server's words), and
+        # goes to the screen, the recording and the CLI's stderr: as text, from here on.
+        detail = printable(detail, multiline=True)
         self._state, self._detail = state, detail
         if state in FAILED_STATES:
             self._failure = (state, detail)

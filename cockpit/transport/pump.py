@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from cockpit.printable import printable
+
 READ_SIZE = 1 << 16
 MAX_READ_BATCH = 1 << 22
 # A line longer than this without a newline is cut and passed on (it will count as one
@@ -68,7 +70,8 @@ class LineFramer:
 
 
 class StderrTail:
-    """The last lines an agent wrote on stderr, kept for diagnostics."""
+    """The last lines an agent wrote on stderr, kept for diagnostics: each as text
+    (`cockpit.printable`), since a link's state quotes them to the operator."""
 
     def __init__(self, keep: int = STDERR_LINES) -> None:
         self.keep = keep
@@ -84,10 +87,10 @@ class StderrTail:
             lines.append(self._partial[:4096])
             self._partial = b""
         for line in lines[-self.keep :]:
-            self._lines.append(line.decode("utf-8", "replace").rstrip("\r"))
+            self._lines.append(printable(line.decode("utf-8", "replace").rstrip("\r")))
 
     def lines(self) -> list[str]:
-        extra = [self._partial.decode("utf-8", "replace")] if self._partial else []
+        extra = [printable(self._partial.decode("utf-8", "replace"))] if self._partial else []
         return [*self._lines, *extra]
 
     def summary(self, count: int = 3) -> str:

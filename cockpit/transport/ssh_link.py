@@ -18,6 +18,7 @@ from typing import Any
 import paramiko
 from paramiko.pipe import make_pipe
 
+from cockpit.printable import printable
 from cockpit.transport import commands
 from cockpit.transport.deploy import DeployedAgent, DeployError, ZipappBuilder, push_agent
 from cockpit.transport.host_keys import HostKeyError, changed_key_message, known_hosts_name
@@ -155,6 +156,10 @@ class Connection:
 
 class _ConnectFailed(Exception):
     def __init__(self, state: str, detail: str, slow: bool) -> None:
+        # paramiko quotes the server (`Indecipherable protocol version "<its banner>"`),
+        # and the caller prints this (`cockpit hosts trust`, the pre-flight check) or
+        # makes a link's state of it: as text, wherever it is shown.
+        detail = printable(detail, multiline=True)
         super().__init__(detail)
         self.state, self.detail, self.slow = state, detail, slow
 
