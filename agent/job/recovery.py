@@ -21,12 +21,15 @@ torchrun's output. The three pieces share the cause names, so they stay in one m
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from agent.job.bounded_read import read_capped
 from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 
 # Causes (agent.wire.causes) are checked in this order: a GPU fault often surfaces as a
@@ -125,15 +128,48 @@ class Diagnosis:
                 "hint": self.hint}
 
 
-def read_error_file(path: Path) -> Optional[dict]:
+# torchrun's error file is a small JSON document (a message, a traceback, a timestamp):
+# a larger one is not read, its size says nothing a diagnosis could use.
+ERROR_FILE_MAX_BYTES = 1 << 20
+# How far the failure's timestamp may lie before the file was written (its ctime: set by
+# the kernel, which the trainer cannot move to the past): torchrun writes the file after
+# tearing its workers down (its monitor interval, then SIGTERM and at most 30 s for them
+# to end), stamped with the failing worker's time. 10 minutes is generous for that and
+# is what a timestamp can move a failure back by: too little to take it out of a restart
+# budget's window in any useful way (the default window is an hour).
+ERROR_FILE_MAX_LAG = 600.0
+# How far it may lie after the file's ctime or now: the stamp is `int(time.time())`
+# (rounded down), so none is due; this is room for a shared run dir's file server,
+# whose clock sets the ctime.
+ERROR_FILE_SLACK = 60.0
+
+
+def read_error_file(path: Path, problems: Optional[List[str]] = None) -> Optional[dict]:
     """torchrun's error file as {message, rank?, timestamp?}, None if absent or unreadable.
 
     Its `message` is either a string or `{"message": str, "extraInfo": {...}}` depending on
     who wrote it (the `@record` decorator or torchrun itself).
+
+    The file is the trainer's: one over ERROR_FILE_MAX_BYTES (or not a regular file, or
+    not JSON) is unreadable, and why is appended to `problems` when given. Its timestamp
+    is kept only when it is a finite number within ERROR_FILE_MAX_LAG before the file was
+    written and at most ERROR_FILE_SLACK after that and after now; otherwise it is None,
+    as for a file without one (the caller then keeps the failure time it saw itself).
     """
     try:
-        raw = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
+        data, status = read_capped(path, ERROR_FILE_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if problems is not None:
+            problems.append("torchrun's error file unreadable: %s" % exc)
+        return None
+    try:
+        raw = json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
+        if problems is not None:
+            problems.append("torchrun's error file %s is not JSON: %s"
+                            % (path, str(exc)[:200]))
         return None
     if not isinstance(raw, dict):
         return None
@@ -149,12 +185,26 @@ def read_error_file(path: Path) -> Optional[dict]:
     stack = info.get("py_callstack")
     if isinstance(stack, str):
         out["traceback"] = stack
-    timestamp = info.get("timestamp") or raw.get("timestamp")
-    try:
-        out["timestamp"] = float(timestamp) if timestamp is not None else None
-    except (TypeError, ValueError):
-        out["timestamp"] = None
+    out["timestamp"] = _failure_time(info.get("timestamp") or raw.get("timestamp"),
+                                     status.st_ctime, time.time())
     return out
+
+
+def _failure_time(value: Any, written: float, now: float) -> Optional[float]:
+    """The error file's timestamp as seconds, when plausible (see `read_error_file`)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    if isinstance(value, str) and len(value) > 40:
+        return None
+    try:
+        at = float(value)
+    except (ValueError, OverflowError):
+        return None
+    if not math.isfinite(at):
+        return None
+    if not written - ERROR_FILE_MAX_LAG <= at <= min(written, now) + ERROR_FILE_SLACK:
+        return None
+    return at
 
 
 def root_cause(lines: Sequence[str]) -> Optional[Dict[str, Any]]:

@@ -12,6 +12,9 @@ the processes. Two ways, best first:
   handler would kill it, so it is never sent blindly.
 
 When neither applies, the reason is recorded: "stacks unavailable" is evidence too.
+
+The rank's stderr is the trainer's: what is collected of it is bounded (`STACKS_MAX_BYTES`),
+however much it writes while the dumps are awaited.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 PY_SPY_TIMEOUT = 15.0
+# The most of the job's output kept as faulthandler's dumps. faulthandler writes at most
+# 100 threads of at most 100 frames per process, a frame a line of ~100 bytes (its names
+# are cut at 500 characters): about 1 MiB for a rank at the very worst, so 8 MiB holds a
+# host's 8 ranks. The output read for them is the first that much written after the
+# signal (the dumps come first); `read_new_output` itself should read at most this much
+# per call (`agent.job.bounded_read.read_new(..., STACKS_MAX_BYTES, keep_head=True)`).
+STACKS_MAX_BYTES = 8 << 20
 
 
 def catches_signal(pid: int, sig: int) -> bool:
@@ -48,22 +58,31 @@ def is_stopped(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"T", b"t")
 
 
-def _collect(read_new_output: Callable[[], str], limit: float, quiet: float = 0.3) -> str:
+def _collect(read_new_output: Callable[[], str], limit: float, quiet: float = 0.3,
+             most: int = STACKS_MAX_BYTES) -> str:
     """Output written by the signalled ranks: until it has been quiet for `quiet` seconds
-    after the first bytes, or `limit` seconds passed."""
+    after the first bytes, or `limit` seconds passed, or `most` characters came (the
+    first `most` are kept, and a line says the rest was cut)."""
     deadline = time.monotonic() + limit
-    text = ""
+    chunks: List[str] = []
+    size = 0
     last_growth = None
     while time.monotonic() < deadline:
         chunk = read_new_output()
         now = time.monotonic()
         if chunk:
-            text += chunk
+            if size + len(chunk) > most:
+                chunks.append(chunk[:most - size])
+                chunks.append("\n[output cut at %d characters: the rest was not kept]\n"
+                              % most)
+                break
+            chunks.append(chunk)
+            size += len(chunk)
             last_growth = now
         elif last_growth is not None and now - last_growth >= quiet:
             break
         time.sleep(0.05)
-    return text
+    return "".join(chunks)
 
 
 def dump_stacks(ranks: Dict[int, Optional[int]], out_path: Path,

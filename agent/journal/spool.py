@@ -106,6 +106,22 @@ def _open(path: Path) -> BinaryIO:
         raise
 
 
+def _count_lines(f: BinaryIO, start: int, end: int) -> int:
+    """The line ends in bytes [start, end) of `f` (fewer where the file ends sooner),
+    counted `_READ_LIMIT` bytes at a time: a resumed file's journaled part, which the
+    trainer may have made any size, is never held whole."""
+    f.seek(start)
+    count = 0
+    left = end - start
+    while left > 0:
+        data = f.read(min(left, _READ_LIMIT))
+        if not data:
+            break
+        count += data.count(b"\n")
+        left -= len(data)
+    return count
+
+
 def _same_head(sf: SpoolFile) -> bool:
     """Whether the file still starts with the line it had when it was identified."""
     try:
@@ -332,7 +348,7 @@ class SpoolTailer:
                     sf, 1, "no spool header line (expected {\"t\":\"spool\",…})", 0))
         if position is not None and position > start:
             with _open(sf.path) as f:
-                lineno += f.read(position)[start:].count(b"\n")
+                lineno += _count_lines(f, start, position)
             start = position
         sf.offset, sf.lineno = start, lineno
         return True
