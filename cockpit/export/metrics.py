@@ -38,6 +38,11 @@ from cockpit.analysis.text import printable
 from cockpit.snapshot import Snapshot
 
 PREFIX = "cockpit_"
+# A host names jobs freely (a `run`, an event or a step under any name it likes), and a
+# refresh builds a whole snapshot per job exported: thousands of names would be
+# thousands of builds every few seconds. At most this many jobs are exported per
+# refresh (`jobs_to_export`); `cockpit_jobs_not_exported` says how many were left out.
+MAX_EXPORTED_JOBS = 16
 # Label values are names from the inventory and the wire; a longer one is cut, not kept.
 MAX_LABEL_CHARS = 128
 
@@ -211,7 +216,39 @@ def families(snapshots: Sequence[Snapshot],
         _fleet_metrics(out, snapshots[0])
         out.gauge("snapshot_timestamp_seconds", "Time of the newest record exported.", {},
                   snapshots[0].ts)
+        out.gauge("jobs_not_exported",
+                  f"Jobs of the recording left out of the export (at most "
+                  f"{MAX_EXPORTED_JOBS} are exported).", {}, jobs_not_exported(snapshots))
     return out.all()
+
+
+def _known_jobs(first: Snapshot) -> Iterator[str]:
+    """Every job `first` knows of, in the order `jobs_to_export` takes them."""
+    if first.job is not None:
+        yield first.job
+    yield from reversed(first.jobs_training)
+    yield from reversed(first.jobs)
+
+
+def jobs_to_export(first: Snapshot, limit: int = MAX_EXPORTED_JOBS) -> list[str]:
+    """The jobs whose figures are exported, at most `limit` (a fixed set while nothing
+    changes, so their series do not come and go): the job the panes show, then the jobs
+    training now, the one started last first, then the others, the one that appeared
+    last first (the recording's jobs are in order of first appearance)."""
+    chosen: dict[str, None] = {}
+    for job in _known_jobs(first):
+        if len(chosen) >= limit:
+            break
+        chosen.setdefault(job)
+    return list(chosen)
+
+
+def jobs_not_exported(snapshots: Sequence[Snapshot]) -> int:
+    """How many of the jobs the first snapshot knows of have no snapshot among them."""
+    if not snapshots:
+        return 0
+    exported = {snap.job for snap in snapshots}
+    return sum(1 for job in set(_known_jobs(snapshots[0])) if job not in exported)
 
 
 @dataclass
@@ -254,11 +291,11 @@ class SnapshotCollector(Collector):
 
 
 class MetricsRefresher:
-    """Builds every job's snapshot every `interval` seconds on its own thread.
+    """Builds the jobs' snapshots every `interval` seconds on its own thread.
 
-    `build` returns the snapshots (one per job); it runs here, off the scrape path and
-    off the ingest path. A failing build keeps the previous figures and sets
-    `cockpit_exporter_up` to 0 until a build succeeds again.
+    `build` returns the snapshots (one per job exported: `jobs_to_export`); it runs
+    here, off the scrape path and off the ingest path. A failing build keeps the
+    previous figures and sets `cockpit_exporter_up` to 0 until a build succeeds again.
     """
 
     def __init__(self, build: Callable[[], Sequence[Snapshot]], collector: SnapshotCollector,
@@ -294,7 +331,3 @@ class MetricsRefresher:
         if self._thread.is_alive():
             self._thread.join(10)
 
-
-def iter_jobs(first: Snapshot) -> Iterator[str]:
-    """The jobs to export: every job the recording knows."""
-    yield from first.jobs

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from cockpit.analysis.kpis import JobKpis
 from cockpit.errors import CockpitError
-from cockpit.export.metrics import MetricsRefresher, SnapshotCollector
+from cockpit.export.metrics import MetricsRefresher, SnapshotCollector, jobs_to_export
 from cockpit.read.kpis_report import KPI_REFRESH_S, job_kpis_of
 from cockpit.read.source import build_snapshot
 from cockpit.snapshot import Snapshot
@@ -49,13 +49,14 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def job_snapshots(reader: Any, host_states: Mapping[str, str] | None) -> list[Snapshot]:
-    """One snapshot per job of the store (the newest-training one first), built as the
-    panes build theirs."""
+    """One snapshot per job exported (the job the panes show first, then the others
+    `jobs_to_export` picks: at most `MAX_EXPORTED_JOBS` builds, however many job names
+    the hosts sent), built as the panes build theirs."""
     now = time.time()
     first = build_snapshot(reader, until_ts=None, label=LABEL, host_states=host_states,
                            now=now)
     out = [first]
-    for job in first.jobs:
+    for job in jobs_to_export(first):
         if job != first.job:
             out.append(build_snapshot(reader, until_ts=None, label=LABEL,
                                       host_states=host_states, now=now, job=job))
@@ -74,9 +75,10 @@ def store_snapshots(store: Any, host_states: Callable[[], Mapping[str, str]]
 
 
 def job_kpis(reader: Any, snapshots: Sequence[Snapshot]) -> dict[str, JobKpis]:
-    """Each job's KPIs, recomputed when the recording has moved `KPI_REFRESH_S` on (they
-    sum the job's whole history: not at every refresh)."""
-    jobs = snapshots[0].jobs if snapshots else ()
+    """The KPIs of each job exported (those with a snapshot), recomputed when the
+    recording has moved `KPI_REFRESH_S` on (they sum the job's whole history: not at
+    every refresh)."""
+    jobs = dict.fromkeys(snap.job for snap in snapshots if snap.job is not None)
     newest = reader.frontier()
     out = {}
     for job in jobs:

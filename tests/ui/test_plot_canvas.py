@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import sys
 
 import pytest
 
-from cockpit.ui.widgets.plot_canvas import BRAILLE, Figure, linear_ticks, log_ticks
+from cockpit.ui.widgets.plot_canvas import BRAILLE, Figure, linear_ticks, log_ticks, nice_step
 
 RED, BLUE = (255, 0, 0), (0, 0, 255)
 
@@ -193,3 +194,114 @@ def test_mismatched_points_are_refused() -> None:
     with pytest.raises(ValueError):
         Figure().plot([1, 2], [1], colour=BLUE)
     assert math.isfinite(linear_ticks(0.0, 1.0, 6)[-1][0])
+
+
+# A recording's losses are stored as they came: any finite float reaches an axis, two of
+# them (±1.7e308) a span past the largest float. Every one draws, with labels that read.
+EXTREMES = [
+    [-1.7e308, 1.7e308],
+    [1.7e308, -1.7e308, 0.0, 1.0],
+    [-sys.float_info.max, sys.float_info.max],
+    [1e308, 1e-308],
+    [1e-308, 1e308, -1e308],
+    [1.7e308, 1.7e308, 1.7e308],  # all equal, huge
+    [-sys.float_info.max] * 2,
+    [1e20, 1e20],  # 0.5 each way is nothing beside it
+    [5e-324, 1e-323],  # the smallest floats
+    [1e-12, 3e-12, 2e-12],
+    [1.0, 1.0000000000000002],  # a span of one ulp
+    [3.0],  # one value
+    [1.7e308],
+]
+
+
+def _y_labels(lines: list[str]) -> list[str]:
+    first, last, left, _ = _plot_area(lines)
+    return [lines[row][:left - 1].strip() for row in range(first, last + 1)
+            if lines[row][left - 1] == "┤"]
+
+
+@pytest.mark.parametrize("ys", EXTREMES, ids=lambda ys: ",".join(f"{y:g}" for y in ys))
+@pytest.mark.parametrize("log_y", [False, True])
+@pytest.mark.parametrize("marker", [BRAILLE, "•"])
+def test_any_finite_values_draw_with_labels_that_read(ys: list[float], log_y: bool,
+                                                      marker: str) -> None:
+    figure = Figure()
+    figure.vline(len(ys) / 2, colour=RED)
+    figure.plot(list(range(len(ys))), ys, colour=BLUE, marker=marker)
+    figure.scatter([ys.index(max(ys))], [max(ys)], colour=RED, marker="◆")
+    figure.xticks([0, len(ys) - 1], ["0", str(len(ys) - 1)])
+    figure.log_y(log_y)
+    for width, height in ((60, 16), (30, 8), (12, 5)):
+        rows = figure.rows(width, height)
+        assert len(rows) == height
+        assert all(sum(len(text) for text, _ in runs) == width for runs in rows)
+    lines = _text(figure.rows(60, 16))
+    labels = _y_labels(lines)
+    if log_y and max(ys) <= 0:
+        assert labels == []  # nothing has a place on a logarithmic axis
+        return
+    assert labels and all(len(label) <= 24 for label in labels), labels
+    assert len(set(labels)) == len(labels), labels
+    values = [float(label.rstrip("kM")) for label in labels]  # numbers, none inf or nan
+    assert all(math.isfinite(v) for v in values), labels
+    assert values == sorted(values, reverse=True), labels  # in order up the axis
+    first, last, left, right = _plot_area(lines)
+    plot = "".join(line[left:right + 1] for line in lines[first:last + 1])
+    assert "◆" in plot  # the points are drawn inside the frame
+
+
+def test_a_span_past_the_floats_is_ticked_at_round_values() -> None:
+    ticks = linear_ticks(-1.7e308, 1.7e308, 5)
+    assert ticks == [(-1e308, "-1e+308"), (0.0, "0"), (1e308, "1e+308")]
+    lines = _text(_figure([-1.7e308, 1.7e308]).rows(40, 12))
+    assert _y_labels(lines) == ["1e+308", "0", "-1e+308"]
+    first, last, left, right = _plot_area(lines)
+    # The curve still runs corner to corner.
+    assert lines[last][left] != " " and lines[first][right] != " "
+
+
+def _figure(ys: list[float]) -> Figure:
+    figure = Figure()
+    figure.plot(list(range(len(ys))), ys, colour=BLUE, marker=BRAILLE)
+    return figure
+
+
+def test_one_huge_value_gets_a_range_around_it_not_an_empty_one() -> None:
+    for value in (1.7e308, -sys.float_info.max, 1e20, 5e-324, 3.0):
+        lines = _text(_figure([value, value]).rows(40, 12))
+        labels = _y_labels(lines)
+        assert len(labels) >= 2, (value, lines)
+        first, last, _, _ = _plot_area(lines)
+        drawn = [row for row in range(first, last + 1) if "⣀" in lines[row]]
+        assert drawn, (value, lines)  # the flat line is inside the plot
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(-1.7e308, 1.7e308), (1e-308, 1e308),
+                                        (-sys.float_info.max, sys.float_info.max),
+                                        (5e-324, 1e-323), (1.0, 1.0000000000000002),
+                                        (1e20, 1e20 + 2e5)])
+def test_ticks_are_total_over_finite_ranges(lo: float, hi: float) -> None:
+    for count in (2, 3, 6, 10):
+        ticks = linear_ticks(lo, hi, count)
+        assert 2 <= len(ticks) <= count
+        assert all(math.isfinite(v) for v, _ in ticks)
+        assert all(0 < len(label) <= 24 for _, label in ticks)
+        assert nice_step(lo, hi, count) > 0
+    assert linear_ticks(1.0, 1.0, 5) == [] and linear_ticks(0.0, math.inf, 5) == []
+    assert log_ticks(math.nan, 1.0, 5) == []
+    assert log_ticks(300.0, 308.25, 5) and log_ticks(-1e300, 1e300, 5)
+
+
+def test_x_limits_and_ticks_past_the_floats_are_ignored_not_fatal() -> None:
+    figure = _figure([1.0, 2.0])
+    figure.xlim(10**400, 5)  # an integer no float holds
+    figure.xticks([0, 10**400, math.nan, 1], ["0", "big", "nan", "1"])
+    figure.vline(10**400, colour=RED)
+    figure.scatter([10**400, 0], [1.0, 10**400], colour=RED, marker="◆")
+    lines = _text(figure.rows(30, 10))
+    rule = next(i for i, line in enumerate(lines) if "└" in line)
+    assert lines[rule + 1].split() == ["0", "1"]
+    figure.xlim(3, 1)  # the wrong way round: the same axis
+    figure.vline(1e300, colour=RED)  # far outside: not drawn, not fatal
+    assert _text(figure.rows(30, 10))

@@ -120,3 +120,18 @@ def test_the_colours_follow_the_fixed_scale() -> None:
     assert near is not None
     assert all(abs(c - h) < abs(c - lo)
                for c, h, lo in zip(near, HIGH.triplet, LOW.triplet, strict=True))
+
+
+def test_values_at_the_ends_of_the_floats_draw_at_the_ends() -> None:
+    """A host's figures: ±1.7e308 (a span past the largest float), an infinity, NaN. The
+    bars are drawn, extremes at the top or the foot, rather than a ValueError."""
+    huge, inf, nan = 1.7e308, float("inf"), float("nan")
+    for data in ([-huge, huge], [huge, -huge, 0.0], [inf, 1.0], [-inf, inf], [nan, 1.0],
+                 [1.0, nan, 2.0], [huge] * 3, [inf]):
+        for scale in (DATA_RANGE, FROM_ZERO, PERCENT, Scale(-huge, huge)):
+            for summary in (max, lambda part: sum(part) / len(part)):
+                strips = bar_strips(data, 6, 2, LOW, HIGH, summary, BASE, scale)
+                assert len(strips) == 2 and all(s.cell_length == 6 for s in strips)
+    foot, top = [cells(fast([-huge, huge], 2, 1))[0][i][0] for i in (0, 1)]
+    assert (foot, top) == ("▁", "█")
+    assert [c for c, _ in cells(fast([-huge, 0.0, huge], 3, 2))[0]] == [" ", " ", "█"]

@@ -9,6 +9,7 @@ hosts). Drawn through the loss chart's machinery (`ChartWidget`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from textual.content import Content
@@ -59,6 +60,9 @@ def _time_ticks(lo: float, hi: float) -> list[float]:
     if hi <= lo:
         return [lo]
     spacing = (hi - lo) / (TIME_TICKS - 1)
+    if not math.isfinite(spacing):  # hi - lo past the largest float: from the middle
+        middle, half = lo / 2 + hi / 2, hi / 2 - lo / 2
+        return [middle + half * (2 * i / (TIME_TICKS - 1) - 1) for i in range(TIME_TICKS)]
     return [lo + i * spacing for i in range(TIME_TICKS)]
 
 

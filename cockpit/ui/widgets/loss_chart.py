@@ -43,6 +43,7 @@ MARKER_STYLES = (("adjust", "▼", "adjusted", "secondary"),
 FAULT_STYLES = (("xid", "X", "XID", "error"), ("ecc", "E", "ECC", "error"),
                 ("throttle", "T", "throttled", "warning"),
                 ("unreachable", "U", "host lost", "error"))
+STEP_LIMIT = 2.0**63  # a step axis reaches no further (`step_ticks`)
 
 
 def timeline_legend(markers: Iterable[Marker], faults: Iterable[Marker]) -> list[str]:
@@ -116,7 +117,12 @@ def nearest_y(xs: list[float], ys: list[float], step: float) -> float | None:
 
 def step_ticks(lo: float, hi: float, count: int = 6) -> list[int]:
     """Whole steps at a round spacing (1, 2, 2.5 or 5 × 10^k) across [lo, hi]: steps
-    are counted, and "340.2" or "-0.50" on a step axis only puzzle the reader."""
+    are counted, and "340.2" or "-0.50" on a step axis only puzzle the reader. Total over
+    floats: none where lo or hi is not finite, and within ±2**63 (the store keeps steps
+    below 2**53), so no figure here outgrows a float."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    lo, hi = (min(max(v, -STEP_LIMIT), STEP_LIMIT) for v in (lo, hi))
     first, last = math.ceil(lo), math.floor(hi)
     if last <= first:
         return [round(lo)]

@@ -20,6 +20,8 @@ swings from the lowest bar to the highest. A `Scale` fixes either end (a percent
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -33,6 +35,7 @@ from textual.widgets import Sparkline
 from cockpit.ui.widgets.line_cache import LineCache
 
 BARS = SparklineRenderable.BARS
+_LARGEST = sys.float_info.max
 
 
 class Scale(NamedTuple):
@@ -110,10 +113,15 @@ def _bars(data: Sequence[float], width: int, height: int, low: Color, high: Colo
     `int(c * buckets / width)`, added up in floating point as the renderable adds it."""
     levels = len(BARS)
     top = levels * height - 1
-    minimum = min(data) if scale.low is None else scale.low
-    maximum = max(data) if scale.high is None else scale.high
+    # The data is a host's: an infinity or ±1.7e308 (whose span is past the floats) is
+    # drawn at an end, as Textual would draw it had its arithmetic not overflowed.
+    minimum = _within_floats(min(data) if scale.low is None else scale.low)
+    maximum = _within_floats(max(data) if scale.high is None else scale.high)
     maximum = max(maximum, minimum)  # a rate from zero that is all below it
     extent = maximum - minimum or 1
+    halves = not math.isfinite(extent)  # each taken in halves, which cannot overflow
+    if halves:
+        minimum, extent = minimum * 0.5, maximum * 0.5 - minimum * 0.5
     n = len(data)
     values = list(data)
     # int(Fraction(n, width) * b) is (n * b) // width: the same bucket bounds.
@@ -125,9 +133,10 @@ def _bars(data: Sequence[float], width: int, height: int, low: Color, high: Colo
     column: list[tuple[int, Style]] = []
     at = 0.0
     for _ in range(width):
-        ratio = (summaries[int(at)] - minimum) / extent
-        if not 0.0 <= ratio <= 1.0:  # beyond a fixed end: drawn at that end
-            ratio = min(max(ratio, 0.0), 1.0)
+        value = summaries[int(at)]
+        ratio = ((value * 0.5 if halves else value) - minimum) / extent
+        if not 0.0 <= ratio <= 1.0:  # beyond a fixed end: drawn at that end (NaN: the foot)
+            ratio = min(max(ratio, 0.0), 1.0) if ratio == ratio else 0.0
         column.append((int(ratio * top), shade_at(ratio)))
         at += step
     lines = []
@@ -145,6 +154,11 @@ def _bars(data: Sequence[float], width: int, height: int, low: Color, high: Colo
                 runs.append((char, style))
         lines.append(runs)
     return lines
+
+
+def _within_floats(value: float) -> float:
+    """`value`, an infinity as the largest float of its sign (NaN as it is)."""
+    return min(max(value, -_LARGEST), _LARGEST) if math.isinf(value) else value
 
 
 def _blend(low: Color, high: Color, shade: Callable[[Color], Style]
