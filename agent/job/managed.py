@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from agent.job import peer_end
+from agent.job.bounded_read import read_new
 from agent.job.launch import LaunchSpec
-from agent.job.membership import Membership
+from agent.job.membership import NOT_EXITED, Membership
 from agent.job.progress import Progress
 from agent.job.recovery import (
     Decision,
@@ -50,7 +51,7 @@ from agent.job.recovery import (
     read_error_file,
 )
 from agent.job.restart_budget import JobBudget, read_others, write_mine
-from agent.job.stacks import dump_stacks
+from agent.job.stacks import STACKS_MAX_BYTES, dump_stacks
 from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
@@ -192,6 +193,7 @@ class ManagedJob:
         self._accepted_lock = threading.Lock()
         self._carried: List[dict] = []
         self._dropped_ops: List[str] = []
+        self._start_op: object = None  # the op that started this job (`start`)
         self.membership = Membership(self)  # elastic jobs: scale, spares, regroups
         self.peers = peer_end.Peers(self)  # multi-host jobs: the other hosts' parts' ends
 
@@ -276,6 +278,7 @@ class ManagedJob:
         or, for a spare, wait in standby until it takes over from an excluded host.
         `op_id`: the operator's op that starts it (its generation, agent.job.peer_end)."""
         self.spec.prepare_dirs()
+        self._start_op = op_id  # a fork's event names it: the cockpit waits for that one
         self._started_by_operator(op_id)
         if standby:
             self.state = STANDBY
@@ -561,14 +564,11 @@ class ManagedJob:
                                                                       "threshold": threshold})
 
     def _new_err_output(self) -> str:
+        # The stacks follow the hang signal at once: the head of what came since, not a
+        # trainer's gigabytes of stderr before it, at most `STACKS_MAX_BYTES`.
         err = paths.stderr_log(self.spec.run_dir, self.name)
-        try:
-            with open(str(err), "rb") as f:
-                f.seek(self._err_offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return ""
-        self._err_offset += len(chunk)
+        chunk, self._err_offset = read_new(err, self._err_offset, STACKS_MAX_BYTES,
+                                           keep_head=True)
         return chunk.decode("utf-8", "replace")
 
     def _failed(self, detected_at: float, failure_at: float, note: Optional[str],
@@ -715,7 +715,7 @@ class ManagedJob:
                 why = "copying %s failed: %s" % (source.path, exc)
         if copied is None or source is None:
             self.event(FORK, "fork %s of %s failed: %s" % (self.name, parent, why),
-                       {"ok": False, "parent": parent, "error": why})
+                       {"ok": False, "id": self._start_op, "parent": parent, "error": why})
             return None
         self.spec.raw["parent"] = {"job": parent, "step": source.step,
                                    "checkpoint": str(source.path)}
@@ -723,7 +723,7 @@ class ManagedJob:
             self.name, parent, source.step, " with %s" % ", ".join(
                 "%s=%s" % kv for kv in sorted(self.overrides.items()))
             if self.overrides else ""), {
-            "ok": True, "parent": parent, "parent_step": source.step,
+            "ok": True, "id": self._start_op, "parent": parent, "parent_step": source.step,
             "checkpoint": str(copied.path), "source": str(source.path),
             "run_dir": str(self.spec.run_dir), "overrides": self.overrides}, step=source.step)
         return copied
@@ -819,6 +819,11 @@ class ManagedJob:
             self._started_by_operator(args.get("id"))  # or left out: its give-up is over
             if args.get("exclude_self"):
                 self.state = STOPPED
+                if self._outlived_stop():
+                    self.event(RELAUNCH, "job %s: this host is excluded, but its part did not "
+                               "stop: its %s" % (self.name, NOT_EXITED),
+                               {"excluded": True, "ok": False, "error": NOT_EXITED})
+                    return None
                 self.event(RELAUNCH, "job %s: this host is excluded; its part stopped"
                            % self.name, {"excluded": True})
                 return None
@@ -826,7 +831,8 @@ class ManagedJob:
                 self.spec = args["spec"]
             checkpoint, skipped = self.newest_checkpoint()
             self.policy.progressed()
-            self.event(RELAUNCH, "job %s relaunched from %s" % (
+            # Said before the launch, which may yet fail: its own event then says so.
+            self.event(RELAUNCH, "job %s relaunching from %s" % (
                 self.name, checkpoint.path if checkpoint else "the start"), {
                 "checkpoint": str(checkpoint.path) if checkpoint else None,
                 "step": checkpoint.step if checkpoint else 0, "skipped": skipped,
@@ -873,7 +879,7 @@ class ManagedJob:
             self._check(action, args, self.state)
         except OpError as exc:
             data: Dict[str, Any] = {"ok": False, "carried_over": True, "error": str(exc),
-                                    "job_state": self.state}
+                                    "job_state": self.state, "id": args.get("id")}
             if action == "pause":
                 data["mode"] = "freeze" if args.get("freeze") else "checkpoint"
             self.event(action, "job %s: the %s the previous agent accepted is not carried "
@@ -887,7 +893,7 @@ class ManagedJob:
         own event says so; the job stays as it was, still watched. Left to the catch-all
         of `_run`, the error would end this thread, and with it the job."""
         data = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
-                "job_state": self.state}
+                "job_state": self.state, "id": args.get("id")}
         if action == "pause":
             data["mode"] = ("freeze" if args.get("freeze") else
                             "follow" if args.get("follow") else "checkpoint")
@@ -926,12 +932,13 @@ class ManagedJob:
         # Over 80 lines: one pause in the order it happens (ask for a checkpoint, wait
         # for it, give up or stop the processes, record where it paused); every step
         # reads the request's time and the checkpoint found.
+        op_id = args.get("id")  # in each of its events: the cockpit waits for its own
         if self.state == BACKOFF:
-            self._pause_in_backoff()
+            self._pause_in_backoff(op_id)
             return None  # the restart that was due is dropped
         timeout = float(args.get("timeout", self.spec.pause_timeout))
         if args.get("follow"):
-            return self._pause_following(timeout, retry_at)
+            return self._pause_following(timeout, retry_at, op_id)
         requested = time.time()
         control = paths.control_file(self.spec.run_dir, self.name)
         control.parent.mkdir(parents=True, exist_ok=True)
@@ -981,13 +988,13 @@ class ManagedJob:
                           time.time() - requested))
                 self.event(PAUSE, "job %s: pause not done: %s; nothing left to pause"
                            % (self.name, why),
-                           {"mode": "checkpoint", "ok": False, "error": why,
+                           {"mode": "checkpoint", "ok": False, "id": op_id, "error": why,
                              "returncode": code})
                 return retry_at
             self.state = RUNNING if self.running else FAILED
             self.event(PAUSE, "job %s: pause failed: no checkpoint within %.0f s; the job "
                        "keeps running" % (self.name, timeout),
-                       {"mode": "checkpoint", "ok": False,
+                       {"mode": "checkpoint", "ok": False, "id": op_id,
                          "error": "no checkpoint_saved within %g s" % timeout})
             return retry_at
         self._hold_at_reported_checkpoint(min(deadline, time.time() + PAUSE_STEP_WAIT))
@@ -998,6 +1005,9 @@ class ManagedJob:
             self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
                                 frozen_at.step, str(frozen_at.path))
         self.stop_attempt(why="pause")
+        if self._outlived_stop():
+            self._pause_not_ended("checkpoint", op_id)
+            return None
         self._settle_spool()
         with self.progress.lock:
             last = self.progress.cur_max
@@ -1010,14 +1020,41 @@ class ManagedJob:
         self.state = PAUSED
         self.event(PAUSE, "job %s paused at step %d (checkpoint %s); its processes have "
                    "exited" % (self.name, step, path), {
-                        "mode": "checkpoint", "ok": True, "checkpoint": path, "step": step,
-                        "steps_discarded": max(0, (last or step) - step)}, step=step)
+                        "mode": "checkpoint", "ok": True, "id": op_id, "checkpoint": path,
+                        "step": step, "steps_discarded": max(0, (last or step) - step)},
+                   step=step)
         if frozen_at is None or (frozen_at.step, str(frozen_at.path)) != (step, path):
             self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", step,
                                 path)
         return None
 
-    def _pause_in_backoff(self) -> None:
+    def _outlived_stop(self) -> bool:
+        """Whether the attempt's processes still run after `stop_attempt` (its SIGKILL's
+        wait ran out): nothing that says they exited may be journaled then."""
+        sup = self.supervisor
+        return sup is not None and sup.running
+
+    def _pause_not_ended(self, mode: str, op_id: object, peer: Optional[str] = None) -> None:
+        """A pause whose stop left processes running. The checkpoint it asked for may be
+        saved, but the job is not paused: it failed, and neither restarts by itself when
+        those processes end at last (they were stopped on purpose) nor reads as paused;
+        a resume or a stop is the operator's, once the host is looked at."""
+        self.state = FAILED
+        data: Dict[str, Any] = {"mode": mode, "ok": False, "id": op_id, "error": NOT_EXITED}
+        if peer is not None:
+            data["peer"] = peer
+        self.event(PAUSE, "job %s: pause failed%s: this host's %s (pids %s)" % (
+            self.name, " as host %s was paused" % peer if peer is not None else "",
+            NOT_EXITED, ", ".join(str(p) for p in self._alive_pids()) or "unknown"), data)
+
+    def _alive_pids(self) -> List[int]:
+        sup = self.supervisor
+        try:
+            return sup.tree_pids() if sup is not None else []
+        except OSError:
+            return []
+
+    def _pause_in_backoff(self, op_id: object = None) -> None:
         """Paused between a failure and its restart: the processes are gone already, so
         the pause only cancels the restart. The event says where a `resume` will start
         (the newest valid checkpoint), as a pause of a running job does."""
@@ -1028,7 +1065,7 @@ class ManagedJob:
         self.event(PAUSE, "job %s paused while waiting to restart after a failure: the "
                    "restart is cancelled; a resume starts from %s" % (
                         self.name, newest.path if newest is not None else "the start"), {
-                        "mode": "checkpoint", "ok": True,
+                        "mode": "checkpoint", "ok": True, "id": op_id,
                         "checkpoint": str(newest.path) if newest is not None else None,
                         "step": step, "steps_discarded": max(0, (last or step) - step),
                         "restart_cancelled": True}, step=step)
@@ -1073,7 +1110,8 @@ class ManagedJob:
         found, _skipped = self._newest_valid(self.spec.checkpoint_dir)
         return found.step if found is not None else None
 
-    def _pause_following(self, timeout: float, retry_at: Optional[float]) -> Optional[float]:
+    def _pause_following(self, timeout: float, retry_at: Optional[float],
+                         op_id: object = None) -> Optional[float]:
         """On a host without rank 0: rank 0's host checkpoints and stops its part, the
         rendezvous then ends this part too, and that exit is a pause, not a failure."""
         self.state = PAUSING
@@ -1089,13 +1127,13 @@ class ManagedJob:
             self.state = RUNNING
             self.event(PAUSE, "job %s: pause failed: this host's part did not end within "
                        "%.0f s of the pause; it keeps running" % (self.name, timeout),
-                       {"mode": "follow", "ok": False,
+                       {"mode": "follow", "ok": False, "id": op_id,
                          "error": "still running after %g s" % timeout})
             return retry_at
         checkpoint, _skipped = self.newest_checkpoint()
         self.state = PAUSED
         self.event(PAUSE, "job %s paused; this host's processes have exited" % self.name,
-                   {"mode": "follow", "ok": True,
+                   {"mode": "follow", "ok": True, "id": op_id,
                      "checkpoint": str(checkpoint.path) if checkpoint else None,
                      "step": checkpoint.step if checkpoint else None})
         self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
@@ -1107,14 +1145,15 @@ class ManagedJob:
         sup = self.supervisor
         if self.state != RUNNING or sup is None or not sup.running:
             self.event(PAUSE, "job %s: freeze refused: it is %s" % (self.name, self.state),
-                       {"mode": "freeze", "ok": False, "error": "job is %s" % self.state})
+                       {"mode": "freeze", "ok": False, "id": args.get("id"),
+                         "error": "job is %s" % self.state})
             return
         hold = float(args.get("hold", 60.0))
         sup.signal_tree(signal.SIGSTOP)
         self.state = FROZEN
         self._freeze_until = time.time() + hold
         self.event(PAUSE, "job %s frozen (SIGSTOP) for at most %.0f s" % (self.name, hold),
-                   {"mode": "freeze", "ok": True, "hold": hold,
+                   {"mode": "freeze", "ok": True, "id": args.get("id"), "hold": hold,
                      "pids": sup.tree_pids()})
 
     def _thaw(self, why: str) -> None:
@@ -1141,11 +1180,12 @@ class ManagedJob:
         step = checkpoint.step if checkpoint else 0
         data: Dict[str, Any] = {"checkpoint": str(checkpoint.path) if checkpoint else None,
                                 "step": step, "skipped": skipped}
+        # Said before the launch, which may yet fail: its own event then says so.
         if peer is None:
-            text = "job %s resumed from %s" % (self.name, where)
+            text = "job %s resuming from %s" % (self.name, where)
         else:
-            text = ("job %s resumed from %s, as host %s resumed it (the resume did not reach "
-                    "this host)" % (self.name, where, peer.host))
+            text = ("job %s resuming from %s, as host %s resumed it (the resume did not "
+                    "reach this host)" % (self.name, where, peer.host))
             data.update(mode="peer", peer=peer.host)
         self.event(RESUME, text, data, step=step)
         self.launch(checkpoint, reason="resume")
@@ -1194,11 +1234,17 @@ class ManagedJob:
         was = self.state
         if peer.why == peer_end.PAUSED:
             self.stop_attempt(why="pause")
+            if self._outlived_stop():
+                self._pause_not_ended("peer", None, peer.host)
+                self.save()
+                return True
             checkpoint, _skipped = self.newest_checkpoint()
             self.state = PAUSED
+            # `id` None: no op of the operator's asked this host (the cockpit waits for
+            # the events of its own ops).
             self.event(PAUSE, "job %s paused as host %s was; this host's processes have "
                        "exited" % (self.name, peer.host), {
-                            "mode": "peer", "ok": True, "peer": peer.host,
+                            "mode": "peer", "ok": True, "id": None, "peer": peer.host,
                             "checkpoint": str(checkpoint.path) if checkpoint else None,
                             "step": checkpoint.step if checkpoint else None},
                        step=checkpoint.step if checkpoint else None)

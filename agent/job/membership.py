@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from agent.job import gpu_history, peer_end
+from agent.job.bounded_read import new_lines
 from agent.job.launch import LaunchSpec
 from agent.job.recovery import HINTS, Decision, Diagnosis, classify
 from agent.job.supervisor import alive
@@ -77,6 +78,10 @@ OWN_CAUSES = (OOM, GPU_FAULT, DATA, KILLED)
 SETTLE = 0.3  # s for what torchrun and the ranks just wrote to reach the log
 # States in which a host can be told to join an elastic job.
 JOINABLE = (STANDBY, EXCLUDED, STOPPED, FINISHED, FAILED)
+# Why a pause or a leave did not end this host's part: `Supervisor.stop` returns once its
+# SIGKILL's wait ran out, and a process in uninterruptible sleep (a rank in D state on a
+# hung driver or file system) outlives it.
+NOT_EXITED = "processes did not exit after SIGKILL"
 # Failures a faulty GPU often causes without naming itself: with GPU faults in this host's
 # history (agent.job.gpu_history), they are taken as the GPU's in a job excluding on them.
 SUSPECT_CAUSES = (HANG, KILLED, UNKNOWN)
@@ -193,13 +198,8 @@ class Membership:
             return 0
 
     def _new_lines(self) -> List[str]:
-        try:
-            with open(str(self._err_path()), "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except OSError:
-            return []
-        return chunk.decode("utf-8", "replace").splitlines()
+        # The last `LOG_TAIL_BYTES` since the generation began: what a diagnosis reads.
+        return new_lines(self._err_path(), self._offset)
 
     def workers_ended(self, ended: Sequence[Tuple[int, int, Optional[int], int]], now: float
                       ) -> Optional[bool]:
@@ -409,12 +409,18 @@ class Membership:
         job.spec.with_hosts(list(hosts))
         if args.get("leave"):
             job.stop_attempt(why="scale")
-            job.state = EXCLUDED
+            job.state = EXCLUDED  # out of the job either way: nothing here restarts it
             self.expect = self.between = self.regroup = None
-            job.event(SCALE, "job %s: this host left; its part stopped, the other %d "
-                      "host(s) go on" % (job.name, len(hosts)), {
-                           "ok": True, "id": args.get("id"), "change": "remove",
-                           "host": job.spec.host, "left": True, "hosts": list(hosts)})
+            data = {"ok": True, "id": args.get("id"), "change": "remove",
+                    "host": job.spec.host, "left": True, "hosts": list(hosts)}
+            # Whether the other hosts go on is theirs to say (their regroup), not this one's.
+            if job.running:  # the stop's SIGKILL wait ran out (a rank in D state)
+                data.update(ok=False, error=NOT_EXITED)
+                job.event(SCALE, "job %s: this host left the job, but its part did not stop: "
+                          "its %s" % (job.name, NOT_EXITED), data)
+                return
+            job.event(SCALE, "job %s: this host left; its processes have exited" % job.name,
+                      data)
             return
         # The regroup restarts this host's workers with the others, the joining host's
         # too: the part goes on as the scale's generation, which the joining host starts

@@ -64,6 +64,11 @@ def append_op(state_dir: Path, entry: dict, fresh_line: bool = False) -> None:
 # were done. "done" would have an operator read a pause as complete before its checkpoint.
 ACCEPTED_OPS = frozenset({"launch", "pause", "resume", "thaw", "relaunch", "fork", "stop",
                           "scale"})
+# What the agent did with an `adjust`: the line is in the trainer's control file. The
+# trainer applies it at a step boundary (a checkpoint once saved) and says so, or why it
+# refused, in its own `control_ack` of the same op id (one with a rank): "done" here read
+# as in force a knob the trainer had not applied yet, or never would.
+WRITTEN = "written to the trainer's control file"
 
 
 def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
@@ -71,7 +76,8 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
                what: Optional[str] = None) -> Tuple[str, dict]:
     """The `control_ack` event of one op. A handler whose op is not complete when it
     returns (an adjust kept for a job that is not running) says what happened instead of
-    "done" in `extra["outcome"]`: an operator reading "done" would expect it in force."""
+    "done" in `extra["outcome"]`: an operator reading "done" would expect it in force.
+    An adjust is never "done" here: the agent only wrote it for the trainer (`WRITTEN`)."""
     data = {"id": op_id, "op": op, "ok": ok, "error": error}
     extra = dict(extra or {})
     outcome = extra.pop("outcome", None)
@@ -80,7 +86,8 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
     if not ok:
         outcome = "refused: %s" % error
     if outcome is None:
-        outcome = "accepted" if op in ACCEPTED_OPS else "done"
+        outcome = ("accepted" if op in ACCEPTED_OPS else WRITTEN if op == "adjust"
+                   else "done")
     msg = "control op %s %s" % (name, outcome)
     return ("event", {"kind": CONTROL_ACK, "job": job if isinstance(job, str) else None,
                       "rank": None, "step": None, "msg": msg, "data": data})

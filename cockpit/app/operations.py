@@ -3,7 +3,13 @@
 The operation goes through the same live session as `cockpit watch` — the records the
 hosts stream while it runs (the acks included) land in the job's recording — so the
 command line and the UI have one control path. The command returns only when each host
-has acknowledged (or refused, or not answered in time), and says which.
+has acknowledged (or refused, or not answered in time), and says which. An ack says what
+the agent did with the op, not always its end: a pause then waits for its `pause` event,
+a fork for its `fork` event (the checkpoint copied) and an adjust for the trainer's own
+ack (applied or refused), each found by the op's id.
+
+(Over 500 lines: the operation and its four waits — streaming, acks, a pause's, a
+fork's and an adjust's outcome — read the same session and report in one voice.)
 
 A spec file says which hosts a job started on; a scale operation or a spare's takeover
 may have changed that since. Every operation but `launch` therefore first asks the
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.wire.events import PAUSE
+from agent.wire.events import CONTROL_ACK, FORK, PAUSE
 from cockpit.control.acks import ack_outcome
 from cockpit.control.controller import (
     FORK_INFIX,
@@ -38,6 +44,7 @@ from cockpit.control.jobspec import (
     with_inventory_spares,
 )
 from cockpit.errors import CockpitError
+from cockpit.printable import printable
 from cockpit.sessions.live import LiveSession
 from cockpit.store.queries import StoreReader
 from cockpit.transport.inventory import (
@@ -59,6 +66,9 @@ from cockpit.transport.states import (
 _HOPELESS = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED})
 
 ACTIONS = ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "scale")
+# How many of a job's newest events of one kind are looked through for those of the ops
+# just sent: they are among the newest, however long the recording.
+_LOOK_BACK = 500
 
 
 @dataclass(frozen=True)
@@ -229,30 +239,157 @@ def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> l
     return outcomes
 
 
-def wait_paused(session: LiveSession, job: str, hosts: Sequence[str], since: float,
-                timeout: float) -> list[Outcome]:
-    """Each host's `pause` event after `since`: an accepted pause is complete only once
-    the checkpoint is written and the processes are gone, which takes until the ranks
-    next agree on a step (the job's control cadence) and the save."""
-    def look(reader: StoreReader) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for e in reader.events(kinds=[PAUSE], job=job, limit=50):
-            if e["host"] in hosts and e["ts"] >= since:
-                found.setdefault(e["host"], e)
-        return found
+def _data(event: Mapping[str, Any]) -> dict[str, Any]:
+    data = event.get("data")
+    return data if isinstance(data, dict) else {}
 
-    found = _poll_store(session, look, len(set(hosts)), timeout)
+
+def _events_of_ops(reader: StoreReader, kind: str, job: str, ops: Mapping[str, str],
+                   since: float) -> dict[str, Any]:
+    """Each host's `kind` event of the op sent to it (ops: host -> op id), the first one.
+
+    Agents name the op in the event's `data.id`: a pause or a fork found by its time
+    instead (the host's clock against this machine's) is missed on a host whose clock is
+    behind, or is an earlier one on a host whose clock is ahead. Only an event without
+    `id` (an agent from before it said it) is taken by its time, at or after `since`."""
+    hosts = {op_id: host for host, op_id in ops.items()}
+    found: dict[str, Any] = {}
+    untold: dict[str, Any] = {}
+    for e in reader.events(kinds=[kind], job=job, limit=_LOOK_BACK):
+        data = _data(e)
+        if "id" in data:
+            host = hosts.get(data["id"]) if isinstance(data["id"], str) else None
+            if host is not None:
+                found.setdefault(host, e)
+        elif e["host"] in ops and e["ts"] >= since:
+            untold.setdefault(e["host"], e)
+    return {**untold, **found}
+
+
+def wait_paused(session: LiveSession, job: str, ops: Mapping[str, str], since: float,
+                timeout: float) -> list[Outcome]:
+    """Each host's `pause` event of the op sent to it (ops: host -> op id): an accepted
+    pause is complete only once the checkpoint is written and the processes are gone,
+    which takes until the ranks next agree on a step (the job's control cadence) and the
+    save."""
+    found = _poll_store(session, lambda reader: _events_of_ops(reader, PAUSE, job, ops, since),
+                        len(ops), timeout)
     outcomes = []
-    for host in hosts:
+    for host in ops:
         event = found.get(host)
         if event is None:
             outcomes.append(Outcome(host, False, f"no pause event within {timeout:g} s: the "
                                                  "job may still be reaching its checkpoint; "
                                                  "the events list shows when it does"))
             continue
-        data = event["data"] if isinstance(event["data"], dict) else {}
-        outcomes.append(Outcome(host, bool(data.get("ok")), str(event.get("msg") or "")))
+        outcomes.append(Outcome(host, bool(_data(event).get("ok")), str(event.get("msg") or "")))
     return outcomes
+
+
+def wait_forked(session: LiveSession, fork: str, ops: Mapping[str, str], since: float,
+                timeout: float) -> list[tuple[Outcome, str]]:
+    """Each host's `fork` event of the op sent to it (ops: host -> op id), with the word
+    for it: an accepted fork has yet to find and copy its checkpoint (minutes for a large
+    model), which can fail after the ack; the event says whether it did."""
+    found = _poll_store(session, lambda reader: _events_of_ops(reader, FORK, fork, ops, since),
+                        len(ops), timeout)
+    outcomes = []
+    for host in ops:
+        event = found.get(host)
+        if event is None:
+            outcomes.append((Outcome(host, False, f"no fork event within {timeout:g} s: its "
+                                                  "checkpoint may still be being copied; the "
+                                                  "events list shows when it is"),
+                             "NOT CONFIRMED"))
+            continue
+        data = _data(event)
+        ok = data.get("ok") is True
+        detail = str(event.get("msg") or data.get("error") or "")
+        outcomes.append((Outcome(host, ok, detail), "forked" if ok else "FORK FAILED"))
+    return outcomes
+
+
+def _adjust_acks(reader: StoreReader, job: str, op_ids: Sequence[str]
+                 ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The acks of the adjusts `op_ids`: the agent's own (no rank: it wrote the control
+    file), and the trainer's (a rank: what it applied or refused), oldest first."""
+    wanted = set(op_ids)
+    agent: dict[str, Any] = {}
+    trainer: dict[str, list[Any]] = {}
+    for e in reader.events(kinds=[CONTROL_ACK], job=job, limit=_LOOK_BACK):
+        op_id = _data(e).get("id")
+        if not isinstance(op_id, str) or op_id not in wanted:
+            continue
+        if e.get("rank") is None:
+            agent.setdefault(op_id, e)
+        else:
+            trainer.setdefault(op_id, []).append(e)
+    return agent, trainer
+
+
+def _stored(ack: Mapping[str, Any]) -> bool:
+    """An adjust the agent kept for the job's next start (no process reads it now)."""
+    data = _data(ack)
+    return bool(data.get("ok")) and data.get("applies_at") is not None
+
+
+def wait_adjusted(session: LiveSession, job: str, ops: Mapping[str, str],
+                  timeout: float) -> tuple[list[Outcome], list[tuple[Outcome, str]]]:
+    """The agents' acks of an adjust (ops: host -> op id), as `wait_acks` gives them, and
+    then the trainer's: (each host's ack, [(the trainer's outcome, its word)]).
+
+    The agent's ack says only that it wrote the knobs into the job's control file. The
+    trainer (rank 0, on whichever host torchrun placed it) applies them at a step boundary
+    (a lasting knob once a step ran with it, a checkpoint once saved) or refuses them (a
+    knob its framework adapter does not apply), and says which in its own ack of the same
+    op id. Each phase waits up to `timeout`; an adjust the agent kept for the job's next
+    start is not waited for (no process reads it now: its ack says when it applies)."""
+    op_ids = list(ops.values())
+
+    def agents(reader: StoreReader) -> dict[str, Any]:
+        return _adjust_acks(reader, job, op_ids)[0]
+
+    acks = _poll_store(session, agents, len(op_ids), timeout)
+    outcomes = []
+    waiting = []
+    for host, op_id in ops.items():
+        ack = acks.get(op_id)
+        if ack is None:
+            outcomes.append(Outcome(host, False, f"no acknowledgement within {timeout:g} s: "
+                                                  "is the agent daemon running there?"))
+            continue
+        ok, detail = ack_outcome(ack)
+        outcomes.append(Outcome(host, ok, detail))
+        if ok and not _stored(ack):
+            waiting.append((host, op_id))
+    if not waiting:
+        return outcomes, []
+
+    def trainers(reader: StoreReader) -> dict[str, Any]:
+        return _adjust_acks(reader, job, [op_id for _host, op_id in waiting])[1]
+
+    found = _poll_store(session, trainers, len(waiting), timeout)
+    applied: list[tuple[Outcome, str]] = []
+    for host, op_id in waiting:
+        said = found.get(op_id)
+        if not said:
+            applied.append((Outcome(host, False, f"no acknowledgement from the trainer within "
+                                                 f"{timeout:g} s: it applies a knob at a step "
+                                                 "boundary and acknowledges a checkpoint "
+                                                 "request once saved; the events list shows "
+                                                 "its answer when it comes (--ack-timeout to "
+                                                 "wait longer)"), "NOT ACKNOWLEDGED"))
+            continue
+        for ack in said:
+            data = _data(ack)
+            refused = data.get("refused")
+            ok = data.get("ok") is True and not refused
+            word = "applied" if ok else "PARTLY REFUSED" if data.get("ok") is True else "REFUSED"
+            where = f"rank {ack.get('rank')}"
+            applied.append((Outcome(str(ack.get("host") or host), ok,
+                                    f"{where}: {ack.get('msg') or data.get('error') or word}"),
+                            word))
+    return outcomes, applied
 
 
 def ask_jobs(session: LiveSession, job: str, hosts: Sequence[str], timeout: float
@@ -350,6 +487,11 @@ def perform(controller: Controller, action: str, **kw: Any) -> Controller:
     return controller
 
 
+def _as_text(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """`echo` of what a line says with no character a terminal would act on."""
+    return lambda line: echo(printable(line, multiline=True))
+
+
 def run_operation(
     action: str,
     spec_path: Path,
@@ -366,6 +508,8 @@ def run_operation(
     # Over 80 lines: one operation in the order its output reads (connect, check, send,
     # acknowledgements), so that every refusal visibly comes before the first op leaves.
     from cockpit.app.paths import default_recording_path
+
+    echo = _as_text(echo)  # its lines quote the hosts: acks, events, link details
 
     # Hosts beside the spec's: the one a scale adds or removes, and those a relaunch
     # excludes (one added by an earlier scale is not in the spec, and its part must be
@@ -433,20 +577,39 @@ def run_operation(
         sent_at = time.time()
         sender = perform(controller, action, **kw)
         ops = dict(controller.last_ops)
-        outcomes = wait_acks(session, ops, ack_timeout)
+        applied: list[tuple[Outcome, str]] = []
+        if action == "adjust":
+            outcomes, applied = wait_adjusted(session, controller.job, ops, ack_timeout)
+        else:
+            outcomes = wait_acks(session, ops, ack_timeout)
         for o in outcomes:
             echo(f"{o.host}: {'ok' if o.ok else 'FAILED'}"
                  + (f" — {o.detail}" if o.detail else ""))
+        accepted = {o.host: ops[o.host] for o in outcomes if o.ok}
+        # What the trainer did with an adjust: the agent's ack says only that it wrote it.
+        for o, word in applied:
+            echo(f"{o.host}: {word} — {o.detail}")
+            outcomes.append(o)
         if action == "pause":
-            accepted = [o.host for o in outcomes if o.ok]
-            outcomes += wait_paused(session, controller.job, accepted, sent_at, ack_timeout)
-            for o in outcomes[len(ops):]:
+            for o in wait_paused(session, controller.job, accepted, sent_at, ack_timeout):
                 echo(f"{o.host}: {'paused' if o.ok else 'NOT PAUSED'} — {o.detail}")
+                outcomes.append(o)
+        if action == "fork":
+            for o, word in wait_forked(session, sender.job, accepted, sent_at, ack_timeout):
+                echo(f"{o.host}: {word} — {o.detail}")
+                outcomes.append(o)
         # A member the operation never reached still runs its part: not a success.
         for host in unreached:
             echo(f"{host}: NOT SENT — not connected; {missed_hosts_text(action, 1)}")
             outcomes.append(Outcome(host, False, "not connected"))
+    failed = [o.host for o in outcomes if not o.ok]
     if action == "fork":
-        echo(f"fork: job {sender.job} in {sender.spec.run_dir}")
+        # The fork is in its run dir once every host copied its checkpoint there (each
+        # host's fork event says so); an ack says only that the host took the op.
+        if not failed:
+            echo(f"fork: job {sender.job} in {sender.spec.run_dir}")
+        else:
+            echo(f"fork: job {sender.job} not confirmed on {', '.join(dict.fromkeys(failed))} "
+                 "(see above)")
     echo(f"recording: {store_path}")
-    return 0 if all(o.ok for o in outcomes) else 1
+    return 0 if not failed else 1

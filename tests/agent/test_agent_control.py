@@ -138,4 +138,24 @@ def test_an_ack_names_its_job_and_what_an_adjust_asked(tmp_path: Path) -> None:
     journal.close()
     acks = [(r["job"], r["msg"]) for r in JournalReader(tmp_path).records()]
     assert acks == [("fork-1", "control op launch accepted"),
-                    ("fork-1", "control op adjust (checkpoint_now) done")]
+                    ("fork-1", "control op adjust (checkpoint_now) written to the trainer's "
+                               "control file")]
+
+
+def test_the_agents_ack_of_an_adjust_never_says_it_was_done(tmp_path: Path) -> None:
+    """The agent only writes an adjust into the trainer's control file: the trainer's own
+    ack (same op id, with a rank) says whether it applied or refused it. "done" in the
+    agent's ack read as in force a knob the trainer then refused or never applied."""
+    journal = Journal(tmp_path)
+    append_op(tmp_path, {"op": "adjust", "id": "a1", "job": "j",
+                         "knobs": {"lr_scale": 0.5}, "_rx": time.time()})
+    append_op(tmp_path, {"op": "ping", "id": "p1", "_rx": time.time()})
+    ControlInbox(journal, {"adjust": lambda op: {"file": "/run/control/j.ndjson"},
+                           "ping": lambda op: {}}).poll()
+    journal.close()
+    adjust, ping = JournalReader(tmp_path).records()
+    assert adjust["rank"] is None and adjust["data"]["ok"] is True
+    assert adjust["msg"] == ("control op adjust (lr_scale=0.5) written to the trainer's "
+                             "control file")
+    assert "done" not in adjust["msg"] and "applied" not in adjust["msg"]
+    assert ping["msg"] == "control op ping done"  # an op the agent completes itself

@@ -66,6 +66,10 @@ def test_cli_operations_are_sent_and_acknowledged(
 
     adjusted = cockpit("adjust", *common, "--lr-scale", "0.5")
     assert adjusted.returncode == 0, adjusted.stderr + adjusted.stdout
+    # The agent only wrote the knob for the trainer; the trainer's own ack says it applied.
+    assert ("local: ok — control op adjust (lr_scale=0.5) written to the trainer's control "
+            "file") in adjusted.stdout, adjusted.stdout
+    assert "local: applied — rank 0: applied lr_scale=0.5" in adjusted.stdout, adjusted.stdout
 
     paused = cockpit("pause", *common)
     assert paused.returncode == 0, paused.stderr + paused.stdout
@@ -88,6 +92,11 @@ def test_cli_operations_are_sent_and_acknowledged(
     # A fork has no spec file of its own: it is operated through its parent's.
     forked = cockpit("fork", *common, "--name", "cli-fork-a")
     assert forked.returncode == 0, forked.stderr + forked.stdout
+    # Its run dir is said once the agent's fork event says the checkpoint was copied.
+    assert "local: forked — job cli-fork-a forked from cli at step " in forked.stdout, \
+        forked.stdout
+    assert f"fork: job cli-fork-a in {tmp_path / 'runs' / 'cli-fork-a'}" in forked.stdout, \
+        forked.stdout
     d.wait_for(lambda: d.event("job_started", lambda e: e["job"] == "cli-fork-a"), 60,
                "the fork's start")  # fmt: skip
     fork_stopped = cockpit("stop", *common, "--fork-of-job", "cli-fork-a")
