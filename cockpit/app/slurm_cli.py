@@ -27,6 +27,7 @@ from cockpit.control.slurm import (
 from cockpit.control.slurm_controller import SlurmController
 from cockpit.control.slurm_watch import SlurmWatcher
 from cockpit.errors import CockpitError
+from cockpit.printable import printable
 from cockpit.store.database import Store
 from cockpit.transport.inventory import (
     LOCAL_ADDRESS,
@@ -70,8 +71,9 @@ def slurm_operation(action: str, spec_path: Path, inventory_path: Path | None,
     try:
         job = SlurmJob(spec, commands, emit=store.ingest)
         job.next_seq = store.high_water(job.host) + 1
-        print(_run(job, action, timeout, exclude))
-        return 0
+        text, ok = _run(job, action, timeout, exclude)
+        print(printable(text, multiline=True))  # Slurm's words: its reasons, states
+        return 0 if ok else 1
     except SlurmError as exc:
         raise CockpitError(f"{action} {spec.name}: {exc}") from None
     finally:
@@ -80,7 +82,11 @@ def slurm_operation(action: str, spec_path: Path, inventory_path: Path | None,
             commands.close()
 
 
-def _run(job: SlurmJob, action: str, timeout: float, exclude: tuple[str, ...] = ()) -> str:
+def _run(job: SlurmJob, action: str, timeout: float,
+         exclude: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """What `action` did, in words, and whether it did what it is for: a pause whose
+    USR1 brought no checkpoint is not (the command exits 1, as an SSH job's pause that
+    did not take effect does); a pending job cancelled by a pause is (nothing ran)."""
     if action in ("launch", "resume", "relaunch"):
         if action == "relaunch":
             job.attach()
@@ -97,14 +103,13 @@ def _run(job: SlurmJob, action: str, timeout: float, exclude: tuple[str, ...] = 
         if state.state == PENDING:
             extra = f": {state.reason}" + (f", expected start {state.estimate}"
                                            if state.estimate else "")
-        return f"{job.spec.name}: Slurm job {job_id} {state.state}{extra}"
+        return f"{job.spec.name}: Slurm job {job_id} {state.state}{extra}", True
     job.attach()
     if action == "pause":
-        ended = job.pause(timeout)
-        return (f"{job.spec.name}: Slurm job {job.job_id} checkpointed and ended "
-                f"({ended.state}); its allocation is released")
+        outcome = job.pause(timeout)
+        return f"{job.spec.name}: {outcome.describe()}", outcome.ok or outcome.how == "scancel"
     ended = job.stop(timeout)
-    return f"{job.spec.name}: Slurm job {job.job_id} cancelled ({ended.state})"
+    return f"{job.spec.name}: Slurm job {job.job_id} cancelled ({ended.state})", True
 
 
 def slurm_spec_at(path: Path) -> JobSpec | None:

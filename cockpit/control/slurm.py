@@ -11,7 +11,10 @@ two scripts, kept in `RUN_DIR/slurm/` (and their text in the recording):
   batch shell (`--signal=B:USR1@N` before the time limit or a preemption, or the
   cockpit's pause: `scancel --batch --signal=USR1`) asks the trainer for a checkpoint
   (`checkpoint_now` in the job's control file), waits for its completion marker, then
-  ends the step: the allocation is released with the job's state saved.
+  ends the step: the allocation is released with the job's state saved. With no
+  marker within the spec's `pause_timeout` it ends the step all the same but exits
+  `NO_CHECKPOINT_EXIT` (Slurm: FAILED), and writes which it was beside the scripts
+  (`pause_files`) for the cockpit's pause to read.
 - the node script: this node's run dir (`RUN_DIR/nodes/NODE`, its checkpoint and control
   dirs linked to the shared ones, as `agent.job.launch` does for SSH hosts), then
   `python -m agent run --exit-with-job … -- torchrun …`: the agent samples, journals
@@ -46,7 +49,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from agent.wire import paths
-from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, RESUME_ENV
+from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, MARKER_SUFFIX, RESUME_ENV
 from agent.wire.events import (
     INTERRUPTION,
     PAUSE,
@@ -118,6 +121,14 @@ RDZV_PROBE = (
     "    print(candidate)\n"
     "    break\n")
 _JOB_ID = re.compile(r"^(\d{1,12})(;.*)?$")
+# A pause's files in RUN_DIR/slurm/ (`pause_files`), and the batch shell's words in
+# the outcome's first line: a checkpoint newer than the USR1 was found, or none in time.
+PAUSE_FILE, SIGNAL_SUFFIX, OUTCOME_SUFFIX = "pause-", ".signal", ".outcome"
+OUTCOME_SAVED, OUTCOME_NONE = "saved", "none"
+# The batch shell's exit status when no checkpoint came within the spec's pause_timeout
+# after a USR1: the step is ended all the same, and Slurm says FAILED (exit 75), never
+# COMPLETED as after a checkpoint (75: EX_TEMPFAIL, "try again later").
+NO_CHECKPOINT_EXIT = 75
 
 
 @dataclass(frozen=True)
@@ -267,6 +278,16 @@ def current_file(spec: JobSpec) -> str:
     return str(PurePosixPath(spec.run_dir) / "slurm" / "current-job")
 
 
+def pause_files(spec: JobSpec, job_id: str) -> tuple[str, str]:
+    """(signal stamp, outcome) of a pause of Slurm job `job_id`, beside the scripts: the
+    cockpit writes the stamp just before its USR1 (a checkpoint whose completion marker
+    is newer was saved after the signal), the batch shell writes the outcome
+    (`OUTCOME_SAVED` and the marker it found, or `OUTCOME_NONE` and the seconds it
+    waited)."""
+    base = PurePosixPath(spec.run_dir) / "slurm" / f"{PAUSE_FILE}{job_id}"
+    return f"{base}{SIGNAL_SUFFIX}", f"{base}{OUTCOME_SUFFIX}"
+
+
 def control_file(spec: JobSpec) -> str:
     return str(paths.control_file(spec.run_dir, spec.name))
 
@@ -318,6 +339,7 @@ def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
         excluded += [n for n in exclude if n not in excluded]
         lines.append(_sbatch_line("--exclude", ",".join(excluded)))
     ckpt, control = checkpoint_dir(spec), control_file(spec)
+    wait_s = max(1, round(spec.pause_timeout))
     newest = ("import sys; from pathlib import Path; from agent.wire.checkpoints import "
               "newest_valid; c, _ = newest_valid(Path(sys.argv[1])); "
               "print(c.path if c else '')")
@@ -348,6 +370,9 @@ def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
         '${SLURM_RESTART_COUNT:-0}), rendezvous $COCKPIT_SLURM_RDZV, resume from '
         f'${{{RESUME_ENV}:-nothing}}"',
         "step=",
+        # Where the batch shell says what its USR1 came to (`PauseOutcome` reads it).
+        f'outcome={_q(str(PurePosixPath(spec.run_dir) / "slurm" / PAUSE_FILE))}'
+        f'"$SLURM_JOB_ID"{OUTCOME_SUFFIX}',
         "checkpoint_then_end() {",
         '  echo "cockpit: USR1: checkpoint, then end the allocation"',
         '  stamp=$(mktemp)',
@@ -355,17 +380,29 @@ def render_batch(spec: JobSpec, launcher: SlurmLauncher, paths: ScriptPaths,
         "  printf '{\"id\":\"slurm-%s-usr1-%s\",\"ts\":%s,\"knobs\":{\"checkpoint_now\":true}}"
         f"\\n' \"$SLURM_JOB_ID\" \"$SECONDS\" \"$(date +%s)\" >> {_q(control)}",
         # As long as a pause waits for its checkpoint (the spec's pause_timeout).
-        f"  deadline=$((SECONDS + {max(1, round(spec.pause_timeout))}))",
-        f"  until [ -n \"$(find -L {_q(ckpt)} -name '*.done' -newer \"$stamp\" -print "
-        "-quit 2>/dev/null)\" ]; do",
-        '    if [ "$SECONDS" -ge "$deadline" ]; then echo "cockpit: no checkpoint in time";'
-        " break; fi",
+        f"  deadline=$((SECONDS + {wait_s}))",
+        "  saved=",
+        f"  until saved=$(find -L {_q(ckpt)} -name '*.done' -newer \"$stamp\" -print "
+        "-quit 2>/dev/null); [ -n \"$saved\" ]; do",
+        '    if [ "$SECONDS" -ge "$deadline" ]; then break; fi',
         "    sleep 0.5",
         "  done",
         '  rm -f "$stamp"',
-        '  echo "cockpit: checkpoint saved; ending the job step"',
+        # "saved" only when a completion marker newer than the signal was found; else
+        # the step still ends (the time limit is near, or the operator wants the nodes
+        # back) but the job ends with NO_CHECKPOINT_EXIT, never as a clean COMPLETED.
+        '  if [ -n "$saved" ]; then',
+        '    echo "cockpit: checkpoint saved ($saved); ending the job step"',
+        f"    printf '{OUTCOME_SAVED}\\n%s\\n' \"$saved\" > \"$outcome\" 2>/dev/null",
+        "    code=0",
+        "  else",
+        f'    echo "cockpit: no checkpoint within {wait_s} s of the USR1; ending the job '
+        f'step without one (exit {NO_CHECKPOINT_EXIT})"',
+        f"    printf '{OUTCOME_NONE}\\n{wait_s}\\n' > \"$outcome\" 2>/dev/null",
+        f"    code={NO_CHECKPOINT_EXIT}",
+        "  fi",
         '  if [ -n "$step" ]; then kill -TERM "$step" 2>/dev/null; wait "$step"; fi',
-        "  exit 0",
+        '  exit "$code"',
         "}",
         "trap checkpoint_then_end USR1",
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash {_q(paths.node)} &",
@@ -473,6 +510,73 @@ def _slurm_time(text: str) -> float | None:
         return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
     except (ValueError, OverflowError):
         return None
+
+
+def _step_in_name(path: str) -> int | None:
+    """The last number in a checkpoint's (or its marker's) name, as the agent reads a
+    step from a name when the marker gives none."""
+    numbers = re.findall(r"\d+", PurePosixPath(path).name)
+    return int(numbers[-1]) if numbers else None
+
+
+def marker_step(checkpoint: str, marker_text: str) -> int | None:
+    """A checkpoint's step: its completion marker's `step`, else its name's."""
+    try:
+        marker = json.loads(marker_text)
+    except ValueError:
+        marker = None
+    step = marker.get("step") if isinstance(marker, dict) else None
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step
+    return _step_in_name(checkpoint)
+
+
+def _no_nodes(nodes: str) -> bool:
+    """Whether Slurm's node list names none (scontrol's "(null)", sacct's "None
+    assigned")."""
+    return nodes.strip() in ("", "(null)", "None", "None assigned")
+
+
+@dataclass(frozen=True)
+class PauseOutcome:
+    """What a pause came to: Slurm's look at the ended job and whether a checkpoint
+    newer than the USR1 was saved (`ok`; its path and step, where known)."""
+
+    state: QueueState
+    ok: bool
+    how: str  # "usr1": the batch shell was signalled; "scancel": the job was pending
+    checkpoint: str | None = None
+    step: int | None = None
+    why: str = ""  # why nothing was checkpointed, when not `ok`
+
+    def describe(self) -> str:
+        """What happened, in one line: the command's output, the screen's toast and the
+        end event's message."""
+        s = self.state
+        if self.how == "scancel":
+            if _no_nodes(s.nodes):
+                return (f"Slurm job {s.job_id} was cancelled before it started "
+                        f"({s.state}): nothing was checkpointed")
+            return (f"Slurm job {s.job_id} was cancelled as it started on {s.nodes} "
+                    f"({s.state}): nothing was checkpointed")
+        released = f"; its allocation ({'none' if _no_nodes(s.nodes) else s.nodes}) " \
+                   "is released"
+        if self.ok:
+            at = f" at step {self.step}" if self.step is not None else ""
+            return f"Slurm job {s.job_id} checkpointed{at} and ended ({s.state}){released}"
+        return (f"Slurm job {s.job_id} ended ({s.state}) without a checkpoint: {self.why}"
+                f"{released}")
+
+    def data(self) -> dict[str, Any]:
+        """The end event's data (`ok`: the job is paused, as `cockpit.analysis.lifecycle`
+        reads a pause event)."""
+        data: dict[str, Any] = {"how": self.how, "ok": self.ok, "state": self.state.state,
+                                "nodes": self.state.nodes,
+                                "exit_code": self.state.exit_code,
+                                "checkpoint": self.checkpoint, "step": self.step}
+        if not self.ok:
+            data["error"] = self.why
+        return data
 
 
 class SlurmError(RuntimeError):
@@ -798,27 +902,72 @@ class SlurmJob:
 
     # -- controls --------------------------------------------------------------------
 
-    def pause(self, timeout: float = 300.0) -> QueueState:
+    def pause(self, timeout: float = 300.0) -> PauseOutcome:
         """Checkpoint, then end the allocation: USR1 to the batch shell (it asks the
-        trainer for a checkpoint and ends the step once it is saved)."""
+        trainer for a checkpoint and ends the step once it is saved, or once the spec's
+        pause_timeout ran out without one). A pending job is cancelled: nothing ran.
+
+        Two events say it: the request (`ok: false`, `pending: true`: the job is not
+        paused yet, and reads as it did until the job ends) and the end, `ok: true`
+        only when a checkpoint newer than the signal was saved (its path and step)."""
         state = self.poll()
         self._ending = True
         if state.state == PENDING:  # nothing runs: there is nothing to checkpoint
             self._must(["scancel", str(self.job_id)])
             ended = self.wait_ended(timeout)
-            self.event(PAUSE, f"paused while pending: Slurm job {self.job_id} cancelled",
-                       how="scancel", state=ended.state)
-            return ended
+            outcome = PauseOutcome(ended, False, "scancel",
+                                   why="it was cancelled before it started")
+            self.event(PAUSE, "pause: " + outcome.describe(), cancelled_pending=True,
+                       **outcome.data())
+            return outcome
         if not state.active:
             raise SlurmError(f"Slurm job {self.job_id} is not running ({state.state})")
+        signal, said = pause_files(self.spec, str(self.job_id))
+        # The stamp just before the signal (a checkpoint whose marker is newer was saved
+        # after it); an outcome left by an earlier USR1 of this job id is not this one's.
+        self._must(["sh", "-c", 'mkdir -p "$1" && rm -f "$2" && : > "$3"', "sh",
+                    str(PurePosixPath(signal).parent), said, signal])
         self._must(["scancel", "--batch", "--signal=USR1", str(self.job_id)])
-        self.event(PAUSE, f"pause: USR1 sent to Slurm job {self.job_id}'s batch shell "
-                   "(checkpoint, then end the allocation)", how="usr1")
-        ended = self.wait_ended(timeout)
-        self.event(PAUSE, f"paused: Slurm job {self.job_id} ended {ended.state}, its "
-                   f"allocation ({ended.nodes}) released", how="usr1", state=ended.state,
-                   nodes=ended.nodes, exit_code=ended.exit_code)
-        return ended
+        self.event(PAUSE, f"pause requested: USR1 sent to Slurm job {self.job_id}'s batch "
+                   "shell (checkpoint, then end the allocation); not paused until it ends "
+                   "with a checkpoint", how="usr1", ok=False, pending=True)
+        try:
+            ended = self.wait_ended(timeout)
+        except SlurmError as exc:
+            self.event(PAUSE, f"pause not done: {exc}", how="usr1", ok=False,
+                       error=str(exc))
+            raise
+        outcome = self._pause_outcome(ended, signal, said)
+        self.event(PAUSE, "pause: " + outcome.describe(), **outcome.data())
+        return outcome
+
+    def _pause_outcome(self, ended: QueueState, signal: str, said: str) -> PauseOutcome:
+        """What a USR1 came to, once the job ended: the completion marker the batch shell
+        found, else one newer than the cockpit's stamp (`signal`); none: why."""
+        done = self._run(["cat", said])
+        lines = done.stdout.splitlines() if done.ok else []
+        verdict = lines[0].strip() if lines else ""
+        marker = lines[1] if verdict == OUTCOME_SAVED and len(lines) > 1 else ""
+        if not marker.endswith(MARKER_SUFFIX):
+            ckpt = checkpoint_dir(self.spec)
+            found = self._run(["find", "-L", ckpt, "-name", "*" + MARKER_SUFFIX, "-newer",
+                               signal, "-print"])
+            newer = [m for m in found.stdout.splitlines() if m.endswith(MARKER_SUFFIX)]
+            marker = max(newer, key=lambda m: _step_in_name(m) or -1, default="")
+        if not marker:
+            if verdict == OUTCOME_NONE:
+                waited = lines[1].strip() if len(lines) > 1 else "?"
+                why = (f"none was saved within {waited} s of the USR1 (the spec's "
+                       f"pause_timeout); the batch shell ended the step (exit "
+                       f"{NO_CHECKPOINT_EXIT})")
+            else:
+                why = ("none newer than the USR1, and the batch shell said nothing of it "
+                       "(the job ended before it handled the signal, or was killed)")
+            return PauseOutcome(ended, False, "usr1", why=why)
+        checkpoint = marker[:-len(MARKER_SUFFIX)]
+        text = self._run(["cat", marker])
+        return PauseOutcome(ended, True, "usr1", checkpoint,
+                            marker_step(checkpoint, text.stdout if text.ok else ""))
 
     def resume(self) -> str:
         """A new allocation resuming from the newest valid checkpoint."""
@@ -836,13 +985,19 @@ class SlurmJob:
             if not SLURM_NAME.match(node):
                 raise SlurmError(f"{node!r} is not a Slurm node name")
         previous = self.job_id
+        paused = None
         if previous is not None and self.poll().active:
-            self.pause(timeout)
+            paused = self.pause(timeout)
         self._ending = False
         job_id = self.submit(resume=True, exclude=exclude)
+        # The newest valid checkpoint is an older one when the pause saved none.
+        unsaved = paused is not None and paused.how == "usr1" and not paused.ok
         self.event(RELAUNCH, f"relaunch: Slurm job {job_id} (after {previous}) excludes "
                    f"{', '.join(exclude) or 'no node'} and resumes from the newest valid "
-                   "checkpoint", previous=previous, exclude=list(exclude))
+                   "checkpoint" + ("; the pause before it saved none, so that checkpoint "
+                                   "predates it" if unsaved else ""),
+                   previous=previous, exclude=list(exclude),
+                   pause_ok=None if paused is None else paused.ok)
         return job_id
 
     def stop(self, timeout: float = 120.0) -> QueueState:

@@ -5,7 +5,8 @@
 `cockpit pause|resume|stop|relaunch JOB.toml` do (docs/slurm.md, "Controls"):
 
 - pause: USR1 to the batch shell (checkpoint, then the step ends and the allocation
-  is released); a pending job is cancelled;
+  is released); a pending job is cancelled; a step ended without a checkpoint (none
+  within the spec's pause_timeout) is a failed pause, said as one;
 - resume: a new `sbatch` resuming from the newest valid checkpoint;
 - stop: `scancel`;
 - relaunch: pause a running job, then a new `sbatch` from the newest valid checkpoint
@@ -129,7 +130,9 @@ class SlurmController:
             return (f"pause: Slurm job {job_id} of {name}: USR1 to its batch shell, which "
                     f"asks the trainer for a checkpoint (waiting up to "
                     f"{self.spec.pause_timeout:g} s), then ends the job step; the "
-                    "allocation is released. A job still pending is cancelled.")
+                    "allocation is released. With no checkpoint by then the step ends "
+                    "all the same and the pause fails (not paused). A job still "
+                    "pending is cancelled.")
         if action == "resume":
             return (f"resume: a new sbatch of {name} resuming from the newest valid "
                     "checkpoint (a new Slurm job, a new allocation)")
@@ -156,11 +159,13 @@ class SlurmController:
         with self._lock:
             self._attach()
             try:
-                ended = self._job.pause(self.spec.pause_timeout + END_MARGIN_S)
+                outcome = self._job.pause(self.spec.pause_timeout + END_MARGIN_S)
             except SlurmError as exc:
                 raise ControlError(f"pause {self.job}: {exc}") from None
-            return (f"Slurm job {self._job.job_id} checkpointed and ended ({ended.state}); "
-                    f"its allocation ({ended.nodes or 'none'}) is released")
+            if not outcome.ok and outcome.how == "usr1":
+                # Ended, but not paused: the screen says it failed, and why.
+                raise ControlError(f"pause {self.job}: {outcome.describe()}")
+            return outcome.describe()
 
     def resume(self) -> str:
         self.refresh()

@@ -177,10 +177,19 @@ def _life(slurm: SlurmCluster, spec: JobSpec, spec_path: Path, rec: Path,
                             "'interruption'", [job.host]).fetchall()
         waits = cur.execute("SELECT data FROM event WHERE host = ? AND kind = "
                             "'slurm_running'", [job.host]).fetchall()
+        pauses = [json.loads(row[0]) for row in cur.execute(
+            "SELECT data FROM event WHERE host = ? AND kind = 'pause' ORDER BY seq",
+            [job.host]).fetchall()]
     # Every command's events were kept: each went on from the recording's last seq.
     assert kinds[:2] == ["slurm_submitted", "slurm_pending"], kinds
     assert kinds.count("slurm_submitted") == 2 and kinds.count("slurm_running") == 2, kinds
     assert "pause" in kinds and "resume" in kinds, kinds
+    # The USR1 sent is journaled as a request (not paused yet); the end as paused, with
+    # the checkpoint saved after it.
+    assert [(p["ok"], p.get("pending")) for p in pauses] == [(False, True), (True, None)], \
+        pauses
+    assert pauses[1]["step"] == saved_step and pauses[1]["state"] == "COMPLETED", pauses
+    assert Path(pauses[1]["checkpoint"] + ".done") in markers, pauses
     assert kinds[-1] == "interruption", kinds
     assert json.loads(cause[-1][0])["cause"] == "scancel"
     assert {"node": "n2", "state": "drain", "reason": DRAIN_REASON} in \
@@ -320,7 +329,10 @@ def test_time_limit_signal_checkpoints_before_the_kill(slurm: SlurmCluster,
     assert "USR1: checkpoint" in out and "checkpoint saved" in out, out
     # Ended by the script once the checkpoint was saved: the limit would say TIMEOUT.
     assert ended.state == "COMPLETED", (ended, out)
-    assert (tmp_path / "runs" / "limited" / "checkpoints" / "step-7.pt.done").exists()
+    marker = tmp_path / "runs" / "limited" / "checkpoints" / "step-7.pt.done"
+    assert marker.exists()
+    said = tmp_path / "runs" / "limited" / "slurm" / f"pause-{job.job_id}.outcome"
+    assert said.read_text().splitlines() == ["saved", str(marker)], said.read_text()
 
 
 HOSTILE_NAME = "pw $(touch pwned1) `touch pwned2` ';touch pwned3;'"

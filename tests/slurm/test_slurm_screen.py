@@ -147,13 +147,13 @@ async def _keys(slurm: SlurmCluster, spec_path: Path, rec: Path, watch_rec: Path
             assert "USR1" in text(app, "#dialog-body")
             await pilot.press("y")
             await wait_until(pilot, _said(app, "Pause the job: "), "the pause", LIMIT_S)
-            assert _toast(app, "Pause the job: ") == (
-                f"Pause the job: Slurm job {first_id} checkpointed and ended (COMPLETED); "
-                f"its allocation ({look.look().nodes}) is released")
-            assert look.look().state == "COMPLETED" and slurm.queue() == []
             markers = sorted((run_dir / "checkpoints").glob("*.done"))
             assert markers, "the pause ended the job without a checkpoint"
             saved = max(json.loads(m.read_text())["step"] for m in markers)
+            assert _toast(app, "Pause the job: ") == (
+                f"Pause the job: Slurm job {first_id} checkpointed at step {saved} and "
+                f"ended (COMPLETED); its allocation ({look.look().nodes}) is released")
+            assert look.look().state == "COMPLETED" and slurm.queue() == []
             await wait_until(pilot, lambda: shown_state() == "paused", "paused on screen")
 
             # Resume, from the command palette's entry (the same action as `r`).
