@@ -7,7 +7,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent.wire import states
-from agent.wire.events import INTERRUPTION, JOB_ADOPTED, JOB_EXITED, JOB_STARTED, PAUSE, RESUME
+from agent.wire.events import (
+    INTERRUPTION,
+    JOB_ADOPTED,
+    JOB_EXITED,
+    JOB_STARTED,
+    PAUSE,
+    RELAUNCH,
+    RESUME,
+)
 
 # Newest lifecycle event kinds after which a job's processes are gone (a pause that
 # failed is not one: the job keeps running).
@@ -57,6 +65,71 @@ def newest_in_effect(events: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] |
         if took_effect(event):
             newest = event
     return newest
+
+
+def newest_per_host(events: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each host's newest lifecycle event that took effect (`took_effect`): what its
+    part of the job is doing, as its own agent said last."""
+    newest: dict[str, Mapping[str, Any]] = {}
+    for event in sorted(events, key=_order):
+        if event.get("host") is not None and took_effect(event):
+            newest[str(event["host"])] = event
+    return newest
+
+
+def part_runs(event: Mapping[str, Any]) -> bool:
+    """Whether a host whose newest lifecycle event in effect is `event` still runs its
+    part of the job (or is restarting it): not ended (exited, paused, given up), not
+    taken out of it (excluded by a relaunch or from an elastic job), not found ended by
+    a restarted agent."""
+    data = event_data(event)
+    if ended(event) or data.get("exclusion") or data.get("excluded"):
+        return False
+    return event.get("kind") != JOB_ADOPTED or data.get("running") is True
+
+
+def parts_still_running(events: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The hosts whose part of the job still runs (`part_runs`), each with its newest
+    lifecycle event in effect, from the job's lifecycle events (any host's).
+
+    A job whose newest event is a pause is paused only when this is empty: a pause that
+    failed on one host ("pause failed … it keeps running", `ok: false`) leaves that
+    host's part running while rank 0's host paused. A host that said nothing since the
+    job's newest relaunch is not counted: the relaunch restarted the job without it (an
+    excluded host that is down tells nothing more), nor one that said nothing since an
+    end that speaks for every host (`for_every_host`: a Slurm pause ended the whole
+    allocation, each node's agent with it)."""
+    events = sorted(events, key=_order)
+    said_last = {str(e.get("host")): _order(e) for e in events}
+    relaunched = max((_order(e) for e in events
+                      if e.get("kind") == RELAUNCH and took_effect(e)), default=None)
+    swept = max((_order(e) for e in events
+                 if for_every_host(e) and took_effect(e) and ended(e)), default=None)
+    return {host: event for host, event in newest_per_host(events).items()
+            if part_runs(event) and (relaunched is None or said_last[host] >= relaunched)
+            and (swept is None or said_last[host] > swept)}
+
+
+def for_every_host(event: Mapping[str, Any]) -> bool:
+    """Whether `event` speaks for every host of the job at once: the scheduler's (a Slurm
+    job's events carry its job id, `cockpit.control.slurm`), whose pause ended the whole
+    allocation, whatever each node's agent said last before it went."""
+    return event_data(event).get("slurm_job_id") is not None
+
+
+PARTLY_PAUSED = "partly paused"
+
+
+def partly_paused_note(running: Iterable[str]) -> str:
+    """"partly paused: gpu2 still running": the note beside the state of a job some of
+    whose hosts paused while the others' parts run (`parts_still_running`)."""
+    hosts = sorted(running)
+    return f"{PARTLY_PAUSED}: {', '.join(hosts)} still running"
+
+
+def is_partly_paused(note: str | None) -> bool:
+    """Whether a state's note (`Progress.eta_note`) says the job is partly paused."""
+    return note is not None and PARTLY_PAUSED in note
 
 
 def ended(event: Mapping[str, Any] | None) -> bool:

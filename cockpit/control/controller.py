@@ -16,8 +16,10 @@ gets which op, so a multi-host job is paused, relaunched or forked consistently:
   standby on their hosts until an agent excludes a faulty host and claims one.
 
 The controller starts from the spec's hosts and spares and follows its own scale and
-relaunch operations; `sync` adopts what the agents report (after a spare took over, or
-when a command line starts afresh from the spec).
+relaunch operations once the agents accepted them (`settle`, with their acks: a host
+whose join was refused, or went unanswered, is not one of the job's hosts); `sync`
+adopts what the agents report (after a spare took over, or when a command line starts
+afresh from the spec).
 
 `describe(action)` says exactly that before a destructive operation is confirmed. Each
 method returns a one-line account of what was sent; hosts that could not be reached are
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -122,6 +125,19 @@ class ControlError(RuntimeError):
         self.unsent = dict(unsent or {})
 
 
+@dataclasses.dataclass(frozen=True)
+class MembershipChange:
+    """A change of the job's hosts that was sent (a scale, a relaunch) and that the
+    controller adopts only once the agents of `needs` accepted it (`Controller.settle`):
+    the hosts whose part it starts, ends or restarts with the new membership."""
+
+    op: str
+    needs: Mapping[str, str]  # host -> id of the op sent there, whose ack decides
+    hosts: tuple[str, ...]  # the job's hosts after it
+    joins: str | None = None  # a host that joins: no longer a spare, if it was one
+    respec: bool = False  # the spec's hosts become `hosts` too (a relaunch sends them)
+
+
 class Controller:
     """Operations on one job; `send` is e.g. `Fleet.send`.
 
@@ -143,6 +159,12 @@ class Controller:
         self._new_id = new_id or (lambda: uuid.uuid4().hex[:12])
         # host -> id of the op most recently sent there; acks echo it (control_ack).
         self.last_ops: dict[str, str] = {}
+        # The one-line account of the operation most recently sent, as its method
+        # returned it (a fork returns its controller, not this).
+        self.last_sent = ""
+        # Scales and relaunches sent whose acks are awaited, by op id (`settle`).
+        self.pending: dict[str, MembershipChange] = {}
+        self._lock = threading.Lock()  # the pending changes: sent and settled from threads
         self._forks: dict[str, Controller] = {}  # fork name -> its controller
 
     def __str__(self) -> str:
@@ -178,6 +200,8 @@ class Controller:
             self._file_hosts = (spec.hosts, spec.spares)
             self.hosts, self.spares = spec.hosts, spec.spares
             self.spec = spec
+            with self._lock:  # the file says where the job runs now, not a change sent
+                self.pending.clear()
         else:
             self.spec = dataclasses.replace(spec, hosts=self.spec.hosts)
 
@@ -219,7 +243,11 @@ class Controller:
             "job and launch it again")
 
     def scale(self, add: str | None = None, remove: str | None = None) -> str:
-        """Add one host to the running job, or remove one; the others keep running."""
+        """Add one host to the running job, or remove one; the others keep running.
+
+        The controller's hosts change once the agent of the host that joins or leaves
+        accepted (`settle`): until then, and for good when it refused or did not
+        answer, they are the hosts the job had."""
         self.refresh()
         self.check_scale(add, remove)
         ops: dict[str, dict[str, Any]] = {}
@@ -235,10 +263,8 @@ class Controller:
                              "hosts": list(after)}
             ops[str(remove)] = {"job": self.job, "change": "remove", "host": remove,
                                 "hosts": list(after), "leave": True}
-        result = self._each("scale", ops)
-        self.hosts = after
-        self.spares = tuple(s for s in self.spares if s != add)
-        return result
+        change = MembershipChange("scale", {}, after, joins=add)
+        return self._each("scale", ops, change=(change, (str(add or remove),)))
 
     def check_scale(self, add: str | None, remove: str | None) -> None:
         """Refuse (ControlError) a change torchrun could not make; sends nothing."""
@@ -316,14 +342,18 @@ class Controller:
                 spec["rendezvous"]["endpoint"] = _move_endpoint(spec["rendezvous"]["endpoint"],
                                                                 self.rank0_host, host)
             ops[host] = {"job": self.job, "spec": spec}
-        result = self._each("relaunch", ops)
-        self.hosts = remaining
-        self.spec = dataclasses.replace(self.spec, hosts=remaining)
-        return result
+        # Adopted once every remaining host's agent accepted to run the job on exactly
+        # these hosts (`settle`); an excluded host that is down cannot answer.
+        change = MembershipChange("relaunch", {}, remaining, respec=True)
+        return self._each("relaunch", ops, change=(change, remaining))
 
     def fork(self, overrides: dict[str, Any], name: str | None = None,
              step: int | None = None) -> Controller:  # fmt: skip
         """Start a copy of the job from a checkpoint with `overrides`; returns its controller.
+
+        Sent is not started: each agent accepts the fork, then copies the checkpoint and
+        starts its part, and its `fork` event says whether it did. `last_sent` says what
+        was sent ("fork big-fork-1a2b3c sent to gpu1, gpu2 (op …)").
 
         The name and step are checked here, before anything is sent: the agents would
         refuse them one by one, after some hosts may already have started the fork."""
@@ -344,7 +374,7 @@ class Controller:
             if step is not None:
                 op["step"] = step
             ops[host] = op
-        self._each("fork", ops)
+        self._each("fork", ops, what=f"fork {child.job}")
         return child
 
     def forked(self, name: str) -> Controller:
@@ -476,15 +506,41 @@ class Controller:
         return (f"Add a host to job {job} or remove one of {hosts} ({bounds}); the torchrun "
                 f"processes of the others keep running.")
 
+    # -- following what the agents accepted ------------------------------------------
+    def settle(self, answers: Mapping[str, tuple[bool, str] | None]) -> list[str]:
+        """Adopt the scales and relaunches the agents accepted: `answers` maps op ids
+        (`last_ops`' values) to (accepted, what the agent said), as the acks say, or to
+        None for an op not answered within the wait. A change whose deciding hosts
+        (`MembershipChange.needs`) all accepted becomes the controller's hosts; one that
+        any of them refused or left unanswered is dropped, and the hosts stay as they
+        were. Returns the op ids of the changes settled either way; a change none of
+        whose ops `answers` names waits for its own."""
+        settled = []
+        with self._lock:
+            for op_id, change in list(self.pending.items()):
+                if not any(i in answers for i in change.needs.values()):
+                    continue
+                del self.pending[op_id]
+                settled.append(op_id)
+                if all((answers.get(i) or (False, ""))[0] for i in change.needs.values()):
+                    self.hosts = change.hosts
+                    self.spares = tuple(s for s in self.spares if s != change.joins)
+                    if change.respec:
+                        self.spec = dataclasses.replace(self.spec, hosts=change.hosts)
+        return settled
+
     # -- sending ---------------------------------------------------------------------
     def _each(self, op: str, per_host: dict[str, dict[str, Any]],
-              what: str | None = None) -> str:
+              what: str | None = None,
+              change: tuple[MembershipChange, Iterable[str]] | None = None) -> str:
         """Send `op` to each host; `what` names it in the result and errors (an adjust
-        that asks for a checkpoint reads as a checkpoint request, not "adjust")."""
+        that asks for a checkpoint reads as a checkpoint request, not "adjust").
+        `change`: the membership the op makes and the hosts whose acceptance decides it,
+        kept pending (`settle`) when the op reached them all."""
         what = what or op
         op_id = self._new_id()
         failed: dict[str, str] = {}
-        self.last_ops = {}
+        self.last_ops, self.last_sent = {}, ""
         for host, args in per_host.items():
             try:
                 self._send(host, {"op": op, "id": f"{op_id}-{host}", **args})
@@ -492,12 +548,20 @@ class Controller:
             except Exception as exc:  # a link that is down must not hide the others
                 failed[host] = str(exc) or type(exc).__name__
         sent = [h for h in per_host if h not in failed]
+        if change is not None:
+            made, deciding = change
+            needs = {h: self.last_ops.get(h) for h in deciding}
+            if all(needs.values()):  # one it missed cannot accept it: never adopted
+                with self._lock:
+                    self.pending[op_id] = dataclasses.replace(
+                        made, needs={h: str(i) for h, i in needs.items()})
         if failed:
             detail = "; ".join(f"{h}: {why}" for h, why in failed.items())
             raise ControlError(f"{what} of job {self.job} not sent to {', '.join(failed)} "
                                f"({detail})" + (f"; sent to {', '.join(sent)}" if sent
                                                 else ""), sent, failed)  # fmt: skip
-        return f"{what} sent to {', '.join(sent)} (op {op_id})"
+        self.last_sent = f"{what} sent to {', '.join(sent)} (op {op_id})"
+        return self.last_sent
 
 
 def _adjust_words(knobs: Mapping[str, Any]) -> str:

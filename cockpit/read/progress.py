@@ -30,13 +30,14 @@ from cockpit.analysis.lifecycle import (
     failure_reading,
     gave_up,
     hosts_given_up,
+    partly_paused_note,
     paused,
     running_seconds,
 )
 from cockpit.analysis.ranks import step_walls
 from cockpit.analysis.stalls import StallVerdict
 from cockpit.analysis.timeline import STAGE_EVENT_KINDS, STARTS, stage_spans
-from cockpit.read.train_tail import TrainView, job_lifecycle
+from cockpit.read.train_tail import TrainView, job_lifecycle, running_parts
 from cockpit.snapshot import (
     Progress,
     StageSpan,
@@ -55,10 +56,34 @@ RUNNING_KINDS = (JOB_STARTED, JOB_EXITED, PAUSE, RESUME, JOB_ADOPTED)
 
 def job_state(reader: StoreReader, job: str | None, until_ts: float | None,
            newest_step_ts: float | None, fr: Frontiers) -> str:
+    """The job's state (`job_reading` without its note)."""
+    return job_reading(reader, job, until_ts, newest_step_ts, fr)[0]
+
+
+def job_reading(reader: StoreReader, job: str | None, until_ts: float | None,
+                newest_step_ts: float | None, fr: Frontiers) -> tuple[str, str | None]:
+    """The job's state, from its newest lifecycle event that took effect, and a note that
+    qualifies it. A pause that took effect on some hosts only (rank 0's paused, another's
+    pause failed and its part runs on) is not the job's: it reads as the hosts still
+    running say, noted "partly paused: …" (`build_progress` shows the note)."""
     if job is None:
-        return states.UNKNOWN
-    has_steps = newest_step_ts is not None
+        return states.UNKNOWN, None
     last = job_lifecycle(reader, job, fr, until_ts)
+    note = None
+    if last is not None and paused(last):
+        running = running_parts(reader, job, fr, until_ts)  # read only while paused
+        if running:
+            last = max(running.values(), key=lambda e: (float(e.get("ts") or 0.0),
+                                                        int(e.get("seq") or 0)))
+            note = partly_paused_note(running)
+    return _state_of(reader, job, until_ts, newest_step_ts, fr, last), note
+
+
+def _state_of(reader: StoreReader, job: str, until_ts: float | None,
+              newest_step_ts: float | None, fr: Frontiers,
+              last: Mapping[str, Any] | None) -> str:
+    """The job's state as its newest lifecycle event in effect (`last`) says."""
+    has_steps = newest_step_ts is not None
     kind = last["kind"] if last else None
     if last is not None and (gave_up(last) or hosts_given_up(
             lifecycle_events(reader, job, fr, until_ts))):
@@ -121,14 +146,16 @@ def at_current_world(run: Mapping[str, Any], train: TrainView) -> TrainView:
 
 def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: str,
               stall: StallVerdict, resume_step: int | None = None,
-              lifecycle: Sequence[Mapping[str, Any]] = ()) -> Progress:
+              lifecycle: Sequence[Mapping[str, Any]] = (),
+              qualified: str | None = None) -> Progress:
     """`lifecycle`: the job's lifecycle events, which say how an exited or failed job
-    ended."""
+    ended. `qualified`: `job_reading`'s note ("partly paused: …"), which stands where the
+    ETA would: the job does not train as a whole."""
     newest = train.newest
     if state != states.PAUSED:
         resume_step = None
     if newest is None:
-        note = None
+        note = qualified
         if state == states.EXITED:
             state, note = exit_reading(lifecycle, None)
         elif state == states.FAILED:
@@ -156,7 +183,7 @@ def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: 
     eta = estimate_eta(step=step, total_steps=steps_goal, recent_step_times=timed.walls,
                        step_counts=timed.wall_steps)
     # A job that is not running has no time left to estimate, only a reason why.
-    eta_note = None
+    eta_note = qualified
     if state == states.EXITED:
         state, eta_note = exit_reading(lifecycle, percent)
     elif state == states.FAILED:
@@ -167,7 +194,8 @@ def build_progress(run: Mapping[str, Any], train: TrainView, now: float, state: 
         eta_note = state
     shown_state = states.STALLED if stall.stalled and state == states.RUNNING else state
     if shown_state == states.STALLED:
-        eta_note = "stalled"  # the rate of its last steps says nothing of when it resumes
+        # The rate of its last steps says nothing of when it resumes.
+        eta_note = "stalled" + (f" ({qualified})" if qualified else "")
     if eta_note is not None:
         eta = dataclasses.replace(eta, seconds=None, low=None, high=None)
     return Progress(

@@ -89,7 +89,7 @@ from cockpit.read.health import (
 from cockpit.read.progress import (
     ACTIVE_STATES,
     build_progress,
-    job_state,
+    job_reading,
     lifecycle_events,
     observed_seconds,
     resume_step,
@@ -338,10 +338,12 @@ def build_snapshot(
         host_samples = host_samples_f.result()
         hosts = reader.hosts(until_ts=until_ts, frontiers=fr,
                              recent=_newest_per_host(gpus, host_samples, train.latest))
-        state = job_state(reader, job, until_ts,
-                       float(train.newest["ts"]) if train.newest else None, fr)
+        state, qualified = job_reading(reader, job, until_ts,
+                                       float(train.newest["ts"]) if train.newest else None, fr)
         # A Slurm job waiting in the queue says so, with Slurm's reason (docs/slurm.md).
-        state = screen_state(reader, job, until_ts, fr, state)
+        read_state, state = state, screen_state(reader, job, until_ts, fr, state)
+        if state != read_state:
+            qualified = None  # the note qualified the state the queue's replaced
         figures = reader.memo(
             "figures", (job, run.get("world_size"), run.get("world_since"),
                         run.get("flops_per_step"), run.get("peak_flops"),
@@ -360,7 +362,8 @@ def build_snapshot(
                              resume_step(job_lifecycle(reader, job, fr, until_ts))
                              if job is not None and state == states.PAUSED else None,
                              lifecycle_events(reader, job, fr, until_ts)
-                             if job is not None and state in (states.EXITED, states.FAILED) else ())
+                             if job is not None and state in (states.EXITED, states.FAILED) else (),
+                             qualified)
         nonfinite = nonfinite_f.result() if nonfinite_f is not None else NonFinite()
         found = build_effect(reader, job, train, until_ts, buckets, fr, series, nonfinite)
         efficiency = build_efficiency(train, figures, series, busy_f.result()[0],

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from cockpit.analysis.lifecycle import ended, newest_in_effect, took_effect
+from cockpit.analysis.lifecycle import (
+    ended,
+    newest_in_effect,
+    parts_still_running,
+    paused,
+    took_effect,
+)
 from cockpit.analysis.ranks import StepSample, step_walls
 from cockpit.store.earlier_runs import launched_again_as
 from cockpit.store.queries import Frontiers, StoreReader
@@ -129,7 +135,7 @@ class TrainTail:
         recent its last step)."""
         reader = self._reader
         training = [job for job, last_step in self._training(fr, until_ts).items()
-                    if not _ended_after(job_lifecycle(reader, job, fr, until_ts), last_step)]
+                    if not _ended_after(reader, job, fr, until_ts, last_step)]
         if len(training) < 2:
             return tuple(training)
         started = {job: reader.memo(f"job_started:{job}", job,
@@ -343,8 +349,14 @@ def _per_step_total(rows: Iterable[Mapping[str, Any]], key: str) -> int | float 
     return int(total) if float(total).is_integer() else total
 
 
-def _ended_after(event: Mapping[str, Any] | None, last_step_ts: float) -> bool:
-    return event is not None and ended(event) and float(event["ts"]) >= last_step_ts
+def _ended_after(reader: StoreReader, job: str, fr: Frontiers, until_ts: float | None,
+                 last_step_ts: float) -> bool:
+    """Whether `job`'s processes ended after its last step: its newest lifecycle event
+    ends it, and (a pause) on every host (`running_parts`)."""
+    event = job_lifecycle(reader, job, fr, until_ts)
+    if event is None or not ended(event) or float(event["ts"]) < last_step_ts:
+        return False
+    return not (paused(event) and running_parts(reader, job, fr, until_ts))
 
 
 def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,
@@ -364,6 +376,20 @@ def job_lifecycle(reader: StoreReader, job: str, fr: Frontiers,
     name = f"lifecycle:{job}"
     return reader.memo(name, (job, reader.event_version(name, fr, until_ts,
                                                         of_kinds(*LIFECYCLE_KINDS))), read)
+
+
+def running_parts(reader: StoreReader, job: str, fr: Frontiers,
+                  until_ts: float | None) -> dict[str, Mapping[str, Any]]:
+    """The hosts whose part of `job` still runs, each with its newest lifecycle event in
+    effect (`parts_still_running`), read once per change of the job's lifecycle events.
+    Asked only of a job whose newest lifecycle event is a pause: one that took effect on
+    rank 0's host may have failed on another, whose part runs on."""
+    name = f"running-parts:{job}"
+    return reader.memo(name, (job, reader.event_version(name, fr, until_ts,
+                                                        of_kinds(*LIFECYCLE_KINDS))),
+                       lambda: parts_still_running(
+                           e for e in reader.rare_events(LIFECYCLE_KINDS, job, until_ts)
+                           if e.get("job") == job))
 
 
 def job_hosts(train: TrainView) -> frozenset[str]:

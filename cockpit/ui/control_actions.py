@@ -49,6 +49,15 @@ class RefusesOperations(Protocol):
 
     def refuses(self, action: str) -> str | None: ...
 
+
+@runtime_checkable
+class SettlesChanges(Protocol):
+    """A controller that adopts a scale or a relaunch once the agents accepted it
+    (`Controller.settle`): its hosts are the confirmed ones, not those merely sent to."""
+
+    def settle(self, answers: dict[str, tuple[bool, str] | None]) -> list[str]: ...
+
+
 class ControlActions(_AppBase):
     """Mixed into the App, whose `source` holds the controller and whose `snapshot` says
     which job is on screen."""
@@ -127,10 +136,13 @@ class ControlActions(_AppBase):
         self.post_message(ControlDone(name, result, controller.job, ops, severity))
 
     @work(thread=True, exit_on_error=False, group="acks")
-    def _follow_acks(self, action: str, job: str | None, ops: dict[str, str]) -> None:
+    def _follow_acks(self, action: str, job: str | None, ops: dict[str, str],
+                     controller: Controller | None = None) -> None:
         """Wait for the agents' answers to an op the screen said was sent: a refusal
         ("job 'duo' is paused") or silence must reach the operator, not only the events
-        list. Reads through the source, like every other worker."""
+        list. Reads through the source, like every other worker. The `controller` that
+        sent it adopts a scale or a relaunch only as its agents accepted it (`settle`),
+        so that later prompts and confirmations name the hosts the job really has."""
         source = self.source
         if not isinstance(source, FollowsAcks):
             return
@@ -142,6 +154,8 @@ class ControlActions(_AppBase):
             if len(found) == len(ops) or time.monotonic() > deadline:
                 break
             time.sleep(ACK_POLL_S)
+        if isinstance(controller, SettlesChanges):  # unanswered: None, not adopted
+            controller.settle({op_id: found.get(op_id) for op_id in ops.values()})
         answers = {host: found.get(op_id) for host, op_id in ops.items()}
         self.post_message(ControlAcked(action, job, answers))
 
@@ -169,7 +183,9 @@ class ControlActions(_AppBase):
         self.notify(jc.result_text(op, message.result), title=title, severity=message.severity,
                     timeout=8 if message.severity == "warning" else None)
         if message.ops:
-            self._follow_acks(message.action, message.job, message.ops)
+            base = self.source.controller  # the one that sent it: the job's, or a fork's
+            self._follow_acks(message.action, message.job, message.ops,
+                              base.controller_for(message.job) if base is not None else None)
 
     def _prompt(self, title: str, help_text: str, parse: Callable[[str], object],
                 then: Callable[[Any, Controller], None], value: str = "",

@@ -13,11 +13,12 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from textual.notifications import SeverityLevel
 
 from agent.wire import states
+from cockpit.analysis.lifecycle import is_partly_paused
 from cockpit.control.controller import LR_SCALE_RANGE, missed_hosts_text
 from cockpit.read.source import Controller
 from cockpit.transport.states import STALE, STREAMING
@@ -28,6 +29,30 @@ else:  # Python 3.10: the same parser, packaged separately
     import tomli as tomllib
 
 NO_CONTROLLER = "No controllable job is attached (this is a replay / read-only view)"
+# A fork is acknowledged as accepted; it exists once each host's agent copied the
+# checkpoint and started its part, which its `fork` event says (or why it failed).
+FORK_NOT_YET = ("not started yet: each host's agent copies the checkpoint, then starts "
+                "its part, and its fork event (events list, a) says whether it did")
+
+
+@runtime_checkable
+class TellsSent(Protocol):
+    """A controller that keeps its account of the op it sent last (`Controller.
+    last_sent`), for an operation whose method returns something else (a fork: the
+    fork's controller)."""
+
+    @property
+    def last_sent(self) -> str: ...
+
+
+def fork(controller: Controller, kwargs: dict[str, Any]) -> object:
+    """Send the fork, and say so: what was sent (with its op id), not a job that exists
+    (the controller `fork` returns is the one it will have)."""
+    result = controller.fork(kwargs.get("overrides", {}))
+    sent = controller.last_sent if isinstance(controller, TellsSent) else ""
+    if sent:
+        return f"{sent}; {FORK_NOT_YET}"
+    return result if isinstance(result, str) else f"fork sent; {FORK_NOT_YET}"
 
 
 @dataclass(frozen=True)
@@ -46,8 +71,7 @@ OPERATIONS = {
         Operation("resume", "Resume the job", False, lambda c, kw: c.resume()),
         Operation("relaunch", "Relaunch the job", True,
                   lambda c, kw: c.relaunch(exclude=kw.get("exclude", ()))),
-        Operation("fork", "Fork the job", True,
-                  lambda c, kw: c.fork(kw.get("overrides", {}))),
+        Operation("fork", "Fork the job", True, fork),
         Operation("adjust", "Adjust the learning rate", False,
                   lambda c, kw: c.adjust(**kw)),
         Operation("checkpoint", "Checkpoint now", False,
@@ -96,7 +120,8 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
     if op == "resume" and state == states.FINISHED:
         return (f"job {job} finished: resuming it would exit at once; fork it (f) with new "
                 "settings to train on")
-    if op == "resume" and state in (states.RUNNING, states.STALLED):
+    if op == "resume" and state in (states.RUNNING, states.STALLED) and not is_partly_paused(
+            eta_note):  # a part that paused while the others run has something to resume
         return f"job {job} is {state}: there is nothing to resume"
     return None
 

@@ -3,7 +3,14 @@ that exited ended."""
 
 from __future__ import annotations
 
-from cockpit.analysis.lifecycle import current_run_started, exit_reading, hosts_given_up
+from cockpit.analysis.lifecycle import (
+    current_run_started,
+    exit_reading,
+    hosts_given_up,
+    is_partly_paused,
+    partly_paused_note,
+    parts_still_running,
+)
 
 
 def _event(host: str, kind: str, ts: float, retry: bool | None = None,
@@ -79,3 +86,62 @@ def test_a_host_that_left_the_job_keeps_its_old_start_out_of_the_current_run() -
               _exit("b", 40, returncode=0, ended_for="scale"),
               _exit("a", 40, returncode=-15, ended_for="scale"), _event("a", "job_started", 45)]
     assert current_run_started(events) == 45
+
+
+def _pause(host: str, ts: float, ok: bool, mode: str = "follow") -> dict:
+    return {"host": host, "kind": "pause", "ts": ts, "seq": int(ts),
+            "data": {"mode": mode, "ok": ok}}
+
+
+def test_a_pause_that_failed_on_one_host_leaves_that_part_running() -> None:
+    """Rank 0's host paused; gpu2's pause failed ("it keeps running"): the job is not
+    paused, and the part still running is named."""
+    started = [_event("gpu1", "job_started", 1), _event("gpu2", "job_started", 1)]
+    partly = [*started, _pause("gpu1", 10, True, "checkpoint"), _pause("gpu2", 70, False)]
+    running = parts_still_running(partly)
+    assert list(running) == ["gpu2"] and running["gpu2"]["kind"] == "job_started"
+    assert partly_paused_note(running) == "partly paused: gpu2 still running"
+    assert is_partly_paused("stalled (partly paused: gpu2 still running)")
+    assert not is_partly_paused("paused") and not is_partly_paused(None)
+    assert parts_still_running([*started, _pause("gpu1", 10, True, "checkpoint"),
+                                _pause("gpu2", 11, True)]) == {}
+    # The failed pause is the newest event of all: still gpu2's part runs.
+    assert list(parts_still_running([*started, _pause("gpu2", 9, False),
+                                     _pause("gpu1", 10, True, "checkpoint")])) == ["gpu2"]
+    frozen = [*started, _pause("gpu1", 10, True, "freeze"), _pause("gpu2", 10, False, "freeze")]
+    assert list(parts_still_running(frozen)) == ["gpu2"]
+
+
+def test_hosts_that_left_the_job_do_not_keep_it_from_reading_paused() -> None:
+    """A host scaled out, excluded from an elastic job or by a relaunch (silent since,
+    as a host that is down is) has no part to run: the others' pause is the job's."""
+    events = [_event("gpu1", "job_started", 1), _event("gpu2", "job_started", 1),
+              _event("gpu3", "job_started", 1), _event("gpu4", "job_started", 1),
+              _exit("gpu3", 5, returncode=-15, ended_for="scale"),
+              _event("gpu4", "interruption", 6, retry=False, exclusion={"host": "gpu4"}),
+              _pause("gpu1", 10, True, "checkpoint"), _pause("gpu2", 11, True)]
+    assert parts_still_running(events) == {}
+    dead = [_event("gpu1", "job_started", 1), _event("gpu2", "job_started", 1),
+            _event("gpu3", "job_started", 1),
+            {"host": "gpu1", "kind": "relaunch", "ts": 20, "seq": 20, "data": {}},
+            {"host": "gpu2", "kind": "relaunch", "ts": 20, "seq": 21, "data": {}},
+            _event("gpu1", "job_started", 22), _event("gpu2", "job_started", 22),
+            _pause("gpu1", 30, True, "checkpoint"), _pause("gpu2", 31, True)]
+    assert parts_still_running(dead) == {}  # gpu3, excluded while down, said nothing
+    excluded = [*dead[:3], {"host": "gpu3", "kind": "relaunch", "ts": 20, "seq": 19,
+                            "data": {"excluded": True}}, *dead[3:]]
+    assert parts_still_running(excluded) == {}
+    # A host that said something since the relaunch is the job's: its part runs.
+    assert list(parts_still_running([*dead, _event("gpu3", "job_started", 25)])) == ["gpu3"]
+
+
+def test_a_slurm_pause_ends_every_nodes_part() -> None:
+    """Slurm's pause (the cockpit's own events for the job, which carry its Slurm job id)
+    ended the whole allocation: the nodes' agents said job_started last, and went with it."""
+    nodes = [_event("n1", "job_started", 1), _event("n2", "job_started", 1)]
+    slurm = {"host": "slurm-job", "kind": "pause", "ts": 40, "seq": 3,
+             "data": {"slurm_job_id": 743, "ok": True, "how": "usr1", "step": 15}}
+    assert parts_still_running([*nodes, slurm]) == {}
+    # A node's part that started again after it (a resume) runs again.
+    assert list(parts_still_running([*nodes, slurm, _event("n1", "job_started", 50)])) \
+        == ["n1"]

@@ -43,6 +43,14 @@ def _controller(links: Links) -> Controller:
     return Controller(SPEC, links, new_id=lambda: next(ids))
 
 
+def acked(c: Controller, refused: tuple[str, ...] = (), silent: tuple[str, ...] = ()
+          ) -> list[str]:  # fmt: skip
+    """The agents answer the op `c` sent last, as the screen hands their acks on: each
+    host accepts, but those `refused` (their agent says why) and those `silent`."""
+    return c.settle({op_id: None if host in silent else (host not in refused, "refused")
+                     for host, op_id in c.last_ops.items()})
+
+
 def test_launch_gives_each_host_its_node_rank() -> None:
     links = Links()
     result = _controller(links).launch()
@@ -87,6 +95,8 @@ def test_relaunch_excluding_rank0s_host_moves_the_rendezvous() -> None:
     assert (ops["gpu2"]["spec"]["nnodes"], ops["gpu2"]["spec"]["node_rank"]) == (2, 0)
     assert ops["gpu3"]["spec"]["node_rank"] == 1
     assert ops["gpu2"]["spec"]["rendezvous"]["endpoint"] == "gpu2:29400"
+    assert c.hosts == SPEC.hosts  # sent, not yet accepted
+    assert acked(c) == ["id0"]
     assert c.hosts == ("gpu2", "gpu3") and c.rank0_host == "gpu2"
     with pytest.raises(ControlError, match="not hosts of job big"):
         c.relaunch(exclude=["gpu9"])
@@ -136,6 +146,7 @@ def test_a_fork_starts_on_the_hosts_the_parent_has_now() -> None:
     links = Links()
     parent = _controller(links)
     parent.relaunch(exclude=["gpu3"])
+    acked(parent)
     child = parent.fork({})
     assert child.hosts == ("gpu1", "gpu2")
     assert [h for h, op in links.sent if op["op"] == "fork"] == ["gpu1", "gpu2"]
@@ -242,6 +253,7 @@ def test_a_job_file_broken_mid_edit_refuses_what_would_start_it_but_not_a_pause(
     links.sent.clear()
     controller.relaunch(exclude=["gpu3"])  # fixed: read again, and the exclusion holds
     assert [h for h, _op in links.sent] == ["gpu3", "gpu1", "gpu2"]
+    acked(controller)
     assert controller.hosts == ("gpu1", "gpu2")
 
 
@@ -316,3 +328,54 @@ def test_a_fork_or_adjustment_with_a_value_that_is_not_finite_sends_nothing() ->
     with pytest.raises(ControlError, match=r"knob clip=inf: not a finite number"):
         _controller(links).adjust(clip=float("inf"))
     assert links.sent == []
+
+
+def test_a_relaunch_changes_the_hosts_only_once_the_remaining_hosts_accepted() -> None:
+    """The relaunch is sent; the hosts the screen then names (prompts, confirmations,
+    a fork's spec) are the job's only once each remaining host's agent accepted it."""
+    c = _controller(Links())
+    c.relaunch(exclude=["gpu3"])
+    assert c.hosts == SPEC.hosts and "on gpu1, gpu2, gpu3" in c.describe("stop")
+    assert acked(c, refused=("gpu2",)) == ["id0"]  # settled: refused, not adopted
+    assert c.hosts == SPEC.hosts and c.spec.hosts == SPEC.hosts
+    c.relaunch(exclude=["gpu3"])
+    acked(c, silent=("gpu1",))  # no answer within the wait: not adopted either
+    assert c.hosts == SPEC.hosts
+    c.relaunch(exclude=["gpu3"])
+    assert c.settle({"some-other-op-gpu1": (True, "ok")}) == []  # not its acks: it waits
+    assert c.hosts == SPEC.hosts and list(c.pending) == ["id2"]
+    acked(c, refused=("gpu3",))  # the excluded host's own answer does not decide it
+    assert c.hosts == c.spec.hosts == ("gpu1", "gpu2") and c.pending == {}
+    assert "on gpu1, gpu2:" in c.describe("stop")
+
+
+def test_a_relaunch_excluding_a_host_that_is_down_is_adopted_as_the_others_accept() -> None:
+    c = _controller(Links(down=("gpu3",)))
+    with pytest.raises(ControlError) as partly:
+        c.relaunch(exclude=["gpu3"])
+    assert partly.value.sent == ("gpu1", "gpu2")
+    acked(c)
+    assert c.hosts == ("gpu1", "gpu2")
+    # A remaining host it missed cannot accept it: the relaunch is never adopted.
+    missed = _controller(Links(down=("gpu2",)))
+    with pytest.raises(ControlError):
+        missed.relaunch(exclude=["gpu3"])
+    acked(missed)
+    assert missed.hosts == SPEC.hosts and missed.pending == {}
+
+
+def test_a_fork_says_it_was_sent_with_its_op_not_that_the_fork_exists() -> None:
+    """Agents ack a fork as accepted; it exists once each host's fork event says its
+    checkpoint copy and start went well. The screen's toast says what was sent."""
+    from cockpit.ui import job_control as jc
+
+    c = _controller(Links())
+    child = c.fork({"lr": 1e-4}, name="big-lr4")
+    assert child.job == "big-lr4"
+    assert c.last_sent == "fork big-lr4 sent to gpu1, gpu2, gpu3 (op id0)"
+    assert set(c.last_ops.values()) == {"id0-gpu1", "id0-gpu2", "id0-gpu3"}
+    said = jc.result_text(jc.OPERATIONS["fork"],
+                          jc.OPERATIONS["fork"].call(c, {"overrides": {"lr": 1e-4}}))
+    assert said.startswith("Fork the job: fork big-fork-")
+    assert " sent to gpu1, gpu2, gpu3 (op id2); not started yet" in said
+    assert "fork event" in said and "job big-fork-" not in said and " on gpu1" not in said

@@ -195,6 +195,11 @@ def _controller(links: Links, text: str = ELASTIC) -> Controller:
     return Controller(parse_jobspec(text, "job.toml"), links, new_id=lambda: next(ids))
 
 
+def _accepted(c: Controller) -> None:
+    """Every agent accepted the op `c` sent last (the screen hands their acks on)."""
+    c.settle({op_id: (True, "ok") for op_id in c.last_ops.values()})
+
+
 def test_launch_puts_the_spares_in_standby_and_stop_ends_it() -> None:
     links = Links()
     c = _controller(links)
@@ -221,6 +226,7 @@ def test_scale_tells_the_members_first_then_the_host_that_joins_or_leaves() -> N
     joiner = ops["gpu3"]["spec"]
     assert joiner["host"] == "gpu3" and joiner["nnodes"] == "2:3"
     assert joiner["rendezvous"]["is_host"] is False and LaunchSpec(joiner).hosts[-1] == "gpu3"
+    _accepted(c)
     assert c.hosts == ("gpu1", "gpu2", "gpu3")
 
     links.sent.clear()
@@ -230,7 +236,33 @@ def test_scale_tells_the_members_first_then_the_host_that_joins_or_leaves() -> N
     ops = dict(links.sent)
     assert ops["gpu2"]["change"] == "remove" and "leave" not in ops["gpu2"]
     assert ops["gpu3"]["leave"] is True and ops["gpu3"]["hosts"] == ["gpu1", "gpu2"]
+    _accepted(c)
     assert c.hosts == ("gpu1", "gpu2")
+
+
+def test_a_host_whose_join_was_refused_or_unanswered_is_not_one_of_the_jobs_hosts() -> None:
+    """A scale is sent; the controller's hosts (the scale prompt's "Hosts now", every
+    later confirmation) change once the agent of the host that joins or leaves accepted."""
+    c = _controller(Links())
+    c.scale(add="gpu9")
+    assert c.hosts == ("gpu1", "gpu2") and c.spares == ("gpu9",)  # sent, not accepted
+    assert "on gpu1, gpu2 (" in c.describe("launch")
+    ids = c.last_ops
+    c.settle({ids["gpu1"]: (True, "ok"), ids["gpu2"]: (True, "ok"),
+              ids["gpu9"]: (False, "job 'el' is already running here")})
+    assert c.hosts == ("gpu1", "gpu2") and c.spares == ("gpu9",) and c.pending == {}
+    c.scale(add="gpu9")
+    ids = c.last_ops
+    c.settle({ids["gpu1"]: (True, "ok"), ids["gpu2"]: (True, "ok"), ids["gpu9"]: None})
+    assert c.hosts == ("gpu1", "gpu2") and c.spares == ("gpu9",)  # timed out: not joined
+    c.scale(add="gpu9")
+    _accepted(c)
+    assert c.hosts == ("gpu1", "gpu2", "gpu9") and c.spares == ()
+    c.scale(remove="gpu9")
+    ids = c.last_ops
+    c.settle({ids["gpu1"]: (True, "ok"), ids["gpu2"]: (True, "ok"),
+              ids["gpu9"]: (False, "job 'el' is not running here")})
+    assert c.hosts == ("gpu1", "gpu2", "gpu9")  # it did not leave: still a host
 
 
 def test_scale_refuses_what_torchrun_could_not_do() -> None:
@@ -243,6 +275,7 @@ def test_scale_refuses_what_torchrun_could_not_do() -> None:
         with pytest.raises(ControlError, match=what):
             c.scale(**kw)
     c.scale(add="gpu3")
+    _accepted(c)
     with pytest.raises(ControlError, match="above the job's nnodes maximum 3"):
         c.scale(add="gpu4")
     with pytest.raises(ControlError, match="serves the rendezvous store"):

@@ -277,10 +277,13 @@ def test_a_job_that_is_not_running_has_no_eta_but_a_reason(
         tmp_path: Path, kind: str, data: dict, state: str, note: str | None) -> None:
     path = syn.write_recording(tmp_path / "r.duckdb")
     last = syn.step_ts(syn.STEPS - 1)
+    # A pause ends every host's part (node-b's agent follows node-a's): each says so.
+    hosts = syn.HOSTS if kind == "pause" else ("node-a",)
     with Store(path) as store:
-        store.ingest("node-a", encode("event", 10**6, {
-            "kind": kind, "job": "job-1", "rank": None, "step": syn.STEPS - 1,
-            "msg": kind, "data": data}, ts=last + 1))
+        for i, host in enumerate(hosts):
+            store.ingest(host, encode("event", 10**6 + i, {
+                "kind": kind, "job": "job-1", "rank": None, "step": syn.STEPS - 1,
+                "msg": kind, "data": data}, ts=last + 1 + i))
     with Store(path, read_only=True) as store:
         p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
     assert p.state == state
@@ -523,14 +526,44 @@ def test_a_pause_that_failed_leaves_the_job_running(
     job is not shown paused while it trains."""
     path = syn.write_recording(tmp_path / "r.duckdb")
     last = syn.step_ts(syn.STEPS - 1)
+    # A pause that took effect did on both hosts (node-b's agent follows node-a's).
+    hosts = syn.HOSTS if data["ok"] else ("node-a",)
     with Store(path) as store:
-        store.ingest("node-a", encode("event", 10**6, {
-            "kind": "pause", "job": "job-1", "rank": None, "step": None,
-            "msg": "pause", "data": data}, ts=last + 1))
+        for i, host in enumerate(hosts):
+            store.ingest(host, encode("event", 10**6 + i, {
+                "kind": "pause", "job": "job-1", "rank": None, "step": None,
+                "msg": "pause", "data": data}, ts=last + 1 + i))
     with Store(path, read_only=True) as store:
         p = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY").progress
     assert p.state == state
     assert (p.eta_note is None) == (state == "running")
+
+
+def test_a_pause_that_took_effect_on_rank0s_host_only_is_not_the_jobs(
+        tmp_path: Path) -> None:
+    """node-a (rank 0's host) paused; node-b's pause failed and its part keeps running:
+    the header reads the state of the part still running, noted, never "paused"."""
+    path = syn.write_recording(tmp_path / "r.duckdb")
+    last = syn.step_ts(syn.STEPS - 1)
+    with Store(path) as store:
+        store.ingest("node-a", encode("event", 10**6, {
+            "kind": "pause", "job": "job-1", "rank": None, "step": 590,
+            "msg": "job job-1 paused at step 590", "data": {
+                "mode": "checkpoint", "ok": True, "checkpoint": "/ck/590.pt", "step": 590}},
+            ts=last + 1))
+        store.ingest("node-b", encode("event", 10**6 + 1, {
+            "kind": "pause", "job": "job-1", "rank": None, "step": None,
+            "msg": "job job-1: pause failed: this host's part did not end within 1 s of the "
+                   "pause; it keeps running",
+            "data": {"mode": "follow", "ok": False, "error": "still running after 1 s"}},
+            ts=last + 2))
+    with Store(path, read_only=True) as store:
+        snap = build_snapshot(StoreReader(store), until_ts=None, label="REPLAY")
+    p = snap.progress
+    assert (p.state, p.eta_note) == ("running", "partly paused: node-b still running")
+    assert type(p.state) is str and p.resume_step is None
+    assert (p.eta_seconds, p.eta_low, p.eta_high) == (None, None, None)
+    assert "job-1" in snap.jobs_training  # a part of it still trains
 
 
 @pytest.mark.slow
@@ -545,6 +578,11 @@ def test_a_paused_job_says_which_checkpoint_a_resume_starts_from(tmp_path: Path)
             "msg": "job job-1 paused at step 400", "data": {
                 "mode": "checkpoint", "ok": True, "checkpoint": "/ck/ckpt-400.pt",
                 "step": 400, "steps_discarded": syn.STEPS - 1 - 400}}, ts=last + 1))
+        store.ingest("node-b", encode("event", 10**6 + 1, {  # its agent follows
+            "kind": "pause", "job": "job-1", "rank": None, "step": None,
+            "msg": "job job-1 paused", "data": {
+                "mode": "follow", "ok": True, "checkpoint": "/ck/ckpt-400.pt", "step": 400}},
+            ts=last + 2))
     with Store(path, read_only=True) as store:
         reader = StoreReader(store)
         p = build_snapshot(reader, until_ts=None, label="REPLAY").progress
@@ -664,6 +702,9 @@ def test_a_paused_job_is_not_credited_with_its_hosts_gpus_serving_another(
         "step_time": 1.0}, ts=last + 2 + i) for i in range(1, 6)]
     with Store(path) as store:
         store.ingest("node-a", b"".join(lines))
+        store.ingest("node-b", encode("event", 10**6 + 10, {  # its agent follows
+            "kind": "pause", "job": "job-1", "rank": None, "step": None, "msg": "paused",
+            "data": {"mode": "follow", "ok": True}}, ts=last + 1.5))
     with Store(path, read_only=True) as store:
         reader = StoreReader(store)
         paused = build_snapshot(reader, until_ts=None, label="REPLAY", job="job-1")
