@@ -166,6 +166,22 @@ def worker_facts(pids: Sequence[int]) -> Dict[str, Optional[int]]:
     return facts
 
 
+def _change_unseen(expect: Optional[dict], nodes: Optional[int]) -> Optional[str]:
+    """Why a regroup after a scale does not show its change, or None: a host added leaves
+    the group larger than before it, one removed smaller. A regroup of any other cause in
+    the window (a node that failed and came back) is not the operator's change. Unknown
+    sizes (a joining host's, an agent older than the count) are not held against it."""
+    before = expect.get("nodes_before") if expect is not None else None
+    if not isinstance(before, int) or nodes is None:
+        return None
+    change = expect.get("change") if expect is not None else None
+    if change == "add" and nodes <= before:
+        return "the new group has %d node(s), %d before the change" % (nodes, before)
+    if change == "remove" and nodes >= before:
+        return "the new group has %d node(s), %d before the change" % (nodes, before)
+    return None
+
+
 class Membership:
     """The elastic side of one `ManagedJob`; runs on the job's thread except `first_step`
     (the daemon's thread, under `Progress.lock`, agent.job.progress)."""
@@ -348,10 +364,18 @@ class Membership:
             if expect is not None:
                 data.update({"id": expect["id"], "change": expect["change"],
                              "host": expect["host"]})
-            job.event(SCALE, "job %s: %s %s done; %s node(s) train from step %d, torchrun "
-                      "kept running" % (job.name, data.get("change", "membership change"),
-                                         data.get("host", ""), facts["nodes"], step), data,
-                      step=step)
+            unseen = _change_unseen(expect, facts["nodes"])
+            if unseen is not None:
+                data.update(ok=False, error=unseen)
+                job.event(SCALE, "job %s: regrouped, but %s %s is not seen: %s; %s node(s) "
+                          "train from step %d" % (job.name, data["change"], data["host"],
+                                                  unseen, facts["nodes"], step), data,
+                          step=step)
+            else:
+                job.event(SCALE, "job %s: %s %s done; %s node(s) train from step %d, "
+                          "torchrun kept running" % (
+                              job.name, data.get("change", "membership change"),
+                              data.get("host", ""), facts["nodes"], step), data, step=step)
         elif why == "joined":
             job.event(MEMBERSHIP, "job %s: torchrun admitted a node; %s node(s) train from "
                       "step %d" % (job.name, facts["nodes"], step),
@@ -396,8 +420,8 @@ class Membership:
             job.spec = spec
             checkpoint, _skipped = job.newest_checkpoint()
             job.launch(checkpoint, reason="scale")
-            if job.running:
-                self.expect = self._window(args, now)
+            if job.running:  # this host training in the new group is its join seen
+                self.expect = self._window(args, now, count=False)
                 self.regroup = {"since": now, "why": "scale", "pid": job.supervisor.pid
                                 if job.supervisor else None, "last_step": None}
                 job.save()
@@ -432,11 +456,16 @@ class Membership:
         self.expect = self._window(args, now)
         job.save()  # an agent restarted in the window still knows the change is expected
 
-    def _window(self, args: dict, now: float) -> dict:
-        # A regroup shows its first step within the start-up allowance of an attempt.
+    def _window(self, args: dict, now: float, count: bool = True) -> dict:
+        # A regroup shows its first step within the start-up allowance of an attempt. With
+        # `count`, the group's size now is what the regroup's must differ from for the
+        # change to be seen (`_change_unseen`).
         window = float(self.job.spec.hang_startup)
+        sup = self.job.supervisor
+        before = (worker_facts(list(sup.rank_pids()))["nodes"]
+                  if count and sup is not None and sup.running else None)
         return {"id": args.get("id"), "change": args.get("change"), "host": args.get("host"),
-                "window": window, "until": now + window}
+                "window": window, "until": now + window, "nodes_before": before}
 
     def follow_end(self, timeout: float) -> None:
         """A pause on a host without rank 0: rank 0's host stops its part, and this host's

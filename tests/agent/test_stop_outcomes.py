@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.job import peer_end
+from agent.job import membership, peer_end
 from agent.job.launch import LaunchSpec
 from agent.job.managed import ManagedJob
 from agent.journal.journal import Journal, JournalReader
@@ -231,3 +231,35 @@ def test_a_forks_event_names_the_op_that_started_it(tmp_path: Path) -> None:
     (event,) = _events(fork, "fork")
     assert event["data"]["ok"] is False and event["data"]["id"] == "f1-a"
     assert fork.state == "failed"
+
+
+# -- a scale is done when the new group shows it ----------------------------------------
+
+@pytest.mark.parametrize(("change", "before", "after", "seen"), [
+    ("add", 2, 3, True), ("add", 2, 2, False), ("add", 3, 2, False),
+    ("remove", 3, 2, True), ("remove", 3, 3, False),
+    ("add", None, 2, True), ("add", 2, None, True),  # a size not known: not held against it
+])
+def test_a_scale_is_said_done_only_when_the_new_groups_size_shows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, before: int | None,
+    after: int | None, seen: bool,
+) -> None:
+    """A staying host regroups after `cockpit scale`: "add c done" only where the group
+    it trains in is larger than before (a node that failed and came back regroups too,
+    within the same window, and is not the operator's change)."""
+    job = _elastic(tmp_path, survives=False)
+    sizes = iter([before, after])
+    monkeypatch.setattr(membership, "worker_facts", lambda pids: {
+        "nodes": next(sizes), "world_size": None, "torchrun_restarts": None})
+    job.membership.scale({"id": "s3-a", "change": change, "host": "c",
+                          "hosts": ["a", "b", "c"] if change == "add" else ["a", "b"]})
+    regroup = {"since": time.time() - 1, "why": "scale", "pid": 4242, "last_step": 40}
+    job.membership.completed(regroup, 41, time.time())
+    (event,) = _events(job, "scale")
+    assert event["data"]["ok"] is seen, event
+    if seen:
+        assert event["msg"].startswith(f"job pair: {change} c done;"), event["msg"]
+    else:
+        assert "is not seen" in event["msg"] and "done" not in event["msg"], event["msg"]
+        assert event["data"]["error"] == (
+            f"the new group has {after} node(s), {before} before the change")
