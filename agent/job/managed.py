@@ -1014,15 +1014,26 @@ class ManagedJob:
         # The ranks kept training until they were stopped and may have saved again (the
         # requested checkpoint after a periodic one): a resume starts from the newest.
         newest, _skipped = self.newest_checkpoint()
-        _ts, step, path = saved
+        _ts, step, reported = saved
+        path = reported  # type: Optional[str]
+        data = {"mode": "checkpoint", "ok": True, "id": op_id}  # type: Dict[str, Any]
         if newest is not None and newest.step >= step:
             step, path = newest.step, str(newest.path)
+            said = "job %s paused at step %d (checkpoint %s)" % (self.name, step, path)
+        else:
+            # Rank 0 reported a checkpoint that is no valid one of the checkpoint dir (a
+            # trainer saving elsewhere, a path it did not name): a resume starts from the
+            # newest valid one, and the pause says that step, not the one reported.
+            data.update(reported_step=step, reported_checkpoint=path)
+            step, path = (newest.step, str(newest.path)) if newest is not None else (0, None)
+            said = ("job %s paused; rank 0 reported a checkpoint at step %d (%s), which is no "
+                    "valid checkpoint in %s: a resume starts from %s" % (
+                        self.name, data["reported_step"], data["reported_checkpoint"],
+                        self.spec.checkpoint_dir,
+                        "step %d (%s)" % (step, path) if path else "the start"))
         self.state = PAUSED
-        self.event(PAUSE, "job %s paused at step %d (checkpoint %s); its processes have "
-                   "exited" % (self.name, step, path), {
-                        "mode": "checkpoint", "ok": True, "id": op_id, "checkpoint": path,
-                        "step": step, "steps_discarded": max(0, (last or step) - step)},
-                   step=step)
+        data.update(checkpoint=path, step=step, steps_discarded=max(0, (last or step) - step))
+        self.event(PAUSE, said + "; its processes have exited", data, step=step)
         if frozen_at is None or (frozen_at.step, str(frozen_at.path)) != (step, path):
             self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator", step,
                                 path)

@@ -8,6 +8,7 @@ way before its launch, which can still fail."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from agent.job import membership, peer_end
 from agent.job.launch import LaunchSpec
 from agent.job.managed import ManagedJob
 from agent.journal.journal import Journal, JournalReader
+from agent.wire import checkpoints
 
 NOT_EXITED = "processes did not exit after SIGKILL"
 
@@ -81,10 +83,19 @@ def _events(job: ManagedJob, kind: str) -> list[dict]:
             if r.get("t") == "event" and r.get("kind") == kind]
 
 
-def _checkpoint_asked_for(job: ManagedJob) -> None:
+def _checkpoint_asked_for(job: ManagedJob, path: str = "/ckpt/40") -> None:
     """Rank 0 saved the checkpoint the pause asks for (its `checkpoint_saved`)."""
     with job.progress.lock:
-        job._checkpoints.append((time.time() + 60, 40, "/ckpt/40"))
+        job._checkpoints.append((time.time() + 60, 40, path))
+
+
+def _valid_checkpoint(job: ManagedJob, step: int) -> str:
+    """A checkpoint of `step` in the job's checkpoint dir, with its completion marker."""
+    job.spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    path = job.spec.checkpoint_dir / f"ckpt-{step:08d}.pt"
+    path.write_bytes(b"x" * 64)
+    checkpoints.marker_path(path).write_text(json.dumps({"step": step, "bytes": 64}))
+    return str(path)
 
 
 # -- a pause says the processes exited only when they did ------------------------------
@@ -107,13 +118,36 @@ def test_a_pause_names_its_op_and_says_the_processes_exited_once_they_did(
     tmp_path: Path,
 ) -> None:
     job = _job(tmp_path)
-    _checkpoint_asked_for(job)
+    path = _valid_checkpoint(job, 40)
+    _checkpoint_asked_for(job, path)
     job._pause({"id": "p2-a"}, None)
     (event,) = _events(job, "pause")
     assert event["data"]["ok"] is True and event["data"]["id"] == "p2-a"
-    assert event["msg"] == ("job pair paused at step 40 (checkpoint /ckpt/40); its processes "
+    assert event["msg"] == (f"job pair paused at step 40 (checkpoint {path}); its processes "
                             "have exited")
     assert job.state == "paused"
+
+
+@pytest.mark.parametrize("older", [None, 30])
+def test_a_pause_says_where_a_resume_starts_not_a_checkpoint_no_resume_can_use(
+    tmp_path: Path, older: int | None,
+) -> None:
+    """Rank 0 reported a checkpoint outside the checkpoint dir (a trainer's own output
+    dir): the pause names the step a resume starts from, the newest valid checkpoint's
+    (or the start), and what was reported beside it."""
+    job = _job(tmp_path)
+    resume_from = _valid_checkpoint(job, older) if older is not None else None
+    _checkpoint_asked_for(job, "/elsewhere/checkpoint-40")
+    job._pause({"id": "p3-a"}, None)
+    (event,) = _events(job, "pause")
+    data = event["data"]
+    assert data["ok"] is True and job.state == "paused"
+    assert (data["step"], data["checkpoint"]) == (older or 0, resume_from)
+    assert (data["reported_step"], data["reported_checkpoint"]) == (
+        40, "/elsewhere/checkpoint-40")
+    assert "paused at step 40" not in event["msg"]
+    assert "a resume starts from " + (f"step {older}" if older else "the start") \
+        in event["msg"], event["msg"]
 
 
 def test_every_pause_path_names_its_op(tmp_path: Path) -> None:
