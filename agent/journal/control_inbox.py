@@ -45,6 +45,7 @@ def append_op(state_dir: Path, entry: dict, fresh_line: bool = False) -> None:
     with `fresh_line`, which begins it with a newline so that what the short write left
     stays a line of its own (answered as malformed) and this one is whole."""
     path = inbox_path(state_dir)
+    atomic.private_dir(state_dir)  # the ops in it are carried out: this user's alone
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
     if fresh_line:

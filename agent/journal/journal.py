@@ -44,6 +44,7 @@ from agent.journal.full import (
     Reserve,
     free_bytes,
 )
+from agent.wire import atomic
 from agent.wire.events import DROPPED
 from agent.wire.protocol import encode
 
@@ -134,7 +135,7 @@ def _renumber(line: bytes, seq: int) -> bytes:
 def ensure_journal_id(state_dir: Path) -> str:
     """The journal's random id, created once; racing creators agree on one value."""
     state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    atomic.private_dir(state_dir)
     path = state_dir / "journal_id"
     for _ in range(3):
         try:
@@ -217,6 +218,7 @@ class Journal:
     ) -> None:
         self.state_dir = Path(state_dir)
         self.dir = journal_dir(self.state_dir)
+        atomic.private_dir(self.state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.journal_id = ensure_journal_id(self.state_dir)
         self.max_bytes = int(max_bytes)

@@ -11,7 +11,9 @@ hidden `.NAME.PID.TID.tmp`, which no reader looks at.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from typing import Union
 
@@ -55,3 +57,21 @@ def write_text(path: PathLike, text: str, encoding: str = "utf-8",
         raise
     if durable:
         fsync_dir(directory or ".")
+
+
+def private_dir(path: PathLike) -> None:
+    """Create `path` (and its parents) for this user alone, or take an existing one that
+    is this user's, without group or other write permission (removed if it had any).
+
+    The agent's state dir holds its control inbox, whose ops it carries out (a launch
+    runs a command): a directory another user owns or may write lets them put their own
+    inbox there. One that belongs to another user is refused (OSError, EPERM)."""
+    os.makedirs(os.fspath(path), mode=0o700, exist_ok=True)
+    status = os.stat(path)  # a symlink's target: the directory the agent then uses
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is not None and status.st_uid != uid:
+        raise OSError(errno.EPERM, "%s belongs to uid %d, not to this user (uid %d): another "
+                      "user could write the agent's control inbox there; use a state dir "
+                      "of your own" % (os.fspath(path), status.st_uid, uid))
+    if status.st_mode & 0o022:
+        os.chmod(path, stat.S_IMODE(status.st_mode) & ~0o022)
