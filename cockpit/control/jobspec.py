@@ -589,6 +589,13 @@ def parse_jobspec(text: str, source: str = "<spec>",
     if not python.strip():
         raise fail("python", "must name the interpreter (default python3), not be empty")
     checkpoint_dir = path("checkpoint_dir", DEFAULTS["checkpoint_dir"])
+    for key, value in (("run_dir", run_dir), ("checkpoint_dir", checkpoint_dir)):
+        if slurm and value.startswith("~"):
+            # The login host's commands, the #SBATCH options and the pause's outcome files
+            # take the path as written: `~` would be a directory of that name.
+            raise fail(key, f"{value!r} starts with ~, which a Slurm job's paths do not "
+                       "expand (sbatch options, the login host's commands); give the "
+                       "absolute path, such as /home/USER/…")
     if hang_floor >= pg_timeout:
         raise fail("hang.floor", f"must be shorter than pg_timeout ({pg_timeout:g} s), or the "
                    "collective times out before the hang is noticed")  # fmt: skip

@@ -652,9 +652,11 @@ class SlurmJob:
         return done
 
     def _write(self, path: str, text: str) -> None:
+        # Whole or not at all: another cockpit reading `current-job` meanwhile (attach)
+        # must never find it empty.
         folder = str(PurePosixPath(path).parent)
-        self._must(["sh", "-c", 'mkdir -p "$1" && cat > "$2"', "sh", folder, path],
-                   stdin=text.encode("utf-8"))
+        self._must(["sh", "-c", 'mkdir -p "$1" && cat > "$2.$$.tmp" && mv -f "$2.$$.tmp" "$2"',
+                    "sh", folder, path], stdin=text.encode("utf-8"))
 
     def submit(self, resume: bool = False, exclude: Sequence[str] = ()) -> str:
         """Write the scripts beside the run and `sbatch` them; returns the Slurm job id."""

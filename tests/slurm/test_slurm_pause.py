@@ -38,7 +38,7 @@ from agent.wire.protocol import encode
 from cockpit.analysis.lifecycle import paused, took_effect
 from cockpit.app.slurm_cli import _run
 from cockpit.control.controller import ControlError
-from cockpit.control.jobspec import JobSpec, parse_jobspec
+from cockpit.control.jobspec import JobSpec, JobSpecError, parse_jobspec
 from cockpit.control.slurm import (
     NO_CHECKPOINT_EXIT,
     OUTCOME_NONE,
@@ -344,3 +344,22 @@ def test_the_script_says_saved_only_with_a_checkpoint(tmp_path: Path) -> None:
     assert "checkpoint saved" not in rest and "no checkpoint within 5 s" in rest
     assert f"code={NO_CHECKPOINT_EXIT}" in rest and 'exit "$code"' in rest
     assert "exit 0" not in trap
+
+
+@pytest.mark.parametrize("field", ["run_dir", "checkpoint_dir"])
+def test_a_slurm_jobs_paths_may_not_start_with_a_tilde(tmp_path: Path, field: str) -> None:
+    """The login host's commands and the #SBATCH options take a Slurm job's paths as
+    written: `~/runs` would be a directory named `~` there, and the nodes would look in
+    $HOME; the spec says so, naming the field."""
+    paths = {"run_dir": str(tmp_path / "runs"), "checkpoint_dir": "checkpoints"}
+    paths[field] = "~/runs/j" if field == "run_dir" else "~/ckpt"
+    text = (f'name = "j"\nnproc_per_node = 1\nscript = "train.py"\n'
+            f'run_dir = "{paths["run_dir"]}"\n'
+            f'checkpoint_dir = "{paths["checkpoint_dir"]}"\n'
+            '[launcher]\nkind = "slurm"\nnodes = 1\n')
+    with pytest.raises(JobSpecError, match=field) as raised:
+        parse_jobspec(text, "job.toml")
+    assert "starts with ~" in str(raised.value)
+    # Over SSH each host's agent expands ~ in its own home: allowed there.
+    parse_jobspec(text.replace('[launcher]\nkind = "slurm"\nnodes = 1\n', 'hosts = ["a"]\n'),
+                  "job.toml")
