@@ -28,6 +28,7 @@ from cockpit.control.slurm import SlurmError, SlurmJob
 log = logging.getLogger(__name__)
 
 DEFAULT_EVERY_S = 2.0
+FAULT_BACKOFF_MAX_S = 60.0  # the longest wait after unexpected failures in a row
 
 
 class SlurmWatcher:
@@ -62,20 +63,50 @@ class SlurmWatcher:
             # Slurm's words (the login node's stderr) go to stderr: shown as text.
             log.warning("slurm watch of %s, last look: %s", printable(self.job.spec.name),
                         printable(exc, multiline=True))
+        except Exception as exc:  # the caller's teardown goes on (its SSH link closed)
+            log.warning("slurm watch of %s, last look failed unexpectedly: %s",
+                        printable(self.job.spec.name),
+                        printable(f"{type(exc).__name__}: {exc}", multiline=True))
 
     def _loop(self) -> None:
+        faults = 0  # unexpected failures in a row: the wait after each grows
         while not self._stop.is_set():
+            wait = self.every
             try:
                 self.look_once()
                 self.problem = None
+                faults = 0
             except SlurmError as exc:  # the login node unreachable, say: tried again
+                faults = 0
                 if str(exc) != self.problem:
                     log.warning("slurm watch of %s: %s", printable(self.job.spec.name),
                                 printable(exc, multiline=True))
-                    self.job.event(SLURM_UNREACHABLE, f"cannot ask Slurm about "
-                                   f"{self.job.spec.name}: {exc}", error=str(exc))
+                    self._guarded_event(exc)
                 self.problem = str(exc)
-            self._stop.wait(self.every)
+            except Exception as exc:  # a fault of the watch itself (handing on nodes, say)
+                # The thread goes on (Slurm's events, the nodes' streams depend on it);
+                # said once per kind of fault while it repeats, never as a traceback
+                # under the screen, and looked at again after a growing back-off.
+                faults += 1
+                wait = min(self.every * 2 ** min(faults, 8), max(FAULT_BACKOFF_MAX_S,
+                                                                 self.every))
+                text = f"{type(exc).__name__}: {exc}"
+                if text != self.problem:
+                    log.warning("slurm watch of %s failed unexpectedly (looked at again "
+                                "in %.3g s): %s", printable(self.job.spec.name), wait,
+                                printable(text, multiline=True))
+                self.problem = text
+            self._stop.wait(wait)
+
+    def _guarded_event(self, exc: SlurmError) -> None:
+        """The SLURM_UNREACHABLE event; its own failure (the recording's, say) is logged."""
+        try:
+            self.job.event(SLURM_UNREACHABLE, f"cannot ask Slurm about "
+                           f"{self.job.spec.name}: {exc}", error=str(exc))
+        except Exception as fault:
+            log.warning("slurm watch of %s: recording that Slurm cannot be asked failed: "
+                        "%s", printable(self.job.spec.name),
+                        printable(f"{type(fault).__name__}: {fault}", multiline=True))
 
     def look_once(self) -> None:
         """One look: the current submission's state recorded when it changed, and its
@@ -103,5 +134,7 @@ class SlurmWatcher:
         if told not in self._told and state.state not in ("PENDING", "UNKNOWN"):
             nodes = self.job.allocated(state)
             if nodes:
-                self._told.add(told)
+                # Told once it worked: nodes whose hand-on failed are handed on again by
+                # the next look (adding a node already streamed changes nothing).
                 self.on_nodes(nodes)
+                self._told.add(told)

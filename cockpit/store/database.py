@@ -203,6 +203,37 @@ class StoreReadOnlyError(StoreError):
     pass
 
 
+# What DuckDB (or the OS under it) says when the recording's file, its write-ahead log
+# or its temp dir cannot be written: a full disk, a file system remounted read-only.
+_STORE_FAILURE_WORDS = ("no space left", "could not write", "disk full", "disk is full",
+                        "read-only file system", "read-only", "read only", "could not fsync",
+                        "could not truncate", "has been invalidated", "quota exceeded")
+# A commit refused for what the transaction wrote is the data's fault, not the store's.
+_DATA_COMMIT_WORDS = ("constraint", "duplicate key", "conflict")
+
+
+def store_failure(exc: BaseException) -> bool:
+    """Whether `exc`, raised writing a flush, is the store's own failure (a full disk, a
+    read-only or vanished file system, a database DuckDB gave up on) rather than a fault
+    of the lines written: no host's lines would fare better alone, so none is blamed.
+
+    DuckDB 2.0 reports a write-ahead log it cannot write as a TransactionException
+    ("Failed to commit: Could not write file ...wal: No space left on device"), not an
+    IOException. Messages are read only from the exception types that report on the
+    database or a transaction: a conversion or parse error may quote a host's line, and
+    a line saying "No space left" must not stall every host's flush."""
+    if isinstance(exc, (OSError, duckdb.IOException, duckdb.FatalException)):
+        return True
+    if not isinstance(exc, (duckdb.TransactionException, duckdb.PermissionException)) \
+            and type(exc) is not duckdb.Error:
+        return False
+    text = str(exc).lower()
+    if any(word in text for word in _STORE_FAILURE_WORDS):
+        return True
+    return (isinstance(exc, duckdb.TransactionException) and "failed to commit" in text
+            and not any(word in text for word in _DATA_COMMIT_WORDS))
+
+
 @dataclass(frozen=True)
 class IngestResult:
     """What one ingest (or one writer flush) did."""
@@ -614,8 +645,10 @@ class Store:
         One host's data cannot cost another host its records: when the flush fails even
         line by line (`careful`), each host is stored in a transaction of its own, and
         the hosts that still fail are reported in `IngestResult.failed` (nothing of
-        theirs written, their marks unmoved) while the others commit. Only when every
-        host fails (the store itself: a full disk) does this raise.
+        theirs written, their marks unmoved) while the others commit. When the store
+        itself fails (`store_failure`: a full disk) this raises at once, whatever hosts
+        committed before, and so it does when every host fails; no host is blamed for
+        the store's failure (the writer keeps the lines and retries them).
         """
         self._writable()
         per_host: dict[str, _HostBatch] = {}
@@ -632,11 +665,13 @@ class Store:
             try:
                 try:
                     result, marks = self._write(items, careful=False)
-                except Exception:  # retried line by line, then host by host
+                except Exception as exc:  # retried line by line, then host by host
+                    if store_failure(exc):  # a full disk: no way of writing fares better
+                        raise
                     try:
                         result, marks = self._write(items, careful=True)
-                    except Exception:
-                        if len(items) == 1:
+                    except Exception as again:
+                        if len(items) == 1 or store_failure(again):
                             raise
                         result, marks = self._write_each(items)
             except BaseException:
@@ -780,10 +815,9 @@ class Store:
         for item in items:
             try:
                 result, host_marks = self._write([item], careful=True)
-            except (duckdb.IOException, OSError):
-                # The store's own failure (a full disk): no host would fare better.
-                raise
             except Exception as exc:
+                if store_failure(exc):  # a full disk, say: no host would fare better
+                    raise
                 first_error = first_error or exc
                 failed.append((item.host, f"{type(exc).__name__}: {_first_line(exc)}"))
                 continue

@@ -27,6 +27,13 @@ moves past lines that were dropped, so they are fetched again rather than lost.
 A host whose lines fail even when the store takes each host alone (`Store.ingest_many`
 reports it in `IngestResult.failed`) costs only itself: its lines are kept and retried,
 each flush in a transaction of their own, while every other host's lines are stored.
+The store's own failure (`store_failure`: a full disk, a read-only file system) is no
+host's: it is reported as it is, and the whole batch kept for the next flush.
+
+The writer thread outlives any unexpected failure of one of its iterations: the batch
+it took is queued again at the front, the failure reported (`WriterFaultError`) through
+`on_error`, and the next flush waits a back-off that doubles while failures repeat
+(`BACKOFF_MIN_S` .. `BACKOFF_MAX_S`).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from collections.abc import Callable
 import orjson
 
 from cockpit.ingest.route import Grouped, pregroup
-from cockpit.store.database import IngestResult, Store, merge_results
+from cockpit.store.database import IngestResult, Store, merge_results, store_failure
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,11 @@ DEFAULT_QUIET_FACTOR = 10.0  # idle time per unit of flush time: flushing stays 
 # this much queued wire data (the store is failing, or far behind) chunks queue as they
 # came and the flush routes them.
 PREGROUP_MAX_PENDING_BYTES = 256 << 20
+# After a writer-thread iteration failed unexpectedly (a fault of the writer itself, not
+# a store failure, which `_commit` handles): the wait before the next, doubled per
+# failure in a row up to the cap, so that a fault that repeats does not spin.
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 10.0
 
 
 class WriterBacklogError(RuntimeError):
@@ -59,6 +71,10 @@ class WriterBacklogError(RuntimeError):
 
 class HostStoreError(RuntimeError):
     """One host's lines could not be stored while other hosts' were."""
+
+
+class WriterFaultError(RuntimeError):
+    """A flush of the writer thread failed in an unexpected way; its lines are kept."""
 
 
 Entry = tuple[str, bytes, Grouped | None]
@@ -158,7 +174,7 @@ class StoreWriter:
         thread has under way: a later batch committed first would move the hosts' marks
         past the earlier one's lines, which would then be dropped as already stored."""
         with self._committing:
-            return self._commit(self._take())
+            return self._commit_kept(self._take())
 
     def _take(self) -> list[Entry]:
         with self._cond:
@@ -182,28 +198,48 @@ class StoreWriter:
 
     def _run(self) -> None:
         next_maintenance = time.monotonic() + self.maintenance_every
+        backoff = 0.0  # after an iteration that failed: no flush sooner, full buffer or not
         while True:
             with self._cond:
-                deadline = time.monotonic() + self.next_wait()
-                while not self._stopping and self._lines < self.max_lines:
+                deadline = time.monotonic() + max(self.next_wait(), backoff)
+                while not self._stopping and (backoff or self._lines < self.max_lines):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
                 stopping = self._stopping
-            with self._committing:  # batches are committed in the order they are taken
-                batch = self._take()
-                started = time.monotonic()
-                self._commit(batch)
-                self._last_flush_s = time.monotonic() - started if batch else 0.0
-            if self.maintenance is not None and time.monotonic() >= next_maintenance:
-                more = self._guarded(self.maintenance, self.store)
-                # Work left (a long backlog, done in parts): the next part right after
-                # the next flush, so that ingest is never held up for long.
-                next_maintenance = time.monotonic() + (0.0 if more is True
-                                                       else self.maintenance_every)
+            try:
+                with self._committing:  # batches are committed in the order they are taken
+                    batch = self._take()
+                    started = time.monotonic()
+                    self._commit_kept(batch)
+                    self._last_flush_s = time.monotonic() - started if batch else 0.0
+                if self.maintenance is not None and time.monotonic() >= next_maintenance:
+                    more = self._guarded(self.maintenance, self.store)
+                    # Work left (a long backlog, done in parts): the next part right after
+                    # the next flush, so that ingest is never held up for long.
+                    next_maintenance = time.monotonic() + (0.0 if more is True
+                                                           else self.maintenance_every)
+                backoff = 0.0
+            except Exception as exc:  # the thread outlives it: the lines are kept
+                backoff = min(max(2 * backoff, BACKOFF_MIN_S), BACKOFF_MAX_S)
+                self.errors += 1
+                fault = WriterFaultError(
+                    f"a flush failed unexpectedly ({type(exc).__name__}: {exc}); its lines "
+                    f"are kept and tried again in {backoff:g} s")
+                fault.__cause__ = exc
+                self._report(fault)
             if stopping:
                 return
+
+    def _commit_kept(self, batch: list[Entry]) -> IngestResult | None:
+        """`_commit`, with `batch` queued again at the front should it raise (lines of it
+        that were committed come back as duplicates, which the store skips)."""
+        try:
+            return self._commit(batch)
+        except BaseException:
+            self._requeue(batch)
+            raise
 
     def _takes(self, host: str, chunk: bytes) -> bool:
         """Whether a chunk of a gapped host starts a stream from at most its committed
@@ -234,7 +270,7 @@ class StoreWriter:
                   for host in sorted({e[0] for e in batch} & self._suspects)]
         retry: set[int] = set()  # ids of the entries to queue again
         results: list[IngestResult] = []
-        for part in parts:
+        for index, part in enumerate(parts):
             if not part:
                 continue
             try:
@@ -242,17 +278,23 @@ class StoreWriter:
             except Exception as exc:
                 self.errors += 1
                 host = part[0][0]
+                if store_failure(exc):
+                    # The store's own (a full disk): said as such, no host blamed, and
+                    # no other part tried (it would fail the same way); all kept.
+                    self._report(exc)
+                    retry.update(id(e) for rest in parts[index:] for e in rest)
+                    break
                 if host in self._suspects:
                     exc = HostStoreError(f"host {host}: its lines still cannot be stored "
                                          f"({type(exc).__name__}: {exc}); kept and retried")
-                self.on_error(exc)
+                self._report(exc)
                 retry.update(id(e) for e in part)
                 continue
             failed = dict(result.failed)
             for host, error in failed.items():
                 self.errors += 1
                 self._suspects.add(host)
-                self.on_error(HostStoreError(
+                self._report(HostStoreError(
                     f"host {host}: its lines could not be stored ({error}); they are kept "
                     "and retried on their own, the other hosts' lines were stored"))
             retry.update(id(e) for e in part if e[0] in failed)
@@ -302,17 +344,25 @@ class StoreWriter:
                 self._lines += lines
                 self._pending_bytes += sum(len(chunk) for _, chunk, _ in batch)
         if error is not None:
-            self.on_error(error)
+            self._report(error)
 
     @staticmethod
     def _log_error(exc: Exception) -> None:
         log.error("store writer: %s", exc, exc_info=exc)
+
+    def _report(self, exc: Exception) -> None:
+        """`on_error(exc)`; a fault of `on_error` itself is logged, never raised into
+        the flush (which would lose track of the lines it has to keep)."""
+        try:
+            self.on_error(exc)
+        except Exception as fault:
+            log.error("store writer: reporting %s failed: %s", exc, fault, exc_info=fault)
 
     def _guarded(self, fn: Callable[..., object], arg: object) -> object:
         try:
             return fn(arg)
         except Exception as exc:
             self.errors += 1
-            self.on_error(exc)
+            self._report(exc)
             return None
 

@@ -10,6 +10,7 @@ in them is ever shell syntax.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import threading
@@ -98,6 +99,18 @@ class SshCommands:
                     channel_in.write(stdin)
                 channel_in.channel.shutdown_write()
                 stdout, stderr = out.read(MAX_OUTPUT), err.read(MAX_OUTPUT)
+                # The channel's timeout bounds each read, not the wait for the exit
+                # status after the output ended: a command that closed its output and
+                # runs on, or a link that died silently after it, would hold this lock
+                # (every Slurm command through this host) for ever.
+                if not out.channel.status_event.wait(timeout):
+                    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                        out.channel.close()
+                    self.close()  # the link may be dead: the next command connects again
+                    raise CommandError(
+                        f"{self.spec.name}: `{line}`: its output ended but it did not exit "
+                        f"within {timeout:g} s (it runs on with its output closed, or the "
+                        "link died): gave up on it and closed its channel")
                 status = out.channel.recv_exit_status()
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self.close()
