@@ -38,7 +38,7 @@ from agent.lockfile import StateLock
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
-from agent.wire import jobstate, paths, states
+from agent.wire import atomic, jobstate, paths, states
 from agent.wire.events import JOB_ADOPTED, SAMPLER_ERROR
 from agent.wire.launch_spec import check_job_name
 from agent.wire.op_error import OpError
@@ -227,8 +227,12 @@ class Daemon:
         path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"id": op.get("id"), "ts": time.time(), "knobs": knobs},
                           separators=(",", ":"), ensure_ascii=False, default=str)
-        with open(str(path), "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        try:
+            atomic.append_line(path, (line + "\n").encode("utf-8"))
+        except OSError as exc:
+            # Not whole in the file: the trainer will refuse what is there, not apply it.
+            raise OpError("the adjust could not be written whole to the trainer's control "
+                          "file %s: %s; the knobs are not set" % (path, exc)) from None
         reply: Dict[str, Any] = {"file": str(path)}
         managed = self.jobs.get(job)
         applies = _ADJUST_APPLIES.get(managed.state) if managed is not None else None
@@ -501,14 +505,18 @@ class Daemon:
         try:
             return fn()
         except Exception as exc:
-            text = "%s sampler failed: %s: %s" % (name, type(exc).__name__, exc)
-            now = time.monotonic()
-            if now - self._sampler_errors.get(text, -1e9) >= 60.0:
-                self._sampler_errors[text] = now
-                self.journal.append("event", {"kind": SAMPLER_ERROR, "job": None,
-                                              "rank": None, "step": None, "msg": text,
-                                              "data": {"sampler": name}})
+            self._sampler_error("%s sampler failed: %s: %s" % (name, type(exc).__name__, exc),
+                                {"sampler": name})
             return None
+
+    def _sampler_error(self, text: str, data: Dict[str, Any]) -> None:
+        """Journal a sampler's or watcher's failure, at most once a minute per message
+        (the sampler and XID threads both report here)."""
+        now = time.monotonic()
+        if now - self._sampler_errors.get(text, -1e9) >= 60.0:
+            self._sampler_errors[text] = now
+            self.journal.append("event", {"kind": SAMPLER_ERROR, "job": None, "rank": None,
+                                          "step": None, "msg": text, "data": data})
 
     def _on_xid(self, gpu: int, xid: int, ts: float) -> None:
         uuid = None
@@ -518,7 +526,12 @@ class Daemon:
         self.journal.append_many(xid_records(gpu, xid, uuid, ts))
         self._note_fault(lambda: self.gpu_history.note_xid(gpu, xid, ts, list(self.jobs)))
         for job in list(self.jobs.values()):
-            job.note_xid(gpu, xid)
+            try:  # one job's failure must not keep the XID from the others
+                job.note_xid(gpu, xid)
+            except Exception as exc:
+                self._sampler_error("job %s: XID %d of GPU %d not counted: %s: %s" % (
+                    job.name, xid, gpu, type(exc).__name__, exc),
+                    {"sampler": "xid", "gpu": gpu, "xid": xid})
 
     def _note_fault(self, note: Callable[[], Any]) -> None:
         """Keep a GPU fault in this host's history (agent.job.gpu_history); a state dir
@@ -672,7 +685,7 @@ class Daemon:
         cfg = self.config
         try:
             if isinstance(self.gpus, Nvml):  # registered first: the hello says which
-                self.xid = XidWatcher(self.gpus, self._on_xid)
+                self.xid = XidWatcher(self.gpus, self._on_xid, on_error=self._sampler_error)
                 self.xid.register()
             self.journal.append("hello", self.hello())
             self._load_gpu_history()
@@ -696,7 +709,7 @@ class Daemon:
                     self._save_command()
                     last_checkpoint = now
                 if now - last_retention >= 60.0:
-                    self.journal.enforce_retention()
+                    self._survive("journal retention", self.journal.enforce_retention)
                     last_retention = now
                 if cfg.exit_with is not None and now - last_owner >= OWNER_EVERY:
                     last_owner = now

@@ -55,7 +55,7 @@ from agent.job.stacks import STACKS_MAX_BYTES, dump_stacks
 from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
-from agent.wire import checkpoints, jobstate, paths
+from agent.wire import atomic, checkpoints, jobstate, paths
 from agent.wire.causes import HANG, LAUNCH_FAILED
 from agent.wire.events import (
     CHECKPOINT_SAVED,
@@ -324,8 +324,20 @@ class ManagedJob:
                 "pid": self.supervisor.pid if self.supervisor is not None else None}
 
     # -- the job's thread -------------------------------------------------------------
+    # The job's loop outlives an unexpected error in one of its steps (a look at the
+    # attempt, a restart, an operation): the error is said, once per step and kind, and
+    # again every LOOP_REPORT_EVERY s with how often it recurred; the looks then wait
+    # LOOP_BACKOFF s, doubled at each error in a row up to LOOP_BACKOFF_MAX s, while the
+    # operator's operations are still carried out. Only a decision fails the job.
+    LOOP_BACKOFF = WATCH
+    LOOP_BACKOFF_MAX = 60.0
+    LOOP_REPORT_EVERY = 600.0
+
     def _run(self, use_newest: bool, fork_from: Optional[Tuple[Path, Optional[int]]],
              adopted: Optional[dict] = None) -> None:
+        # Over 80 lines: the job thread's whole life, start (adopted, forked, resumed)
+        # then each step of the loop guarded on its own; split, the steps' guards and
+        # the back-off they share would be passed between the parts.
         try:
             checkpoint = None
             retry_now: Optional[float] = None
@@ -346,36 +358,91 @@ class ManagedJob:
             if self.state != STANDBY and adopted is None:
                 self.launch(checkpoint)
             retry_at: Optional[float] = retry_now
+            failures = 0  # steps in a row that raised
+            quiet_until = 0.0  # no look before then, after a step raised
+            said: Dict[Tuple[str, str], List[float]] = {}  # (step, error): said at, repeats
+
+            def trouble(doing: str, exc: Exception) -> float:
+                """Say (or count) an unexpected error of one step; when to look next."""
+                nonlocal failures
+                failures += 1
+                now = time.time()
+                wait = min(self.LOOP_BACKOFF_MAX,
+                           self.LOOP_BACKOFF * 2.0 ** min(failures - 1, 30))
+                key = (doing, type(exc).__name__)
+                before = said.get(key)
+                if before is not None and now - before[0] < self.LOOP_REPORT_EVERY:
+                    before[1] += 1
+                    return now + wait
+                said[key] = [now, 0.0]
+                tb = exc.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                where = None if tb is None else "%s:%d in %s" % (
+                    tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+                repeats = int(before[1]) if before is not None else 0
+                error = "%s: %s" % (type(exc).__name__, exc)
+                try:
+                    self.event(SAMPLER_ERROR, "job %s: %s failed: %s%s; the job goes on as "
+                               "it was (%s), its next look in %.1f s" % (
+                                    self.name, doing, error,
+                                    " (%d more time(s) since it was last said)" % repeats
+                                    if repeats else "", self.state, wait),
+                               {"job_state": self.state, "doing": doing, "error": error,
+                                "where": where, "repeats": repeats,
+                                "failures_in_a_row": failures, "next_look_in": wait})
+                except Exception:  # nowhere to say it: the job goes on all the same
+                    pass
+                return now + wait
+
             while not self._closing.is_set():
-                self._save_if_due()
+                try:
+                    self._save_if_due()
+                except Exception as exc:  # said, as any step's (trouble)
+                    quiet_until = trouble("saving its state", exc)
                 try:
                     action, args = self._commands.get(timeout=self._next_look())
                 except queue.Empty:
                     action, args = "", {}
-                if action:
-                    if action == "close":
-                        break
-                    if args.pop(CARRIED, False) and not self._still_applies(action, args):
+                if action == "close":
+                    break
+                doing = "carrying out the operator's %s" % action
+                try:
+                    if action:
+                        if args.pop(CARRIED, False) and not self._still_applies(action, args):
+                            continue
+                        try:
+                            retry_at = self._operate(action, args, retry_at)
+                        except OSError as exc:
+                            self._op_failed(action, args, exc)
+                        finally:
+                            self._carried_out(action)
                         continue
-                    try:
-                        retry_at = self._operate(action, args, retry_at)
-                    except OSError as exc:
-                        self._op_failed(action, args, exc)
-                    finally:
-                        self._carried_out(action)
-                    continue
-                if self._follow_peers():
-                    retry_at = None  # this part ended or started again as another's did
-                elif self.state == BACKOFF and retry_at is not None and time.time() >= retry_at:
-                    retry_at = None
-                    self._restart_after_failure()
-                elif self.state == FROZEN and self._freeze_until is not None and (
-                        time.time() >= self._freeze_until):
-                    self._thaw("hold of the freeze ran out")
-                elif self.state == RUNNING:
-                    retry_at = self._watch()
-                elif self.state == STANDBY:
-                    self.membership.poll_takeover()
+                    if time.time() < quiet_until:
+                        continue
+                    doing = "following the other hosts' parts"
+                    if self._follow_peers():
+                        retry_at = None  # this part ended or started again as another's did
+                    elif self.state == BACKOFF and retry_at is not None and (
+                            time.time() >= retry_at):
+                        doing = "restarting after a failure"
+                        self._restart_after_failure()
+                        retry_at = None  # once restarted: one that raised is tried again
+                    elif self.state == FROZEN and self._freeze_until is not None and (
+                            time.time() >= self._freeze_until):
+                        doing = "thawing at the end of its freeze"
+                        self._thaw("hold of the freeze ran out")
+                    elif self.state == RUNNING:
+                        doing = "watching its attempt"
+                        retry_at = self._watch()
+                    elif self.state == STANDBY:
+                        doing = "waiting as a spare for its claim"
+                        self.membership.poll_takeover()
+                    failures = 0
+                except Exception as exc:  # one step's bug never ends the job, nor its trainer
+                    quiet_until = trouble(doing, exc)
+                    if self.state == BACKOFF and retry_at is None:
+                        retry_at = quiet_until  # a restart was decided: it stays due
         except Exception as exc:  # the agent must outlive a bug in one job's handling
             self.state = FAILED
             self.event(SAMPLER_ERROR, "job %s: recovery loop failed: %s: %s"
@@ -942,9 +1009,11 @@ class ManagedJob:
         requested = time.time()
         control = paths.control_file(self.spec.run_dir, self.name)
         control.parent.mkdir(parents=True, exist_ok=True)
-        with open(str(control), "a", encoding="utf-8") as f:
-            f.write(json.dumps({"id": args.get("id"), "ts": requested,
-                                "knobs": {"checkpoint_now": True}}) + "\n")
+        # Whole or not at all (OSError: `_op_failed` says the pause failed); never glued
+        # to what a failed append left, which the trainer would refuse with it.
+        atomic.append_line(control, (json.dumps({"id": args.get("id"), "ts": requested,
+                                                 "knobs": {"checkpoint_now": True}})
+                                     + "\n").encode("utf-8"))
         self.state = PAUSING
         deadline = requested + timeout
         saved = None

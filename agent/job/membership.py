@@ -26,9 +26,9 @@ absence (with the workers' exit statuses) is what says the stop was torchrun's o
 
 Spares wait in `standby`, with no process. The agent of a host excluded as faulty claims
 the first free spare with a file in the job's shared control dir
-(`control/JOB.takeover/SPARE.json`, created exclusively, so two hosts never take the
-same spare); the spare's agent looks for that file, and starts torchrun with the job's
-rendezvous, which the other nodes' torchrun admits in their regroup.
+(`control/JOB.takeover/SPARE.json`, created whole and only where none is, so two hosts
+never take the same spare); the spare's agent looks for that file, and starts torchrun
+with the job's rendezvous, which the other nodes' torchrun admits in their regroup.
 
 Over 500 lines because the regroup, the scale, the exclusion of a faulty host and the
 takeover by a spare read and change one state of the job (its generation, the hosts
@@ -37,11 +37,13 @@ expected, the regroup pending) on the job's thread, each checked against the oth
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -53,7 +55,7 @@ from agent.job.recovery import HINTS, Decision, Diagnosis, classify
 from agent.job.supervisor import alive
 from agent.wire import atomic, paths
 from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
-from agent.wire.events import MEMBERSHIP, SCALE, TAKEOVER
+from agent.wire.events import MEMBERSHIP, SAMPLER_ERROR, SCALE, TAKEOVER
 from agent.wire.op_error import OpError
 from agent.wire.states import (
     EXCLUDED,
@@ -86,6 +88,11 @@ NOT_EXITED = "processes did not exit after SIGKILL"
 # history (agent.job.gpu_history), they are taken as the GPU's in a job excluding on them.
 SUSPECT_CAUSES = (HANG, KILLED, UNKNOWN)
 HEALTH_EVERY = 60.0  # s between a spare's publications of its GPU fault history
+# s after which an empty claim file is taken as abandoned: an older agent created it and
+# was killed (or ran out of space) before writing it; a claim now appears whole at once.
+CLAIM_ABANDONED = 300.0
+# Why a hard link cannot be made where the claims are (a filesystem without them).
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
 def takeover_dir(spec: LaunchSpec) -> Path:
@@ -94,8 +101,10 @@ def takeover_dir(spec: LaunchSpec) -> Path:
 
 def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str],
                 generation: Optional[str] = None) -> Optional[str]:
-    """Take the first spare nobody has claimed: O_EXCL on a shared file is the lock. The
-    spare's part is the replaced host's: of its `generation` (agent.job.peer_end)."""
+    """Take the first spare nobody has claimed: a claim file created only where none is
+    (`_create_whole`) is the lock. The spare's part is the replaced host's: of its
+    `generation` (agent.job.peer_end). Raises OSError (a full or unwritable shared dir):
+    then no spare was claimed, and no claim file of this host's is left."""
     folder = takeover_dir(spec)
     folder.mkdir(parents=True, exist_ok=True)
     # A spare whose GPUs faulted lately (as it published) comes after the clean ones.
@@ -106,15 +115,96 @@ def claim_spare(spec: LaunchSpec, replaced: str, cause: str, hosts: Sequence[str
                  "hosts": [spare if h == replaced else h for h in hosts]}
         if generation is not None:
             claim["generation"] = generation
-        try:
-            fd = os.open(str(folder / ("%s.json" % spare)),
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(claim))
-        return spare
+        if _create_whole(folder / ("%s.json" % spare), json.dumps(claim)):
+            return spare
     return None
+
+
+def _create_whole(target: Path, text: str) -> bool:
+    """Create `target` holding `text`, unless it exists (False): the text goes to a file
+    of its own first, which is then linked at `target` (an atomic create-if-absent), so
+    the claim appears whole or not at all. A full disk or a kill midway leaves no claim
+    file (an empty one would read as "still being written" forever, and keep everyone
+    else from claiming the spare); one that an older agent left empty so is set aside
+    once older than CLAIM_ABANDONED. A filesystem without hard links gets the claim
+    created exclusively and written after, as before. Raises OSError."""
+    tmp = target.with_name(".%s.%d.%d.tmp" % (target.name, os.getpid(),
+                                              threading.get_ident()))
+    try:
+        with open(str(tmp), "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        for _ in range(2):  # again only after setting an abandoned empty claim aside
+            try:
+                os.link(str(tmp), str(target))
+                return True
+            except FileExistsError:
+                if not _set_aside_abandoned(target):
+                    return False
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                return _create_exclusively(target, text)
+        return False
+    finally:
+        try:
+            os.unlink(str(tmp))
+        except OSError:
+            pass
+
+
+def _create_exclusively(target: Path, text: str) -> bool:
+    """`_create_whole` where hard links are not supported: O_EXCL, then the text; a write
+    that fails takes the file away again (a kill midway still leaves it empty)."""
+    try:
+        fd = os.open(str(target), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+    except BaseException:
+        try:
+            os.unlink(str(target))
+        except OSError:
+            pass
+        raise
+    return True
+
+
+def _set_aside_abandoned(target: Path) -> bool:
+    """Whether `target` is out of the way now: gone meanwhile, or an empty claim older
+    than CLAIM_ABANDONED, moved aside (then deleted). An older agent created its claim
+    file first and wrote it after; killed, or out of space, in between, it left the
+    file empty, which no reader takes (`read_claim`) and which would keep the spare
+    from everyone for good. Should the move take a whole claim another host linked in
+    the meantime, that claim is put back, and the spare stays its."""
+    try:
+        status = os.stat(str(target))
+    except FileNotFoundError:
+        return True
+    if status.st_size or time.time() - status.st_mtime < CLAIM_ABANDONED:
+        return False
+    aside = target.with_name(".%s.abandoned.%d.%d" % (target.name, os.getpid(),
+                                                      threading.get_ident()))
+    try:
+        os.rename(str(target), str(aside))
+    except FileNotFoundError:
+        return True  # another host set it aside first
+    try:
+        if os.stat(str(aside)).st_size:
+            try:
+                os.link(str(aside), str(target))
+            except FileExistsError:
+                pass
+            return False
+    finally:
+        try:
+            os.unlink(str(aside))
+        except OSError:
+            pass
+    return True
 
 
 def health_file(spec: LaunchSpec, host: str) -> Path:
@@ -137,7 +227,7 @@ def read_claim(spec: LaunchSpec, spare: str) -> Optional[dict]:
     try:
         raw = (takeover_dir(spec) / ("%s.json" % spare)).read_text(encoding="utf-8")
         claim = json.loads(raw)
-    except (OSError, ValueError):  # absent, or still being written
+    except (OSError, ValueError):  # absent, or left empty by an older agent
         return None
     return claim if isinstance(claim, dict) else None
 
@@ -606,8 +696,7 @@ class Membership:
             return None
         me = str(spec.host)
         remaining = [h for h in spec.hosts if h != me]
-        spare = claim_spare(spec, me, diagnosis.cause, spec.hosts,
-                            self.job.peers.generations.current)
+        spare = self._claim_spare(diagnosis.cause)
         if spare is None and len(remaining) < spec.min_nodes:
             return None
         hosts = [spare if h == me else h for h in spec.hosts] if spare else remaining
@@ -623,6 +712,27 @@ class Membership:
         if history:
             info["gpu_history"] = history  # this host's faults across runs that bore on it
         return info, Decision(False, 0.0, reason, diagnosis.hint)
+
+    def _claim_spare(self, cause: str) -> Optional[str]:
+        """`claim_spare` for this host, off the job's thread (`looking_in`: a hung mount
+        is said while the job waits for it). A shared dir that cannot be written (full,
+        read-only) claims no spare: the exclusion goes on as if none were free, and an
+        event says why."""
+        job = self.job
+        spec = job.spec
+        folder = takeover_dir(spec)
+        claim = functools.partial(claim_spare, spec, str(spec.host), cause, list(spec.hosts),
+                                  job.peers.generations.current)
+        try:
+            return job.looking_in(folder, claim, "claiming a spare in",
+                                  "a hung network mount?")
+        except OSError as exc:
+            error = "%s: %s" % (type(exc).__name__, exc)
+            job.event(SAMPLER_ERROR, "job %s: cannot claim a spare in %s (%s); going on as "
+                      "if none were free" % (job.name, folder, error),
+                      {"job_state": job.state, "dir": str(folder), "error": error,
+                       "claimed": None})
+            return None
 
     def _fault_history(self, diagnosis: Diagnosis) -> Optional[dict]:
         """This host's GPU faults across runs (agent.job.gpu_history.summary), when there

@@ -240,6 +240,7 @@ class Journal:
         self._retry_at = 0.0  # time.monotonic() of the next write attempt while faulty
         self._torn = False  # a failed write left bytes after `_size` not yet cut off
         self._recovering = False  # a retry is writing (retention may journal meanwhile)
+        self._retention_error: Optional[str] = None  # the failure said, until one works
         # A full disk is tried again only once this much is free (the reserve's room
         # twice): a few bytes freed now and then must not make the alerts flap.
         self._resume_free = 2 * max(0, int(reserve_bytes))
@@ -424,7 +425,10 @@ class Journal:
                     self._held.add(t, _when(when, now), line)
             self._begin_fault(error)
         if rotated:
-            self._enforce_locked()
+            try:
+                self._enforce_locked()
+            except Exception as exc:  # the write is done: retention never undoes that
+                self._retention_failed("", exc)
         return written
 
     def _write(self, data: bytes) -> Tuple[int, Optional[OSError]]:
@@ -486,7 +490,9 @@ class Journal:
         return True
 
     def enforce_retention(self) -> int:
-        """Drop segments beyond the size/age caps; returns how many records were dropped."""
+        """Drop segments beyond the size/age caps; returns how many records were dropped.
+        A segment that cannot be removed (a read-only remount) is kept, in the list as
+        on disk, with those after it, and `log` hears it once per spell; nothing raised."""
         with self._lock:
             return self._enforce_locked()
 
@@ -498,6 +504,9 @@ class Journal:
                 st = path.stat()
                 sizes.append((st.st_size, st.st_mtime))
             except FileNotFoundError:
+                sizes.append((0, now))
+            except OSError as exc:  # not known to be past a cap: kept, and said
+                self._retention_failed("cannot look at %s" % path, exc)
                 sizes.append((0, now))
         total = sum(s for s, _ in sizes)
         # reason -> [count, first seq, last seq]
@@ -511,13 +520,20 @@ class Journal:
                 reason = "age cap"
             else:
                 break
-            first, path = self._segments.pop(0)
-            sizes.pop(0)
-            count = self._segments[0][0] - first
+            first, path = self._segments[0]
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                # Kept, here and on disk (a read-only remount): the journal grows past
+                # its cap until it can drop it; the segments after it wait behind it.
+                self._retention_failed("cannot drop %s past the %s" % (path, reason), exc)
+                break
+            self._retention_ok()
+            self._segments.pop(0)
+            sizes.pop(0)
+            count = self._segments[0][0] - first
             total -= size
             entry = dropped[reason]
             entry[0] += count
@@ -546,6 +562,21 @@ class Journal:
                     None,
                 )
         return total_dropped
+
+    def _retention_failed(self, what: str, exc: Exception) -> None:
+        """Said once per spell of failures (every minute's retention would say it
+        again), never raised: a segment it cannot drop costs room, not records."""
+        if self._retention_error is None:
+            self._retention_error = "%s: %s: %s" % (what or "failed", type(exc).__name__,
+                                                    exc)
+            self._log("journal retention: %s; segments are kept until it can (said once)"
+                      % self._retention_error)
+
+    def _retention_ok(self) -> None:
+        if self._retention_error is not None:
+            self._log("journal retention drops segments again (after: %s)"
+                      % self._retention_error)
+            self._retention_error = None
 
     def close(self) -> None:
         """Close, after a last try to write what is held; what still cannot be written

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional, TextIO
+from typing import Any, Callable, Dict, Iterator, Optional, TextIO
 
 from agent import __version__
 from agent.journal.control_inbox import append_op
@@ -55,12 +56,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _ascii(text: str, limit: int = 1000) -> str:
+    """`text` as one line of printable ASCII (what a client or the disk put into it
+    reaches the operator's terminal escaped), at most `limit` characters of it."""
+    return "".join(ch if " " <= ch <= "~" else ascii(ch)[1:-1] for ch in text[:limit])
+
+
 def _fd_lines(fd: int) -> Iterator[bytes]:
     """Lines from a raw fd. Not `sys.stdin.buffer`: a thread blocked inside a buffered
-    reader holds its lock, and the interpreter aborts at exit when it finds it taken."""
+    reader holds its lock, and the interpreter aborts at exit when it finds it taken.
+    A descriptor left non-blocking (shared with a process that set it so) is waited on;
+    any other read error is raised: nothing more can come through it."""
     pending = b""
     while True:
-        data = os.read(fd, 65536)
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            select.select([fd], [], [], 1.0)
+            continue
         if not data:
             if pending:
                 yield pending
@@ -78,7 +91,10 @@ def _fd_lines(fd: int) -> Iterator[bytes]:
 
 
 class _ControlReader(threading.Thread):
-    """Reads ops from stdin into the inbox; sets `eof` when stdin closes."""
+    """Reads ops from stdin into the inbox; sets `eof` when stdin closes, or when it
+    cannot be read any more (`error` then says why, and the stream ends non-zero: ops
+    sent after that would reach no agent). One line's failure is said on stderr, handed
+    over as malformed where it can be (so that its op is answered), and reading goes on."""
 
     def __init__(self, state_dir: Path, stdin_fd: int, stderr: TextIO) -> None:
         super().__init__(name="control-in", daemon=True)
@@ -86,29 +102,63 @@ class _ControlReader(threading.Thread):
         self.stdin_fd = stdin_fd
         self.stderr = stderr
         self.eof = threading.Event()
+        self.error: Optional[str] = None
 
     def run(self) -> None:
         try:
             for lineno, raw in enumerate(_fd_lines(self.stdin_fd), 1):
                 if raw.strip():
-                    self._accept(raw, lineno)
-        except (OSError, ValueError):
-            pass
+                    self._take(raw, lineno)
+        except Exception as exc:  # stdin cannot be read: the stream says so as it ends
+            self.error = "reading control ops from stdin failed: %s: %s" % (
+                type(exc).__name__, exc)
         finally:
             self.eof.set()
+
+    def _take(self, raw: bytes, lineno: int) -> None:
+        try:
+            self._accept(raw, lineno)
+        except Exception as exc:
+            error = "control line %d could not be handed to the agent: %s: %s" % (
+                lineno, type(exc).__name__, _ascii(str(exc), 300))
+            self._say(error)
+            entry: Dict[str, Any] = {"_malformed": error, "_rx": time.time(),
+                                     "_raw": raw[:200].decode("utf-8", "replace")}
+            try:
+                parsed = json.loads(raw)
+                for key in ("id", "op"):  # its op is refused by name, and answered
+                    value = parsed.get(key) if isinstance(parsed, dict) else None
+                    if isinstance(value, str):
+                        value.encode("utf-8")  # no lone surrogate: it can be written
+                        entry[key] = value
+            except Exception:
+                pass  # refused without them: the error is on stderr
+            try:
+                self._hand_over(entry)
+            except Exception as again:
+                self._say("control line %d is lost: %s: %s" % (
+                    lineno, type(again).__name__, again))
+
+    def _say(self, text: str) -> None:
+        try:
+            self.stderr.write("cockpit-agent stream: %s\n" % _ascii(text))
+            self.stderr.flush()
+        except (OSError, ValueError):
+            pass  # no stderr left to say it on; the ops still go on to the agent
 
     def _accept(self, raw: bytes, lineno: int) -> None:
         error = None
         entry = None
         try:
             entry = json.loads(raw)
+        except RecursionError:
+            error = "control line %d is not JSON: nested too deeply" % lineno
         except ValueError as exc:
             error = "control line %d is not JSON: %s" % (lineno, exc)
         if error is None and not isinstance(entry, dict):
             error = "control line %d is not a JSON object" % lineno
         if error is not None or entry is None:
-            self.stderr.write("cockpit-agent stream: %s\n" % error)
-            self.stderr.flush()
+            self._say(str(error))
             entry = {"_malformed": error, "_raw": raw[:200].decode("utf-8", "replace")}
         entry["_rx"] = time.time()
         self._hand_over(entry)
@@ -125,11 +175,9 @@ class _ControlReader(threading.Thread):
                 return
             except OSError as exc:
                 if attempt == 0 or time.monotonic() >= deadline:
-                    self.stderr.write("cockpit-agent stream: cannot hand control op %r "
-                                      "(id %r) to the agent: %s; %s\n" % (
-                                          entry.get("op"), entry.get("id"), exc,
-                                          "retrying" if attempt == 0 else "it is lost"))
-                    self.stderr.flush()
+                    self._say("cannot hand control op %r (id %r) to the agent: %s; %s" % (
+                        entry.get("op"), entry.get("id"), exc,
+                        "retrying" if attempt == 0 else "it is lost"))
                 if time.monotonic() >= deadline:
                     return
             attempt += 1
@@ -161,6 +209,12 @@ def run_stream(state_dir: Path, after: int, stdin_fd: int = 0, stdout_fd: int = 
                                            stop=control.eof.is_set,
                                            on_gap=_gap_headers(reader, daemon_pid)):
                     _write_all(stdout_fd, chunk)
+                if control.error is not None:
+                    stderr.write("cockpit-agent stream: %s; ending the stream, as no "
+                                 "control op could reach the agent through it\n"
+                                 % _ascii(control.error))
+                    stderr.flush()
+                    return 1
                 return 0
             except JournalReplaced as replaced:
                 # The state dir was wiped and a new journal begun. Its records are sent

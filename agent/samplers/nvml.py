@@ -12,6 +12,7 @@ The module object is injectable so the wrapper can be exercised without a GPU.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -29,6 +30,9 @@ STATE_NO_GPUS = states.GPU_NO_GPUS
 _NO_DRIVER_CODES = (9, 12)  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
 _TIMEOUT_CODE = 10
 _XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+# The XID thread's waits after failures in a row (1, 2, 4... s, at most this): events
+# wait in NVML's event set meanwhile, and a failure that repeats must not spin.
+XID_RETRY_MAX = 10.0
 
 # What an operator should try for the XIDs seen most in training clusters.
 XID_HINTS = {
@@ -263,6 +267,14 @@ def _float(value: Any) -> Optional[float]:
     return None if value is None else float(value)
 
 
+def _say_on_stderr(msg: str, data: Mapping[str, Any]) -> None:
+    try:
+        sys.stderr.write("cockpit-agent: %s\n" % msg)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # no stderr left to say it on
+
+
 def xid_records(gpu: int, xid: int, uuid: Optional[str], ts: float) -> List[Tuple[str, dict]]:
     """The `event` and the resource `alert` journaled for one XID."""
     hint = XID_HINTS.get(xid, "look up XID %d in NVIDIA's XID catalogue; check dmesg" % xid)
@@ -276,12 +288,18 @@ def xid_records(gpu: int, xid: int, uuid: Optional[str], ts: float) -> List[Tupl
 
 
 class XidWatcher:
-    """Waits on NVML's event API in a thread and calls `on_xid(gpu, xid, ts)`."""
+    """Waits on NVML's event API in a thread and calls `on_xid(gpu, xid, ts)`.
+
+    A failure of one round (the wait, or `on_xid` on one event) never ends the thread:
+    `on_error(message, data)` hears it (the daemon journals a `sampler_error`), and the
+    thread goes on after a wait that grows while failures repeat (`XID_RETRY_MAX`)."""
 
     def __init__(self, nvml: Nvml, on_xid: Callable[[int, int, float], None],
-                 timeout_ms: int = 500) -> None:
+                 timeout_ms: int = 500,
+                 on_error: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
         self.nvml = nvml
         self.on_xid = on_xid
+        self.on_error = on_error or _say_on_stderr
         self.timeout_ms = timeout_ms
         self.registered: List[int] = []  # the GPUs whose XIDs are seen
         self._stop = threading.Event()
@@ -327,19 +345,51 @@ class XidWatcher:
         return True
 
     def _run(self, event_set: Any) -> None:
-        module = self.nvml.nvml
+        failures = 0  # in a row
         try:
             while not self._stop.is_set():
                 try:
-                    data = module.nvmlEventSetWait(event_set, self.timeout_ms)
-                except Exception as exc:
-                    if getattr(exc, "value", None) != _TIMEOUT_CODE:
-                        self._stop.wait(1.0)  # a transient failure must not spin
+                    failed = self._once(event_set)
+                except Exception as exc:  # an event that cannot be read, or a bug
+                    failed = True
+                    self._report("XID watcher failed: %s: %s" % (type(exc).__name__, exc),
+                                 {})
+                if not failed:
+                    failures = 0
                     continue
-                gpu = self.nvml.query("nvmlDeviceGetIndex", data.device)
-                self.on_xid(-1 if gpu is None else int(gpu), int(data.eventData), time.time())
+                failures += 1
+                self._stop.wait(min(XID_RETRY_MAX, 2.0 ** (failures - 1)))
         finally:
             self.nvml.query("nvmlEventSetFree", event_set)
+
+    def _once(self, event_set: Any) -> bool:
+        """Wait for one event and hand it on; True when that failed (and was said)."""
+        try:
+            data = self.nvml.nvml.nvmlEventSetWait(event_set, self.timeout_ms)
+        except Exception as exc:
+            if getattr(exc, "value", None) == _TIMEOUT_CODE:
+                return False  # no event within the timeout: the usual answer
+            self._report("waiting for XID events failed: %s: %s" % (type(exc).__name__, exc),
+                         {})
+            return True
+        gpu_index = self.nvml.query("nvmlDeviceGetIndex", data.device)
+        gpu = -1 if gpu_index is None else int(gpu_index)
+        xid = int(data.eventData)
+        try:
+            self.on_xid(gpu, xid, time.time())
+        except Exception as exc:
+            # The event is not handed on again (part of it may be journaled already);
+            # the report names it, so it is not lost without a word.
+            self._report("XID %d of GPU %d was not fully handled: %s: %s" % (
+                xid, gpu, type(exc).__name__, exc), {"gpu": gpu, "xid": xid})
+            return True
+        return False
+
+    def _report(self, msg: str, data: Dict[str, Any]) -> None:
+        try:
+            self.on_error(msg, dict(data, sampler="xid"))
+        except Exception:
+            _say_on_stderr(msg, data)  # the reporter failed too: the log still hears it
 
     def stop(self) -> None:
         self._stop.set()

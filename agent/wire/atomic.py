@@ -7,6 +7,9 @@ stays on one filesystem), is flushed and fsynced, and is renamed over the target
 the directory is fsynced so the rename itself survives a power loss. A reader sees the
 old file or the new one, never half of one, and a writer killed midway leaves only a
 hidden `.NAME.PID.TID.tmp`, which no reader looks at.
+
+A file that grows by lines another process reads (a job's control file) is appended to
+with `append_line`: one write per line, and never a line glued to what a failed one left.
 """
 
 from __future__ import annotations
@@ -15,9 +18,15 @@ import errno
 import os
 import stat
 import threading
-from typing import Union
+from typing import Dict, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# Appends to one file from this process's threads (the daemon's adjusts, a job's pause)
+# take turns, so that no other append comes between the look at how the file ends and
+# the write after it. One lock per file: a file on a hung mount holds up only its own.
+_APPENDING: Dict[str, threading.Lock] = {}
+_APPENDING_LOCK = threading.Lock()
 
 
 def fsync_dir(directory: PathLike) -> None:
@@ -75,3 +84,55 @@ def private_dir(path: PathLike) -> None:
                       "of your own" % (os.fspath(path), status.st_uid, uid))
     if status.st_mode & 0o022:
         os.chmod(path, stat.S_IMODE(status.st_mode) & ~0o022)
+
+
+def append_line(path: PathLike, line: bytes, mode: int = 0o666,
+                fresh_line: bool = False) -> None:
+    """Append one line to `path` (made when missing, with `mode` less the umask) in one
+    `os.write` on an O_APPEND descriptor, so that appenders never mix their lines.
+
+    The line begins a line of its own: where the file does not end in a newline (an
+    earlier append was cut short, here or in another process) a newline goes first, so
+    that what the failed append left stays one malformed line and this one is whole;
+    `fresh_line` puts one there regardless. A short or failed write raises OSError: the
+    line is not there whole, and the caller must not report it written. What it left is
+    ended with a newline at once where the disk allows, else by the next append."""
+    if not line.endswith(b"\n"):
+        line += b"\n"
+    target = os.path.abspath(os.fspath(path))
+    with _APPENDING_LOCK:
+        turn = _APPENDING.setdefault(target, threading.Lock())
+    with turn:
+        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode)
+        try:
+            data = b"\n" + line if fresh_line or not _ends_a_line(fd) else line
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                _end_line(fd)
+                raise
+            if written < len(data):
+                _end_line(fd)
+                raise OSError(errno.ENOSPC, "%s: only %d of the %d bytes of a line were "
+                              "written" % (target, written, len(data)))
+        finally:
+            os.close(fd)
+
+
+def _ends_a_line(fd: int) -> bool:
+    """Whether the file is empty or ends in a newline; False when that cannot be read
+    (a newline too many makes an empty line, which readers skip)."""
+    try:
+        size = os.fstat(fd).st_size
+        return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+    except OSError:
+        return False
+
+
+def _end_line(fd: int) -> None:
+    """After a failed append: end what it left with a newline, if the disk allows."""
+    if not _ends_a_line(fd):
+        try:
+            os.write(fd, b"\n")
+        except OSError:
+            pass  # the next append begins with it
