@@ -161,6 +161,13 @@ class Efficiency:
     # Why the figures stand on fewer ranks than the job has (a replay before the other
     # ranks' kept steps), and how they were completed; None when every rank spoke.
     note: str | None = None
+    # Each gauge's level, "good", "warn" or "bad", judged from its figure by the
+    # thresholds in force (`analysis.efficiency.with_gauge_levels`); None where the
+    # figure is unknown. A gauge without its figure shows no reading, whatever its level.
+    gpu_busy_level: str | None = None
+    data_wait_level: str | None = None
+    comm_level: str | None = None
+    mfu_level: str | None = None
 
 
 class GpuCell(NamedTuple):

@@ -10,6 +10,7 @@ the line and the key, as a keymap's mistakes are. The documented table:
     disk_warn = 0.90             # disk used share that warns (0..1)
     disk_critical = 0.97         # ... that is critical
     memory_warn = 0.95           # host memory used share that warns
+    memory_full = 0.97           # ... that the fleet map shows as full (no alert of its own)
     host_silent_s = 30           # a host with no record for this long is silent
     data_wait_warn_pct = 30      # input pipeline share of step time that warns
     loss_scale_collapse = 64     # AMP loss scale fallen this many times below its peak
@@ -41,6 +42,7 @@ class AlertThresholds:
     disk_warn: float = 0.90
     disk_critical: float = 0.97
     memory_warn: float = 0.95
+    memory_full: float = 0.97
     host_silent_s: float = 30.0
     data_wait_warn_pct: float = 30.0
     loss_scale_collapse: float = 64.0
@@ -54,13 +56,15 @@ class AlertThresholds:
 # (low, high) each key must lie within (inclusive), to refuse a typo like 90 for 0.90.
 RANGES: dict[str, tuple[float, float]] = {
     "disk_warn": (0.0, 1.0), "disk_critical": (0.0, 1.0), "memory_warn": (0.0, 1.0),
+    "memory_full": (0.0, 1.0),
     "host_silent_s": (1.0, 86400.0), "data_wait_warn_pct": (0.0, 100.0),
     "loss_scale_collapse": (1.0, 1e9), "loss_scale_floor": (0.0, 1e9),
     "grad_norm_explosion": (1.0, 1e9), "plateau_points": (3, 100_000),
     "plateau_min_drop": (0.0, 1.0), "oom_headroom": (0.05, 1.0),
 }
 
-_current = AlertThresholds()
+DEFAULTS = AlertThresholds()
+_current = DEFAULTS
 
 
 class AlertConfigError(ValueError):
@@ -127,8 +131,15 @@ def load_alert_config(path: str | Path) -> AlertThresholds:
         if not low <= value <= high:
             raise AlertConfigError(f"{where} = {value} is out of range ({low:g} to {high:g})")
         values[key] = value if integer else float(value)
-    thresholds = replace(AlertThresholds(), **values)
+    if "memory_full" not in values and values.get("memory_warn", 0.0) > DEFAULTS.memory_full:
+        # A memory_warn above memory_full's default, with no memory_full: no level of
+        # its own between them, full starts at the warning (not a file refused).
+        values["memory_full"] = values["memory_warn"]
+    thresholds = replace(DEFAULTS, **values)
     if thresholds.disk_critical < thresholds.disk_warn:
         raise AlertConfigError(f"{path}:{_line_of(text, 'disk_critical')}: "
                                "alerts.disk_critical must not be below alerts.disk_warn")
+    if thresholds.memory_full < thresholds.memory_warn:
+        raise AlertConfigError(f"{path}:{_line_of(text, 'memory_full')}: "
+                               "alerts.memory_full must not be below alerts.memory_warn")
     return thresholds

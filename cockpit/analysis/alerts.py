@@ -30,13 +30,6 @@ RESOURCE, DATA, PARAMETER = "resource", "data", "parameter"
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITY_RANK = {CRITICAL: 0, WARNING: 1, INFO: 2}
 
-# NVML clocks-event-reason bits (nvmlClocksEventReason*).
-
-# Defaults; the rules read `alert_config.current()` (an `[alerts]` file may set others).
-DISK_WARN, DISK_CRIT = 0.90, 0.97
-MEM_WARN = 0.95
-STALE_AFTER_S = 30.0
-DATA_WAIT_WARN_PCT = 30.0
 BAD_LINK_STATES = {
     link.UNREACHABLE: CRITICAL,
     link.AUTH_FAILED: CRITICAL,

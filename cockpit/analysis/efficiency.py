@@ -10,9 +10,11 @@ the steps done per second of wall time (the mean step's rate).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.ranks import (
     RankSummary,
     StepSample,
@@ -21,6 +23,7 @@ from cockpit.analysis.ranks import (
     steps_per_second,
 )
 from cockpit.analysis.stats import finite, median
+from cockpit.snapshot import Efficiency
 
 TOP_SLOWEST = 3
 # A rank is named among the slowest only when its own time is this much above the
@@ -30,6 +33,43 @@ EVEN_WITHIN = 0.02
 # A rank this far behind the fastest (or a spread this wide) holds every step back by a
 # fifth or more: shown as a warning.
 FAR_BEHIND = 0.2
+
+
+# A gauge's level: its reading is good, to watch, or bad.
+GOOD, WARN, BAD = "good", "warn", "bad"
+# The gauges' good and bad readings (% each), common rules of thumb for large-model
+# training; higher is better for GPU busy and MFU, lower for the waits. Data wait is
+# bad where its alert is raised (`alert_config`'s data_wait_warn_pct).
+BUSY_GOOD_PCT, BUSY_BAD_PCT = 80.0, 50.0
+DATA_WAIT_GOOD_PCT = 5.0
+COMM_GOOD_PCT, COMM_BAD_PCT = 15.0, 40.0
+MFU_GOOD_PCT, MFU_BAD_PCT = 35.0, 15.0
+
+
+def gauge_level(value: float | None, good: float, bad: float, *,
+                higher_is_better: bool) -> str | None:
+    """`GOOD`, `WARN` or `BAD` for a reading between its `good` and `bad` levels (each
+    included: at `bad` it is bad, which wins where the two cross); None where not known."""
+    if value is None:
+        return None
+    if higher_is_better:
+        return BAD if value <= bad else GOOD if value >= good else WARN
+    return BAD if value >= bad else GOOD if value <= good else WARN
+
+
+def with_gauge_levels(e: Efficiency) -> Efficiency:
+    """`e` with each gauge's level (`gauge_level`) set from its figure: GPU busy, data
+    wait (bad from the alert threshold in force), communication and MFU."""
+    return dataclasses.replace(
+        e,
+        gpu_busy_level=gauge_level(e.gpu_busy, BUSY_GOOD_PCT, BUSY_BAD_PCT,
+                                   higher_is_better=True),
+        data_wait_level=gauge_level(e.data_wait_pct, DATA_WAIT_GOOD_PCT,
+                                    limits().data_wait_warn_pct, higher_is_better=False),
+        comm_level=gauge_level(e.comm_pct, COMM_GOOD_PCT, COMM_BAD_PCT, higher_is_better=False),
+        mfu_level=gauge_level(None if e.mfu is None else e.mfu * 100, MFU_GOOD_PCT,
+                              MFU_BAD_PCT, higher_is_better=True),
+    )
 
 
 def slowest_first(r: RankSummary) -> tuple[float, int]:

@@ -18,14 +18,18 @@ from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter
 
+from cockpit.analysis.alert_config import AlertThresholds
+from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.throttle import BENIGN, throttle_text
 from cockpit.snapshot import GpuCell, HostHealth
 from cockpit.transport.states import CONNECTING, DEPLOYING, STALE, STOPPED, STREAMING
 
 HOT_CELSIUS = 85.0  # sustained above this, datacenter GPUs start to slow themselves
 IDLE_UTIL_PCT = 5.0  # below this SM utilisation a GPU is doing no work
-HIGH_FRACTION = 0.90  # CPU, memory or disk this full: a warning
-FULL_FRACTION = 0.97  # this full: a checkpoint or the next allocation fails
+# CPU this busy (share of all cores): high (a warning), full (an error). Memory and disk
+# are graded by the alert thresholds (`alert_config`, an `[alerts]` file's if set).
+CPU_HIGH_FRACTION = 0.90
+CPU_FULL_FRACTION = 0.97
 
 # Transport states (`cockpit.read.details.link_state`) by what they say of the data.
 LINK_OK = frozenset({STREAMING})
@@ -200,12 +204,31 @@ class Usage:
     level: Level
 
 
-def fill_level(fraction: float | None) -> Level:
+def fill_limits(thresholds: AlertThresholds | None = None
+                ) -> dict[str, tuple[float, float]]:  # fmt: skip
+    """(high, full) fractions of each of `FILLED`: memory and disk by the alert
+    thresholds (a disk this full is critical: a checkpoint or the next allocation
+    fails), CPU by its own. `thresholds`: those in force where not given."""
+    t = limits() if thresholds is None else thresholds
+    return {"cpu": (CPU_HIGH_FRACTION, CPU_FULL_FRACTION),
+            "mem": (t.memory_warn, t.memory_full),
+            "disk": (t.disk_warn, t.disk_critical)}
+
+
+def fill_level(fraction: float | None, resource: str,
+               thresholds: AlertThresholds | None = None) -> Level:
+    """How full `fraction` of `resource` (one of `FILLED`) is: OK, WARNING (high) or
+    ERROR (full), by `fill_limits`; UNKNOWN where not known."""
+    return _graded(fraction, fill_limits(thresholds)[resource])
+
+
+def _graded(fraction: float | None, bounds: tuple[float, float]) -> Level:
     if fraction is None:
         return Level.UNKNOWN
-    if fraction >= FULL_FRACTION:
+    high, full = bounds
+    if fraction >= full:
         return Level.ERROR
-    if fraction >= HIGH_FRACTION:
+    if fraction >= high:
         return Level.WARNING
     return Level.OK
 
@@ -233,14 +256,16 @@ def fill_fractions(host: HostHealth) -> tuple[float | None, float | None, float 
 
 
 def host_usage(host: HostHealth, busiest_net: float | None) -> dict[str, Usage]:
-    """CPU, memory and disk by how full they are; the network against `busiest_net`
-    (the fleet's busiest host, from `busiest_net_rate`), always at level OK."""
+    """CPU, memory and disk by how full they are (`fill_level`); the network against
+    `busiest_net` (the fleet's busiest host, from `busiest_net_rate`), always at level OK."""
     cpu, mem, disk = fill_fractions(host)
+    graded = fill_limits()  # the thresholds read once for the host's three
     rate = net_rate(host)
     net = None if rate is None else (rate / busiest_net if busiest_net else 0.0)
     return {
-        "cpu": Usage(cpu, fill_level(cpu)), "mem": Usage(mem, fill_level(mem)),
-        "disk": Usage(disk, fill_level(disk)),
+        "cpu": Usage(cpu, _graded(cpu, graded["cpu"])),
+        "mem": Usage(mem, _graded(mem, graded["mem"])),
+        "disk": Usage(disk, _graded(disk, graded["disk"])),
         "net": Usage(net, Level.UNKNOWN if net is None else Level.OK),
     }
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from cockpit.analysis.alert_config import AlertThresholds
+from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.ranks import RankSummary, StepSample, summarize_ranks
 from cockpit.analysis.stats import finite, median
 from cockpit.analysis.text import duration
@@ -26,15 +28,15 @@ STALL_FACTOR = 10.0  # no step for this many usual step times...
 MIN_STALL_SECONDS = 60.0  # ...and for at least this long
 SLOWDOWN_FACTOR = 2.5  # last steps this many times slower than the window's median
 RECENT_STEPS = 5
-DATA_STARVED_SHARE = 0.3
+# Memory and disk that press a host, and the data-loading share that starves a step,
+# are the alert thresholds (`alert_config`: memory_warn, disk_critical,
+# data_wait_warn_pct), an `[alerts]` file's where it sets them.
 STRAGGLER_RATIO = 1.5
 STRAGGLER_COMM_SHARE = 0.2
 GPU_IDLE_UTIL = 50.0
 CPU_BUSY_PCT = 90.0
 LOAD_PER_CPU = 1.5
-MEM_FULL = 0.95
 SWAP_USED = 0.10
-DISK_FULL = 0.97
 
 DATA_STARVED = "data starved"
 CONTENTION = "resource contention"
@@ -61,17 +63,22 @@ class StallVerdict:
     where: dict[str, object] = field(default_factory=dict)
 
 
-def _pressures(h: HostPressure) -> list[str]:
+def _data_starved_share(t: AlertThresholds) -> float:
+    """The share of step time in data loading that starves a step: the data-wait alert's."""
+    return t.data_wait_warn_pct / 100
+
+
+def _pressures(h: HostPressure, t: AlertThresholds) -> list[str]:
     found = []
     if h.cpu is not None and h.cpu >= CPU_BUSY_PCT:
         found.append(f"CPU {h.cpu:.0f}%")
     if h.load_per_cpu is not None and h.load_per_cpu >= LOAD_PER_CPU:
         found.append(f"load {h.load_per_cpu:.1f}/CPU")
-    if h.mem_frac is not None and h.mem_frac >= MEM_FULL:
+    if h.mem_frac is not None and h.mem_frac >= t.memory_warn:
         found.append(f"memory {100 * h.mem_frac:.0f}%")
     if h.swap_frac is not None and h.swap_frac >= SWAP_USED:
         found.append(f"swap {100 * h.swap_frac:.0f}%")
-    if h.disk_frac is not None and h.disk_frac >= DISK_FULL:
+    if h.disk_frac is not None and h.disk_frac >= t.disk_critical:
         found.append(f"disk {100 * h.disk_frac:.0f}%")
     return found
 
@@ -80,6 +87,7 @@ def likely_cause(
     ranks: Sequence[RankSummary], hosts: Sequence[HostPressure], *, no_progress: bool
 ) -> tuple[str | None, str | None, dict[str, object]]:
     """(cause, detail, where) — cause None when the telemetry explains nothing."""
+    t = limits()  # read once: the hosts' pressure and the data share are judged by it
     if no_progress and len(ranks) > 1:
         front = max(r.last_step for r in ranks)
         behind = [r for r in ranks if r.last_step < front]
@@ -91,11 +99,11 @@ def likely_cause(
                 f"reached {front} and wait for it in a collective",
                 {"host": r.host, "rank": r.rank, "step": r.last_step},
             )
-    straggler = _own_work_straggler(ranks, hosts)
+    straggler = _own_work_straggler(ranks, hosts, t)
     if straggler is not None:
         return straggler
     for h in hosts:
-        pressure = _pressures(h)
+        pressure = _pressures(h, t)
         if pressure and (h.gpu_util is None or h.gpu_util < GPU_IDLE_UTIL):
             gpus = "n/a" if h.gpu_util is None else f"{h.gpu_util:.0f}%"
             return (
@@ -104,10 +112,11 @@ def likely_cause(
                 {"host": h.host},
             )
     shares = [r for r in ranks if r.data_share is not None]
+    starved = _data_starved_share(t)
     if shares:
         mean_share = sum(r.data_share or 0.0 for r in shares) / len(shares)
         worst = max(shares, key=lambda r: r.data_share or 0.0)
-        if mean_share >= DATA_STARVED_SHARE or (worst.data_share or 0.0) >= 2 * DATA_STARVED_SHARE:
+        if mean_share >= starved or (worst.data_share or 0.0) >= 2 * starved:
             return (
                 DATA_STARVED,
                 f"data loading takes {100 * mean_share:.0f}% of step time "
@@ -118,7 +127,7 @@ def likely_cause(
 
 
 def _own_work_straggler(
-    ranks: Sequence[RankSummary], hosts: Sequence[HostPressure]
+    ranks: Sequence[RankSummary], hosts: Sequence[HostPressure], t: AlertThresholds
 ) -> tuple[str, str, dict[str, object]] | None:
     """The rank whose own work (step time less its communication wait) is much longer
     than the others' while they wait in communication for it, or None.
@@ -137,9 +146,9 @@ def _own_work_straggler(
     detail = (f"rank {slow.rank} on {slow.host} works {slow.own_time / own_mid:.1f}x longer "
               f"than the others, which spend {100 * median(waits):.0f}% of each step waiting "
               "in communication")
-    if slow.data_share is not None and slow.data_share >= DATA_STARVED_SHARE:
+    if slow.data_share is not None and slow.data_share >= _data_starved_share(t):
         detail += f"; its data loading takes {100 * slow.data_share:.0f}% of its step"
-    pressure = next((_pressures(h) for h in hosts if h.host == slow.host), [])
+    pressure = next((_pressures(h, t) for h in hosts if h.host == slow.host), [])
     if pressure:
         detail += f"; its host: {', '.join(pressure)}"
     return STRAGGLER, detail, {"host": slow.host, "rank": slow.rank}

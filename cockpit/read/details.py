@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agent.wire.events import JOB_EXITED, JOB_STARTED
-from cockpit.analysis.alerts import STALE_AFTER_S
+from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.gpu_state import link_down
 from cockpit.analysis.lifecycle import current_run_started, dict_field
 from cockpit.analysis.lr import scale_in_force
@@ -252,7 +252,8 @@ def link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, n
     """The live transport's word when there is one; in a replay, what the records say,
     except at the recording's end (`ended`): the stored state is the link's there, as
     the report reads it (a session that closed its links stored "stopped"), and a
-    recording that ended is not "streaming"."""
+    recording that ended is not "streaming"; a host silent past `[alerts]`'
+    `host_silent_s` is "stale" (the silent-host alert's limit)."""
     if host_states and host["host"] in host_states:
         return host_states[host["host"]]
     if (not replaying or ended) and host.get("state"):
@@ -260,7 +261,7 @@ def link_state(host: Mapping[str, Any], host_states: Mapping[str, str] | None, n
     last = host.get("last_seen")
     if last is None:
         return UNKNOWN
-    return STALE if now - last > STALE_AFTER_S else STREAMING
+    return STALE if now - last > limits().host_silent_s else STREAMING
 
 
 def recording_ended(reader: StoreReader, until_ts: float | None) -> bool:

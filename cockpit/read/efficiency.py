@@ -11,7 +11,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from cockpit.analysis.efficiency import EfficiencyFigures, compute_efficiency, slowest_first
+from cockpit.analysis.efficiency import (
+    EfficiencyFigures,
+    compute_efficiency,
+    slowest_first,
+    with_gauge_levels,
+)
 from cockpit.analysis.ranks import RankSummary
 from cockpit.read.train_tail import TrainView, job_hosts
 from cockpit.snapshot import (
@@ -104,7 +109,7 @@ def build_efficiency(train: TrainView, figures: EfficiencyFigures, series: Mappi
             tuple(per_second(per_step, t) for t in times.lo),
         )
     ranks = rank_times(sorted(figures.ranks, key=slowest_first)[:RANKS_KEPT], figures.ranks)
-    return Efficiency(
+    return with_gauge_levels(Efficiency(
         gpu_busy=figures.gpu_busy,
         samples_per_s=figures.samples_per_s,
         tokens_per_s=figures.tokens_per_s,
@@ -120,7 +125,7 @@ def build_efficiency(train: TrainView, figures: EfficiencyFigures, series: Mappi
         throughput_history=throughput,
         gpu_busy_history=busy,
         note=note,
-    )
+    ))
 
 def rank_times(shown: Sequence[RankSummary], every: Sequence[RankSummary]
                ) -> tuple[RankTime, ...]:

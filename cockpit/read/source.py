@@ -373,7 +373,7 @@ def build_snapshot(
         if progress.state in ENDED_STATES and others:
             # The hosts' GPUs now work for another job: their use is not this one's.
             efficiency = dataclasses.replace(
-                efficiency, gpu_busy=None,
+                efficiency, gpu_busy=None, gpu_busy_level=None,
                 note=efficiency.note or f"GPU busy not shown: job {job} is {progress.state} "
                                         f"and the hosts' GPUs now serve {', '.join(others)}")
     except BaseException:

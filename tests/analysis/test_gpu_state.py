@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from cockpit.analysis import gpu_state as gs
+from cockpit.analysis.alert_config import AlertThresholds
 from cockpit.analysis.gpu_state import GpuState, Level
 from cockpit.analysis.throttle import APP_CLOCKS, HW_SLOWDOWN, IDLE, SW_THERMAL
 from cockpit.snapshot import GpuCell, HostHealth
@@ -127,12 +128,18 @@ def test_hosts_sort_worst_first_then_by_how_many_then_name() -> None:
     assert order == ["d-lost", "c-two-hot", "b-one-hot", "a-well"]
 
 
-@pytest.mark.parametrize(("fraction", "level"), [
-    (None, Level.UNKNOWN), (0.5, Level.OK), (gs.HIGH_FRACTION, Level.WARNING),
-    (gs.FULL_FRACTION, Level.ERROR), (1.0, Level.ERROR),
+DEFAULTS = AlertThresholds()
+
+
+@pytest.mark.parametrize(("resource", "fraction", "level"), [
+    ("cpu", None, Level.UNKNOWN), ("cpu", 0.5, Level.OK),
+    ("cpu", gs.CPU_HIGH_FRACTION, Level.WARNING), ("cpu", gs.CPU_FULL_FRACTION, Level.ERROR),
+    ("cpu", 1.0, Level.ERROR),
+    ("mem", DEFAULTS.memory_warn, Level.WARNING), ("mem", DEFAULTS.memory_full, Level.ERROR),
+    ("disk", DEFAULTS.disk_warn, Level.WARNING), ("disk", DEFAULTS.disk_critical, Level.ERROR),
 ])
-def test_fill_levels(fraction: float | None, level: Level) -> None:
-    assert gs.fill_level(fraction) is level
+def test_fill_levels(resource: str, fraction: float | None, level: Level) -> None:
+    assert gs.fill_level(fraction, resource) is level
 
 
 def test_host_usage_by_fullness_and_the_network_against_the_busiest() -> None:

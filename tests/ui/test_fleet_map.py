@@ -21,6 +21,7 @@ from textual.app import App
 from textual.geometry import Size
 from textual.widgets import Input
 
+from cockpit.analysis import alert_config
 from cockpit.analysis.gpu_state import GpuState
 from cockpit.analysis.text import printable
 from cockpit.sessions.static_source import StaticSource
@@ -185,3 +186,25 @@ def test_the_resources_line_counts_high_and_full_hosts_and_names_the_fullest() -
     line = draw(view, view.rows, Size(160, 20), None, "").content.plain.splitlines()[-2]
     assert f"disk 1 full 1 high (max {full.host} 99%)" in line
     assert line.startswith("CPU ok ≤") and "RAM ok ≤" in line and "net max ↓" in line
+
+
+def test_the_resources_line_grades_memory_and_disk_by_the_alert_thresholds() -> None:
+    """An `[alerts]` file's memory and disk thresholds are the map's high and full."""
+    hosts = fleet.fleet_snapshot("healthy").health.hosts
+    mem_total, disk_total = hosts[5].mem_total, hosts[5].disk_total
+    assert mem_total is not None and disk_total is not None
+    pressed = dataclasses.replace(hosts[5], mem_used=int(mem_total * 0.85),
+                                  disk_used=int(disk_total * 0.85))
+    view = fleet_view((pressed, *hosts[6:]))
+    line = draw(view, view.rows, Size(160, 20), None, "").content.plain.splitlines()[-2]
+    assert "RAM ok ≤85%" in line and "disk ok ≤85%" in line
+    alert_config.configure(dataclasses.replace(
+        alert_config.AlertThresholds(), memory_warn=0.80, disk_warn=0.80, disk_critical=0.84))
+    try:
+        view = fleet_view((pressed, *hosts[6:]))
+        line = draw(view, view.rows, Size(160, 20), None, "").content.plain.splitlines()[-2]
+    finally:
+        alert_config.configure(alert_config.AlertThresholds())
+    assert f"RAM 1 high (max {pressed.host} 85%)" in line
+    assert f"disk 1 full (max {pressed.host} 85%)" in line
+    assert line.startswith("CPU ok ≤")

@@ -55,12 +55,11 @@ def test_eta_is_always_called_an_estimate() -> None:
     assert "estimate" in eta_text(Progress())
 
 
-def test_gauge_thresholds_work_both_ways() -> None:
-    assert level_style(90, good=80, bad=50) == "$success"
-    assert level_style(40, good=80, bad=50) == "$error"
-    assert level_style(3, good=5, bad=30) == "$success"
-    assert level_style(45, good=5, bad=30) == "$error"
-    assert level_style(15, good=5, bad=30) == "$warning"
+def test_a_gauge_colours_the_level_the_snapshot_gives() -> None:
+    assert level_style("good") == "$success"
+    assert level_style("warn") == "$warning"
+    assert level_style("bad") == "$error"
+    assert level_style(None) == "$text"
 
 
 def test_lr_scale_parsing() -> None:

@@ -109,11 +109,11 @@ class EfficiencyPane(Pane):
     NUMBER = 3
 
     def compose_body(self) -> ComposeResult:
-        # Thresholds (good, bad) are common rules of thumb for large-model training.
-        yield Gauge("GPU busy", good=80, bad=50, id="gauge-busy")
-        yield Gauge("data wait", good=5, bad=30, id="gauge-data")
-        yield Gauge("comm", good=15, bad=40, id="gauge-comm")
-        yield Gauge("MFU", good=35, bad=15, id="gauge-mfu")
+        # Each in the colour of its level, which the snapshot carries.
+        yield Gauge("GPU busy", id="gauge-busy")
+        yield Gauge("data wait", id="gauge-data")
+        yield Gauge("comm", id="gauge-comm")
+        yield Gauge("MFU", id="gauge-mfu")
         yield Static(id="throughput")
         yield Static(id="stragglers")
         # No axis beside them: bars from zero, and GPU busy on its 0-100 % (Textual's
@@ -143,10 +143,11 @@ class EfficiencyPane(Pane):
 
     def show(self, snapshot: Snapshot) -> None:
         e = snapshot.efficiency
-        self.query_one("#gauge-busy", Gauge).value = e.gpu_busy
-        self.query_one("#gauge-data", Gauge).value = e.data_wait_pct
-        self.query_one("#gauge-comm", Gauge).value = e.comm_pct
-        self.query_one("#gauge-mfu", Gauge).value = None if e.mfu is None else e.mfu * 100
+        self.query_one("#gauge-busy", Gauge).show(e.gpu_busy, e.gpu_busy_level)
+        self.query_one("#gauge-data", Gauge).show(e.data_wait_pct, e.data_wait_level)
+        self.query_one("#gauge-comm", Gauge).show(e.comm_pct, e.comm_level)
+        self.query_one("#gauge-mfu", Gauge).show(None if e.mfu is None else e.mfu * 100,
+                                                 e.mfu_level)
         update_text(self.query_one("#throughput", Static),
                     fmt.own_markup(throughput_line(e, snapshot.progress.state)))
         update_text(self.query_one("#stragglers", Static), stragglers_line(e))

@@ -1,5 +1,6 @@
 """A one-line labelled gauge: label, bar, value. Colour says good or bad, and so does
-the bar's length, so the reading does not depend on telling colours apart."""
+the bar's length, so the reading does not depend on telling colours apart. Which a
+reading is, the snapshot says (its level, judged in `cockpit.analysis.efficiency`)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,18 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from cockpit.analysis.efficiency import BAD, GOOD, WARN
 from cockpit.ui import format as fmt
 
 LABEL_WIDTH = 10
 VALUE_WIDTH = 7
+LEVEL_STYLE = {GOOD: "$success", WARN: "$warning", BAD: "$error"}
 
 
-def level_style(value: float, good: float, bad: float) -> str:
-    """Theme variable for a reading: `good` and `bad` are thresholds, and whichever is
-    larger says which direction is better (busy: high is good; data wait: low is)."""
-    if good >= bad:
-        if value >= good:
-            return "$success"
-        return "$error" if value <= bad else "$warning"
-    if value <= good:
-        return "$success"
-    return "$error" if value >= bad else "$warning"
+def level_style(level: str | None) -> str:
+    """Theme variable for a reading's level (good, warn or bad); plain text where the
+    snapshot gives none."""
+    return LEVEL_STYLE.get(level or "", "$text")
 
 
 class Gauge(Widget):
@@ -33,33 +30,39 @@ class Gauge(Widget):
     Gauge { height: 1; width: 1fr; }
     """
 
-    value: reactive[float | None] = reactive(None, repaint=False)
+    # The figure (%) and its level, as the snapshot has them: set together (`show`).
+    shown: reactive[tuple[float | None, str | None]] = reactive((None, None), repaint=False)
 
-    def __init__(self, label: str, *, good: float, bad: float, id: str | None = None) -> None:
+    def __init__(self, label: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.label = label
-        self.good = good
-        self.bad = bad
 
-    def reading(self, value: float | None) -> tuple[int, str, str] | None:
-        """What the gauge shows for `value` at its width: cells filled, colour, text."""
+    def show(self, value: float | None, level: str | None) -> None:
+        """Show `value` (%) in the colour of its `level` (the snapshot's)."""
+        self.shown = (value, level)
+
+    def reading(self, shown: tuple[float | None, str | None]) -> tuple[int, str, str] | None:
+        """What the gauge shows for (value, level) at its width: cells filled, colour,
+        text."""
+        value, level = shown
         if value is None:
             return None
         clamped = min(100.0, max(0.0, value))
         filled = round(self._bar_width() * clamped / 100)
-        return filled, level_style(clamped, self.good, self.bad), fmt.percent(value, 1)
+        return filled, level_style(level), fmt.percent(value, 1)
 
     def _bar_width(self) -> int:
         return max(0, self.size.width - LABEL_WIDTH - VALUE_WIDTH - 3)
 
-    def watch_value(self, old: float | None, new: float | None) -> None:
+    def watch_shown(self, old: tuple[float | None, str | None],
+                    new: tuple[float | None, str | None]) -> None:
         if self.reading(old) != self.reading(new):
             self.refresh()
 
     def render(self) -> Content:
         label = self.label[:LABEL_WIDTH].ljust(LABEL_WIDTH)
         bar_width = self._bar_width()
-        shown = self.reading(self.value)
+        shown = self.reading(self.shown)
         if shown is None:
             empty = "░" * bar_width
             return fmt.own_markup(

@@ -163,11 +163,11 @@ def _resources(rows: tuple[HostRow, ...], busiest_net: float | None) -> list[Pie
             continue
         row, top = max(known, key=lambda item: item[1] or 0.0)
         share = f"{100 * (top or 0):.0f}%"
-        if gs.fill_level(top) is Level.OK:
+        if gs.fill_level(top, key) is Level.OK:
             parts += [f"{label} ", ("ok", LEVEL_STYLE[Level.OK]), f" ≤{share} · "]
             continue
         parts.append(f"{label}")
-        levels = [gs.fill_level(fraction) for _, fraction in known]
+        levels = [gs.fill_level(fraction, key) for _, fraction in known]
         for level, word in ((Level.ERROR, "full"), (Level.WARNING, "high")):
             n = levels.count(level)
             if n:
