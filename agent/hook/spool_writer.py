@@ -21,8 +21,8 @@ from typing import Any, List, Optional
 
 from agent.hook.lazy_values import INT64_MAX, INT64_MIN
 from agent.wire import paths
+from agent.wire.protocol import SPOOL_HEADER, SPOOL_VERSION
 
-SPOOL_VERSION = 1
 DEFAULT_MAX_FILE_BYTES = 64 << 20
 
 
@@ -59,13 +59,13 @@ class SpoolWriter:
         self._close_fd()
         self.part += 1
         self.file_id = uuid.uuid4().hex
-        self.path = os.path.join(self.directory, "rank-%d.%s.ndjson" % (self.rank, self.file_id))
+        self.path = str(paths.spool_file(self.directory, self.rank, self.file_id))
         # O_EXCL: a file id names exactly one file, never an older one reused.
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._size = 0
         self._torn = False
         header = {
-            "t": "spool",
+            "t": SPOOL_HEADER,
             "v": SPOOL_VERSION,
             "file_id": self.file_id,
             "job": self.job,

@@ -40,7 +40,7 @@ from agent.journal.journal import JournalReader
 from agent.journal.spool_rejects import KEEP_RAW, RejectRing
 from agent.wire import atomic, paths
 from agent.wire.events import SPOOL_ERROR
-from agent.wire.protocol import MAX_LINE_BYTES, SPOOL_HEADER
+from agent.wire.protocol import EVENT, MAX_LINE_BYTES, SPOOL_HEADER
 from agent.wire.record_check import (
     MAX_RANK,
     Rejected,
@@ -51,9 +51,7 @@ from agent.wire.record_check import (
     visible,
 )
 
-SPOOL_VERSION = 1
 ROTATE_BYTES = 64 << 20
-_NAME = re.compile(r"^rank-(\d+)(?:\.([0-9A-Za-z_-]+))?\.ndjson$")
 _SRC = re.compile(rb',"src":"([0-9A-Za-z_.-]+):(\d+)"\}\n')
 _READ_LIMIT = 8 << 20
 REPORT_EACH = 100  # refused lines of one file reported one by one; later ones are summed
@@ -261,7 +259,7 @@ class SpoolTailer:
 
     def _discover_one(self, run_dir: Path, job: str, entry: os.DirEntry,
                       seen: Dict[str, SpoolFile]) -> None:
-        match = _NAME.match(entry.name)
+        match = paths.SPOOL_FILE.match(entry.name)
         if not match:
             return
         rank = int(match.group(1)) if len(match.group(1)) <= 10 else MAX_RANK + 1
@@ -292,7 +290,7 @@ class SpoolTailer:
         if key in self._reported:
             return
         self._reported.add(key)
-        self._pending_errors.append(("event", _event(
+        self._pending_errors.append((EVENT, _event(
             SPOOL_ERROR, job, rank, msg, {"file": visible(path), "line": None,
                                             "error": msg})))
 
@@ -359,7 +357,7 @@ class SpoolTailer:
                         {"file": str(sf.path), "line": lineno, "error": error})
         if end:
             fields["src"] = "%s:%d" % (sf.file_id, end)
-        return ("event", fields)
+        return (EVENT, fields)
 
     # -- refused lines ---------------------------------------------------------------
     def _reject(self, sf: SpoolFile, lineno: int, error: str, end: int, raw: bytes
@@ -397,7 +395,7 @@ class SpoolTailer:
                          "kept": str(self.kept.path)})
         fields["src"] = "%s:%d" % (sf.file_id, end)
         self._kept_events.append(fields)
-        out.append(("event", fields))
+        out.append((EVENT, fields))
 
     def _write_kept(self) -> None:
         """Write this poll's refused lines to the ring; a ring that cannot be written is

@@ -14,14 +14,15 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional
 
 from agent.wire import states
+from agent.wire import throttle as reasons
 
 STATE_SIMULATED = states.GPU_SIMULATED
 GIB = 1 << 30
 
 # NVML clocks-event-reason bits used by the simulation.
-THROTTLE_IDLE = 0x1
-THROTTLE_POWER_CAP = 0x4
-THROTTLE_THERMAL = 0x20
+THROTTLE_IDLE = reasons.IDLE
+THROTTLE_POWER_CAP = reasons.SW_POWER_CAP
+THROTTLE_THERMAL = reasons.SW_THERMAL
 
 
 class _Card:

@@ -27,6 +27,7 @@ dir for a one-host job).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Union
 
@@ -41,6 +42,9 @@ JOBS = "jobs"
 # inventory's `state_dir`), as the host's shell spells it: the daemon and the cockpit that
 # streams from it must agree on it, so neither reads an environment the other cannot see.
 DEFAULT_STATE_DIR = "~/.local/state/cockpit-agent"
+# A rank's spool file, `rank-R.<file_id>.ndjson` (`spool_file`), and the pattern that reads
+# its rank (group 1) and file id (group 2) back; an older writer's `rank-R.ndjson` has none.
+SPOOL_FILE = re.compile(r"^rank-(\d+)(?:\.([0-9A-Za-z_-]+))?\.ndjson$")
 CONTROL_SUFFIX = ".ndjson"
 ACKED_SUFFIX = ".acked.json"
 
@@ -51,6 +55,12 @@ def spool_root(run_dir: PathLike) -> Path:
 
 def spool_dir(run_dir: PathLike, job: str) -> Path:
     return spool_root(run_dir) / job
+
+
+def spool_file(spool: PathLike, rank: int, file_id: str) -> Path:
+    """In the job's spool dir `spool` (`spool_dir`): the file `file_id` of rank `rank`,
+    whose name `SPOOL_FILE` matches."""
+    return Path(spool) / ("rank-%d.%s.ndjson" % (rank, file_id))
 
 
 def logs_dir(run_dir: PathLike) -> Path:

@@ -10,7 +10,19 @@ import time
 
 PROTOCOL_VERSION = 1
 
-RECORD_TYPES = ("hello", "gpu", "host", "run", "train", "eval", "event", "log", "alert")
+# The record types, each spelt once: a reader compares `t` with these, a writer passes them
+# to `encode`.
+HELLO = "hello"
+GPU = "gpu"
+HOST = "host"
+RUN = "run"
+TRAIN = "train"
+EVAL = "eval"
+EVENT = "event"
+LOG = "log"
+ALERT = "alert"
+RECORD_TYPES = (HELLO, GPU, HOST, RUN, TRAIN, EVAL, EVENT, LOG, ALERT)
+# The header line a stream (`cockpit-agent stream`) starts each connection with.
 STREAM_HEADER = "stream"
 MAX_LINE_BYTES = 1 << 20
 MAX_LOG_LINE = 4096  # characters of one `log` record's line
@@ -30,7 +42,8 @@ SEVERITIES = ("info", "warning", "critical")
 # agent refuses every other type in it: `hello`, `gpu` and `host` are the agent's own
 # words, and a spool that could write them could speak for the agent.
 SPOOL_HEADER = "spool"
-SPOOL_RECORD_TYPES = ("train", "eval", "event", "run", "log", "alert")
+SPOOL_VERSION = 1  # the spool header's `v`
+SPOOL_RECORD_TYPES = (TRAIN, EVAL, EVENT, RUN, LOG, ALERT)
 
 # The kinds of `event` records, and which of them only the agent may journal
 # (`AGENT_EVENT_KINDS`), are spelt in `agent.wire.events`.

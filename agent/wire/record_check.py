@@ -21,13 +21,19 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from agent.wire import events
 from agent.wire.events import AGENT_EVENT_KINDS
 from agent.wire.protocol import (
+    ALERT,
     ALERT_KINDS,
+    EVAL,
+    EVENT,
     INT64_MAX,
     INT64_MIN,
+    LOG,
     MAX_LOG_LINE,
+    RUN,
     SEVERITIES,
     SPOOL_HEADER,
     SPOOL_RECORD_TYPES,
+    TRAIN,
 )
 
 MAX_NAME = 256  # characters of a kind, code, id, stage, key
@@ -198,7 +204,7 @@ def _names(field: str) -> Callable[[Any], None]:
 
 _TIMES = ("step_time", "data_time", "compute_time", "comm_time", "ckpt_time")
 _FIELDS: Dict[str, Dict[str, Callable[[Any], None]]] = {
-    "train": {
+    TRAIN: {
         "epoch": _number("epoch"), "stage": _text("stage", MAX_NAME),
         "loss": _number("loss"), "nonfinite": _choice("nonfinite", NONFINITE),
         "lr": _number("lr"), "samples": _int("samples"), "tokens": _int("tokens"),
@@ -206,23 +212,23 @@ _FIELDS: Dict[str, Dict[str, Callable[[Any], None]]] = {
         "loss_scale": _number("loss_scale"), "grad_norm": _number("grad_norm"),
         "extra": _scalars("extra"),
     },
-    "eval": {"loss": _number("loss"), "metrics": _scalars("metrics")},
-    "event": {"step": _int("step"), "msg": _text("msg"), "data": _object("data")},
-    "run": {
+    EVAL: {"loss": _number("loss"), "metrics": _scalars("metrics")},
+    EVENT: {"step": _int("step"), "msg": _text("msg"), "data": _object("data")},
+    RUN: {
         **{name: _int(name) for name in ("total_steps", "total_epochs", "total_samples",
                                          "total_tokens", "seed", "world_size")},
         "stages": _names("stages"), "tags": _names("tags"), "config": _object("config"),
         "data_version": _text("data_version"), "git_commit": _text("git_commit"),
         "flops_per_step": _number("flops_per_step"), "peak_flops": _number("peak_flops"),
     },
-    "log": {"stream": _choice("stream", LOG_STREAMS), "line": _text("line", MAX_LOG_LINE)},
-    "alert": {
+    LOG: {"stream": _choice("stream", LOG_STREAMS), "line": _text("line", MAX_LOG_LINE)},
+    ALERT: {
         "kind": _choice("kind", ALERT_KINDS), "severity": _choice("severity", SEVERITIES),
         "code": _text("code", MAX_NAME), "what": _text("what"), "hint": _text("hint"),
         "where": _object("where"),
     },
 }
-_REQUIRED = {"log": ("line",), "alert": ("kind", "severity", "code", "what")}
+_REQUIRED = {LOG: ("line",), ALERT: ("kind", "severity", "code", "what")}
 
 # The hook's own event kinds, by the shape of their `data`.
 _EVENT_DATA: Dict[str, Dict[str, Callable[[Any], None]]] = {
@@ -342,9 +348,9 @@ def check_spool_record(value: Any, job: str, rank: int) -> Tuple[str, Dict[str, 
     ts = record.get("ts")
     if ts is not None and not (_is_number(ts) and 0 <= ts <= MAX_TS):
         raise Rejected("field 'ts' is %s, not a time in seconds since the epoch" % show(ts))
-    if t in ("train", "eval"):
+    if t in (TRAIN, EVAL):
         _want(_is_int(record.get("step")), "step", "an integer", record.get("step"))
     _fields(record, _FIELDS[t], _REQUIRED.get(t, ()))
-    if t == "event":
+    if t == EVENT:
         _event(record)
     return t, record

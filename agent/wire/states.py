@@ -33,6 +33,13 @@ RECOVERING = "recovering"  # an interruption, its restart under way
 STALLED = "stalled"  # running, but no step for longer than its pace explains
 UNKNOWN = "unknown"  # no lifecycle event (or no job) to read a state from
 
+# The cockpit's states of a whole job that runs no process and will not start one by
+# itself: its processes are gone until an operator acts.
+IDLE = (FINISHED, STOPPED, FAILED, EXITED, PAUSED)
+# The cockpit's states of a job whose processes run, or will run again without the
+# operator (a recovery under way), or whose state is not known (it may be either).
+LIVE = (RUNNING, STALLED, RECOVERING, UNKNOWN)
+
 # -- a host's GPU sampler, as its `host` record's `gpu_state` says -----------------------
 GPU_OK = "ok"
 GPU_NO_DRIVER = "no NVIDIA driver"

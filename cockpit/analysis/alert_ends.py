@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agent.wire import launch_reasons
 from agent.wire.events import JOB_EXITED, JOB_STARTED, PAUSE, RELAUNCH
 from cockpit.analysis.lifecycle import event_data, paused
 
@@ -97,12 +98,12 @@ def operator_ends(events: Iterable[Row]) -> AlertEnds:
             continue
         on = (job, str(e.get("host") or ""))
         data = event_data(e)
-        if kind == JOB_STARTED and data.get("reason") != "recovery":
+        if kind == JOB_STARTED and data.get("reason") != launch_reasons.RECOVERY:
             note(started, job, ts)
             note(started_on, on, ts)
-        elif (kind == JOB_EXITED and data.get("ended_for") == "stop") or paused(e):
+        elif (kind == JOB_EXITED and data.get("ended_for") == launch_reasons.FOR_STOP) or paused(e):
             note(stopped, job, ts)
         elif (kind == RELAUNCH and data.get("excluded") is True) or (
-                kind == JOB_EXITED and data.get("ended_for") == "scale"):
+                kind == JOB_EXITED and data.get("ended_for") == launch_reasons.FOR_SCALE):
             note(left, on, ts)
     return AlertEnds(started, started_on, stopped, left)

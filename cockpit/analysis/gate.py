@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.wire import states
+from cockpit.analysis.markers import RESTART
 
 EXIT_OK = 0
 EXIT_UNUSABLE = 2
@@ -67,7 +68,7 @@ def _count(section: str, severity: str | None = None) -> Callable[[Mapping[str, 
 
 def _restarts(data: Mapping[str, Any]) -> float:
     markers = (data.get("effect") or {}).get("markers") or []
-    return float(sum(1 for m in markers if isinstance(m, Mapping) and m.get("kind") == "restart"))
+    return float(sum(1 for m in markers if isinstance(m, Mapping) and m.get("kind") == RESTART))
 
 
 # name -> (what it is, how it is read from the report's data). Fractions are 0..1.

@@ -13,15 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agent.wire import launch_reasons
 from agent.wire.events import JOB_STARTED
 from cockpit.analysis.lifecycle import event_data
 from cockpit.analysis.text import counted, where_text
 from cockpit.snapshot import Alert, GpuCell, HostHealth
 
-# The starts of a job that begin a new run of it (an operator's launch, relaunch or
-# fork), as the agent's `job_started` event names them; a restart after a failure or a
-# resume after a pause goes on with the same run.
-RUN_STARTS = ("launch", "relaunch", "fork")
 # s between the hosts' starts of one launch (each journals its own, on its own clock).
 SAME_RUN_S = 60.0
 
@@ -32,7 +29,7 @@ def run_began(lifecycle: Sequence[Mapping[str, Any]], fallback: float | None) ->
     `fallback` (when the job first declared itself)."""
     starts = sorted(float(e["ts"]) for e in lifecycle
                     if e.get("kind") == JOB_STARTED and e.get("ts") is not None
-                    and event_data(e).get("reason") in RUN_STARTS)
+                    and event_data(e).get("reason") in launch_reasons.RUN_STARTS)
     if not starts:
         return fallback
     began = starts[-1]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from agent.wire import launch_reasons
 from agent.wire.events import (
     CONTROL_ACK,
     JOB_EXITED,
@@ -47,9 +48,6 @@ from agent.wire.events import (
 SPAN_CAUSES = ("interruption", "pause", "stopped", "startup")
 STEP_CAUSES = ("data_wait", "checkpoint", "recomputed")
 LOSS_CAUSES = (*SPAN_CAUSES, *STEP_CAUSES, "other")
-# Agent `job_started` reasons and events by which the operator (not a recovery) starts
-# a job again: they end an outage the agent did not recover, and a pause.
-OPERATOR_STARTS = ("launch", "resume", "relaunch", "fork", "scale")
 # A trend in recovery times is named only when the later half's mean differs from the
 # earlier half's by more than this fraction (noise in a few restarts is not a trend).
 TREND_FRACTION = 0.10
@@ -195,7 +193,7 @@ def lost_spans(events: Sequence[Mapping[str, Any]],
     starts = [float(e["ts"]) for e in events if e.get("kind") == JOB_STARTED]
     resumes = sorted(float(e["ts"]) for e in events
                      if (e.get("kind") == JOB_STARTED
-                         and _data(e).get("reason") in OPERATOR_STARTS)
+                         and _data(e).get("reason") in launch_reasons.OPERATOR_STARTS)
                      # a frozen job's thaw; a resume of a stopped one ends at its start
                      or (e.get("kind") == RESUME and _data(e).get("mode") == "thaw"))
     pauses = sorted(float(e["ts"]) for e in events if e.get("kind") == PAUSE

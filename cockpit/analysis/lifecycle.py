@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent.wire import states
+from agent.wire import launch_reasons, states
 from agent.wire.events import (
     INTERRUPTION,
     JOB_ADOPTED,
@@ -23,7 +23,7 @@ ENDING_KINDS = frozenset({JOB_EXITED, PAUSE})
 STOPPED_CAUSE = "stopped on request"
 # Job states in which its processes are gone and stay gone until an operator acts: the
 # agent's own words and "exited" (it ended early or badly and its agent is not restarting it).
-ENDED_STATES = (states.FINISHED, states.STOPPED, states.FAILED, states.EXITED, states.PAUSED)
+ENDED_STATES = states.IDLE
 
 
 def event_data(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def _exit_cause(event: Mapping[str, Any]) -> str | None:
     """Why a host's processes ended other than cleanly; None when its event cannot tell."""
     data = event_data(event)
     ended_for = data.get("ended_for")
-    if ended_for == "stop":
+    if ended_for == launch_reasons.FOR_STOP:
         return STOPPED_CAUSE
     if isinstance(ended_for, str) and ended_for:
         return f"ended by its agent ({ended_for})"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from cockpit.analysis.markers import knob_in_force
+from cockpit.analysis.markers import ADJUST, knob_in_force
 from cockpit.analysis.text import counted, printable
 from cockpit.snapshot import LrChange, Marker
 
@@ -104,7 +104,7 @@ def lr_adjustment_steps(markers: Iterable[Marker]) -> list[int]:
 
 
 def _scale_of(marker: Marker) -> str | None:
-    if marker.kind != "adjust":
+    if marker.kind != ADJUST:
         return None
     for pair in marker.text.split(", "):
         key, _, value = pair.partition("=")

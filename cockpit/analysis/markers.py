@@ -21,6 +21,9 @@ from cockpit.analysis.lifecycle import dict_field
 from cockpit.snapshot import Marker
 
 MARKER_KINDS = (CONTROL_ACK, RESUMED)  # the event kinds markers come from
+# A marker's `kind`: a restart from a checkpoint, an operator's adjustment of a knob.
+RESTART = "restart"
+ADJUST = "adjust"
 MARKER_LIMIT = 200  # markers kept per job, newest
 
 
@@ -43,7 +46,7 @@ def marker_of(event: Mapping[str, Any]) -> Marker | None:
         return None
     kind = event.get("kind")
     if kind == RESUMED:
-        return Marker(step, "restart", str(event.get("msg") or "resumed"))
+        return Marker(step, RESTART, str(event.get("msg") or "resumed"))
     if kind != CONTROL_ACK or event.get("rank") is None:
         return None  # the agent's own acks say an op was sent, not when it took effect
     data = dict_field(event, "data")
@@ -53,7 +56,7 @@ def marker_of(event: Mapping[str, Any]) -> Marker | None:
     lasting = {k: v for k, v in (knobs or {}).items() if k not in ONE_SHOT_KNOBS}
     if not lasting:
         return None
-    return Marker(step, "adjust", ", ".join(f"{k}={v}" for k, v in sorted(lasting.items())))
+    return Marker(step, ADJUST, ", ".join(f"{k}={v}" for k, v in sorted(lasting.items())))
 
 
 def chart_markers(events: Iterable[Mapping[str, Any]],
@@ -69,7 +72,7 @@ def knob_in_force(markers: Iterable[Marker], name: str) -> str | None:
     or None when the operator never set it: what a prompt to change it shows first."""
     found = None
     for marker in markers:  # by step: the newest applied last
-        if marker.kind != "adjust":
+        if marker.kind != ADJUST:
             continue
         for pair in marker.text.split(", "):
             key, _, value = pair.partition("=")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from agent.wire import states
+from agent.wire import launch_reasons, states
 
 # `printable` has its own module in the lowest layer (the links use it too); the analysis
 # and the screens take it from here as well.
@@ -55,9 +55,15 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
-ENDED_BY = {"pause": "the operator's pause", "stop": "the operator's stop",
-            "launch": "a new launch", "resume": "the operator's resume",
-            "relaunch": "a relaunch", "peer": "the end of another host's part"}
+# What ended an outage other than a recovery (`StoreReader.interruptions`' `ended_by`:
+# the agent's words for an operator's start or the end of an attempt).
+ENDED_BY = {launch_reasons.FOR_PAUSE: "the operator's pause",
+            launch_reasons.FOR_STOP: "the operator's stop",
+            launch_reasons.LAUNCH: "a new launch",
+            launch_reasons.RESUME: "the operator's resume",
+            launch_reasons.RELAUNCH: "a relaunch",
+            launch_reasons.SCALE: "the operator's scale",
+            launch_reasons.FOR_PEER: "the end of another host's part"}
 
 
 def ended_text(ended_by: str) -> str:

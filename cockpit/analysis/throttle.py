@@ -1,20 +1,20 @@
 """NVML's clock-throttle reasons, as words: `0x60` means nothing to an operator at 3 a.m.
 
-The bits are NVML's `nvmlClocksEventReasons` (formerly `ClocksThrottleReasons`), the same
-on every driver that reports them; a bit this table does not know stays in hex.
+The bits are NVML's `nvmlClocksEventReasons` (formerly `ClocksThrottleReasons`), spelt in
+`agent.wire.throttle`; a bit this table does not know stays in hex.
 """
 
 from __future__ import annotations
 
-IDLE = 0x1
-APP_CLOCKS = 0x2
-SW_POWER_CAP = 0x4
-HW_SLOWDOWN = 0x08
-SYNC_BOOST = 0x10
-SW_THERMAL = 0x20
-HW_THERMAL = 0x40
-HW_POWER_BRAKE = 0x80
-DISPLAY_CLOCKS = 0x100
+from agent.wire.throttle import APP_CLOCKS as APP_CLOCKS
+from agent.wire.throttle import DISPLAY_CLOCKS as DISPLAY_CLOCKS
+from agent.wire.throttle import HW_POWER_BRAKE as HW_POWER_BRAKE
+from agent.wire.throttle import HW_SLOWDOWN as HW_SLOWDOWN
+from agent.wire.throttle import HW_THERMAL as HW_THERMAL
+from agent.wire.throttle import IDLE as IDLE
+from agent.wire.throttle import SW_POWER_CAP as SW_POWER_CAP
+from agent.wire.throttle import SW_THERMAL as SW_THERMAL
+from agent.wire.throttle import SYNC_BOOST as SYNC_BOOST
 
 REASONS = {
     IDLE: "idle", APP_CLOCKS: "app clocks", SW_POWER_CAP: "power cap",

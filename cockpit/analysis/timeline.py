@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.wire import launch_reasons
 from agent.wire.events import (
     CHECKPOINT_SAVED,
     INTERRUPTION,
@@ -42,7 +43,13 @@ from cockpit.analysis.lifecycle import event_data, took_effect
 from cockpit.snapshot import Marker, StageSpan
 from cockpit.transport.states import UNREACHABLE
 
-FAULT_KINDS = ("xid", "ecc", "throttle", "unreachable")
+# A fault mark's `kind`: an XID, a rise in uncorrectable ECC errors, a harmful throttle, a
+# host the cockpit lost.
+XID_FAULT = "xid"
+ECC_FAULT = "ecc"
+THROTTLE_FAULT = "throttle"
+UNREACHABLE_FAULT = "unreachable"
+FAULT_KINDS = (XID_FAULT, ECC_FAULT, THROTTLE_FAULT, UNREACHABLE_FAULT)
 FAULT_LIMIT = 200  # fault marks kept, newest steps
 # Throttling that slows a step: heat, power brakes and hardware slowdown, not an idle
 # GPU or clocks an administrator set (`cockpit.analysis.throttle.BENIGN`).
@@ -52,7 +59,14 @@ UNREACHABLE_STATES = (UNREACHABLE,)
 
 # The stages a band shows, the most telling first: a cell of the band covering several
 # shows the first of them, so a ten-second checkpoint in an hour per cell still shows.
-STAGES = ("restarting", "paused", "checkpoint", "eval", "start-up", "train")
+RESTARTING_STAGE = "restarting"
+PAUSED_STAGE = "paused"
+CHECKPOINT_STAGE = "checkpoint"
+EVAL_STAGE = "eval"
+START_UP_STAGE = "start-up"
+TRAIN_STAGE = "train"
+STAGES = (RESTARTING_STAGE, PAUSED_STAGE, CHECKPOINT_STAGE, EVAL_STAGE, START_UP_STAGE,
+          TRAIN_STAGE)
 STAGE_EVENT_KINDS = (JOB_STARTED, JOB_ADOPTED, JOB_EXITED, PAUSE, RESUME, INTERRUPTION,
                      RECOVERY, RESUMED, STAGE, CHECKPOINT_SAVED)
 STARTS = (JOB_STARTED, RESUME)  # events after which the first step ends a start-up
@@ -80,7 +94,7 @@ def xid_faults(events: Iterable[Mapping[str, Any]]) -> list[Fault]:
         text = f"XID {xid}" if isinstance(xid, int) else str(e.get("msg") or "XID")
         if isinstance(gpu, int):
             text += f" gpu {gpu}"
-        out.append(Fault(float(e["ts"]), str(e.get("host") or "?"), "xid", text))
+        out.append(Fault(float(e["ts"]), str(e.get("host") or "?"), XID_FAULT, text))
     return out
 
 
@@ -105,10 +119,10 @@ def gpu_faults(rows: Iterable[Mapping[str, Any]], held: Mapping[tuple[str, int],
         was_hot, was_ecc = state.get(key, (False, 0))
         ts = float(r["ts"])
         if hot and not was_hot:
-            out.append(Fault(ts, key[0], "throttle",
+            out.append(Fault(ts, key[0], THROTTLE_FAULT,
                              f"gpu {key[1]} throttled: {throttle_bits.throttle_text(mask)}"))
         if ecc > was_ecc:
-            out.append(Fault(ts, key[0], "ecc", f"gpu {key[1]} {ecc} uncorrectable ECC"))
+            out.append(Fault(ts, key[0], ECC_FAULT, f"gpu {key[1]} {ecc} uncorrectable ECC"))
         state[key] = (hot, ecc)
     return out, state
 
@@ -132,7 +146,8 @@ def fault_rows(rows: Iterable[Mapping[str, Any]],
 def link_faults(hosts: Iterable[Mapping[str, Any]]) -> list[Fault]:
     """Hosts the cockpit cannot reach now, since their link said so (`state` is the
     link's word as shown, `state_ts` when it began)."""
-    return [Fault(float(h["state_ts"]), str(h["host"]), "unreachable", "host unreachable")
+    return [Fault(float(h["state_ts"]), str(h["host"]), UNREACHABLE_FAULT,
+                  "host unreachable")
             for h in hosts
             if h.get("state") in UNREACHABLE_STATES and h.get("state_ts") is not None]
 
@@ -173,28 +188,29 @@ def _stage_of(event: Mapping[str, Any], current: str | None) -> str | None:
     if not took_effect(event):  # a refused pause or resume left the job as it was
         return current
     if kind == JOB_STARTED:
-        return "restarting" if data.get("reason") == "recovery" else "start-up"
+        recovery = data.get("reason") == launch_reasons.RECOVERY
+        return RESTARTING_STAGE if recovery else START_UP_STAGE
     if kind == JOB_ADOPTED:
-        return current or ("train" if data.get("running") is True else None)
+        return current or (TRAIN_STAGE if data.get("running") is True else None)
     if kind == JOB_EXITED:
         return None
     if kind == INTERRUPTION:
-        return "restarting"
+        return RESTARTING_STAGE
     if kind == PAUSE:
-        return "paused"
+        return PAUSED_STAGE
     if kind == RESUME:
-        return "start-up"
+        return START_UP_STAGE
     if kind in (RECOVERY, RESUMED):
-        return "train"
+        return TRAIN_STAGE
     if kind == FIRST_STEP:
-        return "train" if current in ("start-up", "restarting") else current
+        return TRAIN_STAGE if current in (START_UP_STAGE, RESTARTING_STAGE) else current
     if kind == STAGE:
         named = str(data.get("stage") or "").lower()
         if named.startswith(("eval", "valid")):
-            return "eval"
+            return EVAL_STAGE
         if named.startswith("checkpoint"):
-            return "checkpoint"
-        return "train"
+            return CHECKPOINT_STAGE
+        return TRAIN_STAGE
     return current
 
 
@@ -238,12 +254,12 @@ def _cut_in(spans: list[StageSpan], saves: list[tuple[float, float]]) -> list[St
     for lo, hi in saves:
         cut = []
         for span in out:
-            if span.stage == "checkpoint" or hi <= span.start or lo >= span.end:
+            if span.stage == CHECKPOINT_STAGE or hi <= span.start or lo >= span.end:
                 cut.append(span)
                 continue
             if span.start < lo:
                 cut.append(StageSpan(span.start, lo, span.stage))
-            cut.append(StageSpan(max(lo, span.start), min(hi, span.end), "checkpoint"))
+            cut.append(StageSpan(max(lo, span.start), min(hi, span.end), CHECKPOINT_STAGE))
             if hi < span.end:
                 cut.append(StageSpan(hi, span.end, span.stage))
         out = cut

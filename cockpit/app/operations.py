@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.wire.events import CONTROL_ACK, FORK, PAUSE
+from agent.wire.protocol import STREAM_HEADER
 from cockpit.control.acks import ack_outcome
 from cockpit.control.controller import (
     FORK_INFIX,
@@ -69,6 +70,8 @@ ACTIONS = ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "s
 # How many of a job's newest events of one kind are looked through for those of the ops
 # just sent: they are among the newest, however long the recording.
 _LOOK_BACK = 500
+# How a stream header's line starts (`agent.wire.protocol.encode` writes `t` first).
+_STREAM_MARK = b'"t":"' + STREAM_HEADER.encode() + b'"'
 
 
 @dataclass(frozen=True)
@@ -174,13 +177,13 @@ class DaemonWatch:
     def _look(self, host: str, chunk: bytes) -> None:
         # A connection's first line is its header: only a chunk's first line can be one.
         first = chunk[: chunk.find(b"\n") + 1 or len(chunk)]
-        if b'"t":"stream"' not in first:
+        if _STREAM_MARK not in first:
             return
         try:
             header = json.loads(first)
         except ValueError:
             return
-        if isinstance(header, dict) and header.get("t") == "stream" and isinstance(
+        if isinstance(header, dict) and header.get("t") == STREAM_HEADER and isinstance(
                 header.get("daemon"), bool):
             with self._lock:
                 self._daemon[host] = header["daemon"]

@@ -61,7 +61,7 @@ from agent.wire.events import (
     SLURM_RUNNING,
     SLURM_SUBMITTED,
 )
-from agent.wire.protocol import encode
+from agent.wire.protocol import EVENT, PROTOCOL_VERSION, STREAM_HEADER, encode
 from cockpit.analysis.causes import SCANCEL, SLURM_REQUEUE, slurm_cause
 from cockpit.control.jobspec import JobSpec, JobSpecError
 from cockpit.transport.inventory import Inventory
@@ -627,12 +627,12 @@ class SlurmJob:
                   "msg": msg, "data": data}
         chunk = b""
         if not self._sent_header:
-            chunk += encode("stream", 0, {
-                "protocol": 1, "agent_version": "cockpit-slurm",
+            chunk += encode(STREAM_HEADER, 0, {
+                "protocol": PROTOCOL_VERSION, "agent_version": "cockpit-slurm",
                 "journal_id": f"slurm-{self.spec.name}", "from": self.next_seq - 1,
                 "first": 1, "head": self.next_seq})
             self._sent_header = True
-        chunk += encode("event", self.next_seq, fields)
+        chunk += encode(EVENT, self.next_seq, fields)
         self.next_seq += 1
         self.emit(self.host, chunk)
         return fields

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.gpu_state import gpus_online
+from cockpit.analysis.markers import RESTART
 from cockpit.analysis.text import printable
 from cockpit.snapshot import Series, Snapshot
 
@@ -105,8 +106,8 @@ def _loss(plt: Any, snap: Snapshot) -> Any:
                 label="validation loss")
     labelled: set[str] = set()
     for m in e.markers:
-        colour, style = (VERMILLION, "--") if m.kind == "restart" else (PURPLE, ":")
-        label = "restart" if m.kind == "restart" else "operator adjustment"
+        colour, style = (VERMILLION, "--") if m.kind == RESTART else (PURPLE, ":")
+        label = "restart" if m.kind == RESTART else "operator adjustment"
         ax.axvline(m.step, color=colour, linestyle=style, linewidth=1,
                    label=None if label in labelled else label)
         labelled.add(label)
@@ -154,7 +155,7 @@ def _throughput(plt: Any, snap: Snapshot) -> Any:
             ax.fill_between(lx, lo, hi, color=SKY, alpha=0.3, linewidth=0, label="range")
     first = True
     for m in snap.effect.markers:
-        if m.kind == "restart":
+        if m.kind == RESTART:
             ax.axvline(m.step, color=VERMILLION, linestyle="--", linewidth=1,
                        label="restart" if first else None)
             first = False

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from agent.wire.protocol import EVAL, RUN, TRAIN
 from cockpit.importers.mapping import EXTRA, METRIC, field_for
 from cockpit.store.database import Store
 
@@ -92,7 +93,7 @@ def records_for(job: str, points: Iterable[Point], overrides: Mapping[str, str] 
     for p in points:
         by_step.setdefault(p.step, []).append(p)
         counts.points += 1
-    out: list[dict[str, Any]] = [{"t": "run", "ts": min((p.wall for ps in by_step.values()
+    out: list[dict[str, Any]] = [{"t": RUN, "ts": min((p.wall for ps in by_step.values()
                                                           for p in ps), default=1.0),
                                   "job": job, "rank": 0, "world_size": 1}]
     prev: tuple[int, float] | None = None  # (step, wall time) of the previous train record
@@ -106,12 +107,12 @@ def records_for(job: str, points: Iterable[Point], overrides: Mapping[str, str] 
             if where == "val_loss" or where == METRIC:
                 key, target, nested = ("loss", evals, None) if where == "val_loss" else (
                     p.name, evals, "metrics")
-                kind = "eval"
+                kind = EVAL
             elif where == EXTRA:
-                key, target, nested, kind = p.name, trains, "extra", "train"
+                key, target, nested, kind = p.name, trains, "extra", TRAIN
             else:
-                key, target, nested, kind = where, trains, None, "train"
-            if (key != "loss" or kind != "train") and not math.isfinite(p.value):
+                key, target, nested, kind = where, trains, None, TRAIN
+            if (key != "loss" or kind != TRAIN) and not math.isfinite(p.value):
                 counts.skip(f"non-finite {key}")
                 continue
             _place(target, kind, job, step, p, key, nested)
@@ -147,7 +148,7 @@ def _place(target: list[dict[str, Any]], kind: str, job: str, step: int, p: Poin
         rec = {"t": kind, "ts": p.wall, "job": job, "rank": 0, "step": step}
         target.append(rec)
         holder = rec.setdefault(nested, {}) if nested else rec
-    if kind == "train" and key == "loss" and not math.isfinite(p.value):
+    if kind == TRAIN and key == "loss" and not math.isfinite(p.value):
         holder["loss"], holder["nonfinite"] = None, _nonfinite(p.value)
     elif key in ("samples", "tokens") and p.value.is_integer():
         holder[key] = int(p.value)

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import orjson
 
+from agent.wire.protocol import HELLO, RECORD_TYPES
 from cockpit.errors import CockpitError
 from cockpit.importers import jsonl, tensorboard
 from cockpit.importers.records import ImportCounts, RecordingWriter, job_name, records_for
 
 IMPORT_HOST = "import"
-WIRE_TYPES = {"hello", "gpu", "host", "run", "train", "eval", "event", "log", "alert"}
+WIRE_TYPES = frozenset(RECORD_TYPES)
 _LOG_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz")
 
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -66,7 +67,7 @@ def kind_of(path: Path) -> str:
 
 def _wire_host(path: Path) -> str:
     first = orjson.loads(_first_line(path))
-    name = first.get("hostname") if first.get("t") == "hello" else None
+    name = first.get("hostname") if first.get("t") == HELLO else None
     stem = path.name.split(".")[0]
     return job_name(name if isinstance(name, str) and name else stem)
 

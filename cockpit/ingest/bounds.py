@@ -15,11 +15,13 @@ seq of 15 digits is 31 years at a million records a second, and leaves room for 
 
 from __future__ import annotations
 
+from agent.wire.record_check import MAX_TS
+
 SEQ_DIGITS = 15
 SEQ_MAX = 10**SEQ_DIGITS - 1
 # Seconds since the epoch: up to the year 2286. A negative time is no sample's.
 TS_MIN = 0.0
-TS_MAX = 1e10
+TS_MAX = MAX_TS  # what the agent's own check of a record allows
 # A training step (and so a chart's x): exact in a double, far from BIGINT's edge.
 STEP_MAX = 2**53
 # `hosts.seq_offset` after a journal reset: a new journal's seqs stored above it must

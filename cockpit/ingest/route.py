@@ -31,9 +31,9 @@ from typing import cast
 
 import orjson
 
+from agent.wire.protocol import STREAM_HEADER
 from cockpit.ingest.bounds import SEQ_DIGITS, SEQ_MAX, seq_ok
 
-STREAM_TYPE = "stream"
 _PREFIX = b'{"t":"'
 _SEQ_KEY = b'","seq":'
 _TYPE_NAMES: dict[bytes, str] = {}  # decoded type names seen, to decode each only once
@@ -154,7 +154,7 @@ def route_chunk(
             routed = slow
             line = line.strip()  # valid JSON: what strip() removes is JSON whitespace
         t, seq = routed
-        if t == STREAM_TYPE:
+        if t == STREAM_HEADER:
             try:
                 header = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
@@ -213,7 +213,7 @@ def _canonical_groups(lines: list[bytes]) -> Segment | None:
     every: set[int] = set()
     for group in groups.values():
         routed = _fast_route(group[0])
-        if routed is None or routed[0] == STREAM_TYPE:
+        if routed is None or routed[0] == STREAM_HEADER:
             return None
         name = routed[0]
         prefix = _PREFIX + group[0][6 : 6 + len(name.encode())] + _SEQ_KEY
@@ -286,7 +286,7 @@ def pregroup(chunk: bytes) -> Grouped | None:
     """`_canonical_groups` of a plain chunk (canonical lines, no stream header), on the
     thread that received it: that work needs no mark, so it is done while the writer
     is busy with the previous flush. None when the chunk needs the full routing."""
-    if chunk.startswith(_PREFIX + STREAM_TYPE.encode() + b'"'):
+    if chunk.startswith(_PREFIX + STREAM_HEADER.encode() + b'"'):
         return None
     lines = _lines_of(chunk)
     segment = _canonical_groups(lines)
@@ -340,7 +340,7 @@ def split_chunk(
     fast = _fast_lines(lines, high_water)
     if fast is not None:
         return [fast]
-    if not chunk.startswith(_PREFIX + STREAM_TYPE.encode() + b'"'):
+    if not chunk.startswith(_PREFIX + STREAM_HEADER.encode() + b'"'):
         return route_chunk(chunk, high_water, on_header)
     body = _canonical_groups(lines[1:])
     if body is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from agent.wire.protocol import encode
+from agent.wire.protocol import GPU, HOST, PROTOCOL_VERSION, STREAM_HEADER, TRAIN, encode
 
 # Fields that read the same however the readings are drawn.
 _GPU_FIXED: dict[str, object] = {
@@ -44,18 +44,18 @@ def synthetic_lines(rows: int, ranks: int = 8, seed: int = 7, readings: str = "u
     seq = 0
     ts = 1.7e9
     step = 0
-    header = {"protocol": 1, "agent_version": "estimate", "journal_id": "estimate",
+    header = {"protocol": PROTOCOL_VERSION, "agent_version": "estimate", "journal_id": "estimate",
               "from": 0, "first": 1, "head": rows}
-    out.append(encode("stream", 0, header, ts=ts))
+    out.append(encode(STREAM_HEADER, 0, header, ts=ts))
     while seq < rows:
         ts += 1.0
         for g in range(8):
             seq += 1
-            out.append(encode("gpu", seq, {"gpu": g, "uuid": f"GPU-{g:08x}", **draw.gpu(g),
+            out.append(encode(GPU, seq, {"gpu": g, "uuid": f"GPU-{g:08x}", **draw.gpu(g),
                                            **_GPU_FIXED}, ts=ts))
         for rank in range(ranks):
             seq += 1
-            out.append(encode("train", seq, {
+            out.append(encode(TRAIN, seq, {
                 "job": "estimate", "rank": rank, "step": step, "epoch": step / 1000,
                 "stage": "train", "loss": rnd.uniform(1, 3), "nonfinite": None, "lr": 3e-4,
                 "samples": 32, "tokens": 65536, "step_time": rnd.uniform(0.3, 0.4),
@@ -64,7 +64,7 @@ def synthetic_lines(rows: int, ranks: int = 8, seed: int = 7, readings: str = "u
             }, ts=ts))
         step += 1
         seq += 1
-        out.append(encode("host", seq, {**draw.host(), **_HOST_FIXED}, ts=ts))
+        out.append(encode(HOST, seq, {**draw.host(), **_HOST_FIXED}, ts=ts))
     return b"".join(out)
 
 

@@ -33,7 +33,10 @@ from cockpit.store.queries import StoreReader
 COMPARE_VERSION = 1
 CURVE_BUCKETS = 200  # points per curve: a chart is at most a few hundred cells wide
 MAX_SIDES = 6  # the screen's colours; also what the app compares when it guesses
-AXES = ("step", "time")
+# A curve's x axis: the step, or the seconds since the job's first step.
+STEP_AXIS = "step"
+TIME_AXIS = "time"
+AXES = (STEP_AXIS, TIME_AXIS)
 NOT_RECORDED = "—"
 
 
@@ -48,10 +51,10 @@ class Curve:
     val_by_time: tuple[tuple[float, float], ...]
 
     def train(self, axis: str) -> Series:
-        return self.train_by_time if axis == "time" else self.train_by_step
+        return self.train_by_time if axis == TIME_AXIS else self.train_by_step
 
     def val(self, axis: str) -> tuple[tuple[float, float], ...]:
-        return self.val_by_time if axis == "time" else self.val_by_step
+        return self.val_by_time if axis == TIME_AXIS else self.val_by_step
 
 
 @dataclass(frozen=True)
@@ -386,10 +389,11 @@ def render_comparison(c: Comparison, fmt: str = "text") -> str:
 
 def axis_label(axis: str, value: float) -> str:
     """A tick of the time axis: the time since the job's first step."""
-    return duration(value) if axis == "time" else f"{value:,.0f}"
+    return duration(value) if axis == TIME_AXIS else f"{value:,.0f}"
 
 
-__all__ = ["AXES", "COMPARE_VERSION", "MAX_SIDES", "Comparison", "Curve", "Side", "Speed",
-           "as_data", "axis_label", "compare_in_recording", "comparison", "jobs_to_compare",
+__all__ = ["AXES", "COMPARE_VERSION", "MAX_SIDES", "STEP_AXIS", "TIME_AXIS", "Comparison",
+           "Curve", "Side", "Speed", "as_data", "axis_label", "compare_in_recording",
+           "comparison", "jobs_to_compare",
            "kpi_table", "load_comparison", "metric_rows", "parse_sides", "provenance_table",
            "relation_rows", "render_comparison", "short_labels", "side_of"]

@@ -27,7 +27,7 @@ from cockpit.analysis.lr import (
     lr_looks_too_high,
     scale_in_force,
 )
-from cockpit.analysis.markers import MARKER_KINDS, chart_markers
+from cockpit.analysis.markers import MARKER_KINDS, RESTART, chart_markers
 from cockpit.analysis.smoothing import ema
 from cockpit.analysis.spikes import find_spikes
 from cockpit.analysis.timeline import (
@@ -142,7 +142,7 @@ def build_effect(reader: StoreReader, job: str | None, train: TrainView, until_t
     markers = chart_markers_of(reader, job, until_ts, fr)
     # A resume (a fork's start included: it resumes its parent's checkpoint) restarts
     # the curve the LR rule reads.
-    restarts = [m.step for m in markers if m.kind == "restart"]
+    restarts = [m.step for m in markers if m.kind == RESTART]
     lr_reason = lr_looks_too_high(
         list(zip(smoothed.x, smoothed.last, strict=True)), list(zip(lr.x, lr.last, strict=True)),
         spike_steps=spikes, nonfinite_steps=nonfinite.steps,

@@ -91,6 +91,7 @@ from agent.wire.events import FORK, RECOVERY, RELAUNCH, RESUME
 from cockpit.analysis.checkpoint_interval import CheckpointAdvice, advise
 from cockpit.analysis.gpu_state import gpu_states, gpus_online, host_cause, host_state
 from cockpit.analysis.lifecycle import current_run_started, process_starts
+from cockpit.analysis.markers import RESTART
 from cockpit.analysis.text import (
     json_printable,
     printable,
@@ -260,7 +261,7 @@ def _effect(snap: Snapshot, causes: dict[int, str]) -> dict[str, Any]:
         "last_lr": e.last_lr, "lr_scale": e.lr_scale,
         "lr": {"step": _steps(e.lr.x), "lr": list(e.lr.last)},
         "lr_changes": [asdict(c) for c in e.lr_changes],
-        "markers": [{**asdict(m), "why": causes.get(m.step) if m.kind == "restart" else None}
+        "markers": [{**asdict(m), "why": causes.get(m.step) if m.kind == RESTART else None}
                     for m in e.markers],
     }
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent.wire import states
 from cockpit.analysis.lr import lr_change_text, lr_text
+from cockpit.analysis.markers import ADJUST
 from cockpit.analysis.text import duration, failed_restarts_text, size, unrecovered_text
 from cockpit.analysis.throttle import throttle_text
 from cockpit.read.report_format import ALERT_HEADER, Rows, Table
@@ -173,7 +174,7 @@ def _effect(e: dict[str, Any]) -> Rows:
         ("LR trend", sparkline(e["lr"]["lr"]) or NA),
         ("LR changes", "; ".join(lr_change_text(LrChange(**c)) for c in e["lr_changes"])
          or "none"),
-        ("changes", "; ".join(f"{m['text'] if m['kind'] == 'adjust' else 'restart'} at step "
+        ("changes", "; ".join(f"{m['text'] if m['kind'] == ADJUST else 'restart'} at step "
                               f"{m['step']:,}" + (f" ({m['why']})" if m.get("why") else "")
                               for m in e["markers"]) or "none"),
     ]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import duckdb
 import orjson
 
+from agent.wire import launch_reasons
 from agent.wire.events import CHECKPOINTS_SET_ASIDE, CONTROL_ACK, FORK, JOB_STARTED
 from cockpit.store.schema import (
     LEVEL_SERIES,
@@ -101,7 +102,8 @@ def start_lines(pieces: Iterable[tuple[str, int, Iterable[bytes]]]) -> list[Star
                 continue
             data, job, ts, seq = (record.get(k) for k in ("data", "job", "ts", "seq"))
             if (record.get("kind") == JOB_STARTED and isinstance(data, dict)
-                    and data.get("reason") == "launch" and data.get("checkpoint") is None
+                    and data.get("reason") == launch_reasons.LAUNCH
+                    and data.get("checkpoint") is None
                     and isinstance(job, str) and isinstance(ts, (int, float))
                     and isinstance(seq, int) and not isinstance(seq, bool)):
                 found.append(StartLine(host, job, float(ts), seq + offset))
@@ -141,7 +143,7 @@ class Filing:
 
 
 _FRESH_START_SQL = (
-    f"{kind_is(JOB_STARTED)} AND json_extract_string(data, '$.reason') = 'launch' "
+    f"{kind_is(JOB_STARTED)} AND json_extract_string(data, '$.reason') = '{launch_reasons.LAUNCH}' "
     "AND json_extract_string(data, '$.checkpoint') IS NULL"
 )
 
@@ -234,7 +236,7 @@ def file_earlier_run(cur: duckdb.DuckDBPyConnection, job: str, start: float,
     (`late_rows_job`), and `rename_earlier_rows` renames the stored ones."""
     same_launch = cur.execute(
         f"SELECT 1 FROM event WHERE job = ? AND {kind_is(JOB_STARTED)} AND ts BETWEEN ? AND ? "
-        "AND json_extract_string(data, '$.reason') = 'launch' "
+        f"AND json_extract_string(data, '$.reason') = '{launch_reasons.LAUNCH}' "
         "AND json_extract_string(data, '$.checkpoint') IS NULL LIMIT 1",
         [job, start - SAME_LAUNCH_S, start + SAME_LAUNCH_S]).fetchone()
     if same_launch is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent.wire import launch_reasons
 from agent.wire.events import (
     CHECKPOINT_SAVED,
     CONTROL_ACK,
@@ -246,18 +247,18 @@ def _number(value: Any) -> float | None:
 
 # The end of a host's part, other than a recovery, that ends an outage: a pause or stop
 # (the agent says it ended its processes for it, or a pause cancelled the restart), the
-# operator's start of the job, or the end of another host's part (agent.job.peer_end).
-_ENDS_FOR = {"pause": "pause", "stop": "stop", "relaunch": "relaunch", "peer": "peer"}
-_OPERATOR_STARTS = ("launch", "resume", "relaunch")
+# operator's start of the job, or the end of another host's part (agent.job.peer_end):
+# each named by the agent's word for it (`agent.wire.launch_reasons`).
 
 
 def _ended_by(kind: str, data: dict[str, Any]) -> str | None:
     if kind == PAUSE:
-        return "pause" if data.get("ok") is not False and data.get("mode") != "freeze" \
-            else None
+        took = data.get("ok") is not False and data.get("mode") != "freeze"
+        return launch_reasons.FOR_PAUSE if took else None
     if kind == JOB_EXITED:
-        return _ENDS_FOR.get(str(data.get("ended_for")))
-    if kind == JOB_STARTED and data.get("reason") in _OPERATOR_STARTS:
+        ended_for = str(data.get("ended_for"))
+        return ended_for if ended_for in launch_reasons.OUTAGE_ENDS else None
+    if kind == JOB_STARTED and data.get("reason") in launch_reasons.OPERATOR_STARTS:
         return str(data["reason"])
     return None
 

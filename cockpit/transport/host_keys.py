@@ -26,6 +26,8 @@ from typing import Any
 import paramiko
 import platformdirs
 
+from cockpit.transport.states import HOSTKEY_CHANGED, HOSTKEY_UNKNOWN
+
 SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 
@@ -65,15 +67,15 @@ def known_hosts_name(hostname: str, port: int) -> str:
 class HostKeyError(Exception):
     """A host key the cockpit will not trust; `state` is the link state to report."""
 
-    state = "hostkey-unknown"
+    state = HOSTKEY_UNKNOWN
 
 
 class HostKeyUnknown(HostKeyError):
-    state = "hostkey-unknown"
+    state = HOSTKEY_UNKNOWN
 
 
 class HostKeyChanged(HostKeyError):
-    state = "hostkey-changed"
+    state = HOSTKEY_CHANGED
 
 
 class KnownHostsFile(paramiko.HostKeys):

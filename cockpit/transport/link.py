@@ -24,6 +24,8 @@ from cockpit.transport.pump import PumpResult, StderrTail, StreamPump, StreamSou
 from cockpit.transport.ssh_config import SshConfig
 from cockpit.transport.states import (
     AGENT_FAILED,
+    BACKOFF_BASE,
+    BACKOFF_CAP,
     CONNECTING,
     FAILED_STATES,
     STALE,
@@ -59,8 +61,8 @@ class LinkOptions:
     # Agents sample at 1 Hz: this many seconds without a record means the stream is dead
     # even if TCP has not noticed yet.
     stale_after: float = 20.0
-    backoff_base: float = 0.5
-    backoff_cap: float = 30.0
+    backoff_base: float = BACKOFF_BASE
+    backoff_cap: float = BACKOFF_CAP
     # Handshakes in flight at once across the fleet: a cockpit that opens 256 links at
     # start (or after a network blip) would otherwise do 256 key exchanges in one burst,
     # time itself out on a busy box and retry them all again. Enough to overlap the

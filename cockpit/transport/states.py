@@ -65,6 +65,12 @@ StateCallback = Callable[[str, str, str], None]
 HighWater = Callable[[], int]
 
 
+# A link's reconnect back-off (`Backoff`, `LinkOptions.backoff_base`/`backoff_cap`): the
+# first delay's ceiling, and the most it grows to, in seconds.
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+
+
 class Backoff:
     """Capped exponential backoff with jitter.
 
@@ -74,8 +80,8 @@ class Backoff:
 
     def __init__(
         self,
-        base: float = 0.5,
-        cap: float = 30.0,
+        base: float = BACKOFF_BASE,
+        cap: float = BACKOFF_CAP,
         factor: float = 2.0,
         rng: random.Random | None = None,
     ) -> None:

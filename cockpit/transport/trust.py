@@ -17,6 +17,7 @@ from cockpit.transport.host_keys import HostKeyUnknown, KnownHosts, expand_home,
 from cockpit.transport.inventory import HostSpec
 from cockpit.transport.link import LinkOptions
 from cockpit.transport.ssh_link import ConnectFailed, connect
+from cockpit.transport.states import UNREACHABLE
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def fetch_host_key(spec: HostSpec, options: LinkOptions) -> FetchedKey:
         transport = connection.client.get_transport()
         key = transport.get_remote_server_key() if transport is not None else None
         if key is None:
-            raise ConnectFailed("unreachable", f"{spec.name}: no host key received", False)
+            raise ConnectFailed(UNREACHABLE, f"{spec.name}: no host key received", False)
         from cockpit.transport.host_keys import known_hosts_name
 
         name = known_hosts_name(endpoint.key_name_host, endpoint.port)

@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.wire import states
+from agent.wire.throttle import SW_THERMAL
+from cockpit.analysis import timeline
+from cockpit.analysis.efficiency import with_gauge_levels
+from cockpit.analysis.markers import ADJUST, RESTART
+from cockpit.analysis.timeline import THROTTLE_FAULT, UNREACHABLE_FAULT, XID_FAULT
+from cockpit.read.seams import SNAPSHOT_BUCKETS
 from cockpit.sessions.static_source import StaticSource
 from cockpit.snapshot import (
     Alert,
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
 T0 = 1_700_000_000.0
 STEPS = 12_000
 TOTAL = 50_000
-BUCKETS = 120
+BUCKETS = SNAPSHOT_BUCKETS  # as a recording's snapshot has them
 HOSTS = ("gpu-node-a", "gpu-node-b", "gpu-node-c", "gpu-node-d")
 
 
@@ -66,8 +72,8 @@ def _effect() -> Effect:
         last_loss=raw[-1], last_val_loss=val[-1], best_val_step=int(val_x[best]),
         best_val_loss=val[best], divergence_step=int(val_x[best]),
         spike_steps=(int(xs[70]),), nonfinite_steps=(), last_loss_scale=65536.0,
-        markers=(Marker(RESUMED_STEP, "restart", f"resumed from step {RESUMED_STEP}"),
-                 Marker(ADJUST_STEP, "adjust", "lr_scale=0.5")), last_lr=lr[-1],
+        markers=(Marker(RESUMED_STEP, RESTART, f"resumed from step {RESUMED_STEP}"),
+                 Marker(ADJUST_STEP, ADJUST, "lr_scale=0.5")), last_lr=lr[-1],
         lr_scale="0.5", lr_changes=(LrChange(ADJUST_STEP, "lr_scale=0.5", _lr(ADJUST_STEP),
                                              _lr(ADJUST_STEP + 1)),),
         faults=FAULTS,
@@ -82,10 +88,10 @@ RESUMED_STEP = LOST_STEP - 180
 THROTTLE_STEP = STEPS - 700
 XID_STEP = STEPS - 140
 FAULTS = (
-    Marker(LOST_STEP, "unreachable", "gpu-node-b: host unreachable", host="gpu-node-b"),
-    Marker(THROTTLE_STEP, "throttle", "gpu-node-c: gpu 5 throttled: thermal (SW)",
+    Marker(LOST_STEP, UNREACHABLE_FAULT, "gpu-node-b: host unreachable", host="gpu-node-b"),
+    Marker(THROTTLE_STEP, THROTTLE_FAULT, "gpu-node-c: gpu 5 throttled: thermal (SW)",
            host="gpu-node-c"),
-    Marker(XID_STEP, "xid", "gpu-node-b: XID 79 gpu 3", host="gpu-node-b"),
+    Marker(XID_STEP, XID_FAULT, "gpu-node-b: XID 79 gpu 3", host="gpu-node-b"),
 )
 
 
@@ -102,7 +108,7 @@ def _gpu(host_i: int, gpu: int) -> GpuCell:
         index=gpu, online=not (host_i == 3 and gpu == 7), simulated=True,
         util=90.0 - 3 * gpu, temp=88.0 if throttled else 60.0 + gpu, power=300.0 + 5 * gpu,
         power_limit=400.0, mem_used=60 * 2**30, mem_total=80 * 2**30, ecc_unc=0,
-        xid=79 if problem_xid else None, throttle=0x20 if throttled else 0, name="SIM-H100",
+        xid=79 if problem_xid else None, throttle=SW_THERMAL if throttled else 0, name="SIM-H100",
         xid_watched=True,  # the simulated GPUs report XIDs (one has had one): "none" is known
     )
 
@@ -136,12 +142,12 @@ def _efficiency() -> Efficiency:
     steps = [STEPS * (i + 1) / BUCKETS for i in range(BUCKETS)]
     tput = [_throughput(x) for x in steps]
     busy = [85 + 8 * math.sin(i / 11) for i in range(BUCKETS)]
-    return Efficiency(
+    return with_gauge_levels(Efficiency(
         gpu_busy=86.5, samples_per_s=812.0, tokens_per_s=1.66e6, data_wait_pct=7.5,
         comm_pct=18.0, mfu=0.41, step_time_median=0.84, step_time_spread=0.23,
         slowest_ranks=_rank_times()[:3], ranks=_rank_times(), rank_count=len(HOSTS) * 8,
         throughput_history=_series(tput, steps), gpu_busy_history=_series(busy, xs),
-    )
+    ))
 
 
 def _rank_times() -> tuple[RankTime, ...]:
@@ -170,19 +176,21 @@ def _stages() -> tuple[StageSpan, ...]:
     (at 1.19 steps/s), and the restart after the node failure."""
     rate = 1.19
     start = T0 - STEPS / rate - 600
-    spans = [StageSpan(start, start + 600, "start-up")]
+    spans = [StageSpan(start, start + 600, timeline.START_UP_STAGE)]
     at = start + 600
     for k in range(1, STEPS // 1000 + 1):
         end = at + 1000 / rate
         if k == LOST_STEP // 1000 + 1:
             lost = at + (LOST_STEP % 1000) / rate
-            spans += [StageSpan(at, lost, "train"), StageSpan(lost, lost + 95, "restarting")]
+            spans += [StageSpan(at, lost, timeline.TRAIN_STAGE),
+                      StageSpan(lost, lost + 95, timeline.RESTARTING_STAGE)]
             at = lost + 95
             end = at + (1000 - LOST_STEP % 1000 + 180) / rate
-        spans += [StageSpan(at, end, "train"), StageSpan(end, end + 60, "eval"),
-                  StageSpan(end + 60, end + 90, "checkpoint")]
+        spans += [StageSpan(at, end, timeline.TRAIN_STAGE),
+                  StageSpan(end, end + 60, timeline.EVAL_STAGE),
+                  StageSpan(end + 60, end + 90, timeline.CHECKPOINT_STAGE)]
         at = end + 90
-    spans.append(StageSpan(at, T0, "train"))
+    spans.append(StageSpan(at, T0, timeline.TRAIN_STAGE))
     return tuple(spans)
 
 

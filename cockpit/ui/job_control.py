@@ -102,10 +102,9 @@ def plan_text(controller: Controller, op: Operation, kwargs: dict[str, Any]) -> 
 
 # Operations that need the job's processes running (or about to run again).
 NEEDS_PROCESSES = frozenset({"pause", "checkpoint", "eval"})
-LIVE_STATES = frozenset({states.RUNNING, states.STALLED, states.RECOVERING, states.UNKNOWN})
+LIVE_STATES = frozenset(states.LIVE)
 # States of a job that runs no process and will not start one by itself.
-IDLE_STATES = frozenset({states.FAILED, states.PAUSED, states.EXITED, states.FINISHED,
-                         states.STOPPED})
+IDLE_STATES = frozenset(states.IDLE)
 
 
 def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str | None:

@@ -5,8 +5,11 @@ import os
 import time
 from pathlib import Path
 
+from agent.hook import spool_writer
 from agent.journal.journal import Journal, JournalReader
 from agent.journal.spool import SpoolTailer
+from agent.wire import paths
+from agent.wire.protocol import SPOOL_HEADER, SPOOL_VERSION
 
 from .conftest import SpoolWriter
 
@@ -27,6 +30,23 @@ def _setup(tmp_path: Path, settle: float = 0.0) -> tuple[Path, Path, Journal, Sp
     state, run = tmp_path / "state", tmp_path / "run"
     journal = Journal(state)
     return state, run, journal, SpoolTailer(journal, [run], settle=settle)
+
+
+def test_the_hooks_file_is_named_and_headed_as_the_tailer_reads_it(tmp_path: Path) -> None:
+    """One spelling of a spool file's name (`paths.spool_file`, `paths.SPOOL_FILE`) and
+    header (`SPOOL_HEADER`, `SPOOL_VERSION`) for the hook that writes it and the tailer."""
+    writer = spool_writer.SpoolWriter(str(tmp_path), "jobA", 7)
+    try:
+        path = Path(writer.path)
+        assert path == paths.spool_file(paths.spool_dir(tmp_path, "jobA"), 7, writer.file_id)
+        match = paths.SPOOL_FILE.match(path.name)
+        assert match is not None and match.groups() == ("7", writer.file_id)
+        header = json.loads(path.read_text().splitlines()[0])
+        assert (header["t"], header["v"]) == (SPOOL_HEADER, SPOOL_VERSION)
+    finally:
+        writer.close()
+    assert paths.SPOOL_FILE.match("rank-3.ndjson").groups() == ("3", None)  # an old writer's
+    assert paths.SPOOL_FILE.match("rank-3.x.ndjson.tmp") is None
 
 
 def test_records_get_seq_job_rank_and_src(tmp_path: Path) -> None:

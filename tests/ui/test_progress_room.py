@@ -8,16 +8,21 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Static
 
+from cockpit.analysis import timeline
 from cockpit.sessions.static_source import StaticSource
+from cockpit.snapshot import StageSpan
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_snapshot
 from cockpit.ui.widgets.progress_pane import (
     BAND_LINES,
     CHART_LINES,
+    OTHER_STAGE,
     RANK_ROWS_MAX,
+    STAGE_STYLES,
     ProgressPane,
     Share,
     allot,
+    band_text,
 )
 from cockpit.ui.widgets.throughput_chart import ThroughputChart
 from tests.ui.helpers import settle
@@ -39,6 +44,20 @@ def test_the_lines_left_widen_the_table_as_far_as_the_chart_leaves_it() -> None:
     assert allot(3 + BAND_LINES + 4, 3) == Share(7, chart=False, band=True)
     # A table shorter than the usual least (a job of one rank) leaves its lines too.
     assert allot(2 + full, 2) == Share(2, chart=True, band=True)
+
+
+def test_each_stage_has_its_style_and_one_without_shows_as_another_stage(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The band's styles are the timeline's stages (`STAGES`), each with a glyph of its
+    own; a stage added there before it has a style here shows, not raises."""
+    assert set(STAGE_STYLES) == set(timeline.STAGES)
+    assert len({glyph for glyph, _ in STAGE_STYLES.values()} | {OTHER_STAGE[0]}) == len(
+        STAGE_STYLES) + 1
+    spans = (StageSpan(0.0, 10.0, timeline.TRAIN_STAGE), StageSpan(10.0, 20.0, "warm-up"))
+    monkeypatch.setattr("cockpit.ui.widgets.progress_pane.STAGES",
+                        (*timeline.STAGES, "warm-up"))
+    text = band_text(spans, 20.0, 20).plain
+    assert "warm-up" in text and OTHER_STAGE[0] in text
 
 
 @pytest.mark.parametrize("size", [(160, 48), (140, 36), (120, 30), (100, 40), (80, 24)])

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from cockpit.read.compare import (
     AXES,
+    STEP_AXIS,
     Comparison,
     kpi_table,
     metric_rows,
@@ -55,7 +56,7 @@ class CompareScreen(DrillDownScreen):
     WHAT = "compare"
     BINDINGS = [*DrillDownScreen.BINDINGS, *keymap.bindings("compare")]
 
-    axis: reactive[str] = reactive("step")
+    axis: reactive[str] = reactive(STEP_AXIS)
 
     def __init__(self, snapshot: Snapshot | None = None,
                  comparison: Comparison | None = None) -> None:

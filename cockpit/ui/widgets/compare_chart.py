@@ -16,6 +16,7 @@ from textual.content import Content
 from textual.reactive import reactive
 
 from cockpit.analysis.text import duration
+from cockpit.read.compare import STEP_AXIS
 from cockpit.snapshot import Series
 from cockpit.ui import format as fmt
 from cockpit.ui.themes import rgb
@@ -36,7 +37,7 @@ class CompareCurve:
 
 @dataclass(frozen=True)
 class CompareView:
-    axis: str  # "step" or "time" (seconds since the job's first step)
+    axis: str  # one of `cockpit.read.compare.AXES`
     curves: tuple[CompareCurve, ...] = ()
 
 
@@ -85,7 +86,7 @@ class CompareChart(ChartWidget):
             self.drawn = ()
             return
         plt.title("")
-        plt.xlabel("step" if view.axis == "step" else "time since the job's first step")
+        plt.xlabel("step" if view.axis == STEP_AXIS else "time since the job's first step")
         every_x: list[float] = []
         for i, curve in enumerate(view.curves):
             colour = rgb(variables, colour_of(i))
@@ -106,7 +107,7 @@ class CompareChart(ChartWidget):
 
     def _ticks(self, axis: str, lo: float, hi: float) -> None:
         plt = self.figure
-        if axis == "step":
+        if axis == STEP_AXIS:
             ticks = step_ticks(lo, hi)
             positions: list[float] = list(ticks)
             plt.xticks(positions, step_labels(ticks))

@@ -29,6 +29,8 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
+from cockpit.analysis.markers import ADJUST, RESTART
+from cockpit.analysis.timeline import ECC_FAULT, THROTTLE_FAULT, UNREACHABLE_FAULT, XID_FAULT
 from cockpit.snapshot import Effect, Marker, Series
 from cockpit.ui.themes import rgb
 from cockpit.ui.widgets.line_cache import LineCache
@@ -38,11 +40,11 @@ from cockpit.ui.widgets.plot_canvas import BRAILLE, Colour, Figure
 # The operator's adjustments and restarts go along the bottom of a chart, the faults
 # (`Effect.faults`) along its top: neither hides a point of the curve, and a letter
 # names each fault kind, so colour is never the only thing telling them apart.
-MARKER_STYLES = (("adjust", "▼", "adjusted", "secondary"),
-                 ("restart", "↻", "restart", "secondary"))
-FAULT_STYLES = (("xid", "X", "XID", "error"), ("ecc", "E", "ECC", "error"),
-                ("throttle", "T", "throttled", "warning"),
-                ("unreachable", "U", "host lost", "error"))
+MARKER_STYLES = ((ADJUST, "▼", "adjusted", "secondary"),
+                 (RESTART, "↻", "restart", "secondary"))
+FAULT_STYLES = ((XID_FAULT, "X", "XID", "error"), (ECC_FAULT, "E", "ECC", "error"),
+                (THROTTLE_FAULT, "T", "throttled", "warning"),
+                (UNREACHABLE_FAULT, "U", "host lost", "error"))
 STEP_LIMIT = 2.0**63  # a step axis reaches no further (`step_ticks`)
 
 

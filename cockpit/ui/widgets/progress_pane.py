@@ -20,6 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import ProgressBar, Static
 
 from agent.wire import states
+from cockpit.analysis import timeline
 from cockpit.analysis.rank_progress import progress_rows, rows_taken
 from cockpit.analysis.text import counted, printable
 from cockpit.analysis.timeline import STAGES, band_cells
@@ -94,12 +95,14 @@ def stall_text(p: Progress) -> Content:
     return fmt.text(f"⚠ STALLED: likely {cause}{detail}")
 
 
-# How each stage shows in the band: (glyph, theme colour). A glyph of its own for each,
-# so colour is never the only thing telling them apart.
+# How each stage (`cockpit.analysis.timeline.STAGES`) shows in the band: (glyph, theme
+# colour). A glyph of its own for each, so colour is never the only thing telling them
+# apart; a stage given none here shows as OTHER_STAGE.
 STAGE_STYLES = {
-    "train": ("━", "success"), "eval": ("≡", "accent"), "checkpoint": ("▮", "primary"),
-    "start-up": ("┄", "text-muted"), "paused": ("‖", "warning"),
-    "restarting": ("↻", "error"),
+    timeline.TRAIN_STAGE: ("━", "success"), timeline.EVAL_STAGE: ("≡", "accent"),
+    timeline.CHECKPOINT_STAGE: ("▮", "primary"),
+    timeline.START_UP_STAGE: ("┄", "text-muted"), timeline.PAUSED_STAGE: ("‖", "warning"),
+    timeline.RESTARTING_STAGE: ("↻", "error"),
 }
 OTHER_STAGE = ("─", "foreground")  # a stage the trainer named that the band does not know
 RANK_ROWS_MAX = 8  # the table's lines at most: the chart below keeps the rest
@@ -172,6 +175,12 @@ def ranks_text(ranks: tuple[RankProgress, ...], lines: int, width: int = 80) -> 
     return Content("\n").join(out)
 
 
+def _stage_key(stage: str) -> Content:
+    """The band's legend entry of `stage`: its glyph in its colour, and its name."""
+    glyph, colour = STAGE_STYLES.get(stage, OTHER_STAGE)
+    return fmt.own_markup(f"[${colour}]{glyph}[/] ") + Content(stage)
+
+
 def band_text(spans: tuple[StageSpan, ...], now: float, width: int) -> Content:
     """The stages from the job's first start to `now` in `width` cells, and under them
     the stages shown and the time the band spans."""
@@ -189,9 +198,7 @@ def band_text(spans: tuple[StageSpan, ...], now: float, width: int) -> Content:
         parts.append(fmt.own_markup(f"[${colour}]{glyph * count}[/]"))
     shown = {c for c in cells if c is not None}
     known = [s for s in STAGES if s in shown]
-    keys = Content("  ").join(
-        fmt.own_markup(f"[${STAGE_STYLES[s][1]}]{STAGE_STYLES[s][0]}[/] ") + Content(s)
-        for s in known)
+    keys = Content("  ").join(_stage_key(s) for s in known)
     others = sorted(shown - set(STAGES))
     if others:
         keys += Content(f"  {OTHER_STAGE[0]} ") + fmt.text(", ".join(others))
