@@ -38,11 +38,11 @@ from agent.lockfile import StateLock
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
-from agent.wire import atomic, jobstate, paths, states
+from agent.wire import atomic, jobstate, launch_reasons, paths, states
 from agent.wire.events import JOB_ADOPTED, SAMPLER_ERROR
 from agent.wire.launch_spec import check_job_name
 from agent.wire.op_error import OpError
-from agent.wire.protocol import PROTOCOL_VERSION
+from agent.wire.protocol import EVENT, GPU, HELLO, HOST, PROTOCOL_VERSION, RUN, TRAIN
 
 MIN_INTERVAL = 0.25
 POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s later anyway)
@@ -93,7 +93,7 @@ class ObservedJournal:
         records = list(records)
         seqs = self._journal.append_many(records, ts=ts, hold=False)
         for t, fields in records:
-            if t in ("train", "event", "run"):
+            if t in (TRAIN, EVENT, RUN):
                 try:
                     self._observe(t, fields)
                 except Exception as exc:
@@ -269,7 +269,7 @@ class Daemon:
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not (
                 0 <= grace <= MAX_STOP_GRACE):
             raise OpError("'grace' must be a number of seconds from 0 to %g" % MAX_STOP_GRACE)
-        sup.ended_for = "stop"
+        sup.ended_for = launch_reasons.FOR_STOP
         threading.Thread(target=sup.stop, args=(float(grace),), name="job-stop",
                          daemon=True).start()
         return {"pid": sup.pid, "grace": grace}
@@ -280,9 +280,9 @@ class Daemon:
         job = self.jobs.get(name) if isinstance(name, str) else None
         if job is None:
             return
-        if t == "train":
+        if t == TRAIN:
             job.on_train(dict(fields))
-        elif t == "run":
+        elif t == RUN:
             job.on_run(dict(fields))
         else:
             job.on_event(dict(fields))
@@ -481,14 +481,14 @@ class Daemon:
         records: List[tuple] = []
         host = self._guard("host", lambda: self.host.sample(ranks))
         if host is not None:
-            records.append(("host", host))
+            records.append((HOST, host))
         activity = {p["pid"]: p.get("cpu") for p in (host or {}).get("procs", [])}
         if isinstance(self.gpus, SimGpus):
             gpus = self._guard("gpu", lambda: self.gpus.sample(ranks, activity))
         else:
             gpus = self._guard("gpu", lambda: self.gpus.sample(ranks))
         for record in gpus or ():
-            records.append(("gpu", record))
+            records.append((GPU, record))
         if records:
             self.journal.append_many(records)
         # After the samples are journaled: keeping the history may write a file (once
@@ -515,8 +515,8 @@ class Daemon:
         now = time.monotonic()
         if now - self._sampler_errors.get(text, -1e9) >= 60.0:
             self._sampler_errors[text] = now
-            self.journal.append("event", {"kind": SAMPLER_ERROR, "job": None, "rank": None,
-                                          "step": None, "msg": text, "data": data})
+            self.journal.append(EVENT, {"kind": SAMPLER_ERROR, "job": None, "rank": None,
+                                        "step": None, "msg": text, "data": data})
 
     def _on_xid(self, gpu: int, xid: int, ts: float) -> None:
         uuid = None
@@ -550,10 +550,10 @@ class Daemon:
         msg = "GPU fault history %s unusable: %s; it starts empty" % (
             self.gpu_history.path, why)
         self.log(msg)
-        self.journal.append("event", {"kind": SAMPLER_ERROR, "job": None, "rank": None,
-                                      "step": None, "msg": msg,
-                                      "data": {"sampler": "gpu_history",
-                                               "set_aside": len(self.gpu_history.set_aside)}})
+        self.journal.append(EVENT, {"kind": SAMPLER_ERROR, "job": None, "rank": None,
+                                    "step": None, "msg": msg,
+                                    "data": {"sampler": "gpu_history",
+                                             "set_aside": len(self.gpu_history.set_aside)}})
 
     # -- life ------------------------------------------------------------------------
     def stop(self) -> None:
@@ -604,7 +604,7 @@ class Daemon:
             if now - self._sampler_errors.get(text, -1e9) >= 60.0:  # once a minute each
                 self._sampler_errors[text] = now
                 self.log("%s\n%s" % (text, traceback.format_exc()))
-                self._survive("spool report", lambda: self.journal.append("event", {
+                self._survive("spool report", lambda: self.journal.append(EVENT, {
                     "kind": SAMPLER_ERROR, "job": None, "rank": None, "step": None,
                     "msg": text, "data": {"sampler": "spool"}}))
             try:
@@ -653,7 +653,7 @@ class Daemon:
                                   "from %s: %s: %s" % (COMMAND_STATE, type(exc).__name__, exc))
                 sup = None
             if sup is not None and sup.found_running:
-                self.journal.append("event", {
+                self.journal.append(EVENT, {
                     "kind": JOB_ADOPTED, "job": sup.job, "rank": None, "step": None,
                     "msg": "job %s adopted from the previous agent: pid %s still runs"
                            % (sup.job, sup.pid),
@@ -678,8 +678,8 @@ class Daemon:
 
     def _adopt_error(self, job: str, msg: str) -> None:
         self.log(msg)
-        self.journal.append("event", {"kind": JOB_ADOPTED, "job": job, "rank": None,
-                                      "step": None, "msg": msg, "data": {"ok": False}})
+        self.journal.append(EVENT, {"kind": JOB_ADOPTED, "job": job, "rank": None,
+                                    "step": None, "msg": msg, "data": {"ok": False}})
 
     def run(self) -> int:
         cfg = self.config
@@ -687,7 +687,7 @@ class Daemon:
             if isinstance(self.gpus, Nvml):  # registered first: the hello says which
                 self.xid = XidWatcher(self.gpus, self._on_xid, on_error=self._sampler_error)
                 self.xid.register()
-            self.journal.append("hello", self.hello())
+            self.journal.append(HELLO, self.hello())
             self._load_gpu_history()
             self._adopt_jobs()
             if self.xid is not None:
@@ -736,7 +736,7 @@ class Daemon:
         if self.supervisor is not None and self.supervisor.running:
             self.log("stopping job %s (SIGTERM, then SIGKILL after %g s)"
                      % (self.supervisor.job, self.config.stop_grace))
-            self.supervisor.ended_for = "shutdown"
+            self.supervisor.ended_for = launch_reasons.FOR_SHUTDOWN
             try:
                 self.supervisor.stop(self.config.stop_grace)
             except Exception as exc:

@@ -120,13 +120,14 @@ def test_the_check_finds_a_retyped_kind() -> None:
 # `job_started`'s `data.reason` and `job_exited`'s `data.ended_for` are spelt in
 # `agent.wire.launch_reasons`: no literal of them may be compared with something named
 # `…reason` or `…ended_for`, given to one (a variable, attribute, keyword or dict key; a
-# stop's `why=`), or tested in SQL (`json_extract_string(data, '$.reason') = 'launch'`).
+# stop's `why=`), be the default of a parameter so named (`reason="launch"`), or tested in
+# SQL (`json_extract_string(data, '$.reason') = 'launch'`).
 REASONS_OWNER = "agent/wire/launch_reasons.py"
 REASON_FIELDS = ("reason", "ended_for")
 REASON_KEYWORDS = (*REASON_FIELDS, "why")
 # Files that still spell the reasons they write, left for whoever edits them next to
 # import `agent.wire.launch_reasons`: each must still hold one (a switched file leaves).
-REASONS_PENDING = {"agent/daemon.py", "agent/job/managed.py", "agent/job/membership.py"}
+REASONS_PENDING: set[str] = set()
 _SQL_REASON = re.compile(r"'\$\.(?:reason|ended_for)'\)\s*(?:=|!=|<>)\s*'([^']*)'"
                          r"|'\$\.(?:reason|ended_for)'\)\s+(?:NOT\s+)?IN\s*\(([^)]*)\)",
                          re.IGNORECASE)
@@ -157,6 +158,14 @@ def retyped_reasons(tree: ast.AST, reasons: set[str]) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Call):
             found += [hit for kw in node.keywords if kw.arg in REASON_KEYWORDS
                       for hit in _constants(kw.value, reasons)]
+        elif isinstance(node, ast.arguments):
+            positional = [*node.posonlyargs, *node.args]
+            defaults = [*zip(positional[len(positional) - len(node.defaults):], node.defaults,
+                             strict=True),
+                        *zip(node.kwonlyargs, node.kw_defaults, strict=True)]
+            found += [hit for arg, default in defaults
+                      if default is not None and arg.arg in REASON_KEYWORDS
+                      for hit in _constants(default, reasons)]
         elif isinstance(node, ast.Dict):
             found += [hit for key, value in zip(node.keys, node.values, strict=True)
                       if isinstance(key, ast.Constant) and key.value in REASON_FIELDS
@@ -197,15 +206,18 @@ def test_the_check_finds_a_retyped_reason() -> None:
         "started = {'attempt': 1, 'reason': 'takeover'}\n"
         "sql = \"AND json_extract_string(data, '$.reason') = 'launch' \"\n"
         "sql = \"json_extract_string(data, '$.ended_for') IN ('peer', 'pause')\"\n"
+        "def launch(self, checkpoint, reason='recovery'): pass\n"
+        "def stopped(was, *, why='stop'): pass\n"
         # Not a reason's place, or not a reason: none is found.
         "if data.get('reason') == launch_reasons.RECOVERY: pass\n"
         "reason = 'disk full' if full else 'write error'\n"
         "if action == 'resume': pass\n"
         "self.event(RESUME, msg, {'mode': 'thaw', 'reason': why})\n"
+        "def thaw(self, mode='resume', why=None): pass\n"
     )
     assert [word for _, word in retyped_reasons(ast.parse(source), reasons)] == [
         "recovery", "scale", "stop", "resume", "relaunch", "shutdown", "takeover", "launch",
-        "pause", "peer"]
+        "pause", "peer", "recovery", "stop"]
     assert set(launch_reasons.OPERATOR_STARTS) | set(launch_reasons.RUN_STARTS) <= set(
         launch_reasons.LAUNCH_REASONS)
     assert set(launch_reasons.OUTAGE_ENDS) <= set(launch_reasons.ENDED_FOR)
@@ -215,14 +227,17 @@ def test_the_check_finds_a_retyped_reason() -> None:
 
 # -- record types: a record's `t` ----------------------------------------------------------
 # Spelt in `agent.wire.protocol` (the types, the stream and spool headers): no literal of
-# them may be compared with a record's `t`, be a record dict's `"t"`, or be the type an
-# `encode(T, …)`, a journal's `append(T, fields)` or the hook's `_base(T, …)` is given.
+# them may be compared with a record's `t`, be a record dict's `"t"`, be the type an
+# `encode(T, …)`, a journal's `append(T, fields)` or the hook's `_base(T, …)` is given, or
+# head a record's tuple (`(T, fields)` for `append_many`, a held `(T, ts, line)`): a tuple
+# whose first item is a type and whose second is no string (a row of column names is not
+# a record).
 RECORDS_OWNER = "agent/wire/protocol.py"
 RECORD_WRITERS = ("encode", "_base")  # and `append` with the fields after the type
 # Files that still spell the record types they write or read, left for whoever edits
 # them next to import `agent.wire.protocol`: each must still hold one.
-RECORDS_PENDING = {"agent/daemon.py", "agent/hook/reporter.py", "agent/job/managed.py",
-                   "agent/job/supervisor.py", "agent/journal/journal.py"}
+RECORDS_PENDING = {"agent/job/output.py", "agent/journal/control_inbox.py",
+                   "agent/samplers/nvml.py"}
 
 
 def _record_types() -> set[str]:
@@ -256,6 +271,10 @@ def retyped_types(tree: ast.AST, types: set[str]) -> list[tuple[int, str]]:
             callee = _callee(node)
             if callee in RECORD_WRITERS or (callee == "append" and len(node.args) >= 2):
                 found += _constants(node.args[0], types)
+        elif isinstance(node, ast.Tuple) and len(node.elts) >= 2 and (
+                isinstance(node.elts[0], ast.Constant)) and not (
+                isinstance(node.elts[1], ast.Constant) and isinstance(node.elts[1].value, str)):
+            found += _constants(node.elts[0], types)
     return sorted(set(found))
 
 
@@ -285,14 +304,18 @@ def test_the_check_finds_a_retyped_record_type() -> None:
         "chunk = encode('event', seq, fields)\n"
         "journal.append('hello', fields)\n"
         "self._base('log', line=text)\n"
+        "journal.append_many([('gpu', sample), ('host', {'cpu': 1})])\n"
+        "held = ('alert', ts, encode(ALERT, seq, fields))\n"
         # Not a record type's place: none is found.
         "if t == protocol.STREAM_HEADER: pass\n"
         "hosts.append('host')\n"
         "if last == 'run': pass\n"
         "row = {'kind': 'gpu'}\n"
+        "columns = ('host', 'gpu', 'state')\n"
+        "records.append((GPU, sample))\n"
     )
     assert [t for _, t in retyped_types(ast.parse(source), types)] == [
-        "stream", "eval", "train", "spool", "event", "hello", "log"]
+        "stream", "eval", "train", "spool", "event", "hello", "log", "gpu", "host", "alert"]
 
 
 # -- the cockpit's chart marks and stages ------------------------------------------------

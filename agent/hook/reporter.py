@@ -44,7 +44,18 @@ from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_
 from agent.wire.checkpoints import RESUME_ENV
 from agent.wire.events import CHECKPOINT_SAVED, CONTROL_ACK, DROPPED, RESUMED, STAGE
 from agent.wire.knobs import ONE_SHOT_KNOBS
-from agent.wire.protocol import ALERT_KINDS, MAX_LINE_BYTES, MAX_LOG_LINE, SEVERITIES
+from agent.wire.protocol import (
+    ALERT,
+    ALERT_KINDS,
+    EVAL,
+    EVENT,
+    LOG,
+    MAX_LINE_BYTES,
+    MAX_LOG_LINE,
+    RUN,
+    SEVERITIES,
+    TRAIN,
+)
 
 PHASES = ("data", "compute", "comm", "checkpoint")
 _PHASE_FIELDS = ("data_time", "compute_time", "comm_time", "ckpt_time")
@@ -217,7 +228,7 @@ class Reporter:
 
         self._writer = SpoolWriter(self.run_dir, self.job, self.rank, max_file_bytes)
         if generated:
-            self._q.append((_READY, self._base("run", world_size=self.world_size)))
+            self._q.append((_READY, self._base(RUN, world_size=self.world_size)))
 
         self._stop = False
         self._wake = threading.Event()
@@ -355,7 +366,7 @@ class Reporter:
                 self._declared[name] = value
         fields = {"world_size": self.world_size}
         fields.update(self._declared)
-        self._q.append((_READY, self._base("run", **fields)))
+        self._q.append((_READY, self._base(RUN, **fields)))
         self._wake.set()
 
     def stage(self, name: str) -> None:
@@ -366,7 +377,7 @@ class Reporter:
     def event(self, kind: str, msg: str = "", *, step: Any = None, **data: Any) -> None:
         """Record that something happened; `data` holds kind-specific details."""
         self._q.append(
-            (_READY, self._base("event", kind=str(kind), step=self._step_value(step),
+            (_READY, self._base(EVENT, kind=str(kind), step=self._step_value(step),
                                 msg=str(msg), data=data))
         )  # fmt: skip
         self._wake.set()
@@ -411,7 +422,7 @@ class Reporter:
         where.setdefault("rank", self.rank)
         if self._last_step is not None:
             where.setdefault("step", self._step_value(None))
-        record = {"t": "alert", "ts": _wall(), "job": self.job, "kind": kind,
+        record = {"t": ALERT, "ts": _wall(), "job": self.job, "kind": kind,
                   "severity": severity, "code": str(code), "where": where, "what": str(what),
                   "hint": str(hint)}  # fmt: skip
         self._q.append((_READY, record))
@@ -419,7 +430,7 @@ class Reporter:
 
     def log(self, line: str, stream: str = "stdout") -> None:
         """Forward one line of trainer output (at most 4 KiB are kept)."""
-        self._q.append((_READY, self._base("log", stream=stream, line=str(line)[:MAX_LOG_LINE])))
+        self._q.append((_READY, self._base(LOG, stream=stream, line=str(line)[:MAX_LOG_LINE])))
 
     # ------------------------------------------------------------------ control
 
@@ -637,7 +648,7 @@ class Reporter:
 
     def _ack(self, msg: str, step: Any, lineno: int, data: Dict[str, Any]) -> None:
         """A `control_ack` event that, once written, counts line `lineno` as acknowledged."""
-        record = self._base("event", kind=CONTROL_ACK, step=self._step_value(step),
+        record = self._base(EVENT, kind=CONTROL_ACK, step=self._step_value(step),
                             msg=msg, data=data)
         self._q.append((_READY, record, lineno))
         self._wake.set()
@@ -751,7 +762,7 @@ class Reporter:
             acked = None
             if self._dropped:
                 lines.append(encode_line(self._base(
-                    "event", kind=DROPPED, step=None,
+                    EVENT, kind=DROPPED, step=None,
                     msg="%d spool records lost: %s" % (self._dropped, self._drop_reason),
                     data={"count": self._dropped, "reason": self._drop_reason})))  # fmt: skip
             for item in items:
@@ -816,13 +827,13 @@ class Reporter:
         step_time = perf - self._prev_perf if self._stepped else None
         self._prev_perf = perf
         self._stepped = True
-        step_value = self._record_step("train", step)
+        step_value = self._record_step(TRAIN, step)
         if step_value is None:
             return None
         num = self._number
         loss_value, nonfinite = split_nonfinite(num("loss", loss, nonfinite=True))
         record = {
-            "t": "train", "ts": wall, "job": self.job, "rank": self.rank,
+            "t": TRAIN, "ts": wall, "job": self.job, "rank": self.rank,
             "step": step_value, "epoch": num("epoch", epoch),
             "stage": stage, "loss": loss_value, "nonfinite": nonfinite, "lr": num("lr", lr),
             "samples": num("samples", samples, integer=True),
@@ -837,12 +848,12 @@ class Reporter:
 
     def _eval_record(self, item: tuple) -> Optional[Dict[str, Any]]:
         _k, wall, step, loss, metrics = item
-        step_value = self._record_step("eval", step)
+        step_value = self._record_step(EVAL, step)
         if step_value is None:
             return None
         num = self._number
         return {
-            "t": "eval", "ts": wall, "job": self.job, "rank": self.rank,
+            "t": EVAL, "ts": wall, "job": self.job, "rank": self.rank,
             "step": step_value, "loss": num("loss", loss),
             "metrics": {k: num(k, v) for k, v in metrics.items()},
         }  # fmt: skip
@@ -912,4 +923,4 @@ class Reporter:
         self._warned.add(key)
         text = "agent.hook (job %s, rank %d): %s" % (self.job, self.rank, message)
         print(text, file=sys.stderr, flush=True)
-        self._q.append((_READY, self._base("log", stream="stderr", line=text[:MAX_LOG_LINE])))
+        self._q.append((_READY, self._base(LOG, stream="stderr", line=text[:MAX_LOG_LINE])))

@@ -18,7 +18,7 @@ from agent.job.progress import Progress
 from agent.job.recovery import Decision, Diagnosis, RecoveryPolicy
 from agent.job.supervisor import Supervisor
 from agent.journal.journal import Journal
-from agent.wire import checkpoints
+from agent.wire import checkpoints, launch_reasons
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ class JobHandle(Protocol):
         """The newest valid checkpoint and the ones skipped (each journaled)."""
 
     def launch(self, checkpoint: Optional[checkpoints.Checkpoint],
-               reason: str = "launch") -> None:
+               reason: str = launch_reasons.LAUNCH) -> None:
         """Start a new attempt from `checkpoint` (None: from the start)."""
 
     def stop_attempt(self, grace: Optional[float] = None, why: Optional[str] = None) -> bool:

@@ -55,7 +55,7 @@ from agent.job.stacks import STACKS_MAX_BYTES, dump_stacks
 from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
-from agent.wire import atomic, checkpoints, jobstate, paths
+from agent.wire import atomic, checkpoints, jobstate, launch_reasons, paths
 from agent.wire.causes import HANG, LAUNCH_FAILED
 from agent.wire.events import (
     CHECKPOINT_SAVED,
@@ -72,6 +72,7 @@ from agent.wire.events import (
     SAMPLER_ERROR,
 )
 from agent.wire.op_error import OpError
+from agent.wire.protocol import ALERT, EVENT
 from agent.wire.states import (
     BACKOFF,
     FAILED,
@@ -452,8 +453,8 @@ class ManagedJob:
             if sup is not None and sup.running:
                 sup.stop(self.spec.stop_grace)
 
-    def launch(self, checkpoint: Optional[checkpoints.Checkpoint], reason: str = "launch"
-                ) -> None:
+    def launch(self, checkpoint: Optional[checkpoints.Checkpoint],
+               reason: str = launch_reasons.LAUNCH) -> None:
         self.attempt += 1
         try:  # a relaunch may bring a new host set, hence a new dir of this host's own
             self.looking_in(self.spec.shared_dir, self.spec.prepare_dirs,
@@ -742,7 +743,7 @@ class ManagedJob:
             "restart_count": self.policy.restarts, "skipped": skipped,
             "last_step": last, "then": list(failure.get("then") or []),
         })
-        self.launch(checkpoint, reason="recovery")
+        self.launch(checkpoint, reason=launch_reasons.RECOVERY)
 
     def _journal_recovery(self, pending: dict, step: int, ts: float) -> None:
         with self.progress.lock:
@@ -882,7 +883,7 @@ class ManagedJob:
             self._resume(args.get("id"))
             return None
         if action == "relaunch":
-            self.stop_attempt(why="relaunch")
+            self.stop_attempt(why=launch_reasons.FOR_RELAUNCH)
             self._started_by_operator(args.get("id"))  # or left out: its give-up is over
             if args.get("exclude_self"):
                 self.state = STOPPED
@@ -904,14 +905,14 @@ class ManagedJob:
                 "checkpoint": str(checkpoint.path) if checkpoint else None,
                 "step": checkpoint.step if checkpoint else 0, "skipped": skipped,
                 "nnodes": self.spec.nnodes})
-            self.launch(checkpoint, reason="relaunch")
+            self.launch(checkpoint, reason=launch_reasons.RELAUNCH)
             return None
         if action == "stop":
             was = self.state
             # Told before the processes end, as for a pause (see _pause).
             self.peers.announce(peer_end.STOPPED, "operator", "stopped by the operator")
             ended = self.stop_attempt(float(args.get("grace", self.spec.stop_grace)),
-                                      why="stop")
+                                      why=launch_reasons.FOR_STOP)
             self.state = STOPPED
             if not ended:
                 self._stopped_idle(was)
@@ -977,7 +978,7 @@ class ManagedJob:
         sup.stop(self.spec.stop_grace if grace is None else grace)
         return True
 
-    def _stopped_idle(self, was: str, why: str = "stop") -> None:
+    def _stopped_idle(self, was: str, why: str = launch_reasons.FOR_STOP) -> None:
         """A stop that found no process to end (a job waiting to restart, paused, failed,
         a spare) ends its life with the `job_exited` a stopped process journals: the
         operator was told one follows the ack, and the cockpit reads a job's state from
@@ -1073,7 +1074,7 @@ class ManagedJob:
         if frozen_at is not None:
             self.peers.announce(peer_end.PAUSED, "operator", "paused by the operator",
                                 frozen_at.step, str(frozen_at.path))
-        self.stop_attempt(why="pause")
+        self.stop_attempt(why=launch_reasons.FOR_PAUSE)
         if self._outlived_stop():
             self._pause_not_ended("checkpoint", op_id)
             return None
@@ -1197,7 +1198,8 @@ class ManagedJob:
         self.state = PAUSING
         sup = self.supervisor
         if sup is not None and sup.running:
-            sup.ended_for = "pause"  # its end, when rank 0's host stops, is the pause
+            # Its end, when rank 0's host stops, is the pause.
+            sup.ended_for = launch_reasons.FOR_PAUSE
             if self.spec.elastic:  # torchrun would regroup, not end: its workers' end is
                 self.membership.follow_end(timeout)
             else:
@@ -1268,7 +1270,7 @@ class ManagedJob:
                     "reach this host)" % (self.name, where, peer.host))
             data.update(mode="peer", peer=peer.host)
         self.event(RESUME, text, data, step=step)
-        self.launch(checkpoint, reason="resume")
+        self.launch(checkpoint, reason=launch_reasons.RESUME)
         self.peers.announce_resumed(ended_in, step, data["checkpoint"])
 
     def _follow_peers(self) -> bool:
@@ -1313,7 +1315,7 @@ class ManagedJob:
             return False
         was = self.state
         if peer.why == peer_end.PAUSED:
-            self.stop_attempt(why="pause")
+            self.stop_attempt(why=launch_reasons.FOR_PAUSE)
             if self._outlived_stop():
                 self._pause_not_ended("peer", None, peer.host)
                 self.save()
@@ -1329,7 +1331,8 @@ class ManagedJob:
                             "step": checkpoint.step if checkpoint else None},
                        step=checkpoint.step if checkpoint else None)
         else:
-            why = "stop" if peer.why == peer_end.STOPPED else "peer"
+            why = (launch_reasons.FOR_STOP if peer.why == peer_end.STOPPED
+                   else launch_reasons.FOR_PEER)
             ended = self.stop_attempt(why=why)
             self.state = STOPPED if peer.why == peer_end.STOPPED else FAILED
             if not ended:
@@ -1452,7 +1455,7 @@ class ManagedJob:
         if not isinstance(pending, dict) or not isinstance(head, int):
             return pending if isinstance(pending, dict) else None
         for record in JournalReader(self.journal.state_dir).records(head):
-            if record.get("t") == "event" and record.get("kind") == RECOVERY and (
+            if record.get("t") == EVENT and record.get("kind") == RECOVERY and (
                     record.get("job") == self.name) and (record.get("data") or {}).get(
                     "restart_count") == pending.get("restart_count"):
                 return None
@@ -1508,7 +1511,7 @@ class ManagedJob:
             return None
         if sup is None:
             checkpoint, _skipped = self.newest_checkpoint()
-            self.launch(checkpoint, reason="resume")
+            self.launch(checkpoint, reason=launch_reasons.RESUME)
             return None
         if previous == FROZEN and alive_now:
             self.state = FROZEN
@@ -1525,15 +1528,15 @@ class ManagedJob:
 
     # -- records ---------------------------------------------------------------------
     def event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:
-        self.journal.append("event", {"kind": kind, "job": self.name, "rank": None,
-                                      "step": step, "msg": msg, "data": data})
+        self.journal.append(EVENT, {"kind": kind, "job": self.name, "rank": None,
+                                  "step": step, "msg": msg, "data": data})
         self.log(msg)
 
     def alert(self, kind: str, severity: str, code: str, what: str, hint: str,
               where: Optional[dict] = None) -> None:
-        self.journal.append("alert", {"kind": kind, "severity": severity, "code": code,
-                                      "job": self.name, "where": dict(where or {}),
-                                      "what": what, "hint": hint})
+        self.journal.append(ALERT, {"kind": kind, "severity": severity, "code": code,
+                                  "job": self.name, "where": dict(where or {}),
+                                  "what": what, "hint": hint})
 
     def interrupted(self, diagnosis: Diagnosis, decision: Decision, detected_at: float,
                     failure_at: float, last_step: Optional[int],

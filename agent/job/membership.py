@@ -53,7 +53,7 @@ from agent.job.bounded_read import new_lines
 from agent.job.launch import LaunchSpec
 from agent.job.recovery import HINTS, Decision, Diagnosis, classify
 from agent.job.supervisor import alive
-from agent.wire import atomic, paths
+from agent.wire import atomic, launch_reasons, paths
 from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 from agent.wire.events import MEMBERSHIP, SAMPLER_ERROR, SCALE, TAKEOVER
 from agent.wire.op_error import OpError
@@ -509,7 +509,7 @@ class Membership:
             spec: LaunchSpec = args["join"]
             job.spec = spec
             checkpoint, _skipped = job.newest_checkpoint()
-            job.launch(checkpoint, reason="scale")
+            job.launch(checkpoint, reason=launch_reasons.SCALE)
             if job.running:  # this host training in the new group is its join seen
                 self.expect = self._window(args, now, count=False)
                 self.regroup = {"since": now, "why": "scale", "pid": job.supervisor.pid
@@ -522,7 +522,7 @@ class Membership:
             return
         job.spec.with_hosts(list(hosts))
         if args.get("leave"):
-            job.stop_attempt(why="scale")
+            job.stop_attempt(why=launch_reasons.FOR_SCALE)
             job.state = EXCLUDED  # out of the job either way: nothing here restarts it
             self.expect = self.between = self.regroup = None
             data = {"ok": True, "id": args.get("id"), "change": "remove",
@@ -672,7 +672,7 @@ class Membership:
             "cause": claim.get("cause"), "claimed_at": claim.get("ts"), "hosts": job.spec.hosts,
             "checkpoint": str(checkpoint.path) if checkpoint else None,
             "step": checkpoint.step if checkpoint else 0, "skipped": skipped})
-        job.launch(checkpoint, reason="takeover")
+        job.launch(checkpoint, reason=launch_reasons.TAKEOVER)
         if job.running:
             self.regroup = {"since": time.time(), "why": "takeover", "pid": job.supervisor.pid
                             if job.supervisor else None, "last_step": None}

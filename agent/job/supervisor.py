@@ -42,8 +42,9 @@ from agent.job.proctree import alive, children_of, descendants, group_pids
 from agent.job.startup_faults import StartupWatch
 from agent.journal.journal import Journal
 from agent.samplers.procinfo import RankResolver
-from agent.wire import atomic, paths
+from agent.wire import atomic, launch_reasons, paths
 from agent.wire.events import JOB_EXITED, JOB_STARTED
+from agent.wire.protocol import EVENT, LOG
 
 READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
 FOLLOW_POLL = 0.5  # s between looks at the log files when nothing new came
@@ -55,10 +56,12 @@ STREAMS = ("stdout", "stderr")
 _WRAPPER = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.job.jobwrap import main; "
             "sys.exit(main(sys.argv[2:]))")
 # Why the agent ends an attempt itself, as its job_exited says it.
-ENDED_FOR = {"pause": "for a pause", "stop": "on a stop request",
-             "relaunch": "for a relaunch", "scale": "as this host left the job",
-             "shutdown": "as the agent shut down",
-             "peer": "as another host of the job gave up"}
+ENDED_FOR = {launch_reasons.FOR_PAUSE: "for a pause",
+             launch_reasons.FOR_STOP: "on a stop request",
+             launch_reasons.FOR_RELAUNCH: "for a relaunch",
+             launch_reasons.FOR_SCALE: "as this host left the job",
+             launch_reasons.FOR_SHUTDOWN: "as the agent shut down",
+             launch_reasons.FOR_PEER: "as another host of the job gave up"}
 
 
 class Supervisor:
@@ -105,8 +108,8 @@ class Supervisor:
         self._exited = threading.Event()
         self._ranks = RankResolver()
         self.returncode: Optional[int] = None
-        # Why the agent is ending this attempt ("pause", "stop", "relaunch", "scale"), for
-        # its job_exited: such an exit is asked for, whatever its status says.
+        # Why the agent is ending this attempt (one of agent.wire.launch_reasons.ENDED_FOR),
+        # for its job_exited: such an exit is asked for, whatever its status says.
         self.ended_for: Optional[str] = None
         self.started_at: Optional[float] = None
         self.ended_at: Optional[float] = None  # as the wrapper saw it (None: unknown)
@@ -176,7 +179,7 @@ class Supervisor:
         self._wrapper_pid, self._wrapper_start = self._wrapper.pid, report.get("wrapper_start")
         self._boot = boot_id()
         self.started_at = time.time()
-        self.journal.append("event", {
+        self.journal.append(EVENT, {
             "kind": JOB_STARTED, "job": self.job, "rank": None, "step": None,
             "msg": "job %s started (pid %d): %s" % (self.job, self._pid, " ".join(self.cmd)),
             "data": dict(self.started_data, pid=self._pid, cmd=self.cmd,
@@ -287,7 +290,7 @@ class Supervisor:
         if not self.ended_for:
             return
         try:
-            self.journal.append_many([("log", {
+            self.journal.append_many([(LOG, {
                 "job": self.job, "rank": None, "stream": "stderr",
                 "line": "[cockpit-agent] stopping the job %s: SIGTERM sent to its processes; "
                         "the shutdown output that follows (torchrun's SignalException "
@@ -480,7 +483,7 @@ class Supervisor:
         if self.ended_for:
             how += " (ended by the agent %s)" % ENDED_FOR.get(self.ended_for, self.ended_for)
             data["ended_for"] = self.ended_for
-        self.journal.append("event", {
+        self.journal.append(EVENT, {
             "kind": JOB_EXITED, "job": self.job, "rank": None, "step": None,
             "msg": "job %s %s" % (self.job, how), "data": data,
         })

@@ -32,6 +32,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from agent.hostinfo import hostname
 from agent.wire.events import DROPPED
+from agent.wire.protocol import ALERT, EVENT, GPU, HOST, LOG
 
 HOLD_BYTES = 8 << 20  # records held in memory while the journal cannot write
 RETRY_EVERY = 1.0  # s between attempts to write held records
@@ -39,7 +40,7 @@ RESERVE_BYTES = 32 << 10  # room for a few dozen alerts when the disk is full
 RESERVE_NAME = ".reserve"
 # Sampled again within seconds, or kept elsewhere (job output is in its log files): the
 # first to go when the held records outgrow their memory.
-DROPPABLE = frozenset({"gpu", "host", "log"})
+DROPPABLE = frozenset({GPU, HOST, LOG})
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 Held = Tuple[str, float, bytes]  # (record type, its time, its encoded line)
@@ -236,7 +237,7 @@ class DiskFault:
         reason = "disk full" if self.full else "write error"
         if count:
             kinds = ", ".join("%s: %d" % kv for kv in sorted(held.dropped.items()))
-            records.append(("event", {
+            records.append((EVENT, {
                 "kind": DROPPED, "job": None, "rank": None, "step": None,
                 "msg": "journal %s: dropped %d records made while it could not write "
                        "(%s), over %s of memory" % (reason, count, kinds,
@@ -248,7 +249,7 @@ class DiskFault:
             self.host, self.directory, max(0.0, now - self.since), self.written)
         if count:
             what += ", %d dropped (see the `dropped` event)" % count
-        records.append(("alert", {
+        records.append((ALERT, {
             "kind": "resource", "severity": "info", "code": self.code, "job": None,
             "where": self.where(), "what": what,
             "hint": "nothing to do now; if the disk keeps filling, free space on %s for "

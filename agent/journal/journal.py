@@ -46,7 +46,7 @@ from agent.journal.full import (
 )
 from agent.wire import atomic
 from agent.wire.events import DROPPED
-from agent.wire.protocol import encode
+from agent.wire.protocol import ALERT, EVENT, encode
 
 SEGMENT_SUFFIX = ".ndjson"
 DEFAULT_MAX_BYTES = 2 << 30
@@ -477,8 +477,8 @@ class Journal:
                   % (fault.describe(), fault.error))
         fault.reserve_released = self._reserve.release()
         when = self._clock()
-        self._write_entries([("alert", when, encode("alert", self._head + 1, fault.alert(),
-                                                    ts=when))], requeue=True)
+        self._write_entries([(ALERT, when, encode(ALERT, self._head + 1, fault.alert(),
+                                                ts=when))], requeue=True)
 
     def _rotate(self, first_seq: int) -> bool:
         path = self.dir / segment_name(first_seq)
@@ -546,7 +546,7 @@ class Journal:
                 self._append_locked(
                     [
                         (
-                            "event",
+                            EVENT,
                             {
                                 "kind": DROPPED,
                                 "job": None,

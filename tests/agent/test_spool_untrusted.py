@@ -273,12 +273,13 @@ def test_every_event_kind_the_agent_journals_is_refused_from_spools() -> None:
         if "hook" in path.relative_to(agent_dir).parts:
             continue  # the trainer's side: what it writes is checked, not trusted
         text = path.read_text()
+        # An event record's type, as a literal or as agent.wire.protocol's constant.
+        event = r'\((?:"event"|EVENT), \{\s*"kind": '
         found |= set(re.findall(r'(?:_event|\.event)\(\s*"([a-z_]+)"', text))
-        found |= set(re.findall(r'\("event", \{\s*"kind": "([a-z_]+)"', text))
-        found |= set(re.findall(r'append\("event", \{\s*"kind": "([a-z_]+)"', text))
+        found |= set(re.findall(event + r'"([a-z_]+)"', text))
         # The same shapes naming a kind by its constant (agent.wire.events).
         named = set(re.findall(r'(?:_event|\.event)\(\s*([A-Z][A-Z_]+)\b', text))
-        named |= set(re.findall(r'\("event", \{\s*"kind": ([A-Z][A-Z_]+)\b', text))
+        named |= set(re.findall(event + r'([A-Z][A-Z_]+)\b', text))
         found |= {getattr(events, name) for name in named}
     shared = {"control_ack", "dropped", "checkpoint_skipped"}  # the hook writes them too
     assert {"job_started", "job_exited", "sampler_error", "xid"} <= found
