@@ -19,7 +19,7 @@ from typing import Callable, Deque, List, Optional
 from agent.job.startup_faults import IMPORT_ERROR, StartupFault, StartupWatch
 from agent.journal.journal import Journal
 from agent.wire.events import STARTUP_FAULT
-from agent.wire.protocol import MAX_LOG_LINE
+from agent.wire.protocol import ALERT, EVENT, LOG, MAX_LOG_LINE
 
 TAIL_LINES = 400
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)?(\d+)\]:")
@@ -94,7 +94,7 @@ class JobOutput:
                 continue
             line = clip_line(raw)
             records.extend(self.suppressed_note(stream))
-            records.append(("log", {"job": self.job, "rank": parse_rank(line),
+            records.append((LOG, {"job": self.job, "rank": parse_rank(line),
                                     "stream": stream, "line": line}))
         if records:
             with self.lock:
@@ -105,10 +105,10 @@ class JobOutput:
         output (`agent.job.startup_faults`), the moment its line arrives: a job stuck in
         its rendezvous would otherwise be named only at the start-up hang limit."""
         what = "job %s: %s" % (self.job, fault.what)
-        return [("alert", {"kind": "parameter" if fault.code == IMPORT_ERROR else "resource",
+        return [(ALERT, {"kind": "parameter" if fault.code == IMPORT_ERROR else "resource",
                            "severity": "critical", "code": fault.code, "job": self.job,
                            "where": dict(fault.where), "what": what, "hint": fault.fix}),
-                ("event", {"kind": STARTUP_FAULT, "job": self.job, "rank": fault.where.get(
+                (EVENT, {"kind": STARTUP_FAULT, "job": self.job, "rank": fault.where.get(
                     "rank"), "step": None, "msg": what,
                     "data": {"code": fault.code, "where": dict(fault.where), "fix": fault.fix,
                              "stream": stream, "line": fault.line}})]
@@ -119,7 +119,7 @@ class JobOutput:
             suppressed, self._suppressed = self._suppressed, 0
         if not suppressed:
             return []
-        return [("log", {
+        return [(LOG, {
             "job": self.job, "rank": None, "stream": stream,
             "line": "[%d lines not journaled: over the log rate limit; full output in "
                     "%s]" % (suppressed, self.logs_dir)})]

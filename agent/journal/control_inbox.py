@@ -24,6 +24,7 @@ from agent.journal.journal import Journal, JournalReader
 from agent.wire import atomic, paths
 from agent.wire.events import CONTROL_ACK
 from agent.wire.op_error import OpError
+from agent.wire.protocol import EVENT
 
 # What a journal chunk, and then a line, holds when it is an ack: as the journal encodes it.
 _ACK_WORD = ('"%s"' % CONTROL_ACK).encode()
@@ -90,7 +91,7 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
         outcome = ("accepted" if op in ACCEPTED_OPS else WRITTEN if op == "adjust"
                    else "done")
     msg = "control op %s %s" % (name, outcome)
-    return ("event", {"kind": CONTROL_ACK, "job": job if isinstance(job, str) else None,
+    return (EVENT, {"kind": CONTROL_ACK, "job": job if isinstance(job, str) else None,
                       "rank": None, "step": None, "msg": msg, "data": data})
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from agent.samplers.procinfo import RankResolver
 from agent.wire import states
 from agent.wire.events import XID
+from agent.wire.protocol import ALERT, EVENT
 
 STATE_OK = states.GPU_OK
 STATE_NO_DRIVER = states.GPU_NO_DRIVER
@@ -280,9 +281,9 @@ def xid_records(gpu: int, xid: int, uuid: Optional[str], ts: float) -> List[Tupl
     hint = XID_HINTS.get(xid, "look up XID %d in NVIDIA's XID catalogue; check dmesg" % xid)
     what = "GPU %d reported XID %d" % (gpu, xid)
     return [
-        ("event", {"kind": XID, "job": None, "rank": None, "step": None, "msg": what,
+        (EVENT, {"kind": XID, "job": None, "rank": None, "step": None, "msg": what,
                    "data": {"gpu": gpu, "xid": xid, "uuid": uuid}, "ts": ts}),
-        ("alert", {"kind": "resource", "severity": "critical", "code": "gpu_xid",
+        (ALERT, {"kind": "resource", "severity": "critical", "code": "gpu_xid",
                    "where": {"gpu": gpu}, "what": what, "hint": hint, "ts": ts}),
     ]
 

@@ -39,6 +39,9 @@ IDLE = (FINISHED, STOPPED, FAILED, EXITED, PAUSED)
 # The cockpit's states of a job whose processes run, or will run again without the
 # operator (a recovery under way), or whose state is not known (it may be either).
 LIVE = (RUNNING, STALLED, RECOVERING, UNKNOWN)
+# The cockpit's states of a job coming back on its own: a recovery under way, or a
+# restart that has not trained its first step yet.
+RESTARTING = (RECOVERING, STARTING)
 
 # -- a host's GPU sampler, as its `host` record's `gpu_state` says -----------------------
 GPU_OK = "ok"

@@ -233,7 +233,6 @@ def with_restarts(eta: Eta, history: RestartHistory, *, restarting_for: float | 
 # States in which the job's processes are coming back: after an interruption, or after
 # a (re)launch before its first step. The compute time left is still known from the
 # speed the job had; what it lacks is the rest of the restart.
-RESTARTING_STATES = (states.RECOVERING, states.STARTING)
 
 
 def restarting_for(interruptions: Sequence[Interruption], now: float) -> float | None:
@@ -262,7 +261,7 @@ def restart_aware(progress: Progress, interruptions: Sequence[Interruption], *,
         costs=restart_costs([(i.recovered_in, i.steps_lost) for i in interruptions],
                             step_seconds))
     waiting = (restarting_for(interruptions, now)
-               if progress.state in RESTARTING_STATES else None)
+               if progress.state in states.RESTARTING else None)
     eta = with_restarts(Eta(progress.eta_seconds, progress.eta_low, progress.eta_high,
                             progress.steps_per_second),
                         history, restarting_for=waiting, work_factor=work_factor)

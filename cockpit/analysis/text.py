@@ -71,18 +71,14 @@ def ended_text(ended_by: str) -> str:
     return f"ended by {ENDED_BY.get(ended_by, ended_by)}"
 
 
-# Job states in which the newest outage may still recover: its agent waits to restart it,
-# or has restarted it and waits for the first step (an operator's start would have ended
-# the outage instead).
-RECOVERING_STATES = frozenset({states.RECOVERING, states.STARTING})
-
-
 def unrecovered_text(ended_by: str | None, newest: bool, state: str) -> str:
     """Why an outage has no recovery time, said alike by the screen and the report: it
     was ended otherwise, its restart is under way, or the agent gave up on it."""
     if ended_by:
         return ended_text(ended_by)
-    if newest and state in RECOVERING_STATES:
+    # The newest outage may still recover: its agent waits to restart it, or has restarted
+    # it and waits for the first step (an operator's start would have ended it instead).
+    if newest and state in states.RESTARTING:
         return "not recovered yet"
     if newest and state == states.FAILED:
         return "not recovered: the agent stopped retrying"

@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 import orjson
 
+from agent.wire.protocol import STREAM_HEADER
 from cockpit.ingest.route import Grouped, pregroup
 from cockpit.store.database import IngestResult, Store, merge_results, store_failure
 
@@ -63,6 +64,9 @@ PREGROUP_MAX_PENDING_BYTES = 256 << 20
 # failure in a row up to the cap, so that a fault that repeats does not spin.
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
+
+# How a stream header's line starts: `agent.wire.protocol.encode` writes `t` first.
+_STREAM_START = b'{"t":"' + STREAM_HEADER.encode() + b'"'
 
 
 class WriterBacklogError(RuntimeError):
@@ -245,7 +249,7 @@ class StoreWriter:
         """Whether a chunk of a gapped host starts a stream from at most its committed
         mark (which then ends the gap): the restart `on_resend` asked for, or any other
         reconnect, which also asks from the mark."""
-        if not chunk.startswith(b'{"t":"stream"'):
+        if not chunk.startswith(_STREAM_START):
             return False
         try:
             header = orjson.loads(chunk.split(b"\n", 1)[0])

@@ -6,8 +6,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from agent.wire import states
 from cockpit.analysis.text import (
-    RECOVERING_STATES,
     ended_text,
     failed_restarts_text,
     unrecovered_text,
@@ -36,7 +36,7 @@ def interruption_line(item: Interruption, newest: bool = False, state: str = "")
         recovered = fmt.markup("[$text-muted]$said[/]", said=ended_text(item.ended_by))
     else:
         said = unrecovered_text(None, newest, state)
-        colour = "$warning" if state in RECOVERING_STATES and newest else "$error"
+        colour = "$warning" if state in states.RESTARTING and newest else "$error"
         recovered = fmt.markup(f"[{colour}]$said[/]", said=said)
     lost = fmt.na(item.steps_lost, "{:,}")
     latency = item.detection_latency
