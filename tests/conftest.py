@@ -21,6 +21,7 @@ from tests.harness.cpu_account import CpuAccount
 from tests.harness.recording import load_recording
 from tests.harness.sshd import SshdHost, require_sshd_or_explain
 from tests.harness.sshd import sshd_hosts as _sshd_hosts
+from tests.harness.thresholds import configured  # noqa: F401  (a fixture: thresholds a test sets are put back)
 from tests.harness.workers import worker_index
 
 

@@ -13,10 +13,10 @@ for spool files.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
-from typing import BinaryIO, List, Tuple
+from typing import List, Tuple
 
+from agent.wire.atomic import open_regular
 from agent.wire.protocol import MAX_LOG_LINE
 
 # What a failure's diagnosis reads of the log: the supervisor keeps the last 400 lines
@@ -29,19 +29,6 @@ LOG_TAIL_BYTES = 400 * MAX_LOG_LINE
 
 class TooLarge(OSError):
     """A file larger than the reader's limit: not read at all."""
-
-
-def open_regular(path: Path) -> BinaryIO:
-    """`path` opened for reading in binary; `OSError` when it is not a regular file (a
-    FIFO's open would block until a writer came)."""
-    fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("%s is not a regular file" % path)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def read_new(path: Path, offset: int, limit: int, keep_head: bool = False

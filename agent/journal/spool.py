@@ -94,14 +94,7 @@ def _open(path: Path) -> BinaryIO:
     """A spool file opened for reading (`FileNotFoundError` once it is gone). Neither a
     FIFO (whose open would block the daemon) nor a link to elsewhere is read: `OSError`
     says so."""
-    fd = os.open(str(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("%s is not a regular file" % path)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return atomic.open_regular(path, follow=False)
 
 
 def _count_lines(f: BinaryIO, start: int, end: int) -> int:

@@ -18,7 +18,7 @@ import errno
 import os
 import stat
 import threading
-from typing import Dict, Union
+from typing import BinaryIO, Dict, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -136,3 +136,18 @@ def _end_line(fd: int) -> None:
             os.write(fd, b"\n")
         except OSError:
             pass  # the next append begins with it
+
+
+def open_regular(path: PathLike, follow: bool = True) -> BinaryIO:
+    """`path` opened for reading in binary, an OSError where it is not a regular file: a
+    FIFO's open would block the reader until a writer came (opened without blocking to
+    find out). `follow=False`: a symbolic link is refused too (ELOOP)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(os.fspath(path), flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("%s is not a regular file" % os.fspath(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -229,7 +229,12 @@ def _collect_acks(session: LiveSession, op_ids: list[str],
 
 def wait_acks(session: LiveSession, ops: Mapping[str, str], timeout: float) -> list[Outcome]:
     """Each host's acknowledgement of the op sent to it (ops: host -> op id)."""
-    acks = _collect_acks(session, list(ops.values()), timeout)
+    return _ack_outcomes(ops, _collect_acks(session, list(ops.values()), timeout), timeout)
+
+
+def _ack_outcomes(ops: Mapping[str, str], acks: Mapping[str, Any],
+                  timeout: float) -> list[Outcome]:
+    """Each host's outcome of the op sent to it, from the agents' acks by op id."""
     outcomes = []
     for host, op_id in ops.items():
         ack = acks.get(op_id)
@@ -353,18 +358,9 @@ def wait_adjusted(session: LiveSession, job: str, ops: Mapping[str, str],
         return _adjust_acks(reader, job, op_ids)[0]
 
     acks = _poll_store(session, agents, len(op_ids), timeout)
-    outcomes = []
-    waiting = []
-    for host, op_id in ops.items():
-        ack = acks.get(op_id)
-        if ack is None:
-            outcomes.append(Outcome(host, False, f"no acknowledgement within {timeout:g} s: "
-                                                  "is the agent daemon running there?"))
-            continue
-        ok, detail = ack_outcome(ack)
-        outcomes.append(Outcome(host, ok, detail))
-        if ok and not _stored(ack):
-            waiting.append((host, op_id))
+    outcomes = _ack_outcomes(ops, acks, timeout)
+    waiting = [(o.host, ops[o.host]) for o in outcomes
+               if o.ok and not _stored(acks[ops[o.host]])]
     if not waiting:
         return outcomes, []
 

@@ -13,7 +13,7 @@ import os
 import pathlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,7 @@ from agent.journal.spool import SpoolTailer
 from agent.samplers.sim import SimGpus
 from agent.wire.events import DROPPED
 from tests.agent.conftest import SpoolWriter
-
-
-def _wait_for(cond: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
+from tests.harness.waiting import wait_for
 
 
 class ReadOnly:
@@ -179,8 +172,8 @@ def test_the_daemon_survives_retention_on_a_read_only_journal(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        _wait_for(lambda: any(r["t"] == "hello" for r in JournalReader(state).records()),
-                  "the hello")
+        wait_for(lambda: any(r["t"] == "hello" for r in JournalReader(state).records()),
+                 30, "the hello", poll=0.02)
         for _ in range(2):  # two retention rounds of the main loop
             tries = read_only.tries
 
@@ -190,7 +183,7 @@ def test_the_daemon_survives_retention_on_a_read_only_journal(
                 clock.ahead += 61.0
                 return read_only.tries > tries or not thread.is_alive()
 
-            _wait_for(retention_round, "a retention round")
+            wait_for(retention_round, 30, "a retention round", poll=0.02)
             time.sleep(0.5)  # a main loop that died would have stopped by now
             assert thread.is_alive(), (failed, logs)
         assert daemon.journal.first == 1

@@ -5,32 +5,18 @@ stall is put down to (host memory or disk pressed, data loading starved)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cockpit.analysis import alert_config
 from cockpit.analysis import gpu_state as gs
-from cockpit.analysis.alert_config import AlertConfigError, AlertThresholds, load_alert_config
+from cockpit.analysis.alert_config import AlertConfigError, load_alert_config
 from cockpit.analysis.efficiency import BAD, GOOD, WARN, gauge_level, with_gauge_levels
 from cockpit.analysis.gpu_state import Level
 from cockpit.analysis.ranks import RankSummary
 from cockpit.analysis.stalls import CONTENTION, DATA_STARVED, HostPressure, likely_cause
 from cockpit.snapshot import Efficiency, HostHealth
-
-
-@pytest.fixture
-def configured() -> Iterator[None]:
-    """Restores the defaults after a test that configures thresholds of its own."""
-    try:
-        yield
-    finally:
-        alert_config.configure(AlertThresholds())
-
-
-def _configure(**values: float) -> None:
-    alert_config.configure(dataclasses.replace(AlertThresholds(), **values))
+from tests.harness.thresholds import configure
 
 
 def test_the_data_wait_gauge_is_bad_where_the_configured_alert_is_raised(
@@ -39,10 +25,10 @@ def test_the_data_wait_gauge_is_bad_where_the_configured_alert_is_raised(
     judged = with_gauge_levels(figures)
     assert (judged.gpu_busy_level, judged.data_wait_level, judged.comm_level,
             judged.mfu_level) == (GOOD, WARN, GOOD, GOOD)
-    _configure(data_wait_warn_pct=15.0)
+    configure(data_wait_warn_pct=15.0)
     assert with_gauge_levels(figures).data_wait_level == BAD
     # Below the gauge's good level, the alert's threshold still wins: it is bad there.
-    _configure(data_wait_warn_pct=2.0)
+    configure(data_wait_warn_pct=2.0)
     assert with_gauge_levels(dataclasses.replace(figures, data_wait_pct=3.0)
                              ).data_wait_level == BAD
 
@@ -69,11 +55,11 @@ def test_the_maps_memory_and_disk_levels_follow_the_configured_thresholds(
     host = _host(mem=0.85, disk=0.85)
     usage = gs.host_usage(host, None)
     assert (usage["mem"].level, usage["disk"].level) == (Level.OK, Level.OK)
-    _configure(memory_warn=0.80, disk_warn=0.80)
+    configure(memory_warn=0.80, disk_warn=0.80)
     usage = gs.host_usage(host, None)
     assert (usage["mem"].level, usage["disk"].level) == (Level.WARNING, Level.WARNING)
     assert gs.fill_level(0.85, "disk") is Level.WARNING
-    _configure(memory_warn=0.80, memory_full=0.84, disk_warn=0.80, disk_critical=0.84)
+    configure(memory_warn=0.80, memory_full=0.84, disk_warn=0.80, disk_critical=0.84)
     usage = gs.host_usage(host, None)
     assert (usage["mem"].level, usage["disk"].level) == (Level.ERROR, Level.ERROR)
     assert usage["cpu"].level is Level.OK  # CPU has no alert threshold: its own
@@ -87,17 +73,17 @@ def _ranks(data_share: float) -> list[RankSummary]:
 def test_the_stall_cause_follows_the_configured_thresholds(configured: None) -> None:
     pressed = [HostPressure(host="a", mem_frac=0.90, disk_frac=0.93, gpu_util=10.0)]
     assert likely_cause(_ranks(0.05), pressed, no_progress=False)[0] is None
-    _configure(memory_warn=0.88)
+    configure(memory_warn=0.88)
     cause, detail, where = likely_cause(_ranks(0.05), pressed, no_progress=False)
     assert (cause, where) == (CONTENTION, {"host": "a"})
     assert detail is not None and "memory 90%" in detail and "disk" not in detail
-    _configure(disk_warn=0.90, disk_critical=0.92)
+    configure(disk_warn=0.90, disk_critical=0.92)
     cause, detail, _ = likely_cause(_ranks(0.05), pressed, no_progress=False)
     assert cause == CONTENTION and detail is not None and "disk 93%" in detail
     # Data loading's share of the step: starved from the data-wait alert's threshold.
-    alert_config.configure(AlertThresholds())
+    configure()
     assert likely_cause(_ranks(0.2), [], no_progress=False)[0] is None
-    _configure(data_wait_warn_pct=15.0)
+    configure(data_wait_warn_pct=15.0)
     assert likely_cause(_ranks(0.2), [], no_progress=False)[0] == DATA_STARVED
 
 

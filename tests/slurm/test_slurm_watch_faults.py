@@ -14,6 +14,7 @@ import pytest
 
 from cockpit.control.slurm import SlurmJob
 from cockpit.control.slurm_watch import SlurmWatcher
+from tests.harness.waiting import wait_for
 from tests.slurm.test_slurm_records import _Queue, _spec
 
 HOSTILE = "fleet.add failed: \x1b]0;PWN\x07\u009b2J\u202e"
@@ -22,13 +23,6 @@ RUNNING = ("JobId=41 JobState=RUNNING Reason=None NodeList=g[1-2] Partition=gpu 
            "SubmitTime=2026-01-01T10:00:00 StartTime=2026-01-01T10:00:09")
 
 
-def _wait_for(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def _job(tmp_path: Path, queue: _Queue, events: list[dict]) -> SlurmJob:
@@ -57,13 +51,13 @@ def test_a_failing_hand_on_of_the_nodes_does_not_end_the_watch(
         watcher.start()
         try:
             # Handed on again once the fault passed, after backing off.
-            assert _wait_for(lambda: told == [("g1", "g2")]), told
+            assert wait_for(lambda: told == [("g1", "g2")]), told
             assert watcher._thread is not None and watcher._thread.is_alive()
             assert watcher.problem is None
             # And it goes on watching: a resume's new submission is followed.
             queue.current = "42\n"
             queue.job = RUNNING.replace("JobId=41", "JobId=42")
-            assert _wait_for(lambda: told == [("g1", "g2"), ("g1", "g2")]), told
+            assert wait_for(lambda: told == [("g1", "g2"), ("g1", "g2")]), told
             assert job.job_id == "42"
         finally:
             watcher.stop()

@@ -13,16 +13,8 @@ import pytest
 from cockpit.store import Store
 from cockpit.store import writer as writer_module
 from cockpit.store.writer import StoreWriter, WriterFaultError
+from tests.harness.waiting import wait_for
 from tests.store.wire import count, trains
-
-
-def _wait_for(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def test_a_fault_after_the_batch_was_taken_keeps_it_and_the_thread(
@@ -43,14 +35,14 @@ def test_a_fault_after_the_batch_was_taken_keeps_it_and_the_thread(
     writer.put("h1", trains(1, 5))
     writer.start()
     try:
-        assert _wait_for(lambda: store.high_water("h1") == 5), errors
+        assert wait_for(lambda: store.high_water("h1") == 5), errors
         assert writer._thread is not None and writer._thread.is_alive()
         (error,) = errors
         assert isinstance(error, WriterFaultError)
         assert "RuntimeError: an unexpected fault" in str(error) and "kept" in str(error)
         assert calls[1] - calls[0] >= 0.25  # backed off, not tried again at once
         writer.put("h1", trains(6, 8))  # and it goes on flushing
-        assert _wait_for(lambda: store.high_water("h1") == 8)
+        assert wait_for(lambda: store.high_water("h1") == 8)
     finally:
         writer.stop()
     assert count(store, "train") == 8
@@ -83,7 +75,7 @@ def test_a_repeating_fault_backs_off_up_to_the_cap(
         assert "tried again in 0.2 s" in str(errors[-1])
         assert writer.backlog_lines == 5
         broken.clear()
-        assert _wait_for(lambda: store.high_water("h1") == 5)
+        assert wait_for(lambda: store.high_water("h1") == 5)
     finally:
         writer.stop()
 
@@ -110,7 +102,7 @@ def test_an_on_error_that_raises_loses_no_line_and_no_thread(store: Store) -> No
     writer.put("h1", trains(1, 5))
     writer.start()
     try:
-        assert _wait_for(lambda: store.high_water("h1") == 5), reported
+        assert wait_for(lambda: store.high_water("h1") == 5), reported
         assert writer._thread is not None and writer._thread.is_alive()
         assert "No space left on device" in str(reported[0])
     finally:

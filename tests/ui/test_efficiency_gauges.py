@@ -4,14 +4,11 @@ data-wait gauge."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from cockpit.analysis import alert_config
-from cockpit.analysis.alert_config import AlertThresholds
 from cockpit.sessions.static_source import StaticSource
 from cockpit.ui.app_factory import make_app
 from cockpit.ui.demo_static import demo_snapshot
 from cockpit.ui.widgets.gauge import Gauge
+from tests.harness.thresholds import configure
 from tests.ui.helpers import settle
 
 
@@ -25,12 +22,10 @@ async def _data_gauge_style() -> str:
         return shown[1]
 
 
-async def test_the_data_wait_gauge_follows_the_configured_alert_threshold() -> None:
+async def test_the_data_wait_gauge_follows_the_configured_alert_threshold(
+        configured: None) -> None:
     assert demo_snapshot().efficiency.data_wait_pct == 7.5
     assert await _data_gauge_style() == "$warning"
-    alert_config.configure(dataclasses.replace(AlertThresholds(), data_wait_warn_pct=7.0))
-    try:
-        assert demo_snapshot().efficiency.data_wait_level == "bad"
-        assert await _data_gauge_style() == "$error"
-    finally:
-        alert_config.configure(AlertThresholds())
+    configure(data_wait_warn_pct=7.0)
+    assert demo_snapshot().efficiency.data_wait_level == "bad"
+    assert await _data_gauge_style() == "$error"
