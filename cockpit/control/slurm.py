@@ -641,9 +641,14 @@ class SlurmJob:
 
     def _run(self, argv: Sequence[str], stdin: bytes | None = None) -> CommandResult:
         try:
-            return self.commands.run(argv, stdin=stdin)
+            done = self.commands.run(argv, stdin=stdin)
         except CommandError as exc:
             raise SlurmError(str(exc)) from exc
+        if done.dropped:
+            # What was kept ends mid-line: read as the whole answer it would misstate
+            # the job (a state, an id, a node list cut short).
+            raise SlurmError(f"{done.describe()}: too much output to read as an answer")
+        return done
 
     def _must(self, argv: Sequence[str], stdin: bytes | None = None) -> CommandResult:
         done = self._run(argv, stdin)

@@ -14,9 +14,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from cockpit.analysis.kpis import StepTotals, job_kpis
 from cockpit.control.jobspec import parse_jobspec
-from cockpit.control.slurm import ScriptPaths, SlurmJob, launcher_of, render_batch
+from cockpit.control.slurm import ScriptPaths, SlurmError, SlurmJob, launcher_of, render_batch
 from cockpit.control.slurm_watch import SlurmWatcher
 from cockpit.read.report import render_report
 from cockpit.read.slurm_state import queued_state, slurm_rows, slurm_summary
@@ -193,3 +195,22 @@ def test_the_watcher_follows_the_current_submission_and_hands_on_its_nodes(
         watcher.stop()
     said = [e for e in events if e["kind"] == "slurm_unreachable"]
     assert len(said) == 1 and "connection refused" in said[0]["msg"], said
+
+
+def test_an_answer_cut_at_the_output_limit_is_an_error_not_a_job_state(tmp_path: Path) -> None:
+    """Output past the kept megabyte ends mid-line: read as the whole answer it would
+    misstate the job, so the client says what happened instead."""
+    queue = _Queue()
+    job = SlurmJob(_spec(tmp_path), queue, emit=lambda host, chunk: None)
+    job.submit()
+    flood = _Queue.run
+
+    def cut(self, argv, stdin=None, timeout=60.0):  # type: ignore[no-untyped-def]
+        done = flood(self, argv, stdin, timeout)
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return CommandResult(done.argv, 0, "JobId=41 JobState=RUNN", "", dropped=5 << 20)
+        return done
+
+    queue.run = cut.__get__(queue)  # type: ignore[method-assign]
+    with pytest.raises(SlurmError, match=r"not kept.*too much output to read as an answer"):
+        job.poll()

@@ -13,7 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 from cockpit.transport.inventory import HostSpec
-from cockpit.transport.run_command import CommandError, CommandResult, SshCommands
+from cockpit.transport.run_command import (
+    MAX_OUTPUT,
+    CommandError,
+    CommandResult,
+    LocalCommands,
+    SshCommands,
+)
 from tests.harness.sshd import SshdHost
 from tests.transport.support import options_for, spec_for
 
@@ -128,5 +134,55 @@ def test_a_remote_command_that_closes_its_output_and_runs_on_times_out(
         assert time.monotonic() - started < 10
         done = commands.run(["sh", "-c", "echo back"], timeout=10.0)
         assert done.ok and done.stdout == "back\n"
+    finally:
+        commands.close()
+
+
+# -- output past the limit: kept in part, counted, never a stall --------------------------
+
+# 3 MiB on stdout and on stderr, stderr first: a reader that drains stdout alone first
+# leaves the command blocked on a full stderr pipe (or SSH window) until its timeout.
+_FLOOD = ("head -c 3145728 /dev/zero | tr '\\000' e >&2; "
+          "head -c 3145728 /dev/zero | tr '\\000' o; echo done >&2")
+
+
+def test_a_local_command_printing_past_the_limit_on_both_streams_is_read_to_its_end() -> None:
+    done = LocalCommands().run(["sh", "-c", _FLOOD], timeout=30)
+    assert done.ok
+    assert len(done.stdout) == len(done.stderr) == MAX_OUTPUT
+    assert set(done.stdout) == {"o"} and set(done.stderr) == {"e"}
+    assert done.dropped == 2 * (3 * MAX_OUTPUT - MAX_OUTPUT) + len("done\n")
+    assert "not kept" in done.describe()
+
+
+def test_a_local_command_that_prints_without_end_is_killed_at_its_timeout() -> None:
+    started = time.monotonic()
+    with pytest.raises(CommandError, match="did not finish within 1 s; killed"):
+        LocalCommands().run(["yes"], timeout=1.0)
+    assert time.monotonic() - started < 10
+
+
+def test_a_local_command_reads_its_input_and_says_what_it_could_not_run() -> None:
+    done = LocalCommands().run(["cat"], stdin=b"spec\n", timeout=10)
+    assert (done.stdout, done.dropped) == ("spec\n", 0) and "not kept" not in done.describe()
+    with pytest.raises(CommandError, match="no-such-program"):
+        LocalCommands().run(["no-such-program-here"])
+
+
+@pytest.mark.e2e
+def test_a_remote_command_printing_past_the_limit_is_read_to_its_end(
+        sshd_hosts: Callable[..., list[SshdHost]], tmp_path: Path) -> None:
+    host = sshd_hosts(1)[0]
+    commands = SshCommands(spec_for(host), options_for([host], tmp_path))
+    try:
+        done = commands.run(["sh", "-c", _FLOOD], timeout=30.0)
+        assert done.ok and done.stdout == "o" * MAX_OUTPUT and done.stderr == "e" * MAX_OUTPUT
+        assert done.dropped == 4 * MAX_OUTPUT + len("done\n")
+        started = time.monotonic()
+        with pytest.raises(CommandError, match="output did not end within 1 s"):
+            commands.run(["yes"], timeout=1.0)
+        assert time.monotonic() - started < 10
+        again = commands.run(["sh", "-c", "echo back"], timeout=10.0)  # connects again
+        assert again.ok and again.stdout == "back\n"
     finally:
         commands.close()
