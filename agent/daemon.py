@@ -38,7 +38,7 @@ from agent.lockfile import StateLock
 from agent.samplers.host import HostSampler
 from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
-from agent.wire import atomic, jobstate, launch_reasons, paths, states
+from agent.wire import atomic, jobstate, launch_reasons, ops, paths, states
 from agent.wire.events import JOB_ADOPTED, SAMPLER_ERROR
 from agent.wire.launch_spec import check_job_name
 from agent.wire.op_error import OpError
@@ -172,10 +172,11 @@ class Daemon:
         for note in self.spools.notes:
             self.log("spool: %s" % note)
         self.inbox = ControlInbox(self.journal, {
-            "ping": self._op_ping, "adjust": self._op_adjust, "stop": self._op_stop,
-            "launch": self._op_launch, "pause": self._op_pause, "resume": self._op_resume,
-            "thaw": self._op_thaw, "relaunch": self._op_relaunch, "fork": self._op_fork,
-            "scale": self._op_scale, "jobs": self._op_jobs, "sim_xid": self._op_sim_xid})
+            ops.PING: self._op_ping, ops.ADJUST: self._op_adjust, ops.STOP: self._op_stop,
+            ops.LAUNCH: self._op_launch, ops.PAUSE: self._op_pause,
+            ops.RESUME: self._op_resume, ops.THAW: self._op_thaw,
+            ops.RELAUNCH: self._op_relaunch, ops.FORK: self._op_fork,
+            ops.SCALE: self._op_scale, ops.JOBS: self._op_jobs, ops.SIM_XID: self._op_sim_xid})
         self.supervisor: Optional[Supervisor] = None
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
@@ -256,7 +257,7 @@ class Daemon:
                     0 <= grace <= MAX_STOP_GRACE):
                 raise OpError("'grace' must be a number of seconds from 0 to %g"
                               % MAX_STOP_GRACE)
-            reply = managed.request("stop", {"grace": float(grace)})
+            reply = managed.request(ops.STOP, {"grace": float(grace)})
             reply["grace"] = float(grace)
             return reply
         sup = self.supervisor
@@ -334,13 +335,13 @@ class Daemon:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                     raise OpError("'%s' must be a positive number of seconds" % key)
                 args[key] = float(value)
-        return self._managed(op).request("pause", args)
+        return self._managed(op).request(ops.PAUSE, args)
 
     def _op_resume(self, op: dict) -> dict:
-        return self._managed(op).request("resume", {"id": op.get("id")})
+        return self._managed(op).request(ops.RESUME, {"id": op.get("id")})
 
     def _op_thaw(self, op: dict) -> dict:
-        return self._managed(op).request("thaw")
+        return self._managed(op).request(ops.THAW)
 
     def _op_relaunch(self, op: dict) -> dict:
         job = self._managed(op)
@@ -351,7 +352,7 @@ class Daemon:
             if spec.name != job.name:
                 raise OpError("relaunch spec names job %r, not %r" % (spec.name, job.name))
             args["spec"] = spec
-        return job.request("relaunch", args)
+        return job.request(ops.RELAUNCH, args)
 
     def _op_scale(self, op: dict) -> dict:
         """An elastic job's membership changes: this host joins (`spec`), leaves
@@ -371,7 +372,7 @@ class Daemon:
             job = self.jobs.get(spec.name)
             if job is None or job.state in states.ENDED:
                 job = self._start_job(spec, standby=True, op_id=op.get("id"))
-            return job.request("scale", {"id": op.get("id"), "join": spec, "change": "add",
+            return job.request(ops.SCALE, {"id": op.get("id"), "join": spec, "change": "add",
                                          "host": spec.host, "hosts": spec.hosts})
         change = op.get("change")
         if change not in ("add", "remove"):
@@ -379,7 +380,7 @@ class Daemon:
         if not isinstance(op.get("host"), str) or not op["host"]:
             raise OpError("'host' must name the host that joins or leaves")
         check_job_name(op["host"], "scale 'host'")
-        return self._managed(op).request("scale", {
+        return self._managed(op).request(ops.SCALE, {
             "id": op.get("id"), "change": change, "host": op["host"], "hosts": hosts,
             "leave": bool(op.get("leave", False))})
 

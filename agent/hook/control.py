@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from agent.wire import atomic, paths
 from agent.wire.knobs import ONE_SHOT_KNOBS
+from agent.wire.ops import ADJUST
 
 
 def control_path(run_dir: str, job: str) -> str:
@@ -231,7 +232,7 @@ class OpenLine:
         """(message, data) of this line's `control_ack`: `ok` when anything was applied;
         `refused` names each knob the trainer did not carry out and why."""
         empty = not self.applied and not self.refused  # a line of no knobs asks nothing
-        data: Dict[str, Any] = {"id": self.ident, "op": "adjust",
+        data: Dict[str, Any] = {"id": self.ident, "op": ADJUST,
                                 "ok": bool(self.applied) or empty,
                                 "applied_step": self.step if self.applied or empty else None}
         if self.at_start:

@@ -44,6 +44,7 @@ from agent.hook.spool_writer import DEFAULT_MAX_FILE_BYTES, SpoolWriter, encode_
 from agent.wire.checkpoints import RESUME_ENV
 from agent.wire.events import CHECKPOINT_SAVED, CONTROL_ACK, DROPPED, RESUMED, STAGE
 from agent.wire.knobs import ONE_SHOT_KNOBS
+from agent.wire.ops import ADJUST
 from agent.wire.protocol import (
     ALERT,
     ALERT_KINDS,
@@ -603,7 +604,7 @@ class Reporter:
                 except ControlError as exc:
                     error = "%s: %s" % (where, exc)
             if error is not None:
-                data = {"id": ident, "op": "adjust", "ok": False, "applied_step": None,
+                data = {"id": ident, "op": ADJUST, "ok": False, "applied_step": None,
                         "error": error}
                 self._ack("refused control: %s" % error, step, lineno, data)
             else:
@@ -629,7 +630,7 @@ class Reporter:
         unannounced, self._unannounced = self._unannounced, []
         for ident, knobs, _where, lineno in unannounced:
             if isinstance(knobs, ControlError):
-                data = {"id": ident, "op": "adjust", "ok": False, "applied_step": None,
+                data = {"id": ident, "op": ADJUST, "ok": False, "applied_step": None,
                         "at_start": True, "error": str(knobs)}
                 self._ack("refused control: %s" % knobs, step, lineno, data)
                 continue

@@ -55,7 +55,7 @@ from agent.job.stacks import STACKS_MAX_BYTES, dump_stacks
 from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
-from agent.wire import atomic, checkpoints, jobstate, launch_reasons, paths
+from agent.wire import atomic, checkpoints, jobstate, launch_reasons, ops, paths
 from agent.wire.causes import HANG, LAUNCH_FAILED
 from agent.wire.events import (
     CHECKPOINT_SAVED,
@@ -256,18 +256,18 @@ class ManagedJob:
 
     def _check(self, action: str, args: dict, state: str) -> None:
         """Refuse (OpError) an operation that makes no sense in `state`."""
-        if action == "pause" and state not in (RUNNING, BACKOFF, STARTING):
+        if action == ops.PAUSE and state not in (RUNNING, BACKOFF, STARTING):
             raise OpError("job %r is %s: only a running job can be paused" % (self.name, state))
-        if action == "pause" and state == BACKOFF and args.get("freeze"):
+        if action == ops.PAUSE and state == BACKOFF and args.get("freeze"):
             raise OpError("job %r is waiting to restart after a failure: it has no process "
                           "to freeze (a pause without freeze cancels the restart)" % self.name)
-        if action == "thaw" and state != FROZEN:
+        if action == ops.THAW and state != FROZEN:
             raise OpError("job %r is %s, not frozen" % (self.name, state))
-        if action == "resume" and state not in (*IDLE_STATES, FROZEN):
+        if action == ops.RESUME and state not in (*IDLE_STATES, FROZEN):
             raise OpError("job %r is %s: nothing to resume" % (self.name, state))
-        if action == "stop" and state in (STOPPED, FINISHED):
+        if action == ops.STOP and state in (STOPPED, FINISHED):
             raise OpError("job %r is already %s" % (self.name, state))
-        if action == "scale":
+        if action == ops.SCALE:
             self.membership.check(state, args)
 
     # -- life ------------------------------------------------------------------------
@@ -868,21 +868,21 @@ class ManagedJob:
 
     # -- operations ------------------------------------------------------------------
     def _operate(self, action: str, args: dict, retry_at: Optional[float]) -> Optional[float]:
-        if action == "pause":
+        if action == ops.PAUSE:
             if args.get("freeze"):
                 self._freeze(args)
                 return retry_at
             return self._pause(args, retry_at)
-        if action == "thaw":
+        if action == ops.THAW:
             self._thaw("operator")
             return retry_at
-        if action == "resume":
+        if action == ops.RESUME:
             if self.state == FROZEN:
                 self._thaw("operator")
                 return retry_at
             self._resume(args.get("id"))
             return None
-        if action == "relaunch":
+        if action == ops.RELAUNCH:
             self.stop_attempt(why=launch_reasons.FOR_RELAUNCH)
             self._started_by_operator(args.get("id"))  # or left out: its give-up is over
             if args.get("exclude_self"):
@@ -907,7 +907,7 @@ class ManagedJob:
                 "nnodes": self.spec.nnodes})
             self.launch(checkpoint, reason=launch_reasons.RELAUNCH)
             return None
-        if action == "stop":
+        if action == ops.STOP:
             was = self.state
             # Told before the processes end, as for a pause (see _pause).
             self.peers.announce(peer_end.STOPPED, "operator", "stopped by the operator")
@@ -917,7 +917,7 @@ class ManagedJob:
             if not ended:
                 self._stopped_idle(was)
             return None  # no restart is pending any more: one due in a backoff is dropped
-        if action == "scale":
+        if action == ops.SCALE:
             self.membership.scale(args)
             return retry_at
         return retry_at
@@ -948,7 +948,7 @@ class ManagedJob:
         except OpError as exc:
             data: Dict[str, Any] = {"ok": False, "carried_over": True, "error": str(exc),
                                     "job_state": self.state, "id": args.get("id")}
-            if action == "pause":
+            if action == ops.PAUSE:
                 data["mode"] = "freeze" if args.get("freeze") else "checkpoint"
             self.event(action, "job %s: the %s the previous agent accepted is not carried "
                        "out: %s" % (self.name, action, exc), data)
@@ -962,7 +962,7 @@ class ManagedJob:
         of `_run`, the error would end this thread, and with it the job."""
         data = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
                 "job_state": self.state, "id": args.get("id")}
-        if action == "pause":
+        if action == ops.PAUSE:
             data["mode"] = ("freeze" if args.get("freeze") else
                             "follow" if args.get("follow") else "checkpoint")
         self.event(action, "job %s: %s failed: %s; the job goes on as it was (%s)" % (
@@ -1438,7 +1438,7 @@ class ManagedJob:
         failed and the job keeps running (`_adopt`)."""
         accepted, self._dropped_ops = jobstate.pending_in(saved.get("pending_ops"))
         if saved.get("state") == PAUSING:
-            begun = next((e for e in accepted if e["action"] == "pause"), None)
+            begun = next((e for e in accepted if e["action"] == ops.PAUSE), None)
             if begun is not None:
                 accepted.remove(begun)
         with self._accepted_lock:
@@ -1498,7 +1498,7 @@ class ManagedJob:
                    % (self.name, saved.get("agent_pid"), what), data,
                    step=self.progress.cur_max)
         # A stop accepted before: no restart, no launch, whatever state the job was in.
-        stopping = "stop" in carried
+        stopping = ops.STOP in carried
         if previous == BACKOFF:
             self.state = BACKOFF
             return None if stopping else now

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Set, Tuple
 
 from agent.journal.journal import Journal, JournalReader
-from agent.wire import atomic, paths
+from agent.wire import atomic, ops, paths
 from agent.wire.events import CONTROL_ACK
 from agent.wire.op_error import OpError
 from agent.wire.protocol import EVENT
@@ -61,11 +61,6 @@ def append_op(state_dir: Path, entry: dict, fresh_line: bool = False) -> None:
                       % (path, written, len(data)))
 
 
-# Ops the job's own thread carries out after the ack: the ack says they were accepted, and
-# the job's events (`pause`, `job_started`, `job_exited`, `fork`, `scale`) say when they
-# were done. "done" would have an operator read a pause as complete before its checkpoint.
-ACCEPTED_OPS = frozenset({"launch", "pause", "resume", "thaw", "relaunch", "fork", "stop",
-                          "scale"})
 # What the agent did with an `adjust`: the line is in the trainer's control file. The
 # trainer applies it at a step boundary (a checkpoint once saved) and says so, or why it
 # refused, in its own `control_ack` of the same op id (one with a rank): "done" here read
@@ -79,7 +74,9 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
     """The `control_ack` event of one op. A handler whose op is not complete when it
     returns (an adjust kept for a job that is not running) says what happened instead of
     "done" in `extra["outcome"]`: an operator reading "done" would expect it in force.
-    An adjust is never "done" here: the agent only wrote it for the trainer (`WRITTEN`)."""
+    An op the job's own thread carries out after the ack (`ops.ACCEPTED_OPS`) is
+    "accepted", and an adjust is never "done" here: the agent only wrote it for the
+    trainer (`WRITTEN`)."""
     data = {"id": op_id, "op": op, "ok": ok, "error": error}
     extra = dict(extra or {})
     outcome = extra.pop("outcome", None)
@@ -88,7 +85,7 @@ def ack_record(op_id: object, op: object, ok: bool, error: Optional[str],
     if not ok:
         outcome = "refused: %s" % error
     if outcome is None:
-        outcome = ("accepted" if op in ACCEPTED_OPS else WRITTEN if op == "adjust"
+        outcome = ("accepted" if op in ops.ACCEPTED_OPS else WRITTEN if op == ops.ADJUST
                    else "done")
     msg = "control op %s %s" % (name, outcome)
     return (EVENT, {"kind": CONTROL_ACK, "job": job if isinstance(job, str) else None,
@@ -110,7 +107,7 @@ def op_words(entry: dict) -> Optional[str]:
     """An adjust as the operator asked it: "adjust (checkpoint_now)", "adjust
     (lr_scale=0.5)", not just "adjust" for a checkpoint request."""
     knobs = entry.get("knobs")
-    if entry.get("op") != "adjust" or not isinstance(knobs, dict) or not knobs:
+    if entry.get("op") != ops.ADJUST or not isinstance(knobs, dict) or not knobs:
         return None
     parts = [k if v is True else "%s=%s" % (k, v) for k, v in sorted(knobs.items())]
     return "adjust (%s)" % ", ".join(parts)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from agent.wire import atomic, paths
+from agent.wire import atomic, ops, paths
 
 DIR = paths.JOBS
 VERSION = 1
@@ -79,13 +79,13 @@ def load_all(state_dir: Path) -> List[Tuple[Path, Union[dict, str]]]:
 # after. A stop, a pause or a thaw the operator was told is under way must not vanish
 # with an agent killed in between: the job's state keeps them (`pending_ops`) until they
 # are done, and the adopting agent carries them out (agent.job.managed).
-PENDING_ACTIONS = ("stop", "pause", "thaw")
+PENDING_ACTIONS = (ops.STOP, ops.PAUSE, ops.THAW)  # named by their op (agent.wire.ops)
 MAX_PENDING = len(PENDING_ACTIONS)  # one of each: a second stop or pause adds nothing
 MAX_OP_ID = 200  # characters of an operator's op id kept with its operation
 _FLAGS = ("freeze", "follow")
 _SECONDS = {"grace": 0.0, "hold": None, "timeout": None}  # key: least value (None: > 0)
-_ARGS = {"stop": ("grace", "id"), "pause": ("id", "freeze", "follow", "hold", "timeout"),
-         "thaw": ("id",)}
+_ARGS = {ops.STOP: ("grace", "id"), ops.PAUSE: ("id", "freeze", "follow", "hold", "timeout"),
+         ops.THAW: ("id",)}
 
 
 def pending_out(accepted: Sequence[dict]) -> List[dict]:

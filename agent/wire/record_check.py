@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from agent.wire import events
+from agent.wire import events, ops
 from agent.wire.events import AGENT_EVENT_KINDS
 from agent.wire.protocol import (
     ALERT,
@@ -234,7 +234,7 @@ _REQUIRED = {LOG: ("line",), ALERT: ("kind", "severity", "code", "what")}
 _EVENT_DATA: Dict[str, Dict[str, Callable[[Any], None]]] = {
     events.CHECKPOINT_SAVED: {"path": _text("path"), "seconds": _number("seconds", 0.0),
                               "bytes": _int("bytes", 0), "step": _int("step")},
-    events.CONTROL_ACK: {"op": _choice("op", ("adjust",)), "id": _text("id"),
+    events.CONTROL_ACK: {"op": _choice("op", (ops.ADJUST,)), "id": _text("id"),
                          "ok": _bool("ok"), "applied_step": _int("applied_step"),
                          "knobs": _object("knobs"), "error": _text("error")},
     events.DROPPED: {"count": _int("count", 0), "reason": _text("reason")},

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from agent.wire import launch_reasons
+from agent.wire import launch_reasons, ops
 from agent.wire.events import (
     CONTROL_ACK,
     JOB_EXITED,
@@ -148,7 +148,7 @@ def launched_at(events: Sequence[Mapping[str, Any]], first_declared: float | Non
     """Submit time: the operator's launch acknowledgement, else the first start, else
     the first `run` record (a trainer run without an agent)."""
     times = [float(e["ts"]) for e in events
-             if (e.get("kind") == CONTROL_ACK and _data(e).get("op") in ("launch", "fork")
+             if (e.get("kind") == CONTROL_ACK and _data(e).get("op") in (ops.LAUNCH, ops.FORK)
                  and _data(e).get("ok") is not False)
              or e.get("kind") == JOB_STARTED]
     if first_declared is not None:

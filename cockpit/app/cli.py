@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.wire import ops
 from cockpit import __version__
 from cockpit.analysis.text import counted, printable
 from cockpit.app import compare_cli, ssh_cli
@@ -361,14 +362,15 @@ def _ssh_options(p: argparse.ArgumentParser) -> None:
 def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     """launch / pause / resume / relaunch / fork / adjust / stop / scale JOB.toml."""
     helps = {
-        "launch": "start a job (torchrun on every host of its spec)",
-        "pause": "checkpoint at an agreed step, then stop: no job process left on the GPUs",
-        "resume": "start a paused or stopped job again from its newest valid checkpoint",
-        "relaunch": "stop now and start again from the newest valid checkpoint",
-        "fork": "copy the newest checkpoint to a new run dir and start a new job from it",
-        "adjust": "change LR scale or a knob, or ask for a checkpoint or eval, without restart",
-        "stop": "stop a job (SIGTERM, then SIGKILL); no automatic restart",
-        "scale": "add or remove a host of an elastic job; the others keep running",
+        ops.LAUNCH: "start a job (torchrun on every host of its spec)",
+        ops.PAUSE: "checkpoint at an agreed step, then stop: no job process left on the GPUs",
+        ops.RESUME: "start a paused or stopped job again from its newest valid checkpoint",
+        ops.RELAUNCH: "stop now and start again from the newest valid checkpoint",
+        ops.FORK: "copy the newest checkpoint to a new run dir and start a new job from it",
+        ops.ADJUST: "change LR scale or a knob, or ask for a checkpoint or eval, without "
+                    "restart",
+        ops.STOP: "stop a job (SIGTERM, then SIGKILL); no automatic restart",
+        ops.SCALE: "add or remove a host of an elastic job; the others keep running",
     }
     for action, text in helps.items():
         p = sub.add_parser(action, help=text)
@@ -386,34 +388,34 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
                        metavar="SECONDS", help="how long to wait for each host's answer "
                        "(default 120)")
         _ssh_options(p)
-        if action == "launch":
+        if action == ops.LAUNCH:
             p.add_argument("--no-check", action="store_true",
                            help="skip the pre-flight check (`cockpit check`) run first")
-        if action not in ("launch", "fork"):
+        if action not in (ops.LAUNCH, ops.FORK):
             p.add_argument("--fork-of-job", dest="target", metavar="FORK", default=None,
                            help="act on this fork of the spec's job (as `cockpit fork` "
                                 "named it: JOB-fork-…), which has no spec file of its own")
-        if action == "pause":
+        if action == ops.PAUSE:
             p.add_argument("--freeze", action="store_true",
                            help="SIGSTOP the processes instead (GPU memory stays allocated)")
             p.add_argument("--hold", type=_positive_float, default=60.0,
                            help="seconds a freeze may last before the job is thawed")
-        if action == "relaunch":
+        if action == ops.RELAUNCH:
             p.add_argument("--exclude", action="append", default=[], metavar="HOST")
-        if action == "fork":
+        if action == ops.FORK:
             p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            dest="overrides", help="hyper-parameter override for the fork")
             p.add_argument("--name", type=_fork_name, default=None)
             p.add_argument("--step", type=_count(0), default=None,
                            help="checkpoint step to fork from (default: newest valid)")
-        if action == "adjust":
+        if action == ops.ADJUST:
             p.add_argument("--lr-scale", type=_lr_scale, default=None)
             p.add_argument("--checkpoint-now", action="store_true")
             p.add_argument("--eval-now", action="store_true")
             p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE")
-        if action == "stop":
+        if action == ops.STOP:
             p.add_argument("--grace", type=_positive_float, default=None)
-        if action == "scale":
+        if action == ops.SCALE:
             which = p.add_mutually_exclusive_group(required=True)
             which.add_argument("--add", metavar="HOST", default=None,
                                help="inventory host that joins (starts torchrun there)")
@@ -470,17 +472,17 @@ def _cmd_job(args: argparse.Namespace) -> int:
                            exclude=tuple(getattr(args, "exclude", ())))
     if done is not None:
         return done
-    if args.command == "launch" and not args.no_check:
+    if args.command == ops.LAUNCH and not args.no_check:
         ssh_cli.preflight_launch(args, options)
     kw: dict[str, Any] = {}
-    if args.command == "pause":
+    if args.command == ops.PAUSE:
         kw = {"freeze": args.freeze, "hold": args.hold}
-    elif args.command == "relaunch":
+    elif args.command == ops.RELAUNCH:
         kw = {"exclude": tuple(args.exclude)}
-    elif args.command == "fork":
+    elif args.command == ops.FORK:
         kw = {"overrides": _pairs(args.overrides, "--set"), "name": args.name,
               "step": args.step}
-    elif args.command == "adjust":
+    elif args.command == ops.ADJUST:
         knobs = _pairs(args.knob, "--knob")
         if args.lr_scale is not None:
             knobs["lr_scale"] = args.lr_scale
@@ -491,9 +493,9 @@ def _cmd_job(args: argparse.Namespace) -> int:
         if not knobs:
             raise CockpitError("adjust: give --lr-scale, --checkpoint-now, --eval-now or --knob")
         kw = {"knobs": knobs}
-    elif args.command == "stop":
+    elif args.command == ops.STOP:
         kw = {"grace": args.grace}
-    elif args.command == "scale":
+    elif args.command == ops.SCALE:
         kw = {"add": args.add, "remove": args.remove}
     target = getattr(args, "target", None)
     if target is not None:
@@ -898,8 +900,7 @@ def _print_recording_hint(path: Path) -> None:
 
 
 COMMANDS = {
-    **{action: _cmd_job for action in
-       ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "scale")},
+    **{action: _cmd_job for action in ops.JOB_OPERATIONS},
     "demo": _cmd_demo,
     "scaling": _cmd_scaling,
     "run": _cmd_run,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.wire import ops
 from agent.wire.events import CONTROL_ACK, FORK, PAUSE
 from agent.wire.protocol import STREAM_HEADER
 from cockpit.control.acks import ack_outcome
@@ -66,7 +67,7 @@ from cockpit.transport.states import (
 # States no retry can fix (a missing agent is pushed, so it is not among them).
 _HOPELESS = frozenset({AUTH_FAILED, HOSTKEY_UNKNOWN, HOSTKEY_CHANGED})
 
-ACTIONS = ("launch", "pause", "resume", "relaunch", "fork", "adjust", "stop", "scale")
+ACTIONS = ops.JOB_OPERATIONS
 # How many of a job's newest events of one kind are looked through for those of the ops
 # just sent: they are among the newest, however long the recording.
 _LOOK_BACK = 500
@@ -400,7 +401,7 @@ def ask_jobs(session: LiveSession, job: str, hosts: Sequence[str], timeout: floa
     for host in hosts:
         op_id = f"jobs-{uuid.uuid4().hex[:10]}-{host}"
         try:
-            session.fleet.send(host, {"op": "jobs", "id": op_id})
+            session.fleet.send(host, {"op": ops.JOBS, "id": op_id})
             ids[host] = op_id
         except Exception as exc:  # a link that is down: the others still count
             warnings.append(f"{host}: not asked who runs job {job} ({exc})")
@@ -462,22 +463,22 @@ def check_fork_target(spec: JobSpec, target: str) -> None:
 def perform(controller: Controller, action: str, **kw: Any) -> Controller:
     """Send one operation; returns the controller of the job it concerns (a fork's own)."""
     try:
-        if action == "launch":
+        if action == ops.LAUNCH:
             controller.launch()
-        elif action == "pause":
+        elif action == ops.PAUSE:
             controller.pause(freeze=kw.get("freeze", False), hold=kw.get("hold", 60.0))
-        elif action == "resume":
+        elif action == ops.RESUME:
             controller.resume()
-        elif action == "relaunch":
+        elif action == ops.RELAUNCH:
             controller.relaunch(exclude=kw.get("exclude", ()))
-        elif action == "fork":
+        elif action == ops.FORK:
             return controller.fork(kw.get("overrides", {}), name=kw.get("name"),
                                    step=kw.get("step"))
-        elif action == "adjust":
+        elif action == ops.ADJUST:
             controller.adjust(**kw.get("knobs", {}))
-        elif action == "stop":
+        elif action == ops.STOP:
             controller.stop(grace=kw.get("grace"))
-        elif action == "scale":
+        elif action == ops.SCALE:
             controller.scale(add=kw.get("add"), remove=kw.get("remove"))
         else:
             raise CockpitError(f"unknown operation {action!r}; one of {', '.join(ACTIONS)}")
@@ -513,13 +514,13 @@ def run_operation(
     # Hosts beside the spec's: the one a scale adds or removes, and those a relaunch
     # excludes (one added by an earlier scale is not in the spec, and its part must be
     # reached to be stopped); one the inventory does not know is refused before dialling.
-    extra = ([h for h in (kw.get("add"), kw.get("remove")) if h] if action == "scale"
-             else list(kw.get("exclude", ())) if action == "relaunch" else [])
+    extra = ([h for h in (kw.get("add"), kw.get("remove")) if h] if action == ops.SCALE
+             else list(kw.get("exclude", ())) if action == ops.RELAUNCH else [])
     spec, hosts = job_hosts(spec_path, inventory_path, extra)
     target = kw.pop("target", None)
     if target is not None:
         check_fork_target(spec, target)
-    if action == "scale":  # what the spec alone refuses is told before any host is dialled
+    if action == ops.SCALE:  # what the spec alone refuses is told before any host is dialled
         try:
             check_elastic(spec)
         except ControlError as exc:
@@ -528,7 +529,7 @@ def run_operation(
     names = [h.name for h in hosts]
     # Launching needs every host and spare; later, a host may be out (excluded as broken,
     # a spare that is down): the operation goes to those that take part.
-    required = names if action == "launch" else [h for h in extra if h == kw.get("add")]
+    required = names if action == ops.LAUNCH else [h for h in extra if h == kw.get("add")]
     session = LiveSession(hosts, store_path, options)
     daemons = DaemonWatch(session)
     with session:
@@ -560,7 +561,7 @@ def run_operation(
             controller = controller.controller_for(target) or controller
         unreached: list[str] = []
         streaming = [h for h in names if h not in missing and h not in idle]
-        if action == "launch":
+        if action == ops.LAUNCH:
             views, warnings = ask_jobs(session, controller.job, streaming, ack_timeout)
             try:
                 controller.check_launch(views)
@@ -575,25 +576,25 @@ def run_operation(
                                  add=kw.get("add"), remove=kw.get("remove")))
         sent_at = time.time()
         sender = perform(controller, action, **kw)
-        ops = dict(controller.last_ops)
+        sent_ops = dict(controller.last_ops)
         applied: list[tuple[Outcome, str]] = []
-        if action == "adjust":
-            outcomes, applied = wait_adjusted(session, controller.job, ops, ack_timeout)
+        if action == ops.ADJUST:
+            outcomes, applied = wait_adjusted(session, controller.job, sent_ops, ack_timeout)
         else:
-            outcomes = wait_acks(session, ops, ack_timeout)
+            outcomes = wait_acks(session, sent_ops, ack_timeout)
         for o in outcomes:
             echo(f"{o.host}: {'ok' if o.ok else 'FAILED'}"
                  + (f" — {o.detail}" if o.detail else ""))
-        accepted = {o.host: ops[o.host] for o in outcomes if o.ok}
+        accepted = {o.host: sent_ops[o.host] for o in outcomes if o.ok}
         # What the trainer did with an adjust: the agent's ack says only that it wrote it.
         for o, word in applied:
             echo(f"{o.host}: {word} — {o.detail}")
             outcomes.append(o)
-        if action == "pause":
+        if action == ops.PAUSE:
             for o in wait_paused(session, controller.job, accepted, sent_at, ack_timeout):
                 echo(f"{o.host}: {'paused' if o.ok else 'NOT PAUSED'} — {o.detail}")
                 outcomes.append(o)
-        if action == "fork":
+        if action == ops.FORK:
             for o, word in wait_forked(session, sender.job, accepted, sent_at, ack_timeout):
                 echo(f"{o.host}: {word} — {o.detail}")
                 outcomes.append(o)
@@ -602,7 +603,7 @@ def run_operation(
             echo(f"{host}: NOT SENT — not connected; {missed_hosts_text(action, 1)}")
             outcomes.append(Outcome(host, False, "not connected"))
     failed = [o.host for o in outcomes if not o.ok]
-    if action == "fork":
+    if action == ops.FORK:
         # The fork is in its run dir once every host copied its checkpoint there (each
         # host's fork event says so); an ack says only that the host took the op.
         if not failed:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agent.wire import ops
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec
 from cockpit.control.slurm import (
     PENDING,
@@ -39,7 +40,7 @@ from cockpit.transport.inventory import (
 from cockpit.transport.link import LinkOptions
 from cockpit.transport.run_command import Commands, SshCommands
 
-ACTIONS = ("launch", "pause", "resume", "stop", "relaunch")
+ACTIONS = ops.SLURM_OPERATIONS
 
 
 def slurm_operation(action: str, spec_path: Path, inventory_path: Path | None,
@@ -87,12 +88,12 @@ def _run(job: SlurmJob, action: str, timeout: float,
     """What `action` did, in words, and whether it did what it is for: a pause whose
     USR1 brought no checkpoint is not (the command exits 1, as an SSH job's pause that
     did not take effect does); a pending job cancelled by a pause is (nothing ran)."""
-    if action in ("launch", "resume", "relaunch"):
-        if action == "relaunch":
+    if action in (ops.LAUNCH, ops.RESUME, ops.RELAUNCH):
+        if action == ops.RELAUNCH:
             job.attach()
             job_id = job.relaunch(exclude, timeout)
         else:
-            job_id = job.resume() if action == "resume" else job.submit()
+            job_id = job.resume() if action == ops.RESUME else job.submit()
         # Watched until it starts (its queue wait recorded) or `timeout` runs out: a
         # long queue is not an error, the job stays submitted.
         try:
@@ -105,7 +106,7 @@ def _run(job: SlurmJob, action: str, timeout: float,
                                            if state.estimate else "")
         return f"{job.spec.name}: Slurm job {job_id} {state.state}{extra}", True
     job.attach()
-    if action == "pause":
+    if action == ops.PAUSE:
         outcome = job.pause(timeout)
         return f"{job.spec.name}: {outcome.describe()}", outcome.ok or outcome.how == "scancel"
     ended = job.stop(timeout)

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from agent.wire import states
+from agent.wire import ops, states
 from cockpit.analysis.text import counted
 from cockpit.control.jobspec import JobSpec, JobSpecError, name_problem
 
@@ -58,11 +58,11 @@ ENDED_STATES = frozenset(states.ENDED)
 # Operations that send the job's spec (its command, arguments, hosts) to the agents; the
 # others name the job only, and the agents use the spec it was started with. Only these
 # need the job file as it is now, so a file left broken mid-edit never blocks a pause.
-SPEC_OPERATIONS = frozenset({"launch", "relaunch", "fork", "scale"})
+SPEC_OPERATIONS = frozenset({ops.LAUNCH, ops.RELAUNCH, ops.FORK, ops.SCALE})
 # Operations whose end of a host's part the job's other hosts' agents follow by
 # themselves, through its shared run dir (agent.job.peer_end), reachable from here or not.
 # (A resume is followed too, by the parts paused with the others: `missed_hosts_text`.)
-FOLLOWED_OPS = frozenset({"pause", "stop"})
+FOLLOWED_OPS = frozenset({ops.PAUSE, ops.STOP})
 
 
 def missed_hosts_text(op: str, count: int) -> str:
@@ -73,13 +73,13 @@ def missed_hosts_text(op: str, count: int) -> str:
     what the operation left the others doing."""
     one = count == 1
     back = f"once {'it is' if one else 'they are'} back"
-    if op == "launch":
+    if op == ops.LAUNCH:
         # Sent again, a launch would start the missed part afresh, setting aside the
         # checkpoints the started part writes meanwhile (check_launch refuses it).
         return (f"{'its' if one else 'their'} part of the job is not started; {back}, add "
                 f"{'it' if one else 'them'} with scale --add (an elastic job), or stop the "
                 "job and launch it again")
-    if op == "resume":
+    if op == ops.RESUME:
         # A part paused with the others follows their resume by itself (agent.job.peer_end).
         # One left otherwise (or one whose agent does not see the shared dir) leaves the
         # resumed parts waiting in torchrun's rendezvous: a second resume finds the job
@@ -93,13 +93,13 @@ def missed_hosts_text(op: str, count: int) -> str:
                 "others waiting for it in the rendezvous (an elastic job trains on without "
                 "it), so relaunch the job then: every part starts again from the newest "
                 "checkpoint")
-    if op == "relaunch":
+    if op == ops.RELAUNCH:
         # As a resume's part left behind, but no agent follows a relaunch by itself: the
         # relaunch may change the job's spec and hosts.
         return (f"{'its' if one else 'their'} part is left as it was, and the others wait "
                 f"for it in the rendezvous (an elastic job trains on without it); {back}, "
                 "relaunch the job: every part starts again from the newest checkpoint")
-    if op == "fork":
+    if op == ops.FORK:
         return (f"{'its' if one else 'their'} part of the fork is not started; {back}, "
                 "stop the fork and fork again")
     if op in FOLLOWED_OPS:
@@ -207,11 +207,12 @@ class Controller:
 
     def launch(self) -> str:
         self.refresh()
-        ops: dict[str, dict[str, Any]] = {h: {"spec": self.spec.for_host(h, self.hosts)}
-                                          for h in self.hosts}  # fmt: skip
+        per_host: dict[str, dict[str, Any]] = {
+            h: {"spec": self.spec.for_host(h, self.hosts)} for h in self.hosts}
         for spare in self.spares:
-            ops[spare] = {"spec": self.spec.for_host(spare, self.hosts), "standby": True}
-        return self._each("launch", ops)
+            per_host[spare] = {"spec": self.spec.for_host(spare, self.hosts),
+                               "standby": True}
+        return self._each(ops.LAUNCH, per_host)
 
     def check_launch(self, views: Mapping[str, Mapping[str, Any] | None]) -> None:
         """Refuse (ControlError, nothing sent) a launch of a job whose part some hosts'
@@ -250,21 +251,22 @@ class Controller:
         answer, they are the hosts the job had."""
         self.refresh()
         self.check_scale(add, remove)
-        ops: dict[str, dict[str, Any]] = {}
+        per_host: dict[str, dict[str, Any]] = {}
         if add is not None:
             after = (*self.hosts, add)
             for host in self.hosts:
-                ops[host] = {"job": self.job, "change": "add", "host": add, "hosts": list(after)}
-            ops[add] = {"job": self.job, "spec": self.spec.for_host(add, after)}
+                per_host[host] = {"job": self.job, "change": "add", "host": add,
+                                  "hosts": list(after)}
+            per_host[add] = {"job": self.job, "spec": self.spec.for_host(add, after)}
         else:
             after = tuple(h for h in self.hosts if h != remove)
             for host in after:
-                ops[host] = {"job": self.job, "change": "remove", "host": remove,
-                             "hosts": list(after)}
-            ops[str(remove)] = {"job": self.job, "change": "remove", "host": remove,
-                                "hosts": list(after), "leave": True}
-        change = MembershipChange("scale", {}, after, joins=add)
-        return self._each("scale", ops, change=(change, (str(add or remove),)))
+                per_host[host] = {"job": self.job, "change": "remove", "host": remove,
+                                  "hosts": list(after)}
+            per_host[str(remove)] = {"job": self.job, "change": "remove", "host": remove,
+                                     "hosts": list(after), "leave": True}
+        change = MembershipChange(ops.SCALE, {}, after, joins=add)
+        return self._each(ops.SCALE, per_host, change=(change, (str(add or remove),)))
 
     def check_scale(self, add: str | None, remove: str | None) -> None:
         """Refuse (ControlError) a change torchrun could not make; sends nothing."""
@@ -315,13 +317,13 @@ class Controller:
 
     def pause(self, freeze: bool = False, hold: float = 60.0) -> str:
         if freeze:
-            return self._each("pause", {h: {"job": self.job, "freeze": True, "hold": hold}
-                                        for h in self.hosts})  # fmt: skip
-        ops = {h: {"job": self.job, "follow": h != self.rank0_host} for h in self.hosts}
-        return self._each("pause", ops)
+            return self._each(ops.PAUSE, {h: {"job": self.job, "freeze": True, "hold": hold}
+                                          for h in self.hosts})  # fmt: skip
+        per_host = {h: {"job": self.job, "follow": h != self.rank0_host} for h in self.hosts}
+        return self._each(ops.PAUSE, per_host)
 
     def resume(self) -> str:
-        return self._each("resume", {h: {"job": self.job} for h in self.hosts})
+        return self._each(ops.RESUME, {h: {"job": self.job} for h in self.hosts})
 
     def relaunch(self, exclude: Iterable[str] = ()) -> str:
         self.refresh()
@@ -333,19 +335,19 @@ class Controller:
         remaining = tuple(h for h in self.hosts if h not in excluded)
         if not remaining:
             raise ControlError(f"excluding {', '.join(excluded)} leaves job {self.job} no host")
-        ops: dict[str, dict[str, Any]] = {h: {"job": self.job, "exclude_self": True}
-                                          for h in excluded}  # fmt: skip
+        per_host: dict[str, dict[str, Any]] = {h: {"job": self.job, "exclude_self": True}
+                                               for h in excluded}  # fmt: skip
         for host in remaining:
             spec = self.spec.for_host(host, remaining)
             if host == remaining[0] and self.rank0_host in excluded and spec["rendezvous"][
                     "endpoint"]:
                 spec["rendezvous"]["endpoint"] = _move_endpoint(spec["rendezvous"]["endpoint"],
                                                                 self.rank0_host, host)
-            ops[host] = {"job": self.job, "spec": spec}
+            per_host[host] = {"job": self.job, "spec": spec}
         # Adopted once every remaining host's agent accepted to run the job on exactly
         # these hosts (`settle`); an excluded host that is down cannot answer.
-        change = MembershipChange("relaunch", {}, remaining, respec=True)
-        return self._each("relaunch", ops, change=(change, remaining))
+        change = MembershipChange(ops.RELAUNCH, {}, remaining, respec=True)
+        return self._each(ops.RELAUNCH, per_host, change=(change, remaining))
 
     def fork(self, overrides: dict[str, Any], name: str | None = None,
              step: int | None = None) -> Controller:  # fmt: skip
@@ -366,15 +368,15 @@ class Controller:
                                  or step < 0):
             raise ControlError(f"fork step must be a step number >= 0, got {step!r}")
         child = self.forked(name or f"{self.job}{FORK_INFIX}{self._new_id()[:6]}")
-        ops = {}
+        per_host = {}
         for host in self.hosts:
             op: dict[str, Any] = {"job": self.job, "name": child.job,
                                   "overrides": dict(overrides),
                                   "spec": child.spec.for_host(host, self.hosts)}  # fmt: skip
             if step is not None:
                 op["step"] = step
-            ops[host] = op
-        self._each("fork", ops, what=f"fork {child.job}")
+            per_host[host] = op
+        self._each(ops.FORK, per_host, what=f"fork {child.job}")
         return child
 
     def forked(self, name: str) -> Controller:
@@ -424,7 +426,7 @@ class Controller:
         if "lr_scale" in knobs:
             check_lr_scale(knobs["lr_scale"])
         check_finite("knob", knobs)
-        return self._each("adjust", {self.rank0_host: {"job": self.job, "knobs": knobs}},
+        return self._each(ops.ADJUST, {self.rank0_host: {"job": self.job, "knobs": knobs}},
                           what=_adjust_words(knobs))
 
     def checkpoint_now(self) -> str:
@@ -435,8 +437,8 @@ class Controller:
 
     def stop(self, grace: float | None = None) -> str:
         extra = {} if grace is None else {"grace": grace}
-        return self._each("stop", {h: {"job": self.job, **extra}
-                                   for h in (*self.hosts, *self.spares)})  # fmt: skip
+        return self._each(ops.STOP, {h: {"job": self.job, **extra}
+                                     for h in (*self.hosts, *self.spares)})  # fmt: skip
 
     # -- what will happen ------------------------------------------------------------
     def describe(self, action: str, add: str | None = None, remove: str | None = None) -> str:
@@ -447,36 +449,36 @@ class Controller:
         nodes = counted(len(self.hosts), "node")
         procs = counted(self.spec.nproc_per_node, "process", "processes")
         texts = {
-            "launch": f"Start job {job} with torchrun on {hosts} ({nodes} × {procs}); output "
-                      f"and checkpoints in {self.spec.run_dir}.{spares}",
-            "scale": self._describe_scale(add, remove),
-            "pause": f"Ask rank 0 (wherever torchrun placed it; {first} writes the job's "
-                     f"control file) to write a checkpoint at the next step where the ranks "
-                     f"agree, then stop job {job} on {hosts}: no job process stays on the "
-                     f"GPUs. Steps after that checkpoint are discarded."
-                     + (f" {', '.join(others)} {'stops' if len(others) == 1 else 'stop'} "
-                        f"when {first}'s part does." if others else ""),
+            ops.LAUNCH: f"Start job {job} with torchrun on {hosts} ({nodes} × {procs}); output "
+                        f"and checkpoints in {self.spec.run_dir}.{spares}",
+            ops.SCALE: self._describe_scale(add, remove),
+            ops.PAUSE: f"Ask rank 0 (wherever torchrun placed it; {first} writes the job's "
+                       f"control file) to write a checkpoint at the next step where the ranks "
+                       f"agree, then stop job {job} on {hosts}: no job process stays on the "
+                       f"GPUs. Steps after that checkpoint are discarded."
+                       + (f" {', '.join(others)} {'stops' if len(others) == 1 else 'stop'} "
+                          f"when {first}'s part does." if others else ""),
             "freeze": f"Stop every process of job {job} on {hosts} with SIGSTOP (GPU memory "
                       f"stays allocated) until resumed or the hold runs out.",
-            "resume": f"Start job {job} again on {hosts} from its newest valid checkpoint "
-                      f"(completion marker and checksum verified; a torn one is skipped).",
-            "relaunch": f"Stop job {job} now on {hosts} and start it again from its newest "
-                        f"valid checkpoint; steps since that checkpoint are lost.",
-            "fork": f"Copy job {job}'s newest valid checkpoint into a new run dir next to "
-                    f"{self.spec.run_dir} and start a new job from it on {hosts}; job {job} "
-                    f"itself is left as it is.",
-            "adjust": f"Write the new setting to job {job}'s control file through {first}; "
-                      f"rank 0 applies it at the next step where the ranks agree, without a "
-                      f"restart.",
+            ops.RESUME: f"Start job {job} again on {hosts} from its newest valid checkpoint "
+                        f"(completion marker and checksum verified; a torn one is skipped).",
+            ops.RELAUNCH: f"Stop job {job} now on {hosts} and start it again from its newest "
+                          f"valid checkpoint; steps since that checkpoint are lost.",
+            ops.FORK: f"Copy job {job}'s newest valid checkpoint into a new run dir next to "
+                      f"{self.spec.run_dir} and start a new job from it on {hosts}; job {job} "
+                      f"itself is left as it is.",
+            ops.ADJUST: f"Write the new setting to job {job}'s control file through {first}; "
+                        f"rank 0 applies it at the next step where the ranks agree, without a "
+                        f"restart.",
             "checkpoint": f"Ask rank 0 of job {job} (through {first}, which writes its "
                           f"control file) to write a checkpoint at the next step where the "
                           f"ranks agree.",
             "eval": f"Ask job {job} on {first} to evaluate at the next step where the ranks "
                     f"agree.",
-            "stop": f"Stop job {job} on {hosts}: SIGTERM, then SIGKILL after "
-                    f"{self.spec.stop_grace:g} s. No automatic restart."
-                    + (f" Spares {', '.join(self.spares)} leave standby." if self.spares
-                       else ""),
+            ops.STOP: f"Stop job {job} on {hosts}: SIGTERM, then SIGKILL after "
+                      f"{self.spec.stop_grace:g} s. No automatic restart."
+                      + (f" Spares {', '.join(self.spares)} leave standby." if self.spares
+                         else ""),
         }  # fmt: skip
         try:
             return texts[action]

@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agent.wire import ops
 from cockpit.control.controller import ControlError
 from cockpit.control.jobspec import JobSpec, JobSpecError, load_jobspec
 from cockpit.control.slurm import (
@@ -42,17 +43,17 @@ from cockpit.control.slurm import (
 
 # Why a control the screen offers for SSH jobs is not offered for a Slurm job.
 NOT_OFFERED = {
-    "fork": "a fork is not offered on Slurm from the screen: a fork is a second job "
-            "with its own spec; write one and `cockpit launch` it",
-    "adjust": "a live LR change is not offered on Slurm: the nodes' agents are "
-              "streamed from shared storage, not addressed by this cockpit",
+    ops.FORK: "a fork is not offered on Slurm from the screen: a fork is a second job "
+              "with its own spec; write one and `cockpit launch` it",
+    ops.ADJUST: "a live LR change is not offered on Slurm: the nodes' agents are "
+                "streamed from shared storage, not addressed by this cockpit",
     "checkpoint": "checkpoint now is not offered on Slurm: the nodes' agents are "
                   "streamed from shared storage, not addressed by this cockpit; pause "
                   "(p) checkpoints, then releases the allocation",
     "eval": "eval now is not offered on Slurm: the nodes' agents are streamed from "
             "shared storage, not addressed by this cockpit",
-    "scale": "elastic scale is not offered on Slurm: an allocation's node set is fixed; "
-             "pause, edit the spec's `nodes`, and resume",
+    ops.SCALE: "elastic scale is not offered on Slurm: an allocation's node set is fixed; "
+               "pause, edit the spec's `nodes`, and resume",
 }
 # Seconds a pause waits, beyond the job's own pause_timeout (the batch shell's wait for
 # the checkpoint), for Slurm to end the step and release the allocation.
@@ -126,26 +127,26 @@ class SlurmController:
             return why
         job_id = self._job.job_id or "not yet known"
         name = self.job
-        if action == "pause":
+        if action == ops.PAUSE:
             return (f"pause: Slurm job {job_id} of {name}: USR1 to its batch shell, which "
                     f"asks the trainer for a checkpoint (waiting up to "
                     f"{self.spec.pause_timeout:g} s), then ends the job step; the "
                     "allocation is released. With no checkpoint by then the step ends "
                     "all the same and the pause fails (not paused). A job still "
                     "pending is cancelled.")
-        if action == "resume":
+        if action == ops.RESUME:
             return (f"resume: a new sbatch of {name} resuming from the newest valid "
                     "checkpoint (a new Slurm job, a new allocation)")
-        if action == "stop":
+        if action == ops.STOP:
             return f"stop: scancel Slurm job {job_id} of {name} (no checkpoint is asked for)"
-        if action == "relaunch":
+        if action == ops.RELAUNCH:
             return (f"relaunch: Slurm job {job_id} of {name} is paused if it runs "
                     "(checkpoint, allocation released), then a new sbatch resumes from "
                     "the newest valid checkpoint, with --exclude for the nodes named")
         return f"{action}: not a control of a Slurm job"
 
     def check_scale(self, add: str | None, remove: str | None) -> None:
-        raise ControlError(NOT_OFFERED["scale"])
+        raise ControlError(NOT_OFFERED[ops.SCALE])
 
     # -- the controls ------------------------------------------------------------------
 
@@ -210,10 +211,10 @@ class SlurmController:
         return ControlError(NOT_OFFERED[action])
 
     def fork(self, overrides: dict[str, Any]) -> object:
-        raise self._refused("fork")
+        raise self._refused(ops.FORK)
 
     def adjust(self, **knobs: Any) -> object:
-        raise self._refused("adjust")
+        raise self._refused(ops.ADJUST)
 
     def checkpoint_now(self) -> object:
         raise self._refused("checkpoint")
@@ -222,5 +223,5 @@ class SlurmController:
         raise self._refused("eval")
 
     def scale(self, add: str | None = None, remove: str | None = None) -> object:
-        raise self._refused("scale")
+        raise self._refused(ops.SCALE)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from textual import work
 from textual.notifications import SeverityLevel
 
+from agent.wire import ops
 from cockpit.analysis.gpu_state import host_problem
 from cockpit.analysis.markers import knob_in_force
 from cockpit.control.controller import SPEC_OPERATIONS, ControlError
@@ -204,13 +205,13 @@ class ControlActions(_AppBase):
         self.push_screen(PromptScreen(title, help_text, parse, value), done)
 
     def action_pause_job(self) -> None:
-        self.request_operation("pause")
+        self.request_operation(ops.PAUSE)
 
     def action_resume_job(self) -> None:
-        self.request_operation("resume")
+        self.request_operation(ops.RESUME)
 
     def action_stop_job(self) -> None:
-        self.request_operation("stop")
+        self.request_operation(ops.STOP)
 
     def action_checkpoint_now(self) -> None:
         self.request_operation("checkpoint")
@@ -220,7 +221,7 @@ class ControlActions(_AppBase):
 
     def action_adjust_lr(self) -> None:
         controller = self._controller()
-        if controller is None or self._not_offered(controller, "adjust"):
+        if controller is None or self._not_offered(controller, ops.ADJUST):
             return
         low, high = jc.LR_SCALE_RANGE
         snapshot = self.snapshot
@@ -233,21 +234,21 @@ class ControlActions(_AppBase):
                      f"replacing the one in force (now {now or '1, as configured'}; "
                      f"{low:g}–{high:g}):",
                      jc.parse_lr_scale,
-                     lambda scale, c: self.request_operation("adjust", {"lr_scale": scale}, c),
+                     lambda scale, c: self.request_operation(ops.ADJUST, {"lr_scale": scale}, c),
                      controller=controller)
 
     def action_fork_job(self) -> None:
         controller = self._controller()
-        if controller is None or self._not_offered(controller, "fork"):
+        if controller is None or self._not_offered(controller, ops.FORK):
             return
         self._prompt("Fork the job", "Config overrides for the fork, key=value, comma "
                      "separated (empty: same config):", jc.parse_overrides,
-                     lambda o, c: self.request_operation("fork", {"overrides": o}, c),
+                     lambda o, c: self.request_operation(ops.FORK, {"overrides": o}, c),
                      controller=controller)
 
     def action_relaunch_job(self) -> None:
         controller = self._controller()
-        if controller is None or self._not_offered(controller, "relaunch"):
+        if controller is None or self._not_offered(controller, ops.RELAUNCH):
             return
         snapshot = self.snapshot
         hosts = [h for h in snapshot.health.hosts] if snapshot else []
@@ -256,15 +257,15 @@ class ControlActions(_AppBase):
         self._prompt("Relaunch the job", "Hosts to exclude (space separated; prefilled "
                      "with failing hosts, empty: none):",
                      lambda text: jc.parse_exclusions(text, [h.host for h in hosts], members),
-                     lambda ex, c: self.request_operation("relaunch", {"exclude": ex}, c),
+                     lambda ex, c: self.request_operation(ops.RELAUNCH, {"exclude": ex}, c),
                      failing, controller=controller)
 
     def action_scale_job(self) -> None:
         controller = self._controller()
-        if controller is None or self._not_offered(controller, "scale"):
+        if controller is None or self._not_offered(controller, ops.SCALE):
             return
         if not controller.spec.elastic:  # said before anything is typed
-            self.notify(controller.describe("scale"), title="Scale the job",
+            self.notify(controller.describe(ops.SCALE), title="Scale the job",
                         severity="warning")
             return
         snapshot = self.snapshot
@@ -280,5 +281,5 @@ class ControlActions(_AppBase):
 
         self._prompt("Scale the job", f"Hosts now: {', '.join(members) or 'none'}{offer}. "
                      "+HOST adds a host, -HOST removes one:", parse,
-                     lambda kw, c: self.request_operation("scale", kw, c),
+                     lambda kw, c: self.request_operation(ops.SCALE, kw, c),
                      controller=controller)

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from textual.notifications import SeverityLevel
 
-from agent.wire import states
+from agent.wire import ops, states
 from cockpit.analysis.lifecycle import is_partly_paused
 from cockpit.control.controller import LR_SCALE_RANGE, missed_hosts_text
 from cockpit.read.source import Controller
@@ -57,7 +57,9 @@ def fork(controller: Controller, kwargs: dict[str, Any]) -> object:
 
 @dataclass(frozen=True)
 class Operation:
-    name: str  # what `controller.describe` is asked about
+    # What `controller.describe` is asked about: the op it sends (agent.wire.ops), or
+    # "checkpoint" and "eval", which are adjusts the screen offers as operations of their own.
+    name: str
     title: str
     destructive: bool
     # The operator's parameters are of the operation's own types (hosts, overrides, knobs).
@@ -67,29 +69,29 @@ class Operation:
 OPERATIONS = {
     op.name: op
     for op in (
-        Operation("pause", "Pause the job", True, lambda c, kw: c.pause()),
-        Operation("resume", "Resume the job", False, lambda c, kw: c.resume()),
-        Operation("relaunch", "Relaunch the job", True,
+        Operation(ops.PAUSE, "Pause the job", True, lambda c, kw: c.pause()),
+        Operation(ops.RESUME, "Resume the job", False, lambda c, kw: c.resume()),
+        Operation(ops.RELAUNCH, "Relaunch the job", True,
                   lambda c, kw: c.relaunch(exclude=kw.get("exclude", ()))),
-        Operation("fork", "Fork the job", True, fork),
-        Operation("adjust", "Adjust the learning rate", False,
+        Operation(ops.FORK, "Fork the job", True, fork),
+        Operation(ops.ADJUST, "Adjust the learning rate", False,
                   lambda c, kw: c.adjust(**kw)),
         Operation("checkpoint", "Checkpoint now", False,
                   lambda c, kw: c.checkpoint_now()),
         Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),
-        Operation("scale", "Scale the job", True,
+        Operation(ops.SCALE, "Scale the job", True,
                   lambda c, kw: c.scale(add=kw.get("add"), remove=kw.get("remove"))),
         # On every host, whatever each one's state: a host that gave up and its peer
         # that keeps restarting into a rendezvous nobody joins are both ended.
-        Operation("stop", "Stop the job", True, lambda c, kw: c.stop()),
+        Operation(ops.STOP, "Stop the job", True, lambda c, kw: c.stop()),
     )
 }
 
 
 def plan_text(controller: Controller, op: Operation, kwargs: dict[str, Any]) -> str:
     """The controller's own account of the operation, plus the operator's parameters."""
-    if op.name == "scale":
-        return str(controller.describe("scale", add=kwargs.get("add"),
+    if op.name == ops.SCALE:
+        return str(controller.describe(ops.SCALE, add=kwargs.get("add"),
                                        remove=kwargs.get("remove")))
     text = str(controller.describe(op.name))
     if kwargs.get("exclude"):
@@ -101,7 +103,7 @@ def plan_text(controller: Controller, op: Operation, kwargs: dict[str, Any]) -> 
 
 
 # Operations that need the job's processes running (or about to run again).
-NEEDS_PROCESSES = frozenset({"pause", "checkpoint", "eval"})
+NEEDS_PROCESSES = frozenset({ops.PAUSE, "checkpoint", "eval"})
 LIVE_STATES = frozenset(states.LIVE)
 # States of a job that runs no process and will not start one by itself.
 IDLE_STATES = frozenset(states.IDLE)
@@ -116,10 +118,10 @@ def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str |
         return (f"job {job} is {why}"
                 + f": no process to {op}" + ("; resume it first (r)" if state == states.PAUSED
                                              else ""))
-    if op == "resume" and state == states.FINISHED:
+    if op == ops.RESUME and state == states.FINISHED:
         return (f"job {job} finished: resuming it would exit at once; fork it (f) with new "
                 "settings to train on")
-    if op == "resume" and state in (states.RUNNING, states.STALLED) and not is_partly_paused(
+    if op == ops.RESUME and state in (states.RUNNING, states.STALLED) and not is_partly_paused(
             eta_note):  # a part that paused while the others run has something to resume
         return f"job {job} is {state}: there is nothing to resume"
     return None
@@ -151,10 +153,10 @@ def partly_sent_text(op: str, sent: Iterable[str], unsent: Mapping[str, str]) ->
 def state_warning(name: str, job: str | None, state: str) -> str:
     """A line for the confirmation of starting again a job that is not running: a failed
     one repeats its failure unless its cause was fixed, and a relaunch stops nothing."""
-    if name not in ("resume", "relaunch") or state not in IDLE_STATES:
+    if name not in (ops.RESUME, ops.RELAUNCH) or state not in IDLE_STATES:
         return ""
     text = ""
-    if name == "relaunch":
+    if name == ops.RELAUNCH:
         text += f"\nJob {job} runs no process now ({state}): nothing is stopped."
     if state == states.FAILED:
         text += (f"\nJob {job} failed and the agent stopped retrying: the same spec fails "
