@@ -17,7 +17,7 @@ gets which op, so a multi-host job is paused, relaunched or forked consistently:
 
 The controller starts from the spec's hosts and spares and follows its own scale and
 relaunch operations once the agents accepted them (`settle`, with their acks: a host
-whose join was refused, or went unanswered, is not one of the job's hosts); `sync`
+whose join was refused, or is still unanswered, is not one of the job's hosts); `sync`
 adopts what the agents report (after a spare took over, or when a command line starts
 afresh from the spec).
 
@@ -247,8 +247,8 @@ class Controller:
         """Add one host to the running job, or remove one; the others keep running.
 
         The controller's hosts change once the agent of the host that joins or leaves
-        accepted (`settle`): until then, and for good when it refused or did not
-        answer, they are the hosts the job had."""
+        accepted (`settle`): until then, and for good when it refused, they are the
+        hosts the job had."""
         self.refresh()
         self.check_scale(add, remove)
         per_host: dict[str, dict[str, Any]] = {}
@@ -512,23 +512,35 @@ class Controller:
     def settle(self, answers: Mapping[str, tuple[bool, str] | None]) -> list[str]:
         """Adopt the scales and relaunches the agents accepted: `answers` maps op ids
         (`last_ops`' values) to (accepted, what the agent said), as the acks say, or to
-        None for an op not answered within the wait. A change whose deciding hosts
-        (`MembershipChange.needs`) all accepted becomes the controller's hosts; one that
-        any of them refused or left unanswered is dropped, and the hosts stay as they
-        were. Returns the op ids of the changes settled either way; a change none of
-        whose ops `answers` names waits for its own."""
+        None for an op not answered yet. A change whose deciding hosts
+        (`MembershipChange.needs`) all accepted becomes the controller's hosts, and the
+        changes sent before it and still waiting are dropped (it was sent from the
+        membership they left unconfirmed; adopted late they would undo it). One that any
+        of them refused is dropped, and the hosts stay as they were. One some of them
+        have not answered yet stays pending: an agent whose link was reconnecting
+        answers late, and a later call with its answer adopts the change then. Returns
+        the op ids of the changes settled (adopted, refused or superseded)."""
         settled = []
         with self._lock:
             for op_id, change in list(self.pending.items()):
-                if not any(i in answers for i in change.needs.values()):
+                if op_id not in self.pending:  # superseded by one adopted below
                     continue
-                del self.pending[op_id]
-                settled.append(op_id)
-                if all((answers.get(i) or (False, ""))[0] for i in change.needs.values()):
-                    self.hosts = change.hosts
-                    self.spares = tuple(s for s in self.spares if s != change.joins)
-                    if change.respec:
-                        self.spec = dataclasses.replace(self.spec, hosts=change.hosts)
+                got = [answers.get(i) for i in change.needs.values() if i in answers]
+                if any(a is not None and not a[0] for a in got):
+                    del self.pending[op_id]
+                    settled.append(op_id)
+                    continue
+                if len(got) < len(change.needs) or not all(a is not None for a in got):
+                    continue  # some deciding host has not answered yet
+                for earlier in list(self.pending):
+                    del self.pending[earlier]
+                    settled.append(earlier)
+                    if earlier == op_id:
+                        break
+                self.hosts = change.hosts
+                self.spares = tuple(s for s in self.spares if s != change.joins)
+                if change.respec:
+                    self.spec = dataclasses.replace(self.spec, hosts=change.hosts)
         return settled
 
     # -- sending ---------------------------------------------------------------------

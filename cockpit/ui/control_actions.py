@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from textual import work
 from textual.notifications import SeverityLevel
+from textual.worker import get_current_worker
 
 from agent.wire import ops
 from cockpit.analysis.gpu_state import host_problem
@@ -27,6 +28,11 @@ from cockpit.ui.screens.prompt import PromptScreen
 
 ACK_WAIT_S = 30.0  # an agent answers within a second or two; its link may be reconnecting
 ACK_POLL_S = 0.5
+# After the wait, a silent host's answer is still followed this long (a link reconnecting
+# after a network cut, an agent restarted: its inbox answers the op when it reads it), at
+# this pace, so that the operator hears it and a scale or relaunch is adopted as it lands.
+LATE_ACK_WAIT_S = 900.0
+LATE_ACK_POLL_S = 2.0
 
 if TYPE_CHECKING:  # the mixin's view of the App it is mixed into
     from textual.app import App
@@ -143,26 +149,59 @@ class ControlActions(_AppBase):
         ("job 'duo' is paused") or silence must reach the operator, not only the events
         list. Reads through the source, like every other worker. The `controller` that
         sent it adopts a scale or a relaunch only as its agents accepted it (`settle`),
-        so that later prompts and confirmations name the hosts the job really has."""
+        so that later prompts and confirmations name the hosts the job really has.
+
+        A host silent after `ACK_WAIT_S` is told as silent, and its answer is followed
+        `LATE_ACK_WAIT_S` more: told when it comes (`ControlAcked.late`), and settled
+        then, so a scale an agent accepted late is the job's, not lost."""
         source = self.source
         if not isinstance(source, FollowsAcks):
             return
-        acks = source.acks
-        deadline = time.monotonic() + ACK_WAIT_S
-        found: dict[str, tuple[bool, str]] = {}
-        while True:
-            found = acks(list(ops.values()))
-            if len(found) == len(ops) or time.monotonic() > deadline:
-                break
-            time.sleep(ACK_POLL_S)
-        if isinstance(controller, SettlesChanges):  # unanswered: None, not adopted
-            controller.settle({op_id: found.get(op_id) for op_id in ops.values()})
+        worker = get_current_worker()
+        started = time.monotonic()
+        found = self._acks_until(source, ops, started + ACK_WAIT_S, ACK_POLL_S)
+        self._settle(controller, ops, found)
         answers = {host: found.get(op_id) for host, op_id in ops.items()}
         self.post_message(ControlAcked(action, job, answers))
+        while len(found) < len(ops) and not worker.is_cancelled:
+            more = self._acks_until(source, ops, time.monotonic() + LATE_ACK_POLL_S,
+                                    LATE_ACK_POLL_S)
+            new = {op_id: answer for op_id, answer in more.items() if op_id not in found}
+            if new:
+                found.update(new)
+                self._settle(controller, ops, found)
+                self.post_message(ControlAcked(
+                    action, job, {host: new[op_id] for host, op_id in ops.items()
+                                  if op_id in new}, late=time.monotonic() - started))
+            elif time.monotonic() - started > ACK_WAIT_S + LATE_ACK_WAIT_S:
+                break
+
+    @staticmethod
+    def _acks_until(source: FollowsAcks, ops: dict[str, str], deadline: float,
+                    poll: float) -> dict[str, tuple[bool, str]]:
+        """The answers stored by `deadline` (or once every op has one), read every
+        `poll` s; the worker's cancellation (the app closing) ends the wait early."""
+        worker = get_current_worker()
+        while True:
+            found = source.acks(list(ops.values()))
+            if len(found) == len(ops) or time.monotonic() > deadline or worker.is_cancelled:
+                return found
+            end = time.monotonic() + poll
+            while time.monotonic() < end and not worker.is_cancelled:
+                time.sleep(min(0.1, poll))
+
+    @staticmethod
+    def _settle(controller: Controller | None, ops: dict[str, str],
+                found: dict[str, tuple[bool, str]]) -> None:
+        if isinstance(controller, SettlesChanges):  # unanswered yet: None, kept pending
+            controller.settle({op_id: found.get(op_id) for op_id in ops.values()})
 
     def on_control_acked(self, message: ControlAcked) -> None:
-        text, severity = jc.ack_text(jc.OPERATIONS[message.action], message.answers,
-                                     ACK_WAIT_S)
+        op = jc.OPERATIONS[message.action]
+        if message.late is not None:
+            text, severity = jc.late_ack_text(op, message.answers, message.late)
+        else:
+            text, severity = jc.ack_text(op, message.answers, ACK_WAIT_S, LATE_ACK_WAIT_S)
         if text:
             title = f"Job control · {message.job}" if message.job else "Job control"
             self.notify(text, title=title, severity=severity, timeout=8)

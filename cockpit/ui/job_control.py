@@ -176,9 +176,10 @@ def result_text(op: Operation, result: object) -> str:
 
 
 def ack_text(op: Operation, answers: dict[str, tuple[bool, str] | None],
-             waited: float) -> tuple[str, SeverityLevel]:
+             waited: float, followed: float) -> tuple[str, SeverityLevel]:
     """(text, severity) of the agents' answers to a sent op; no text when every host
-    accepted (the "sent" toast said so, and the job's panes show the rest)."""
+    accepted (the "sent" toast said so, and the job's panes show the rest). A silent
+    host's answer is still followed for `followed` s (`late_ack_text` says it then)."""
     refused = [f"{host}: {answer[1]}" for host, answer in answers.items()
                if answer is not None and not answer[0]]
     silent = [host for host, answer in answers.items() if answer is None]
@@ -187,9 +188,21 @@ def ack_text(op: Operation, answers: dict[str, tuple[bool, str] | None],
         lines.append(f"{op.title}: refused by " + "; ".join(refused))
     if silent:
         lines.append(f"{op.title}: no answer from {', '.join(silent)} within {waited:g} s "
-                     "(its link or agent daemon may be down; the events list (a) shows a "
-                     "late answer)")
+                     "(its link or agent daemon may be down); an answer that comes within "
+                     f"{followed / 60:g} min more is told here, and the events list (a) "
+                     "shows it whenever it comes")
     return "\n".join(lines), ("warning" if lines else "information")
+
+
+def late_ack_text(op: Operation, answers: dict[str, tuple[bool, str] | None],
+                  after: float) -> tuple[str, SeverityLevel]:
+    """(text, severity) of answers that came after the wait, `after` s from the send."""
+    said = [f"{host} {'accepted' if answer[0] else 'refused'}"
+            + ("" if answer[0] or not answer[1] else f" ({answer[1]})")
+            for host, answer in answers.items() if answer is not None]
+    refused = any(answer is not None and not answer[0] for answer in answers.values())
+    return (f"{op.title}: late answer, {after:.0f} s after it was sent: " + "; ".join(said),
+            "warning" if refused else "information")
 
 
 def parse_lr_scale(text: str) -> float:

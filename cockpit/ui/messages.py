@@ -69,14 +69,18 @@ class ControlDone(Message):
 
 class ControlAcked(Message):
     """The agents answered a sent op, or some did not within the wait: `answers` maps
-    host -> (accepted, what it said), None for a host that has not answered."""
+    host -> (accepted, what it said), None for a host that has not answered. `late`:
+    the seconds since it was sent, for answers that came after the wait (those hosts
+    only)."""
 
     def __init__(self, action: str, job: str | None,
-                 answers: dict[str, tuple[bool, str] | None]) -> None:
+                 answers: dict[str, tuple[bool, str] | None],
+                 late: float | None = None) -> None:
         super().__init__()
         self.action = action
         self.job = job
         self.answers = answers
+        self.late = late
 
 
 class PaneFocused(Message):

@@ -339,12 +339,14 @@ def test_a_relaunch_changes_the_hosts_only_once_the_remaining_hosts_accepted() -
     assert acked(c, refused=("gpu2",)) == ["id0"]  # settled: refused, not adopted
     assert c.hosts == SPEC.hosts and c.spec.hosts == SPEC.hosts
     c.relaunch(exclude=["gpu3"])
-    acked(c, silent=("gpu1",))  # no answer within the wait: not adopted either
-    assert c.hosts == SPEC.hosts
+    acked(c, silent=("gpu1",))  # no answer yet: not adopted, still awaited
+    assert c.hosts == SPEC.hosts and list(c.pending) == ["id1"]
     c.relaunch(exclude=["gpu3"])
     assert c.settle({"some-other-op-gpu1": (True, "ok")}) == []  # not its acks: it waits
-    assert c.hosts == SPEC.hosts and list(c.pending) == ["id2"]
-    acked(c, refused=("gpu3",))  # the excluded host's own answer does not decide it
+    assert c.hosts == SPEC.hosts and list(c.pending) == ["id1", "id2"]
+    # The excluded host's own answer does not decide it; adopted, it supersedes the one
+    # sent before it, still unanswered.
+    assert acked(c, refused=("gpu3",)) == ["id1", "id2"]
     assert c.hosts == c.spec.hosts == ("gpu1", "gpu2") and c.pending == {}
     assert "on gpu1, gpu2:" in c.describe("stop")
 

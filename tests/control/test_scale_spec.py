@@ -254,10 +254,26 @@ def test_a_host_whose_join_was_refused_or_unanswered_is_not_one_of_the_jobs_host
     c.scale(add="gpu9")
     ids = c.last_ops
     c.settle({ids["gpu1"]: (True, "ok"), ids["gpu2"]: (True, "ok"), ids["gpu9"]: None})
-    assert c.hosts == ("gpu1", "gpu2") and c.spares == ("gpu9",)  # timed out: not joined
+    assert c.hosts == ("gpu1", "gpu2") and c.spares == ("gpu9",)  # unanswered: not joined
+    awaited = list(c.pending)
+    assert len(awaited) == 1  # its answer is still awaited
+    # gpu9's agent answers after the screen's wait (its link was reconnecting): the join
+    # it accepted is the job's then, so a later stop or scale reaches gpu9.
+    assert c.settle({ids["gpu9"]: (True, "accepted")}) == awaited
+    assert c.hosts == ("gpu1", "gpu2", "gpu9") and c.spares == () and c.pending == {}
+    assert "gpu9" in c.describe("stop")
+    c.scale(remove="gpu9")
+    _accepted(c)
+    assert c.hosts == ("gpu1", "gpu2")
+    # A change sent after one still unanswered, and adopted, supersedes it: the older
+    # one's late answer no longer changes the hosts.
+    c.scale(add="gpu9")
+    first = c.last_ops
+    c.settle({op_id: None for op_id in first.values()})
     c.scale(add="gpu9")
     _accepted(c)
-    assert c.hosts == ("gpu1", "gpu2", "gpu9") and c.spares == ()
+    assert c.pending == {} and c.hosts == ("gpu1", "gpu2", "gpu9")
+    assert c.settle({op_id: (True, "ok") for op_id in first.values()}) == []
     c.scale(remove="gpu9")
     ids = c.last_ops
     c.settle({ids["gpu1"]: (True, "ok"), ids["gpu2"]: (True, "ok"),

@@ -191,8 +191,54 @@ async def test_a_refused_or_unanswered_op_is_told_after_sent(
     refused = next(n for n in said if "refused" in n)
     assert "Checkpoint now: refused by gpu-node-a: job 'demo-7b' is paused" in refused
     assert "no answer from gpu-node-b within 0.3 s" in refused
-    accepted = jc.ack_text(jc.OPERATIONS["pause"], {"a": (True, "ok"), "b": (True, "ok")}, 30)
+    accepted = jc.ack_text(jc.OPERATIONS["pause"], {"a": (True, "ok"), "b": (True, "ok")}, 30,
+                           900)
     assert accepted == ("", "information")  # all accepted: the "sent" toast suffices
+
+
+
+class SettlingController(RecordingController):
+    """Records what the screen hands `settle` (as the real controller adopts a change)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled: list[dict[str, tuple[bool, str] | None]] = []
+
+    def settle(self, answers: dict[str, tuple[bool, str] | None]) -> list[str]:
+        self.settled.append(dict(answers))
+        return []
+
+
+async def test_an_answer_that_comes_after_the_wait_is_told_and_settled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-node-b's link was reconnecting: its silence is told after the wait, and its
+    answer when it comes, which is also what the controller adopts a change by."""
+    monkeypatch.setattr(control_actions, "ACK_WAIT_S", 0.3)
+    monkeypatch.setattr(control_actions, "LATE_ACK_POLL_S", 0.1)
+    controller = SettlingController()
+    controller.last_ops = {"gpu-node-a": "op1-gpu-node-a", "gpu-node-b": "op1-gpu-node-b"}
+    source = AnsweringSource({"op1-gpu-node-a": (True, "accepted")}, controller=controller)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: any("no answer" in n for n in notifications(app)),
+                         "the silence after the wait")
+        silent = next(n for n in notifications(app) if "no answer" in n)
+        assert "no answer from gpu-node-b within 0.3 s" in silent
+        assert "within 15 min more is told here" in silent
+        assert controller.settled[-1] == {"op1-gpu-node-a": (True, "accepted"),
+                                          "op1-gpu-node-b": None}
+        source.answers["op1-gpu-node-b"] = (False, "job 'demo-7b' is paused")
+        await wait_until(pilot, lambda: any("late answer" in n for n in notifications(app)),
+                         "gpu-node-b's late answer")
+        late = next(n for n in notifications(app) if "late answer" in n)
+        assert late.startswith("Checkpoint now: late answer, ")
+        assert late.endswith("s after it was sent: gpu-node-b refused (job 'demo-7b' is "
+                             "paused)")
+        assert "gpu-node-a" not in late  # answered in time: not told again
+        assert controller.settled[-1] == {"op1-gpu-node-a": (True, "accepted"),
+                                          "op1-gpu-node-b": (False, "job 'demo-7b' is paused")}
 
 
 class PartlyReachingController(RecordingController):
