@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agent.wire import ops, states
+from cockpit.analysis.op_policy import CHECKPOINT, EVAL
 from cockpit.analysis.text import counted
 from cockpit.control.jobspec import JobSpec, JobSpecError, name_problem
 
@@ -470,11 +471,11 @@ class Controller:
             ops.ADJUST: f"Write the new setting to job {job}'s control file through {first}; "
                         f"rank 0 applies it at the next step where the ranks agree, without a "
                         f"restart.",
-            "checkpoint": f"Ask rank 0 of job {job} (through {first}, which writes its "
-                          f"control file) to write a checkpoint at the next step where the "
-                          f"ranks agree.",
-            "eval": f"Ask job {job} on {first} to evaluate at the next step where the ranks "
-                    f"agree.",
+            CHECKPOINT: f"Ask rank 0 of job {job} (through {first}, which writes its "
+                        f"control file) to write a checkpoint at the next step where the "
+                        f"ranks agree.",
+            EVAL: f"Ask job {job} on {first} to evaluate at the next step where the ranks "
+                  f"agree.",
             ops.STOP: f"Stop job {job} on {hosts}: SIGTERM, then SIGKILL after "
                       f"{self.spec.stop_grace:g} s. No automatic restart."
                       + (f" Spares {', '.join(self.spares)} leave standby." if self.spares

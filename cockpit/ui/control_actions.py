@@ -18,6 +18,7 @@ from textual.worker import get_current_worker
 from agent.wire import ops
 from cockpit.analysis.gpu_state import host_problem
 from cockpit.analysis.markers import knob_in_force
+from cockpit.analysis.op_policy import CHECKPOINT, EVAL
 from cockpit.control.controller import SPEC_OPERATIONS, ControlError
 from cockpit.read.source import Controller, Source
 from cockpit.snapshot import Snapshot
@@ -253,10 +254,10 @@ class ControlActions(_AppBase):
         self.request_operation(ops.STOP)
 
     def action_checkpoint_now(self) -> None:
-        self.request_operation("checkpoint")
+        self.request_operation(CHECKPOINT)
 
     def action_eval_now(self) -> None:
-        self.request_operation("eval")
+        self.request_operation(EVAL)
 
     def action_adjust_lr(self) -> None:
         controller = self._controller()

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from textual.notifications import SeverityLevel
 
 from agent.wire import ops, states
-from cockpit.analysis.lifecycle import is_partly_paused
+from cockpit.analysis.op_policy import CHECKPOINT, EVAL, Futile, futile, starts_idle_job
 from cockpit.control.controller import LR_SCALE_RANGE, missed_hosts_text
 from cockpit.read.source import Controller
 from cockpit.transport.states import STALE, STREAMING
@@ -58,7 +58,8 @@ def fork(controller: Controller, kwargs: dict[str, Any]) -> object:
 @dataclass(frozen=True)
 class Operation:
     # What `controller.describe` is asked about: the op it sends (agent.wire.ops), or
-    # "checkpoint" and "eval", which are adjusts the screen offers as operations of their own.
+    # CHECKPOINT and EVAL (cockpit.analysis.op_policy), adjusts the screen offers as
+    # operations of their own.
     name: str
     title: str
     destructive: bool
@@ -76,9 +77,9 @@ OPERATIONS = {
         Operation(ops.FORK, "Fork the job", True, fork),
         Operation(ops.ADJUST, "Adjust the learning rate", False,
                   lambda c, kw: c.adjust(**kw)),
-        Operation("checkpoint", "Checkpoint now", False,
+        Operation(CHECKPOINT, "Checkpoint now", False,
                   lambda c, kw: c.checkpoint_now()),
-        Operation("eval", "Evaluate now", False, lambda c, kw: c.eval_now()),
+        Operation(EVAL, "Evaluate now", False, lambda c, kw: c.eval_now()),
         Operation(ops.SCALE, "Scale the job", True,
                   lambda c, kw: c.scale(add=kw.get("add"), remove=kw.get("remove"))),
         # On every host, whatever each one's state: a host that gave up and its peer
@@ -102,27 +103,21 @@ def plan_text(controller: Controller, op: Operation, kwargs: dict[str, Any]) -> 
     return text
 
 
-# Operations that need the job's processes running (or about to run again).
-NEEDS_PROCESSES = frozenset({ops.PAUSE, "checkpoint", "eval"})
-LIVE_STATES = frozenset(states.LIVE)
-# States of a job that runs no process and will not start one by itself.
-IDLE_STATES = frozenset(states.IDLE)
-
-
 def refusal(op: str, job: str | None, state: str, eta_note: str | None) -> str | None:
-    """Why `op` cannot do anything for a job in `state`, or None: the operator is told
+    """Why `op` cannot do anything for a job in `state` (`op_policy.futile`), in the
+    operator's words and with the key that does instead, or None: the operator is told
     at once rather than by an acknowledgement that only says it was sent."""
-    if op in NEEDS_PROCESSES and state not in LIVE_STATES:
-        why = eta_note if eta_note and eta_note.startswith(state) else state + (
+    why = futile(op, state, eta_note)
+    if why is Futile.NO_PROCESS:
+        shown = eta_note if eta_note and eta_note.startswith(state) else state + (
             f" ({eta_note})" if eta_note and eta_note != state else "")
-        return (f"job {job} is {why}"
+        return (f"job {job} is {shown}"
                 + f": no process to {op}" + ("; resume it first (r)" if state == states.PAUSED
                                              else ""))
-    if op == ops.RESUME and state == states.FINISHED:
+    if why is Futile.FINISHED:
         return (f"job {job} finished: resuming it would exit at once; fork it (f) with new "
                 "settings to train on")
-    if op == ops.RESUME and state in (states.RUNNING, states.STALLED) and not is_partly_paused(
-            eta_note):  # a part that paused while the others run has something to resume
+    if why is Futile.NOTHING_TO_RESUME:
         return f"job {job} is {state}: there is nothing to resume"
     return None
 
@@ -153,7 +148,7 @@ def partly_sent_text(op: str, sent: Iterable[str], unsent: Mapping[str, str]) ->
 def state_warning(name: str, job: str | None, state: str) -> str:
     """A line for the confirmation of starting again a job that is not running: a failed
     one repeats its failure unless its cause was fixed, and a relaunch stops nothing."""
-    if name not in (ops.RESUME, ops.RELAUNCH) or state not in IDLE_STATES:
+    if not starts_idle_job(name, state):
         return ""
     text = ""
     if name == ops.RELAUNCH:
