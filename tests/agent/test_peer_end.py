@@ -326,6 +326,29 @@ def test_a_new_launch_of_an_ended_job_keeps_the_generations_its_host_left(
         daemon._shutdown()
 
 
+# A look counts as slow past this (patched from the agent's 30 s): ten times what the
+# quick looks below take on a loaded machine, so that only the hung ones are said.
+SLOW_LOOK_S = 0.5
+
+
+def _answered_once_said(job: ManagedJob) -> threading.Event:
+    """An event set once the job has said one more slow look ("has taken … so far"):
+    a hung look waiting on it outlasts SLOW_LOOK whatever the machine's pace, and ends
+    as soon as it was said."""
+    answer = threading.Event()
+    before = len([e for e in _events(job, "sampler_error") if not e["data"]["answered"]])
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60  # bounds a hang only
+        while time.monotonic() < deadline and len(
+                [e for e in _events(job, "sampler_error") if not e["data"]["answered"]]) <= before:
+            time.sleep(0.02)
+        answer.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return answer
+
+
 def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -333,22 +356,21 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     huge checkpoint) makes it wait. The job says so instead of waiting in silence, and
     says when the look answered; a quick look says nothing, and a failing one raises."""
     job = _job(tmp_path, "a", "launch1-a")
-    monkeypatch.setattr(job_module, "SLOW_LOOK", 0.05)
-    answer = threading.Event()
+    monkeypatch.setattr(job_module, "SLOW_LOOK", SLOW_LOOK_S)
+    answer = _answered_once_said(job)
 
     def hung(directory: Path) -> tuple:
         answer.wait(60)
         return None, []
 
     monkeypatch.setattr(checkpoints, "newest_valid", hung)
-    threading.Timer(0.5, answer.set).start()
     assert job.newest_checkpoint() == (None, [])
     said = _events(job, "sampler_error")
     assert [e["data"]["answered"] for e in said] == [False, True], said
     where = str(job.spec.checkpoint_dir)
     assert f"a look at its checkpoint dir {where} has taken" in said[0]["msg"]
     assert "the job waits for it" in said[0]["msg"]
-    assert said[0]["data"]["dir"] == where and said[1]["data"]["seconds"] >= 0.4
+    assert said[0]["data"]["dir"] == where and said[1]["data"]["seconds"] >= SLOW_LOOK_S
     monkeypatch.setattr(checkpoints, "newest_valid", lambda directory: (None, []))
     assert job.newest_checkpoint() == (None, [])
     assert len(_events(job, "sampler_error")) == 2
@@ -360,8 +382,7 @@ def test_a_slow_look_at_the_checkpoint_dir_is_said_and_its_end_too(
     with pytest.raises(PermissionError):
         job.newest_checkpoint()
     # Preparing the run dir at a launch is watched the same way.
-    answer.clear()
-    threading.Timer(0.3, answer.set).start()
+    answer = _answered_once_said(job)
     monkeypatch.setattr(job.spec, "prepare_dirs", lambda: answer.wait(60))
     monkeypatch.setattr(job.spec, "argv", lambda *args: 1 / 0)  # the launch stops here
     with pytest.raises(ZeroDivisionError):
@@ -378,15 +399,19 @@ def test_a_spares_slow_look_for_its_claim_is_said(
     spare = ManagedJob(LaunchSpec({**spec, "host": "c"}), Journal(tmp_path / "c"))
     spare.state = "standby"
     spare.membership.standby()
-    monkeypatch.setattr(job_module, "SLOW_LOOK", 0.05)
-    monkeypatch.setattr(membership, "read_claim", lambda spec, me: time.sleep(0.3))
+    monkeypatch.setattr(job_module, "SLOW_LOOK", SLOW_LOOK_S)
+    waits: list[threading.Event] = []
+    monkeypatch.setattr(membership, "read_claim", lambda spec, me: waits[-1].wait(60) and None)
+    waits.append(_answered_once_said(spare))
     spare.membership.poll_takeover()
     said = _events(spare, "sampler_error")
     assert [e["data"]["answered"] for e in said] == [False, True], said
     where = str(membership.takeover_dir(spare.spec))
     assert f"a look for its claim in {where} has taken" in said[0]["msg"]
     # Going into standby, and the host list after takeovers, look the same way.
+    waits.append(_answered_once_said(spare))
     spare.membership.standby()
+    waits.append(_answered_once_said(spare))
     assert spare.membership._hosts_after_takeovers() == ["a", "b"]
     said = _events(spare, "sampler_error")[2:]
     assert [e["data"]["answered"] for e in said] == [False, True, False, True], said

@@ -28,4 +28,14 @@ def test_keys_typed_before_the_app_shows_are_dropped() -> None:
 
 
 def test_a_stream_that_is_no_terminal_is_left_alone() -> None:
-    discard_typeahead(io.BytesIO(b"q"))  # no error: not a terminal, nothing to drop
+    """Input piped in (a script, a here-document) is what the operator meant to send."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"q")
+        with os.fdopen(os.dup(read_end), "rb", buffering=0) as piped:
+            discard_typeahead(piped)
+        assert os.read(read_end, 16) == b"q"
+        discard_typeahead(io.BytesIO(b"q"))  # no descriptor at all: no error either
+    finally:
+        os.close(read_end)
+        os.close(write_end)

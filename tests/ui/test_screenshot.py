@@ -4,18 +4,18 @@ why, instead of Textual's bare "Failed to save screenshot" about a missing ~/Dow
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
 from cockpit.app.cli import build_parser
 from cockpit.sessions.replay import ReplaySource
 from cockpit.ui.app import CockpitApp
 from cockpit.ui.app_factory import make_app
-from tests.ui.helpers import notified
+from tests.ui.helpers import notified, wait_until
 
 SIZE = (120, 40)
 
@@ -34,15 +34,12 @@ def _toasts(app: CockpitApp) -> list[tuple[str, str]]:
     return [(n.message, n.severity) for n in notified(app)]
 
 
-async def _palette_screenshot(app: CockpitApp) -> None:
-    """What choosing Screenshot in the command palette runs."""
+async def _palette_screenshot(pilot: Pilot[None], app: CockpitApp) -> None:
+    """What choosing Screenshot in the command palette runs, until the app says where."""
     [command] = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
     command.callback()
-    for _ in range(50):
-        await app.wait_for_refresh()
-        if any("screenshot" in message for message, _ in _toasts(app)):
-            return
-        await asyncio.sleep(0.05)
+    await wait_until(pilot, lambda: any("screenshot" in message for message, _ in _toasts(app)),
+                     "the screenshot's toast")
 
 
 async def test_the_palette_saves_next_to_the_recording_and_says_where(
@@ -52,7 +49,7 @@ async def test_the_palette_saves_next_to_the_recording_and_says_where(
     app = make_app(_replay(recorded_store, tmp_path / "rec"))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await _palette_screenshot(app)
+        await _palette_screenshot(pilot, app)
     [svg] = list((tmp_path / "rec").glob("*.svg"))
     ET.parse(svg)  # a whole SVG file
     assert _toasts(app)[-1] == (f"screenshot saved: {svg}", "information")
