@@ -182,7 +182,7 @@ class DaemonWatch:
             return
         try:
             header = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # a host's header is untrusted input
             return
         if isinstance(header, dict) and header.get("t") == STREAM_HEADER and isinstance(
                 header.get("daemon"), bool):

@@ -613,6 +613,13 @@ class SlurmJob:
         # (one numbering of its events): never one inside the other's half-done poll.
         self.lock = threading.RLock()
         self._jobcomp: tuple[str | None, str] | None = None  # (file, why none)
+        # Set when the cockpit closes (`abandon`): a control waiting on Slurm (a pause's
+        # checkpoint, a stop's end) gives up at once rather than hold the exit for minutes.
+        self.closing = threading.Event()
+
+    def abandon(self) -> None:
+        """The cockpit is closing: stop waiting on Slurm; the job goes on as Slurm has it."""
+        self.closing.set()
 
     @property
     def host(self) -> str:
@@ -902,7 +909,10 @@ class SlurmJob:
             if time.monotonic() > deadline:
                 raise SlurmError(f"Slurm job {self.job_id} still {state.state} "
                                  f"({state.reason}) after {timeout:g} s")
-            time.sleep(every)
+            if self.closing.wait(every):
+                raise SlurmError(f"the cockpit closed while it waited on Slurm job "
+                                 f"{self.job_id} ({state.state}): the job goes on as Slurm "
+                                 "has it; `cockpit watch` or squeue says how it ends")
 
     def wait_ended(self, timeout: float) -> QueueState:
         return self.wait(lambda s: not s.active, timeout)

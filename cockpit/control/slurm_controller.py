@@ -100,6 +100,10 @@ class SlurmController:
         """Why `action` is not offered on Slurm, or None when it is."""
         return NOT_OFFERED.get(action)
 
+    def abandon(self) -> None:
+        """The screen is closing: an operation still waiting on Slurm stops waiting."""
+        self._job.abandon()
+
     def refresh(self) -> None:
         """Adopt the job file as it is now (a `nodes` edited between a pause and a
         resume), as `cockpit resume JOB.toml` would read it; a file that no longer

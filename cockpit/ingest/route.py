@@ -78,6 +78,8 @@ def _slow_route(line: bytes) -> tuple[str, int] | Malformed:
             record = json.loads(line)
         except ValueError:
             return Malformed(f"not JSON: {exc}", line)
+        except RecursionError:  # orjson's own limit passed, and Python's then too
+            return Malformed("not JSON: nested too deeply", line)
     if not isinstance(record, dict):
         return Malformed(f"not a JSON object but {type(record).__name__}", line)
     t = record.get("t")

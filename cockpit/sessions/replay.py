@@ -162,8 +162,12 @@ class ReplaySource:
     def _run(self, on_data: Callable[[], None]) -> None:
         on_data()
         while not self._stopped.wait(self._tick):
+            # Cleared only when seen set: a seek or pause that sets it between a look
+            # and a clear must not be wiped unseen (the screen would keep the old
+            # cursor until the next key). A set after the clear is seen at the next tick.
             moved = self._dirty.is_set()
-            self._dirty.clear()
+            if moved:
+                self._dirty.clear()
             if moved or self.playing:
                 on_data()
 

@@ -165,6 +165,8 @@ class SnapshotServer:
                     self._answer(conn)
                 except (OSError, ValueError) as exc:  # a reader that went away, or sent junk
                     log.info("snapshot request: %s", exc)
+                except Exception:  # one request's failure must not end the server for all
+                    log.exception("snapshot request failed")
 
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(REQUEST_TIMEOUT_S)
@@ -175,7 +177,7 @@ class SnapshotServer:
             return
         try:
             request = json.loads(_read_line(conn, REQUEST_MAX))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             self._reply(conn, {"ok": False, "error": f"bad request: {_plain(exc)}"})
             return
         reply = self._snapshot(request)

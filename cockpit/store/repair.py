@@ -29,7 +29,7 @@ def repair(line: bytes, table: str | None) -> tuple[bytes, list[str]] | None:
     None when the line is not a record or nothing in it needs (or admits) repair."""
     try:
         record = json.loads(line)  # Python's reader: big integers and Infinity parse
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past its depth
         return None
     if not isinstance(record, dict) or not _identity_ok(record):
         return None

@@ -157,6 +157,7 @@ class CockpitApp(ControlActions, ReplayActions, App):
 
     def on_unmount(self) -> None:
         self.collector.release()
+        self.abandon_operations()
         self.source.stop()
         if self._frozen:
             gc.unfreeze()
@@ -257,6 +258,10 @@ class CockpitApp(ControlActions, ReplayActions, App):
                             timeout=FAILURE_TOAST_S)
             if worker.group == "snapshot":
                 self.main_screen.failing = said
+        if worker.group == "control" and event.state in (
+            WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
+        ):
+            self.operation_ended()
         if worker.group == "snapshot" and event.state in (
             WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED
         ):

@@ -59,6 +59,15 @@ class RefusesOperations(Protocol):
 
 
 @runtime_checkable
+class Abandons(Protocol):
+    """A controller whose operations may wait minutes (a Slurm job's pause waits for its
+    checkpoint): told when the screen closes, so that the wait ends and the cockpit
+    exits at once."""
+
+    def abandon(self) -> None: ...
+
+
+@runtime_checkable
 class SettlesChanges(Protocol):
     """A controller that adopts a scale or a relaunch once the agents accepted it
     (`Controller.settle`): its hosts are the confirmed ones, not those merely sent to."""
@@ -72,6 +81,10 @@ class ControlActions(_AppBase):
 
     source: Source
     snapshot: Snapshot | None
+    # The operation being carried out (its title), from its start to its worker's end:
+    # one at a time, so that a key pressed meanwhile never cancels it and loses its
+    # outcome, and a controller never runs two operations at once.
+    operation_under_way: str | None = None
 
     def _controller(self) -> Controller | None:
         """The controller of the job on screen (the one `j` chose), so a key never acts
@@ -100,6 +113,10 @@ class ControlActions(_AppBase):
         controller = controller or self._controller()
         if controller is None or self._not_offered(controller, name):
             return
+        if self.operation_under_way is not None:
+            self.notify(f"{self.operation_under_way} is still under way: its outcome comes "
+                        "first", title=jc.OPERATIONS[name].title, severity="warning")
+            return
         snapshot = self.snapshot
         if snapshot is not None and snapshot.job == controller.job:
             why = jc.refusal(name, snapshot.job, snapshot.progress.state,
@@ -116,9 +133,24 @@ class ControlActions(_AppBase):
             self._plan_operation(controller, name, kwargs or {}, warning + jc.link_warning(
                 controller.hosts, links, name))
         else:
-            self._run_operation(controller, name, kwargs or {})
+            self._start_operation(controller, name, kwargs or {})
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="control")
+    def _start_operation(self, controller: Controller, name: str,
+                         kwargs: dict[str, Any]) -> None:
+        self.operation_under_way = jc.OPERATIONS[name].title
+        self._run_operation(controller, name, kwargs)
+
+    def operation_ended(self) -> None:
+        """The operation's worker ended (done, failed or cancelled): the next may start."""
+        self.operation_under_way = None
+
+    def abandon_operations(self) -> None:
+        """The screen closes: an operation still waiting (on Slurm) stops waiting."""
+        controller = getattr(self.source, "controller", None)
+        if isinstance(controller, Abandons):
+            controller.abandon()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="control plan")
     def _plan_operation(self, controller: Controller, name: str, kwargs: dict[str, Any],
                         warning: str = "") -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
@@ -127,7 +159,9 @@ class ControlActions(_AppBase):
         text = jc.plan_text(controller, op, kwargs) + warning
         self.post_message(ControlPlanned(name, kwargs, text, controller))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="control")
+    # Not exclusive: a worker started in its group would cancel this one, whose failure
+    # then goes unsaid (a cancelled thread worker runs on, its error dropped).
+    @work(thread=True, exit_on_error=False, group="control")
     def _run_operation(self, controller: Controller, name: str, kwargs: dict[str, Any]
                        ) -> None:  # fmt: skip
         op = jc.OPERATIONS[name]
@@ -212,7 +246,7 @@ class ControlActions(_AppBase):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._run_operation(message.controller, message.action, message.kwargs)
+                self._start_operation(message.controller, message.action, message.kwargs)
             else:
                 self.notify(f"{op.title}: cancelled", timeout=3)
 

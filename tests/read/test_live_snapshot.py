@@ -178,6 +178,7 @@ def test_bad_requests_get_a_reason_and_no_copy(live: tuple[Store, SnapshotServer
     os.chmod(shared, 0o755)
     cases = {
         b"not json\n": "bad request",
+        b"[" * 3000 + b"\n": "bad request",  # nested too deeply: once ended the server
         b'{"op": "drop"}\n': "bad request",
         b'{"op": "snapshot", "dir": "relative"}\n': "absolute",
         json.dumps({"op": "snapshot", "dir": str(shared)}).encode() + b"\n": "private",

@@ -214,3 +214,32 @@ def test_an_answer_cut_at_the_output_limit_is_an_error_not_a_job_state(tmp_path:
     queue.run = cut.__get__(queue)  # type: ignore[method-assign]
     with pytest.raises(SlurmError, match=r"not kept.*too much output to read as an answer"):
         job.poll()
+
+
+def test_a_wait_on_slurm_ends_when_the_cockpit_closes(tmp_path: Path) -> None:
+    """A pause waits minutes for its checkpoint: the closing screen abandons the wait
+    (the job goes on as Slurm has it) rather than hold the cockpit's exit."""
+    import threading
+
+    queue = _Queue()
+    queue.job = ("JobId=41 JobState=RUNNING Reason=None NodeList=g[1-2] Partition=gpu "
+                 "SubmitTime=2026-01-01T10:00:00 StartTime=2026-01-01T10:04:00")
+    job = SlurmJob(_spec(tmp_path), queue, emit=lambda host, chunk: None)
+    job.submit()
+    failed: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            job.wait_ended(300.0)
+        except SlurmError as exc:
+            failed.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    time.sleep(0.3)  # it waits: the job runs on
+    assert waiter.is_alive()
+    job.abandon()
+    waiter.join(10)  # bounds a hang only
+    assert not waiter.is_alive()
+    (error,) = failed
+    assert "the cockpit closed while it waited on Slurm job 41 (RUNNING)" in str(error)

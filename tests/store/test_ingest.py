@@ -86,6 +86,7 @@ def test_hosts_are_deduplicated_independently(store: Store) -> None:
 
 def test_malformed_lines_are_counted_sampled_and_the_rest_stored(store: Store) -> None:
     bad = [
+        b'{"t":"gpu","seq":4,"ts":1,"x":' + b"[" * 3000 + b"]" * 3000 + b"}",
         b"this is not json",
         b'{"t":"gpu","seq":"seven","ts":1}',
         b'{"seq":8,"ts":1}',
@@ -93,6 +94,7 @@ def test_malformed_lines_are_counted_sampled_and_the_rest_stored(store: Store) -
         b'{"t":"gpu","seq":9,"ts":1,"gpu":"first"}',
         b'{"t":"train","seq":10,"job":"j1"}',
         b'{"t":"gpu","seq":11,"ts":1,"util":',
+        b"[" * 3000,  # past orjson's depth and then Python's: once raised out of the flush
     ]
     chunk = trains(1, 3) + b"\n".join(bad) + b"\n" + trains(12, 14)
     result = store.ingest("h1", header() + chunk)

@@ -9,6 +9,7 @@ without replay controls uses the static demo source.
 from __future__ import annotations
 
 import inspect
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -460,3 +461,48 @@ async def test_starting_a_failed_job_again_is_confirmed_with_why_it_may_fail_aga
         assert "runs no process now (failed): nothing is stopped" in text(app, "#dialog-body")
         await answer(pilot, "y")
     assert controller.names() == ["resume", "relaunch"]
+
+
+class SlowFailingController(RecordingController):
+    """A pause that takes its time and then fails (a Slurm pause whose sbatch failed,
+    minutes later), and the screen's closing told to it (`abandon`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.abandoned = threading.Event()
+
+    def pause(self) -> str:
+        self._record("pause")
+        self.release.wait(30)
+        raise RuntimeError("sbatch: error: Batch job submission failed")
+
+    def abandon(self) -> None:
+        self.abandoned.set()
+
+
+async def test_a_key_pressed_while_an_operation_runs_waits_its_turn_and_the_failure_is_told(
+        ) -> None:
+    """A second control key once cancelled the running operation's worker, whose failure
+    then went unsaid; now it is refused until the first one's outcome is in."""
+    controller = SlowFailingController()
+    app = make_app(StaticSource(demo_snapshot(), demo_details(), controller=controller,
+                                label="LIVE"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: controller.names() == ["pause"], "the pause to start")
+        await pilot.press("c")  # (no `settle` from here: it waits for the pause's worker)
+        await wait_until(pilot, lambda: "Pause the job is still under way: its outcome comes "
+                         "first" in notifications(app), "the refusal of the second key")
+        assert controller.names() == ["pause"]  # nothing else sent meanwhile
+        controller.release.set()
+        await wait_until(pilot, lambda: any("Batch job submission failed" in n
+                                            for n in notifications(app)), "the failure")
+        await wait_until(pilot, lambda: app.operation_under_way is None, "the pause's end")
+        await pilot.press("c")  # (not `settle`: it re-raises the pause worker's failure)
+        await wait_until(pilot, lambda: controller.names() == ["pause", "checkpoint_now"],
+                         "the next operation")
+    assert controller.abandoned.is_set()  # the closing screen told the controller
