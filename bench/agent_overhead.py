@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from agent.journal.control_inbox import append_op  # noqa: E402
 from agent.journal.journal import JournalReader  # noqa: E402
-from bench.result import result_line  # noqa: E402
+from bench.result import report  # noqa: E402
 from cockpit.control.jobspec import parse_jobspec  # noqa: E402
 
 TRAIN = REPO / "examples" / "charlm" / "train.py"
@@ -184,7 +184,7 @@ def main() -> int:
     print(f"ratio agent/job: CPU {value / baseline:.4f}, RSS {rss / rss_base:.3f}")
     print(f"goal: <= {CPU_GOAL_PCT:g} % CPU and <= {RSS_GOAL_MB:g} MB RSS: "
           f"{'pass' if ok else 'FAIL'}")
-    print(result_line(
+    return report(
         "agent", round(value, 3), "% of one core", round(baseline, 2),
         goal=f"value <= {CPU_GOAL_PCT:g} and rss_mb <= {RSS_GOAL_MB:g}", passed=ok,
         metric="agent daemon CPU share", baseline_name="the trainer job's processes",
@@ -192,8 +192,7 @@ def main() -> int:
         rss_ratio=round(rss / rss_base, 4), window_s=round(m["wall"], 1), gpus=8,
         interval_s=1.0, job_procs=m["job_procs"], train_records=m["train_records"],
         gpu_records=m["gpu_records"],
-    ))
-    return 0
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agent.journal.journal import Journal, list_segments  # noqa: E402
-from bench.result import result_line  # noqa: E402
+from bench.result import report  # noqa: E402
 
 LINES = int(os.environ.get("BENCH_LINES", "1000000"))
 GOAL = 1_000_000.0
@@ -59,12 +59,11 @@ def main() -> int:
     assert base_lines == LINES and stream_lines == LINES + 1, (base_lines, stream_lines)
     value = stream_lines / stream_s
     baseline = base_lines / base_s
-    print(result_line(
+    return report(
         "agent_stream_backlog", round(value), "lines/s", round(baseline),
         goal=f"value > {GOAL:.0f}", passed=value > GOAL, metric="lines/s", lines=LINES,
         baseline_name="cat segments", mb=round(megabytes, 1),
-    ))
-    return 0
+    )
 
 
 if __name__ == "__main__":

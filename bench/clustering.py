@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.levels import FIRST_SECOND, fill_history, fleet_chunks
-from bench.result import result_line
+from bench.result import report
 from cockpit.store import Store
 from cockpit.store.levels import cluster_levels
 from cockpit.store.schema import levels_table
@@ -103,7 +103,7 @@ def measure(path: Path, rows: int, rewrite: Callable[[Store], None]) -> tuple[fl
     return max(during), end - start, len(during)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     args = parser.parse_args()
@@ -118,13 +118,13 @@ def main() -> None:
           f"({n} flushes during it)")
     ratio = stall / base_stall
     print(f"ratio (b)/(a): {ratio:.3f} (goal <= {GOAL})")
-    print(result_line(
+    return report(
         "clustering", round(stall, 3), "s", round(base_stall, 3), goal=f"ratio <= {GOAL}",
         passed=ratio <= GOAL, metric="longest_flush_during_rewrite", rows=args.rows,
         baseline_name="rewrite inside one write transaction", rewrite_s=round(rewrite_s, 2),
         baseline_rewrite_s=round(base_s, 2), flushes_during=n,
-    ))
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,17 +5,21 @@
    processes while it holds a CUDA context. Nothing is marked simulated.
 2. **No CUDA sync in the hot loop**: with about `--busy-ms` of work queued on the GPU,
    `Reporter.step(loss=<CUDA tensor>)` returns at once, where `loss.item()` waits for
-   the queue to drain (the baseline, measured in the same run). The value the flusher
-   later writes to the spool equals the tensor's.
+   the queue to drain (the baseline, measured in the same run behind the same amount of
+   queued work: the step's work is drained, untimed, before the baseline's is queued).
+   Goal: the step's median < 5 % of the queued work (`--busy-ms`), while `.item()`'s
+   median waits out more than half of it (so the work was really queued). The value
+   the flusher later writes to the spool equals the tensor's.
 3. **Exact resume on CUDA**: the reference trainer with dropout and float16 loss scaling
    (GradScaler), killed at step 13 and resumed from its step-8 checkpoint, trains every
    step after the resume to the uninterrupted run's loss, bit for bit.
 
-    python bench/gpu_check.py            # exit 0: all hold; 1: one failed; 2: no GPU
+    python bench/gpu_check.py            # exit 0: all hold; 3: one failed; 2: no GPU
 
-Measured on one H200 (driver 580.159.04, torch 2.11.0+cu130): every check held;
-`Reporter.step` 0.014 ms against `.item()`'s 399 ms behind 200 ms of queued work each
-(ratio 3.5e-05); 16 resumed steps equal the uninterrupted run's.
+The JSON line's value is `Reporter.step`'s median milliseconds and its baseline
+`.item()`'s, each behind about `--busy-ms` of queued work: where the step does not sync
+the ratio is far below 0.05, where it did it would be near 1. Its `nvml`, `no_sync` and
+`exact_resume` fields hold each check's details.
 
 It needs torch with CUDA and nvidia-ml-py; the cockpit itself is not imported. Ends with
 its JSON line.
@@ -38,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.hook.reporter import Reporter  # noqa: E402
 from agent.samplers.nvml import Nvml  # noqa: E402
-from bench.result import result_line  # noqa: E402
+from bench.result import report, result_line  # noqa: E402
 from tests.harness.torchrun import run_trainer, spool_files  # noqa: E402
 
 # The exact-resume run: as tests/trainer/test_charlm_exact_resume.py runs it on CPU,
@@ -86,6 +90,9 @@ def check_no_sync(torch: Any, busy_ms: float, rounds: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             rep.step(step, loss=loss, lr=1e-3, samples=8)
             step_s.append(time.perf_counter() - t0)
+            # Untimed: the step's work drained, so that .item() waits behind its own
+            # `busy_ms` of queued work only, as the step returned with that much queued.
+            torch.cuda.synchronize()
             other = _busy_loss(torch, cycles_per_ms * busy_ms, step)
             t0 = time.perf_counter()
             values.append(other.item())  # the baseline: a host read waits for the GPU
@@ -185,10 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(result[k]["ok"] for k in ("nvml", "no_sync", "exact_resume"))
     sync = result["no_sync"]
     # The figure: Reporter.step's time against .item()'s on the same queued GPU work.
-    print(result_line("gpu_check", sync["reporter_step_ms"], "ms", sync["item_ms"],
-                      goal="NVML read, no sync (step < 5 % of the queued work), exact resume",
-                      passed=ok, **{k: v for k, v in result.items() if k != "bench"}))
-    return 0 if ok else 1
+    return report("gpu_check", sync["reporter_step_ms"], "ms", sync["item_ms"],
+                  goal="NVML read, no sync (step < 5 % of the queued work), exact resume",
+                  passed=ok, **{k: v for k, v in result.items() if k != "bench"})
 
 
 if __name__ == "__main__":

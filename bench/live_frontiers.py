@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.wire.protocol import encode
-from bench.result import result_line
+from bench.result import report
 from cockpit.store import Store
 from cockpit.store.queries import StoreReader
 from cockpit.store.queries_base import RECORD_TABLES, WINDOWS
@@ -108,7 +108,7 @@ def main() -> int:
                   f" whole-table probe median {figures[name][1]:7.2f} ms", flush=True)
     (value, baseline), (small, small_whole) = figures["large"], figures["small"]
     passed = value <= GOAL_RATIO * baseline and value <= GOAL_SCALING * small
-    print(result_line(
+    return report(
         "live_frontiers", round(value, 3), "ms (median frontier read per refresh)",
         round(baseline, 3),
         goal=f"ratio <= {GOAL_RATIO:g}, and value <= {GOAL_SCALING:g}x the small store's",
@@ -116,8 +116,7 @@ def main() -> int:
         baseline_name="the whole-table probe of the same store at the same moment",
         rows=args.rows, small_rows=args.small, small_live_ms=round(small, 3),
         small_whole_ms=round(small_whole, 3), runs=args.runs,
-        bench_wall_s=round(time.perf_counter() - started, 1)))
-    return 0  # measured: the JSON line says whether the goal was met
+        bench_wall_s=round(time.perf_counter() - started, 1))
 
 
 if __name__ == "__main__":

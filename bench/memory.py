@@ -38,7 +38,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.query import RANKS, TS0, build
-from bench.result import result_line
+from bench.result import report
 from cockpit.ingest.synthetic import synthetic_lines
 from cockpit.store import Store
 from cockpit.store.database import writer_memory_limit
@@ -82,7 +82,7 @@ def in_child(path: Path, rows: int, uncapped: bool = False) -> dict[str, float]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=40_000_000)
     parser.add_argument("--small", type=int, default=1_000_000)
@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(live_hours(args.child, args.rows, args.uncapped)))
-        return
+        return 0
     cap = writer_memory_limit() / 2**20
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-") as tmp:
         small, big = Path(tmp) / "small.duckdb", Path(tmp) / "big.duckdb"
@@ -112,7 +112,7 @@ def main() -> None:
     baseline = short["peak_mib"] + cap
     ratio = long["peak_mib"] / baseline
     print(f"cap {cap:.0f} MiB; long peak / (short peak + cap) = {ratio:.2f}")
-    print(result_line(
+    return report(
         "memory", round(long["peak_mib"], 1), "MiB (peak resident)", round(baseline, 1),
         goal="ratio <= 1", passed=ratio <= 1.0, metric="live_peak_rss",
         baseline_name="short recording's peak resident memory + the writer's DuckDB cap",
@@ -121,8 +121,8 @@ def main() -> None:
         short_rss_after_mib=round(short["rss_mib"], 1),
         uncapped_rss_after_mib=round(uncapped["rss_mib"], 1),
         uncapped_peak_mib=round(uncapped["peak_mib"], 1),
-    ))
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

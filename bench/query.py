@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.result import result_line
+from bench.result import report
 from cockpit.store import Store
 from cockpit.store.downsample import downsample
 from cockpit.store.levels import cluster_levels, update_levels
@@ -73,7 +73,7 @@ def time_queries(path: Path, runs: int, **kw) -> tuple[float, float, int]:
     return p95, statistics.median(times), points
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=50_000_000)
     parser.add_argument("--small", type=int, default=1_000_000)
@@ -100,14 +100,14 @@ def main() -> None:
           f"{replay_p95:.2f} ms")
     ratio = big_p95 / small_p95
     passed = big_p95 <= 20.0 and ratio <= 2.0
-    print(result_line(
+    return report(
         "query", round(big_p95, 3), "ms (p95)", round(small_p95, 3),
         goal="value <= 20 and ratio <= 2", passed=passed, metric="p95_ms",
         baseline_name=f"same query at {args.small} rows", rows=args.rows,
         small_rows=args.small, buckets=args.buckets, points=big_pts,
         one_rank_p95_ms=round(rank_p95, 3), replay_p95_ms=round(replay_p95, 3),
-    ))
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

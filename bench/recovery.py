@@ -20,8 +20,14 @@ connect), so plain torchrun often never trains again after its first or second r
 (pytorch/pytorch#135712). The switch gives every restart a fresh store; the managed job
 does not need it (each attempt is a new torchrun).
 
-Goals (issue 6): crash detected <= 2 s; hang detected <= max(10 s, 3 x median step time);
-failure -> first new step <= 30 s. Ends with one JSON line.
+Reported: the median time from a crash to the first new step (value) against plain
+torchrun's median over its crashes (baseline); the hangs' median to the first new step
+is reported beside it (`hang_recovery_median_s`: plain torchrun has no figure to set
+against it, as it never notices a hang).
+
+Goals (issue 6), each on the median: crash detected <= 2 s; hang detected <= max(10 s,
+3 x median step time); failure -> first new step <= 30 s, for crashes and for hangs
+alike. Ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from agent.job.supervisor import alive, children_of  # noqa: E402
 from agent.journal.control_inbox import append_op  # noqa: E402
 from agent.journal.journal import JournalReader  # noqa: E402
-from bench.result import result_line  # noqa: E402
+from bench.result import report  # noqa: E402
 
 TRAIN = ROOT / "examples" / "charlm" / "train.py"
 SETTINGS = ["train.log_every=50", "eval.windows=32", "data.max_bytes=1500000",
@@ -275,20 +281,26 @@ def main() -> int:
         plain = baseline(base, data, args.baseline_crashes,
                          hang_wait=3 * (hang_detection or hang_goal))
     crash_detection = statistics.median(c["detection"] for c in crashes)
-    recovery = statistics.median(c["recovery"] for c in crashes + hangs)
+    # Crashes alone, as the baseline's figure is: plain torchrun recovers from no hang.
+    recovery = statistics.median(c["recovery"] for c in crashes)
+    hang_recovery = statistics.median(h["recovery"] for h in hangs) if hangs else None
     recovered = [t for t in plain["recovery"] if t is not None]
     base_recovery = statistics.median(recovered) if recovered else None
     goals = {"crash_detection_s": 2.0, "hang_detection_s": hang_goal, "recovery_s": 30.0}
     passed = (crash_detection <= goals["crash_detection_s"]
               and (hang_detection is None or hang_detection <= hang_goal)
-              and recovery <= goals["recovery_s"])
-    print(result_line(
-        "recovery", round(recovery, 3), "s (median failure to first new step)",
+              and recovery <= goals["recovery_s"]
+              and (hang_recovery is None or hang_recovery <= goals["recovery_s"]))
+    return report(
+        "recovery", round(recovery, 3), "s (median crash to first new step)",
         None if base_recovery is None else round(base_recovery, 3),
-        goal=f"value <= {goals['recovery_s']:g} and crash_detection_median_s <= "
+        goal=f"value <= {goals['recovery_s']:g} and hang_recovery_median_s <= "
+             f"{goals['recovery_s']:g} and crash_detection_median_s <= "
              f"{goals['crash_detection_s']:g} and hang_detection_median_s <= "
              "hang_detection_goal_s",
-        passed=passed, metric="failure_to_first_new_step_median_s",
+        passed=passed, metric="crash_to_first_new_step_median_s",
+        baseline_name="plain torchrun --max-restarts, its crashes",
+        hang_recovery_median_s=None if hang_recovery is None else round(hang_recovery, 3),
         crash_detection_median_s=round(crash_detection, 3),
         crash_detection_goal_s=goals["crash_detection_s"],
         hang_detection_median_s=None if hang_detection is None else round(hang_detection, 3),
@@ -300,8 +312,7 @@ def main() -> int:
         baseline_crashes=len(plain["recovery"]),
         baseline_recovered=len(recovered),
         causes=sorted({c["cause"] for c in crashes + hangs}),
-    ))
-    return 0
+    )
 
 
 if __name__ == "__main__":

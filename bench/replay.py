@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import day_recording  # noqa: E402
-from bench.result import result_line  # noqa: E402
+from bench.result import report  # noqa: E402
 
 HOSTS, GPUS_PER_HOST = 8, 8
 GOAL_S = 2.0
@@ -156,7 +156,7 @@ def _child(code: str, *argv: str) -> list[str]:
     return done.stdout.split()
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--runs", type=int, default=3)
@@ -201,17 +201,17 @@ def main() -> None:
                       **{f"first_screen_{w}_s": s for w, s in screens.items()},
                       **{f"first_screen_{w}_cpu_s": s for w, s in screen_cpu.items()},
                       "imports_s": imports, **shape}))
-    print(result_line("replay_first_screen", round(value, 3), "s", round(baseline, 3),
-                      goal=f"<= {GOAL_S} s and <= {GOAL_RATIO}x one DuckDB scan",
-                      passed=passed, hours=shape["hours"], ranks=shape["ranks"],
-                      first_screen_start_s=round(medians["start"], 3),
-                      first_screen_end_s=round(medians["end"], 3),
-                      first_screen_cpu_s=round(max(statistics.median(s)
-                                                   for s in screen_cpu.values()), 3),
-                      scan_cpu_s=round(statistics.median(scan_cpu), 3),
-                      load_average=round(load, 2), cores=os.cpu_count(),
-                      baseline_name="DuckDB full scan of the recording"))
+    return report("replay_first_screen", round(value, 3), "s", round(baseline, 3),
+                  goal=f"<= {GOAL_S} s and <= {GOAL_RATIO}x one DuckDB scan",
+                  passed=passed, hours=shape["hours"], ranks=shape["ranks"],
+                  first_screen_start_s=round(medians["start"], 3),
+                  first_screen_end_s=round(medians["end"], 3),
+                  first_screen_cpu_s=round(max(statistics.median(s)
+                                               for s in screen_cpu.values()), 3),
+                  scan_cpu_s=round(statistics.median(scan_cpu), 3),
+                  load_average=round(load, 2), cores=os.cpu_count(),
+                  baseline_name="DuckDB full scan of the recording")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -26,13 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.result import result_line
+from bench.result import report
 from cockpit.store.retention import estimate_month, measure_bytes_per_row
 
 GOAL_GIB = 5.0
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     args = parser.parse_args()
@@ -44,14 +44,14 @@ def main() -> None:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in est["gib"].items())  # type: ignore[union-attr]
         print(f"{label}: {est['total_gib']:.2f} GiB ({parts})")
     value = float(kept["total_gib"])  # type: ignore[arg-type]
-    print(result_line(
+    return report(
         "storage", round(value, 3), "GiB (30 days, 128 GPUs, 128 ranks at 1 step/s)",
         round(float(everything["total_gib"]), 3),  # type: ignore[arg-type]
         goal=f"value <= {GOAL_GIB}", passed=value <= GOAL_GIB, metric="month_gib",
         baseline_name="the same month with every row kept", raw_window_days=kept["raw_window_days"],
         bytes_per_row={k: round(v, 2) for k, v in per_row.items()},
-    ))
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

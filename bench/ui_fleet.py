@@ -63,7 +63,7 @@ from textual.content import Content  # noqa: E402
 from textual.widgets import Static  # noqa: E402
 
 from agent.wire.protocol import encode  # noqa: E402
-from bench.result import result_line  # noqa: E402
+from bench.result import report  # noqa: E402
 from bench.ui import WARMUP, _refresh, p95, paint_pending  # noqa: E402
 from cockpit.read.source import SNAPSHOT_BUCKETS, build_snapshot, details  # noqa: E402
 from cockpit.snapshot import Snapshot  # noqa: E402
@@ -512,7 +512,7 @@ def main() -> int:
     passed = all(fleet <= GOAL_MS for fleet, _ in per_size.values()) and all(
         r <= GOAL_RATIO for r in ratios.values())
     wall = time.perf_counter() - started
-    print(result_line(
+    return report(
         "ui_fleet", round(value, 2), "ms (p95 full refresh)", round(baseline, 2),
         goal=f"value <= {GOAL_MS:g} at every size and ratio <= {GOAL_RATIO:g} at every size",
         passed=passed, metric="refresh_p95_ms",
@@ -529,8 +529,7 @@ def main() -> int:
            for size, (_, times) in floors.items()},
         **{f"textual_floor_{size}_widgets": count for size, (count, _) in floors.items()},
         bench_wall_s=round(wall, 1),
-    ))
-    return 0  # measured: the JSON line says whether the goal was met
+    )
 
 
 if __name__ == "__main__":
