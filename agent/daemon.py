@@ -145,6 +145,9 @@ class Daemon:
         self.config = config
         self.log = log
         self._stop = threading.Event()
+        # Set by the SIGTERM/SIGINT handler (`StopSignal`), which must take no lock: the
+        # main loop turns it into `_stop` after its next wait.
+        self._stop_asked = False
         self._lock = StateLock(config.state_dir)
         self._lock.acquire()
         try:
@@ -309,9 +312,11 @@ class Daemon:
         job = ManagedJob(spec, self.journal, overrides, log=self.log)
         if current is not None:  # its parts' markers are earlier parts' to the new one
             job.peers.generations = Generations.restore(current.peers.generations.state())
+        # Registered once started: a start that raises (its run dir cannot be made) leaves
+        # the op's refusal alone, not a job "starting" that has no thread.
+        job.start(use_newest, fork_from, standby=standby, op_id=op_id)
         self.jobs[spec.name] = job
         self.spools.add_run_dir(spec.run_dir)
-        job.start(use_newest, fork_from, standby=standby, op_id=op_id)
         return job
 
     def _op_launch(self, op: dict) -> dict:
@@ -560,6 +565,18 @@ class Daemon:
     def stop(self) -> None:
         self._stop.set()
 
+    def request_stop(self) -> None:
+        """Stop, asked from a signal handler: only a flag, which the main loop turns into
+        `stop()` after its next wait (within POLL). A handler runs on the main thread,
+        maybe inside `_stop.wait` with the Event's lock held: `stop()` there deadlocks."""
+        self._stop_asked = True
+
+    def _stopping(self) -> bool:
+        """Whether the daemon is to stop (the main thread's check, after each wait)."""
+        if self._stop_asked and not self._stop.is_set():
+            self._stop.set()
+        return self._stop.is_set()
+
     def _sampler_loop(self) -> None:
         next_at = time.monotonic()
         while not self._stop.is_set():
@@ -693,7 +710,7 @@ class Daemon:
             self._adopt_jobs()
             if self.xid is not None:
                 self.xid.start()
-            if cfg.cmd and not self._stop.is_set():
+            if cfg.cmd and not self._stopping():
                 self.supervisor = self._command()
                 self._save_command()
             self._sampler = threading.Thread(target=self._sampler_loop, name="sampler",
@@ -701,7 +718,7 @@ class Daemon:
             self._sampler.start()
             last_checkpoint = last_retention = last_owner = time.monotonic()
             job_ended: Optional[int] = None
-            while not self._stop.is_set():
+            while not self._stopping():
                 self._survive("spool", self._poll_spools)
                 self._survive("control inbox", self.inbox.poll)
                 now = time.monotonic()
@@ -771,29 +788,40 @@ class Daemon:
             self._lock.release()
 
 
+class StopSignal:
+    """The SIGTERM / SIGINT handler. It only notes the stop, taking no lock: a handler
+    runs on the main thread between two of its bytecodes, possibly inside `Event.wait`
+    on the daemon's stop Event, whose (non-reentrant) lock it then holds; setting that
+    Event from the handler would wait on that lock forever. The daemon's main loop sees
+    the note after its next wait (`Daemon.request_stop`)."""
+
+    def __init__(self) -> None:
+        self.asked = False  # before the daemon exists: it stops as soon as it does
+        self.daemon: Optional[Daemon] = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.asked = True
+        daemon = self.daemon
+        if daemon is not None:
+            daemon.request_stop()
+
+
 def run_daemon(config: DaemonConfig) -> int:
     """Run until SIGTERM / SIGINT; the job this daemon started is stopped with it."""
-    stopping = threading.Event()
-    holder: List[Daemon] = []
-
-    def _term(signum: int, frame: Any) -> None:
-        stopping.set()
-        for daemon in holder:
-            daemon.stop()
-
+    handler = StopSignal()
     # Installed before the (possibly slow) start so an early SIGTERM is a clean stop too.
-    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGTERM, handler)
     # A job's watcher sleeps until its hang deadline; with the default 5 ms GIL switch
     # interval a busy sampler or spool poll could hold it back that long past it.
     sys.setswitchinterval(0.001)
-    signal.signal(signal.SIGINT, _term)
+    signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # A block inherited through exec would keep SIGTERM pending: no clean stop, ever.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     daemon = Daemon(config)
-    holder.append(daemon)
-    if stopping.is_set():
-        daemon.stop()
+    handler.daemon = daemon
+    if handler.asked:
+        daemon.request_stop()
     return daemon.run()
 
 

@@ -48,6 +48,11 @@ class JobHandle(Protocol):
     @property
     def running(self) -> bool: ...
 
+    @property
+    def closing(self) -> bool:
+        """Whether the agent is stopping the job for good: long waits give up (any
+        thread)."""
+
     def event(self, kind: str, msg: str, data: dict, step: Optional[int] = None) -> None:
         """Journal an `event` of the job (any thread)."""
 

@@ -99,6 +99,11 @@ JOURNAL_CATCH_UP = 5.0
 SAVE_EVERY = 1.0  # s between saves of a training job's state for adoption (agent.wire.jobstate)
 # s a look at the checkpoint dir may take before the journal says the job waits on it
 SLOW_LOOK = 30.0
+# s past the stop grace the agent's stop waits for the job's thread to end; one held
+# longer (a look at a hung checkpoint dir) is left behind, and starts nothing after it
+CLOSE_WAIT = 15.0
+# Why an operation under way gives up when the agent stops (its event says so).
+AGENT_STOPPING = "the agent is stopping"
 
 IDLE_STATES = (PAUSED, FINISHED, FAILED, STOPPED)
 # Idle states a resume starts again, and in which a part follows the other hosts' resume
@@ -174,6 +179,9 @@ class ManagedJob:
         self._commands: "queue.Queue[Tuple[str, dict]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._closing = threading.Event()
+        # Held while an attempt's processes start, and by `close` before it stops the
+        # current attempt: once the job is closing, no attempt starts (`launch`).
+        self._launch_lock = threading.Lock()
         self._attempt_checkpoint: Optional[checkpoints.Checkpoint] = None
         self._last_alive: Dict[int, float] = {}
         self._ranks: Dict[int, Optional[int]] = {}
@@ -299,15 +307,34 @@ class ManagedJob:
         self._thread.start()
 
     def close(self, grace: float) -> None:
-        """Stop the job for good (the daemon is exiting): no recovery, no restart."""
+        """Stop the job for good (the daemon is exiting): no recovery, no restart.
+
+        The job's thread sees the close between operations, and its long waits (a pause)
+        give up on it; one still held past `grace` + CLOSE_WAIT (a look at a hung
+        checkpoint dir) is left behind: the attempt current then is stopped here, and
+        that thread starts no other (`launch` checks under `_launch_lock`)."""
         self._closing.set()
         self._commands.put(("close", {"grace": grace}))
-        if self._thread is not None:
-            self._thread.join(grace + 15.0)
+        thread = self._thread
+        if thread is not None:
+            thread.join(grace + CLOSE_WAIT)
+            if thread.is_alive():
+                self.log("job %s: its thread is still busy %.0f s after the stop; its "
+                         "processes are stopped without it" % (self.name, grace + CLOSE_WAIT))
+        # An attempt starting now has started once the lock is free, and is stopped too;
+        # one whose start hangs (an exec on a hung mount) is stopped by its thread.
+        held = self._launch_lock.acquire(timeout=CLOSE_WAIT)
         sup = self.supervisor
+        if held:
+            self._launch_lock.release()
         if sup is not None and sup.running:
             sup.stop(grace)
         self.save(STOPPED)  # stopped with the agent: nothing for a new agent to adopt
+
+    @property
+    def closing(self) -> bool:
+        """Whether the agent is stopping the job for good (`close`)."""
+        return self._closing.is_set()
 
     def pid_ranks(self) -> Dict[int, Optional[int]]:
         sup = self.supervisor
@@ -455,6 +482,9 @@ class ManagedJob:
 
     def launch(self, checkpoint: Optional[checkpoints.Checkpoint],
                reason: str = launch_reasons.LAUNCH) -> None:
+        if self._closing.is_set():
+            self._not_launched(reason)
+            return
         self.attempt += 1
         try:  # a relaunch may bring a new host set, hence a new dir of this host's own
             self.looking_in(self.spec.shared_dir, self.spec.prepare_dirs,
@@ -481,17 +511,34 @@ class ManagedJob:
         err = paths.stderr_log(self.spec.run_dir, self.name)
         self._err_offset = err.stat().st_size if err.exists() else 0
         self.membership.started()
-        self.supervisor = sup
-        self.save(RUNNING)  # before the start: a job started is never one nobody knows
-        try:
-            sup.start()
-        except RuntimeError as exc:
-            self._launch_failed(str(exc), "check the spec's python, script and workdir on "
-                                "this host")
+        failed: Optional[RuntimeError] = None
+        with self._launch_lock:
+            if self._closing.is_set():  # the agent stopped while this thread prepared it
+                self.attempt -= 1
+                self._not_launched(reason)
+                return
+            self.supervisor = sup
+            self.save(RUNNING)  # before the start: a job started is never one nobody knows
+            try:
+                sup.start()
+            except RuntimeError as exc:
+                failed = exc
+        if failed is None and self._closing.is_set():
+            # The agent began stopping during the start, and close() may have given up
+            # waiting for it (a start that hung): the attempt is ended here too.
+            sup.stop(self.spec.stop_grace)
+        if failed is not None:
+            self._launch_failed(str(failed), "check the spec's python, script and workdir "
+                                "on this host")
             self.save()
             return
         self.state = RUNNING
         self.save()
+
+    def _not_launched(self, reason: str) -> None:
+        """A launch asked for once the agent is stopping the job: no process starts, as
+        none would be watched (the agent's log says so; the job is saved as stopped)."""
+        self.log("job %s: %s not started: %s" % (self.name, reason, AGENT_STOPPING))
 
     def _launch_failed(self, message: str, hint: str) -> None:
         """No attempt could start: the job has failed, and says so in its lifecycle too
@@ -1029,7 +1076,7 @@ class ManagedJob:
         remote_rank0 = bool(ranks) and 0 not in ranks
         before = self._newest_step() if remote_rank0 else None
         looked = requested
-        while time.time() < deadline and saved is None:
+        while time.time() < deadline and saved is None and not self._closing.is_set():
             sup = self.supervisor
             if sup is None or not sup.running:
                 break
@@ -1045,6 +1092,9 @@ class ManagedJob:
                     saved = (looked, found.step, str(found.path))
                     break
             time.sleep(0.02)
+        if saved is None and self._closing.is_set():
+            self._pause_given_up("checkpoint", op_id)
+            return retry_at
         if saved is None:
             sup = self.supervisor
             if sup is not None and not sup.running:
@@ -1203,7 +1253,11 @@ class ManagedJob:
             if self.spec.elastic:  # torchrun would regroup, not end: its workers' end is
                 self.membership.follow_end(timeout)
             else:
-                sup.wait(timeout)
+                self._wait_unless_closing(sup, timeout)
+        if sup is not None and sup.running and self._closing.is_set():
+            sup.ended_for = None
+            self._pause_given_up("follow", op_id)
+            return retry_at
         if sup is not None and sup.running:
             sup.ended_for = None
             self.state = RUNNING
@@ -1222,6 +1276,23 @@ class ManagedJob:
                             checkpoint.step if checkpoint else None,
                             str(checkpoint.path) if checkpoint else None)
         return None
+
+    def _wait_unless_closing(self, sup: Supervisor, timeout: float) -> None:
+        """Wait up to `timeout` for the attempt to end, or until the agent stops."""
+        deadline = time.time() + timeout
+        while sup.running and not self._closing.is_set():
+            left = deadline - time.time()
+            if left <= 0:
+                return
+            sup.wait(min(WATCH, left))
+
+    def _pause_given_up(self, mode: str, op_id: object) -> None:
+        """A pause still waiting when the agent stops: it is not done, and says so; the
+        job's processes are stopped with the agent."""
+        self.state = RUNNING if self.running else FAILED
+        self.event(PAUSE, "job %s: pause not done: %s; the job is stopped with it"
+                   % (self.name, AGENT_STOPPING),
+                   {"mode": mode, "ok": False, "id": op_id, "error": AGENT_STOPPING})
 
     def _freeze(self, args: dict) -> None:
         sup = self.supervisor
@@ -1271,6 +1342,8 @@ class ManagedJob:
             data.update(mode="peer", peer=peer.host)
         self.event(RESUME, text, data, step=step)
         self.launch(checkpoint, reason=launch_reasons.RESUME)
+        if self._closing.is_set():
+            return  # not started (the agent is stopping): no other host is to follow it
         self.peers.announce_resumed(ended_in, step, data["checkpoint"])
 
     def _follow_peers(self) -> bool:
@@ -1369,9 +1442,9 @@ class ManagedJob:
     def save(self, state: Optional[str] = None) -> None:
         """Write the job's state for a restarted agent; a failure to write is reported,
         never fatal (the job matters more than its adoptability)."""
-        if self._closing.is_set() and state != STOPPED:
-            return  # stopped with the agent: only that is left to say
-        with self._save_lock:
+        with self._save_lock:  # a save that began before the close ends before its own
+            if self._closing.is_set() and state != STOPPED:
+                return  # stopped with the agent: only that is left to say
             data = self._snapshot(state)
             try:
                 jobstate.save(self.journal.state_dir, self.name, data)

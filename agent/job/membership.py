@@ -561,14 +561,14 @@ class Membership:
         """A pause on a host without rank 0: rank 0's host stops its part, and this host's
         workers fail on the lost peer. A fixed-size job's torchrun then exits; an elastic
         job's would form a new group instead, so its part is stopped here once its
-        workers have ended."""
+        workers have ended. The wait gives up when the agent stops (`closing`)."""
         job = self.job
         sup = job.supervisor
         if sup is None:
             return
         deadline = time.time() + timeout
         workers = list(sup.rank_pids())
-        while sup.running and time.time() < deadline:
+        while sup.running and time.time() < deadline and not job.closing:
             if workers and not any(alive(p) for p in workers):
                 sup.stop(job.spec.stop_grace)
                 return

@@ -20,6 +20,10 @@ records (`agent.job.output`) so the cockpit can show the tail (the last lines ar
 kept in memory, unthrottled, to classify a failure). torchrun is asked to prefix its
 ranks' teed lines with `[rankN]:` (unless the user chose another template) so each line
 can name its rank.
+
+Over 500 lines because one attempt's life stays in one module: its start or adoption,
+signals, exit status, and the follower that tails its output, which share the launch's
+identity and the offsets an adopting agent resumes from.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent.hostinfo import boot_id
 from agent.job import jobwrap
@@ -48,6 +52,8 @@ from agent.wire.protocol import EVENT, LOG
 
 READ_LINE = 65536  # a longer line without a newline is journaled in pieces of this size
 FOLLOW_POLL = 0.5  # s between looks at the log files when nothing new came
+READ_RETRY = 0.5  # s before a log file whose read failed is opened and read again
+END_READ_TRIES = 3  # tries at reading the logs to their end after the exit, when one fails
 EXIT_POLL = 0.05  # s between looks at an adopted job's wrapper
 OUTPUT_HOLD = 1.0  # s a stop waits for a journal write of output before signalling anyway
 STREAMS = ("stdout", "stderr")
@@ -103,6 +109,7 @@ class Supervisor:
         self._rebooted = False  # adopted from before a reboot: every pid is stale
         self._offsets: Dict[str, int] = {}
         self._follower: Optional[threading.Thread] = None
+        self._read_errors: Set[str] = set()  # the follower's failures, said once each
         self._waiter: Optional[threading.Thread] = None
         self._ended = threading.Event()  # the exit status is known: read the logs to EOF
         self._exited = threading.Event()
@@ -346,43 +353,71 @@ class Supervisor:
     # -- output ----------------------------------------------------------------------
     def _follow(self) -> None:
         """Tail the log files into the journal until the job has ended and they are
-        read to the end."""
+        read to the end. A read that fails (EIO or ESTALE from a network mount), or
+        anything else that goes wrong in a round, is said once and tried again after
+        READ_RETRY, the file opened anew: the job's output keeps reaching the journal."""
         files: Dict[str, Any] = {}
         partial = {stream: b"" for stream in STREAMS}
+        end_tries = 0
         try:
             while True:
                 final = self._ended.is_set()
-                got = False
-                for stream, path in self._log_paths().items():
-                    got = self._read_new(stream, path, files, partial, final) or got
-                if final:
+                got, failed = self._follow_round(files, partial, final)
+                if final and (not failed or end_tries >= END_READ_TRIES):
                     break
-                if not got:
-                    self._ended.wait(FOLLOW_POLL)
+                if failed and final:
+                    end_tries += 1
+                    time.sleep(READ_RETRY)
+                elif failed or not got:
+                    self._ended.wait(READ_RETRY if failed else FOLLOW_POLL)
         finally:
             for f in files.values():
-                f.close()
+                _close_quietly(f)
         for stream in STREAMS:
             if partial[stream]:
                 self.output.emit([partial[stream]], stream)
                 self._offsets[stream] += len(partial[stream])
         self._note_journaled()
 
+    def _follow_round(self, files: Dict[str, Any], partial: Dict[str, bytes],
+                      to_end: bool) -> Tuple[bool, bool]:
+        """One look at each log file: (whether anything new was read, whether a read
+        failed). A file whose read failed is closed, to be opened anew next round and
+        read from where the journal has it."""
+        got = failed = False
+        for stream, path in self._log_paths().items():
+            try:
+                got = self._read_new(stream, path, files, partial, to_end) or got
+            except Exception as exc:  # one stream's trouble: said once, then tried again
+                failed = True
+                f = files.pop(stream, None)
+                if f is not None:
+                    _close_quietly(f)
+                self._note_read_error(stream, path, exc)
+        return got, failed
+
+    def _note_read_error(self, stream: str, path: Path, exc: Exception) -> None:
+        text = "cockpit-agent: job %s: reading its %s (%s) failed: %s: %s; opened again " \
+               "and read on (said once)" % (self.job, stream, path, type(exc).__name__, exc)
+        if text not in self._read_errors and len(self._read_errors) < 100:
+            self._read_errors.add(text)
+            print(text, file=sys.stderr)
+
     def _read_new(self, stream: str, path: Path, files: Dict[str, Any],
                   partial: Dict[str, bytes], to_end: bool) -> bool:
+        """Journal what is new in one log file; an OSError other than a missing file
+        is the caller's (`_follow_round`): the file is then opened anew."""
         f = files.get(stream)
         if f is None:
             try:
-                f = files[stream] = open(str(path), "rb", buffering=0)  # noqa: SIM115
+                f = open(str(path), "rb", buffering=0)  # noqa: SIM115
             except OSError:
                 return False
+            files[stream] = f
             f.seek(self._offsets[stream] + len(partial[stream]))
-        try:
-            if os.fstat(f.fileno()).st_size < f.tell():  # truncated under us (logrotate)
-                f.seek(0)
-                partial[stream], self._offsets[stream] = b"", 0
-        except OSError:
-            return False
+        if os.fstat(f.fileno()).st_size < f.tell():  # truncated under us (logrotate)
+            f.seek(0)
+            partial[stream], self._offsets[stream] = b"", 0
         got = False
         while True:
             data = f.read(1 << 20)
@@ -396,8 +431,9 @@ class Supervisor:
             while len(rest) >= READ_LINE:
                 raws.append(rest[:READ_LINE])
                 rest = rest[READ_LINE:]
-            partial[stream] = rest
             self.output.emit(raws, stream)
+            # Only once journaled: a failure before leaves the file to be read again there.
+            partial[stream] = rest
             self._offsets[stream] += sum(len(raw) for raw in raws)
             self._note_journaled()
             if not to_end:
@@ -487,3 +523,11 @@ class Supervisor:
             "kind": JOB_EXITED, "job": self.job, "rank": None, "step": None,
             "msg": "job %s %s" % (self.job, how), "data": data,
         })
+
+
+def _close_quietly(f: Any) -> None:
+    """Close a log file the follower read; a failure to (a stale handle) changes nothing."""
+    try:
+        f.close()
+    except OSError:
+        pass

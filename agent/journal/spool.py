@@ -402,8 +402,10 @@ class SpoolTailer:
 
     # -- tailing ---------------------------------------------------------------------
     def pid_ranks(self) -> Dict[int, Tuple[str, int]]:
-        """Trainer pids named by the spool headers: pid -> (job, rank)."""
-        return {sf.pid: (sf.job, sf.rank) for sf in self._files.values() if sf.pid}
+        """Trainer pids named by the spool headers: pid -> (job, rank). Called from the
+        sampler thread while the main loop's `poll` changes `_files`: it reads a copy of
+        the files, taken at once (no thread runs while `list` copies a dict's values)."""
+        return {sf.pid: (sf.job, sf.rank) for sf in list(self._files.values()) if sf.pid}
 
     def poll(self) -> int:
         """Journal every complete new spool line; returns how many records were written.
