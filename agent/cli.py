@@ -65,6 +65,18 @@ def _positive_number(text: str) -> float:
     return value
 
 
+def _stop_grace(text: str) -> float:
+    """A job's SIGTERM-to-SIGKILL grace, within the spec's bound (a longer wait overflows
+    the stop's timer, and SIGKILL is never sent)."""
+    from agent.wire.launch_spec import MAXIMUM
+
+    value = _positive_number(text)
+    if value > MAXIMUM["stop_grace"]:
+        raise argparse.ArgumentTypeError("must be at most %g s, one day (got %s)"
+                                         % (MAXIMUM["stop_grace"], text))
+    return value
+
+
 def _integer(text: str) -> int:
     try:
         return int(text)
@@ -125,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="journal size cap (default 2 GiB)")
     run.add_argument("--max-journal-days", type=_positive_number, default=None,
                      help="journal age cap in days (default 14)")
-    run.add_argument("--stop-grace", type=_positive_number, default=10.0,
+    run.add_argument("--stop-grace", type=_stop_grace, default=10.0,
                      help="seconds between SIGTERM and SIGKILL when stopping the job")
     run.add_argument("--exit-with", type=_positive_int, default=None, metavar="PID",
                      help="stop, with the jobs, once process PID is gone (for a program "

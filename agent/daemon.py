@@ -40,7 +40,7 @@ from agent.samplers.nvml import Nvml, XidWatcher, xid_records
 from agent.samplers.sim import SimGpus
 from agent.wire import atomic, jobstate, launch_reasons, ops, paths, states
 from agent.wire.events import JOB_ADOPTED, SAMPLER_ERROR
-from agent.wire.launch_spec import check_job_name
+from agent.wire.launch_spec import MAXIMUM, check_job_name
 from agent.wire.op_error import OpError
 from agent.wire.protocol import EVENT, GPU, HELLO, HOST, PROTOCOL_VERSION, RUN, TRAIN
 
@@ -49,9 +49,9 @@ POLL = 0.2  # s: spool and control-inbox polling (records reach the cockpit ~1 s
 RANKS_TTL = 5.0  # s between walks of /proc for the job's processes
 POSITIONS_EVERY = 5.0  # s between saves of spool positions (the journal is the truth)
 OWNER_EVERY = 1.0  # s between looks at the process given by --exit-with
-# The longest SIGTERM-to-SIGKILL grace a stop op may ask for: a day (a longer wait, as
-# `inf` would be, leaves a stop that never ends).
-MAX_STOP_GRACE = 86400.0
+# The longest SIGTERM-to-SIGKILL grace a stop op may ask for: the spec's own bound (a
+# day; a longer wait, as `inf` would be, leaves a stop that never ends).
+MAX_STOP_GRACE = float(MAXIMUM["stop_grace"])
 COMMAND_STATE = "command.json"  # the `run -- CMD` job's identity, for a restarted daemon
 # Managed-job states in which no trainer process reads the control file (a frozen one is
 # stopped by SIGSTOP until resumed), and the event that starts one that will.

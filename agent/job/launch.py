@@ -20,7 +20,7 @@ from agent.wire.launch_spec import (
     CHECKPOINT_FIELD,
     DEFAULTS,
     ENV_NAME,
-    MAX_NPROC_PER_NODE,
+    MAXIMUM,
     MINIMUM,
     check_job_name,
     finite,
@@ -53,15 +53,19 @@ def _str_list(spec: Mapping[str, Any], key: str, default: Optional[List[str]] = 
 
 def _int(spec: Mapping[str, Any], key: str, name: Optional[str] = None,
          maximum: Optional[int] = None) -> int:
-    """`key` of `spec` (dotted name `name`), its default and least value as
-    agent.wire.launch_spec gives them."""
+    """`key` of `spec` (dotted name `name`), its default and bounds as
+    agent.wire.launch_spec gives them (`maximum`, for a field not in its table)."""
     name = name or key
     minimum = int(MINIMUM.get(name, 0))
     value = spec.get(key, DEFAULTS[name])
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OpError("spec field %r must be an integer >= %d" % (name, minimum))
-    if maximum is not None and value > maximum:
-        raise OpError("spec field %r must be at most %d, got %d" % (name, maximum, value))
+    return _at_most(name, value, int(MAXIMUM[name]) if maximum is None else maximum)
+
+
+def _at_most(name: str, value: int, most: int) -> int:
+    if value > most:
+        raise OpError("spec field %r must be at most %d, got %d" % (name, most, value))
     return value
 
 
@@ -72,33 +76,37 @@ def _number(spec: Mapping[str, Any], key: str, name: Optional[str] = None) -> fl
     number = finite(spec.get(key, DEFAULTS[name]))
     if number is None or number < minimum:
         raise OpError("spec field %r must be a finite number >= %g" % (name, minimum))
+    if number > MAXIMUM[name]:
+        raise OpError("spec field %r must be at most %g, got %g"
+                      % (name, MAXIMUM[name], number))
     return number
 
 
 def _nnodes(value: Any) -> Tuple[int, int, bool]:
     """(min, max, elastic) from `nnodes`: N, or "MIN:MAX" (an elastic job, even "2:2")."""
+    most = int(MAXIMUM["nnodes"])
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
             raise OpError("spec field 'nnodes' must be at least 1")
-        return value, value, False
+        return _at_most("nnodes", value, most), value, False
     if isinstance(value, str):
         low, sep, high = value.partition(":")
         if sep and low.strip().isdigit() and high.strip().isdigit():
             lo, hi = int(low), int(high)
             if 1 <= lo <= hi:
-                return lo, hi, True
+                return lo, _at_most("nnodes", hi, most), True
     raise OpError("spec field 'nnodes' must be a number of nodes or \"MIN:MAX\" with "
                   "1 <= MIN <= MAX, got %r" % (value,))
 
 
-def _optional_int(table: Mapping[str, Any], key: str, name: str, minimum: int
-                  ) -> Optional[int]:
+def _optional_int(table: Mapping[str, Any], key: str, name: str) -> Optional[int]:
     value = table.get(key)
     if value is None:
         return None
+    minimum = int(MINIMUM.get(name, 0))
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OpError("spec field %r must be an integer >= %d" % (name, minimum))
-    return value
+    return _at_most(name, value, int(MAXIMUM[name]))
 
 
 def _table(spec: Mapping[str, Any], key: str) -> Dict[str, Any]:
@@ -130,13 +138,13 @@ class LaunchSpec:
             raise OpError("spec field 'script' must name the training script or module")
         self.module = bool(spec.get("module", DEFAULTS["module"]))
         self.args = _str_list(spec, "args")
-        self.nproc_per_node = _int(spec, "nproc_per_node", maximum=MAX_NPROC_PER_NODE)
+        self.nproc_per_node = _int(spec, "nproc_per_node")
         # An elastic job ("MIN:MAX") lets torchrun's rendezvous admit and lose nodes while
         # the others keep running; its node ranks are the rendezvous's to give.
         self.min_nodes, self.max_nodes, self.elastic = _nnodes(
             spec.get("nnodes", DEFAULTS["nnodes"]))
         self.nnodes = self.max_nodes
-        self.node_rank = _int(spec, "node_rank")
+        self.node_rank = _int(spec, "node_rank", maximum=int(MAXIMUM["nnodes"]) - 1)
         if not self.elastic and self.node_rank >= self.nnodes:
             raise OpError("node_rank %d is not below nnodes %d" % (self.node_rank, self.nnodes))
         self.hosts = _str_list(spec, "hosts")
@@ -201,8 +209,8 @@ class LaunchSpec:
         if is_host is not None and not isinstance(is_host, bool):
             raise OpError("spec field 'rendezvous.is_host' must be true or false")
         self.rdzv_is_host: Optional[bool] = is_host
-        self.rdzv_last_call = _optional_int(rdzv, "last_call", "rendezvous.last_call", 0)
-        self.rdzv_keep_alive = _optional_int(rdzv, "keep_alive", "rendezvous.keep_alive", 1)
+        self.rdzv_last_call = _optional_int(rdzv, "last_call", "rendezvous.last_call")
+        self.rdzv_keep_alive = _optional_int(rdzv, "keep_alive", "rendezvous.keep_alive")
         self.max_restarts = _int(spec, "max_restarts")
         recovery = _table(spec, "recovery")
         self.restart_budget = _int(recovery, "restart_budget", "recovery.restart_budget")

@@ -1,5 +1,5 @@
 """The job spec's fields as the agent's `launch` op takes them: their defaults, their
-least values and the checks both sides apply.
+least and greatest values and the checks both sides apply.
 
 The cockpit checks the operator's TOML (`cockpit.control.jobspec`) and the agent checks
 the JSON again (`agent.job.launch.LaunchSpec`), because it arrives over a channel. Both
@@ -35,6 +35,9 @@ OVERRIDE_PLACEHOLDERS = ("{key}", "{value}")
 # Processes torchrun starts per host: one per GPU, or per CPU for a CPU job. A count past
 # any host's is a typo that would fork until the host ran out of memory.
 MAX_NPROC_PER_NODE = 1024
+# Hosts in one job: as many as a Slurm job's `[launcher] nodes` (cockpit.control.slurm),
+# past the largest clusters' node counts.
+MAX_NODES = 100000
 MAX_NAME = 128  # characters in a job or host name
 
 # A field left out of a spec, by its dotted name (`hang.k` is `k` in `[hang]`). Lists
@@ -74,25 +77,70 @@ MINIMUM: Dict[str, float] = {
     "nproc_per_node": 1, "recovery.restart_budget": 0, "recovery.backoff": 0.0,
     "recovery.backoff_max": 0.0, "recovery.window": 1.0, "hang.k": 0.001, "hang.floor": 0.001,
     "hang.startup": 0.001, "pg_timeout": 1.0, "pause_timeout": 0.1, "stop_grace": 0.0,
+    "rendezvous.keep_alive": 1,
 }
+
+HOUR, DAY = 3600.0, 86400.0
+# The greatest value of each number, by dotted name: every number a spec gives is bounded,
+# so that none reaches torchrun, the trainer's environment or a timer as one they cannot
+# take (Python's waits stop at threading.TIMEOUT_MAX, about 9.2e9 s: `stop_grace = 1e10`
+# made the stop's wait raise and SIGKILL was never sent). Each is past what a demanding
+# job asks for; docs/control.md lists them.
+MAXIMUM: Dict[str, float] = {
+    "nproc_per_node": MAX_NPROC_PER_NODE,
+    "nnodes": MAX_NODES,  # a fixed size, and MAX of "MIN:MAX"
+    # torchrun's own restarts: an elastic job spends one per membership change.
+    "max_restarts": 10000,
+    # The agent's back-off doubles per failure in a row (backoff × 2**streak, capped by
+    # backoff_max), and past 1023 failures that product is no float: the budget, which
+    # bounds the streak, stays below. A thousand restarts is long past where a person
+    # should look at the job.
+    "recovery.restart_budget": 1000,
+    "recovery.per_cause": 1000,  # each cause's count
+    "recovery.backoff": HOUR,  # the first wait: longer is a stopped job
+    "recovery.backoff_max": DAY,  # doubling may wait out a night's outage
+    "recovery.window": 7 * DAY,
+    "hang.k": 1000.0,  # × the median step time
+    "hang.floor": DAY,  # and below pg_timeout (checked)
+    "hang.startup": DAY,  # loading, compiling, a first data pass before the first step
+    "pg_timeout": DAY,  # no collective waits a day; TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC too
+    "pause_timeout": DAY,  # the pause checkpoint of the largest model to slow storage
+    # A day, as the daemon's stop op allows (agent.daemon.MAX_STOP_GRACE): a managed
+    # job's stop takes the spec's grace where the op names none.
+    "stop_grace": DAY,
+    # torchrun's rendezvous (elastic jobs): the round's join must complete within its
+    # join timeout, 600 s (the agent leaves it at torch's default); the last call and
+    # three missed heartbeats (a node counted gone) must end well within it.
+    "rendezvous.last_call": 300,
+    "rendezvous.keep_alive": 120,
+}
+
+
+def per_cause_problem(cause: Any, count: Any) -> Optional[str]:
+    """What is wrong with one `recovery.per_cause` entry (a cause not in agent.wire.causes,
+    a count that is not a whole number from 0 to its maximum), or None."""
+    if cause not in CAUSES:
+        return "unknown cause %r; known: %s" % (cause, ", ".join(CAUSES))
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return "must be a whole number >= 0, got %r" % (count,)
+    most = int(MAXIMUM["recovery.per_cause"])
+    if count > most:
+        return "must be at most %d, got %d" % (most, count)
+    return None
 
 
 def per_cause_budget(value: Any) -> Dict[str, int]:
     """`recovery.per_cause` over the defaults: {cause: restarts allowed per window}, or
-    OpError naming what is wrong (a cause not in agent.wire.causes, a count that is not
-    a whole number >= 0)."""
+    OpError naming the entry that is wrong (`per_cause_problem`)."""
     budget = dict(DEFAULTS["recovery.per_cause"])
     if value is None:
         return budget
     if not isinstance(value, dict):
-        raise OpError("recovery.per_cause must be a table of cause = restarts")
+        raise OpError("spec field 'recovery.per_cause' must be a table of cause = restarts")
     for cause, count in value.items():
-        if cause not in CAUSES:
-            raise OpError("recovery.per_cause: unknown cause %r; known: %s"
-                          % (cause, ", ".join(CAUSES)))
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise OpError("recovery.per_cause.%s must be a whole number >= 0, got %r"
-                          % (cause, count))
+        problem = per_cause_problem(cause, count)
+        if problem is not None:
+            raise OpError("spec field %r: %s" % ("recovery.per_cause.%s" % cause, problem))
         budget[cause] = count
     return budget
 

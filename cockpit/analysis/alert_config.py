@@ -23,13 +23,13 @@ the line and the key, as a keymap's mistakes are. The documented table:
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from cockpit.analysis.text import printable
+from cockpit.toml_lines import TomlLines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,9 +87,12 @@ def configure(thresholds: AlertThresholds) -> None:
     _current = thresholds
 
 
-def _line_of(text: str, key: str) -> int:
-    match = re.search(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*=", text, re.MULTILINE)
-    return text.count("\n", 0, match.start()) + 1 if match else 1
+def _where(path: Path, lines: TomlLines, *key: str) -> str:
+    """`FILE:LINE` of a key of the `[alerts]` table (the table's own line where the key is
+    inside an inline one), or `FILE` alone where it is not found: no line rather than a
+    wrong one."""
+    line = lines.line("alerts", *key)
+    return f"{path}:{line}" if line else str(path)
 
 
 def load_alert_config(path: str | Path) -> AlertThresholds:
@@ -112,13 +115,13 @@ def load_alert_config(path: str | Path) -> AlertThresholds:
     table = data.get("alerts")
     if table is None:
         raise AlertConfigError(f"{path}: no [alerts] table")
+    lines = TomlLines(text)
     if not isinstance(table, dict):
-        raise AlertConfigError(f"{path}:{_line_of(text, 'alerts')}: 'alerts' must be a "
-                               "table ([alerts])")
+        raise AlertConfigError(f"{_where(path, lines)}: 'alerts' must be a table ([alerts])")
     known = {f.name: f.type for f in fields(AlertThresholds)}
     values: dict[str, Any] = {}  # each of its field's type, checked above
     for key, value in table.items():
-        where = f"{path}:{_line_of(text, key)}: alerts.{printable(key)}"
+        where = f"{_where(path, lines, key)}: alerts.{printable(key)}"
         if key not in known:
             raise AlertConfigError(f"{where} is not a threshold; known: "
                                    f"{', '.join(sorted(known))}")
@@ -136,10 +139,11 @@ def load_alert_config(path: str | Path) -> AlertThresholds:
         # its own between them, full starts at the warning (not a file refused).
         values["memory_full"] = values["memory_warn"]
     thresholds = replace(DEFAULTS, **values)
-    if thresholds.disk_critical < thresholds.disk_warn:
-        raise AlertConfigError(f"{path}:{_line_of(text, 'disk_critical')}: "
-                               "alerts.disk_critical must not be below alerts.disk_warn")
-    if thresholds.memory_full < thresholds.memory_warn:
-        raise AlertConfigError(f"{path}:{_line_of(text, 'memory_full')}: "
-                               "alerts.memory_full must not be below alerts.memory_warn")
+    # A pair out of order names the line of the one the file sets (the other keeps its
+    # default), the upper one where it sets both.
+    for lower, upper in (("disk_warn", "disk_critical"), ("memory_warn", "memory_full")):
+        if getattr(thresholds, upper) < getattr(thresholds, lower):
+            culprit = upper if upper in table else lower
+            raise AlertConfigError(f"{_where(path, lines, culprit)}: alerts.{upper} must not "
+                                   f"be below alerts.{lower}")
     return thresholds

@@ -73,15 +73,18 @@ from agent.wire.launch_spec import (
     DEFAULTS,
     ENV_NAME,
     MAX_NPROC_PER_NODE,
+    MAXIMUM,
     MINIMUM,
     OVERRIDE_PLACEHOLDERS,
     check_job_name,
     finite,
     nul_field,
     per_cause_budget,
+    per_cause_problem,
 )
 from agent.wire.op_error import OpError
 from cockpit.analysis.text import json_printable, printable
+from cockpit.toml_lines import TomlLines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -230,41 +233,6 @@ class JobSpec:
         return wire
 
 
-class _Lines:
-    """Where each key was written: TOML parsers forget positions, error messages need them.
-
-    A dotted key (`hang.floor = 5` at the top) is a table's key as much as one written
-    under `[hang]`, so it is found under the same name."""
-
-    _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\s*(?:#.*)?$")
-    _PART = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)"
-    _KEY = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=")
-    _SPLIT = re.compile(rf"\s*({_PART})\s*(?:\.|$)")
-
-    def __init__(self, text: str) -> None:
-        self.keys: dict[str, int] = {}
-        table = ""
-        for number, line in enumerate(text.splitlines(), start=1):
-            header = self._HEADER.match(line)
-            if header:
-                table = header.group(1).replace('"', "").replace("'", "").strip()
-                self.keys.setdefault(table, number)
-                continue
-            key = self._KEY.match(line)
-            if key:
-                parts = [p.strip("\"'") for p in self._SPLIT.findall(key.group(1))]
-                for end in range(1, len(parts) + 1):
-                    name = ".".join(parts[:end])
-                    self.keys.setdefault(f"{table}.{name}" if table else name, number)
-
-    def line(self, dotted: str) -> int | None:
-        while dotted:
-            if dotted in self.keys:
-                return self.keys[dotted]
-            dotted = dotted.rpartition(".")[0]
-        return None
-
-
 class JobFile:
     """A job spec file, read again when its contents changed.
 
@@ -298,11 +266,14 @@ def load_jobspec(path: Path | str, known_hosts: list[str] | tuple[str, ...] | No
     """Read and check a job spec; `known_hosts` (the inventory's names) checks `hosts`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise JobSpecError(str(path), None, None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise JobSpecError(str(path), None, None, f"not UTF-8 text: {exc}") from None
+        raise JobSpecError(str(path), raw[:exc.start].count(b"\n") + 1, None,
+                           f"not UTF-8 text: {exc}") from None
     return parse_jobspec(text, str(path), known_hosts)
 
 
@@ -320,10 +291,10 @@ def parse_jobspec(text: str, source: str = "<spec>",
         what = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise JobSpecError(source, int(match.group(1)) if match else None, None,
                            f"not valid TOML: {what}") from None  # fmt: skip
-    lines = _Lines(text)
+    lines = TomlLines(text)
 
     def fail(name: str, what: str) -> JobSpecError:
-        return JobSpecError(source, lines.line(name), name, what)
+        return JobSpecError(source, lines.dotted(name), name, what)
 
     for key, value in data.items():
         if key in _TABLES:
@@ -394,7 +365,17 @@ def parse_jobspec(text: str, source: str = "<spec>",
         least = MINIMUM.get(name, 0.0)
         if value < least:
             raise fail(name, f"must be at least {least:g}, got {value:g}")
-        return float(value)
+        return float(at_most(name, value))
+
+    def at_most(name: str, value: float) -> float:
+        # Every number is bounded (agent.wire.launch_spec.MAXIMUM): none may reach
+        # torchrun, the environment or a timer as one they cannot take.
+        most = MAXIMUM[name]
+        if value > most:
+            # An integer as written: one past a float's range has no `:g`.
+            got = str(value) if isinstance(value, int) else f"{value:g}"
+            raise fail(name, f"must be at most {most:g}, got {got}")
+        return value
 
     def folder_name(name: str, value: Any) -> str:
         problem = name_problem(value)
@@ -426,6 +407,9 @@ def parse_jobspec(text: str, source: str = "<spec>",
         folder_name("hosts", host)
     if len(set(hosts)) != len(hosts):
         raise fail("hosts", "lists a host twice")
+    if len(hosts) > MAXIMUM["nnodes"]:
+        raise fail("hosts", f"lists {len(hosts)} hosts, more than a job may have "
+                   f"({MAXIMUM['nnodes']:g})")
     if known_hosts is not None:
         unknown = [h for h in hosts if h not in known_hosts]
         if unknown:
@@ -456,6 +440,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
                            f"{nnodes}; a job that may grow or shrink gives \"MIN:MAX\"")
         elif match:
             min_nodes, max_nodes = int(match.group(1)), int(match.group(2))
+            at_most("nnodes", max_nodes)
             if not 1 <= min_nodes <= len(hosts) <= max_nodes:
                 raise fail("nnodes", f"\"{min_nodes}:{max_nodes}\" must satisfy 1 <= MIN <= "
                            f"number of hosts ({len(hosts)}) <= MAX")  # fmt: skip
@@ -528,11 +513,13 @@ def parse_jobspec(text: str, source: str = "<spec>",
                                f"rendezvous store, and the endpoint's {endpoint_host!r} is "
                                "not a job host name; name it (host = \"...\")")  # fmt: skip
         rdzv_host = endpoint_host
-    for key, least in (("last_call", 0), ("keep_alive", 1)):
+    for key in ("last_call", "keep_alive"):
         if key in rdzv and not elastic:
             raise fail(f"rendezvous.{key}", "only an elastic job (nnodes = \"MIN:MAX\") uses it")
+        least = MINIMUM.get(f"rendezvous.{key}", 0)
         if rdzv.get(key, least) < least:
-            raise fail(f"rendezvous.{key}", f"must be >= {least}, got {rdzv[key]}")
+            raise fail(f"rendezvous.{key}", f"must be >= {least:g}, got {rdzv[key]}")
+        at_most(f"rendezvous.{key}", rdzv.get(key, least))
     resume_newest = None
     if "newest_args" in resume:
         resume_newest = str_list("resume.newest_args", resume["newest_args"])
@@ -556,10 +543,15 @@ def parse_jobspec(text: str, source: str = "<spec>",
     budget = recovery.get("restart_budget", DEFAULTS["recovery.restart_budget"])
     if budget < 0:
         raise fail("recovery.restart_budget", f"must be >= 0, got {budget}")
+    at_most("recovery.restart_budget", budget)
     budget_window = positive("recovery.window", recovery.get(
         "window", DEFAULTS["recovery.window"]))
     if budget_window < MINIMUM["recovery.window"]:
         raise fail("recovery.window", f"must be at least {MINIMUM['recovery.window']:g} s")
+    for cause, count in recovery.get("per_cause", {}).items():
+        problem = per_cause_problem(cause, count)
+        if problem is not None:
+            raise fail(f"recovery.per_cause.{cause}", problem)
     try:
         per_cause = per_cause_budget(recovery.get("per_cause"))
     except OpError as exc:
@@ -579,6 +571,7 @@ def parse_jobspec(text: str, source: str = "<spec>",
                         ELASTIC_MAX_RESTARTS if elastic else DEFAULTS["max_restarts"])
     if max_restarts < 0:
         raise fail("max_restarts", f"must be >= 0, got {max_restarts}")
+    at_most("max_restarts", max_restarts)
     if elastic and max_restarts < 1:
         raise fail("max_restarts", "an elastic job needs torchrun's own restarts: a node that "
                    "leaves fails the others' collectives and torchrun restarts them in a new "

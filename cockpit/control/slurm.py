@@ -61,6 +61,7 @@ from agent.wire.events import (
     SLURM_RUNNING,
     SLURM_SUBMITTED,
 )
+from agent.wire.launch_spec import MAX_NODES as LAUNCH_MAX_NODES
 from agent.wire.protocol import EVENT, PROTOCOL_VERSION, STREAM_HEADER, encode
 from cockpit.analysis.causes import SCANCEL, SLURM_REQUEUE, slurm_cause
 from cockpit.control.jobspec import JobSpec, JobSpecError
@@ -87,7 +88,7 @@ OWNED_OPTIONS = frozenset({
     "partition", "time", "account", "qos", "gpus-per-node", "wrap", "chdir", "export",
     "export-file", "get-user-env", "input", "open-mode", "array", "parsable",
 })
-MAX_NODES = 100_000
+MAX_NODES = LAUNCH_MAX_NODES  # a job spec's bound, the agent's too
 MAX_GPUS_PER_NODE = 64
 DEFAULT_SIGNAL_SECONDS = 120
 # squeue/scontrol states.

@@ -118,11 +118,14 @@ def load_inventory(path: str | Path) -> Inventory:
     """Parse an inventory file, or raise `InventoryError` pointing at the bad line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise InventoryError(f"{path}: cannot read inventory: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise InventoryError(f"{path}: inventory is not UTF-8 text ({exc.reason})") from exc
+        line = raw[:exc.start].count(b"\n") + 1
+        raise InventoryError(f"{path}:{line}: inventory is not UTF-8 text ({exc.reason})"
+                             ) from None
     return parse_inventory(text, str(path))
 
 

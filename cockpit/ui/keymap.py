@@ -9,13 +9,14 @@ must not silently leave a destructive action on an unexpected key.
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from textual.binding import Binding, BindingType
 from textual.keys import KEY_TO_UNICODE_NAME, Keys, _character_to_key, format_key
+
+from cockpit.toml_lines import TomlLines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -134,10 +135,11 @@ def check_key(key: str) -> str | None:
     return None
 
 
-def _line_of(text: str, name: str) -> int:
-    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(name)}[\"']?[ \t]*=", re.MULTILINE)
-    match = pattern.search(text)
-    return text.count("\n", 0, match.start()) + 1 if match else 1
+def _where(path: Path, lines: TomlLines, name: str) -> str:
+    """`FILE:LINE` of a top-level entry (a table's header where it is one), or `FILE`
+    alone where it is not found: no line rather than a wrong one."""
+    line = lines.line(name)
+    return f"{path}:{line}" if line else str(path)
 
 
 def _canonical(key: str) -> str:
@@ -175,9 +177,10 @@ def load_keymap(path: str | Path) -> dict[str, str]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise KeymapError(f"{path}: not valid TOML: {exc}") from exc
+    lines = TomlLines(text)
     keymap: dict[str, str] = {}
     for name, key in data.items():
-        where = f"{path}:{_line_of(text, name)}: {name!r}"
+        where = f"{_where(path, lines, name)}: {name!r}"
         if name not in SPECS:
             known = ", ".join(sorted(SPECS))
             raise KeymapError(f"{where} is not an action; known actions: {known}")
@@ -187,7 +190,7 @@ def load_keymap(path: str | Path) -> dict[str, str]:
         if problem:
             raise KeymapError(f"{where}: {problem}")
         keymap[name] = key
-    _check_clashes(path, text, keymap)
+    _check_clashes(path, lines, keymap)
     return keymap
 
 
@@ -202,7 +205,7 @@ def key_label(keymap: dict[str, str] | None, spec_id: str) -> str:
     return format_key(effective_keys(keymap)[spec_id].split(",")[0])
 
 
-def _check_clashes(path: Path, text: str, keymap: dict[str, str]) -> None:
+def _check_clashes(path: Path, lines: TomlLines, keymap: dict[str, str]) -> None:
     keys = effective_keys(keymap)
     for group in _ACTIVE_TOGETHER:
         seen: dict[str, str] = {}
@@ -213,9 +216,9 @@ def _check_clashes(path: Path, text: str, keymap: dict[str, str]) -> None:
                 other = seen.get(alternative)
                 if other is not None:
                     culprit = spec.id if spec.id in keymap else other
-                    line = _line_of(text, culprit)
                     raise KeymapError(
-                        f"{path}:{line}: {culprit!r}: key {keys[culprit]!r} is already "
-                        f"bound to {(other if culprit == spec.id else spec.id)!r}"
+                        f"{_where(path, lines, culprit)}: {culprit!r}: key "
+                        f"{keys[culprit]!r} is already bound to "
+                        f"{(other if culprit == spec.id else spec.id)!r}"
                     )
                 seen[alternative] = spec.id

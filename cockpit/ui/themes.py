@@ -9,6 +9,7 @@ installed wheel ships them as `cockpit/_themes`.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
+
+from cockpit.toml_lines import TomlLines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,6 +34,11 @@ _COLOUR_FIELDS = (
     "foreground", "background", "surface", "panel", "boost",
 )
 _OTHER_FIELDS = {"dark": bool, "luminosity_spread": float, "text_alpha": float}
+# What Textual means by each number (textual.design.ColorSystem): the shades step the
+# luminosity by fractions of the spread (1: the whole range), and an alpha is a fraction.
+# Outside them a theme is meaningless, and nan or a huge spread crashes the app when its
+# colours are generated.
+_RANGES = {"luminosity_spread": (0.0, 1.0), "text_alpha": (0.0, 1.0)}
 
 
 class ThemeError(ValueError):
@@ -61,15 +69,23 @@ def themes_dir() -> Path:
     )
 
 
-def parse_theme(name: str, table: object, source: str) -> Theme:
-    """Build a Textual `Theme` from one TOML table, refusing anything it cannot honour."""
-    where = f"{source}: theme {name!r}"
+def parse_theme(name: str, table: object, source: str, lines: TomlLines | None = None
+                ) -> Theme:
+    """Build a Textual `Theme` from one TOML table, refusing anything it cannot honour;
+    `lines` (the file's) gives each error its line."""
+
+    def at(*key: str) -> str:
+        line = lines.line(name, *key) if lines is not None else None
+        return f"{source}:{line}: theme {name!r}" if line else f"{source}: theme {name!r}"
+
+    where = at()
     if not isinstance(table, dict):
         raise ThemeError(f"{where} must be a table of colours")
     if "primary" not in table:
         raise ThemeError(f"{where} has no 'primary' colour")
     kwargs: dict[str, Any] = {}  # Theme's fields, each checked above to be of its type
     for field_name, value in table.items():
+        where = at(field_name)
         if field_name in _COLOUR_FIELDS:
             if not isinstance(value, str):
                 raise ThemeError(f"{where}: {field_name!r} must be a colour string")
@@ -84,6 +100,11 @@ def parse_theme(name: str, table: object, source: str) -> Theme:
                 value = float(value)
             if not isinstance(value, expected):
                 raise ThemeError(f"{where}: {field_name!r} must be a {expected.__name__}")
+            if field_name in _RANGES:
+                low, high = _RANGES[field_name]
+                if not (math.isfinite(value) and low <= value <= high):
+                    raise ThemeError(f"{where}: {field_name} = {value!r} must be a finite "
+                                     f"number from {low:g} to {high:g}")
             kwargs[field_name] = value
         else:
             allowed = ", ".join([*_COLOUR_FIELDS, *_OTHER_FIELDS])
@@ -96,17 +117,22 @@ def load_themes(directory: Path | None = None) -> ThemeSet:
     directory = directory or themes_dir()
     source = directory / THEMES_FILE
     try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
+        raw = source.read_bytes()
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
     except OSError as exc:
         raise ThemeError(f"{source}: cannot read themes: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise ThemeError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ThemeError(f"{source}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})"
                          ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ThemeError(f"{source}: not valid TOML: {exc}") from exc
     if not data:
         raise ThemeError(f"{source}: defines no themes")
-    themes = tuple(parse_theme(name, table, str(source)) for name, table in data.items())
+    lines = TomlLines(text)
+    themes = tuple(parse_theme(name, table, str(source), lines)
+                   for name, table in data.items())
     base = directory / BASE_CSS
     if not base.is_file():
         raise ThemeError(f"{base}: missing; it holds the layout every theme needs")

@@ -43,6 +43,7 @@ def test_module_cli_runs_when_executed_directly() -> None:
     ("--max-journal-bytes", "0", "must be > 0"),
     ("--stop-grace", "-1", "finite number > 0"),
     ("--stop-grace", "inf", "finite number > 0"),
+    ("--stop-grace", "1e10", "at most 86400 s"),  # past the stop timer's range: no SIGKILL
     ("--simulate-gpus", "-1", "must be >= 0"),
     ("--job", "a/b", "job id 'a/b' cannot name a folder: no '/'"),
 ])  # fmt: skip

@@ -88,7 +88,7 @@ def test_both_sides_take_the_spec_fields_and_their_defaults() -> None:
     assert bare.budget_window == DEFAULTS["recovery.window"]
     with pytest.raises(JobSpecError, match="unknown cause 'disk'"):
         parse_jobspec(body.replace("nccl = 1", "disk = 1"))
-    with pytest.raises(JobSpecError, match=r"recovery\.per_cause\.nccl must be a whole"):
+    with pytest.raises(JobSpecError, match=r"field 'recovery\.per_cause\.nccl': must be a whole"):
         parse_jobspec(body.replace("nccl = 1", "nccl = -1"))
 
 

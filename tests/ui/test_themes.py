@@ -62,7 +62,7 @@ def test_bad_theme_files_are_explained(tmp_path: Path, toml: str, message: str) 
 def test_a_themes_file_that_is_not_utf8_is_explained(tmp_path: Path) -> None:
     folder = copy_themes(tmp_path, "")
     (folder / "themes.toml").write_bytes(b'[mine]\nprimary = "\xff"\n')
-    with pytest.raises(ThemeError, match=r"themes\.toml: not UTF-8 text"):
+    with pytest.raises(ThemeError, match=r"themes\.toml:2: not UTF-8 text"):
         load_themes(folder)
 
 
