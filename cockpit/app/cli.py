@@ -782,9 +782,14 @@ def _cmd_archive(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    """Each input's summary on stdout; on stderr, what stopped an input being read to
+    its end (a compressed file cut short, an event file's unreadable tail). An input read
+    only in part fails the command (exit 1) after what was read is stored, as a headless
+    run whose hosts did not all deliver does; so does an import that wrote nothing."""
     from cockpit.archive.progress import ByteProgress
     from cockpit.importers.mapping import MappingError, parse_overrides
     from cockpit.importers.sources import import_paths
+    from cockpit.importers.summary import summary_lines
 
     try:
         overrides = parse_overrides(args.map)
@@ -793,12 +798,17 @@ def _cmd_import(args: argparse.Namespace) -> int:
     done = import_paths(args.paths, args.output, overrides=overrides, job=args.job,
                         host=args.host, progress=ByteProgress)
     for item in done:
-        skipped = ", ".join(f"{n} {why}" for why, n in sorted(item.counts.skipped.items()))
-        print(f"{printable(item.source)}: {item.kind}, job {printable(item.job or '-')} on "
-              f"host {printable(item.host)}: {item.counts.points} points -> "
-              f"{item.counts.records} records" + (f" (skipped: {skipped})" if skipped else ""))
+        for line in summary_lines(item):
+            print(printable(line))
+    problems = [problem for item in done for problem in item.counts.problems]
+    for problem in problems:
+        print(f"cockpit: {printable(problem)}", file=sys.stderr)
+    if not any(item.counts.sent for item in done):
+        print(f"cockpit: no metrics found: nothing written to {printable(args.output)}",
+              file=sys.stderr)
+        return 1
     _print_recording_hint(args.output)
-    return 0
+    return 1 if problems else 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

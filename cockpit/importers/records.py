@@ -7,8 +7,13 @@ dropped. A logged step's `step_time` is the wall time since the previous one (un
 run logged its own), covering `extra.steps` optimizer steps when it logged every N.
 
 Steps, times and values are untrusted: a step outside 0..2**53, a time that is
-not a finite positive number, or a value that is not a number is skipped and counted,
-and a non-finite loss is kept as the protocol says (`loss: null`, `nonfinite`).
+not a finite positive number, a value that is not a number or one too big for a float
+(JSON's integers have no bound), or a `samples`/`tokens` count that is not a whole number
+in 0..2**63 (the store's BIGINT) is skipped and counted, the first few of each reason
+with where they were (`ImportCounts.samples`), so the operator can find them; a
+non-finite loss is kept as the protocol says (`loss: null`, `nonfinite`). What the store
+made of the records (stored, refused as malformed, already held) is counted from its own
+answer, so the summary claims only what happened.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ import orjson
 
 from agent.wire.protocol import EVAL, RUN, TRAIN
 from cockpit.importers.mapping import EXTRA, METRIC, field_for
-from cockpit.store.database import Store
+from cockpit.store.database import IngestResult, Store
 
 MAX_STEP = 2**53
 MAX_TS = 2**40  # seconds: year 36812, far past any real clock, far below overflow
 MAX_NAME = 200
+MAX_COUNT = 2**63  # samples and tokens: the store's BIGINT
+SAMPLES = 5  # where the first few skipped points of each reason were
 CHUNK_LINES = 2000
 _JOB_UNSAFE = re.compile(r"[^A-Za-z0-9._=+@-]+")
 
@@ -50,36 +57,82 @@ class Point:
 
 @dataclass
 class ImportCounts:
-    points: int = 0
-    records: int = 0
+    """What one import read, skipped and stored; the command's summary says it."""
+
+    points: int = 0  # metric points read (a wire recording: its lines)
+    sent: int = 0  # records handed to the store
+    records: int = 0  # records the store stored
+    malformed: int = 0  # records it refused (kept in the recording's wire errors)
+    duplicates: int = 0  # records it already held
     skipped: dict[str, int] = field(default_factory=dict)
+    # where the first SAMPLES skipped for each reason were: "line 12", "tag 'loss' step 5"
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    # why an input was not read to its end, each naming its file (the command fails)
+    problems: list[str] = field(default_factory=list)
 
-    def skip(self, why: str, n: int = 1) -> None:
+    def skip(self, why: str, where: str | None = None, n: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + n
+        if where is not None:
+            kept = self.samples.setdefault(why, [])
+            if len(kept) < SAMPLES:
+                kept.append(where)
+
+    def stored(self, result: IngestResult) -> None:
+        self.records += result.stored
+        self.malformed += result.malformed
+        self.duplicates += result.duplicates
+        self.problems += [f"host {host}: not stored: {error}" for host, error in result.failed]
 
 
-def valid_point(step: Any, wall: Any, name: Any, value: Any,
-                counts: ImportCounts) -> Point | None:
+def valid_point(step: Any, wall: Any, name: Any, value: Any, counts: ImportCounts,
+                where: str | None = None) -> Point | None:
+    """The point, or None when one of its parts is not what the protocol can carry (the
+    reason counted, with `where`). Ranges are compared before any conversion: a JSON
+    integer of 400 digits is a Python int that `float()` refuses."""
+    if isinstance(step, float) and step.is_integer():
+        step = int(step)
     if isinstance(step, bool) or not isinstance(step, int):
-        if isinstance(step, float) and step.is_integer():
-            step = int(step)
-        else:
-            counts.skip("step not an integer")
-            return None
+        counts.skip("step not an integer", where)
+        return None
     if not 0 <= step < MAX_STEP:
-        counts.skip("step out of range")
+        counts.skip("step out of range", where)
         return None
     if (isinstance(wall, bool) or not isinstance(wall, (int, float))
-            or not math.isfinite(wall) or not 0 < wall < MAX_TS):
-        counts.skip("time not a valid timestamp")
+            or not 0 < wall < MAX_TS):  # NaN and infinities fail the comparison too
+        counts.skip("time not a valid timestamp", where)
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        counts.skip("value not a number")
+        counts.skip("value not a number", where)
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        counts.skip("value out of range", where)
         return None
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-        counts.skip("name empty or too long")
+        counts.skip("name empty or too long", where)
         return None
-    return Point(step, float(wall), name, float(value))
+    if not _utf8(name):
+        counts.skip("name not valid text", where)
+        return None
+    return Point(step, float(wall), name, number)
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` encodes (Python's `json` decodes a lone surrogate, `\\ud800`, that
+    no UTF-8 writer takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def count_value(value: float) -> int | None:
+    """A `samples`/`tokens` value as the store's BIGINT takes it, or None."""
+    if not value.is_integer() or not 0 <= value < MAX_COUNT:
+        return None
+    return int(value)
 
 
 def _nonfinite(value: float) -> str:
@@ -88,14 +141,14 @@ def _nonfinite(value: float) -> str:
 
 def records_for(job: str, points: Iterable[Point], overrides: Mapping[str, str] | None,
                 counts: ImportCounts) -> list[dict[str, Any]]:
-    """The job's `run` record, then its train and eval records in step order."""
+    """The job's `run` record, then its train and eval records in step order; nothing at
+    all when no point makes a record (an empty log would otherwise leave a job with no
+    metrics, dated by a made-up start)."""
     by_step: dict[int, list[Point]] = {}
     for p in points:
         by_step.setdefault(p.step, []).append(p)
         counts.points += 1
-    out: list[dict[str, Any]] = [{"t": RUN, "ts": min((p.wall for ps in by_step.values()
-                                                          for p in ps), default=1.0),
-                                  "job": job, "rank": 0, "world_size": 1}]
+    out: list[dict[str, Any]] = []
     prev: tuple[int, float] | None = None  # (step, wall time) of the previous train record
     for step in sorted(by_step):
         trains: list[dict[str, Any]] = []
@@ -112,15 +165,25 @@ def records_for(job: str, points: Iterable[Point], overrides: Mapping[str, str] 
                 key, target, nested, kind = p.name, trains, "extra", TRAIN
             else:
                 key, target, nested, kind = where, trains, None, TRAIN
+            value: float | int = p.value
             if (key != "loss" or kind != TRAIN) and not math.isfinite(p.value):
-                counts.skip(f"non-finite {key}")
+                counts.skip(f"non-finite {key}", f"step {step}")
                 continue
-            _place(target, kind, job, step, p, key, nested)
+            if key in ("samples", "tokens"):  # a count, as the store's BIGINT holds it
+                count = count_value(p.value)
+                if count is not None:
+                    value = count
+                elif nested is None:  # an `extra` of that name stays a float
+                    counts.skip(f"{key} not a whole number in 0..2**63", f"step {step}")
+                    continue
+            _place(target, kind, job, step, p, key, nested, value)
         if trains:
             prev = _timed(trains[0], step, prev)
         out += trains + evals
-    counts.records += len(out)
-    return out
+    if not out:
+        return []
+    start = min(p.wall for ps in by_step.values() for p in ps)
+    return [{"t": RUN, "ts": start, "job": job, "rank": 0, "world_size": 1}, *out]
 
 
 def _timed(rec: dict[str, Any], step: int, prev: tuple[int, float] | None
@@ -137,7 +200,7 @@ def _timed(rec: dict[str, Any], step: int, prev: tuple[int, float] | None
 
 
 def _place(target: list[dict[str, Any]], kind: str, job: str, step: int, p: Point,
-           key: str, nested: str | None) -> None:
+           key: str, nested: str | None, value: float | int) -> None:
     """Put the value in the first record of the step that lacks it (a name repeated at a
     step starts another record: every point is kept)."""
     for rec in target:
@@ -148,19 +211,20 @@ def _place(target: list[dict[str, Any]], kind: str, job: str, step: int, p: Poin
         rec = {"t": kind, "ts": p.wall, "job": job, "rank": 0, "step": step}
         target.append(rec)
         holder = rec.setdefault(nested, {}) if nested else rec
-    if kind == TRAIN and key == "loss" and not math.isfinite(p.value):
-        holder["loss"], holder["nonfinite"] = None, _nonfinite(p.value)
-    elif key in ("samples", "tokens") and p.value.is_integer():
-        holder[key] = int(p.value)
+    if kind == TRAIN and key == "loss" and not math.isfinite(value):
+        holder["loss"], holder["nonfinite"] = None, _nonfinite(value)
     else:
-        holder[key] = p.value
+        holder[key] = value
 
 
 class RecordingWriter:
-    """Appends wire records for one host to a recording, numbered after what it holds."""
+    """Appends wire records for one host to a recording, numbered after what it holds,
+    and counts what the store made of them (`ImportCounts.stored`): a line it refused or
+    already held is not a record imported."""
 
-    def __init__(self, dest: Path, host: str) -> None:
+    def __init__(self, dest: Path, host: str, counts: ImportCounts) -> None:
         self.host = host
+        self.counts = counts
         self.store = Store(dest)
         self._seq = self.store.high_water(host)
         self._lines: list[bytes] = []
@@ -171,6 +235,7 @@ class RecordingWriter:
             line = {"t": rec["t"], "seq": self._seq, **{k: v for k, v in rec.items()
                                                         if k != "t"}}
             self._lines.append(orjson.dumps(line) + b"\n")
+            self.counts.sent += 1
             if len(self._lines) >= CHUNK_LINES:
                 self.flush()
 
@@ -178,13 +243,15 @@ class RecordingWriter:
         """Wire lines as they are (a wire recording): their own seqs stand."""
         for line in lines:
             self._lines.append(line if line.endswith(b"\n") else line + b"\n")
+            self.counts.sent += 1
             if len(self._lines) >= CHUNK_LINES:
                 self.flush()
 
     def flush(self) -> None:
         if self._lines:
-            self.store.ingest(self.host, b"".join(self._lines))
+            result = self.store.ingest(self.host, b"".join(self._lines))
             self._lines = []
+            self.counts.stored(result)
 
     def close(self) -> None:
         try:

@@ -10,16 +10,17 @@ keeps its own host (its `hello`'s hostname, or `--host`).
 
 from __future__ import annotations
 
-import gzip
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from agent.wire.protocol import HELLO, RECORD_TYPES
+from agent.wire.protocol import HELLO, MAX_LINE_BYTES, RECORD_TYPES
 from cockpit.errors import CockpitError
 from cockpit.importers import jsonl, tensorboard
+from cockpit.importers.lines import open_input, read_lines
 from cockpit.importers.records import ImportCounts, RecordingWriter, job_name, records_for
 
 IMPORT_HOST = "import"
@@ -39,11 +40,10 @@ class Imported:
 
 
 def _first_line(path: Path) -> bytes:
-    opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rb") as fh:
+        with open_input(path) as fh:
             return fh.readline(1 << 20)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise CockpitError(f"{path}: cannot read: {exc}") from None
 
 
@@ -75,6 +75,8 @@ def _wire_host(path: Path) -> str:
 def import_paths(paths: list[Path], dest: Path, *, overrides: Mapping[str, str] | None = None,
                  job: str | None = None, host: str | None = None,
                  progress: Progress | None = None) -> list[Imported]:
+    """Each path imported in turn; what each read, skipped and stored is in its
+    `Imported.counts`, and what stopped one early in `counts.problems`."""
     kinds = [(p, kind_of(p)) for p in paths]  # every path checked before anything is written
     done: list[Imported] = []
     for path, kind in kinds:
@@ -82,18 +84,7 @@ def import_paths(paths: list[Path], dest: Path, *, overrides: Mapping[str, str] 
                                              path.rglob("*")) if f.is_file())
         bar = progress(path.name, size) if progress else None
         if kind == "wire":
-            counts = ImportCounts()
-            wire_host = host or _wire_host(path)
-            with RecordingWriter(dest, wire_host) as writer, (
-                    gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-            ) as fh:
-                for line in fh:
-                    counts.points += 1
-                    if bar:
-                        bar(len(line))
-                    writer.add_lines([line])
-            counts.records = counts.points
-            done.append(Imported(str(path), kind, None, wire_host, counts))
+            done.append(_import_wire(path, dest, host, bar))
         else:
             sources = (list(tensorboard.runs(path)) if kind == "tensorboard"
                        else [(path.name.split(".")[0], path)])
@@ -105,8 +96,10 @@ def import_paths(paths: list[Path], dest: Path, *, overrides: Mapping[str, str] 
                 points = (tensorboard.read_run(source, counts) if kind == "tensorboard"
                           else jsonl.read_log(source, counts))
                 name = job_name(run_name)
-                with RecordingWriter(dest, host or IMPORT_HOST) as writer:
-                    writer.add(records_for(name, points, overrides, counts))
+                records = records_for(name, points, overrides, counts)
+                if records:  # an input with no metrics leaves no trace in the recording
+                    with RecordingWriter(dest, host or IMPORT_HOST, counts) as writer:
+                        writer.add(records)
                 done.append(Imported(str(source), kind, name, host or IMPORT_HOST, counts))
             if bar:
                 bar(size)
@@ -114,3 +107,20 @@ def import_paths(paths: list[Path], dest: Path, *, overrides: Mapping[str, str] 
         if finish is not None:
             finish()
     return done
+
+
+def _import_wire(path: Path, dest: Path, host: str | None,
+                 bar: Callable[[int], None] | None) -> Imported:
+    """A wire recording's lines, ingested as they are; the store's answer counted (a
+    malformed line is kept in its wire errors, a line it holds already is a duplicate)."""
+    counts = ImportCounts()
+    wire_host = host or _wire_host(path)
+    with RecordingWriter(dest, wire_host, counts) as writer:
+        for _number, line in read_lines(path, MAX_LINE_BYTES, counts):
+            if bar:
+                bar(len(line))
+            if not line.strip():
+                continue  # the store ignores blank lines: neither read nor claimed
+            counts.points += 1
+            writer.add_lines([line])
+    return Imported(str(path), "wire", None, wire_host, counts)
