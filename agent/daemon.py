@@ -183,6 +183,7 @@ class Daemon:
         self.supervisor: Optional[Supervisor] = None
         self.xid: Optional[XidWatcher] = None
         self._sampler_errors: Dict[str, float] = {}
+        self._gpu_pids: Dict[int, List[int]] = {}  # GPU -> its processes at the last sample
         self._io_errors: Dict[str, str] = {}  # main-loop step -> the error logged for it
         self._sampler: Optional[threading.Thread] = None
         self._ranks_cache: Optional[Tuple[float, Any, Dict[int, Optional[int]]]] = None
@@ -497,6 +498,8 @@ class Daemon:
             records.append((GPU, record))
         if records:
             self.journal.append_many(records)
+        if gpus is not None:
+            self._note_gpu_pids(gpus)
         # After the samples are journaled: keeping the history may write a file (once
         # per GPU first seen, and per rise), which must not hold the samples back.
         for record in gpus or ():
@@ -524,6 +527,20 @@ class Daemon:
             self.journal.append(EVENT, {"kind": SAMPLER_ERROR, "job": None, "rank": None,
                                         "step": None, "msg": text, "data": data})
 
+    def _note_gpu_pids(self, gpus: List[dict]) -> None:
+        """Keep which processes each GPU runs (NVML's per-GPU process list) and tell the
+        jobs, so that an XID is counted only against the job on that GPU."""
+        gpu_pids = {record["gpu"]: [p["pid"] for p in record.get("procs") or []
+                                    if isinstance(p, dict) and isinstance(p.get("pid"), int)]
+                    for record in gpus if isinstance(record.get("gpu"), int)}
+        self._gpu_pids = gpu_pids
+        for job in list(self.jobs.values()):
+            try:
+                job.note_gpus(gpu_pids)
+            except Exception as exc:
+                self._sampler_error("job %s: its GPUs not known: %s: %s" % (
+                    job.name, type(exc).__name__, exc), {"sampler": "gpu"})
+
     def _on_xid(self, gpu: int, xid: int, ts: float) -> None:
         uuid = None
         for item in self.gpus.inventory():
@@ -531,9 +548,12 @@ class Daemon:
                 uuid = item["uuid"]
         self.journal.append_many(xid_records(gpu, xid, uuid, ts))
         self._note_fault(lambda: self.gpu_history.note_xid(gpu, xid, ts, list(self.jobs)))
+        # Each job judges whether the GPU is its own, from the processes NVML listed on
+        # it at the newest sample: another job's XID is not this one's failure.
+        on_gpu = self._gpu_pids.get(gpu)
         for job in list(self.jobs.values()):
             try:  # one job's failure must not keep the XID from the others
-                job.note_xid(gpu, xid)
+                job.note_xid(gpu, xid, on_gpu)
             except Exception as exc:
                 self._sampler_error("job %s: XID %d of GPU %d not counted: %s: %s" % (
                     job.name, xid, gpu, type(exc).__name__, exc),

@@ -34,7 +34,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from agent.job import peer_end
 from agent.job.bounded_read import read_new
@@ -47,6 +47,7 @@ from agent.job.recovery import (
     HangDetector,
     RecoveryPolicy,
     classify,
+    hang_diagnosis,
     interruption,
     read_error_file,
 )
@@ -56,7 +57,7 @@ from agent.job.supervisor import Supervisor, alive
 from agent.journal.journal import Journal, JournalReader
 from agent.off_thread import OffThread
 from agent.wire import atomic, checkpoints, jobstate, launch_reasons, ops, paths
-from agent.wire.causes import HANG, LAUNCH_FAILED
+from agent.wire.causes import LAUNCH_FAILED
 from agent.wire.events import (
     CHECKPOINT_SAVED,
     CHECKPOINT_SKIPPED,
@@ -245,8 +246,25 @@ class ManagedJob:
                                           step if isinstance(step, int) else -1,
                                           str(data.get("path"))))
 
-    def note_xid(self, gpu: int, xid: int) -> None:
-        self.progress.note_xid(xid)
+    def note_gpus(self, gpu_pids: Mapping[int, Collection[int]]) -> None:
+        """The daemon's newest GPU sample: the processes NVML lists on each GPU. Those
+        running one of the job's processes (torchrun's process group) are the GPUs of this
+        attempt, whose XIDs are the job's (`note_xid`)."""
+        sup = self.supervisor
+        group = sup.pid if sup is not None and sup.running else None
+        if group is None:
+            return
+        mine = [gpu for gpu, pids in gpu_pids.items()
+                if any(_in_group(pid, group) for pid in pids)]
+        if mine:
+            self.progress.note_gpus(mine)
+
+    def note_xid(self, gpu: int, xid: int, gpu_pids: Optional[Collection[int]] = None) -> None:
+        """An XID of GPU `gpu` (`gpu_pids`: the processes the newest sample listed on it,
+        None when not sampled): the job's when it runs there, dropped when the job runs
+        on other GPUs and other processes run there, else kept as not known to be the
+        job's (agent.job.progress, `recovery.classify`)."""
+        self.progress.note_xid(xid, gpu, gpu_pids)
 
     def request(self, action: str, args: Optional[dict] = None) -> dict:
         """Queue an operation after checking it makes sense in the current state."""
@@ -673,7 +691,8 @@ class ManagedJob:
             evidence.append("stacks of rank %s unavailable: %s" % (rank, why))
         failure_at = now - silent  # the last step: the hang began right after it
         sup.stop(0.0)  # a hung rank cannot act on SIGTERM: no grace to wait out
-        diagnosis = Diagnosis(HANG, evidence, {"step": last_step})
+        # A hardware XID of the job's GPUs held for this attempt names the cause.
+        diagnosis = hang_diagnosis(evidence, {"step": last_step}, self.progress.telemetry())
         return self._failed(now, failure_at, None, diagnosis, extra={"stacks": stacks,
                                                                       "silent_for": silent,
                                                                       "threshold": threshold})
@@ -1372,10 +1391,15 @@ class ManagedJob:
         says so). An outage still awaiting its recovery is over too: the operator ended
         it (a pause, a stop, a relaunch), and a recovery journaled at this start's first
         step would time it with the pause in it, as if the agent had brought the job
-        back."""
+        back. The restart budget starts afresh too: this host's restarts, the failures a
+        repeat is judged against and the backoff (the job-wide budget counts by the
+        operator's starts, agent.job.restart_budget), so what the next failure's decision
+        and recovery say counts from this start."""
         with self.progress.lock:
             self.progress.pending_recovery = None
             self._failure = {}
+        self.policy.reset()
+        self.budget.started()
         self.peers.started(op_id)
 
     def _peer_ended(self, at_once: bool = False) -> bool:
@@ -1641,3 +1665,11 @@ class ManagedJob:
         or a new attempt follows, whose failure is timed from its own workers."""
         self._ranks, self._ranks_at, self._last_alive = {}, 0.0, {}
         self._vanished_at = None
+
+
+def _in_group(pid: int, group: int) -> bool:
+    """Whether process `pid` is in process group `group` (a job's: torchrun's pid)."""
+    try:
+        return os.getpgid(pid) == group
+    except (OSError, ValueError):
+        return False

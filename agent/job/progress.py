@@ -9,7 +9,7 @@ here, under the lock, so that `ManagedJob` (agent.job.managed) and its parts
 from __future__ import annotations
 
 import threading
-from typing import List, Optional
+from typing import Collection, List, Optional, Set, Tuple
 
 from agent.job.recovery import HangDetector
 
@@ -28,7 +28,11 @@ class Progress:
         self.prev_max: Optional[int] = None  # newest step of the attempt before
         # The recovery journaled at the first step after a restart (see ManagedJob).
         self.pending_recovery: Optional[dict] = None
-        self.xids: List[int] = []
+        # This attempt's XIDs, each with whether its GPU is the job's (True) or unknown
+        # (None); another job's are not kept. The job's GPUs: those NVML listed one of
+        # its processes on during this attempt.
+        self.xids: List[Tuple[int, Optional[bool]]] = []
+        self.gpus: Set[int] = set()
         self.train_seen_at = 0.0
 
     @property
@@ -36,14 +40,28 @@ class Progress:
         """The newest step of this attempt (None before its first)."""
         return self.cur_max
 
-    def note_xid(self, xid: int) -> None:
+    def note_gpus(self, gpus: Collection[int]) -> None:
+        """GPUs NVML listed one of the job's processes on: this attempt's GPUs."""
         with self.lock:
-            self.xids.append(xid)
+            self.gpus.update(gpus)
+
+    def note_xid(self, xid: int, gpu: Optional[int] = None,
+                 gpu_pids: Optional[Collection[int]] = None) -> None:
+        """An XID of GPU `gpu`, whose processes NVML listed as `gpu_pids` (None: not
+        sampled). It is the job's when the job runs on that GPU, another's (dropped) when
+        the job is known to run elsewhere and other processes run there, else unknown.
+        `gpu` None: the job's (a caller that knows no better)."""
+        with self.lock:
+            if gpu is None or gpu in self.gpus:
+                self.xids.append((xid, True))
+            elif not (self.gpus and gpu_pids):
+                self.xids.append((xid, None))
 
     def telemetry(self) -> dict:
         """What the GPUs reported during this attempt, for `recovery.classify`."""
         with self.lock:
-            return {"xid": list(self.xids)}
+            return {"xid": [x for x, own in self.xids if own],
+                    "xid_unsure": [x for x, own in self.xids if own is None]}
 
     def new_attempt(self, now: float) -> None:
         """A new torchrun attempt starts: its steps count from `now`."""
@@ -53,6 +71,7 @@ class Progress:
             self.cur_max = None
             self.detector.reset(now)
             self.xids = []
+            self.gpus = set()
 
     def new_generation(self, since: float, now: float) -> Optional[int]:
         """Steps from `since` on belong to the next worker group of the same attempt (an

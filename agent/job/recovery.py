@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from agent.job.bounded_read import read_capped
+from agent.job.gpu_history import APP_XIDS
 from agent.wire.causes import DATA, GPU_FAULT, HANG, KILLED, NCCL, OOM, UNKNOWN, USER_CODE
 
 # Causes (agent.wire.causes) are checked in this order: a GPU fault often surfaces as a
@@ -52,6 +53,10 @@ _PATTERNS = (
     (DATA, re.compile(r"\bDataError\b|UnicodeDecodeError|corrupt|CRC (?:check|mismatch)|"
                       r"truncated (?:file|record|shard)|invalid (?:record|sample|shard)", re.I)),
 )
+# PyTorch's word for a DataLoader worker process a signal ended: the rank then raises a
+# RuntimeError that reads like the code's own exception, but the code did not fail.
+_LOADER_KILLED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ?([\d, ]+)\) is killed by "
+                            r"signal: ([\w ]+?)\.?\s*(?:$|It is possible)", re.I)
 _TRACEBACK = re.compile(r"^(?:\[\w*\d+\]:)?\s*Traceback \(most recent call last\)")
 _EXCEPTION_LINE = re.compile(
     r"^(?:\[\w*\d+\]:)?\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|"
@@ -310,7 +315,12 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
 
     `returncode` is torchrun's exit status (negative: killed by that signal), `tail` the
     last lines of its output, `error` what `read_error_file` returned, `telemetry` what
-    the agent saw meanwhile: `{"xid": [..], "ecc_unc": int}`.
+    the agent saw meanwhile: `{"xid": [..], "xid_unsure": [..], "ecc_unc": int}`, where
+    `xid` holds the XIDs of the job's own GPUs and `xid_unsure` those of GPUs the agent
+    could not tie to the job (another job's are not given). A hardware XID of the job's
+    GPUs makes the failure a GPU fault; an application's XID (`APP_XIDS`: its own kernel
+    faulted, or it was killed) never does, and one not known to be the job's only when
+    the output names no cause: both stay in the evidence.
     """
     telemetry = telemetry or {}
     texts: List[str] = []
@@ -325,15 +335,72 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
     spec_error = _spec_error(returncode, root, texts)
     if spec_error is not None:
         return spec_error
+    fault, notes = _gpu_fault(telemetry)
+    if fault is not None:
+        return fault
+    found = _from_output(returncode, tail, texts, root)
+    if any(x not in APP_XIDS for x in telemetry.get("xid_unsure") or [] if x) and (
+            found.cause == UNKNOWN):
+        # Nothing in the output names a cause, and the host's GPU faulted meanwhile.
+        return Diagnosis(GPU_FAULT, notes + found.evidence, {"gpu": telemetry.get("gpu")})
+    found.evidence.extend(notes)
+    return found
+
+
+def hang_diagnosis(evidence: List[str], where: Dict[str, Any],
+                   telemetry: Optional[Dict[str, Any]] = None) -> Diagnosis:
+    """A hang (`evidence`: the silence and the stacks), or a GPU fault when the job's
+    GPUs raised a hardware XID (or uncorrectable ECC errors) during the attempt: a
+    faulted GPU often stalls its rank's collectives rather than crash it. Other XIDs of
+    the attempt (`classify`'s telemetry) go into the evidence."""
+    fault, notes = _gpu_fault(telemetry or {})
+    if fault is not None:
+        fault.evidence.extend(evidence)
+        fault.where.update(where)
+        return fault
+    return Diagnosis(HANG, evidence + notes, where)
+
+
+def _gpu_fault(telemetry: Dict[str, Any]) -> Tuple[Optional[Diagnosis], List[str]]:
+    """A GPU fault when the telemetry holds a hardware XID of the job's GPUs or a rise
+    of uncorrectable ECC errors; and the evidence lines of its other XIDs."""
     xids = [x for x in telemetry.get("xid") or [] if x]
-    if xids or (telemetry.get("ecc_unc") or 0) > 0:
-        evidence = []
-        if xids:
-            evidence.append("GPU XID error(s) during the attempt: %s"
-                            % ", ".join(str(x) for x in xids[:8]))
-        if telemetry.get("ecc_unc"):
-            evidence.append("uncorrectable ECC errors rose by %d" % telemetry["ecc_unc"])
-        return Diagnosis(GPU_FAULT, evidence, {"gpu": telemetry.get("gpu")})
+    unsure = [x for x in telemetry.get("xid_unsure") or [] if x]
+    hardware = [x for x in xids if x not in APP_XIDS]
+    notes = _xid_notes([x for x in xids + unsure if x in APP_XIDS],
+                       [x for x in unsure if x not in APP_XIDS])
+    if not hardware and (telemetry.get("ecc_unc") or 0) <= 0:
+        return None, notes
+    evidence = []
+    if hardware:
+        evidence.append("GPU XID error(s) on the job's GPUs during the attempt: %s"
+                        % ", ".join(str(x) for x in hardware[:8]))
+    if telemetry.get("ecc_unc"):
+        evidence.append("uncorrectable ECC errors rose by %d" % telemetry["ecc_unc"])
+    return Diagnosis(GPU_FAULT, evidence + notes, {"gpu": telemetry.get("gpu")}), notes
+
+
+def _xid_notes(application: Sequence[int], unsure: Sequence[int]) -> List[str]:
+    """Evidence lines for XIDs that do not make a failure a GPU fault by themselves: an
+    application's own (`APP_XIDS`: its kernel faulted, or it was killed), and a hardware
+    XID on a GPU the agent could not tie to the job."""
+    notes = []
+    if application:
+        notes.append("application XID(s) during the attempt (the program's own fault, not "
+                     "the GPU's): %s" % ", ".join(str(x) for x in application[:8]))
+    if unsure:
+        notes.append("GPU XID error(s) during the attempt on a GPU not known to be the "
+                     "job's: %s" % ", ".join(str(x) for x in unsure[:8]))
+    return notes
+
+
+def _from_output(returncode: Optional[int], tail: Sequence[str], texts: Sequence[str],
+                 root: Optional[Dict[str, Any]]) -> Diagnosis:
+    """The cause torchrun's output names: its root cause, the failure signatures, an
+    exception, a signal."""
+    loader = _loader_killed(texts, root)
+    if loader is not None:
+        return loader
     if root is not None:
         # The rank that failed first is the cause; its peers' errors (connection reset,
         # SIGTERM from the teardown) are consequences and must not win the vote.
@@ -381,6 +448,39 @@ def classify(returncode: Optional[int], tail: Sequence[str], error: Optional[dic
         return Diagnosis(KILLED, [killed], {})
     evidence = ["torchrun exited with code %s" % returncode, *tail[-3:]]
     return Diagnosis(UNKNOWN, evidence, {})
+
+
+_LOADER_HINTS = {
+    "killed": "a DataLoader worker of the job was killed (SIGKILL: most often the host's "
+              "OOM killer, for host memory, not GPU memory): check the host's memory and "
+              "its kernel log, and lower the loader's `num_workers` or `prefetch_factor` "
+              "(or what each worker holds) before resuming",
+    "bus error": "a DataLoader worker of the job died of a bus error (SIGBUS), most often "
+                 "for want of shared memory: enlarge /dev/shm (a container's --shm-size), "
+                 "or lower the loader's `num_workers`, then resume",
+}
+
+
+def _loader_killed(texts: Sequence[str], root: Optional[Dict[str, Any]]) -> Optional[Diagnosis]:
+    """A DataLoader worker killed by the host (SIGKILL: its OOM killer) or dead of a bus
+    error (SIGBUS: /dev/shm full): the `killed` cause with what to change, not the
+    user's code (the rank only reports its worker's end as a RuntimeError)."""
+    for line in texts:
+        match = _LOADER_KILLED.search(line)
+        if match is None or match.group(2).strip().lower() not in _LOADER_HINTS:
+            continue
+        how = match.group(2).strip().lower()
+        where: Dict[str, Any] = {}
+        prefix = _RANK_PREFIX.match(line)
+        if prefix is not None:
+            where["rank"] = int(prefix.group(1))
+        elif root is not None:
+            where["rank"] = root["rank"]
+        evidence = ["a DataLoader worker (pid %s) was killed by signal: %s" % (
+            match.group(1).strip(), match.group(2).strip()), _strip_rank(line).strip()[:500]]
+        return Diagnosis(KILLED, evidence, where, "%s:dataloader:%s" % (KILLED, how),
+                         _LOADER_HINTS[how])
+    return None
 
 
 def _user_exception(exceptions: List[str], where: Dict[str, Any]) -> Diagnosis:
@@ -679,6 +779,14 @@ class RecoveryPolicy:
     def progressed(self) -> None:
         """The job trained a new step since the last failure: the backoff starts over."""
         self._streak = 0
+
+    def reset(self) -> None:
+        """The operator started the job again (a launch, resume or relaunch): a fresh
+        budget, no failure of the run before counted as a repeat, the backoff from its
+        start."""
+        self.restarts = 0
+        self._streak = 0
+        self.history = []
 
     def state(self) -> Dict[str, Any]:
         """What a restarted agent needs to keep counting where this one stopped."""

@@ -113,6 +113,12 @@ class JobBudget:
         entries = saved if isinstance(saved, list) else []
         self.mine = [e for e in (_valid(x, self.host) for x in entries) if e]
 
+    def started(self) -> None:
+        """The operator started this host's part again: its failures before count no
+        more, also where the op brought no generation to tell them apart by (an older
+        cockpit's or a hand-made op, whose entries all have none)."""
+        self.mine = []
+
     def judge(self, cause: str, at: float, generation: Optional[str], others: Sequence[dict],
               now: float) -> dict:
         """Whether one more restart, of a failure of `cause` at `at`, is within the

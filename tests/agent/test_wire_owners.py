@@ -47,6 +47,6 @@ def test_a_regroup_moves_the_old_groups_newest_step_before_the_new_group() -> No
     # A group that never stepped: the newest step is still the one before it.
     assert progress.new_generation(since=160.0, now=161.0) == 40
     progress.note_xid(79)
-    assert progress.telemetry() == {"xid": [79]}
+    assert progress.telemetry() == {"xid": [79], "xid_unsure": []}
     progress.new_attempt(170.0)
-    assert progress.telemetry() == {"xid": []} and progress.prev_max == 40
+    assert progress.telemetry() == {"xid": [], "xid_unsure": []} and progress.prev_max == 40
