@@ -62,8 +62,8 @@ Record = Tuple[str, dict]
 class SpoolFile:
     """One spool file as identified by its header (not by its name or inode alone)."""
 
-    __slots__ = ("created", "dev", "file_id", "head", "ino", "job", "lineno", "offset",
-                 "path", "pid", "rank", "rejected", "run_dir", "summary")
+    __slots__ = ("created", "dev", "file_id", "head", "ino", "job", "lineno", "looked",
+                 "offset", "path", "pid", "quiet", "rank", "rejected", "run_dir", "summary")
 
     def __init__(self, path: Path, run_dir: Path, job: str, rank: int, dev: int,
                  ino: int) -> None:
@@ -81,6 +81,13 @@ class SpoolFile:
         self.lineno = 0
         self.rejected = 0  # lines refused in this daemon's life
         self.summary: Optional[List[Any]] = None  # [count, first, last, error, end] summed
+        # (size, mtime_ns) as this poll's listing saw it, and as it was when the file was
+        # last read to its end: a file unchanged since is neither opened nor read again.
+        # A rank that went away leaves its last file until a newer one of its rank comes,
+        # and on a shared mount two opens of each per poll, five polls a second, for
+        # every job that ever ran there, were most of the agent's I/O.
+        self.looked: Optional[Tuple[int, int]] = None
+        self.quiet: Optional[Tuple[int, int]] = None
 
     def sort_key(self) -> Tuple[float, int, str]:
         return (self.created, self.ino, self.path.name)
@@ -269,11 +276,13 @@ class SpoolTailer:
                        "not a regular file" % entry.path)
             return
         known = self._files.get(entry.path)
-        if known is None or (known.dev, known.ino) != (
-                st.st_dev, st.st_ino) or not _same_head(known):
+        looked = (st.st_size, st.st_mtime_ns)
+        if known is None or (known.dev, known.ino) != (st.st_dev, st.st_ino) or (
+                known.quiet != looked and not _same_head(known)):
             known = SpoolFile(Path(entry.path), run_dir, job, rank, st.st_dev, st.st_ino)
             if not self._identify(known, st.st_mtime, seen):
                 return
+        known.looked = looked
         seen[entry.path] = known
 
     def _once(self, path: str, reason: str, job: Optional[str], rank: Optional[int],
@@ -430,6 +439,8 @@ class SpoolTailer:
             group.sort(key=SpoolFile.sort_key)
             for index, sf in enumerate(group):
                 newer_exists = index < len(group) - 1
+                if not newer_exists and sf.quiet is not None and sf.quiet == sf.looked:
+                    continue  # read to its end and unchanged since
                 records: List[Record] = []
                 before = (sf.rejected, self.kept.mark(), len(self._kept_events))
                 try:
@@ -474,6 +485,9 @@ class SpoolTailer:
             if self._positions.get(sf.file_id) != offset:
                 self._positions[sf.file_id] = offset
                 self._dirty = True
+        for sf in files:
+            looked = sf.looked
+            sf.quiet = looked if looked is not None and sf.offset == looked[0] else None
         for sf in finished:
             try:
                 sf.path.unlink()

@@ -37,6 +37,7 @@ import re
 import shutil
 import stat
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -91,7 +92,12 @@ def _step_in_name(path: Path) -> Optional[int]:
     return int(numbers[-1]) if numbers else None
 
 
-_verified: Dict[Tuple[str, int, int], str] = {}
+# Digests of checkpoint files already read, by (path, size, mtime): a checkpoint is read
+# once however often it is inspected. Bounded: an agent up for months inspects one more
+# file per restart, pause and fork, and a trainer one more per save; the newest few are
+# the ones inspected again.
+_verified: "OrderedDict[Tuple[str, int, int], str]" = OrderedDict()
+_VERIFIED_KEPT = 256
 _verified_lock = threading.Lock()
 
 
@@ -99,6 +105,8 @@ def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     key = (str(path), size, mtime_ns)
     with _verified_lock:
         known = _verified.get(key)
+        if known is not None:
+            _verified.move_to_end(key)
     if known is not None:
         return known
     sha = hashlib.sha256()
@@ -108,6 +116,8 @@ def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     digest = sha.hexdigest()
     with _verified_lock:
         _verified[key] = digest
+        while len(_verified) > _VERIFIED_KEPT:
+            _verified.popitem(last=False)
     return digest
 
 

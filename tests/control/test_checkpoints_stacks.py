@@ -13,6 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.job import stacks
 from agent.wire import checkpoints
 
@@ -153,3 +155,24 @@ def test_faulthandler_stacks_of_a_stopped_process_and_none_for_others(
             proc.kill()
             proc.wait(10)
             proc.stdout.close()
+
+
+def test_the_digests_kept_are_bounded_and_the_newest_kept(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent up for months checksums one more checkpoint per restart, pause and fork:
+    the digests it keeps are the newest few, not every file it ever read."""
+    monkeypatch.setattr(checkpoints, "_verified", checkpoints.OrderedDict())
+    monkeypatch.setattr(checkpoints, "_VERIFIED_KEPT", 4)
+    files = []
+    for i in range(6):
+        path = tmp_path / f"ckpt-{i}.pt"
+        path.write_bytes(b"x" * (i + 1))
+        st = path.stat()
+        files.append((path, st.st_size, st.st_mtime_ns))
+        checkpoints._sha256(path, st.st_size, st.st_mtime_ns)
+    assert [Path(p).name for p, _s, _m in checkpoints._verified] == [
+        "ckpt-2.pt", "ckpt-3.pt", "ckpt-4.pt", "ckpt-5.pt"]
+    checkpoints._sha256(*files[2])  # read again: the newest now
+    checkpoints._sha256(*files[0])  # forgotten: read again, the oldest goes
+    assert [Path(p).name for p, _s, _m in checkpoints._verified] == [
+        "ckpt-4.pt", "ckpt-5.pt", "ckpt-2.pt", "ckpt-0.pt"]
