@@ -316,6 +316,8 @@ class Daemon:
         # Registered once started: a start that raises (its run dir cannot be made) leaves
         # the op's refusal alone, not a job "starting" that has no thread.
         job.start(use_newest, fork_from, standby=standby, op_id=op_id)
+        if current is not None:
+            current.retire()
         self.jobs[spec.name] = job
         self.spools.add_run_dir(spec.run_dir)
         return job

@@ -349,6 +349,15 @@ class ManagedJob:
             sup.stop(grace)
         self.save(STOPPED)  # stopped with the agent: nothing for a new agent to adopt
 
+    def retire(self) -> None:
+        """This part is replaced by a new one of the same name (a launch after it ended):
+        its thread ends, saving and stopping nothing (it runs no process, and the new
+        part owns the state file). Left running, each replaced part kept a thread that
+        looked every half second, and followed the other hosts' markers, for the agent's
+        life."""
+        self._closing.set()
+        self._commands.put(("close", {}))
+
     @property
     def closing(self) -> bool:
         """Whether the agent is stopping the job for good (`close`)."""

@@ -207,3 +207,26 @@ def test_the_stop_signal_takes_no_lock_the_main_thread_may_hold(tmp_path: Path) 
         if runner.is_alive():
             daemon.stop()
             runner.join(30)
+
+
+def test_a_part_replaced_by_a_new_launch_ends_its_thread(tmp_path: Path) -> None:
+    """A launch after the job's part ended replaces it: the old part's thread ends (it
+    looked every half second and followed the other hosts' markers for the agent's life),
+    and the new part's state is not overwritten by the old one's close."""
+    state = tmp_path / "state"
+    spec = _raw_spec(tmp_path, tmp_path / "run")
+    daemon = Daemon(DaemonConfig(state), gpus=SimGpus(1), log=lambda msg: None)
+    try:
+        first = daemon._start_job(LaunchSpec(spec), op_id="l1-h")
+        wait_for(lambda: first.state == RUNNING and first.running, 30, "the first part")
+        first.request("stop", {"grace": 1})
+        wait_for(lambda: first.state == STOPPED, 30, "the first part's stop")
+        old_thread = first._thread
+        assert old_thread is not None and old_thread.is_alive()
+        second = daemon._start_job(LaunchSpec(spec), op_id="l2-h")
+        wait_for(lambda: not old_thread.is_alive(), 10, "the replaced part's thread to end")
+        wait_for(lambda: second.state == RUNNING and second.running, 30, "the new part")
+        assert daemon.jobs["closing"] is second
+        wait_for(lambda: _saved_state(state, "closing") == RUNNING, 10, "the new part's state")
+    finally:
+        daemon._shutdown()
