@@ -486,8 +486,7 @@ class SpoolTailer:
                 self._positions[sf.file_id] = offset
                 self._dirty = True
         for sf in files:
-            looked = sf.looked
-            sf.quiet = looked if looked is not None and sf.offset == looked[0] else None
+            sf.quiet = sf.looked if sf.looked and sf.offset == sf.looked[0] else None
         for sf in finished:
             try:
                 sf.path.unlink()
