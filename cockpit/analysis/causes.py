@@ -14,6 +14,15 @@ SLURM_REQUEUE = "slurm_requeue"  # Slurm put the job back in the queue
 _SLURM_PREFIX = "slurm_"
 _SLURM_CAUSE = re.compile(r"slurm_[a-z_]{1,24}")
 KNOWN_CAUSES = frozenset({*CAUSES, LAUNCH_FAILED, SCANCEL})
+# Causes older recordings journaled as an interruption that were the operator's end of the
+# job, not a failure (the cockpit's own `scancel` now journals a `job_exited` for a stop):
+# read as that end, never counted as an outage.
+OPERATOR_END_CAUSES = frozenset({SCANCEL})
+
+
+def operator_end(cause: object) -> bool:
+    """Whether an interruption's cause is really the operator's end of the job."""
+    return cause in OPERATOR_END_CAUSES
 
 
 def slurm_cause(state: str) -> str:

@@ -10,7 +10,8 @@ when it is not running any more, else the end of what was recorded):
 * allocated GPU time = GPUs x that span; every second of it is productive or lost;
 * lost spans, each second given to one cause in this order (an outage that began
   during a start-up is the outage's): interruption (failure to the first new step, or
-  to the operator's next start or pause when the agent never recovered it), pause
+  to the operator's next start or pause, or the job's next first step on any host, when
+  the agent never recovered it), pause
   (an accepted pause to the next start of the processes, or a frozen job's thaw),
   stopped (a process exit to the next start), start-up (a start to its first step's
   beginning: imports, data, a checkpoint's load);
@@ -188,7 +189,8 @@ def lost_spans(events: Sequence[Mapping[str, Any]],
                first_steps: Mapping[float, float | None],
                end: float) -> list[tuple[str, float, float]]:
     """(cause, start, end) spans in which the job made no step: `first_steps` maps each
-    `job_started` ts to when its first step began (None: none yet)."""
+    `job_started` (and `job_exited`) ts to when the job's first step after it began
+    (None: none yet)."""
     spans: list[tuple[str, float, float]] = []
     starts = [float(e["ts"]) for e in events if e.get("kind") == JOB_STARTED]
     resumes = sorted(float(e["ts"]) for e in events
@@ -216,14 +218,22 @@ def lost_spans(events: Sequence[Mapping[str, Any]],
             stop = min([recovered_at, *(max(lo, b) for b in began)])
             spans.append(("interruption", lo, stop))
         elif detected is not None:
-            stop = min(next_after(resumes, detected), next_after(pauses, detected))
+            # Not recovered: over at the operator's next start or pause, or when the job
+            # trained again (a start's first step after it, on any host: it came back).
+            back = [b for b in first_steps.values() if b is not None and b > detected]
+            stop = min(next_after(resumes, detected), next_after(pauses, detected),
+                       *back)
             spans.append(("interruption", detected - latency, stop))
     for t in pauses:
         spans.append(("pause", t, next_after(resumes, t)))
     for e in events:
         if e.get("kind") == JOB_EXITED:
             t = float(e["ts"])
-            spans.append(("stopped", t, next_after(starts, t)))
+            # Over at the next start, or at the job's next step (a peer trained on
+            # without this host: an elastic job's exclusion), whichever comes first.
+            after = first_steps.get(t)
+            spans.append(("stopped", t, min(next_after(starts, t),
+                                            end if after is None else max(t, after))))
     for t in starts:
         first = first_steps.get(t)
         spans.append(("startup", t, end if first is None else min(first, end)))
@@ -306,6 +316,9 @@ def job_kpis(job: str, *, events: Iterable[Mapping[str, Any]],
     mine = _of_job(events, job)
     launched = launched_at(mine, first_declared)
     running, finished, exit_ts = job_state(mine)
+    if (not running and exit_ts is not None and steps.last_ts is not None
+            and steps.last_ts > exit_ts):
+        running, finished = True, False  # a host's part ended; the others train on
     ends = [t for t in (steps.last_ts, exit_ts) if t is not None]
     end = recording_end if running and recording_end is not None else max(ends, default=None)
     if launched is None and steps.first_ts is not None:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agent.wire import launch_reasons
 from cockpit.analysis.text import duration
 
 
@@ -50,9 +51,14 @@ def budget_text(budget: Mapping[str, Any] | None) -> str | None:
 
 
 def newest_budget(interruptions: Iterable[Mapping[str, Any]]) -> str | None:
-    """The budget as the newest interruption that carried one left it."""
+    """The budget as the newest interruption that carried one left it; none once the
+    operator started the job again after it (a launch, resume, relaunch or scale ended
+    that outage): the agents count afresh from that start, and the next decision's
+    budget says their new count."""
     for item in sorted(interruptions, key=lambda i: i.get("detected_at") or 0.0,
                        reverse=True):
+        if item.get("ended_by") in launch_reasons.OPERATOR_STARTS:
+            return None
         text = budget_text(item.get("budget"))
         if text is not None:
             return text

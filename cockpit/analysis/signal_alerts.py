@@ -19,7 +19,7 @@ from typing import Any
 from agent.wire.events import INTERRUPTION
 from cockpit.analysis.alert_config import current as limits
 from cockpit.analysis.alert_groups import covered
-from cockpit.analysis.causes import cause_code
+from cockpit.analysis.causes import cause_code, operator_end
 from cockpit.analysis.lifecycle import dict_field, event_data
 from cockpit.analysis.text import counted, where_text
 from cockpit.snapshot import Alert, Interruption, Series
@@ -132,6 +132,8 @@ def interruption_alerts(
         data = event_data(e)
         if data.get("exclusion"):
             continue  # an elastic job went on without the host: not a failure of the job
+        if operator_end(data.get("cause")):
+            continue  # an older recording's operator stop (scancel): not a failure
         cause = str(data.get("cause") or "unknown")[:40]
         where = _where(data)
         groups.setdefault((cause, str(e.get("host")), where.get("rank")), []).append(e)

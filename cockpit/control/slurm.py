@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from agent.wire import paths
+from agent.wire import launch_reasons, paths
 from agent.wire.checkpoints import CHECKPOINT_DIR_ENV, MARKER_SUFFIX, RESUME_ENV
 from agent.wire.events import (
     INTERRUPTION,
+    JOB_EXITED,
     PAUSE,
     RELAUNCH,
     RESUME,
@@ -63,7 +64,7 @@ from agent.wire.events import (
 )
 from agent.wire.launch_spec import MAX_NODES as LAUNCH_MAX_NODES
 from agent.wire.protocol import EVENT, PROTOCOL_VERSION, STREAM_HEADER, encode
-from cockpit.analysis.causes import SCANCEL, SLURM_REQUEUE, slurm_cause
+from cockpit.analysis.causes import SLURM_REQUEUE, slurm_cause
 from cockpit.control.jobspec import JobSpec, JobSpecError
 from cockpit.transport.inventory import Inventory
 from cockpit.transport.link import LinkOptions
@@ -99,7 +100,11 @@ ACTIVE_STATES = frozenset({PENDING, RUNNING, "CONFIGURING", "COMPLETING", "SUSPE
 # Ends Slurm gives a job that did not finish its work: each is an interruption, its
 # cause the state (NODE_FAIL: a node died; TIMEOUT: the time limit; PREEMPTED …).
 FAILED_ENDS = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "OUT_OF_MEMORY",
-                         "BOOT_FAIL", "DEADLINE", "CANCELLED"})
+                         "BOOT_FAIL", "DEADLINE"})
+# A person's `scancel` (the cockpit's own stop, or anyone's with the rights to): the
+# operator's end of the job, journaled as a stop (`job_exited`, ended for a stop), never
+# as a failure; who, where Slurm's accounting says ("CANCELLED by 1000": a uid).
+CANCELLED = "CANCELLED"
 # The rendezvous port: BASE + job id % SPAN, distinct per job, and below Linux's
 # ephemeral ports (32768 on): an outgoing connection of anything on the head node can
 # hold a port from that range, and torchrun's store then fails to bind. On the head
@@ -477,6 +482,7 @@ class QueueState:
     # Who said it: scontrol; sacct (accounting) or jobcomp (the completion record of
     # `JobCompType=jobcomp/filetxt`) once slurmctld forgot the job; none when no one knew.
     source: str = "scontrol"
+    cancelled_by: str = ""  # sacct's "CANCELLED by 1000": who (a uid) cancelled it
 
     @property
     def active(self) -> bool:
@@ -785,8 +791,11 @@ class SlurmJob:
         row = done.stdout.strip().splitlines()[0].split("|") if done.ok and \
             done.stdout.strip() else []
         if len(row) >= 8:
-            return QueueState(str(self.job_id), row[0].split()[0], row[7], row[2], row[3],
-                              row[4], row[5], row[6], row[1], source="sacct")
+            words = row[0].split()
+            by = " ".join(words[2:]) if words[1:2] == ["by"] else ""
+            return QueueState(str(self.job_id), words[0] if words else "UNKNOWN", row[7],
+                              row[2], row[3], row[4], row[5], row[6], row[1],
+                              source="sacct", cancelled_by=by)
         sacct = (done.stdout + done.stderr).strip().splitlines()
         no_sacct = f"sacct: {sacct[-1] if sacct else 'no record of the job'}"
         found, no_jobcomp = self._from_jobcomp()
@@ -869,6 +878,10 @@ class SlurmJob:
                                + (f": {now.reason}" if said else "") + _nodes_text(failed),
                                cause=slurm_cause(now.state), nodes=now.nodes,
                                exit_code=now.exit_code, failed_nodes=failed, **common)
+                elif now.state == CANCELLED and not self._ending:
+                    who = f" by {now.cancelled_by}" if now.cancelled_by else ""
+                    self._stopped(now, f"Slurm job {now.job_id} cancelled{who} (scancel, "
+                                       "not by this cockpit)")
         if now.state == RUNNING:
             self._check_nodes(now)
         if before is not None and now.restarts > before.restarts:
@@ -1023,10 +1036,16 @@ class SlurmJob:
         self._ending = True
         self._must(["scancel", str(self.job_id)])
         ended = self.wait_ended(timeout)
-        self.event(INTERRUPTION, f"Slurm job {self.job_id} cancelled by the operator "
-                   f"(scancel): {ended.state}", cause=SCANCEL, state=ended.state,
-                   exit_code=ended.exit_code)
+        self._stopped(ended, f"Slurm job {self.job_id} cancelled by the operator "
+                             f"(scancel): {ended.state}")
         return ended
+
+    def _stopped(self, state: QueueState, msg: str) -> None:
+        """The job ended by a person's `scancel`: a stop, as an agent journals the
+        operator's stop of its part (`job_exited`, ended for a stop), not a failure."""
+        self.event(JOB_EXITED, msg, ended_for=launch_reasons.FOR_STOP, returncode=None,
+                   state=state.state, exit_code=state.exit_code,
+                   cancelled_by=state.cancelled_by or None)
 
 
 def _nodes_text(failed: Sequence[dict[str, str]]) -> str:

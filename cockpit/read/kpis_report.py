@@ -74,7 +74,7 @@ def job_kpis_of(reader: StoreReader, job: str, *, until_ts: float | None = None,
         ckpt_time=raw["ckpt_time"], redo_records=raw["redo_records"],
         redo_steps=raw["redo_steps"], redo_time=raw["redo_time"])
     starts = [float(e["ts"]) for e in events
-              if e.get("job") == job and e.get("kind") == JOB_STARTED]
+              if e.get("job") == job and e.get("kind") in (JOB_STARTED, JOB_EXITED)]
     span = reader.time_range()
     end = span[1] if span else None
     if until_ts is not None and end is not None:

@@ -129,6 +129,26 @@ RUN_INFO_KINDS = (JOB_STARTED, FORK)
 READ_THREADS = 4  # store reads of one snapshot that may run at once (see `_read_pool`)
 
 
+def _incidents(reader: StoreReader, job: str, until_ts: float | None) -> list[Any]:
+    """The job's incidents, noting on the reader (`_awaits_a_step`) whether one is not
+    over yet while some host still works on it: the job's next step ends it
+    (`merge_incidents`), so only then do new train rows key the memo again. An outage
+    every host gave up on waits for the operator, whose start is an event: re-reading it
+    at every step of other jobs would scan their rows since the failure each time."""
+    items = reader.interruptions(job, until_ts=until_ts)
+    merged = merge_incidents(items)
+    pending = any(i.get("recovered_at") is None and not i.get("ended_by")
+                  and not i.get("gave_up") for i in items)
+    reader.remember("incidents-await-a-step", job, pending and any(
+        i.get("recovered_in") is None and not i.get("ended_by") for i in merged))
+    return merged
+
+
+def _awaits_a_step(reader: StoreReader, job: str) -> bool:
+    held = reader.recall("incidents-await-a-step")
+    return held is not None and held[0] == job and bool(held[1])
+
+
 def details(
     reader: StoreReader, what: DetailKind, *, until_ts: float | None = None, **kw: Any
 ) -> Details | Comparison:
@@ -384,8 +404,10 @@ def build_snapshot(
     xids = reader.gpu_events_held(until_ts=until_ts, frontiers=fr)
     interruptions = reader.memo(
         "interruptions", (job, reader.event_version("interruptions", fr, until_ts,
-                                                    of_kinds(*INTERRUPTION_KINDS))),
-        lambda: merge_incidents(reader.interruptions(job, until_ts=until_ts))) if job else []
+                                                    of_kinds(*INTERRUPTION_KINDS)),
+                          # an outage no recovery ended is over at the job's next step
+                          fr.key("train") if _awaits_a_step(reader, job) else None),
+        lambda: _incidents(reader, job, until_ts)) if job else []
     # Every GPU's XIDs over the recording, split at the start of the job's current run:
     # a GPU that failed an earlier run (a relaunch, a fork's parent) is flagged in this.
     began = run_began(lifecycle_events(reader, job, fr, until_ts),

@@ -187,6 +187,7 @@ class EventQueries(ReaderBase):
                     # the agent's recovery will measure from its first failure.
                     ongoing["failed_restarts"].append(data.get("cause") or "unknown")
                     ongoing["retrying"] = _retrying(data)
+                    ongoing["gave_up"] = _gave_up(data)
                     ongoing["budget"] = _budget(data) or ongoing.get("budget")
                     continue
                 item = {
@@ -198,7 +199,8 @@ class EventQueries(ReaderBase):
                     "recovered_in": None, "steps_lost": None, "restart_count": None,
                     "checkpoint": None, "recovered_at": None, "failed_restarts": [],
                     "retrying": _retrying(data), "ended_by": None,
-                    "budget": _budget(data),
+                    "budget": _budget(data), "gave_up": _gave_up(data),
+                    "excluded": bool(data.get("exclusion")),
                 }
                 out.append(item)
                 open_by_host[e["host"]] = item
@@ -225,7 +227,20 @@ class EventQueries(ReaderBase):
                 item["cause"] = data.get("cause") or "unknown"
         for item in out:
             item.pop("retrying", None)
+            if item.get("recovered_at") is None and not item.get("ended_by"):
+                item["came_back_at"] = self._first_step_after(
+                    item["job"], float(item["detected_at"] or 0.0), until_ts)
         return out
+
+    def _first_step_after(self, job: str | None, ts: float,
+                          until_ts: float | None) -> float | None:
+        """When the job (any host of it) next recorded a step after `ts`: it trained
+        again (`merge_incidents` reads an outage no recovery ended as over then)."""
+        cond, args = until_clause(until_ts)
+        with self._cur() as cur:
+            row = cur.execute(f"SELECT min(ts) FROM train WHERE job IS NOT DISTINCT FROM ? "
+                              f"AND ts > ?{cond}", [job, ts, *args]).fetchone()
+        return float(row[0]) if row is not None and row[0] is not None else None
 
     def checkpoint_costs(self, job: str | None = None, *,
                          until_ts: float | None = None) -> list[Row]:
@@ -268,6 +283,12 @@ def _retrying(data: dict[str, Any]) -> bool:
     interruption of the same host, before any recovery, part of the same outage."""
     decision = data.get("decision")
     return isinstance(decision, dict) and decision.get("retry") is True
+
+
+def _gave_up(data: dict[str, Any]) -> bool:
+    """Whether the agent decided not to restart after this interruption."""
+    decision = data.get("decision")
+    return isinstance(decision, dict) and decision.get("retry") is False
 
 
 def _budget(data: dict[str, Any]) -> dict[str, Any] | None:

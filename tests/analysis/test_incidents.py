@@ -23,7 +23,9 @@ def test_a_killed_rank_and_the_peer_that_lost_it_are_one_interruption() -> None:
     one = merged[0]
     assert (one["cause"], one["hosts"], one["evidence"]) == (
         "killed", ("host2", "host1"), "killed on host2")
-    assert (one["detected_at"], one["recovered_in"], one["steps_lost"]) == (100.0, 6.0, 713)
+    # Each host's down time on its own clock (host2: 100.4 -> 106.0), the longest of them.
+    assert one["detected_at"] == 100.0 and one["steps_lost"] == 713
+    assert abs(one["recovered_in"] - 5.6) < 1e-9
 
 
 def test_not_recovered_until_every_host_is() -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.wire.events import INTERRUPTION, JOB_EXITED
+from agent.wire.launch_reasons import FOR_STOP
 from cockpit.analysis.kpis import StepTotals, job_kpis
 from cockpit.control.jobspec import parse_jobspec
 from cockpit.control.slurm import ScriptPaths, SlurmError, SlurmJob, launcher_of, render_batch
@@ -243,3 +245,26 @@ def test_a_wait_on_slurm_ends_when_the_cockpit_closes(tmp_path: Path) -> None:
     assert not waiter.is_alive()
     (error,) = failed
     assert "the cockpit closed while it waited on Slurm job 41 (RUNNING)" in str(error)
+
+
+def test_the_operators_cancel_is_a_stop_not_an_outage(tmp_path: Path) -> None:
+    """`cockpit stop` of a Slurm job (scancel) is journaled as the stop it is, as an
+    agent journals an operator's stop; no interruption, no "not recovered" outage."""
+    store = Store(tmp_path / "rec.duckdb")
+    queue = _Queue()
+    job = SlurmJob(_spec(tmp_path), queue, emit=store.ingest)
+    job.submit()
+    queue.job = ("JobId=41 JobState=CANCELLED Reason=None NodeList=g[1-2] Partition=gpu "
+                 "SubmitTime=2026-01-01T10:00:00 StartTime=2026-01-01T10:04:00 "
+                 "ExitCode=0:15")
+    job.stop(timeout=5)
+    reader = StoreReader(store)
+    with store.cursor() as cur:
+        rows = cur.execute("SELECT kind, data FROM event ORDER BY seq").fetchall()
+    kinds = [k for k, _d in rows]
+    assert INTERRUPTION not in kinds, kinds
+    (exited,) = [json.loads(d) if isinstance(d, str) else d for k, d in rows
+                 if k == JOB_EXITED]
+    assert exited["ended_for"] == FOR_STOP and exited["state"] == "CANCELLED"
+    assert reader.interruptions(_spec(tmp_path).name) == []
+    store.close()
