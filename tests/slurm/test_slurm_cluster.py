@@ -173,8 +173,8 @@ def _life(slurm: SlurmCluster, spec: JobSpec, spec_path: Path, rec: Path,
             "SELECT kind FROM event WHERE host = ? ORDER BY seq", [job.host]).fetchall()]
         pend = cur.execute("SELECT data FROM event WHERE host = ? AND kind = "
                            "'slurm_pending'", [job.host]).fetchall()
-        cause = cur.execute("SELECT data FROM event WHERE host = ? AND kind = "
-                            "'interruption'", [job.host]).fetchall()
+        stops = cur.execute("SELECT data FROM event WHERE host = ? AND kind = "
+                            "'job_exited'", [job.host]).fetchall()
         waits = cur.execute("SELECT data FROM event WHERE host = ? AND kind = "
                             "'slurm_running'", [job.host]).fetchall()
         pauses = [json.loads(row[0]) for row in cur.execute(
@@ -190,8 +190,10 @@ def _life(slurm: SlurmCluster, spec: JobSpec, spec_path: Path, rec: Path,
         pauses
     assert pauses[1]["step"] == saved_step and pauses[1]["state"] == "COMPLETED", pauses
     assert Path(pauses[1]["checkpoint"] + ".done") in markers, pauses
-    assert kinds[-1] == "interruption", kinds
-    assert json.loads(cause[-1][0])["cause"] == "scancel"
+    # The operator's stop is journaled as the stop it is, not an outage.
+    assert kinds[-1] == "job_exited" and "interruption" not in kinds, kinds
+    stopped = json.loads(stops[-1][0])
+    assert (stopped["ended_for"], stopped["state"]) == ("stop", "CANCELLED"), stopped
     assert {"node": "n2", "state": "drain", "reason": DRAIN_REASON} in \
         json.loads(pend[0][0])["unavailable"]
     assert all(json.loads(w[0])["queue_wait"] is not None for w in waits)
