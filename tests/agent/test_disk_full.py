@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,16 +32,14 @@ from agent.journal.journal import Journal, JournalFull, JournalReader, list_segm
 from agent.journal.spool import SpoolTailer
 from agent.samplers.sim import SimGpus
 from tests.agent.conftest import SpoolWriter
+from tests.harness.waiting import wait_for
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True:\n    time.sleep(0.2)"]
 
 
 def _wait_for(cond: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
+    """`timeout` only bounds a hang (`tests.harness.waiting.wait_for`, polled every 20 ms)."""
+    wait_for(cond, timeout, what, poll=0.02)
 
 
 class TmpfsDisk:

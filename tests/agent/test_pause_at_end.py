@@ -5,22 +5,18 @@ what happened), and the job ends as it ended: finished."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agent.journal.journal import Journal, JournalReader
+from tests.harness.waiting import wait_for
 
 
 def _wait_for(cond: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    """`timeout` only bounds a hang; it is not what the test measures."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.05)
+    """`timeout` only bounds a hang (`tests.harness.waiting.wait_for`, polled every 20 ms)."""
+    wait_for(cond, timeout, what, poll=0.02)
 
 
 @pytest.mark.slow

@@ -17,14 +17,12 @@ from pathlib import Path
 
 from agent.journal.control_inbox import inbox_path
 from agent.journal.stream import _ControlReader, run_stream
+from tests.harness.waiting import wait_for
 
 
 def _wait_for(cond: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
+    """`timeout` only bounds a hang (`tests.harness.waiting.wait_for`, polled every 20 ms)."""
+    wait_for(cond, timeout, what, poll=0.02)
 
 
 def _handed(state: Path) -> list[dict]:

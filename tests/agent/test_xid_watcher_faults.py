@@ -6,7 +6,6 @@ good, in silence, while the hello went on saying the GPUs' XIDs were seen."""
 from __future__ import annotations
 
 import threading
-import time
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -20,14 +19,12 @@ from agent.journal.journal import JournalReader
 from agent.samplers.nvml import Nvml, XidWatcher
 from agent.wire.events import SAMPLER_ERROR, XID
 from tests.agent.test_agent_nvml import FakeNvml, NVMLError
+from tests.harness.waiting import wait_for
 
 
 def _wait_for(cond: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
+    """`timeout` only bounds a hang (`tests.harness.waiting.wait_for`, polled every 20 ms)."""
+    wait_for(cond, timeout, what, poll=0.02)
 
 
 def _event(gpu: int, xid: int) -> types.SimpleNamespace:

@@ -21,14 +21,8 @@ from agent.job.recovery import Diagnosis, RecoveryPolicy
 from agent.wire.launch_spec import DEFAULTS, MAXIMUM, MINIMUM
 from agent.wire.op_error import OpError
 from cockpit.control.jobspec import JobSpecError, load_jobspec, parse_jobspec
+from tests.control.test_jobspec_lines import BASE  # the smallest valid spec
 
-BASE = """\
-name = "j"
-hosts = ["gpu1"]
-nproc_per_node = 8
-script = "train.py"
-run_dir = "/data/runs/j"
-"""
 # An elastic job, for the rendezvous fields only it may set.
 ELASTIC = BASE.replace('hosts = ["gpu1"]\n', 'hosts = ["gpu1"]\nnnodes = "1:2"\n') + (
     '[resume]\nnewest_args = []\n[rendezvous]\nendpoint = "gpu1:29400"\n')
